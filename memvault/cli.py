@@ -1,0 +1,433 @@
+"""The ``memvault`` command: a thin layer over :class:`memvault.Vault`.
+
+Each command parses its flags, gets the vault from the context, calls one library method and prints. Errors
+from the library become one line on stderr and exit code 1 in :func:`main`, the only place that does so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from .errors import FactParseError, InvalidValue, MemvaultError
+from .timeutil import parse_time, parse_time_or_age
+from .vault import Vault
+
+
+class Context:
+    """Resolves the vault once, on first use (``init`` needs none)."""
+
+    def __init__(self, vault_path: str | None) -> None:
+        self.vault_path = vault_path
+        self._vault: Vault | None = None
+
+    @property
+    def vault(self) -> Vault:
+        if self._vault is None:
+            self._vault = Vault.open(self.vault_path)
+        return self._vault
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def emit_json(data) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def warn_problems(problems) -> None:
+    for problem in problems:
+        click.echo(f"memvault: warning: {problem}", err=True)
+
+
+def read_text_arg(text: str | None, what: str) -> str:
+    """TEXT, or stdin when TEXT is '-' or missing and stdin is not a terminal."""
+    if text is None or text == "-":
+        if text is None and sys.stdin.isatty():
+            raise click.UsageError(f"give the {what} as an argument, or '-' to read it from stdin")
+        return sys.stdin.read()
+    return text
+
+
+class Failure(click.ClickException):
+    """A library error on its way out: one line on stderr, and its exit code."""
+
+    def __init__(self, error: MemvaultError) -> None:
+        super().__init__(str(error))
+        self.exit_code = error.exit_code
+
+    def show(self, file=None) -> None:
+        click.echo(f"memvault: error: {self.message}", err=True)
+
+
+class Group(click.Group):
+    """Turns every :class:`MemvaultError` into a :class:`Failure`: the one place errors become exits."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except MemvaultError as exc:
+            raise Failure(exc) from None
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise Failure(MemvaultError(f"{where}{exc.strerror or exc}")) from None
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--vault",
+    "vault_path",
+    metavar="PATH",
+    envvar="MEMVAULT_DIR",
+    show_envvar=True,
+    help="The vault directory. Default: the nearest parent of the current directory holding memvault.toml.",
+)
+@click.version_option(package_name="memvault")
+@click.pass_context
+def cli(ctx: click.Context, vault_path: str | None) -> None:
+    """memvault: a file-first memory vault for AI agents.
+
+    Facts (keyed markdown files), procedures (whole runbooks) and episodes (append-only JSONL) in a git
+    repository that people can read, correct and audit.
+    """
+    ctx.obj = Context(vault_path)
+
+
+# -- init ----------------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option("--track-episodes", is_flag=True, help="Commit episodes to git too (default: git-ignored).")
+def init(directory: str, track_episodes: bool) -> None:
+    """Create a vault in DIRECTORY (default: here), with git init when it is not in a git work tree.
+
+    Idempotent: existing files are never overwritten.
+    """
+    vault = Vault.init(Path(directory), track_episodes=track_episodes)
+    click.echo(f"vault ready at {vault.root}")
+
+
+# -- facts ---------------------------------------------------------------------------------------------------
+@cli.group()
+def fact() -> None:
+    """Facts: small keyed memories, one markdown file each under facts/."""
+
+
+def print_fact(f, root: Path) -> None:
+    d = f.to_dict(root)
+    head = [d["key"]]
+    if d["category"]:
+        head.append(f"[{d['category']}]")
+    head.append(f"importance {d['importance']:g}")
+    head.append(f"confidence {d['confidence']:g}")
+    if d["source"]:
+        head.append(f"source {d['source']}")
+    click.echo("  ".join(head))
+    meta = [f"updated {d['updated']}"]
+    if d["tags"]:
+        meta.append("tags " + ", ".join(d["tags"]))
+    if d["valid_until"]:
+        meta.append(f"valid until {d['valid_until']}")
+    click.echo("  ".join(meta))
+    click.echo()
+    click.echo(d["text"])
+
+
+@fact.command("set")
+@click.argument("key")
+@click.argument("text", required=False)
+@click.option("--category", "-c", help="Category, e.g. database.")
+@click.option("--importance", type=float, help="0..1 (default 0.5).")
+@click.option("--confidence", type=float, help="0..1 (default from the source: user 1.0, agent 0.7, other 0.5).")
+@click.option("--source", "-s", help="Who states it, <kind>:<name>. Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several). Replaces the fact's tags.")
+@click.option("--valid-until", help="Date after which the fact no longer holds (YYYY-MM-DD).")
+@json_option
+@pass_ctx
+def fact_set(ctx, key, text, category, importance, confidence, source, tags, valid_until, as_json):
+    """Create or replace fact KEY with TEXT ('-' or no TEXT: read stdin). Commits the change."""
+    text = read_text_arg(text, "fact text")
+    f = ctx.vault.facts.set(
+        key,
+        text,
+        category=category,
+        importance=importance,
+        confidence=confidence,
+        source=source,
+        tags=list(tags) if tags else None,
+        valid_until=valid_until,
+    )
+    if as_json:
+        emit_json(f.to_dict(ctx.vault.root))
+    else:
+        click.echo(f"set {f.key} ({f.path.relative_to(ctx.vault.root)})")
+
+
+@fact.command("get")
+@click.argument("key")
+@json_option
+@pass_ctx
+def fact_get(ctx, key, as_json):
+    """Print fact KEY."""
+    f = ctx.vault.facts.get(key)
+    if as_json:
+        emit_json(f.to_dict(ctx.vault.root))
+    else:
+        print_fact(f, ctx.vault.root)
+
+
+@fact.command("list")
+@click.option("--category", "-c", help="Only facts of this category.")
+@click.option("--tag", "-t", help="Only facts with this tag.")
+@json_option
+@pass_ctx
+def fact_list(ctx, category, tag, as_json):
+    """List facts. Files that cannot be read are reported on stderr; the rest are listed."""
+    problems: list = []
+    facts = ctx.vault.facts.list(category=category, tag=tag, problems=problems)
+    if as_json:
+        emit_json([f.to_dict(ctx.vault.root) for f in facts])
+    else:
+        width = max((len(f.key) for f in facts), default=0)
+        for f in facts:
+            first = f.text.splitlines()[0] if f.text else ""
+            if len(first) > 80:
+                first = first[:77] + "..."
+            click.echo(f"{f.key:<{width}}  {f.importance:.2f}  {first}")
+    warn_problems(problems)
+
+
+@fact.command("rm")
+@click.argument("key")
+@click.option("--source", "-s", help="Who removes it (recorded in the commit).")
+@pass_ctx
+def fact_rm(ctx, key, source):
+    """Remove fact KEY and commit the removal (git keeps its history)."""
+    ctx.vault.facts.delete(key, source=source)
+    click.echo(f"removed {key}")
+
+
+@fact.command("history")
+@click.argument("key")
+@json_option
+@pass_ctx
+def fact_history(ctx, key, as_json):
+    """The fact's git log with diffs, newest first."""
+    entries = ctx.vault.facts.history(key)
+    if as_json:
+        emit_json([e.__dict__ for e in entries])
+        return
+    if not entries:
+        click.echo(f"{key}: no history in git", err=True)
+    for e in entries:
+        click.echo(f"commit {e.commit}\nAuthor: {e.author}\nDate:   {e.date}\n")
+        for line in e.message.splitlines():
+            click.echo(f"    {line}")
+        if e.diff:
+            click.echo()
+            click.echo(e.diff)
+        click.echo()
+
+
+NEW_FACT_TEMPLATE = """---
+category:
+importance: 0.5
+tags: []
+---
+"""
+
+
+@fact.command("edit")
+@click.argument("key")
+@click.option("--source", "-s", help="Who edits it (recorded in the commit).")
+@pass_ctx
+def fact_edit(ctx, key, source):
+    """Open $EDITOR on fact KEY; validate, then commit. The file is untouched until the edit is valid."""
+    vault = ctx.vault
+    path = vault.facts.path_for(key)
+    original = path.read_text(encoding="utf-8") if path.is_file() else NEW_FACT_TEMPLATE
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    fd, tmp = tempfile.mkstemp(prefix=key.replace("/", "_") + ".", suffix=".md")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(original)
+        while True:
+            result = subprocess.run([*shlex.split(editor), tmp])
+            if result.returncode != 0:
+                raise InvalidValue("EDITOR", f"{editor} exited with {result.returncode}; nothing changed")
+            edited = Path(tmp).read_text(encoding="utf-8")
+            if edited == original:
+                click.echo("no change")
+                return
+            try:
+                f = vault.facts.write_text(key, edited, source=source)
+                break
+            except FactParseError as exc:
+                where = f"line {exc.line}: " if exc.line else ""
+                click.echo(f"memvault: {where}{exc.reason}", err=True)
+                if not sys.stdin.isatty() or not click.confirm("Edit again?", default=True):
+                    raise FactParseError(path, exc.reason + f" (your edit is kept in {tmp})", exc.line) from None
+        click.echo(f"saved {f.key}")
+    except FactParseError:
+        raise
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    else:
+        os.unlink(tmp)
+
+
+# -- procedures ----------------------------------------------------------------------------------------------
+@cli.group()
+def proc() -> None:
+    """Procedures: whole runbooks and scripts under procedures/, always with their git version."""
+
+
+@proc.command("add")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace an existing procedure of that name.")
+@click.option("--source", "-s", help="Who adds it (recorded in the commit).")
+@pass_ctx
+def proc_add(ctx, name, file, force, source):
+    """Copy FILE in as procedure NAME and commit it."""
+    p = ctx.vault.procedures.add(name, Path(file), force=force, source=source)
+    click.echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
+
+
+@proc.command("list")
+@json_option
+@pass_ctx
+def proc_list(ctx, as_json):
+    """List procedures."""
+    procs = ctx.vault.procedures.list()
+    if as_json:
+        emit_json([p.to_dict(ctx.vault.root) for p in procs])
+        return
+    width = max((len(p.name) for p in procs), default=0)
+    for p in procs:
+        flag = " (dirty)" if p.dirty else ""
+        click.echo(f"{p.name:<{width}}  {p.description or ''}{flag}")
+
+
+@proc.command("show")
+@click.argument("name")
+@json_option
+@pass_ctx
+def proc_show(ctx, name, as_json):
+    """Print procedure NAME whole, with the commit that last changed it and the blob id of these bytes."""
+    p = ctx.vault.procedures.get(name)
+    if as_json:
+        emit_json(p.to_dict(ctx.vault.root))
+        return
+    click.echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
+    click.echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
+    if p.dirty:
+        click.echo("# the working copy differs from the last commit: this text is not what git recorded", err=True)
+    click.echo(p.text, nl=not p.text.endswith("\n"))
+
+
+@proc.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--allow-dirty", is_flag=True, help="Run a file with uncommitted changes (recorded as dirty).")
+@click.option("--source", "-s", help="Who runs it (recorded in the episode).")
+@pass_ctx
+def proc_run(ctx, name, args, allow_dirty, source):
+    """Run procedure NAME with ARGS (after --), streaming its output, and record the run as an episode.
+
+    Exits with the procedure's exit code.
+    """
+    result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
+    click.echo(
+        f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
+        f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms",
+        err=True,
+    )
+    if result.exit_code != 0:
+        sys.exit(result.exit_code if 0 < result.exit_code < 256 else 1)
+
+
+# -- episodes ------------------------------------------------------------------------------------------------
+@cli.group()
+def episode() -> None:
+    """Episodes: what happened, append-only JSONL under episodes/."""
+
+
+@episode.command("add")
+@click.argument("text", required=False)
+@click.option("--source", "-s", help="Who reports it, <kind>:<name>. Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--kind", "-k", default="raw", show_default=True, help="raw, summary, procedure_run or another word.")
+@click.option("--at", "at", help="When it happened (RFC 3339); default now.")
+@click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several).")
+@click.option("--meta", help="A JSON object of extra fields.")
+@json_option
+@pass_ctx
+def episode_add(ctx, text, source, kind, at, tags, meta, as_json):
+    """Append an episode with TEXT ('-' or no TEXT: read stdin)."""
+    text = read_text_arg(text, "episode text")
+    meta_obj = None
+    if meta is not None:
+        try:
+            meta_obj = json.loads(meta)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--meta") from None
+        if not isinstance(meta_obj, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--meta")
+    e = ctx.vault.episodes.append(
+        text, source=source, kind=kind, at=parse_time(at, "--at") if at else None, tags=list(tags), meta=meta_obj
+    )
+    if as_json:
+        click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
+    else:
+        click.echo(f"added {e.id} to {e.path.relative_to(ctx.vault.root)}")
+
+
+@episode.command("list")
+@click.option("--since", help="From this time, or this long ago (30d, 12h, 2w).")
+@click.option("--until", help="Up to this time, or this long ago.")
+@click.option("--source", "-s", help="Only this source (a trailing * matches a prefix: web:*).")
+@click.option("--kind", "-k", help="Only this kind.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="Only the newest N.")
+@click.option("--json", "as_json", is_flag=True, help="Print each episode as its JSON line, as stored (JSONL).")
+@pass_ctx
+def episode_list(ctx, since, until, source, kind, limit, as_json):
+    """List episodes, oldest first. Unreadable lines are reported on stderr with file and line."""
+    problems: list = []
+    items = ctx.vault.episodes.list(
+        since=parse_time_or_age(since, "--since") if since else None,
+        until=parse_time_or_age(until, "--until") if until else None,
+        source=source,
+        kind=kind,
+        limit=limit,
+        problems=problems,
+    )
+    for e in items:
+        if as_json:
+            click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
+        else:
+            text = " ".join(e.text.split())
+            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {text}")
+    warn_problems(problems)
+
+
+# -- entry point ---------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Errors are mapped by :class:`Group`; here only the pipe and ^C are handled."""
+    try:
+        cli.main(args=argv, prog_name="memvault")
+    except BrokenPipeError:
+        # `memvault episode list | head` is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)

@@ -1,0 +1,276 @@
+"""Episodes: episodic memory. What happened, as append-only JSONL, one file per month.
+
+Every line carries ``created_at`` and ``source`` so retention and purge-by-source can work. An append is one
+``write(2)`` of a whole line under an exclusive lock on a separate lock file, into a file opened with
+O_APPEND: concurrent appenders (agents, hooks, cron) never interleave or lose a line, and a rewrite by
+temp + rename (prune) holding the same lock cannot strand a waiting appender on the old inode.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import EpisodeError, InvalidValue
+from .facts import Problem, validate_source
+from .fsutil import locked
+from .timeutil import format_time, now, parse_time
+
+if TYPE_CHECKING:
+    from .vault import Vault
+
+KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*$")
+KNOWN_KINDS = ("raw", "summary", "procedure_run")
+log = logging.getLogger(__name__)
+_MONTH_FILE = re.compile(r"^(\d{4})-(\d{2})\.jsonl$")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_id_lock = threading.Lock()
+_last_id: tuple[int, int] = (0, 0)
+
+
+def new_id(at: datetime | None = None) -> str:
+    """A ULID: 48 bits of milliseconds then 80 random bits, Crockford base32, 26 characters.
+
+    Sorts by time. Within one process and one millisecond the random part increments, so ids stay strictly
+    increasing; across processes 80 random bits make a collision vanishingly unlikely.
+    """
+    global _last_id
+    ms = int((at or now()).timestamp() * 1000)
+    with _id_lock:
+        last_ms, last_rand = _last_id
+        if ms == last_ms and last_rand < (1 << 80) - 1:
+            rand = last_rand + 1
+        else:
+            rand = secrets.randbits(80)
+        _last_id = (ms, rand)
+    value = (ms << 80) | rand
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+@dataclass
+class Episode:
+    """One line of an episode file. ``to_dict`` is the line exactly as stored (key order included)."""
+
+    id: str
+    created_at: str
+    source: str
+    kind: str
+    text: str
+    tags: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    line: int | None = None
+    raw: dict[str, Any] | None = None
+
+    @property
+    def time(self) -> datetime:
+        return parse_time(self.created_at, "created_at")
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.raw is not None:
+            return dict(self.raw)
+        out: dict[str, Any] = {
+            "id": self.id,
+            "created_at": self.created_at,
+            "source": self.source,
+            "kind": self.kind,
+            "text": self.text,
+        }
+        if self.tags:
+            out["tags"] = list(self.tags)
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        return out
+
+
+def parse_line(line: str, path: Path | None = None, lineno: int | None = None) -> Episode:
+    """Validate one stored line. Raises :class:`EpisodeError` naming file and line."""
+
+    def bad(reason: str) -> EpisodeError:
+        return EpisodeError(reason, path, lineno)
+
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise bad(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise bad("a line must be a JSON object")
+    for name in ("id", "created_at", "source", "text"):
+        if not isinstance(data.get(name), str) or not data[name]:
+            raise bad(f"missing or empty '{name}'")
+    try:
+        parse_time(data["created_at"], "created_at")
+    except InvalidValue as exc:
+        raise bad(exc.reason) from None
+    tags = data.get("tags") or []
+    meta = data.get("meta") or {}
+    if not isinstance(tags, list) or not isinstance(meta, dict):
+        raise bad("'tags' must be a list and 'meta' an object")
+    return Episode(
+        id=data["id"],
+        created_at=data["created_at"],
+        source=data["source"],
+        kind=str(data.get("kind") or "raw"),
+        text=data["text"],
+        tags=[str(t) for t in tags],
+        meta=meta,
+        path=path,
+        line=lineno,
+        raw=data,
+    )
+
+
+class EpisodeLog:
+    """The ``episodes/`` directory of a vault. Reached as ``vault.episodes``."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self.dir = vault.root / "episodes"
+        self.lock_path = vault.state_dir / "locks" / "episodes.lock"
+
+    def file_for(self, at: datetime) -> Path:
+        return self.dir / f"{at:%Y-%m}.jsonl"
+
+    def files(self) -> list[Path]:
+        """Every episode file, in time order (``YYYY-MM.jsonl``, also in per-host subfolders)."""
+        if not self.dir.is_dir():
+            return []
+        found = [p for p in self.dir.rglob("*.jsonl") if not any(part.startswith(".") for part in p.parts[-2:])]
+        return sorted(found, key=lambda p: (p.name, p.as_posix()))
+
+    def append(
+        self,
+        text: str,
+        *,
+        source: str | None = None,
+        kind: str = "raw",
+        at: datetime | str | None = None,
+        tags: list[str] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Episode:
+        """Append one episode as one whole line. Returns it as stored."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidValue("text", "an episode needs some text")
+        source = validate_source(source if source is not None else self.vault.default_source())
+        if not KIND_PATTERN.match(kind or ""):
+            raise InvalidValue("kind", f"{kind!r} must be one lower-case word (raw, summary, procedure_run, ...)")
+        when = parse_time(at, "at") if at is not None else now()
+        if meta is not None and not isinstance(meta, dict):
+            raise InvalidValue("meta", "must be a JSON object")
+        episode = Episode(
+            id=new_id(when),
+            created_at=format_time(when),
+            source=source,
+            kind=kind,
+            text=text,
+            tags=[t for t in (tags or []) if t],
+            meta=dict(meta or {}),
+        )
+        try:
+            line = json.dumps(episode.to_dict(), ensure_ascii=False, separators=(", ", ": ")) + "\n"
+        except (TypeError, ValueError) as exc:
+            raise InvalidValue("meta", f"not JSON-serialisable: {exc}") from None
+        path = self.file_for(when)
+        episode.path = path
+        self._append_line(path, line.encode("utf-8"))
+        return episode
+
+    def _append_line(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locked(self.lock_path):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    # The last line was torn (power loss, a killed writer, a hand edit): end it, so this line
+                    # stays whole and readable; the torn one is reported when read, never silently dropped.
+                    data = b"\n" + data
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                if self.vault.config.fsync_episodes:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def iter(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        source: str | None = None,
+        kind: str | None = None,
+        problems: list[Problem] | None = None,
+    ) -> Iterator[Episode]:
+        """Episodes in file order (time order for lines appended as they happened), filtered.
+
+        ``source`` matches exactly, or as a prefix when it ends in ``*`` (``web:*``). An unreadable line is
+        added to ``problems`` (or logged) with its file and line number, and skipped.
+        """
+        for path in self.files():
+            m = _MONTH_FILE.match(path.name)
+            if m and (since or until):
+                month = (int(m.group(1)), int(m.group(2)))
+                if since is not None and month < (since.year, since.month):
+                    continue
+                if until is not None and month > (until.year, until.month):
+                    continue
+            for episode in self.read_file(path, problems):
+                if kind is not None and episode.kind != kind:
+                    continue
+                if source is not None and not source_matches(source, episode.source):
+                    continue
+                if since is not None or until is not None:
+                    t = episode.time
+                    if (since is not None and t < since) or (until is not None and t > until):
+                        continue
+                yield episode
+
+    def read_file(self, path: Path, problems: list[Problem] | None = None) -> Iterator[Episode]:
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            return
+        with handle:
+            for lineno, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    yield parse_line(raw.decode("utf-8"), path, lineno)
+                except UnicodeDecodeError:
+                    _report(problems, Problem(path, "not UTF-8 text", lineno))
+                except EpisodeError as exc:
+                    _report(problems, Problem(path, exc.reason, lineno))
+
+    def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
+        """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""
+        if limit is not None and limit < 0:
+            raise InvalidValue("limit", "must not be negative")
+        items = list(self.iter(**filters))
+        items.sort(key=lambda e: (e.time, e.id))
+        return items[-limit:] if limit else ([] if limit == 0 else items)
+
+
+def source_matches(pattern: str, source: str | None) -> bool:
+    """Exact match, or a prefix match when ``pattern`` ends in ``*`` (``web:*``, ``ticket:OPS-*``)."""
+    if source is None:
+        return False
+    if pattern.endswith("*"):
+        return source.startswith(pattern[:-1])
+    return source == pattern
+
+
+def _report(problems: list[Problem] | None, problem: Problem) -> None:
+    if problems is not None:
+        problems.append(problem)
+    else:
+        log.warning("%s", problem)

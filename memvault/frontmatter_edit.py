@@ -1,0 +1,178 @@
+"""Read YAML front matter with line numbers, and rewrite it with the smallest possible change.
+
+A person edits these files in a text editor, so a rewrite must not reorder their keys, drop their comments or
+reformat values they did not ask to change. The editor here works on lines: a top-level ``key:`` line and the
+indented (or ``- item``) lines after it form a block; changing a key replaces its block in place, a new key is
+appended, everything else is copied byte for byte. python-frontmatter's YAML handler loads the mapping.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+import yaml
+from frontmatter.default_handlers import YAMLHandler
+
+_KEY_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)\s*:(?:\s|$)")
+_FENCE = re.compile(r"^---\s*$")
+_CLOSE = re.compile(r"^(?:---|\.\.\.)\s*$")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_HANDLER = YAMLHandler()
+
+
+class FrontMatterError(ValueError):
+    def __init__(self, reason: str, line: int | None) -> None:
+        self.reason = reason
+        self.line = line
+        super().__init__(reason)
+
+
+@dataclass
+class Document:
+    """A markdown file split into front matter lines and body. Line numbers are 1-based in the file."""
+
+    fm_lines: list[str] | None  # None: the file has no front matter at all
+    body: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    key_lines: dict[str, int] = field(default_factory=dict)
+    newline: str = "\n"
+
+    def render(self) -> str:
+        nl = self.newline
+        if self.fm_lines is None:
+            return self.body
+        return "---" + nl + "".join(line + nl for line in self.fm_lines) + "---" + nl + self.body
+
+
+def parse(text: str) -> Document:
+    """Split and load. Raises :class:`FrontMatterError` with the file line of a YAML problem."""
+    newline = "\r\n" if "\r\n" in text[:2000] else "\n"
+    lines = text.split(newline) if newline == "\r\n" else text.split("\n")
+    if text.startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    if not lines or not _FENCE.match(lines[0]):
+        return Document(None, text, newline=newline)
+    end = next((i for i in range(1, len(lines)) if _CLOSE.match(lines[i])), None)
+    if end is None:
+        raise FrontMatterError("front matter opened with '---' on line 1 is never closed", 1)
+    fm_lines = lines[1:end]
+    body = newline.join(lines[end + 1 :])
+    try:
+        meta = _HANDLER.load("\n".join(fm_lines), Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 2 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise FrontMatterError(f"invalid YAML front matter: {problem}", line) from None
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise FrontMatterError("front matter must be a mapping of key: value lines", 2)
+    key_lines = {}
+    for i, line in enumerate(fm_lines):
+        m = _KEY_LINE.match(line)
+        if m:
+            key_lines.setdefault(m.group(1), i + 2)
+    return Document(fm_lines, body, {str(k): v for k, v in meta.items()}, key_lines, newline)
+
+
+def format_value(value: Any) -> str:
+    """One YAML scalar or flow sequence, as a person would type it."""
+    if isinstance(value, datetime):
+        from .timeutil import format_time
+
+        return format_time(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    dumped = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
+    dumped = dumped.strip()
+    if dumped.endswith("\n..."):
+        dumped = dumped[: -len("\n...")]
+    if dumped.endswith("..."):
+        dumped = dumped[:-3].strip()
+    return dumped
+
+
+def _blocks(fm_lines: list[str]) -> dict[str, tuple[int, int]]:
+    """key -> (first line index, end index exclusive) of its block in ``fm_lines``."""
+    spans: dict[str, tuple[int, int]] = {}
+    current: str | None = None
+    start = 0
+    for i, line in enumerate(fm_lines):
+        m = _KEY_LINE.match(line)
+        if m:
+            if current is not None:
+                spans.setdefault(current, (start, i))
+            current, start = m.group(1), i
+        elif current is not None and not (line[:1] in (" ", "\t") or line.startswith("-")):
+            # a comment or blank line at column 0 ends the block and stays where it is
+            spans.setdefault(current, (start, i))
+            current = None
+    if current is not None:
+        spans.setdefault(current, (start, len(fm_lines)))
+    return spans
+
+
+def _trailing_comment(line: str) -> str:
+    """The `` # comment`` ending a one-line ``key: value``, if it really is a comment (not inside quotes)."""
+    m = re.search(r"\s+#.*$", line)
+    if not m:
+        return ""
+    try:
+        with_comment = yaml.load(line, Loader=_LOADER)
+        without = yaml.load(line[: m.start()], Loader=_LOADER)
+    except yaml.YAMLError:
+        return ""
+    return m.group(0) if with_comment == without else ""
+
+
+def update(doc: Document, changes: dict[str, Any], order: list[str], body: str) -> Document:
+    """A copy of ``doc`` with ``changes`` applied (a value of None removes the key) and a new body.
+
+    Keys already present are rewritten in place; new keys are appended in the order given by ``order``.
+    """
+    fm_lines = list(doc.fm_lines or [])
+    spans = _blocks(fm_lines)
+    replacements: dict[int, tuple[int, list[str]]] = {}
+    new_keys = []
+    for key, value in changes.items():
+        if key in spans:
+            start, end = spans[key]
+            if value is None:
+                replacements[start] = (end, [])
+                continue
+            comment = _trailing_comment(fm_lines[start]) if end - start == 1 else ""
+            replacements[start] = (end, [f"{key}: {format_value(value)}{comment}"])
+        elif value is not None:
+            new_keys.append(key)
+    out: list[str] = []
+    i = 0
+    while i < len(fm_lines):
+        if i in replacements:
+            end, lines = replacements[i]
+            out.extend(lines)
+            i = end
+        else:
+            out.append(fm_lines[i])
+            i += 1
+    # Trailing blank lines stay at the end, after appended keys.
+    tail: list[str] = []
+    while out and not out[-1].strip():
+        tail.insert(0, out.pop())
+    rank = {k: n for n, k in enumerate(order)}
+    for key in sorted(new_keys, key=lambda k: rank.get(k, len(rank))):
+        out.append(f"{key}: {format_value(changes[key])}")
+    out.extend(tail)
+    meta = dict(doc.meta)
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    return Document(out, body, meta, {}, doc.newline)

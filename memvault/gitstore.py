@@ -1,0 +1,196 @@
+"""Git as the history of the vault: commits that touch only the vault's own paths, and provenance look-ups.
+
+gitpython is imported lazily: a recall that never writes should not pay for it. Every commit is made with
+``git commit --only -- <paths>`` so whatever else the user has staged or changed in the repository (the vault
+may live in ``infra/memory/`` of a bigger repo) is neither committed nor unstaged.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import GitError
+
+if TYPE_CHECKING:
+    import git
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives these exact bytes (``git hash-object``), computed without a subprocess."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    commit: str
+    author: str
+    date: str
+    message: str
+    diff: str
+
+
+_SAFE_EMAIL = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+class GitStore:
+    """The git repository that holds a vault (possibly as a subdirectory of a larger work tree)."""
+
+    def __init__(self, repo: git.Repo) -> None:
+        self.repo = repo
+        self.root = Path(repo.working_tree_dir).resolve()  # type: ignore[arg-type]
+        self._identity_env: dict[str, str] | None = None
+
+    # -- discovery ---------------------------------------------------------------------------------------
+    @classmethod
+    def discover(cls, path: Path) -> GitStore | None:
+        """The repository whose work tree holds ``path``, or None when there is none."""
+        import git
+
+        try:
+            repo = git.Repo(path, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            return None
+        if repo.bare or repo.working_tree_dir is None:
+            return None
+        return cls(repo)
+
+    @classmethod
+    def init(cls, path: Path) -> GitStore:
+        import git
+
+        try:
+            return cls(git.Repo.init(path))
+        except git.GitCommandError as exc:
+            raise GitError(f"git init {path} failed: {_stderr(exc)}") from None
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the work tree root, in git's ``/`` form."""
+        return Path(os.path.abspath(path)).resolve().relative_to(self.root).as_posix()
+
+    def _git(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
+        import git
+
+        try:
+            return self.repo.git.execute(  # type: ignore[call-overload,no-any-return]
+                ["git", *args], env=env, strip_newline_in_stdout=strip
+            )
+        except git.GitCommandError as exc:
+            raise GitError(f"git {args[0]} failed: {_stderr(exc)}") from None
+
+    def _env(self, author: str | None) -> dict[str, str]:
+        """Author = the memory's source; committer = the user's identity, or a stand-in when git has none."""
+        if self._identity_env is None:
+            self._identity_env = {}
+            try:
+                self._git("var", "GIT_COMMITTER_IDENT")
+            except GitError:
+                self._identity_env = {
+                    "GIT_COMMITTER_NAME": "memvault",
+                    "GIT_COMMITTER_EMAIL": f"memvault@{socket.gethostname() or 'localhost'}",
+                }
+        env = dict(self._identity_env)
+        if author:
+            env["GIT_AUTHOR_NAME"] = author
+            env["GIT_AUTHOR_EMAIL"] = _SAFE_EMAIL.sub(".", author).strip(".") + "@memvault"
+        elif self._identity_env:
+            env["GIT_AUTHOR_NAME"] = self._identity_env["GIT_COMMITTER_NAME"]
+            env["GIT_AUTHOR_EMAIL"] = self._identity_env["GIT_COMMITTER_EMAIL"]
+        return env
+
+    # -- writing -----------------------------------------------------------------------------------------
+    def commit(
+        self,
+        paths: list[Path],
+        message: str,
+        *,
+        author: str | None = None,
+        trailers: dict[str, str] | None = None,
+    ) -> str | None:
+        """Commit the current state of ``paths`` (new, changed or deleted) and nothing else.
+
+        Returns the new commit id, or None when those paths hold no change. Retries briefly while another
+        git process holds the index lock.
+        """
+        rels = [self.rel(p) for p in paths if p.exists() or self._tracked(p)]
+        if not rels:
+            return None
+        body = message
+        if trailers:
+            body += "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailers.items())
+        env = self._env(author)
+        for attempt in range(50):
+            try:
+                # -A stages deletions too; --ignore-errors is not used: an unreadable file must fail loudly.
+                self._git("add", "-A", "--", *rels)
+                if not self._git("status", "--porcelain", "--", *rels):
+                    return None
+                self._git("commit", "--quiet", "--only", "-m", body, "--", *rels, env=env)
+                return self._git("rev-parse", "HEAD")
+            except GitError as exc:
+                if "index.lock" in str(exc) and attempt < 49:
+                    time.sleep(0.1)
+                    continue
+                raise
+        return None  # pragma: no cover
+
+    def _tracked(self, path: Path) -> bool:
+        return bool(self._git("ls-files", "--", self.rel(path)))
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def last_commit(self, path: Path) -> str | None:
+        """The last commit that changed ``path``, or None if it was never committed."""
+        if not self.has_head():
+            return None
+        out = self._git("log", "-1", "--format=%H", "--", self.rel(path))
+        return out or None
+
+    def head_blob(self, path: Path) -> str | None:
+        """The blob id of ``path`` in HEAD, or None when HEAD does not have it."""
+        if not self.has_head():
+            return None
+        try:
+            return self._git("rev-parse", "--verify", "--quiet", f"HEAD:{self.rel(path)}") or None
+        except GitError:
+            return None
+
+    def has_head(self) -> bool:
+        try:
+            self._git("rev-parse", "--verify", "--quiet", "HEAD")
+            return True
+        except GitError:
+            return False
+
+    def log(self, path: Path, *, patch: bool = True, follow: bool = True) -> list[LogEntry]:
+        """History of one file, newest first, with each commit's diff of that file."""
+        if not self.has_head():
+            return []
+        sep = "\x1e"
+        fmt = f"{sep}%H%x1f%an%x1f%aI%x1f%B%x1f"
+        args = ["log", f"--format={fmt}", "--no-color"]
+        if patch:
+            args.append("-p")
+        if follow:
+            args.append("--follow")
+        raw = self._git(*args, "--", self.rel(path), strip=False)
+        entries = []
+        for chunk in raw.split(sep)[1:]:
+            commit, author, date, message, diff = chunk.split("\x1f", 4)
+            entries.append(LogEntry(commit, author, date, message.strip(), diff.strip("\n")))
+        return entries
+
+    def run(self, *args: str, **kwargs: Any) -> str:
+        """Any other git command in this repository; raises :class:`GitError`."""
+        return self._git(*args, **kwargs)
+
+
+def _stderr(exc: Any) -> str:
+    text = (getattr(exc, "stderr", "") or str(exc)).strip()
+    text = text.replace("stderr: ", "").strip().strip("'").strip()
+    return " ".join(text.split())

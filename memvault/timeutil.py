@@ -1,0 +1,78 @@
+"""Times: RFC 3339 UTC strings on disk, timezone-aware datetimes in memory, ages like ``30d``."""
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone
+
+from .errors import InvalidValue
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w|y)\s*$", re.IGNORECASE)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def format_time(dt: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``, to the second (milliseconds when they are not zero)."""
+    dt = dt.astimezone(timezone.utc)
+    if dt.microsecond:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_age(text: str) -> timedelta | None:
+    """``30d``, ``12h``, ``2w``, ``90m``, ``45s``, ``1y`` -> timedelta; None when ``text`` is not an age."""
+    m = _AGE.match(text)
+    if not m:
+        return None
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_time(value: object, name: str = "time") -> datetime:
+    """Parse an RFC 3339 / ISO 8601 time or a date into an aware UTC datetime.
+
+    Naive times are taken as UTC. A bare date is midnight UTC. Raises :class:`InvalidValue` naming ``name``.
+    """
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, date):
+        dt = datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidValue(name, f"not an RFC 3339 time or date: {value!r}") from None
+    else:
+        raise InvalidValue(name, f"not a time: {value!r}")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)
+
+
+def parse_time_or_age(value: str, name: str = "time", *, reference: datetime | None = None) -> datetime:
+    """A point in time given either absolutely or as an age before ``reference`` (default now): ``7d``."""
+    age = parse_age(value)
+    if age is not None:
+        return (reference or now()) - age
+    return parse_time(value, name)
+
+
+def parse_date(value: object, name: str = "date") -> date:
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value.strip())
+        except ValueError:
+            try:
+                return parse_time(value, name).date()
+            except InvalidValue:
+                pass
+    raise InvalidValue(name, f"not a date (YYYY-MM-DD): {value!r}")

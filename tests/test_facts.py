@@ -1,0 +1,232 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memvault import Vault
+from memvault.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue
+from conftest import git
+
+
+def test_set_get_roundtrip_and_commit(vault):
+    fact = vault.facts.set(
+        "db/primary",
+        "The primary database listens on 10.8.0.4:5432.",
+        category="database",
+        importance=0.8,
+        source="agent:deployer",
+        tags=["postgres"],
+        valid_until="2027-01-31",
+    )
+    assert fact.path == vault.root / "facts/db/primary.md"
+    got = vault.facts.get("db/primary")
+    assert got.text == "The primary database listens on 10.8.0.4:5432."
+    assert (got.category, got.importance, got.confidence) == ("database", 0.8, 0.7)
+    assert got.source == "agent:deployer" and got.tags == ["postgres"]
+    assert got.valid_until.isoformat() == "2027-01-31"
+    msg = git(vault.root, "log", "-1", "--format=%an%n%B")
+    assert msg.splitlines()[0] == "agent:deployer"
+    assert "Memvault-Key: db/primary" in msg and "Memvault-Source: agent:deployer" in msg
+    assert git(vault.root, "status", "--porcelain") == ""
+
+
+def test_update_replaces_body_keeps_fields_and_old_value_is_gone(vault):
+    vault.facts.set("db/primary", "listens on 5432", category="database", importance=0.9, tags=["pg"])
+    before = vault.facts.get("db/primary")
+    after = vault.facts.set("db/primary", "listens on 6432 via pgbouncer")
+    assert after.text == "listens on 6432 via pgbouncer"
+    assert (after.category, after.importance, after.tags) == ("database", 0.9, ["pg"])
+    assert after.created == before.created and after.updated >= before.updated
+    on_disk = after.path.read_text()
+    assert "5432" not in on_disk
+    history = vault.facts.history("db/primary")
+    assert len(history) == 2
+    assert "-listens on 5432" in history[0].diff and "+listens on 6432 via pgbouncer" in history[0].diff
+    log = git(vault.root, "log", "-p", "--format=%s", "--", "facts/db/primary.md")
+    assert "-listens on 5432" in log
+
+
+def test_unknown_keys_comments_and_order_survive_rewrite(vault):
+    path = vault.root / "facts/web/web1.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(textwrap.dedent("""\
+        ---
+        owner: maria            # who to ask
+        category: web
+        importance: 0.4   # low: host is redundant
+        ticket: OPS-44
+        tags:
+          - nginx
+          - edge
+        runbook: procedures/web/drain-host.sh
+        ---
+        web1 serves the public site on 10.8.0.11.
+        """))
+    vault.facts.set("web/web1", "web1 serves the public site on 10.8.0.12.", importance=0.6, source="user:maria")
+    text = path.read_text()
+    lines = text.splitlines()
+    assert lines[1] == "owner: maria            # who to ask"
+    assert lines[2] == "category: web"
+    assert lines[3] == "importance: 0.6   # low: host is redundant"
+    assert lines[4] == "ticket: OPS-44"
+    assert lines[5:8] == ["tags:", "  - nginx", "  - edge"]
+    assert lines[8] == "runbook: procedures/web/drain-host.sh"
+    fact = vault.facts.get("web/web1")
+    assert fact.extra == {"owner": "maria", "ticket": "OPS-44", "runbook": "procedures/web/drain-host.sh"}
+    assert fact.tags == ["nginx", "edge"]
+    assert fact.text.endswith("10.8.0.12.")
+
+
+def test_hand_written_file_gets_defaults_and_is_not_rewritten(vault):
+    path = vault.root / "facts/dns/resolver.md"
+    path.parent.mkdir(parents=True)
+    path.write_text("Internal DNS resolvers are 10.8.0.2 and 10.8.0.3.\n")
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    before = path.read_bytes(), path.stat().st_mtime_ns
+    fact = vault.facts.get("dns/resolver")
+    vault.facts.list()
+    assert (fact.importance, fact.confidence, fact.category, fact.source, fact.tags) == (0.5, 1.0, None, None, [])
+    assert fact.updated.year == 2023
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["../escape", "/etc/passwd", "a//b", "a/", "Upper/case", "back\\slash", "nul\0byte", "", "a/./b", "x" * 201,
+     ".hidden", "-dash", "spa ce"],
+)
+def test_refused_keys_write_nothing(vault, key):
+    before = sorted(p.relative_to(vault.root) for p in vault.root.rglob("*") if ".git" not in p.parts)
+    head = git(vault.root, "rev-parse", "HEAD")
+    with pytest.raises(InvalidKey):
+        vault.facts.set(key, "text")
+    after = sorted(p.relative_to(vault.root) for p in vault.root.rglob("*") if ".git" not in p.parts)
+    assert after == before
+    assert git(vault.root, "rev-parse", "HEAD") == head
+
+
+def test_key_through_symlink_outside_facts_is_refused(vault, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (vault.root / "facts" / "link").symlink_to(outside)
+    with pytest.raises(InvalidKey, match="outside facts"):
+        vault.facts.set("link/evil", "text")
+    assert list(outside.iterdir()) == []
+
+
+def test_key_of_200_characters_is_accepted(vault):
+    key = "a" * 100 + "/" + "b" * 99
+    assert len(key) == 200
+    vault.facts.set(key, "long key")
+    assert vault.facts.get(key).text == "long key"
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [({"importance": 1.5}, "importance"), ({"confidence": -0.1}, "confidence"), ({"valid_until": "soon"}, "valid_until")],
+)
+def test_bad_values_are_refused(vault, kwargs, name):
+    with pytest.raises(InvalidValue, match=name):
+        vault.facts.set("x/y", "text", **kwargs)
+    assert not (vault.root / "facts/x/y.md").exists()
+
+
+def test_malformed_facts_are_reported_by_name_and_line_and_the_rest_listed(vault):
+    vault.facts.set("a/good", "good one")
+    vault.facts.set("c/good", "another good one")
+    broken = vault.root / "facts/b/broken.md"
+    broken.parent.mkdir()
+    broken.write_text("---\ncategory: db\ntags: [unclosed\n---\nbody\n")
+    badnum = vault.root / "facts/b/badnum.md"
+    badnum.write_text("---\ncategory: db\nimportance: high\n---\nbody\n")
+    problems = []
+    facts = vault.facts.list(problems=problems)
+    assert [f.key for f in facts] == ["a/good", "c/good"]
+    by_path = {p.path.name: p for p in problems}
+    assert by_path["badnum.md"].line == 3 and "importance" in by_path["badnum.md"].reason
+    assert by_path["broken.md"].line in (3, 4) and "YAML" in by_path["broken.md"].reason
+    with pytest.raises(FactParseError) as err:
+        vault.facts.get("b/badnum")
+    assert str(err.value).startswith(f"{badnum}:3: importance")
+
+
+def test_delete_commits_removal(vault):
+    vault.facts.set("tmp/thing", "temporary")
+    vault.facts.delete("tmp/thing")
+    assert not (vault.root / "facts/tmp").exists()
+    with pytest.raises(FactNotFound):
+        vault.facts.get("tmp/thing")
+    assert git(vault.root, "log", "-1", "--format=%s").startswith("fact rm tmp/thing")
+    assert git(vault.root, "status", "--porcelain") == ""
+    with pytest.raises(FactNotFound):
+        vault.facts.delete("tmp/thing")
+
+
+def test_killed_write_leaves_old_fact_intact(vault):
+    vault.facts.set("db/primary", "old value 5432")
+    path = vault.root / "facts/db/primary.md"
+    before = path.read_bytes()
+    script = textwrap.dedent(f"""
+        import os
+        from memvault import Vault
+        real_fsync = os.fsync
+        def die(fd):
+            real_fsync(fd)
+            os._exit(9)   # killed after the temp file is written, before the rename
+        os.fsync = die
+        Vault.open({str(vault.root)!r}).facts.set("db/primary", "new value 6543")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    assert proc.returncode == 9
+    assert path.read_bytes() == before
+    assert vault.facts.get("db/primary").text == "old value 5432"
+    assert [f.key for f in vault.facts.list()] == ["db/primary"]
+
+
+def test_commit_refused_by_hook_restores_the_old_file(vault):
+    vault.facts.set("db/primary", "old value")
+    hook = vault.root / ".git/hooks/pre-commit"
+    hook.write_text("#!/bin/sh\necho 'refused by policy' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    from memvault.errors import GitError
+
+    with pytest.raises(GitError, match="refused by policy"):
+        vault.facts.set("db/primary", "new value")
+    assert vault.facts.get("db/primary").text == "old value"
+    with pytest.raises(GitError):
+        vault.facts.set("db/new", "brand new")
+    assert not (vault.root / "facts/db/new.md").exists()
+
+
+def test_concurrent_setters_never_corrupt(vault):
+    script = textwrap.dedent(f"""
+        import sys
+        from memvault import Vault
+        v = Vault.open({str(vault.root)!r})
+        for i in range(8):
+            v.facts.set("shared/counter", f"writer {{sys.argv[1]}} round {{i}}", source="agent:w" + sys.argv[1])
+            v.facts.set(f"own/w{{sys.argv[1]}}", f"round {{i}}", source="agent:w" + sys.argv[1])
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(n)]) for n in range(4)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    fact = vault.facts.get("shared/counter")
+    assert fact.text.startswith("writer ") and fact.text.endswith("round 7")
+    assert len(vault.facts.list()) == 5
+    assert git(vault.root, "status", "--porcelain") == ""
+    assert int(git(vault.root, "rev-list", "--count", "HEAD")) == 1 + 4 * 8 * 2
+
+
+def test_commit_without_git_identity_still_works(vault, tmp_path, monkeypatch):
+    empty = tmp_path / "empty-gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    monkeypatch.setenv("EMAIL", "")
+    v = Vault.open(vault.root)
+    v.facts.set("a/b", "works", source="agent:x")
+    assert git(vault.root, "log", "-1", "--format=%an|%cn") == "agent:x|memvault"
