@@ -1,0 +1,43 @@
+"""Docs that are generated from the code must match it; the README's set-up commands must stay what CI runs."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+
+from conftest import REPO_ROOT
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("docs_generate", REPO_ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_is_up_to_date():
+    gen = load_generator()
+    assert gen.TARGET.read_text() == gen.render(), "docs/cli.md is stale: run python docs/generate.py"
+
+
+def test_readme_starts_with_two_setup_commands_and_ci_runs_the_second():
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(block) == 2
+    assert "memvault.demo" in block[0] and "pytest" in block[1]
+    assert text.index("```sh") < 20  # right at the top
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert "sed -n 2p" in ci and "README.md" in ci
+
+
+def test_demo_runs_and_leaves_the_shipped_vault_untouched(tmp_path):
+    before = subprocess.run(["git", "status", "--porcelain", "--", "vault"], cwd=REPO_ROOT, capture_output=True,
+                            text=True).stdout
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "memvault.demo"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo finished" in proc.stdout and "recorded run" in proc.stderr + proc.stdout
+    after = subprocess.run(["git", "status", "--porcelain", "--", "vault"], cwd=REPO_ROOT, capture_output=True,
+                           text=True).stdout
+    assert after == before
