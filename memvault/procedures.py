@@ -212,6 +212,7 @@ class ProcedureStore:
             mode = source_file.stat().st_mode & 0o777
             atomic_write(target, data, mode=mode)
             self.vault.commit([target], f"proc add {name}", source=source, key=f"procedure:{name}")
+        self.vault.refresh_index([target])
         return self.get(name)
 
     def run(

@@ -4,9 +4,10 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import config as config_mod
 from .config import CONFIG_NAME, Config
@@ -16,6 +17,12 @@ from .facts import FactStore, validate_source
 from .fsutil import atomic_write, locked
 from .gitstore import GitStore, LogEntry
 from .procedures import ProcedureStore
+
+if TYPE_CHECKING:
+    from .embeddings import Embedder
+    from .index import Index, Progress, SyncReport
+    from .recall import RecallResult
+    from .state import State
 
 STATE_DIR = ".memvault"
 
@@ -34,6 +41,9 @@ def _gitignore(track_episodes: bool) -> str:
 class Vault:
     """One memory vault. Build it with :meth:`open` (discovery) or :meth:`init` (create)."""
 
+    #: Builds the embedder for a config; tests replace it with a deterministic fake.
+    embedder_factory: Callable[[Config], Embedder] | None = None
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
         self.config: Config = config_mod.load(self.root / CONFIG_NAME)
@@ -41,6 +51,8 @@ class Vault:
         self.facts = FactStore(self)
         self.procedures = ProcedureStore(self)
         self.episodes = EpisodeLog(self)
+        self._embedder: Embedder | None = None
+        self.facts.listeners.append(self._on_fact_change)
 
     def __repr__(self) -> str:
         return f"Vault({str(self.root)!r})"
@@ -100,6 +112,81 @@ class Vault:
         if created:
             git.commit(created, "memvault init", trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
         return vault
+
+    # -- index and recall --------------------------------------------------------------------------------
+    @cached_property
+    def index(self) -> Index:
+        from .index import Index
+
+        return Index(self)
+
+    @cached_property
+    def state(self) -> State:
+        from .state import State
+
+        return State(self.state_dir / "state.db")
+
+    def embedder(self) -> Embedder:
+        """The configured embedding model, loaded once per vault object (raises ModelUnavailable)."""
+        if self._embedder is None:
+            factory = type(self).embedder_factory
+            if factory is not None:
+                self._embedder = factory(self.config)
+            else:
+                from .embeddings import load_embedder
+
+                self._embedder = load_embedder(self.config.model, query_prefix=self.config.query_prefix)
+        return self._embedder
+
+    def recall(
+        self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, **options: Any
+    ) -> RecallResult:
+        """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.recall.Hit`, best first,
+        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
+        from .recall import recall
+
+        return recall(self, query, k=k, kinds=kinds, budget=budget, **options)
+
+    def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
+                source: str | None = None) -> SyncReport:
+        """Bring the index in step with the vault; rebuild it whole when the model changed (or ``full``).
+
+        ``model`` first sets ``[embedding] model`` in memvault.toml (committed). An incremental run loads the
+        model only when there is text to embed.
+        """
+        if model is not None and model != self.config.model:
+            self._set_model(model, source)
+        index = self.index
+        identity = index.identity() if index.exists() else None
+        stale_model = identity is None or identity.name != self.config.model or (
+            self.config.query_prefix is not None and self.config.query_prefix != identity.query_prefix
+        )
+        if full or stale_model:
+            return index.rebuild(self.embedder, progress=progress)
+        report = index.sync(self.embedder, progress=progress)
+        if report.model_loaded and self._embedder is not None and identity is not None and \
+                not self._embedder.identity.same_vectors(identity):
+            return index.rebuild(self.embedder, progress=progress)  # same name, other weights or prefix
+        return report
+
+    def _set_model(self, model: str, source: str | None) -> None:
+        path = self.root / CONFIG_NAME
+        atomic_write(path, config_mod.set_model(path, model).encode("utf-8"))
+        self.commit([path], f"embedding model {model}", source=source or self.default_source())
+        self.config = config_mod.load(path)
+        self._embedder = None
+
+    def _on_fact_change(self, event: str, key: str, fact: object) -> None:
+        """A write through the library updates the index at once (keywords now; the vector now if the model is
+        already loaded in this process, else at the next recall or reindex)."""
+        self.refresh_index([self.facts.dir / f"{key}.md"])
+
+    def refresh_index(self, paths: list[Path]) -> None:
+        index = self.index
+        if not index.exists():
+            return
+        loaded = self._embedder
+        index.sync((lambda: loaded) if loaded is not None else None, only=paths)
 
     # -- shared services ---------------------------------------------------------------------------------
     @cached_property

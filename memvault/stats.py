@@ -1,0 +1,148 @@
+"""Numbers about a vault and its index: sizes, growth, and what a rebuild would cost before paying for it."""
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import ModelUnavailable
+from .index import CHUNK_OVERLAP, KINDS, SyncReport
+
+if TYPE_CHECKING:
+    from .vault import Vault
+
+PGVECTOR_OVERHEAD = 8  # pgvector stores 4·dims + 8 bytes per vector
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def episode_files(vault: Vault) -> list[dict[str, Any]]:
+    out = []
+    for path in vault.episodes.files():
+        with path.open("rb") as handle:
+            lines = sum(1 for line in handle if line.strip())
+        out.append({"path": path.relative_to(vault.root).as_posix(), "lines": lines, "bytes": path.stat().st_size})
+    return out
+
+
+def vault_stats(vault: Vault) -> dict[str, Any]:
+    """Everything ``memvault stats`` prints."""
+    index = vault.index.stats()
+    files = episode_files(vault)
+    data: dict[str, Any] = {"vault": str(vault.root), "model_configured": vault.config.model, "index": index,
+                            "episode_files": files}
+    summary = [f"vault {vault.root}"]
+    if index.get("exists"):
+        items = index["items"]
+        rows = index["chunks"] or 0
+        summary.append("items: " + ", ".join(f"{items[k]} {k}s" for k in KINDS) + f" ({rows} chunks indexed)")
+        summary.append(f"index: {index['path']}, {_human(index['file_bytes'])} on disk")
+        model = index["model"]
+        if model:
+            dims = model["dims"]
+            per_row = index["used_bytes"] / rows if rows else 0.0
+            vec_per_row = (index["vector_store_bytes"] or 0) / index["vectors"] if index["vectors"] else 0.0
+            data["bytes_per_row"] = {"measured_total": per_row, "measured_vector_store": vec_per_row,
+                                     "theoretical_float32": 4 * dims, "pgvector": 4 * dims + PGVECTOR_OVERHEAD}
+            projected = per_row * 100_000
+            data["projected_bytes_at_100k_rows"] = projected
+            summary.append(f"model: {model['name']} @ {model['revision'][:12]}, {dims} dims"
+                           + ("" if model["name"] == vault.config.model else
+                              f" (memvault.toml says {vault.config.model}: run memvault reindex)"))
+            summary.append(f"bytes per row: {per_row:.0f} in all (text, keywords, vector), {vec_per_row:.0f} in the "
+                           f"vector store; theoretical 4·dims = {4 * dims}, pgvector {4 * dims + PGVECTOR_OVERHEAD}")
+            summary.append(f"projected index size at 100k rows: {_human(projected)}")
+        else:
+            summary.append(f"model: none (keyword-only index); memvault.toml says {vault.config.model}")
+        if index["pending_vectors"]:
+            summary.append(f"pending vectors: {index['pending_vectors']} (run memvault reindex)")
+    else:
+        summary.append("index: none yet (memvault reindex builds it; recall does too)")
+    if files:
+        summary.append("episodes:")
+        for f in files:
+            summary.append(f"  {f['path']}: {f['lines']} lines, {_human(f['bytes'])}")
+        summary.append(f"  total: {sum(f['lines'] for f in files)} lines, {_human(sum(f['bytes'] for f in files))}")
+    data["summary"] = summary
+    return data
+
+
+def estimate_rebuild(vault: Vault, *, model: str | None = None, sample_size: int = 64) -> dict[str, Any]:
+    """What a full rebuild with ``model`` (default: the configured one) would cost, measured on this machine:
+    items and tokens to embed, the time (a random sample of the real chunks is embedded and timed, then
+    scaled to the corpus), and the disk needed while both indexes exist."""
+    from .embeddings import load_embedder
+
+    name = model or vault.config.model
+    index = vault.index
+    report = SyncReport()
+    docs = []
+    for rel, (kind, *_rest) in sorted(index.scan().items()):
+        found = index._docs_for(rel, kind, report)
+        if found:
+            docs.extend(found)
+    try:
+        emb = vault.embedder() if name == vault.config.model else load_embedder(name)
+    except ModelUnavailable as exc:
+        return {"model": name, "error": str(exc), "items": len(docs),
+                "summary": [f"{len(docs)} items to index; {exc}"]}
+    load_started = time.perf_counter()
+    chunks = [c for d in docs for c in index._chunks(d, emb)]
+    tokens = sum(emb.count_tokens(c) for c in chunks)
+    chunk_seconds = time.perf_counter() - load_started
+    rng = random.Random(0)
+    sample = rng.sample(chunks, min(sample_size, len(chunks))) if chunks else []
+    seconds = 0.0
+    if sample:
+        emb.embed_documents(sample[:8])  # warm up: first calls pay one-off costs
+        started = time.perf_counter()
+        emb.embed_documents(sample)
+        per_chunk = (time.perf_counter() - started) / len(sample)
+        seconds = per_chunk * len(chunks) + chunk_seconds
+    current = index.stats()
+    current_bytes = current.get("file_bytes", 0) if current.get("exists") else 0
+    text_bytes = sum(len(c.encode()) for c in chunks) + sum(len(d.body.encode()) for d in docs)
+    if current.get("exists") and current.get("chunks"):
+        per_chunk_other = max(0.0, (current["used_bytes"] - (current.get("vector_store_bytes") or 0)) / current["chunks"])
+        new_bytes = per_chunk_other * len(chunks) + 4 * emb.identity.dims * len(chunks)
+    else:
+        new_bytes = 4 * emb.identity.dims * len(chunks) + 3 * text_bytes  # text in chunks, docs and FTS
+    by_kind = {k: sum(1 for d in docs if d.kind == k) for k in KINDS}
+    out = {
+        "model": name,
+        "dims": emb.identity.dims,
+        "items": len(docs),
+        "items_by_kind": by_kind,
+        "chunks": len(chunks),
+        "tokens": tokens,
+        "window_tokens": emb.identity.max_tokens,
+        "overlap_tokens": CHUNK_OVERLAP,
+        "estimated_seconds": round(seconds, 1),
+        "sample_size": len(sample),
+        "current_index_bytes": current_bytes,
+        "estimated_new_index_bytes": int(new_bytes),
+        "disk_needed_during_swap_bytes": int(current_bytes + new_bytes),
+    }
+    out["summary"] = [
+        f"rebuild with {name} ({emb.identity.dims} dims, window {emb.identity.max_tokens} tokens):",
+        f"  items: {len(docs)} ({', '.join(f'{v} {k}s' for k, v in by_kind.items())}) in {len(chunks)} chunks, "
+        f"{tokens} tokens",
+        f"  time: about {_duration(seconds)} on this machine (a sample of {len(sample)} chunks timed, scaled)",
+        f"  disk: {_human(new_bytes)} for the new index + {_human(current_bytes)} for the old one during the swap "
+        f"= {_human(current_bytes + new_bytes)}",
+    ]
+    return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

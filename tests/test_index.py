@@ -1,0 +1,265 @@
+"""The index: derived, incremental, model-aware. Logic tests with the deterministic fake embedder."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from memvault import Vault
+from memvault.errors import ModelUnavailable
+from memvault.index import fts_query
+from fake_embedder import FakeEmbedder
+from conftest import git
+
+
+class Models:
+    """Stands in for model loading: one FakeEmbedder per model name, counting loads."""
+
+    def __init__(self):
+        self.instances: dict[str, FakeEmbedder] = {}
+        self.loads = 0
+        self.unavailable: set[str] = set()
+        self.dims = {"fake-hash": 32, "fake-other": 16}
+
+    def __call__(self, config):
+        self.loads += 1
+        if config.model in self.unavailable:
+            raise ModelUnavailable(config.model, "not installed (test)")
+        if config.model not in self.instances:
+            self.instances[config.model] = FakeEmbedder(dims=self.dims.get(config.model, 24), name=config.model)
+        return self.instances[config.model]
+
+
+@pytest.fixture
+def models(monkeypatch):
+    m = Models()
+    monkeypatch.setattr(Vault, "embedder_factory", m)
+    return m
+
+
+def set_model(vault_root, name):
+    path = vault_root / "memvault.toml"
+    text = path.read_text()
+    text = text.replace('model = "BAAI/bge-small-en-v1.5"', f'model = "{name}"')
+    import re
+
+    text = re.sub(r'model = "fake-[a-z]+"', f'model = "{name}"', text)
+    path.write_text(text)
+
+
+@pytest.fixture
+def fv(vault, models):
+    """A vault configured for the fake model, with a few memories."""
+    set_model(vault.root, "fake-hash")
+    v = Vault.open(vault.root)
+    v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", category="database",
+                importance=0.9, tags=["postgres"])
+    v.facts.set("web/haproxy", "HAProxy balances web1 web2 web3 with health checks on /healthz.", category="web")
+    v.facts.set("dns/resolvers", "Internal resolvers are 10.8.0.2 and 10.8.0.3 running unbound.", category="dns")
+    v.episodes.append("Disk on web3 reached 91 percent, cleaned old releases.", source="agent:monitor",
+                      at="2026-11-20T10:00:00Z")
+    return v
+
+
+def ids(hits):
+    return [(h.kind, h.id) for h in hits]
+
+
+def test_first_recall_builds_the_index_and_finds_by_keyword_and_meaning(fv, models):
+    hits = fv.recall("which port does the primary database use", k=3)
+    assert hits[0].id == "db/primary" and hits.mode == "hybrid"
+    assert fv.index.exists()
+    assert [r[0] for r in fv.index.connection().execute("SELECT name FROM migrations")] == ["0001_core"]
+
+
+def test_question_does_not_need_every_word(fv):
+    # "certificate" and "rotation" appear nowhere; an implicit AND would return nothing.
+    hits = fv.recall("haproxy certificate rotation schedule", k=3, mode="keyword")
+    assert hits and hits[0].id == "web/haproxy"
+    assert fts_query('what is "the" port: NEAR(x)') == '"port" OR "near" OR "x"'
+
+
+def test_deleted_index_rebuilt_gives_the_same_recall(fv):
+    queries = ["primary database port", "disk full web3", "dns resolvers unbound"]
+    before = [[(h.kind, h.id, round(h.score, 6)) for h in fv.recall(q, record_access=False)] for q in queries]
+    for p in fv.state_dir.glob("index*"):
+        p.unlink()
+    fresh = Vault.open(fv.root)
+    after = [[(h.kind, h.id, round(h.score, 6)) for h in fresh.recall(q, record_access=False)] for q in queries]
+    assert after == before
+
+
+def test_fact_edited_in_place_never_comes_back_with_old_text(fv):
+    fv.recall("primary database port")  # index built
+    path = fv.root / "facts/db/primary.md"
+    path.write_text(path.read_text().replace("port 5432", "port 6543"))
+    other = Vault.open(fv.root)  # another process: knows nothing of the edit but the file
+    for q in ("5432", "primary database port"):
+        for hit in other.recall(q, mode="hybrid"):
+            assert "5432" not in hit.text
+    hit = other.recall("primary database port 6543")[0]
+    assert hit.id == "db/primary" and "6543" in hit.text
+    rows = other.index.connection().execute("SELECT text FROM chunks").fetchall()
+    assert not any("5432" in r[0] for r in rows)
+
+
+def test_deleted_file_and_git_checkout_are_seen(fv):
+    fv.recall("resolvers")
+    (fv.root / "facts/dns/resolvers.md").unlink()
+    assert "dns/resolvers" not in [h.id for h in Vault.open(fv.root).recall("internal resolvers unbound")]
+    git(fv.root, "checkout", "--", "facts/dns/resolvers.md")
+    fv.facts.set("db/primary", "The primary database moved to 10.8.0.9 port 5433.")
+    assert "5433" in Vault.open(fv.root).recall("primary database")[0].text
+    git(fv.root, "checkout", "HEAD~1", "--", "facts/db/primary.md")
+    texts = [h.text for h in Vault.open(fv.root).recall("primary database port")]
+    assert any("5432" in t for t in texts) and not any("5433" in t for t in texts)
+
+
+def test_unchanged_items_are_not_embedded_again(fv, models):
+    fv.reindex()
+    fake = models.instances["fake-hash"]
+    fake.reset_counts()
+    loads = models.loads
+    v = Vault.open(fv.root)
+    report = v.reindex()
+    assert not report.changed and fake.embedded == 0 and models.loads == loads  # model never loaded
+    # same content, new mtime: re-read, hash equal, not embedded
+    path = fv.root / "facts/web/haproxy.md"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    report = Vault.open(fv.root).reindex()
+    assert report.files_changed == 1 and report.metadata_only == 1 and fake.embedded == 0
+    # metadata changed (importance is not embedded): refreshed without embedding
+    text = path.read_text().replace("importance: 0.5", "importance: 0.95")
+    path.write_text(text)
+    report = Vault.open(fv.root).reindex()
+    assert report.metadata_only == 1 and fake.embedded == 0
+    row = fv.index.connection().execute("SELECT importance FROM docs WHERE item_id = 'web/haproxy'").fetchone()
+    assert row[0] == 0.95
+    # the text changed: exactly that one chunk is embedded
+    path.write_text(path.read_text().replace("health checks", "TCP checks"))
+    report = Vault.open(fv.root).reindex()
+    assert report.docs_changed == 1 and fake.embedded == 1
+
+
+def test_appended_episode_is_embedded_alone(fv, models):
+    fv.reindex()
+    fake = models.instances["fake-hash"]
+    fake.reset_counts()
+    fv.episodes.append("Certificate renewed for the wildcard domain.", source="agent:certbot",
+                       at="2026-11-21T10:00:00Z")
+    v = Vault.open(fv.root)
+    hits = v.recall("wildcard certificate renewed", k=1)
+    assert hits[0].kind == "episode" and "wildcard" in hits[0].text
+    assert fake.embedded == 1
+
+
+def test_library_write_updates_the_index_at_once(fv, models):
+    fv.reindex()
+    fv.facts.set("db/primary", "The primary database listens on port 7777.")
+    rows = fv.index.connection().execute("SELECT text FROM chunks").fetchall()
+    assert any("7777" in r[0] for r in rows) and not any("5432" in r[0] for r in rows)
+    fv.facts.delete("web/haproxy")
+    assert fv.index.connection().execute("SELECT COUNT(*) FROM docs WHERE item_id='web/haproxy'").fetchone()[0] == 0
+
+
+def test_model_change_never_mixes_vectors_and_keeps_serving(fv, models):
+    fv.recall("primary database")
+    set_model(fv.root, "fake-other")
+    v = Vault.open(fv.root)
+    hits = v.recall("primary database port")
+    assert hits and hits[0].id == "db/primary" and hits.mode == "keyword"
+    assert any("fake-other" in w and "reindex" in w for w in hits.warnings)
+    assert "fake-other" not in models.instances  # no query vector of another model was ever made
+    assert v.index.identity().name == "fake-hash"
+    v.reindex()
+    ident = v.index.identity()
+    assert (ident.name, ident.dims) == ("fake-other", 16)
+    conn = v.index.connection()
+    assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunks")} == {"fake-other@1"}
+    hits = v.recall("primary database port")
+    assert hits.mode == "hybrid" and hits[0].id == "db/primary" and not hits.warnings
+    assert len(list(fv.state_dir.glob("index-*.db"))) == 1  # the old generation is gone
+
+
+def test_reindex_model_option_sets_config_commits_and_rebuilds(fv, models):
+    fv.reindex()
+    fv.reindex(model="fake-other")
+    assert 'model = "fake-other"' in (fv.root / "memvault.toml").read_text()
+    assert git(fv.root, "log", "-1", "--format=%s").startswith("embedding model fake-other")
+    assert fv.index.identity().name == "fake-other"
+
+
+def test_crash_during_rebuild_leaves_the_old_index_usable(fv, models, monkeypatch):
+    fv.reindex()
+    old_target = fv.index.current_target()
+    set_model(fv.root, "fake-other")
+    v = Vault.open(fv.root)
+    broken = FakeEmbedder(dims=16, name="fake-other")
+
+    def explode(texts, batch_size=64):
+        raise RuntimeError("killed mid-rebuild")
+
+    broken.embed_documents = explode
+    models.instances["fake-other"] = broken
+    with pytest.raises(RuntimeError):
+        v.reindex()
+    assert v.index.current_target() == old_target
+    hits = Vault.open(fv.root).recall("primary database port")
+    assert hits[0].id == "db/primary" and hits.mode == "keyword"  # old index, other model: keywords only
+    models.instances["fake-other"] = FakeEmbedder(dims=16, name="fake-other")
+    Vault.open(fv.root).reindex()
+    assert len(list(fv.state_dir.glob("index-*.db"))) == 1  # the half-built file was cleaned up
+
+
+def test_unavailable_model_degrades_to_keywords_with_a_warning(vault, models):
+    set_model(vault.root, "fake-missing")
+    models.unavailable.add("fake-missing")
+    v = Vault.open(vault.root)
+    v.facts.set("db/primary", "The primary database listens on port 5432.")
+    hits = v.recall("primary database port")
+    assert hits[0].id == "db/primary" and hits.mode == "keyword"
+    assert any("unavailable" in w for w in hits.warnings)
+    models.unavailable.clear()
+    report = Vault.open(vault.root).reindex()
+    assert report.chunks_embedded >= 1 and Vault.open(vault.root).index.identity().name == "fake-missing"
+
+
+def test_procedures_are_indexed_in_chunks_and_returned_whole_with_commit(fv, tmp_path):
+    steps = "".join(f"# step {i}: check replica number {i} and write the result to the log file\n" for i in range(60))
+    script = tmp_path / "long.sh"
+    script.write_text("#!/bin/sh\n# description: Long replica audit\n" + steps +
+                      "# final step: rotate the zebra-certificate on the bastion\necho done\n")
+    fv.reindex()
+    proc = fv.procedures.add("audit/replicas", script)
+    chunks = fv.index.connection().execute(
+        "SELECT COUNT(*) FROM chunks c JOIN docs d ON d.doc = c.doc WHERE d.item_id = 'audit/replicas'").fetchone()[0]
+    assert chunks > 2
+    hits = fv.recall("zebra-certificate bastion", k=5)
+    hit = next(h for h in hits if h.kind == "procedure")
+    assert hit.id == "audit/replicas" and hit.text == script.read_text()
+    assert hit.commit == proc.commit == git(fv.root, "rev-parse", "HEAD") and hit.blob == proc.blob
+    assert [h.id for h in hits].count("audit/replicas") == 1
+
+
+def test_access_counts_raise_frequency_and_survive_index_deletion(fv):
+    first = fv.recall("haproxy health checks", k=1)[0]
+    assert first.factors["frequency"] == 0
+    fv.recall("haproxy health checks", k=1)
+    for p in fv.state_dir.glob("index*"):
+        p.unlink()
+    third = Vault.open(fv.root).recall("haproxy health checks", k=1)[0]
+    assert third.id == first.id and third.factors["frequency"] > 0
+
+
+def test_scan_ignores_hidden_and_temp_files(fv):
+    (fv.root / "facts/db/.primary.md.swp").write_text("junk")
+    (fv.root / "facts/db/.primary.md.123.tmp").write_text("junk")
+    assert not any(".tmp" in p or ".swp" in p for p in fv.index.scan())
+
+
+def test_broken_fact_is_reported_and_the_rest_indexed(fv):
+    (fv.root / "facts/db/broken.md").write_text("---\nimportance: [\n---\nbody\n")
+    report = Vault.open(fv.root).reindex()
+    assert any("broken.md" in p for p in report.problems)
+    assert Vault.open(fv.root).recall("primary database")[0].id == "db/primary"
