@@ -152,11 +152,19 @@ def print_fact(f, root: Path) -> None:
 @click.option("--source", "-s", help="Who states it, <kind>:<name>. Default: $MEMVAULT_SOURCE, else user:$USER.")
 @click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several). Replaces the fact's tags.")
 @click.option("--valid-until", help="Date after which the fact no longer holds (YYYY-MM-DD).")
+@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret.")
 @json_option
 @pass_ctx
-def fact_set(ctx, key, text, category, importance, confidence, source, tags, valid_until, as_json):
-    """Create or replace fact KEY with TEXT ('-' or no TEXT: read stdin). Commits the change."""
+def fact_set(ctx, key, text, category, importance, confidence, source, tags, valid_until, allow_secret, as_json):
+    """Create or replace fact KEY with TEXT ('-' or no TEXT: read stdin). Commits the change.
+
+    A source outside [trust] trusted writes a proposal to inbox/ instead (see 'memvault inbox'). Near-duplicates
+    and conflicting facts (same words, different numbers) are reported on stderr.
+    """
+    from .lifecycle import similar_facts
+
     text = read_text_arg(text, "fact text")
+    similar = similar_facts(ctx.vault, key, text)
     f = ctx.vault.facts.set(
         key,
         text,
@@ -166,9 +174,23 @@ def fact_set(ctx, key, text, category, importance, confidence, source, tags, val
         source=source,
         tags=list(tags) if tags else None,
         valid_until=valid_until,
+        allow_secret=allow_secret,
     )
+    for m in similar:
+        if m["kind"] == "conflict":
+            click.echo(f"memvault: warning: conflicts with {m['key']}: same subject, different values "
+                       f"({', '.join(m['differing'])}); both kept, resolve by hand", err=True)
+        else:
+            click.echo(f"memvault: warning: near-duplicate of {m['key']} (keyword Jaccard {m['jaccard']:.2f}); "
+                       "'memvault dedup --apply' merges duplicates", err=True)
     if as_json:
-        emit_json(f.to_dict(ctx.vault.root))
+        data = f.to_dict(ctx.vault.root)
+        data["quarantined"] = f.quarantined
+        data["similar"] = similar
+        emit_json(data)
+    elif f.quarantined:
+        click.echo(f"proposed {f.key} in {f.path.relative_to(ctx.vault.root)}: {f.source} is not a trusted source; "
+                   f"a person runs 'memvault accept {f.key}' to promote it")
     else:
         click.echo(f"set {f.key} ({f.path.relative_to(ctx.vault.root)})")
 
@@ -298,10 +320,11 @@ def proc() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Replace an existing procedure of that name.")
 @click.option("--source", "-s", help="Who adds it (recorded in the commit).")
+@click.option("--allow-secret", is_flag=True, help="Store it even if it looks like it holds a secret.")
 @pass_ctx
-def proc_add(ctx, name, file, force, source):
+def proc_add(ctx, name, file, force, source, allow_secret):
     """Copy FILE in as procedure NAME and commit it."""
-    p = ctx.vault.procedures.add(name, Path(file), force=force, source=source)
+    p = ctx.vault.procedures.add(name, Path(file), force=force, source=source, allow_secret=allow_secret)
     click.echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
 
 
@@ -371,9 +394,10 @@ def episode() -> None:
 @click.option("--at", "at", help="When it happened (RFC 3339); default now.")
 @click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several).")
 @click.option("--meta", help="A JSON object of extra fields.")
+@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret.")
 @json_option
 @pass_ctx
-def episode_add(ctx, text, source, kind, at, tags, meta, as_json):
+def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
     """Append an episode with TEXT ('-' or no TEXT: read stdin)."""
     text = read_text_arg(text, "episode text")
     meta_obj = None
@@ -385,7 +409,8 @@ def episode_add(ctx, text, source, kind, at, tags, meta, as_json):
         if not isinstance(meta_obj, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--meta")
     e = ctx.vault.episodes.append(
-        text, source=source, kind=kind, at=parse_time(at, "--at") if at else None, tags=list(tags), meta=meta_obj
+        text, source=source, kind=kind, at=parse_time(at, "--at") if at else None, tags=list(tags), meta=meta_obj,
+        allow_secret=allow_secret,
     )
     if as_json:
         click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
@@ -525,6 +550,198 @@ def stats(ctx, as_json):
         return
     for line in data["summary"]:
         click.echo(line)
+
+
+# -- lifecycle and trust ------------------------------------------------------------------------------------
+def print_rewrite(report, root, verb: str) -> None:
+    if not report.kinds:
+        click.echo("no episodes")
+    for kind, n in sorted(report.kinds.items()):
+        click.echo(f"{kind:<14} kept {n['kept']:>6}  {verb} {n['removed']:>6}  bytes freed {n['bytes_freed']:>9}")
+    for path in report.files_deleted:
+        click.echo(f"deleted {path.relative_to(root)} (empty)")
+    if report.unreadable:
+        click.echo(f"{report.unreadable} unreadable lines kept (see 'memvault episode list')", err=True)
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@json_option
+@pass_ctx
+def prune(ctx, dry_run, as_json):
+    """Remove episodes older than [retention] allows for their kind (raw 30d, summary 365d, procedure_run 90d
+    by default), and their index rows. Prints lines kept and removed and bytes freed per kind."""
+    from .lifecycle import prune as run_prune
+
+    report = run_prune(ctx.vault, dry_run=dry_run)
+    if as_json:
+        emit_json({"dry_run": dry_run, **report.to_dict(ctx.vault.root)})
+    else:
+        print_rewrite(report, ctx.vault.root, "would remove" if dry_run else "removed")
+
+
+@cli.command()
+@click.option("--source", "-s", required=True, help="The source to purge: exact, or a prefix ending in * (web:*).")
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@json_option
+@pass_ctx
+def purge(ctx, source, dry_run, as_json):
+    """Remove every episode and fact whose source matches, and their index rows; the fact removals are one
+    commit naming the source. For the day a source is found to have written poison into memory."""
+    from .lifecycle import purge as run_purge
+
+    report = run_purge(ctx.vault, source, dry_run=dry_run)
+    if as_json:
+        emit_json({"dry_run": dry_run, **report.to_dict(ctx.vault.root)})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for f in report.facts:
+        click.echo(f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}")
+    for e in report.episodes.removed:
+        click.echo(f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}")
+    click.echo(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {source}"
+               + (f" in commit {report.commit[:12]}" if report.commit else ""))
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def inbox(ctx, as_json):
+    """Facts proposed by untrusted sources, waiting for 'memvault accept' or 'memvault reject'."""
+    problems: list = []
+    facts = ctx.vault.facts.inbox(problems)
+    if as_json:
+        emit_json([f.to_dict(ctx.vault.root) for f in facts])
+    else:
+        if not facts:
+            click.echo("inbox empty")
+        for f in facts:
+            exists = ctx.vault.facts.exists(f.key)
+            click.echo(f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'})")
+            click.echo(f"    {f.text}")
+    warn_problems(problems)
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--source", "-s", help="Who accepts it (must be trusted).")
+@pass_ctx
+def accept(ctx, key, source):
+    """Promote the proposal inbox/KEY.md to facts/KEY.md (one commit)."""
+    f = ctx.vault.facts.accept(key, source=source)
+    click.echo(f"accepted {f.key} (from {f.source})")
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--source", "-s", help="Who rejects it (must be trusted).")
+@pass_ctx
+def reject(ctx, key, source):
+    """Drop the proposal inbox/KEY.md (committed, so history keeps what was proposed)."""
+    f = ctx.vault.facts.reject(key, source=source)
+    click.echo(f"rejected {key} (from {f.source})")
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def stale(ctx, as_json):
+    """Facts past valid_until, or not updated for longer than review_after, with the reason and the date of
+    their last commit. Recall marks them stale and ranks them down."""
+    from .lifecycle import stale as find_stale
+
+    items = find_stale(ctx.vault)
+    if as_json:
+        emit_json(items)
+        return
+    if not items:
+        click.echo("no stale facts")
+    for item in items:
+        last = item["last_commit"]
+        when = f"last commit {last['date'][:10]} {last['commit'][:12]}" if last else "never committed"
+        click.echo(f"{item['key']}: {item['reason']}; {when}")
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--source", "-s", help="Who verifies it.")
+@pass_ctx
+def verify(ctx, key, source):
+    """Confirm fact KEY still holds: bump its updated time and commit, clearing review staleness."""
+    from .lifecycle import verify as run_verify
+
+    f = run_verify(ctx.vault, key, source=source)
+    click.echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
+
+
+@cli.command()
+@click.option("--apply", is_flag=True, help="Merge each duplicate group into one fact, in one commit.")
+@json_option
+@pass_ctx
+def dedup(ctx, apply, as_json):
+    """Near-duplicate groups and conflicts over the whole vault (keyword Jaccard >= 0.60 with 3+ shared
+    keywords; numbers, IPs, ports, dates and versions must agree, else it is a conflict, never merged)."""
+    from .lifecycle import dedup as run_dedup
+
+    report = run_dedup(ctx.vault, apply=apply)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    for group in report.groups:
+        click.echo("duplicates: " + ", ".join(group))
+    for c in report.conflicts:
+        click.echo(f"conflict: {c['a']} vs {c['b']} (values {', '.join(c['differing'])})")
+    for m in report.merged:
+        click.echo(f"merged {', '.join(m['merged'])} into {m['into']}")
+    if not report.groups and not report.conflicts:
+        click.echo("no duplicates or conflicts")
+    elif report.groups and not apply:
+        click.echo("run 'memvault dedup --apply' to merge the duplicate groups (conflicts are never merged)")
+
+
+@cli.command()
+@click.option("--apply", is_flag=True, help="Remove the candidates in one commit.")
+@json_option
+@pass_ctx
+def expire(ctx, apply, as_json):
+    """Facts below [facts] expire_importance (0.1) that recall has not returned for expire_after (120d)."""
+    from .lifecycle import expire as run_expire
+
+    result = run_expire(ctx.vault, apply=apply)
+    if as_json:
+        emit_json(result)
+        return
+    if not result["candidates"]:
+        click.echo("nothing to expire")
+    for c in result["candidates"]:
+        last = c["last_recalled"] or "never recalled"
+        click.echo(f"{'removed' if result['commit'] else 'candidate'} {c['key']} (importance {c['importance']:g}, {last})")
+    if result["candidates"] and not apply:
+        click.echo("run 'memvault expire --apply' to remove them")
+
+
+@cli.command()
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--source", "-s", help="Source for candidates that do not name one.")
+@click.option("--allow-secret", is_flag=True, help="Do not refuse candidates that look like secrets.")
+@json_option
+@pass_ctx
+def ingest(ctx, file, source, allow_secret, as_json):
+    """Read JSONL candidates ({"type": "fact"|"episode", "text": ..., ...}) from FILE ('-' for stdin), as an
+    extractor or LLM step produces them, through trust, secrets and dedup."""
+    from .lifecycle import ingest as run_ingest
+
+    report = run_ingest(ctx.vault, file, source=source, name=getattr(file, "name", "-"), allow_secret=allow_secret)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    data = report.to_dict()
+    click.echo("  ".join(f"{k} {len(v)}" for k, v in data.items()))
+    for k, items in data.items():
+        for item in items:
+            detail = item.get("reason") or item.get("key") or item.get("into") or item.get("episode") or ""
+            extra = f" (conflicts with {item['with']}: {', '.join(item['differing'])})" if "with" in item else ""
+            click.echo(f"  {k}: {item['line']} {detail}{extra}")
 
 
 # -- entry point ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from .errors import ConfigError
 
 CONFIG_NAME = "memvault.toml"
 
-DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
+from .embeddings import DEFAULT_MODEL  # noqa: E402  (cheap: embeddings imports torch lazily)
 
 TEMPLATE = '''\
 # memvault vault configuration (TOML). Every key is optional; the values shown are the defaults.
@@ -39,6 +39,26 @@ half_life = "30d"        # recency halves every half_life since the last update 
 semantic_weight = 0.5    # within relevance: share of the semantic score (the rest is keyword BM25)
 candidates = 100         # candidates taken from each of keyword and vector search
 embed_at_recall = 64     # changed chunks recall embeds before answering; more wait for `memvault reindex`
+
+[retention]
+# Maximum age of episodes per kind; `memvault prune` (daily, see hooks/) removes older lines.
+raw = "30d"
+summary = "365d"
+procedure_run = "90d"
+default = "90d"          # any other kind
+
+[trust]
+# Facts from other sources land in inbox/ until a person runs `memvault accept KEY`; episodes from other
+# sources are kept but marked trusted: false in recall.
+trusted = ["user:*"]
+
+[facts]
+review_after = "180d"    # a fact not updated for this long is stale (a fact may set its own review_after)
+stale_factor = 0.5       # recall multiplies a stale fact's score by this
+duplicate_jaccard = 0.60 # keyword Jaccard from which two facts are near-duplicates...
+duplicate_min_shared = 3 # ...when they also share at least this many keywords
+expire_importance = 0.1  # `memvault expire`: facts below this importance...
+expire_after = "120d"    # ...that recall has not returned for this long
 '''
 
 
@@ -113,6 +133,64 @@ def recall_settings(cfg: Config) -> RecallSettings:
     if candidates < 1 or embed_at_recall < 0:
         raise ConfigError(where, "[recall] candidates must be >= 1 and embed_at_recall >= 0")
     return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall)
+
+
+DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    retention: dict[str, float]  # kind -> max age in seconds ("default" for the rest)
+    trusted: tuple[str, ...]
+    review_after: float
+    stale_factor: float
+    duplicate_jaccard: float
+    duplicate_min_shared: int
+    expire_importance: float
+    expire_after: float
+
+    def max_age(self, kind: str) -> float:
+        return self.retention.get(kind, self.retention["default"])
+
+
+def _age(cfg: Config, section: str, key: str, default: str) -> float:
+    from .timeutil import parse_age
+
+    value = cfg.get(section, key, default, str)
+    age = parse_age(value)
+    if age is None or age.total_seconds() <= 0:
+        raise ConfigError(cfg.path or CONFIG_NAME, f"[{section}] {key} must be an age like 30d or 12h, not {value!r}")
+    return age.total_seconds()
+
+
+def lifecycle(cfg: Config) -> Lifecycle:
+    """The validated ``[retention]``, ``[trust]`` and ``[facts]`` tables."""
+    where = cfg.path or CONFIG_NAME
+    retention = {}
+    table = dict(DEFAULT_RETENTION)
+    table.update(cfg.section("retention"))
+    for kind in table:
+        retention[kind] = _age(cfg, "retention", kind, DEFAULT_RETENTION.get(kind, "90d"))
+    trusted = cfg.get("trust", "trusted", ["user:*"], list)
+    if not all(isinstance(t, str) and t for t in trusted):
+        raise ConfigError(where, "[trust] trusted must be a list of source patterns like \"user:*\"")
+    stale_factor = float(cfg.get("facts", "stale_factor", 0.5, float))
+    jaccard = float(cfg.get("facts", "duplicate_jaccard", 0.60, float))
+    shared = cfg.get("facts", "duplicate_min_shared", 3, int)
+    expire_importance = float(cfg.get("facts", "expire_importance", 0.1, float))
+    if not (0 <= stale_factor <= 1 and 0 < jaccard <= 1 and shared >= 1 and 0 <= expire_importance <= 1):
+        raise ConfigError(where, "[facts] stale_factor, duplicate_jaccard and expire_importance must be in 0..1, "
+                                 "duplicate_min_shared at least 1")
+    return Lifecycle(
+        retention=retention,
+        trusted=tuple(trusted),
+        review_after=_age(cfg, "facts", "review_after", "180d"),
+        stale_factor=stale_factor,
+        duplicate_jaccard=jaccard,
+        duplicate_min_shared=shared,
+        expire_importance=expire_importance,
+        expire_after=_age(cfg, "facts", "expire_after", "120d"),
+    )
 
 
 def load(path: Path) -> Config:

@@ -4,7 +4,8 @@
 
 It copies the shipped ``vault/`` to a temporary directory (the original is never touched), puts it in a git
 repository of its own, and runs real ``memvault`` commands, printing each one before its output: read a
-fact, change it, show the git diff, run a runbook and show the episode that recorded the run, then recall.
+fact, build the index and recall, change the fact and show the git diff and the fresh recall, run a runbook
+and show the episode that recorded the run.
 """
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         step("facts: one markdown file each, found by key")
         mv("fact", "list", "--category", "database")
         mv("fact", "get", "db/primary")
+        step("build the search index (derived from the files; delete it any time)")
+        mv("reindex")
+        mv("recall", "which port does the main postgres server listen on", "-k", "2")
         step("change a fact in place: the old value is gone from the file, kept in git")
         mv("fact", "set", "db/primary",
            "The primary PostgreSQL 16.4 server is db1 (db1.acme.internal, 10.8.0.4); since the pgbouncer rollout "
@@ -74,11 +78,16 @@ def main(argv: list[str] | None = None) -> int:
            "--source", "user:admin")
         run(["git", "--no-pager", "log", "-1", "-p", "--stat", "--", "facts/db/primary.md"],
             shown="git log -1 -p -- facts/db/primary.md")
+        step("recall sees the change at once: the old text never comes back")
+        mv("recall", "which port does the main postgres server listen on", "-k", "1", "--explain")
         step("procedures: whole runbooks with the git version that ran")
         mv("proc", "list")
         mv("proc", "run", "db/rotate-pg-logs", "--", "3")
         step("the run was recorded as an episode with its commit and blob")
         mv("episode", "list", "--kind", "procedure_run", "--limit", "1", "--json")
+        step("a context block for an agent, within a token budget")
+        mv("recall", "how do I take a web host out of rotation for maintenance", "--format", "prompt",
+           "--budget", "900")
         step("what happened recently")
         mv("episode", "list", "--since", "2026-11-25", "--until", "2026-11-27", "--source", "agent:*")
         step("bad input: one clear line, non-zero exit, nothing written")

@@ -13,15 +13,15 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import EpisodeError, InvalidValue
-from .facts import Problem, validate_source
-from .fsutil import locked
+from .facts import Problem, refuse_secrets, validate_source
+from .fsutil import atomic_write, locked
 from .timeutil import format_time, now, parse_time
 
 if TYPE_CHECKING:
@@ -128,6 +128,35 @@ def parse_line(line: str, path: Path | None = None, lineno: int | None = None) -
     )
 
 
+@dataclass
+class RewriteReport:
+    """What a rewrite removed, per kind: lines kept, lines removed, bytes freed."""
+
+    kinds: dict[str, dict[str, int]] = field(default_factory=dict)
+    removed: list[Episode] = field(default_factory=list)
+    files_changed: list[Path] = field(default_factory=list)
+    files_deleted: list[Path] = field(default_factory=list)
+    unreadable: int = 0
+
+    def count(self, kind: str, *, removed: bool, size: int) -> None:
+        entry = self.kinds.setdefault(kind, {"kept": 0, "removed": 0, "bytes_freed": 0})
+        if removed:
+            entry["removed"] += 1
+            entry["bytes_freed"] += size
+        else:
+            entry["kept"] += 1
+
+    def to_dict(self, root: Path) -> dict[str, Any]:
+        return {
+            "kinds": self.kinds,
+            "removed": len(self.removed),
+            "bytes_freed": sum(k["bytes_freed"] for k in self.kinds.values()),
+            "files_changed": [p.relative_to(root).as_posix() for p in self.files_changed],
+            "files_deleted": [p.relative_to(root).as_posix() for p in self.files_deleted],
+            "unreadable_lines_kept": self.unreadable,
+        }
+
+
 class EpisodeLog:
     """The ``episodes/`` directory of a vault. Reached as ``vault.episodes``."""
 
@@ -155,10 +184,16 @@ class EpisodeLog:
         at: datetime | str | None = None,
         tags: list[str] | None = None,
         meta: dict[str, Any] | None = None,
+        allow_secret: bool = False,
     ) -> Episode:
-        """Append one episode as one whole line. Returns it as stored."""
+        """Append one episode as one whole line. Returns it as stored.
+
+        Text that looks like a secret is refused unless ``allow_secret`` (episodes may be committed and pushed).
+        """
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "an episode needs some text")
+        if not allow_secret:
+            refuse_secrets(text, "episode")
         source = validate_source(source if source is not None else self.vault.default_source())
         if not KIND_PATTERN.match(kind or ""):
             raise InvalidValue("kind", f"{kind!r} must be one lower-case word (raw, summary, procedure_run, ...)")
@@ -250,6 +285,48 @@ class EpisodeLog:
                     _report(problems, Problem(path, "not UTF-8 text", lineno))
                 except EpisodeError as exc:
                     _report(problems, Problem(path, exc.reason, lineno))
+
+    def rewrite(self, drop: Callable[[Episode], bool], *, dry_run: bool = False) -> RewriteReport:
+        """Remove every episode for which ``drop`` is true, file by file, keeping everything else byte for byte.
+
+        Each file is rewritten by temp file + rename while holding the append lock, so lines appended by other
+        processes meanwhile are never lost; a file left empty is deleted. Lines that cannot be parsed are kept
+        (and counted): a torn line is evidence, not garbage.
+        """
+        report = RewriteReport()
+        with locked(self.lock_path):
+            for path in self.files():
+                kept: list[bytes] = []
+                removed_bytes = 0
+                try:
+                    raw_lines = path.read_bytes().splitlines(keepends=True)
+                except FileNotFoundError:
+                    continue
+                for lineno, raw in enumerate(raw_lines, 1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        episode = parse_line(raw.decode("utf-8"), path, lineno)
+                    except (EpisodeError, UnicodeDecodeError):
+                        report.unreadable += 1
+                        kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                        continue
+                    if drop(episode):
+                        report.count(episode.kind, removed=True, size=len(raw))
+                        report.removed.append(episode)
+                        removed_bytes += len(raw)
+                    else:
+                        report.count(episode.kind, removed=False, size=0)
+                        kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                if not removed_bytes or dry_run:
+                    continue
+                report.files_changed.append(path)
+                if kept:
+                    atomic_write(path, b"".join(kept))
+                else:
+                    path.unlink()
+                    report.files_deleted.append(path)
+        return report
 
     def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
         """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""

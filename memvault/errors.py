@@ -105,3 +105,21 @@ class ModelUnavailable(MemvaultError):
         self.model = model
         self.reason = reason
         super().__init__(f"embedding model {model!r} is unavailable: {reason}")
+
+
+class SecretRefused(MemvaultError):
+    """The text looks like it holds a secret (a key, a token, a password); pass --allow-secret to store it."""
+
+    def __init__(self, what: str, findings: str) -> None:
+        self.what = what
+        self.findings = findings
+        super().__init__(f"{what} refused: {findings} (the vault is a git repository that gets pushed; "
+                         "use --allow-secret if this is not a secret)")
+
+
+class UntrustedSource(MemvaultError):
+    """A source outside [trust] trusted tried something only a trusted source may do."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        super().__init__(f"source {source!r} is not trusted: {reason}")

@@ -6,6 +6,7 @@ old value is provably gone from the working tree yet kept in history.
 """
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import frontmatter_edit as fm
-from .errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, MemvaultError
+from .errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from .fsutil import atomic_write, locked
 from .timeutil import format_time, now, parse_date, parse_time
 
@@ -61,6 +62,15 @@ def validate_source(source: str) -> str:
     return source
 
 
+def refuse_secrets(text: str, what: str) -> None:
+    """Raise :class:`SecretRefused` naming what looks like a secret in ``text``."""
+    from .secrets import describe, find_secrets
+
+    findings = find_secrets(text)
+    if findings:
+        raise SecretRefused(what, describe(findings))
+
+
 def default_confidence(source: str | None) -> float:
     """Stated by a person 1.0, inferred by an agent 0.7, anything else (an observed pattern, a web page) 0.5.
 
@@ -97,6 +107,17 @@ class Fact:
     updated: datetime | None = None
     valid_until: date | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: True for a proposal in ``inbox/`` (written by an untrusted source, not yet accepted by a person).
+    quarantined: bool = False
+
+    @property
+    def review_after(self) -> float | None:
+        """This fact's own review period in seconds (front matter ``review_after: 90d``), if it sets one."""
+        from .timeutil import parse_age
+
+        value = self.extra.get("review_after")
+        age = parse_age(str(value)) if value is not None else None
+        return age.total_seconds() if age else None
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
         """The stable JSON shape of a fact. ``path`` is relative to ``root`` when given."""
@@ -220,25 +241,36 @@ class FactStore:
     def __init__(self, vault: Vault) -> None:
         self.vault = vault
         self.dir = vault.root / "facts"
+        self.inbox_dir = vault.root / "inbox"
         self.listeners: list[FactListener] = []
 
     # -- paths -------------------------------------------------------------------------------------------
-    def path_for(self, key: str) -> Path:
+    def path_for(self, key: str, *, inbox: bool = False) -> Path:
         """The file of ``key``, refusing keys that break the rules or escape ``facts/`` through a symlink."""
         validate_key(key)
-        path = self.dir / (key + ".md")
-        base = self.dir.resolve()
+        directory = self.inbox_dir if inbox else self.dir
+        path = directory / (key + ".md")
+        base = directory.resolve()
         resolved = path.resolve()
         if resolved != base and base not in resolved.parents:
-            raise InvalidKey(key, f"resolves outside facts/ (to {resolved})")
+            raise InvalidKey(key, f"resolves outside {directory.name}/ (to {resolved})")
         return path
 
+    def is_trusted(self, source: str | None) -> bool:
+        """Whether ``source`` matches a ``[trust] trusted`` pattern (``user:*`` by default)."""
+        if source is None:
+            return True  # a file a person wrote by hand
+        return any(fnmatch.fnmatchcase(source, pattern) for pattern in self.vault.lifecycle.trusted)
+
     def key_for(self, path: Path) -> str | None:
-        """The key of a file under ``facts/``, or None if the file is not a fact file."""
+        """The key of a file under ``facts/`` (or ``inbox/``), or None if the file is not a fact file."""
         try:
             rel = path.relative_to(self.dir)
         except ValueError:
-            return None
+            try:
+                rel = path.relative_to(self.inbox_dir)
+            except ValueError:
+                return None
         if path.suffix != ".md" or any(part.startswith(".") for part in rel.parts):
             return None
         key = rel.with_suffix("").as_posix()
@@ -258,7 +290,9 @@ class FactStore:
             raise FactParseError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         except OSError as exc:
             raise FactParseError(path, f"cannot read: {exc.strerror}") from None
-        return parse_fact(key, path, text, st.st_mtime)
+        fact = parse_fact(key, path, text, st.st_mtime)
+        fact.quarantined = self.inbox_dir in path.parents
+        return fact
 
     def get(self, key: str) -> Fact:
         """The fact stored under ``key``. Raises FactNotFound, InvalidKey or FactParseError."""
@@ -267,12 +301,13 @@ class FactStore:
     def exists(self, key: str) -> bool:
         return self.path_for(key).is_file()
 
-    def files(self) -> Iterator[tuple[str, Path]]:
+    def files(self, *, inbox: bool = False) -> Iterator[tuple[str, Path]]:
         """Every fact file as (key, path), sorted by key. Files whose names are not valid keys are skipped."""
-        if not self.dir.is_dir():
+        directory = self.inbox_dir if inbox else self.dir
+        if not directory.is_dir():
             return
         found = []
-        for dirpath, dirnames, filenames in os.walk(self.dir):
+        for dirpath, dirnames, filenames in os.walk(directory):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for name in filenames:
                 if name.endswith(".md") and not name.startswith("."):
@@ -284,9 +319,9 @@ class FactStore:
                         log.warning("%s: not a valid fact key, skipped", path)
         yield from sorted(found)
 
-    def iter(self, problems: list[Problem] | None = None) -> Iterator[Fact]:
+    def iter(self, problems: list[Problem] | None = None, *, inbox: bool = False) -> Iterator[Fact]:
         """Every readable fact. A file that fails to parse is added to ``problems`` (or logged) and skipped."""
-        for key, path in self.files():
+        for key, path in self.files(inbox=inbox):
             try:
                 yield self.read_file(key, path)
             except FactNotFound:
@@ -321,17 +356,26 @@ class FactStore:
         tags: list[str] | None = None,
         valid_until: date | str | None = None,
         message: str | None = None,
+        allow_secret: bool = False,
     ) -> Fact:
         """Create or replace the fact ``key``.
 
         On an existing fact the body is replaced, ``updated`` is bumped, and fields not given keep their value
         (unknown front-matter keys and comments included). The write is atomic and committed to git with the key
         and the source in the commit. Returns the fact as now stored.
+
+        A source outside ``[trust] trusted`` does not write ``facts/``: the fact lands in ``inbox/`` (same
+        format) until a person accepts it, and ``fact.quarantined`` is true. Text that looks like a secret is
+        refused unless ``allow_secret``: the vault is a git repository that gets pushed.
         """
-        path = self.path_for(key)
+        self.path_for(key)
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "a fact needs some text")
         source = validate_source(source if source is not None else self.vault.default_source())
+        if not allow_secret:
+            refuse_secrets(text, f"fact {key}")
+        quarantine = not self.is_trusted(source)
+        path = self.path_for(key, inbox=quarantine)
         changes: dict[str, Any] = {}
         if category is not None:
             if not category.strip():
@@ -348,9 +392,12 @@ class FactStore:
         with self.vault.write_lock():
             old_text = path.read_text(encoding="utf-8") if path.is_file() else None
             stamp = now().replace(microsecond=0)
-            if old_text is not None:
+            base_text = old_text
+            if base_text is None and quarantine and self.path_for(key).is_file():
+                base_text = self.path_for(key).read_text(encoding="utf-8")  # a proposed change to a fact
+            if base_text is not None:
                 try:
-                    doc = fm.parse(old_text)
+                    doc = fm.parse(base_text)
                 except fm.FrontMatterError as exc:
                     raise FactParseError(path, exc.reason + " (fix it with 'memvault fact edit')", exc.line) from None
                 changes["source"] = source
@@ -362,15 +409,20 @@ class FactStore:
                 changes.update(source=source, created=stamp, updated=stamp)
                 changes.setdefault("importance", DEFAULT_IMPORTANCE)
             new_doc = fm.update(doc, changes, list(KNOWN_FIELDS), text.strip() + doc.newline)
-            action = "set" if old_text is None else "update"
+            action = "propose" if quarantine else ("set" if old_text is None else "update")
             fact = self._write(key, path, new_doc.render(), old_text, message or f"fact {action} {key}", source)
         return fact
 
-    def write_text(self, key: str, text: str, *, source: str | None = None, message: str | None = None) -> Fact:
+    def write_text(self, key: str, text: str, *, source: str | None = None, message: str | None = None,
+                   allow_secret: bool = False) -> Fact:
         """Replace the whole file of ``key`` with ``text`` (as from an editor) after validating it."""
         path = self.path_for(key)
         source = validate_source(source if source is not None else self.vault.default_source())
-        parse_fact(key, path, text)  # raises FactParseError before anything is written
+        if not self.is_trusted(source):
+            raise UntrustedSource(source, f"cannot edit facts/{key}.md directly; write with 'fact set' to propose")
+        fact = parse_fact(key, path, text)  # raises FactParseError before anything is written
+        if not allow_secret:
+            refuse_secrets(fact.text, f"fact {key}")
         with self.vault.write_lock():
             old_text = path.read_text(encoding="utf-8") if path.is_file() else None
             if old_text == text:
@@ -392,13 +444,16 @@ class FactStore:
                 atomic_write(path, old_text.encode("utf-8"))
             raise
         fact = self.read_file(key, path)
-        self._notify("set", key, fact)
+        if not fact.quarantined:
+            self._notify("set", key, fact)
         return fact
 
     def delete(self, key: str, *, source: str | None = None, message: str | None = None) -> Fact:
         """Remove the fact ``key`` and commit the removal. Returns the fact as it was."""
         path = self.path_for(key)
         source = validate_source(source if source is not None else self.vault.default_source())
+        if not self.is_trusted(source):
+            raise UntrustedSource(source, f"cannot delete facts; a trusted source can ('memvault fact rm {key}')")
         with self.vault.write_lock():
             if not path.is_file():
                 raise FactNotFound(key)
@@ -416,6 +471,65 @@ class FactStore:
             _prune_empty_dirs(path.parent, self.dir)
         self._notify("delete", key, None)
         return old
+
+    # -- inbox -------------------------------------------------------------------------------------------
+    def inbox(self, problems: list[Problem] | None = None) -> list[Fact]:
+        """Facts proposed by untrusted sources, waiting for a person."""
+        return list(self.iter(problems, inbox=True))
+
+    def accept(self, key: str, *, source: str | None = None) -> Fact:
+        """Promote ``inbox/KEY.md`` to ``facts/KEY.md`` in one commit; the acceptor must be trusted."""
+        source = validate_source(source if source is not None else self.vault.default_source())
+        if not self.is_trusted(source):
+            raise UntrustedSource(source, "only a trusted source can accept a proposed fact")
+        proposal_path = self.path_for(key, inbox=True)
+        target = self.path_for(key)
+        with self.vault.write_lock():
+            if not proposal_path.is_file():
+                raise FactNotFound(f"inbox/{key}")
+            data = proposal_path.read_bytes()
+            proposal = parse_fact(key, proposal_path, data.decode("utf-8"))
+            old = target.read_bytes() if target.is_file() else None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, data)
+            proposal_path.unlink()
+            try:
+                self.vault.commit([target, proposal_path], f"fact accept {key} (proposed by {proposal.source})",
+                                  source=source, key=key)
+            except MemvaultError:
+                atomic_write(proposal_path, data)
+                if old is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    atomic_write(target, old)
+                raise
+            _prune_empty_dirs(proposal_path.parent, self.inbox_dir)
+        fact = self.read_file(key, target)
+        self._notify("set", key, fact)
+        return fact
+
+    def reject(self, key: str, *, source: str | None = None) -> Fact:
+        """Drop ``inbox/KEY.md`` (committed, so the proposal stays in history)."""
+        source = validate_source(source if source is not None else self.vault.default_source())
+        if not self.is_trusted(source):
+            raise UntrustedSource(source, "only a trusted source can reject a proposed fact")
+        path = self.path_for(key, inbox=True)
+        with self.vault.write_lock():
+            if not path.is_file():
+                raise FactNotFound(f"inbox/{key}")
+            data = path.read_bytes()
+            try:
+                proposal = parse_fact(key, path, data.decode("utf-8"))
+            except FactParseError:
+                proposal = Fact(key=key, text="", path=path)
+            path.unlink()
+            try:
+                self.vault.commit([path], f"fact reject {key} (proposed by {proposal.source})", source=source, key=key)
+            except MemvaultError:
+                atomic_write(path, data)
+                raise
+            _prune_empty_dirs(path.parent, self.inbox_dir)
+        return proposal
 
     def history(self, key: str) -> list[LogEntry]:
         """The fact's git history, newest first, each entry with its diff."""

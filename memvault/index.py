@@ -90,6 +90,13 @@ MIGRATIONS: list[tuple[str, str]] = [
             FROM chunks c JOIN docs d ON d.doc = c.doc;
         """,
     ),
+    (
+        "0002_fact_staleness",
+        """
+        ALTER TABLE docs ADD COLUMN valid_until TEXT;
+        ALTER TABLE docs ADD COLUMN review_after REAL;
+        """,
+    ),
 ]
 
 
@@ -218,6 +225,8 @@ class Doc:
     source: str | None
     created: str | None
     updated: str | None
+    valid_until: str | None = None
+    review_after: float | None = None
 
     @property
     def hash(self) -> str:
@@ -240,6 +249,8 @@ def fact_doc(fact: Fact, rel: str) -> Doc:
         source=fact.source,
         created=format_time(fact.created) if fact.created else None,
         updated=format_time(fact.updated) if fact.updated else None,
+        valid_until=fact.valid_until.isoformat() if fact.valid_until else None,
+        review_after=fact.review_after,
     )
 
 
@@ -626,24 +637,26 @@ class Index:
                     conn.execute("DELETE FROM chunks_vec WHERE rowid IN (SELECT rowid FROM chunks WHERE doc = ?)", (doc_id,))
                 conn.execute("DELETE FROM docs WHERE doc = ?", (doc_id,))
             conn.executemany(
-                """UPDATE docs SET path = ?, importance = ?, confidence = ?, source = ?, created = ?, updated = ?
+                """UPDATE docs SET path = ?, importance = ?, confidence = ?, source = ?, created = ?, updated = ?,
+                                   valid_until = ?, review_after = ?
                    WHERE kind = ? AND item_id = ?""",
-                [(d.path, d.importance, d.confidence, d.source, d.created, d.updated, d.kind, d.item_id)
-                 for d in meta_updates],
+                [(d.path, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until, d.review_after,
+                  d.kind, d.item_id) for d in meta_updates],
             )
             for i, (d, doc_id, texts) in enumerate(planned):
                 if doc_id is None:
                     doc_id = conn.execute(
                         """INSERT INTO docs(kind, item_id, path, body, hash, importance, confidence, source, created,
-                                            updated) VALUES (?,?,?,?,?,?,?,?,?,?)""",
+                                            updated, valid_until, review_after) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
                         (d.kind, d.item_id, d.path, d.body, d.hash, d.importance, d.confidence, d.source,
-                         d.created, d.updated),
+                         d.created, d.updated, d.valid_until, d.review_after),
                     ).lastrowid
                 else:
                     conn.execute(
                         """UPDATE docs SET path = ?, body = ?, hash = ?, importance = ?, confidence = ?, source = ?,
-                                           created = ?, updated = ? WHERE doc = ?""",
-                        (d.path, d.body, d.hash, d.importance, d.confidence, d.source, d.created, d.updated, doc_id),
+                                           created = ?, updated = ?, valid_until = ?, review_after = ? WHERE doc = ?""",
+                        (d.path, d.body, d.hash, d.importance, d.confidence, d.source, d.created, d.updated,
+                         d.valid_until, d.review_after, doc_id),
                     )
                     if has_vec:
                         conn.execute(
@@ -779,13 +792,14 @@ class Index:
         for batch in _batches(list(rowids), 500):
             for row in conn.execute(
                 f"""SELECT c.rowid, d.kind, d.item_id, d.path, d.body, d.importance, d.confidence, d.source,
-                           d.created, d.updated, c.chunk
+                           d.created, d.updated, c.chunk, d.valid_until, d.review_after
                     FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.rowid IN ({_marks(batch)})""",
                 tuple(batch),
             ):
                 out[row[0]] = dict(
                     kind=row[1], id=row[2], path=row[3], body=row[4], importance=row[5], confidence=row[6],
-                    source=row[7], created=row[8], updated=row[9], chunk=row[10],
+                    source=row[7], created=row[8], updated=row[9], chunk=row[10], valid_until=row[11],
+                    review_after=row[12],
                 )
         return out
 

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import frontmatter_edit as fm
 from .errors import InvalidKey, InvalidValue, ProcedureError, ProcedureNotFound
-from .facts import validate_key
+from .facts import refuse_secrets, validate_key
 from .fsutil import atomic_write
 from .gitstore import blob_id
 
@@ -187,8 +187,11 @@ class ProcedureStore:
                 commits[line] = current
         return heads, commits
 
-    def add(self, name: str, source_file: Path, *, force: bool = False, source: str | None = None) -> Procedure:
-        """Copy ``source_file`` in as procedure ``name`` (keeping its extension and mode) and commit it."""
+    def add(self, name: str, source_file: Path, *, force: bool = False, source: str | None = None,
+            allow_secret: bool = False) -> Procedure:
+        """Copy ``source_file`` in as procedure ``name`` (keeping its extension and mode) and commit it.
+
+        A runbook that looks like it holds a secret is refused unless ``allow_secret``."""
         try:
             validate_key(name)
         except InvalidKey as exc:
@@ -197,6 +200,8 @@ class ProcedureStore:
         if not source_file.is_file():
             raise InvalidValue("FILE", f"{source_file}: no such file")
         data = source_file.read_bytes()
+        if not allow_secret:
+            refuse_secrets(data.decode("utf-8", errors="replace"), f"procedure {name}")
         suffix = source_file.suffix
         target = self.dir / (name + suffix)
         base = self.dir.resolve()
@@ -255,7 +260,8 @@ class ProcedureStore:
         duration_ms = int((time.monotonic() - started) * 1000)
         status = f"exit {exit_code}" if exit_code >= 0 else f"killed by signal {-exit_code}"
         episode = self.vault.episodes.append(
-            f"ran procedure {name} ({status}, {duration_ms / 1000:.1f} s)" + (" from a dirty working copy" if proc.dirty else ""),
+            allow_secret=True,
+            text=f"ran procedure {name} ({status}, {duration_ms / 1000:.1f} s)" + (" from a dirty working copy" if proc.dirty else ""),
             source=source,
             kind="procedure_run",
             tags=list(proc.tags),

@@ -21,6 +21,12 @@ MIGRATIONS = [
             PRIMARY KEY(kind, item_id));
         """,
     ),
+    (
+        "0002_recalled_text",
+        """
+        CREATE TABLE recalled(hash TEXT PRIMARY KEY, kind TEXT NOT NULL, item_id TEXT NOT NULL, at TEXT NOT NULL);
+        """,
+    ),
 ]
 
 
@@ -61,7 +67,10 @@ class State:
                 out[(kind, item_id)] = (count, parse_time(last))
         return out
 
-    def record(self, keys: Iterable[tuple[str, str]], at: datetime | None = None) -> None:
+    def record(self, keys: Iterable[tuple[str, str]], at: datetime | None = None,
+               texts: Iterable[tuple[str, str, str]] = ()) -> None:
+        """Count one access for each (kind, id) and remember the hashes of the texts returned
+        (``texts`` = (hash, kind, id)), so an extractor cannot feed a recalled memory back in as new."""
         stamp = format_time(at or now())
         conn = self.connection()
         conn.execute("BEGIN IMMEDIATE")
@@ -71,10 +80,19 @@ class State:
                    ON CONFLICT(kind, item_id) DO UPDATE SET count = count + 1, last_access = excluded.last_access""",
                 [(k, i, stamp) for k, i in keys],
             )
+            conn.executemany(
+                "INSERT OR REPLACE INTO recalled(hash, kind, item_id, at) VALUES (?, ?, ?, ?)",
+                [(h, k, i, stamp) for h, k, i in texts],
+            )
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def recalled_hashes(self) -> set[str]:
+        if not self.path.exists():
+            return set()
+        return {row[0] for row in self.connection().execute("SELECT hash FROM recalled")}
 
     def close(self) -> None:
         if self._conn is not None:

@@ -113,6 +113,11 @@ class Vault:
             git.commit(created, "memvault init", trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
         return vault
 
+    @cached_property
+    def lifecycle(self) -> config_mod.Lifecycle:
+        """Retention, trust, staleness, dedup and expiry settings (validated)."""
+        return config_mod.lifecycle(self.config)
+
     # -- index and recall --------------------------------------------------------------------------------
     @cached_property
     def index(self) -> Index:
@@ -174,6 +179,7 @@ class Vault:
         atomic_write(path, config_mod.set_model(path, model).encode("utf-8"))
         self.commit([path], f"embedding model {model}", source=source or self.default_source())
         self.config = config_mod.load(path)
+        self.__dict__.pop("lifecycle", None)
         self._embedder = None
 
     def _on_fact_change(self, event: str, key: str, fact: object) -> None:

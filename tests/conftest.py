@@ -31,7 +31,18 @@ def isolated_env(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def vault(tmp_path) -> Vault:
-    return Vault.init(tmp_path / "vault")
+    """A new vault that trusts agents too (the core tests write as agents); trust tests use strict_vault."""
+    v = Vault.init(tmp_path / "vault")
+    toml = v.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]'))
+    git(v.root, "commit", "-qm", "trust agents in tests", "--", "memvault.toml")
+    return Vault.open(v.root)
+
+
+@pytest.fixture
+def strict_vault(tmp_path) -> Vault:
+    """A new vault with the default trust: only user:* writes facts directly."""
+    return Vault.init(tmp_path / "strict")
 
 
 @pytest.fixture

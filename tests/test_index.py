@@ -70,7 +70,7 @@ def test_first_recall_builds_the_index_and_finds_by_keyword_and_meaning(fv, mode
     hits = fv.recall("which port does the primary database use", k=3)
     assert hits[0].id == "db/primary" and hits.mode == "hybrid"
     assert fv.index.exists()
-    assert [r[0] for r in fv.index.connection().execute("SELECT name FROM migrations")] == ["0001_core"]
+    assert [r[0] for r in fv.index.connection().execute("SELECT name FROM migrations")] == ["0001_core", "0002_fact_staleness"]
 
 
 def test_question_does_not_need_every_word(fv):
