@@ -166,6 +166,10 @@ class EpisodeLog:
         self.lock_path = vault.state_dir / "locks" / "episodes.lock"
 
     def file_for(self, at: datetime) -> Path:
+        """``episodes/YYYY-MM.jsonl``; when episodes are tracked in git, ``episodes/<host>/YYYY-MM.jsonl``, so
+        hosts sharing the vault through a remote each append to their own files and merges never conflict."""
+        if self.vault.config.track_episodes:
+            return self.dir / host_name(self.vault) / f"{at:%Y-%m}.jsonl"
         return self.dir / f"{at:%Y-%m}.jsonl"
 
     def files(self) -> list[Path]:
@@ -335,6 +339,15 @@ class EpisodeLog:
         items = list(self.iter(**filters))
         items.sort(key=lambda e: (e.time, e.id))
         return items[-limit:] if limit else ([] if limit == 0 else items)
+
+
+def host_name(vault: Vault) -> str:
+    """This host's episode folder: ``[episodes] host``, else ``MEMVAULT_HOST``, else the hostname."""
+    import socket
+
+    raw = vault.config.get("episodes", "host", "", str) or os.environ.get("MEMVAULT_HOST") or socket.gethostname()
+    name = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip(".-")
+    return name or "host"
 
 
 def source_matches(pattern: str, source: str | None) -> bool:

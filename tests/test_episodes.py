@@ -100,3 +100,16 @@ def test_eight_processes_appending_500_each_leave_4000_valid_lines(vault):
     for n in range(8):
         mine = [int(p["text"].split()[3]) for p in parsed if p["source"] == f"agent:w{n}"]
         assert mine == list(range(500))  # each writer's lines all there, in its order
+
+
+def test_tracked_episodes_go_to_a_per_host_folder_and_are_all_read(tmp_path, monkeypatch):
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    monkeypatch.setenv("MEMVAULT_HOST", "Web-1.Example")
+    e = v.episodes.append("from web1", source="user:a", at="2026-12-01T00:00:00Z")
+    assert e.path == v.root / "episodes/web-1.example/2026-12.jsonl"
+    monkeypatch.setenv("MEMVAULT_HOST", "db1")
+    v.episodes.append("from db1", source="user:a", at="2026-12-02T00:00:00Z")
+    assert [x.text for x in v.episodes.list()] == ["from web1", "from db1"]
+    assert len(v.episodes.rewrite(lambda x: x.text == "from db1").removed) == 1
