@@ -458,8 +458,9 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
 @click.option("--explain", is_flag=True, help="Show the five factors and their weights per hit.")
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid", show_default=True,
               help="Candidates from both searches, or one.")
+@click.option("--no-record", is_flag=True, help="Do not count this recall in the access statistics.")
 @pass_ctx
-def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode):
+def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record):
     """Find the memories that best answer QUERY: hybrid keyword + semantic search over facts, episodes and
     procedures, ranked by relevance, importance, confidence, recency and frequency.
 
@@ -471,7 +472,9 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode):
 
     fmt = "json" if as_json else (fmt or "text")
     vault = ctx.vault
-    result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt)
+    vault.use_daemon = True  # a short-lived process: ask the warm embedder rather than import torch
+    result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt,
+                          record_access=not no_record)
     for warning in result.warnings:
         click.echo(f"memvault: warning: {warning}", err=True)
     weights = recall_settings(vault.config).weights if explain else None
@@ -742,6 +745,100 @@ def ingest(ctx, file, source, allow_secret, as_json):
             detail = item.get("reason") or item.get("key") or item.get("into") or item.get("episode") or ""
             extra = f" (conflicts with {item['with']}: {', '.join(item['differing'])})" if "with" in item else ""
             click.echo(f"  {k}: {item['line']} {detail}{extra}")
+
+
+# -- watch and git hooks -----------------------------------------------------------------------------------
+@cli.command()
+@click.option("--debounce", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="S",
+              help="Seconds of quiet after a change before the index is synced.")
+@pass_ctx
+def watch(ctx, debounce):
+    """Keep the index in step with edits made outside memvault (an editor, git checkout, rm) until stopped.
+
+    Changes are batched: one sync after S seconds of quiet (at most 10 s into a continuous storm of changes),
+    and a cheap rescan every minute catches anything missed. Logs one line per batch on stderr. One watcher
+    per vault; stop it with Ctrl-C or SIGTERM.
+    """
+    from .watch import serve
+
+    serve(ctx.vault, debounce=debounce)
+
+
+@cli.group()
+def hooks() -> None:
+    """Git hooks for the vault's repository."""
+
+
+@hooks.command("install")
+@pass_ctx
+def hooks_install(ctx):
+    """Install memvault's git hooks (idempotent; core.hooksPath respected).
+
+    pre-commit refuses a commit whose staged facts, inbox proposals or procedures have a bad key or name, front
+    matter that does not parse, or a secret; post-commit, post-merge, post-checkout and post-rewrite start a
+    reindex in the background. A hook already there is kept as <name>.memvault-chained and run first.
+    """
+    from .githooks import install
+
+    for action in install(ctx.vault):
+        click.echo(action)
+
+
+@hooks.command("uninstall")
+@pass_ctx
+def hooks_uninstall(ctx):
+    """Remove memvault's git hooks and restore the hooks they chained."""
+    from .githooks import uninstall
+
+    for action in uninstall(ctx.vault):
+        click.echo(action)
+
+
+# -- several hosts, agents ----------------------------------------------------------------------------------
+@cli.command("sync")
+@click.option("--remote", metavar="NAME", help="The git remote. Default: the current branch's upstream, else origin.")
+@json_option
+@pass_ctx
+def sync_cmd(ctx, remote, as_json):
+    """Share the vault with other hosts through its git remote: commit the vault's pending changes, pull the
+    remote's with a rebase, reindex what changed, and push.
+
+    Never force-pushes. When the same fact changed here and on the remote it stops, keeps your version in
+    place (recall goes on serving it) and names the keys to resolve.
+    """
+    from .sync import sync
+
+    result = sync(ctx.vault, remote=remote)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    where = f"{result.remote}/{result.branch}"
+    if result.committed:
+        click.echo(f"committed local changes in {result.committed[:12]}")
+    click.echo(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
+    for path in result.pulled:
+        click.echo(f"    {path}")
+    click.echo(f"pushed to {where}" if result.pushed else f"{where} already up to date")
+
+
+@cli.command("mcp")
+@click.option("--source", "-s", metavar="KIND:NAME",
+              help="Who writes, stamped on every write (e.g. agent:deployer). Default: $MEMVAULT_SOURCE, else agent:mcp.")
+@click.option("--http", metavar="HOST:PORT",
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs --token.")
+@click.option("--token", envvar="MEMVAULT_MCP_TOKEN", show_envvar=True,
+              help="Bearer token every HTTP request must carry (required on a non-loopback address).")
+@click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")
+@pass_ctx
+def mcp_command(ctx, source, http, token, allow_run):
+    """Serve the vault to agents over MCP: stdio by default, or streamable HTTP with --http.
+
+    Tools: recall, get_fact, set_fact, list_facts, log_episode, list_episodes, get_procedure, list_procedures
+    (+ run_procedure with --allow-run). Every write is recorded under --source, never a source the model names.
+    """
+    from .mcp_server import serve  # lazy: mcp is a heavy import
+
+    serve(ctx.vault, source=source, allow_run=allow_run, http=http, token=token)
 
 
 # -- entry point ---------------------------------------------------------------------------------------------

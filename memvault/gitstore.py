@@ -1,8 +1,9 @@
 """Git as the history of the vault: commits that touch only the vault's own paths, and provenance look-ups.
 
-gitpython is imported lazily: a recall that never writes should not pay for it. Every commit is made with
-``git commit --only -- <paths>`` so whatever else the user has staged or changed in the repository (the vault
-may live in ``infra/memory/`` of a bigger repo) is neither committed nor unstaged.
+Commands run through the ``git`` executable directly; gitpython (about 0.1 s to import) is used only to
+create repositories, so a recall from a cold CLI that looks up a procedure's commit never pays for it. Every
+commit is made with ``git commit --only -- <paths>`` so whatever else the user has staged or changed in the
+repository (the vault may live in ``infra/memory/`` of a bigger repo) is neither committed nor unstaged.
 """
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ import hashlib
 import os
 import re
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import GitError
-
-if TYPE_CHECKING:
-    import git
 
 
 def blob_id(data: bytes) -> str:
@@ -41,33 +40,33 @@ _SAFE_EMAIL = re.compile(r"[^A-Za-z0-9._+-]+")
 class GitStore:
     """The git repository that holds a vault (possibly as a subdirectory of a larger work tree)."""
 
-    def __init__(self, repo: git.Repo) -> None:
-        self.repo = repo
-        self.root = Path(repo.working_tree_dir).resolve()  # type: ignore[arg-type]
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
         self._identity_env: dict[str, str] | None = None
 
     # -- discovery ---------------------------------------------------------------------------------------
     @classmethod
     def discover(cls, path: Path) -> GitStore | None:
         """The repository whose work tree holds ``path``, or None when there is none."""
-        import git
-
         try:
-            repo = git.Repo(path, search_parent_directories=True)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            out = subprocess.run(
+                ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+            )
+        except OSError:
             return None
-        if repo.bare or repo.working_tree_dir is None:
+        if out.returncode != 0 or not out.stdout.strip():
             return None
-        return cls(repo)
+        return cls(Path(out.stdout.strip()))
 
     @classmethod
     def init(cls, path: Path) -> GitStore:
         import git
 
         try:
-            return cls(git.Repo.init(path))
+            repo = git.Repo.init(path)
         except git.GitCommandError as exc:
             raise GitError(f"git init {path} failed: {_stderr(exc)}") from None
+        return cls(Path(repo.working_tree_dir))  # type: ignore[arg-type]
 
     # -- helpers -----------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -75,14 +74,17 @@ class GitStore:
         return Path(os.path.abspath(path)).resolve().relative_to(self.root).as_posix()
 
     def _git(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
-        import git
-
         try:
-            return self.repo.git.execute(  # type: ignore[call-overload,no-any-return]
-                ["git", *args], env=env, strip_newline_in_stdout=strip
+            out = subprocess.run(
+                ["git", *args], cwd=self.root, capture_output=True, text=True, check=False,
+                env={**os.environ, **env} if env else None,
             )
-        except git.GitCommandError as exc:
-            raise GitError(f"git {args[0]} failed: {_stderr(exc)}") from None
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc.strerror}") from None
+        if out.returncode != 0:
+            detail = " ".join((out.stderr or out.stdout).split()) or f"exit {out.returncode}"
+            raise GitError(f"git {args[0]} failed: {detail}")
+        return out.stdout.rstrip("\n") if strip else out.stdout
 
     def _env(self, author: str | None) -> dict[str, str]:
         """Author = the memory's source; committer = the user's identity, or a stand-in when git has none."""
@@ -96,6 +98,7 @@ class GitStore:
                     "GIT_COMMITTER_EMAIL": f"memvault@{socket.gethostname() or 'localhost'}",
                 }
         env = dict(self._identity_env)
+        env["MEMVAULT_COMMIT"] = "1"  # memvault's own hooks skip commits memvault made (already validated)
         if author:
             env["GIT_AUTHOR_NAME"] = author
             env["GIT_AUTHOR_EMAIL"] = _SAFE_EMAIL.sub(".", author).strip(".") + "@memvault"

@@ -128,15 +128,24 @@ def sqlite_module() -> Any:
         ) from None
 
 
+def vec_extension_path() -> str:
+    """The sqlite-vec loadable extension, found without importing the ``sqlite_vec`` package (whose import
+    pulls in numpy: about 0.15 s that a keyword-only recall from a cold CLI should not pay)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise SearchIndexError("sqlite-vec is not installed: pip install sqlite-vec")
+    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """Open ``path`` with sqlite-vec loaded, WAL, a busy timeout and mmap (halves vec0 scan time)."""
-    import sqlite_vec
-
     module = sqlite_module()
     try:
         conn = module.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
         conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
+        conn.load_extension(vec_extension_path())
         conn.enable_load_extension(False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -201,6 +210,13 @@ def _hash(text: str) -> str:
 
 
 def vector_blob(vector: Any) -> bytes:
+    """float32 bytes as sqlite-vec takes them. Bytes and ``array('f')`` pass through without numpy."""
+    import array
+
+    if isinstance(vector, (bytes, bytearray, memoryview)):
+        return bytes(vector)
+    if isinstance(vector, array.array) and vector.typecode == "f":
+        return vector.tobytes()
     import numpy as np
 
     return np.asarray(vector, dtype=np.float32).tobytes()
@@ -387,7 +403,7 @@ class Index:
     def scan(self) -> dict[str, tuple[str, int, int, int]]:
         """Every indexable vault file: vault-relative path -> (kind, size, mtime_ns, inode). Only ``stat``."""
         out: dict[str, tuple[str, int, int, int]] = {}
-        root = self.vault.root
+        prefix_len = len(str(self.vault.root)) + 1  # entry paths all start with the root: slice, no relpath
         for kind, base, suffixes in (
             ("fact", self.vault.facts.dir, (".md",)),
             ("procedure", self.vault.procedures.dir, None),
@@ -417,8 +433,9 @@ class Index:
                         st = entry.stat()
                     except OSError:
                         continue
-                    rel = os.path.relpath(entry.path, root).replace(os.sep, "/")
-                    out[rel] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
+                    rel = entry.path[prefix_len:]
+                    out[rel if os.sep == "/" else rel.replace(os.sep, "/")] = (kind, st.st_size, st.st_mtime_ns,
+                                                                                st.st_ino)
         return out
 
     def _docs_for(self, rel: str, kind: str, report: SyncReport) -> list[Doc] | None:
@@ -773,16 +790,17 @@ class Index:
         params: tuple[Any, ...] = (blob, limit, *kinds) if set(kinds) != set(KINDS) else (blob, limit)
         return [(r[0], 1.0 - r[1]) for r in conn.execute(sql, params)]
 
-    def vectors(self, rowids: Sequence[int]) -> dict[int, Any]:
-        import numpy as np
-
+    def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
+        """Cosine similarity of ``vector`` to the stored vectors of ``rowids`` (computed by sqlite-vec)."""
         conn = self.connection()
+        blob = vector_blob(vector)
         out = {}
         for batch in _batches(list(rowids), 500):
-            for rowid, blob in conn.execute(
-                f"SELECT rowid, embedding FROM chunks_vec WHERE rowid IN ({_marks(batch)})", tuple(batch)
+            for rowid, distance in conn.execute(
+                f"SELECT rowid, vec_distance_cosine(embedding, ?) FROM chunks_vec WHERE rowid IN ({_marks(batch)})",
+                (blob, *batch),
             ):
-                out[rowid] = np.frombuffer(blob, dtype=np.float32)
+                out[rowid] = 1.0 - distance
         return out
 
     def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:

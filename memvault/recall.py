@@ -182,10 +182,7 @@ def recall(
         cosine = dict(index.search_vectors(qvec, kinds, n))
         missing = [r for r in keyword if r not in cosine]
         if missing:
-            import numpy as np
-
-            for rowid, vec in index.vectors(missing).items():
-                cosine[rowid] = float(np.dot(vec, qvec))
+            cosine.update(index.similarities(qvec, missing))
     rowids = set(keyword) | set(cosine)
     if not rowids:
         return RecallResult([], mode=used_mode, warnings=warnings)

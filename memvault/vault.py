@@ -43,6 +43,9 @@ class Vault:
 
     #: Builds the embedder for a config; tests replace it with a deterministic fake.
     embedder_factory: Callable[[Config], Embedder] | None = None
+    #: Reach the model through the warm embedder daemon (memvault.daemon) instead of loading it here. The CLI
+    #: turns this on for short-lived commands; long-lived processes (MCP server, watcher) load in-process.
+    use_daemon: bool = False
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
@@ -137,11 +140,26 @@ class Vault:
             factory = type(self).embedder_factory
             if factory is not None:
                 self._embedder = factory(self.config)
+            elif self.use_daemon and self.config.get("embedding", "daemon", True, bool) \
+                    and not os.environ.get("MEMVAULT_NO_DAEMON"):
+                self._embedder = self._daemon_embedder()
             else:
                 from .embeddings import load_embedder
 
                 self._embedder = load_embedder(self.config.model, query_prefix=self.config.query_prefix)
         return self._embedder
+
+    def _daemon_embedder(self) -> Embedder:
+        from . import daemon
+        from .embeddings import load_embedder
+        from .timeutil import parse_age
+
+        idle = parse_age(self.config.get("embedding", "daemon_idle", "15m", str))
+        try:
+            return daemon.connect(self.config.model, self.config.query_prefix,
+                                  idle=idle.total_seconds() if idle else daemon.DEFAULT_IDLE)
+        except daemon.DaemonUnavailable:
+            return load_embedder(self.config.model, query_prefix=self.config.query_prefix)
 
     def recall(
         self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, **options: Any

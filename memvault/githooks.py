@@ -1,0 +1,329 @@
+"""Git hooks for the vault's repository: refuse broken or secret-bearing commits, reindex after history moves.
+
+``install`` writes a small sh script per hook into the repository's hooks directory (``git rev-parse
+--git-path hooks``, so ``core.hooksPath`` is respected). A hook that is already there and is not ours is kept:
+it is renamed to ``<name>.memvault-chained`` and our script runs it first, with the same arguments and stdin;
+for ``pre-commit`` its failure still refuses the commit. ``uninstall`` removes our scripts and puts the chained
+ones back, byte for byte.
+
+The scripts call ``python -m memvault.githooks NAME --vault ROOT [ARGS]`` with the interpreter recorded at
+install time. That entry point (:func:`main`) uses argparse, not click, and imports what it needs lazily, so a
+hook costs one interpreter start:
+
+- ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the files
+  under the vault's ``facts/``, ``inbox/`` and ``procedures/``: valid keys and names, front matter that parses,
+  no secrets. Each problem is one line naming the file, the line and the reason; the commit is refused.
+- ``post-commit``, ``post-merge``, ``post-checkout`` and ``post-rewrite`` start ``memvault reindex`` detached
+  in the background (output in ``.memvault/hook-reindex.log``) and return at once: git is never blocked.
+
+memvault's own commits are skipped by both (their content was checked when it was written, and may carry an
+explicit ``--allow-secret``; the index was updated by the write itself).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from .errors import FactParseError, GitError, InvalidKey, MemvaultError
+
+if TYPE_CHECKING:
+    from .vault import Vault
+
+MARKER = "# memvault hook"
+CHAINED_SUFFIX = ".memvault-chained"
+GATE_HOOKS = ("pre-commit",)
+REINDEX_HOOKS = ("post-commit", "post-merge", "post-checkout", "post-rewrite")
+HOOKS = GATE_HOOKS + REINDEX_HOOKS
+REINDEX_LOG = "hook-reindex.log"
+#: Variables git sets for the hook itself; a detached reindex outlives the hook, so it must not inherit them
+#: (a temporary index file named in GIT_INDEX_FILE is gone by the time it runs).
+_HOOK_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+             "GIT_REFLOG_ACTION", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_EDITOR")
+
+_GATE = """\
+#!/bin/sh
+{marker}: {name}
+# Installed by 'memvault hooks install'; 'memvault hooks uninstall' removes it and restores a chained hook.
+chained="$(dirname "$0")/{name}{suffix}"
+if [ -x "$chained" ]; then
+    "$chained" "$@" || exit $?
+fi
+# memvault's own commits were checked when they were written (and may carry an explicit --allow-secret).
+if [ -n "${{MEMVAULT_COMMIT:-}}" ]; then exit 0; fi
+exec {python} -m memvault.githooks {name} --vault {root} "$@"
+"""
+
+_NOTIFY = """\
+#!/bin/sh
+{marker}: {name}
+# Installed by 'memvault hooks install'; 'memvault hooks uninstall' removes it and restores a chained hook.
+chained="$(dirname "$0")/{name}{suffix}"
+status=0
+if [ -x "$chained" ]; then
+    "$chained" "$@" || status=$?
+fi
+# memvault's own commits update the index as they write; anything else starts a background reindex.
+if [ -z "${{MEMVAULT_COMMIT:-}}" ]; then
+    {python} -m memvault.githooks {name} --vault {root} "$@" </dev/null
+fi
+exit $status
+"""
+
+
+class HookConflict(MemvaultError):
+    """A foreign hook cannot be chained because a chained hook of that name is already kept."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {reason}")
+
+
+# -- install / uninstall ---------------------------------------------------------------------------------
+def hooks_dir(vault: Vault) -> Path:
+    """The directory git runs hooks from for the vault's repository (``core.hooksPath`` respected)."""
+    if vault.git is None:
+        raise GitError(f"{vault.root} is not in a git repository: no hooks to install")
+    out = _git(vault.root, "rev-parse", "--git-path", "hooks").decode().strip()
+    return (vault.root / out).resolve()
+
+
+def render(name: str, vault_root: Path, python: str | None = None) -> str:
+    """Our script for hook ``name``: runs a chained hook first, then ``python -m memvault.githooks``."""
+    template = _GATE if name in GATE_HOOKS else _NOTIFY
+    return template.format(marker=MARKER, name=name, suffix=CHAINED_SUFFIX,
+                           python=shlex.quote(python or sys.executable), root=shlex.quote(str(vault_root)))
+
+
+def is_ours(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return MARKER.encode() in head
+
+
+@dataclass
+class HookAction:
+    hook: str
+    action: str  # "installed", "updated", "chained", "removed", "restored", "kept"
+    path: Path
+
+    def __str__(self) -> str:
+        return f"{self.hook}: {self.action} ({self.path})"
+
+
+def install(vault: Vault, *, python: str | None = None) -> list[HookAction]:
+    """Install memvault's hooks (idempotent). A foreign hook is kept as ``<name>.memvault-chained`` and run
+    first by ours; nothing is touched unless every hook can be installed."""
+    directory = hooks_dir(vault)
+    plan = []
+    for name in HOOKS:
+        path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
+        exists = path.exists() or path.is_symlink()
+        foreign = exists and not is_ours(path)
+        if foreign and (chained.exists() or chained.is_symlink()):
+            raise HookConflict(path, f"is not memvault's, and {chained.name} already holds a chained hook; "
+                               "merge them by hand, then run 'memvault hooks install' again")
+        plan.append((name, path, chained, exists, foreign))
+    directory.mkdir(parents=True, exist_ok=True)
+    actions = []
+    for name, path, chained, exists, foreign in plan:
+        if foreign:
+            os.rename(path, chained)  # keeps the bytes, the mode, and a symlink as a symlink
+            actions.append(HookAction(name, "chained", chained))
+        _write_script(path, render(name, vault.root, python))
+        actions.append(HookAction(name, "updated" if exists and not foreign else "installed", path))
+    return actions
+
+
+def uninstall(vault: Vault) -> list[HookAction]:
+    """Remove memvault's hooks and restore the chained ones. A hook that is not ours is left alone."""
+    directory = hooks_dir(vault)
+    actions = []
+    for name in HOOKS:
+        path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
+        if is_ours(path):
+            path.unlink()
+            actions.append(HookAction(name, "removed", path))
+        if chained.exists() or chained.is_symlink():
+            if path.exists() or path.is_symlink():
+                actions.append(HookAction(name, "kept", chained))  # someone put another hook there meanwhile
+            else:
+                os.rename(chained, path)
+                actions.append(HookAction(name, "restored", path))
+    return actions
+
+
+def _write_script(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.memvault.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+
+
+# -- pre-commit ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StagedProblem:
+    path: str  # relative to the repository root, as git shows it
+    reason: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
+
+
+def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProblem]:
+    """Problems in the staged content of the vault's facts, inbox proposals and procedures.
+
+    Runs git in ``cwd`` (the hook's working directory, where git's GIT_DIR / GIT_INDEX_FILE point from), so a
+    ``git commit --only`` with its temporary index is checked against exactly what it will commit.
+    """
+    from .facts import parse_fact, validate_key
+    from .secrets import find_secrets
+
+    cwd = Path(cwd or os.getcwd())
+    top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip()).resolve()
+    prefix = os.path.relpath(vault_root.resolve(), top).replace(os.sep, "/")
+    prefix = "" if prefix == "." else prefix + "/"
+    entries = _staged(cwd, prefix)
+    blobs = _read_blobs(cwd, [sha for _, sha in entries])
+    problems: list[StagedProblem] = []
+    for path, sha in entries:
+        rel = path[len(prefix):]
+        area, _, inner = rel.partition("/")
+        if any(part.startswith(".") for part in inner.split("/")) or inner.endswith(("~", ".tmp", ".swp")):
+            continue  # memvault never reads dot files and editor droppings (.gitkeep, swap files)
+        data = blobs[sha]
+        if area == "procedures":
+            name = PurePosixPath(inner).with_suffix("").as_posix()
+            try:
+                validate_key(name)
+            except InvalidKey as exc:
+                problems.append(StagedProblem(path, "not a valid procedure name: "
+                                              + exc.reason.replace("a key", "a procedure name")))
+            if b"\0" in data:
+                continue  # binary: nothing to scan
+            text = data.decode("utf-8", errors="replace")
+        else:  # facts/ and inbox/
+            if not inner.endswith(".md"):
+                continue  # not a fact file: memvault never reads it
+            key = inner[: -len(".md")]
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(StagedProblem(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
+                continue
+            try:
+                validate_key(key)
+                parse_fact(key, Path(path), text)
+            except InvalidKey as exc:
+                problems.append(StagedProblem(path, f"not a valid fact key: {exc.reason}"))
+            except FactParseError as exc:
+                problems.append(StagedProblem(path, exc.reason, exc.line))
+        for finding in find_secrets(text):
+            problems.append(StagedProblem(path, f"looks like a secret: {finding.kind} {finding.excerpt}", finding.line))
+    return problems
+
+
+def _staged(cwd: Path, prefix: str) -> list[tuple[str, str]]:
+    """(repo path, staged blob id) of added or modified regular files under the vault's checked areas."""
+    areas = [prefix + area for area in ("facts", "inbox", "procedures")]
+    out = _git(cwd, "diff", "--cached", "--raw", "-z", "--no-renames", "--diff-filter=AMT", "--no-ext-diff",
+               "--", *(f":(top){a}" for a in areas))
+    fields = out.split(b"\0")
+    entries = []
+    for meta, path in zip(fields[0::2], fields[1::2]):
+        if not meta.startswith(b":"):
+            continue
+        _old_mode, new_mode, _old_sha, new_sha, _status = meta[1:].decode().split()
+        if new_mode not in ("100644", "100755"):
+            continue  # symlinks and submodules hold no text of ours
+        entries.append((path.decode("utf-8", errors="surrogateescape"), new_sha))
+    return entries
+
+
+def _read_blobs(cwd: Path, shas: Sequence[str]) -> dict[str, bytes]:
+    """The staged blobs, read in one ``git cat-file --batch`` (one process however many files are staged)."""
+    if not shas:
+        return {}
+    unique = list(dict.fromkeys(shas))
+    out = _git(cwd, "cat-file", "--batch", input="\n".join(unique).encode() + b"\n")
+    blobs, pos = {}, 0
+    for sha in unique:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        size = int(header[2])
+        blobs[sha] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return blobs
+
+
+def pre_commit(vault_root: Path, out=None) -> int:
+    """The pre-commit hook: 0 when the staged vault files are fine, else 1 after one line per problem."""
+    out = out or sys.stderr
+    problems = check_staged(vault_root)
+    for problem in problems:
+        print(f"memvault pre-commit: {problem}", file=out)
+    if problems:
+        print(f"memvault pre-commit: commit refused ({len(problems)} problem{'s' if len(problems) > 1 else ''}); "
+              "fix the files and 'git add' them again", file=out)
+        return 1
+    return 0
+
+
+# -- post-* ----------------------------------------------------------------------------------------------
+def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
+    """Start ``memvault reindex`` detached in the background and return at once (None when a running
+    ``memvault watch`` will pick the change up anyway)."""
+    from .watch import watcher_running
+
+    state = vault_root / ".memvault"
+    if watcher_running(state):
+        return None
+    state.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in _HOOK_ENV}
+    with open(state / REINDEX_LOG, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "memvault", "--vault", str(vault_root), "reindex", "--json"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True,
+        )
+
+
+# -- entry point -----------------------------------------------------------------------------------------
+def _git(cwd: Path, *args: str, input: bytes | None = None) -> bytes:
+    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True)
+    if proc.returncode != 0:
+        raise GitError(f"git {' '.join(args[:2])}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m memvault.githooks NAME --vault ROOT [ARGS...]``, as run by the installed hook scripts."""
+    parser = argparse.ArgumentParser(prog="python -m memvault.githooks", description=__doc__.split("\n")[0])
+    parser.add_argument("hook", choices=HOOKS)
+    parser.add_argument("--vault", required=True, type=Path, help="the vault's root directory")
+    # The hook's own arguments from git (post-checkout's refs and flag, post-rewrite's command) follow; none of
+    # the checks needs them, so they are accepted and ignored.
+    options, _git_args = parser.parse_known_args(argv)
+    root = options.vault
+    try:
+        if options.hook == "pre-commit":
+            return pre_commit(root)
+        start_reindex(root)
+        return 0
+    except (MemvaultError, OSError) as exc:
+        print(f"memvault {options.hook}: error: {exc}", file=sys.stderr)
+        # A broken check must not silently let everything through, nor a failed reindex block git.
+        return 1 if options.hook == "pre-commit" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""``memvault watch``: keep the index in step with edits made behind memvault's back.
+
+A person's editor, ``git checkout``, ``git pull`` or ``rm -r`` change the vault's files directly. The index
+already knows how to catch up: :meth:`memvault.index.Index.sync` diffs the whole vault by ``stat`` and then by
+hash, so one call picks up any mix of edits, atomic-save renames, deletions and moved folders. The watcher
+therefore never tracks *which* files changed: a relevant file-system event only marks the vault dirty, and a
+worker runs one sync after a quiet period (``debounce``), or after ``max_delay`` during a continuous storm. A
+checkout of a thousand files is one batch, or a few, not a thousand. A cheap sync also runs every
+``rescan_interval`` to heal events the kernel dropped (inotify queue overflow, a watch added late).
+
+One watcher per vault: it holds an exclusive ``flock`` on ``.memvault/locks/watch.lock`` for its lifetime and
+writes ``pid host started_at`` to ``.memvault/watch.pid`` so a second one can say who is running.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import MemvaultError, ModelUnavailable
+from .timeutil import format_time, now
+
+if TYPE_CHECKING:
+    from .embeddings import Embedder
+    from .index import SyncReport
+    from .vault import Vault
+
+#: Directories whose changes never concern the index: git's own files and memvault's local state (the index
+#: itself lives there, so watching it would make every sync trigger the next one).
+IGNORED_DIRS = (".git", ".memvault")
+#: Editor droppings: vim swap and backup files and its write probe ``4913``, emacs backups and lock files,
+#: and the temp files of atomic saves (the rename onto the real name is the event that matters).
+IGNORED_SUFFIXES = (".swp", ".swo", ".swx", "~", ".tmp")
+IGNORED_NAMES = ("4913",)
+IGNORED_PREFIXES = (".#",)
+#: Event types that can change what the index holds. ``opened`` and ``closed_no_write`` are excluded on
+#: purpose: a sync reads every changed file, and those reads must not wake the watcher again.
+RELEVANT_EVENTS = ("created", "deleted", "modified", "moved", "closed")
+
+Log = Callable[[str], None]
+
+
+class WatcherRunning(MemvaultError):
+    """Another ``memvault watch`` already holds this vault's watch lock."""
+
+    def __init__(self, root: Path, pid: int | None, host: str | None, since: str | None) -> None:
+        self.root = root
+        self.pid = pid
+        self.host = host
+        self.since = since
+        who = f"pid {pid}" if pid is not None else "a process whose pid is not recorded yet"
+        if host:
+            who += f" on {host}"
+        if since:
+            who += f" since {since}"
+        super().__init__(f"{root}: a watcher is already running ({who}); stop it first")
+
+
+def default_log(message: str) -> None:
+    """One line on stderr, stamped with the local time (a terminal or a journal reads it as it comes)."""
+    print(f"{datetime.now():%H:%M:%S} {message}", file=sys.stderr, flush=True)
+
+
+def is_relevant(root: Path, path: str) -> bool:
+    """Whether a change to ``path`` may concern the index (not under .git/ or .memvault/, not an editor temp)."""
+    if not path:
+        return False
+    try:
+        rel = Path(path).relative_to(root)
+    except ValueError:
+        return False
+    parts = rel.parts
+    if not parts:
+        return False  # the vault directory itself: its own mtime changes with every file event inside it
+    if parts[0] in IGNORED_DIRS:
+        return False
+    name = parts[-1]
+    return not (name.endswith(IGNORED_SUFFIXES) or name in IGNORED_NAMES or name.startswith(IGNORED_PREFIXES))
+
+
+class Watcher:
+    """Watches one vault and runs :meth:`Index.sync` in debounced batches. Start it with :meth:`run`.
+
+    ``batches`` counts the syncs that events triggered, ``rescans`` the start-up and periodic ones; ``ready``
+    is set once the file-system watch is in place and the start-up sync is done.
+    """
+
+    def __init__(
+        self,
+        vault: Vault,
+        *,
+        debounce: float = 1.0,
+        max_delay: float = 10.0,
+        rescan_interval: float = 60.0,
+        log: Log | None = None,
+    ) -> None:
+        if debounce < 0 or max_delay < debounce or rescan_interval <= 0:
+            raise ValueError("need 0 <= debounce <= max_delay and rescan_interval > 0")
+        self.vault = vault
+        self.debounce = debounce
+        self.max_delay = max_delay
+        self.rescan_interval = rescan_interval
+        self.log: Log = log or default_log
+        self.batches = 0
+        self.rescans = 0
+        self.events = 0
+        self.ready = threading.Event()
+        self._cond = threading.Condition()
+        self._first_pending: float | None = None  # monotonic time of the first event not yet synced
+        self._last_event: float | None = None
+        self._model_failed = False
+
+    # -- events (called on the observer's thread) --------------------------------------------------------
+    def notify(self, *paths: str) -> None:
+        """Mark the vault dirty if any of ``paths`` is relevant (a move passes its source and destination)."""
+        if not any(is_relevant(self.vault.root, p) for p in paths):
+            return
+        stamp = time.monotonic()
+        with self._cond:
+            self.events += 1
+            if self._first_pending is None:
+                self._first_pending = stamp
+            self._last_event = stamp
+            self._cond.notify()
+
+    # -- main loop ---------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Watch until ``stop`` is set. Raises :class:`WatcherRunning` when another watcher holds the vault."""
+        from watchdog.observers import Observer  # lazy: only ``memvault watch`` needs it
+
+        with self._claim():
+            observer = Observer()
+            _schedule(observer, _Handler(self), self.vault.root)
+            observer.start()
+            try:
+                self.log(f"watching {self.vault.root} (debounce {self.debounce:g} s, max delay {self.max_delay:g} s, "
+                         f"rescan every {self.rescan_interval:g} s)")
+                # Catch up with what changed while nobody watched (and build the index if there is none).
+                self._batch("start")
+                self.ready.set()
+                next_rescan = time.monotonic() + self.rescan_interval
+                while not stop.is_set():
+                    reason = self._wait(next_rescan)
+                    if reason is None or stop.is_set():
+                        continue
+                    self._batch(reason)
+                    next_rescan = time.monotonic() + self.rescan_interval
+            finally:
+                observer.stop()
+                observer.join(timeout=5)
+                self.vault.index.close()
+
+    def _wait(self, next_rescan: float) -> str | None:
+        """Block until a batch is due; return why ("events" or "rescan"), or None to re-check ``stop``.
+
+        Waits are capped so a set ``stop`` is noticed within a fraction of a second.
+        """
+        with self._cond:
+            current = time.monotonic()
+            if self._first_pending is not None and self._last_event is not None:
+                due = min(self._last_event + self.debounce, self._first_pending + self.max_delay)
+                if current >= due:
+                    self._first_pending = self._last_event = None  # events from here on need another batch
+                    return "events"
+            else:
+                due = next_rescan
+                if current >= due:
+                    return "rescan"
+            self._cond.wait(min(due - current, 0.25))
+            return None
+
+    def _batch(self, reason: str) -> SyncReport | None:
+        """One sync. Never raises: a failing batch is logged and the next event or rescan tries again."""
+        if reason == "events":
+            self.batches += 1
+        else:
+            self.rescans += 1
+        try:
+            report = self.vault.index.sync(self._provider_for_batch())
+        except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad batch
+            detail = str(exc) if isinstance(exc, MemvaultError) else "".join(
+                traceback.format_exception_only(type(exc), exc)).strip()
+            self.log(f"sync failed ({reason}): {detail}; will retry on the next change or rescan")
+            return None
+        for warning in report.warnings:
+            if not (self._model_failed and "unavailable" in warning):
+                self.log(f"warning: {warning}")
+        if report.changed or report.problems or reason == "start":
+            self.log(describe(report, reason))
+        return report
+
+    def _provider_for_batch(self) -> Callable[[], Embedder | None] | None:
+        """The embedder provider for one sync: lazy (the model loads only when there is text to embed) and
+        kept loaded across batches by the vault; None (keyword-only) once the model proved unavailable."""
+        if self._model_failed:
+            return None
+        return self._embedder
+
+    def _embedder(self) -> Embedder | None:
+        try:
+            return self.vault.embedder()
+        except ModelUnavailable as exc:
+            self._model_failed = True
+            self.log(f"warning: {exc}; indexing for keyword search only (restart the watcher once the model "
+                     "is available, or run 'memvault reindex')")
+            return None
+
+    # -- one watcher per vault ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _claim(self) -> Iterator[None]:
+        locks = self.vault.state_dir / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        pid_file = self.vault.state_dir / "watch.pid"
+        fd = os.open(locks / "watch.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise holder(self.vault.root, pid_file) from None
+            stamp = f"{os.getpid()} {socket.gethostname()} {format_time(now())}\n"
+            pid_file.write_text(stamp)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    if pid_file.read_text() == stamp:
+                        pid_file.unlink()
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def holder(root: Path, pid_file: Path) -> WatcherRunning:
+    """The error naming the watcher recorded in ``watch.pid``."""
+    pid = host = since = None
+    with contextlib.suppress(OSError, ValueError):
+        fields = pid_file.read_text().split()
+        pid = int(fields[0])
+        host = fields[1] if len(fields) > 1 else None
+        since = fields[2] if len(fields) > 2 else None
+    return WatcherRunning(root, pid, host, since)
+
+
+def watching(vault: Vault) -> bool:
+    """Whether a watcher holds ``vault`` right now."""
+    return watcher_running(vault.state_dir)
+
+
+def watcher_running(state_dir: Path) -> bool:
+    """Whether a watcher holds the vault whose state directory is ``state_dir`` (a shared, non-blocking probe
+    of its lock; the lock file is never created)."""
+    try:
+        fd = os.open(state_dir / "locks" / "watch.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def describe(report: SyncReport, reason: str) -> str:
+    """The one log line of a batch: what changed, what was embedded, and what could not be read."""
+    if not report.changed:
+        line = f"{reason}: index up to date ({report.files_seen} files checked in {report.seconds:.2f} s)"
+    else:
+        line = (
+            f"{reason}: {report.files_changed} files changed, {report.files_removed} removed in "
+            f"{report.seconds:.2f} s: {report.docs_added} added, {report.docs_changed} changed, "
+            f"{report.docs_removed} removed; {report.chunks_embedded} chunks embedded"
+            + (f", {report.chunks_pending} pending" if report.chunks_pending else "")
+        )
+    if report.problems:
+        shown = "; ".join(report.problems[:5])
+        more = f"; and {len(report.problems) - 5} more" if len(report.problems) > 5 else ""
+        line += f" — {len(report.problems)} unreadable: {shown}{more}"
+    return line
+
+
+def _schedule(observer: Any, handler: Any, root: Path) -> None:
+    """Watch ``root`` recursively, asking the kernel only for the events that matter when watchdog can."""
+    from watchdog import events as ev
+
+    wanted = [getattr(ev, name) for name in (
+        "FileCreatedEvent", "FileDeletedEvent", "FileModifiedEvent", "FileMovedEvent", "FileClosedEvent",
+        "DirCreatedEvent", "DirDeletedEvent", "DirMovedEvent") if hasattr(ev, name)]
+    try:
+        observer.schedule(handler, str(root), recursive=True, event_filter=wanted)
+    except TypeError:  # watchdog < 4.0 has no event_filter; the handler filters instead
+        observer.schedule(handler, str(root), recursive=True)
+
+
+class _Handler:
+    """The watchdog event handler: forwards relevant paths to the watcher, nothing else."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def dispatch(self, event: Any) -> None:
+        if event.event_type not in RELEVANT_EVENTS:
+            return
+        if event.is_directory and event.event_type == "modified":
+            return  # a directory's mtime changes with every file event inside it: the file event is enough
+        paths = [os.fsdecode(event.src_path)]
+        if getattr(event, "dest_path", ""):
+            paths.append(os.fsdecode(event.dest_path))
+        self.watcher.notify(*paths)
+
+
+def serve(vault: Vault, *, debounce: float = 1.0, log: Log | None = None, **options: Any) -> Watcher:
+    """Run a watcher in the foreground until SIGINT or SIGTERM (``memvault watch``)."""
+    stop = threading.Event()
+    watcher = Watcher(vault, debounce=debounce, max_delay=max(options.pop("max_delay", 10.0), debounce),
+                      log=log, **options)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    try:
+        watcher.run(stop)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    watcher.log(f"stopped after {watcher.batches} batches")
+    return watcher

@@ -1,0 +1,195 @@
+"""Git hooks: pre-commit checks what is staged, post-* hooks reindex in the background, foreign hooks survive."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memvault import Vault
+from memvault import githooks
+from memvault.githooks import CHAINED_SUFFIX, HOOKS, HookConflict, install, uninstall
+from conftest import git
+
+
+def commit(root: Path, *paths: str, message: str = "test"):
+    """git add + git commit as a person would (hooks run); returns the CompletedProcess."""
+    subprocess.run(["git", "add", "--", *paths], cwd=root, check=True, capture_output=True)
+    return subprocess.run(["git", "commit", "-m", message], cwd=root, capture_output=True, text=True)
+
+
+def write(root: Path, rel: str, text: str) -> str:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return rel
+
+
+@pytest.fixture
+def hooked(vault):
+    install(vault)
+    return vault
+
+
+def test_install_writes_marked_scripts_with_this_interpreter(hooked):
+    directory = githooks.hooks_dir(hooked)
+    assert directory == hooked.root / ".git" / "hooks"
+    for name in HOOKS:
+        text = (directory / name).read_text()
+        assert text.startswith("#!/bin/sh\n# memvault hook") and sys.executable in text and str(hooked.root) in text
+        assert os.access(directory / name, os.X_OK)
+    again = install(hooked)  # idempotent: nothing chained, nothing duplicated
+    assert {a.action for a in again} == {"updated"}
+    assert not list(directory.glob(f"*{CHAINED_SUFFIX}"))
+
+
+def test_pre_commit_refuses_a_broken_staged_fact_and_allows_a_good_one(hooked):
+    root = hooked.root
+    rel = write(root, "facts/db/x.md", "---\ncategory: database\nimportance: high\n---\nThe replica lags.\n")
+    result = commit(root, rel)
+    assert result.returncode != 0
+    assert "memvault pre-commit: facts/db/x.md:3: importance: must be a number" in result.stderr
+    assert "commit refused" in result.stderr
+    # Fix the file: the commit goes through.
+    write(root, rel, "---\ncategory: database\nimportance: 0.7\n---\nThe replica lags.\n")
+    assert commit(root, rel).returncode == 0
+    assert git(root, "log", "-1", "--format=%s") == "test"
+
+
+def test_pre_commit_checks_the_staged_content_not_the_working_tree(hooked):
+    root = hooked.root
+    rel = write(root, "facts/web/a.md", "---\nimportance: high\n---\nBroken when staged.\n")
+    git(root, "add", rel)
+    write(root, rel, "Fixed in the working tree only.\n")  # not staged
+    result = subprocess.run(["git", "commit", "-m", "x"], cwd=root, capture_output=True, text=True)
+    assert result.returncode != 0 and "facts/web/a.md:2: importance" in result.stderr
+
+
+def test_pre_commit_refuses_bad_keys_names_and_secrets(hooked):
+    root = hooked.root
+    rels = [
+        write(root, "facts/Bad Key.md", "Upper case and a space.\n"),
+        write(root, "procedures/ops/Deploy.sh", "#!/bin/sh\necho deploy\n"),
+        write(root, "facts/aws.md", "The deploy key is AKIAIOSFODNN7EXAMPLE for the bucket.\n"),
+        write(root, "procedures/db/dump.sh", "#!/bin/sh\n# description: dump\nPGPASSWORD=hunter2secret pg_dump\n"),
+    ]
+    result = commit(root, *rels)
+    assert result.returncode != 0
+    err = result.stderr
+    assert "facts/Bad Key.md: not a valid fact key" in err
+    assert "procedures/ops/Deploy.sh: not a valid procedure name" in err
+    assert "facts/aws.md:1: looks like a secret: AWS access key id" in err
+    assert "procedures/db/dump.sh:3: looks like a secret" in err
+    assert "AKIAIOSFODNN7EXAMPLE" not in err and "hunter2secret" not in err  # never print the secret
+
+
+def test_memvault_own_commits_skip_the_check(hooked):
+    # --allow-secret is an explicit, reviewed override: the hook must not undo it.
+    fact = hooked.facts.set("aws/key", "Deploy key AKIAIOSFODNN7EXAMPLE", source="agent:deployer", allow_secret=True)
+    assert git(hooked.root, "log", "-1", "--format=%s").startswith("fact set aws/key")
+    assert fact.path.is_file()
+
+
+def test_existing_hook_is_chained_and_still_blocks_and_uninstall_restores_it(vault):
+    directory = githooks.hooks_dir(vault)
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = vault.root / "ran-original-hook"
+    original = f"#!/bin/sh\n# the team's own check\necho \"$@\" >> '{marker}'\nexit ${{ORIGINAL_EXIT:-0}}\n"
+    hook = directory / "pre-commit"
+    hook.write_text(original)
+    hook.chmod(0o750)
+
+    actions = install(vault)
+    assert any(a.action == "chained" and a.hook == "pre-commit" for a in actions)
+    assert (directory / ("pre-commit" + CHAINED_SUFFIX)).read_text() == original
+    install(vault)  # idempotent: the chained hook is not chained again
+    assert (directory / ("pre-commit" + CHAINED_SUFFIX)).read_text() == original
+
+    rel = write(vault.root, "facts/ok.md", "A good fact.\n")
+    assert commit(vault.root, rel).returncode == 0
+    assert marker.exists()  # the original hook ran
+
+    rel = write(vault.root, "facts/ok2.md", "Another good fact.\n")
+    git(vault.root, "add", rel)
+    failing = subprocess.run(["git", "commit", "-m", "x"], cwd=vault.root, capture_output=True, text=True,
+                             env={**os.environ, "ORIGINAL_EXIT": "3"})
+    assert failing.returncode != 0  # the original hook's failure still refuses the commit
+
+    uninstall(vault)
+    assert hook.read_bytes() == original.encode() and (hook.stat().st_mode & 0o777) == 0o750
+    for name in HOOKS:
+        path = directory / name
+        assert not (path.exists() and githooks.is_ours(path))
+        assert not (directory / (name + CHAINED_SUFFIX)).exists()
+
+
+def test_core_hooks_path_is_respected_and_conflicts_are_refused(vault):
+    git(vault.root, "config", "core.hooksPath", "team-hooks")
+    directory = githooks.hooks_dir(vault)
+    assert directory == vault.root / "team-hooks"
+    directory.mkdir()
+    (directory / "post-commit").write_text("#!/bin/sh\nexit 0\n")
+    (directory / ("post-commit" + CHAINED_SUFFIX)).write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(HookConflict, match="post-commit"):
+        install(vault)
+    assert not (directory / "pre-commit").exists()  # nothing half-installed
+
+
+def test_post_commit_reindexes_in_the_background_without_blocking_git(hooked, monkeypatch):
+    # A model that cannot load offline: the background reindex builds a keyword-only index quickly.
+    toml = hooked.root / "memvault.toml"
+    assert 'model = "BAAI/bge-small-en-v1.5"' in toml.read_text()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(hooked.root.parent / "hf-home"))  # an empty cache: nothing to load
+    index = hooked.root / ".memvault" / "index.db"
+    assert not index.exists()
+    rel = write(hooked.root, "facts/db/primary.md", "The primary listens on 10.8.0.4 port 5432.\n")
+    git(hooked.root, "add", rel)
+    started = time.monotonic()
+    result = subprocess.run(["git", "commit", "-m", "primary"], cwd=hooked.root, capture_output=True, text=True)
+    latency = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    print(f"commit with pre-commit + post-commit hooks: {latency:.2f} s")
+    assert latency < 2.0
+    deadline = time.monotonic() + 60
+    while not index.exists():
+        assert time.monotonic() < deadline, (hooked.root / ".memvault" / "hook-reindex.log").read_text()
+        time.sleep(0.1)
+    log = hooked.root / ".memvault" / "hook-reindex.log"
+    while '"files_seen"' not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    reader = Vault.open(hooked.root)
+    rows = reader.index.connection().execute("SELECT item_id FROM docs WHERE kind = 'fact'").fetchall()
+    reader.index.close()
+    assert ("db/primary",) in rows
+
+
+def test_no_background_reindex_while_a_watcher_runs(vault, monkeypatch):
+    from memvault.watch import Watcher
+
+    started = []
+    monkeypatch.setattr(githooks.subprocess, "Popen", lambda *a, **k: started.append(a))
+    with Watcher(vault)._claim():
+        assert githooks.start_reindex(vault.root) is None
+    assert not started
+    githooks.start_reindex(vault.root)
+    assert started and started[0][0][-2:] == ["reindex", "--json"]
+
+
+def test_a_vault_in_a_subdirectory_checks_only_its_own_files(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    inner = Vault.init(repo / "infra" / "memory")
+    install(inner)
+    assert githooks.hooks_dir(inner) == repo / ".git" / "hooks"
+    outside = write(repo, "facts/not-ours.md", "---\nimportance: high\n---\nNot a vault file.\n")
+    assert commit(repo, outside).returncode == 0
+    broken = write(repo, "infra/memory/facts/db.md", "---\nimportance: high\n---\nA vault file.\n")
+    result = commit(repo, broken)
+    assert result.returncode != 0 and "infra/memory/facts/db.md:2: importance" in result.stderr

@@ -1,0 +1,240 @@
+"""Sync: hosts sharing one vault through a bare git remote. Real git, real clones, the fake embedder."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from memvault import Vault
+from memvault.errors import GitError
+from memvault.gitstore import GitStore
+from memvault.sync import SyncConflict, sync
+from conftest import git
+from test_index import Models, set_model
+
+
+@pytest.fixture(autouse=True)
+def git_calls(monkeypatch):
+    """Every command sync runs through GitStore.run; checked after each test: never a force-push."""
+    calls: list[tuple[str, ...]] = []
+    original = GitStore.run
+
+    def recording(self, *args, **kwargs):
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GitStore, "run", recording)
+    yield calls
+    for args in calls:
+        assert not any(a.startswith("--force") or a in ("-f", "--mirror", "--delete") for a in args), args
+        if args and args[0] == "push":
+            assert not any(a.startswith("+") for a in args), args
+
+
+@pytest.fixture
+def models(monkeypatch):
+    m = Models()
+    monkeypatch.setattr(Vault, "embedder_factory", m)
+    return m
+
+
+class Hosts:
+    """Two clones of one bare remote; ``on(name)`` sets MEMVAULT_HOST and returns that host's vault."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        self.tmp = tmp_path
+        self.monkeypatch = monkeypatch
+        self.remote = tmp_path / "remote.git"
+        git(tmp_path, "init", "-q", "--bare", str(self.remote))
+        git(tmp_path, "clone", "-q", str(self.remote), "a")
+        a = Vault.init(tmp_path / "a", track_episodes=True)
+        set_model(a.root, "fake-hash")
+        git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+        self.vaults = {"a": Vault.open(a.root)}
+        first = self.sync("a")  # the remote has no branch yet: the first push creates it
+        assert first.pushed and first.pulled == []
+        git(tmp_path, "clone", "-q", str(self.remote), "b")
+        self.vaults["b"] = Vault.open(tmp_path / "b")
+
+    def on(self, name: str) -> Vault:
+        self.monkeypatch.setenv("MEMVAULT_HOST", name)
+        return self.vaults[name]
+
+    def sync(self, name: str, **kw):
+        return sync(self.on(name), **kw)
+
+
+@pytest.fixture
+def hosts(tmp_path, monkeypatch, models):
+    return Hosts(tmp_path, monkeypatch)
+
+
+def docs(vault: Vault) -> set[tuple[str, str, str]]:
+    conn = sqlite3.connect(vault.index.current_target())
+    try:
+        return set(conn.execute("SELECT kind, item_id, hash FROM docs"))
+    finally:
+        conn.close()
+
+
+def episode_ids(vault: Vault) -> set[str]:
+    return {e.id for e in vault.episodes.iter()}
+
+
+def test_concurrent_writes_on_two_hosts_lose_nothing_and_indexes_agree(hosts):
+    for name in "ab":
+        hosts.on(name).reindex()  # both hosts have an index before the writes
+    a = hosts.on("a")
+    a.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", category="database")
+    a.episodes.append("Rotated the postgres logs on db1.", source="agent:ops")
+    (a.root / "procedures" / "backup.sh").write_text("#!/bin/sh\n# description: Nightly pg_dump of the primary\n"
+                                                     "pg_dump -h 10.8.0.4 app > /backup/app.sql\n")
+    b = hosts.on("b")
+    b.facts.set("web/haproxy", "HAProxy balances web1 web2 web3 with health checks on /healthz.", category="web")
+    b.episodes.append("Deployed v2.15.1 to web1 web2 web3.", source="agent:deployer")
+    b.episodes.append("Disk on web3 reached 91 percent.", source="agent:monitor")
+
+    ra = hosts.sync("a")
+    assert ra.committed and ra.pushed and ra.pulled == []
+    assert git(a.root, "log", "-1", "--format=%s") == "sync: 2 changed files from a"  # episode file + procedure
+    rb = hosts.sync("b")
+    assert rb.committed and rb.pushed
+    month = a.episodes.files()[0].name
+    assert sorted(rb.pulled) == [f"episodes/a/{month}", "facts/db/primary.md", "procedures/backup.sh"]
+    assert rb.reindexed is not None and rb.reindexed["files_changed"] >= 3
+    ra2 = hosts.sync("a")
+    assert ra2.committed is None and not ra2.pushed and sorted(ra2.pulled) == [f"episodes/b/{month}", "facts/web/haproxy.md"]
+    assert hosts.sync("b").pulled == []  # settled
+
+    for v in (a, b):
+        assert sorted(f.key for f in v.facts.list()) == ["db/primary", "web/haproxy"]
+        assert (v.root / "procedures" / "backup.sh").is_file()
+        assert len(episode_ids(v)) == 3
+        assert not git(v.root, "status", "--porcelain")
+    assert episode_ids(a) == episode_ids(b)
+    assert git(a.root, "rev-parse", "HEAD") == git(b.root, "rev-parse", "HEAD")
+    # The syncs alone brought both indexes to the same rows, before any recall looked at the files.
+    assert docs(a) == docs(b) and len(docs(a)) == 6
+    for query in ("primary database port", "haproxy health checks", "disk space web3", "nightly backup dump"):
+        top_a = [(h.kind, h.id) for h in a.recall(query, k=5)]
+        top_b = [(h.kind, h.id) for h in b.recall(query, k=5)]
+        assert top_a == top_b and top_a
+
+
+def test_same_fact_changed_on_both_hosts_stops_with_the_key_and_keeps_the_local_version(hosts):
+    a = hosts.on("a")
+    a.facts.set("db/primary", "The primary database listens on 10.8.0.4.")
+    hosts.sync("a")
+    hosts.sync("b")
+    a.facts.set("db/primary", "The primary database moved to 10.8.0.9.")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.reindex()
+    b.facts.set("db/primary", "The primary database listens on 10.8.0.4 and 10.8.0.5 (replica).")
+    b.episodes.append("Added the replica address to db/primary.", source="agent:ops")  # uncommitted until sync
+    mine = (b.root / "facts" / "db" / "primary.md").read_text()
+
+    with pytest.raises(SyncConflict) as info:
+        hosts.sync("b")
+    err = info.value
+    assert err.keys == ["db/primary"]
+    message = str(err)
+    assert "\n" not in message
+    assert "db/primary changed here and on the remote" in message
+    assert "edit facts/db/primary.md" in message and "git rebase --continue" in message
+    assert "memvault sync" in message
+
+    assert (b.root / "facts" / "db" / "primary.md").read_text() == mine  # no conflict markers
+    status = git(b.root, "status")
+    assert "rebase" not in status and not git(b.root, "status", "--porcelain")
+    assert git(b.root, "log", "-1", "--format=%s").startswith("sync: ")  # the local commit stays: nothing lost
+    assert git(b.root, "rev-list", "--count", "origin/main..HEAD") == "2"
+    hit = b.recall("primary database address", k=1, kinds=["fact"])[0]
+    assert hit.id == "db/primary" and "10.8.0.5 (replica)" in hit.text
+
+
+def test_vault_in_a_subdirectory_syncs_only_its_own_paths(tmp_path, monkeypatch, git_calls):
+    monkeypatch.setenv("MEMVAULT_HOST", "web1")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), "big")
+    big = tmp_path / "big"
+    (big / "README").write_text("infra\n")
+    (big / "staged.txt").write_text("one\n")
+    git(big, "add", "README", "staged.txt")
+    git(big, "commit", "-qm", "infra repo")
+    git(big, "push", "-q", "origin", "main")
+    vault = Vault.init(big / "infra" / "memory", track_episodes=True)
+    (vault.root / "facts" / "dns").mkdir(parents=True)
+    (vault.root / "facts" / "dns" / "resolvers.md").write_text("Resolvers are 10.8.0.2 and 10.8.0.3.\n")
+    vault.episodes.append("Checked the resolvers.", source="agent:ops")
+    (big / "README").write_text("infra, edited and not ready\n")
+    (big / "staged.txt").write_text("two\n")
+    git(big, "add", "staged.txt")
+    (big / "scratch.txt").write_text("untracked\n")
+    git(tmp_path, "clone", "-q", str(remote), "other")  # meanwhile another host changes the vault and the repo
+    other = tmp_path / "other"
+    (other / "infra" / "memory" / "facts" / "web").mkdir(parents=True)
+    (other / "infra" / "memory" / "facts" / "web" / "haproxy.md").write_text("HAProxy on web1.\n")
+    (other / "Makefile").write_text("all:\n")
+    git(other, "add", "-A")
+    git(other, "commit", "-qm", "from another host")
+    git(other, "push", "-q", "origin", "main")
+
+    result = sync(vault)
+    assert result.pushed and result.remote == "origin" and result.branch == "main"
+    assert result.pulled == ["facts/web/haproxy.md"]  # vault paths only, relative to the vault
+    assert (big / "Makefile").is_file()
+    files = git(big, "show", "--name-only", "--format=", result.committed).splitlines()
+    assert sorted(files) == ["infra/memory/episodes/web1/" + vault.episodes.files()[0].name,
+                             "infra/memory/facts/dns/resolvers.md"]
+    # Everything else is exactly as it was: unstaged, staged and untracked changes, none committed.
+    assert sorted(git(big, "status", "--porcelain").splitlines()) == [" M README", "?? scratch.txt", "M  staged.txt"]
+    assert not git(big, "stash", "list")
+    assert (big / "README").read_text() == "infra, edited and not ready\n"
+    assert (big / "staged.txt").read_text() == "two\n"
+    assert git(remote, "ls-tree", "-r", "--name-only", "main", "--", "infra/memory/facts").splitlines() == \
+        ["infra/memory/facts/dns/resolvers.md", "infra/memory/facts/web/haproxy.md"]
+    assert git(remote, "rev-parse", "main") == result.committed  # the id after the rebase
+    assert git(remote, "show", "main:README") == "infra"
+    (status_call,) = [args for args in git_calls if args[:1] == ("status",) and "--" in args]
+    pathspecs = status_call[status_call.index("--") + 1:]
+    assert pathspecs and all(p.startswith(":(literal)infra/memory/") for p in pathspecs)
+
+
+def test_push_rejected_because_the_remote_moved_is_retried(hosts, monkeypatch):
+    a, b = hosts.on("a"), hosts.vaults["b"]
+    a.facts.set("db/primary", "The primary database listens on 10.8.0.4.")
+    original = GitStore.run  # the recording wrapper
+    moves = {"left": 1}
+
+    def racing(self, *args, **kwargs):
+        if args[:1] == ("push",) and self.root == a.root and moves["left"]:
+            moves["left"] -= 1
+            moves["n"] = moves.get("n", 0) + 1
+            git(b.root, "pull", "-q", "--rebase", "origin", "main")
+            (b.root / "facts" / "dns").mkdir(parents=True, exist_ok=True)
+            (b.root / "facts" / "dns" / "resolvers.md").write_text(f"Resolvers are 10.8.0.{moves['n']}.\n")
+            git(b.root, "add", "facts")
+            git(b.root, "commit", "-qm", "meanwhile on b")
+            git(b.root, "push", "-q", "origin", "main")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GitStore, "run", racing)
+    result = hosts.sync("a")
+    assert result.pushed and result.push_attempts == 2
+    assert result.pulled == ["facts/dns/resolvers.md"]
+    assert git(hosts.remote, "rev-parse", "main") == git(a.root, "rev-parse", "HEAD")
+
+    moves["left"] = 99  # the remote moves before every push: give up after three tries, commits kept
+    a.facts.set("db/primary", "The primary database moved to 10.8.0.9.")
+    with pytest.raises(GitError, match="rejected 3 times"):
+        hosts.sync("a")
+    assert "10.8.0.9" in git(a.root, "show", "HEAD:facts/db/primary.md")
+
+
+def test_not_in_git_is_a_clear_error(tmp_path):
+    v = Vault.init(tmp_path / "v")
+    v.__dict__["git"] = None
+    with pytest.raises(GitError, match="not in a git repository"):
+        sync(v)
