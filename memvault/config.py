@@ -39,6 +39,9 @@ half_life = "30d"        # recency halves every half_life since the last update 
 semantic_weight = 0.5    # within relevance: share of the semantic score (the rest is keyword BM25)
 candidates = 100         # candidates taken from each of keyword and vector search
 embed_at_recall = 64     # changed chunks recall embeds before answering; more wait for `memvault reindex`
+# Recall re-checks every file at most this often; in between it checks directory mtimes (files created,
+# deleted or saved by rename) and the files of the memories it is about to return (in-place edits).
+rescan_interval = "30s"
 
 [retention]
 # Maximum age of episodes per kind; `memvault prune` (daily, see hooks/) removes older lines.
@@ -104,6 +107,7 @@ class RecallSettings:
     semantic_weight: float
     candidates: int
     embed_at_recall: int
+    rescan_interval: float
 
 
 def recall_settings(cfg: Config) -> RecallSettings:
@@ -132,7 +136,10 @@ def recall_settings(cfg: Config) -> RecallSettings:
     embed_at_recall = cfg.get("recall", "embed_at_recall", 64, int)
     if candidates < 1 or embed_at_recall < 0:
         raise ConfigError(where, "[recall] candidates must be >= 1 and embed_at_recall >= 0")
-    return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall)
+    rescan = parse_age(cfg.get("recall", "rescan_interval", "30s", str))
+    if rescan is None:
+        raise ConfigError(where, "[recall] rescan_interval must be an age like 30s or 5m")
+    return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall, rescan.total_seconds())
 
 
 DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}

@@ -100,6 +100,8 @@ def recall(
     fmt: str = "json",
     sync: bool = True,
     record_access: bool = True,
+    verify: bool = True,
+    _warnings: Sequence[str] = (),
 ) -> RecallResult:
     """Find the ``k`` best memories for ``query`` (see the module doc for the ranking)."""
     if not isinstance(query, str) or not query.strip():
@@ -118,7 +120,7 @@ def recall(
         raise InvalidValue("format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
     settings = recall_settings(vault.config)
     index = vault.index
-    warnings: list[str] = []
+    warnings: list[str] = list(_warnings)
 
     semantic = mode != "keyword"
     if index.exists():
@@ -147,8 +149,8 @@ def recall(
         return embedder
 
     if sync:
-        report = index.sync(provider if semantic or not index.exists() else None,
-                            embed_limit=settings.embed_at_recall)
+        report = index.refresh(provider if semantic or not index.exists() else None,
+                               embed_limit=settings.embed_at_recall, interval=settings.rescan_interval)
         warnings.extend(report.warnings)
         if report.chunks_pending:
             warnings.append(f"{report.chunks_pending} changed chunks are indexed for keywords only until "
@@ -186,11 +188,19 @@ def recall(
     rowids = set(keyword) | set(cosine)
     if not rowids:
         return RecallResult([], mode=used_mode, warnings=warnings)
+    docs = index.chunk_docs(list(rowids))
+    if sync and verify:
+        # Stat the files behind the candidates: one edited in place since the last sync is re-indexed and the
+        # search run again, so ranking never rests on text that is no longer there.
+        changed = index.verify({d["path"] for d in docs.values()}, provider if qvec is not None else None,
+                               embed_limit=settings.embed_at_recall)
+        if changed is not None and changed.changed:
+            return recall(vault, query, k, kinds, budget, mode=mode, fmt=fmt, sync=True,
+                          record_access=record_access, verify=False, _warnings=warnings + changed.warnings)
 
     s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
     best_kw = max(keyword.values(), default=0.0) or 1.0
     best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
-    docs = index.chunk_docs(list(rowids))
     best: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
     for rowid in rowids:
         doc = docs.get(rowid)

@@ -70,7 +70,10 @@ def test_first_recall_builds_the_index_and_finds_by_keyword_and_meaning(fv, mode
     hits = fv.recall("which port does the primary database use", k=3)
     assert hits[0].id == "db/primary" and hits.mode == "hybrid"
     assert fv.index.exists()
-    assert [r[0] for r in fv.index.connection().execute("SELECT name FROM migrations")] == ["0001_core", "0002_fact_staleness"]
+    from memvault.index import MIGRATIONS
+
+    applied = [r[0] for r in fv.index.connection().execute("SELECT name FROM migrations ORDER BY rowid")]
+    assert applied == [name for name, _ in MIGRATIONS]
 
 
 def test_question_does_not_need_every_word(fv):
@@ -263,3 +266,33 @@ def test_broken_fact_is_reported_and_the_rest_indexed(fv):
     report = Vault.open(fv.root).reindex()
     assert any("broken.md" in p for p in report.problems)
     assert Vault.open(fv.root).recall("primary database")[0].id == "db/primary"
+
+
+def test_warm_vector_search_matches_sqlite_vec_and_sees_writes(fv, models):
+    fv.reindex()
+    v = Vault.open(fv.root)
+    q = models.instances["fake-hash"].embed_query("primary database port")
+    cold = v.index.search_vectors(q, ["fact", "episode", "procedure"], 10)   # sqlite-vec KNN
+    warm = v.index.search_vectors(q, ["fact", "episode", "procedure"], 10)   # in-memory matrix
+    assert [r for r, _ in warm] == [r for r, _ in cold]
+    assert [s for _, s in warm] == pytest.approx([s for _, s in cold], abs=1e-5)
+    only_facts = v.index.search_vectors(q, ["fact"], 10)
+    kinds = v.index.chunk_docs([r for r, _ in only_facts])
+    assert {d["kind"] for d in kinds.values()} == {"fact"}
+    v.embedder()  # loaded in this process: a library write embeds at once
+    v.facts.set("db/pooler", "The primary database port for apps is the pooler port 6432.")
+    ids = {d["id"] for d in v.index.chunk_docs([r for r, _ in v.index.search_vectors(q, ["fact"], 10)]).values()}
+    assert "db/pooler" in ids  # the cache was dropped by the write
+
+
+def test_new_file_is_found_at_once_and_in_place_edits_within_the_interval(fv):
+    fv.recall("primary database")
+    (fv.root / "facts/db/new.md").write_text("The zebra cluster runs on 10.8.0.77.\n")
+    assert Vault.open(fv.root).recall("zebra cluster", k=1)[0].id == "db/new"  # its directory changed
+    path = fv.root / "facts/web/haproxy.md"
+    text = path.read_text()
+    with path.open("w") as handle:  # in place: same inode, the directory's mtime does not move
+        handle.write(text.replace("HAProxy balances", "HAProxy and the okapi proxy balance"))
+    toml = fv.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('rescan_interval = "30s"', 'rescan_interval = "0s"'))
+    assert Vault.open(fv.root).recall("okapi proxy", k=1)[0].id == "web/haproxy"
