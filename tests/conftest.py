@@ -46,6 +46,16 @@ def strict_vault(tmp_path) -> Vault:
 
 
 @pytest.fixture
+def models(monkeypatch):
+    """Model loading replaced by deterministic fakes (one per model name) that count loads and calls."""
+    from fake_embedder import Models
+
+    m = Models()
+    monkeypatch.setattr(Vault, "embedder_factory", m)
+    return m
+
+
+@pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memvault.embeddings import DEFAULT_BATCH_SIZE, ModelIdentity, window_spans
+from memvault.errors import ModelUnavailable
 
 # Tokens: runs of word characters, or single punctuation marks (like a BERT pre-tokenizer, without subwords).
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -74,3 +75,30 @@ class FakeEmbedder:
         limit = max_tokens if max_tokens is not None else self.identity.max_tokens - 2
         offsets = [m.span() for m in _TOKEN.finditer(text)]
         return [text[s:e] for s, e in window_spans(text, offsets, limit, overlap)]
+
+
+class Models:
+    """Stands in for model loading: one FakeEmbedder per model name, counting loads."""
+
+    def __init__(self):
+        self.instances: dict[str, FakeEmbedder] = {}
+        self.loads = 0
+        self.unavailable: set[str] = set()
+        self.dims = {"fake-hash": 32, "fake-other": 16}
+
+    def __call__(self, config):
+        self.loads += 1
+        if config.model in self.unavailable:
+            raise ModelUnavailable(config.model, "not installed (test)")
+        if config.model not in self.instances:
+            self.instances[config.model] = FakeEmbedder(dims=self.dims.get(config.model, 24), name=config.model)
+        return self.instances[config.model]
+
+
+def set_model(vault_root, name):
+    path = vault_root / "memvault.toml"
+    text = path.read_text()
+    text = text.replace('model = "BAAI/bge-small-en-v1.5"', f'model = "{name}"')
+    text = re.sub(r'model = "fake-[a-z]+"', f'model = "{name}"', text)
+    path.write_text(text)
+

@@ -9,43 +9,11 @@ import pytest
 from memvault import Vault
 from memvault.errors import ModelUnavailable
 from memvault.index import fts_query
-from fake_embedder import FakeEmbedder
+from fake_embedder import FakeEmbedder, set_model
 from conftest import git
 
 
-class Models:
-    """Stands in for model loading: one FakeEmbedder per model name, counting loads."""
 
-    def __init__(self):
-        self.instances: dict[str, FakeEmbedder] = {}
-        self.loads = 0
-        self.unavailable: set[str] = set()
-        self.dims = {"fake-hash": 32, "fake-other": 16}
-
-    def __call__(self, config):
-        self.loads += 1
-        if config.model in self.unavailable:
-            raise ModelUnavailable(config.model, "not installed (test)")
-        if config.model not in self.instances:
-            self.instances[config.model] = FakeEmbedder(dims=self.dims.get(config.model, 24), name=config.model)
-        return self.instances[config.model]
-
-
-@pytest.fixture
-def models(monkeypatch):
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
-
-
-def set_model(vault_root, name):
-    path = vault_root / "memvault.toml"
-    text = path.read_text()
-    text = text.replace('model = "BAAI/bge-small-en-v1.5"', f'model = "{name}"')
-    import re
-
-    text = re.sub(r'model = "fake-[a-z]+"', f'model = "{name}"', text)
-    path.write_text(text)
 
 
 @pytest.fixture

@@ -15,16 +15,10 @@ from memvault.cli import cli
 from memvault.errors import SecretRefused, UntrustedSource
 from memvault.recall import render
 from conftest import git
-from test_index import Models, set_model
+from fake_embedder import Models, set_model  # noqa: F401
 
 NOW = datetime.now(timezone.utc)
 
-
-@pytest.fixture
-def models(monkeypatch):
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
 
 
 def fake(v: Vault) -> Vault:

@@ -30,7 +30,7 @@ from memvault.mcp_server import (  # noqa: E402
     BearerAuth, build_server, default_source, is_loopback, parse_address, resolve_token, serve)
 from memvault import frontmatter_edit as fm  # noqa: E402
 from conftest import REPO_ROOT, git  # noqa: E402
-from test_index import Models, set_model  # noqa: E402
+from fake_embedder import Models, set_model  # noqa: F401
 
 TOOLS = {"recall", "get_fact", "set_fact", "list_facts", "log_episode", "list_episodes", "get_procedure",
          "list_procedures"}
@@ -58,12 +58,6 @@ def fake(vault, models, tmp_path):
     git(vault.root, "commit", "-qm", "fake model", "--", "memvault.toml")
     return seed(Vault.open(vault.root), tmp_path)
 
-
-@pytest.fixture
-def models(monkeypatch):
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
 
 
 def call(server, *steps):

@@ -8,16 +8,10 @@ import pytest
 from memvault import Vault
 from memvault.cli import cli
 from memvault.recall import count_tokens, render
-from test_index import Models, set_model  # noqa: F401  (fixtures below reuse them)
+from fake_embedder import Models, set_model  # noqa: F401
 
 HIT_FIELDS = ["kind", "id", "text", "score", "factors", "source", "created", "updated", "path"]
 
-
-@pytest.fixture
-def models(monkeypatch):
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from memvault.errors import GitError
 from memvault.gitstore import GitStore
 from memvault.sync import SyncConflict, sync
 from conftest import git
-from test_index import Models, set_model
+from fake_embedder import Models, set_model  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +30,6 @@ def git_calls(monkeypatch):
         if args and args[0] == "push":
             assert not any(a.startswith("+") for a in args), args
 
-
-@pytest.fixture
-def models(monkeypatch):
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
 
 
 class Hosts:

@@ -11,14 +11,8 @@ import pytest
 from memvault import Vault
 from memvault.errors import SearchIndexError
 from memvault.watch import Watcher, WatcherRunning, is_relevant, watching
-from test_index import Models, set_model
+from fake_embedder import Models, set_model  # noqa: F401
 
-
-@pytest.fixture
-def models(monkeypatch):
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
 
 
 @pytest.fixture
