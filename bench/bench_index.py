@@ -48,7 +48,7 @@ CACHE = HERE / ".cache"
 MODEL = "all-MiniLM-L6-v2"
 MARKER = ".bench-built.json"
 PY = sys.executable
-BENCHES = ("build", "recall", "cold", "reindex", "nochange", "bytes")
+BENCHES = ("build", "recall", "cold", "reindex", "nochange", "bytes", "mcp")
 POOL_NOISE = 0.025  # per-component sigma on a unit 384-d vector: cosine to the source ≈ 1/sqrt(1+384σ²) ≈ 0.9
 
 
@@ -331,6 +331,51 @@ print(json.dumps({"import_s": t1 - t0, "reindex_s": t_reindex, "walk_s": min(w1,
 """
 
 
+def bench_mcp(n: int, n_queries: int) -> dict[str, Any]:
+    """recall over MCP (stdio, the SDK's own client, model loaded once in the server) against the library's
+    Vault.recall on the same queries in this process: the transport and adapter overhead, and the p50 target."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from memvault import Vault
+
+    root = vault_dir(n)
+    queries = corpus.queries(n_queries)
+    env = {**os.environ, "MEMVAULT_NO_DAEMON": "1"}
+    params = StdioServerParameters(command=PY, env=env, args=["-m", "memvault.mcp_server", "--vault", str(root),
+                                                              "--source", "agent:bench"])
+    over_mcp: list[float] = []
+
+    async def run() -> None:
+        with open(os.devnull, "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                first = await client.call_tool("recall", {"query": queries[0]})  # waits for the model load
+                assert first.structured_content["mode"] == "hybrid", first.structured_content
+                for q in queries[:3]:
+                    await client.call_tool("recall", {"query": q, "k": 10})
+                for q in queries:
+                    s = time.perf_counter()
+                    r = await client.call_tool("recall", {"query": q, "k": 10})
+                    over_mcp.append(time.perf_counter() - s)
+                    assert not r.is_error
+
+    asyncio.run(run())
+    vault = Vault.open(root)
+    for q in queries[:3]:
+        vault.recall(q, k=10)
+    lib = []
+    for q in queries:
+        s = time.perf_counter()
+        vault.recall(q, k=10)
+        lib.append(time.perf_counter() - s)
+    row = {"n": n, "queries": len(queries), "mcp_p50_ms": ms(pct(over_mcp, 50)), "mcp_p95_ms": ms(pct(over_mcp, 95)),
+           "library_p50_ms": ms(pct(lib, 50)), "mcp_over_library_p50": round(pct(over_mcp, 50) / pct(lib, 50), 2)}
+    log(f"mcp {n}: {row}")
+    return row
+
+
 def bench_nochange(n: int, runs: int = 5) -> dict[str, Any]:
     root = str(vault_dir(n))
     inner, proc, passes = [], [], []
@@ -387,20 +432,26 @@ def table(results: dict[str, Any]) -> str:
         lines.append("")
     if results.get("recall"):
         lines += ["### Warm recall (in-process, model loaded once; ms, p50 / p95)", "",
-                  "| facts | recall | recall, no sync | embed_query | sync (stat check) | vector stage | numpy scan | "
-                  "keyword stage | vector / numpy | recall / embed |", "|---:|---|---|---|---|---|---|---|---:|---:|"]
+                  "`recall` is the whole call, query embedding included; `refresh` is its freshness check (directory "
+                  "stats), `full scan` the stat of every file it replaces; `vector stage` is the in-memory matrix a "
+                  "warm process uses, `sqlite-vec KNN` the path of a one-shot process.", "",
+                  "| facts | recall | recall, no sync | embed_query | refresh | full scan | vector stage | sqlite-vec KNN | "
+                  "numpy scan | keyword stage | vector / numpy | KNN / numpy | recall / embed |",
+                  "|---:|---|---|---|---|---|---|---|---|---|---:|---:|---:|"]
         for r in results["recall"]:
             f = lambda k: f"{r[k + '_p50_ms']:.2f} / {r[k + '_p95_ms']:.2f}"  # noqa: E731
-            lines.append(f"| {r['n']:,} | {f('recall')} | {f('recall_nosync')} | {f('embed')} | {f('sync')} | "
-                         f"{f('vector')} | {f('numpy')} | {f('keyword')} | {r['vector_over_numpy_p50']}x | "
-                         f"{r['recall_over_embed_p50']}x |")
+            lines.append(f"| {r['n']:,} | {f('recall')} | {f('recall_nosync')} | {f('embed')} | {f('refresh')} | "
+                         f"{f('sync')} | {f('vector')} | {f('vector_knn')} | {f('numpy')} | {f('keyword')} | "
+                         f"{r['vector_over_numpy_p50']}x | {r['knn_over_numpy_p50']}x | {r['recall_over_embed_p50']}x |")
         lines.append("")
     if results.get("cold"):
         lines += ["### Cold recall (a new `python -m memvault ... recall --json` process per query; ms)", "",
-                  "| facts | queries | cold p50 | cold p95 | floor p50 (python: import + load model + embed_query) | "
-                  "`python -c pass` | cold / floor |", "|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| facts | queries | semantic p50 | semantic p95 | keyword-only p50 | keyword-only p95 | "
+                  "floor p50 (python: import + load model + embed_query) | `python -c pass` | semantic / floor |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in results["cold"]:
             lines.append(f"| {r['n']:,} | {r['queries']} | {r['cold_p50_ms']:.0f} | {r['cold_p95_ms']:.0f} | "
+                         f"{r['cold_keyword_p50_ms']:.0f} | {r['cold_keyword_p95_ms']:.0f} | "
                          f"{r['floor_p50_ms']:.0f} | {r['python_pass_p50_ms']:.0f} | {r['cold_over_floor_p50']}x |")
         lines.append("")
     if results.get("reindex"):
@@ -419,6 +470,14 @@ def table(results: dict[str, Any]) -> str:
                   f"| {r['facts']:,} | {r['reindex_ms']:.1f} | {r['walk_stat_ms']:.1f} | {r['import_memvault_ms']:.1f} | "
                   f"{r['process_ms']:.0f} | {r['python_pass_ms']:.0f} | {r['reindex_over_walk']}x | "
                   f"{r['process_over_pass']}x | {r['model_loaded']} | {r['torch_loaded']} |", ""]
+    if results.get("mcp"):
+        lines += ["### Recall over MCP (stdio, the SDK's client; model loaded once in the server; ms)", "",
+                  "| facts | queries | MCP p50 | MCP p95 | library Vault.recall p50 (same run) | MCP / library |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for r in results["mcp"]:
+            lines.append(f"| {r['n']:,} | {r['queries']} | {r['mcp_p50_ms']:.1f} | {r['mcp_p95_ms']:.1f} | "
+                         f"{r['library_p50_ms']:.1f} | {r['mcp_over_library_p50']}x |")
+        lines.append("")
     if results.get("bytes"):
         lines += ["### Index bytes per row (`memvault stats --json`)", "",
                   "| facts | rows | file bytes | total/row | vector store/row | 4·dims | total / 4·dims | vector / 4·dims |",
@@ -460,6 +519,8 @@ def main() -> None:
         results["reindex"] = bench_reindex(args.reindex_facts)
     if "nochange" in only:
         results["nochange"] = bench_nochange(args.nochange_facts)
+    if "mcp" in only:
+        results["mcp"] = [bench_mcp(n, args.queries) for n in sizes if n <= 10000]
     if "bytes" in only:
         results["bytes"] = bench_bytes(sizes)
     results["load_avg_end"] = os.getloadavg()

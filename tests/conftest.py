@@ -23,6 +23,8 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("USER", "tester")
+    # CLI recall would start a warm embedder daemon that outlives the test; test_daemon.py turns it back on.
+    monkeypatch.setenv("MEMVAULT_NO_DAEMON", "1")
     for name in ("MEMVAULT_DIR", "MEMVAULT_SOURCE", "GIT_DIR", "GIT_WORK_TREE", "EDITOR", "VISUAL",
                  "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
         monkeypatch.delenv(name, raising=False)

@@ -23,6 +23,7 @@ MODEL = "all-MiniLM-L6-v2"
 def runtime(monkeypatch):
     run = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))  # short: AF_UNIX paths are limited to 108 bytes
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.delenv("MEMVAULT_NO_DAEMON")
     yield run
     daemon.stop(MODEL, None)
     shutil.rmtree(run, ignore_errors=True)
