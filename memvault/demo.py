@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         MEMVAULT_DIR=str(vault),
         MEMVAULT_SOURCE="user:demo",
         MEMVAULT_DEMO_ROOT=str(workdir / "scratch"),
+        # The demo's recalls share one warm embedder of its own, stopped at the end (see memvault.daemon).
+        XDG_RUNTIME_DIR=str(workdir),
         # A machine with no git identity still gets readable commits.
         GIT_AUTHOR_NAME=os.environ.get("GIT_AUTHOR_NAME", "memvault demo"),
         GIT_AUTHOR_EMAIL=os.environ.get("GIT_AUTHOR_EMAIL", "demo@memvault.invalid"),
@@ -94,12 +96,31 @@ def main(argv: list[str] | None = None) -> int:
         mv("fact", "set", "../etc/passwd", "nope", expect=1)
         run(["git", "status", "--short", "--", "facts"], shown="git status --short -- facts   # nothing changed")
     finally:
+        _stop_daemon(workdir, vault)
         if args.keep:
             print(f"\nthe demo vault is kept at {vault}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print("\ndemo failed" if failed else "\ndemo finished: every step behaved as expected")
     return 1 if failed else 0
+
+
+def _stop_daemon(workdir: Path, vault: Path) -> None:
+    from . import daemon
+    from .config import load
+
+    previous = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(workdir)
+    try:
+        config = load(vault / "memvault.toml")
+        daemon.stop(config.model, config.query_prefix)
+    except Exception:  # noqa: BLE001 - best effort: an idle daemon also stops by itself
+        pass
+    finally:
+        if previous is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = previous
 
 
 if __name__ == "__main__":
