@@ -48,6 +48,11 @@ INDEX_NAME = "index.db"
 # Fallback chunking when no model (hence no tokenizer) is at hand: words per window and overlap.
 FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
 CHUNK_OVERLAP = 32
+# Procedures are cut finer than the model's window: a runbook's steps or a tldr page's examples are each a few
+# lines, and one vector averaged over a whole page matches none of them well (bench/eval_recall.py).
+PROCEDURE_WINDOW = 128
+PROCEDURE_OVERLAP = 16
+CHUNKING = f"v2:{PROCEDURE_WINDOW}/{PROCEDURE_OVERLAP}"  # in procedures' doc hashes: a change re-embeds them
 EMBED_GROUP = 1024  # texts per encode call: large enough for full batches, small enough for a live progress bar
 
 MIGRATIONS: list[tuple[str, str]] = [
@@ -252,6 +257,9 @@ class Doc:
 
     @property
     def hash(self) -> str:
+        """Changes when the text to embed, or the way it is cut, changes."""
+        if self.kind == "procedure":
+            return _hash(f"{CHUNKING}\x00{self.header}\x00{self.body}")
         return _hash(self.header + "\x00" + self.body)
 
 
@@ -589,12 +597,15 @@ class Index:
         known = {r[0]: r[1:] for r in known_rows}
         report.files_seen = len(disk)
         can_embed = embedder is not None and identity is not None
+        row = conn.execute("SELECT value FROM meta WHERE key = 'chunking'").fetchone()
+        rechunk = can_embed and only is None and (row[0] if row else None) != CHUNKING
         changed = [
             rel
             for rel, (kind, size, mtime, ino) in disk.items()
             if rel not in known
             or known[rel][1:4] != (size, mtime, ino)
             or (known[rel][4] and can_embed)
+            or rechunk  # memvault now cuts text differently: every doc's hash changes, each is re-embedded
         ]
         removed = [rel for rel in known if rel not in disk]
         if not changed and not removed:
@@ -619,6 +630,8 @@ class Index:
                 "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending) VALUES (?,?,?,?,?,?)",
                 [(rel, *disk[rel], int(rel in pending_paths)) for rel in changed],
             )
+            if rechunk or (row is None and only is None):
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('chunking', ?)", (CHUNKING,))
         return report
 
     def _apply(
@@ -769,7 +782,10 @@ class Index:
         head = d.header + "\n" if d.header else ""
         if emb is not None:
             window = emb.identity.max_tokens - 2 - (emb.count_tokens(head) if head else 0)
-            pieces = emb.split(d.body, max(16, window), CHUNK_OVERLAP)
+            overlap = CHUNK_OVERLAP
+            if d.kind == "procedure":
+                window, overlap = min(window, PROCEDURE_WINDOW), PROCEDURE_OVERLAP
+            pieces = emb.split(d.body, max(16, window), overlap)
         else:
             pieces = fallback_split(d.body)
         return [head + p for p in pieces] or [head.strip() or d.body]

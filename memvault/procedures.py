@@ -150,9 +150,13 @@ class ProcedureStore:
             executable=os.access(path, os.X_OK),
         )
 
-    def get(self, name: str) -> Procedure:
-        """The whole procedure ``name`` with the commit that last changed it and its blob id."""
-        path = self.path_of(name)
+    def get(self, name: str, *, path: Path | None = None) -> Procedure:
+        """The whole procedure ``name`` with the commit that last changed it and its blob id.
+
+        ``path``, when the caller already knows the file (the index does), spares a walk of ``procedures/``.
+        """
+        if path is None or not path.is_file():
+            path = self.path_of(name)
         git = self.vault.git
         commit = git.last_commit(path) if git else None
         head = git.head_blob(path) if git else None

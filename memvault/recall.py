@@ -286,7 +286,7 @@ def _materialise(vault: Vault, doc: dict[str, Any], score: float, factors: dict[
         return Hit(text=fact.text, extra={"trusted": True, "stale": bool(doc.get("stale"))}, **base)
     if kind == "procedure":
         try:
-            proc = vault.procedures.get(item_id)
+            proc = vault.procedures.get(item_id, path=vault.root / doc["path"])
         except MemvaultError:
             return None
         hit = Hit(text=proc.text, commit=proc.commit, blob=proc.blob, extra={"trusted": True}, **base)

@@ -264,3 +264,18 @@ def test_new_file_is_found_at_once_and_in_place_edits_within_the_interval(fv):
     toml = fv.root / "memvault.toml"
     toml.write_text(toml.read_text().replace('rescan_interval = "30s"', 'rescan_interval = "0s"'))
     assert Vault.open(fv.root).recall("okapi proxy", k=1)[0].id == "web/haproxy"
+
+
+def test_a_new_chunking_re_embeds_everything_once(fv, models):
+    fv.reindex()
+    conn = fv.index.connection()
+    total = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    # what an index built by an older memvault looks like: another chunking, doc hashes made with it
+    conn.execute("UPDATE meta SET value = 'v1:old' WHERE key = 'chunking'")
+    conn.execute("UPDATE docs SET hash = 'made-with-v1'")
+    fake = models.instances["fake-hash"]
+    fake.reset_counts()
+    Vault.open(fv.root).reindex()
+    assert fake.embedded == total
+    fake.reset_counts()
+    assert not Vault.open(fv.root).reindex().changed and fake.embedded == 0
