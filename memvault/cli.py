@@ -506,16 +506,16 @@ def reindex(ctx, model, full, dry_run, as_json):
             for line in estimate["summary"]:
                 click.echo(line)
         return
-    progress = None
     bar = None
-    if not as_json and sys.stderr.isatty():
-        def progress(done, total):
-            nonlocal bar
-            if bar is None:
-                bar = click.progressbar(length=total, label="embedding", file=sys.stderr)
-                bar.__enter__()
-            bar.update(done - bar.pos)
 
+    def show_progress(done, total):
+        nonlocal bar
+        if bar is None:
+            bar = click.progressbar(length=total, label="embedding", file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    progress = show_progress if not as_json and sys.stderr.isatty() else None  # a bar only on a terminal
     try:
         report = vault.reindex(model=model, full=full, progress=progress)
     finally:

@@ -35,7 +35,7 @@ from .errors import MemvaultError, ModelUnavailable
 if TYPE_CHECKING:
     import numpy as np
 
-    from .embeddings import Embedder, ModelIdentity
+    from .embeddings import Embedder
 
 DEFAULT_IDLE = 900.0  # seconds
 START_TIMEOUT = 120.0

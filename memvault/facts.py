@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import frontmatter_edit as fm
 from .errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
-from .fsutil import atomic_write, locked
+from .fsutil import atomic_write
 from .timeutil import format_time, now, parse_date, parse_time
 
 if TYPE_CHECKING:

@@ -9,12 +9,12 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .dedup import compare, groups
 from .episodes import Episode, RewriteReport, source_matches
-from .errors import FactNotFound, InvalidKey, InvalidValue, MemvaultError
+from .errors import InvalidValue, MemvaultError
 from .facts import Fact, refuse_secrets, validate_key
 from .fsutil import atomic_write
 from .timeutil import format_time, now, parse_date, parse_time
@@ -318,7 +318,6 @@ def ingest(vault: Vault, stream: TextIO, *, source: str | None = None, name: str
     memories are never re-extracted as new ones."""
     report = IngestReport()
     recalled = vault.state.recalled_hashes()
-    settings = vault.lifecycle
     for lineno, line in enumerate(stream, 1):
         if not line.strip():
             continue
@@ -350,7 +349,7 @@ def ingest(vault: Vault, stream: TextIO, *, source: str | None = None, name: str
                 continue
             key = item.get("key") or slug_key(item.get("category"), text)
             validate_key(key)
-            matches = [m for m in similar_facts(vault, key, text)]
+            matches = similar_facts(vault, key, text)
             conflict = next((m for m in matches if m["kind"] == "conflict"), None)
             if conflict is not None:
                 report.conflicts.append({"line": where, "key": key, "with": conflict["key"],
@@ -377,9 +376,4 @@ def ingest(vault: Vault, stream: TextIO, *, source: str | None = None, name: str
             report.skipped.append({"line": where, "reason": str(exc)})
         except (TypeError, ValueError) as exc:
             report.skipped.append({"line": where, "reason": f"bad field: {exc}"})
-    del settings
     return report
-
-
-__all__ = ["prune", "purge", "stale", "stale_reason", "verify", "dedup", "expire", "ingest", "similar_facts",
-           "text_hash", "FactNotFound", "InvalidKey", "date"]

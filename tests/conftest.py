@@ -1,7 +1,6 @@
 """Test isolation: every test gets its own HOME, git config and environment; no test sees the real user's."""
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 

@@ -1,11 +1,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
-
-import pytest
 
 from memvault.cli import cli
 from conftest import git

@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from memvault import Vault
-from memvault.errors import ModelUnavailable
 from memvault.index import fts_query
 from fake_embedder import FakeEmbedder, set_model
 from conftest import git

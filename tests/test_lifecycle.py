@@ -15,7 +15,7 @@ from memvault.cli import cli
 from memvault.errors import SecretRefused, UntrustedSource
 from memvault.recall import render
 from conftest import git
-from fake_embedder import Models, set_model  # noqa: F401
+from fake_embedder import set_model
 
 NOW = datetime.now(timezone.utc)
 
@@ -83,7 +83,7 @@ def test_cli_prune_and_stats(invoke, vault):
     assert "raw" in r.stdout and "would remove" in r.stdout and len(vault.episodes.list()) == 1
     r = invoke("prune", "--json")
     assert json.loads(r.stdout)["kinds"]["raw"]["removed"] == 1
-    assert "episodes" not in invoke("stats").stdout or True
+    assert "episodes:" in invoke("stats").stdout
 
 
 # -- purge -------------------------------------------------------------------------------------------------
@@ -185,7 +185,6 @@ def test_stale_facts_are_listed_marked_and_ranked_down(vault, models):
     assert "review after 30d" in items["fw/old"]["reason"] and items["fw/old"]["last_commit"] is None
     hits = {h.id: h for h in v.recall("firewall vendor VPN port 8443", k=3, record_access=False)}
     assert hits["fw/exception"].to_dict()["stale"] is True and hits["fw/rules"].to_dict()["stale"] is False
-    raw = sum(v.lifecycle and 0 or 0 for _ in [0])  # noqa: F841
     e = hits["fw/exception"]
     unpenalised = sum(w * e.factors[f] for f, w in
                       {"relevance": .5, "importance": .15, "confidence": .15, "recency": .1, "frequency": .1}.items())

@@ -30,7 +30,7 @@ from memvault.mcp_server import (  # noqa: E402
     BearerAuth, build_server, default_source, is_loopback, parse_address, resolve_token, serve)
 from memvault import frontmatter_edit as fm  # noqa: E402
 from conftest import REPO_ROOT, git  # noqa: E402
-from fake_embedder import Models, set_model  # noqa: F401
+from fake_embedder import set_model
 
 TOOLS = {"recall", "get_fact", "set_fact", "list_facts", "log_episode", "list_episodes", "get_procedure",
          "list_procedures"}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from memvault import Vault
-from conftest import REPO_ROOT, git
+from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.model
 

@@ -8,7 +8,7 @@ import pytest
 from memvault import Vault
 from memvault.cli import cli
 from memvault.recall import count_tokens, render
-from fake_embedder import Models, set_model  # noqa: F401
+from fake_embedder import set_model
 
 HIT_FIELDS = ["kind", "id", "text", "score", "factors", "source", "created", "updated", "path"]
 

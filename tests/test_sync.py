@@ -10,7 +10,7 @@ from memvault.errors import GitError
 from memvault.gitstore import GitStore
 from memvault.sync import SyncConflict, sync
 from conftest import git
-from fake_embedder import Models, set_model  # noqa: F401
+from fake_embedder import set_model
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 from memvault import Vault
 from memvault.errors import SearchIndexError
 from memvault.watch import Watcher, WatcherRunning, is_relevant, watching
-from fake_embedder import Models, set_model  # noqa: F401
+from fake_embedder import set_model
 
 
 
