@@ -83,7 +83,9 @@ def test_cli_prune_and_stats(invoke, vault):
     assert "raw" in r.stdout and "would remove" in r.stdout and len(vault.episodes.list()) == 1
     r = invoke("prune", "--json")
     assert json.loads(r.stdout)["kinds"]["raw"]["removed"] == 1
-    assert "episodes:" in invoke("stats").stdout
+    vault.episodes.append("fresh", source="agent:a")
+    out = invoke("stats").stdout
+    assert "episodes:" in out and "1 lines" in out
 
 
 # -- purge -------------------------------------------------------------------------------------------------
