@@ -37,6 +37,8 @@ model = "BAAI/bge-small-en-v1.5"
 weights = { relevance = 0.50, importance = 0.15, confidence = 0.15, recency = 0.10, frequency = 0.10 }
 half_life = "30d"        # recency halves every half_life since the last update or access
 semantic_weight = 0.5    # within relevance: share of the semantic score (the rest is keyword BM25)
+phrase_weight = 0.5      # within keyword: weight of consecutive query-word pairs matched as phrases
+exact_boost = 0.2        # when a memory quotes the whole query word for word, the others' relevance is cut by this
 candidates = 100         # candidates taken from each of keyword and vector search
 embed_at_recall = 64     # changed chunks recall embeds before answering; more wait for `memvault reindex`
 # Recall re-checks every file at most this often; in between it checks directory mtimes (files created,
@@ -97,6 +99,7 @@ class Config:
 
 
 FACTORS = ("relevance", "importance", "confidence", "recency", "frequency")
+DEFAULT_PHRASE_WEIGHT = 0.5
 DEFAULT_WEIGHTS = {"relevance": 0.50, "importance": 0.15, "confidence": 0.15, "recency": 0.10, "frequency": 0.10}
 
 
@@ -108,6 +111,8 @@ class RecallSettings:
     candidates: int
     embed_at_recall: int
     rescan_interval: float
+    phrase_weight: float
+    exact_boost: float
 
 
 def recall_settings(cfg: Config) -> RecallSettings:
@@ -139,7 +144,14 @@ def recall_settings(cfg: Config) -> RecallSettings:
     rescan = parse_age(cfg.get("recall", "rescan_interval", "30s", str))
     if rescan is None:
         raise ConfigError(where, "[recall] rescan_interval must be an age like 30s or 5m")
-    return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall, rescan.total_seconds())
+    phrase = float(cfg.get("recall", "phrase_weight", DEFAULT_PHRASE_WEIGHT, float))
+    if phrase < 0:
+        raise ConfigError(where, f"[recall] phrase_weight must be >= 0, not {phrase}")
+    exact = float(cfg.get("recall", "exact_boost", 0.2, float))
+    if not 0 <= exact < 1:
+        raise ConfigError(where, f"[recall] exact_boost must be in 0..1, not {exact}")
+    return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall,
+                          rescan.total_seconds(), phrase, exact)
 
 
 DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}

@@ -48,11 +48,10 @@ INDEX_NAME = "index.db"
 # Fallback chunking when no model (hence no tokenizer) is at hand: words per window and overlap.
 FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
 CHUNK_OVERLAP = 32
-# Procedures are cut finer than the model's window: a runbook's steps or a tldr page's examples are each a few
-# lines, and one vector averaged over a whole page matches none of them well (bench/eval_recall.py).
-PROCEDURE_WINDOW = 128
-PROCEDURE_OVERLAP = 16
-CHUNKING = f"v2:{PROCEDURE_WINDOW}/{PROCEDURE_OVERLAP}"  # in procedures' doc hashes: a change re-embeds them
+# How text is cut, recorded in the index: when a release changes it, the next sync with the model re-reads every
+# file and re-embeds the docs whose chunks change. (128-token windows for procedures were measured and rejected:
+# tldr_self R@5 +0.009, cheat_to_tldr R@10 -0.031, alert_to_runbook R@10 -0.009; docs/benchmarks.md.)
+CHUNKING = "v1:model-window/32"
 EMBED_GROUP = 1024  # texts per encode call: large enough for full batches, small enough for a live progress bar
 
 MIGRATIONS: list[tuple[str, str]] = [
@@ -257,9 +256,7 @@ class Doc:
 
     @property
     def hash(self) -> str:
-        """Changes when the text to embed, or the way it is cut, changes."""
-        if self.kind == "procedure":
-            return _hash(f"{CHUNKING}\x00{self.header}\x00{self.body}")
+        """Changes when the text to embed changes (a change of how it is cut is handled by ``CHUNKING``)."""
         return _hash(self.header + "\x00" + self.body)
 
 
@@ -598,7 +595,8 @@ class Index:
         report.files_seen = len(disk)
         can_embed = embedder is not None and identity is not None
         row = conn.execute("SELECT value FROM meta WHERE key = 'chunking'").fetchone()
-        rechunk = can_embed and only is None and (row[0] if row else None) != CHUNKING
+        # Indexes from before the chunking was recorded were cut the v1 way.
+        rechunk = can_embed and only is None and (row[0] if row else "v1:model-window/32") != CHUNKING
         changed = [
             rel
             for rel, (kind, size, mtime, ino) in disk.items()
@@ -617,7 +615,7 @@ class Index:
             if found is not None:
                 docs.extend(found)
         touched = set(changed) | set(removed)
-        self._apply(conn, docs, touched, identity, embedder, embed_limit, progress, report)
+        self._apply(conn, docs, touched, identity, embedder, embed_limit, progress, report, rechunk=rechunk)
         with transaction(conn):
             conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in removed])
             pending_paths = {
@@ -644,8 +642,12 @@ class Index:
         embed_limit: int | None,
         progress: Progress | None,
         report: SyncReport,
+        *,
+        rechunk: bool = False,
     ) -> None:
-        """Diff ``docs`` (everything now in the ``touched`` files) against the index and write the difference."""
+        """Diff ``docs`` (everything now in the ``touched`` files) against the index and write the difference.
+
+        ``rechunk`` re-cuts and re-embeds every doc, unchanged text included (the way text is cut changed)."""
         existing: dict[tuple[str, str], tuple[int, str, bool]] = {}
         if touched:
             for path_batch in _batches(sorted(touched), 500):
@@ -678,7 +680,7 @@ class Index:
                 continue
             seen.add(key)
             row = existing.get(key)
-            if row is not None and row[1] == d.hash:
+            if row is not None and row[1] == d.hash and not rechunk:
                 meta_updates.append(d)
                 report.metadata_only += 1
                 if not row[2] and identity is not None and embedder is not None:
@@ -782,10 +784,7 @@ class Index:
         head = d.header + "\n" if d.header else ""
         if emb is not None:
             window = emb.identity.max_tokens - 2 - (emb.count_tokens(head) if head else 0)
-            overlap = CHUNK_OVERLAP
-            if d.kind == "procedure":
-                window, overlap = min(window, PROCEDURE_WINDOW), PROCEDURE_OVERLAP
-            pieces = emb.split(d.body, max(16, window), overlap)
+            pieces = emb.split(d.body, max(16, window), CHUNK_OVERLAP)
         else:
             pieces = fallback_split(d.body)
         return [head + p for p in pieces] or [head.strip() or d.body]
@@ -867,6 +866,32 @@ class Index:
             f"WHERE chunks_fts MATCH ? AND d.kind IN ({_marks(kinds)}) ORDER BY s LIMIT ?"
         )
         return [(r[0], -r[1]) for r in conn.execute(sql, (expr, *kinds, limit))]
+
+    def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of chunks holding two consecutive query words in order: the proximity signal
+        that tells the page with the exact line from pages that only share its words."""
+        expr = fts_phrase_query(query)
+        if not expr:
+            return []
+        conn = self.connection()
+        sql = (
+            "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f "
+            "JOIN chunks c ON c.rowid = f.rowid JOIN docs d ON d.doc = c.doc "
+            f"WHERE chunks_fts MATCH ? AND d.kind IN ({_marks(kinds)}) ORDER BY s LIMIT ?"
+        )
+        return [(r[0], -r[1]) for r in conn.execute(sql, (expr, *kinds, limit))]
+
+    def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
+        """Chunks that contain the whole query, word for word (three words or more): a quoted memory."""
+        tokens = _TOKEN.findall(query.lower())
+        if len(tokens) < 3:
+            return []
+        conn = self.connection()
+        sql = (
+            "SELECT f.rowid FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid JOIN docs d ON d.doc = c.doc "
+            f"WHERE chunks_fts MATCH ? AND d.kind IN ({_marks(kinds)}) LIMIT ?"
+        )
+        return [r[0] for r in conn.execute(sql, ('"' + " ".join(tokens[:64]) + '"', *kinds, limit))]
 
     def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, cosine similarity) best first.
@@ -1018,6 +1043,19 @@ def _top_k(cached: tuple[Any, Any, Any], vector: Any, kinds: Sequence[str], limi
     top = np.argpartition(-scores, k - 1)[:k]
     top = top[np.argsort(-scores[top], kind="stable")]
     return [(int(rowids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
+
+
+def fts_phrase_query(text: str) -> str:
+    """Consecutive word pairs of the query as FTS5 phrases, OR-ed; pairs of two stop words are left out."""
+    tokens = _TOKEN.findall(text.lower())
+    pairs = []
+    for a, b in zip(tokens, tokens[1:]):
+        if a in _STOPWORDS and b in _STOPWORDS:
+            continue
+        pair = f'"{a} {b}"'
+        if pair not in pairs:
+            pairs.append(pair)
+    return " OR ".join(pairs[:64])
 
 
 def _marks(items: Sequence[Any] | set[Any]) -> str:

@@ -3,7 +3,10 @@
     score = w_rel·relevance + w_imp·importance + w_conf·confidence + w_rec·recency + w_freq·frequency
 
 - relevance: ``s·semantic + (1-s)·keyword`` where semantic is the cosine similarity to the query divided by the
-  best candidate's, keyword is BM25 divided by the best candidate's, and ``s`` is ``[recall] semantic_weight``.
+  best candidate's, and ``s`` is ``[recall] semantic_weight``. keyword is ``(terms + p·pairs) / (1 + p)``: terms
+  is BM25 over the query's words divided by the best candidate's, pairs the same over consecutive word pairs
+  taken as phrases (proximity: the text with the exact line beats texts that only share its words), and ``p``
+  is ``[recall] phrase_weight``.
   Candidates are the union of FTS5 BM25 (any query term may match) and sqlite-vec KNN; every candidate gets
   both scores (keyword 0 when no term matched; its exact cosine when KNN did not return it). A memory split in
   chunks (a long procedure) takes its best chunk, and is returned whole.
@@ -179,13 +182,15 @@ def recall(
 
     n = max(settings.candidates, k)
     keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
+    phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and settings.phrase_weight else {}
     cosine: dict[int, float] = {}
     if qvec is not None:
         cosine = dict(index.search_vectors(qvec, kinds, n))
         missing = [r for r in keyword if r not in cosine]
         if missing:
             cosine.update(index.similarities(qvec, missing))
-    rowids = set(keyword) | set(cosine)
+    exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
+    rowids = set(keyword) | set(phrases) | set(cosine) | exact
     if not rowids:
         return RecallResult([], mode=used_mode, warnings=warnings)
     docs = index.chunk_docs(list(rowids))
@@ -200,13 +205,19 @@ def recall(
 
     s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
     best_kw = max(keyword.values(), default=0.0) or 1.0
+    best_phrase = max(phrases.values(), default=0.0) or 1.0
+    p = settings.phrase_weight
     best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
     best: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
     for rowid in rowids:
         doc = docs.get(rowid)
         if doc is None:
             continue
-        rel = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * keyword.get(rowid, 0.0) / best_kw
+        kw = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
+        rel = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw
+        if exact:
+            # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
+            rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
         key = (doc["kind"], doc["id"])
         if key not in best or rel > best[key][0]:
             best[key] = (rel, doc)

@@ -268,9 +268,8 @@ def test_a_new_chunking_re_embeds_everything_once(fv, models):
     fv.reindex()
     conn = fv.index.connection()
     total = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
-    # what an index built by an older memvault looks like: another chunking, doc hashes made with it
-    conn.execute("UPDATE meta SET value = 'v1:old' WHERE key = 'chunking'")
-    conn.execute("UPDATE docs SET hash = 'made-with-v1'")
+    # what an index built by a memvault that cut text another way looks like
+    conn.execute("UPDATE meta SET value = 'v0:other' WHERE key = 'chunking'")
     fake = models.instances["fake-hash"]
     fake.reset_counts()
     Vault.open(fv.root).reindex()

@@ -121,3 +121,22 @@ def test_cli_reindex_stats_and_dry_run(fv, runner):
     assert est["estimated_seconds"] >= 0 and est["disk_needed_during_swap_bytes"] > est["current_index_bytes"]
     r = runner.invoke(cli, [*base, "reindex", "--dry-run"])
     assert "time: about" in r.stdout and "disk:" in r.stdout
+
+
+def test_a_quoted_line_and_word_order_win_over_shared_words(fv):
+    fv.facts.set("ops/a", "Restart the nginx service after you stop the proxy and drain the web host.")
+    fv.facts.set("ops/b", "Stop the nginx proxy, drain the web host, then restart the service.")
+    hits = fv.recall("stop the nginx proxy", k=2, kinds=["fact"], record_access=False)
+    assert hits[0].id == "ops/b" and hits[0].factors["relevance"] == 1.0   # quoted word for word
+    hits = fv.recall("you stop the proxy", k=2, kinds=["fact"], record_access=False, mode="keyword")
+    assert hits[0].id == "ops/a"
+
+
+def test_keyword_settings_are_validated(vault):
+    from memvault.config import load, recall_settings
+    from memvault.errors import ConfigError
+
+    toml = vault.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace("phrase_weight = 0.5", "phrase_weight = -1"))
+    with pytest.raises(ConfigError, match="phrase_weight"):
+        recall_settings(load(toml))
