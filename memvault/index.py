@@ -52,6 +52,7 @@ CHUNK_OVERLAP = 32
 # file and re-embeds the docs whose chunks change. (128-token windows for procedures were measured and rejected:
 # tldr_self R@5 +0.009, cheat_to_tldr R@10 -0.031, alert_to_runbook R@10 -0.009; docs/benchmarks.md.)
 CHUNKING = "v1:model-window/32"
+DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
 EMBED_GROUP = 1024  # texts per encode call: large enough for full batches, small enough for a live progress bar
 
 MIGRATIONS: list[tuple[str, str]] = [
@@ -363,6 +364,7 @@ class Index:
         self._conn: sqlite3.Connection | None = None
         self._conn_target: Path | None = None
         self._vector_searches = 0
+        self._last_refresh = float("-inf")
         self._vector_cache: tuple[Any, Any] | None = None
 
     # -- files and generations ---------------------------------------------------------------------------
@@ -524,6 +526,9 @@ class Index:
         target = self.current_target()
         if target is None:
             return self.sync(embedder, embed_limit=embed_limit)
+        if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
+            return SyncReport()  # a warm process asking again within the second: candidates are still verified
+        self._last_refresh = time.monotonic()
         conn = self.connection()
         row = conn.execute("SELECT value FROM meta WHERE key = 'last_scan'").fetchone()
         due = row is None or time.time() - float(row[0]) > interval
