@@ -194,14 +194,6 @@ def recall(
     if not rowids:
         return RecallResult([], mode=used_mode, warnings=warnings)
     docs = index.chunk_docs(list(rowids))
-    if sync and verify:
-        # Stat the files behind the candidates: one edited in place since the last sync is re-indexed and the
-        # search run again, so ranking never rests on text that is no longer there.
-        changed = index.verify({d["path"] for d in docs.values()}, provider if qvec is not None else None,
-                               embed_limit=settings.embed_at_recall)
-        if changed is not None and changed.changed:
-            return recall(vault, query, k, kinds, budget, mode=mode, fmt=fmt, sync=True,
-                          record_access=record_access, verify=False, _warnings=warnings + changed.warnings)
 
     s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
     best_kw = max(keyword.values(), default=0.0) or 1.0
@@ -246,6 +238,14 @@ def recall(
         doc["stale"] = stale
         scored.append((score, key, factors, doc))
     scored.sort(key=lambda t: (-t[0], t[1]))
+    if sync and verify:
+        # Stat the files behind what is about to be returned (and a margin): one edited in place since the last
+        # sync is re-indexed and the search run again, so a hit never rests on text that is no longer there.
+        changed = index.verify({doc["path"] for _, _, _, doc in scored[: 2 * k + 5]},
+                               provider if qvec is not None else None, embed_limit=settings.embed_at_recall)
+        if changed is not None and changed.changed:
+            return recall(vault, query, k, kinds, budget, mode=mode, fmt=fmt, sync=True,
+                          record_access=record_access, verify=False, _warnings=warnings + changed.warnings)
 
     hits: list[Hit] = []
     for score, key, factors, doc in scored:
