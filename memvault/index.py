@@ -859,44 +859,32 @@ class Index:
                 self._remove_generation(path)
 
     # -- queries -----------------------------------------------------------------------------------------
-    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25)."""
-        expr = fts_query(query)
+    def _match(self, expr: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25 as a positive score) of chunks of ``kinds`` matching an FTS5 expression, best first."""
         if not expr:
             return []
-        conn = self.connection()
         sql = (
             "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f "
             "JOIN chunks c ON c.rowid = f.rowid JOIN docs d ON d.doc = c.doc "
             f"WHERE chunks_fts MATCH ? AND d.kind IN ({_marks(kinds)}) ORDER BY s LIMIT ?"
         )
-        return [(r[0], -r[1]) for r in conn.execute(sql, (expr, *kinds, limit))]
+        return [(r[0], -r[1]) for r in self.connection().execute(sql, (expr, *kinds, limit))]
+
+    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25)."""
+        return self._match(fts_query(query), kinds, limit)
 
     def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) of chunks holding two consecutive query words in order: the proximity signal
         that tells the page with the exact line from pages that only share its words."""
-        expr = fts_phrase_query(query)
-        if not expr:
-            return []
-        conn = self.connection()
-        sql = (
-            "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f "
-            "JOIN chunks c ON c.rowid = f.rowid JOIN docs d ON d.doc = c.doc "
-            f"WHERE chunks_fts MATCH ? AND d.kind IN ({_marks(kinds)}) ORDER BY s LIMIT ?"
-        )
-        return [(r[0], -r[1]) for r in conn.execute(sql, (expr, *kinds, limit))]
+        return self._match(fts_phrase_query(query), kinds, limit)
 
     def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
         """Chunks that contain the whole query, word for word (three words or more): a quoted memory."""
         tokens = _TOKEN.findall(query.lower())
         if len(tokens) < 3:
             return []
-        conn = self.connection()
-        sql = (
-            "SELECT f.rowid FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid JOIN docs d ON d.doc = c.doc "
-            f"WHERE chunks_fts MATCH ? AND d.kind IN ({_marks(kinds)}) LIMIT ?"
-        )
-        return [r[0] for r in conn.execute(sql, ('"' + " ".join(tokens[:64]) + '"', *kinds, limit))]
+        return [rowid for rowid, _ in self._match('"' + " ".join(tokens[:64]) + '"', kinds, limit)]
 
     def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, cosine similarity) best first.
