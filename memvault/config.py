@@ -10,7 +10,7 @@ from .errors import ConfigError
 
 CONFIG_NAME = "memvault.toml"
 
-from .embeddings import DEFAULT_MODEL  # noqa: E402  (cheap: embeddings imports torch lazily)
+DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"  # embeddings.py re-exports it; config must not import embeddings
 
 TEMPLATE = '''\
 # memvault vault configuration (TOML). Every key is optional; the values shown are the defaults.

@@ -44,7 +44,7 @@ __all__ = [
     "weights_fingerprint",
 ]
 
-DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
+from .config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
 
 # Measured with MiniLM on a 2-core CPU, 2,000 texts of ~40 words: 16, 32 and 64 are within noise of each other
 # (~85-105 texts/s) while 128 is 10-20 % slower (more padding per batch, worse cache use). 32 was never worse.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -93,6 +92,8 @@ class GitStore:
             try:
                 self._git("var", "GIT_COMMITTER_IDENT")
             except GitError:
+                import socket
+
                 self._identity_env = {
                     "GIT_COMMITTER_NAME": "memvault",
                     "GIT_COMMITTER_EMAIL": f"memvault@{socket.gethostname() or 'localhost'}",
