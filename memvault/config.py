@@ -79,6 +79,11 @@ class Config:
     query_prefix: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
+    def wants_model(self, identity: Any) -> bool:
+        """Whether vectors of ``identity`` (a ModelIdentity) are what this config asks for: same model name and,
+        when the config sets one, the same query prefix. Revisions are compared once the model is loaded."""
+        return identity.name == self.model and (self.query_prefix is None or self.query_prefix == identity.query_prefix)
+
     def section(self, name: str) -> dict[str, Any]:
         value = self.raw.get(name, {})
         if not isinstance(value, dict):

@@ -133,9 +133,7 @@ def recall(
                 warnings.append("the index has no vectors (no model was available when it was built): "
                                 "keyword-only results; run 'memvault reindex'")
             semantic = False
-        elif identity.name != vault.config.model or (
-            vault.config.query_prefix is not None and vault.config.query_prefix != identity.query_prefix
-        ):
+        elif not vault.config.wants_model(identity):
             if semantic:
                 warnings.append(
                     f"memvault.toml asks for model {vault.config.model!r} but the index holds vectors of "
@@ -183,13 +181,14 @@ def recall(
     n = max(settings.candidates, k)
     keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
     phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and settings.phrase_weight else {}
+    exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
     cosine: dict[int, float] = {}
     if qvec is not None:
         cosine = dict(index.search_vectors(qvec, kinds, n))
-        missing = [r for r in keyword if r not in cosine]
+        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
+        missing = (set(keyword) | set(phrases) | exact) - set(cosine)
         if missing:
-            cosine.update(index.similarities(qvec, missing))
-    exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
+            cosine.update(index.similarities(qvec, sorted(missing)))
     rowids = set(keyword) | set(phrases) | set(cosine) | exact
     if not rowids:
         return RecallResult([], mode=used_mode, warnings=warnings)

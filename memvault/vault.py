@@ -181,10 +181,7 @@ class Vault:
             self._set_model(model, source)
         index = self.index
         identity = index.identity() if index.exists() else None
-        stale_model = identity is None or identity.name != self.config.model or (
-            self.config.query_prefix is not None and self.config.query_prefix != identity.query_prefix
-        )
-        if full or stale_model:
+        if full or identity is None or not self.config.wants_model(identity):
             return index.rebuild(self.embedder, progress=progress)
         report = index.sync(self.embedder, progress=progress)
         if report.model_loaded and self._embedder is not None and identity is not None and \
