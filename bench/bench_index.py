@@ -125,7 +125,7 @@ def _read_pool(root: Path) -> dict[str, Any]:
 
     from memvault import Vault
 
-    vault = Vault.open(root)
+    vault = Vault.open(root, daemon=False)
     conn = vault.index.connection()
     rows = conn.execute("SELECT c.text, v.embedding FROM chunks c JOIN chunks_vec v ON v.rowid = c.rowid").fetchall()
     vault.index.close()
@@ -152,13 +152,14 @@ def ensure_vault(n: int, real_max: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     corpus.write_vault(root, n, MODEL)
     write_s = time.perf_counter() - t0
-    vault = Vault.open(root)
     t0 = time.perf_counter()
-    real = vault.embedder()
+    real = Vault.open(root, daemon=False).engine.get()
     load_s = time.perf_counter() - t0
     if pool is not None:
         fake = PooledEmbedder(real, pool)
-        vault._embedder = fake  # the vault's own embedder slot: reindex() and the index call vault.embedder()
+        vault = Vault.open(root, embedder_factory=lambda _config: fake)
+    else:
+        vault = Vault.open(root, embedder_factory=lambda _config: real)
     log(f"indexing {n} facts ({mode} vectors)")
     t0 = time.perf_counter()
     report = vault.reindex()
@@ -187,8 +188,8 @@ def bench_recall(sizes: list[int], n_queries: int) -> list[dict[str, Any]]:
     out = []
     for n in sizes:
         root = vault_dir(n)
-        vault = Vault.open(root)
-        emb = vault.embedder()
+        vault = Vault.open(root, daemon=False)
+        emb = vault.engine.get()
         index = vault.index
         conn = index.connection()
         blobs = conn.execute("SELECT embedding FROM chunks_vec").fetchall()
@@ -209,8 +210,9 @@ def bench_recall(sizes: list[int], n_queries: int) -> list[dict[str, Any]]:
             gc.collect()
             s = time.perf_counter(); vault.recall(q, k=10, record_access=False); t["recall"].append(time.perf_counter() - s)
             s = time.perf_counter(); qvec = emb.embed_query(q); t["embed"].append(time.perf_counter() - s)
-            s = time.perf_counter(); index.sync(None); t["sync"].append(time.perf_counter() - s)
-            s = time.perf_counter(); index.refresh(None); t["refresh"].append(time.perf_counter() - s)
+            s = time.perf_counter(); index.sync(); t["sync"].append(time.perf_counter() - s)
+            index._last_refresh = float("-inf")  # time the directory check itself, not its once-a-second skip
+            s = time.perf_counter(); index.refresh(); t["refresh"].append(time.perf_counter() - s)
             s = time.perf_counter(); conn.execute(knn_sql, (vector_blob(qvec), 100)).fetchall()
             t["vector_knn"].append(time.perf_counter() - s)
             s = time.perf_counter(); index.search_vectors(qvec, kinds, 100); t["vector"].append(time.perf_counter() - s)
@@ -275,8 +277,8 @@ def bench_reindex(n: int, rounds: int = 2) -> dict[str, Any]:
             shutil.rmtree(root)
         corpus.write_vault(root, n, MODEL)
         (root / MARKER).write_text(json.dumps({"corpus_version": corpus.VERSION, "n": n, "mode": "files-only"}))
-    vault = Vault.open(root)
-    emb = vault.embedder()
+    vault = Vault.open(root, daemon=False)
+    emb = vault.engine.get()
     emb.embed_documents([f.text for f in corpus.facts(64)])  # warm-up
     reindex_s, encode_s = [], []
     chunks = 0
@@ -362,7 +364,7 @@ def bench_mcp(n: int, n_queries: int) -> dict[str, Any]:
                     assert not r.is_error
 
     asyncio.run(run())
-    vault = Vault.open(root)
+    vault = Vault.open(root, daemon=False)
     for q in queries[:3]:
         vault.recall(q, k=10)
     lib = []

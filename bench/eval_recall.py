@@ -114,21 +114,13 @@ _EMBEDDER: _CachedQueries | None = None
 
 
 def open_vault(vault_dir: Path) -> Vault:
+    """The eval vault with one model object shared by every vault of the run (query vectors cached)."""
     global _EMBEDDER
-    vault = Vault.open(vault_dir)
     if _EMBEDDER is None:
-        _EMBEDDER = _CachedQueries(vault.embedder())
-    vault._embedder = _EMBEDDER  # type: ignore[assignment]  # the same model object, cached queries
-    # ProcedureStore.path_of walks all of procedures/ for every procedure hit (~0.4 s per hit on tldr's 7.3k
-    # pages, so ~4 s per recall). The files do not change during a run: list them once. Ranking is untouched.
-    store = vault.procedures
-    listing = store.files()
-    store.files = lambda: listing  # type: ignore[method-assign]
-    # The cache lives inside the memvault repository's work tree (git-ignored). Without this, recall would ask
-    # that enclosing repository for every procedure hit's commit and blob: two git calls per hit, and answers
-    # about a repository the eval vault is not part of. The eval vaults are not git repos.
-    vault.__dict__["git"] = None
-    return vault
+        from memvault.engine import Engine
+
+        _EMBEDDER = _CachedQueries(Engine(MODEL, daemon=False).get())
+    return Vault.open(vault_dir, embedder_factory=lambda _config: _EMBEDDER)
 
 
 # ------------------------------------------------------------------------------------------------ candidates
@@ -271,7 +263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"   index {vdir.relative_to(args.cache)}: {secs:.1f}s, {report.chunks_embedded} chunks "
                       f"embedded, {stats['chunks']} chunks / {sum(stats['items'].values())} items",
                       file=sys.stderr, flush=True)
-            emb = vault.embedder()
+            emb = vault.engine.get()
             t0 = time.perf_counter()
             cands: dict[str, Candidates] = {}
             log = ranked_log.setdefault(set_name, {})

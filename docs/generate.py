@@ -1,14 +1,32 @@
-"""Generate docs/cli.md from the CLI's own --help texts. Run: python docs/generate.py (tests fail on drift)."""
+"""Generate the docs that come from the code: docs/cli.md from the CLI's own --help texts, and the tables of
+README.md between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` (the settings of memvault.toml, the trust
+table). Run: python docs/generate.py (tests/test_docs.py fails on drift)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import re
+
 import click
 
+from memvault import config, trust
 from memvault.cli import cli
 
 TARGET = Path(__file__).resolve().parent / "cli.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
+#: README sections generated from the code.
+SECTIONS = {"config": config.readme_table, "trust": trust.table}
+
+
+def readme(text: str) -> str:
+    """``text`` (README.md) with every generated section replaced by what the code says now."""
+    for name, make in SECTIONS.items():
+        pattern = re.compile(rf"(<!-- generated: {name} -->\n)(.*?)(<!-- end: {name} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md has no <!-- generated: {name} --> ... <!-- end: {name} --> section")
+        text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(3), text)
+    return text
 
 
 def render() -> str:
@@ -35,4 +53,5 @@ def render() -> str:
 
 if __name__ == "__main__":
     TARGET.write_text(render())
-    print(f"wrote {TARGET}", file=sys.stderr)
+    README.write_text(readme(README.read_text()))
+    print(f"wrote {TARGET} and the generated sections of {README}", file=sys.stderr)

@@ -1,98 +1,124 @@
 """The ``memvault`` command: a thin layer over :class:`memvault.Vault`.
 
-Each command parses its flags, gets the vault from the context, calls one library method and prints. Errors
-from the library become one line on stderr and exit code 1 in :func:`main`, the only place that does so.
+Each command parses its flags, gets the vault from the context, calls one library method and returns what to
+print (:class:`Out`: the JSON data and the lines for people); the ``--json`` switch is handled once, by
+:func:`output`. Every exception becomes one line on stderr and an exit code in :class:`Group`, through
+:func:`memvault.errors.describe`, the mapping the MCP server and the git hooks use too.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
-from .errors import FactParseError, InvalidValue, MemvaultError
+from .errors import InvalidValue, MemvaultError, describe
 from .timeutil import parse_time, parse_time_or_age
 from .vault import Vault
 
 
 class Context:
-    """Resolves the vault once, on first use (``init`` needs none)."""
+    """Resolves the vault once, on first use (``init`` needs none). ``options`` go to :class:`Vault` (tests pass
+    an ``embedder_factory``); commands that may load a model show its progress on a terminal."""
 
-    def __init__(self, vault_path: str | None) -> None:
+    def __init__(self, vault_path: str | None = None, **options: Any) -> None:
         self.vault_path = vault_path
+        self.options = options
         self._vault: Vault | None = None
 
     @property
     def vault(self) -> Vault:
         if self._vault is None:
-            self._vault = Vault.open(self.vault_path)
+            from .engine import terminal_status
+
+            self._vault = Vault.open(self.vault_path, **{"status": terminal_status, **self.options})
         return self._vault
 
 
 pass_ctx = click.make_pass_decorator(Context)
 
 
-def emit_json(data) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+@dataclass
+class Out:
+    """What a command prints: ``data`` for ``--json``, ``lines`` for people, ``notes`` on stderr either way."""
+
+    data: Any
+    lines: Iterable[str] = ()
+    notes: list[str] = field(default_factory=list)
 
 
-def warn_problems(problems) -> None:
-    for problem in problems:
-        click.echo(f"memvault: warning: {problem}", err=True)
+def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
+    """Adds ``--json`` to a command that returns :class:`Out`, and prints it one way or the other."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+    @functools.wraps(fn)
+    def command(*args: Any, as_json: bool, **kwargs: Any) -> None:
+        result = fn(*args, **kwargs)
+        if result is None:
+            return
+        for note in result.notes:
+            click.echo(f"memvault: warning: {note}", err=True)
+        if as_json:
+            click.echo(json.dumps(result.data, ensure_ascii=False, indent=2))
+        else:
+            for line in result.lines:
+                click.echo(line)
+
+    return command
 
 
 def read_text_arg(text: str | None, what: str) -> str:
-    """TEXT, or stdin when TEXT is '-' or missing and stdin is not a terminal."""
+    """TEXT, or stdin when TEXT is '-' or missing and stdin is not a terminal; stdin must be UTF-8."""
     if text is None or text == "-":
         if text is None and sys.stdin.isatty():
             raise click.UsageError(f"give the {what} as an argument, or '-' to read it from stdin")
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidValue("stdin", f"the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return text
 
 
 class Failure(click.ClickException):
-    """A library error on its way out: one line on stderr, and its exit code."""
+    """An error on its way out: one line on stderr, and its exit code."""
 
-    def __init__(self, error: MemvaultError) -> None:
-        super().__init__(str(error))
-        self.exit_code = error.exit_code
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
-    def show(self, file=None) -> None:
+    def show(self, file: Any = None) -> None:
         click.echo(f"memvault: error: {self.message}", err=True)
 
 
 class Group(click.Group):
-    """Turns every :class:`MemvaultError` into a :class:`Failure`: the one place errors become exits."""
+    """Turns every exception into a :class:`Failure` (via :func:`memvault.errors.describe`): the one place
+    where errors become exits. ``MEMVAULT_DEBUG=1`` lets a bug's traceback through."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except MemvaultError as exc:
-            raise Failure(exc) from None
-        except OSError as exc:
-            if isinstance(exc, BrokenPipeError):
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the funnel
+            if os.environ.get("MEMVAULT_DEBUG") and not isinstance(exc, MemvaultError):
                 raise
-            where = f"{exc.filename}: " if exc.filename else ""
-            raise Failure(MemvaultError(f"{where}{exc.strerror or exc}")) from None
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+            message, code = describe(exc)
+            raise Failure(message, code) from None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--vault",
-    "vault_path",
-    metavar="PATH",
-    envvar="MEMVAULT_DIR",
-    show_envvar=True,
-    help="The vault directory. Default: the nearest parent of the current directory holding memvault.toml.",
-)
+@click.option("--vault", "vault_path", metavar="PATH", envvar="MEMVAULT_DIR", show_envvar=True,
+              help="The vault directory. Default: the nearest parent of the current directory holding memvault.toml.")
 @click.version_option(package_name="memvault")
 @click.pass_context
 def cli(ctx: click.Context, vault_path: str | None) -> None:
@@ -101,7 +127,9 @@ def cli(ctx: click.Context, vault_path: str | None) -> None:
     Facts (keyed markdown files), procedures (whole runbooks) and episodes (append-only JSONL) in a git
     repository that people can read, correct and audit.
     """
-    ctx.obj = Context(vault_path)
+    if not isinstance(ctx.obj, Context):
+        ctx.obj = Context()
+    ctx.obj.vault_path = vault_path
 
 
 # -- init ----------------------------------------------------------------------------------------------------
@@ -123,24 +151,31 @@ def fact() -> None:
     """Facts: small keyed memories, one markdown file each under facts/."""
 
 
-def print_fact(f, root: Path) -> None:
-    d = f.to_dict(root)
+def fact_lines(d: dict[str, Any]) -> list[str]:
     head = [d["key"]]
     if d["category"]:
         head.append(f"[{d['category']}]")
-    head.append(f"importance {d['importance']:g}")
-    head.append(f"confidence {d['confidence']:g}")
+    head += [f"importance {d['importance']:g}", f"confidence {d['confidence']:g}"]
     if d["source"]:
         head.append(f"source {d['source']}")
-    click.echo("  ".join(head))
     meta = [f"updated {d['updated']}"]
     if d["tags"]:
         meta.append("tags " + ", ".join(d["tags"]))
     if d["valid_until"]:
         meta.append(f"valid until {d['valid_until']}")
-    click.echo("  ".join(meta))
-    click.echo()
-    click.echo(d["text"])
+    return ["  ".join(head), "  ".join(meta), "", d["text"]]
+
+
+def similar_notes(similar: list[dict[str, Any]]) -> list[str]:
+    notes = []
+    for m in similar:
+        if m["kind"] == "conflict":
+            notes.append(f"conflicts with {m['key']}: same subject, different values ({', '.join(m['differing'])}); "
+                         "both kept, resolve by hand")
+        else:
+            notes.append(f"near-duplicate of {m['key']} (keyword Jaccard {m['jaccard']:.2f}); "
+                         "'memvault dedup --apply' merges duplicates")
+    return notes
 
 
 @fact.command("set")
@@ -152,81 +187,51 @@ def print_fact(f, root: Path) -> None:
 @click.option("--source", "-s", help="Who states it, <kind>:<name>. Default: $MEMVAULT_SOURCE, else user:$USER.")
 @click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several). Replaces the fact's tags.")
 @click.option("--valid-until", help="Date after which the fact no longer holds (YYYY-MM-DD).")
-@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret.")
-@json_option
+@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret (trusted sources).")
+@output
 @pass_ctx
-def fact_set(ctx, key, text, category, importance, confidence, source, tags, valid_until, allow_secret, as_json):
+def fact_set(ctx, key, text, category, importance, confidence, source, tags, valid_until, allow_secret):
     """Create or replace fact KEY with TEXT ('-' or no TEXT: read stdin). Commits the change.
 
     A source outside [trust] trusted writes a proposal to inbox/ instead (see 'memvault inbox'). Near-duplicates
     and conflicting facts (same words, different numbers) are reported on stderr.
     """
-    from .lifecycle import similar_facts
-
     text = read_text_arg(text, "fact text")
-    similar = similar_facts(ctx.vault, key, text)
-    f = ctx.vault.facts.set(
-        key,
-        text,
-        category=category,
-        importance=importance,
-        confidence=confidence,
-        source=source,
-        tags=list(tags) if tags else None,
-        valid_until=valid_until,
-        allow_secret=allow_secret,
-    )
-    for m in similar:
-        if m["kind"] == "conflict":
-            click.echo(f"memvault: warning: conflicts with {m['key']}: same subject, different values "
-                       f"({', '.join(m['differing'])}); both kept, resolve by hand", err=True)
-        else:
-            click.echo(f"memvault: warning: near-duplicate of {m['key']} (keyword Jaccard {m['jaccard']:.2f}); "
-                       "'memvault dedup --apply' merges duplicates", err=True)
-    if as_json:
-        data = f.to_dict(ctx.vault.root)
-        data["quarantined"] = f.quarantined
-        data["similar"] = similar
-        emit_json(data)
-    elif f.quarantined:
-        click.echo(f"proposed {f.key} in {f.path.relative_to(ctx.vault.root)}: {f.source} is not a trusted source; "
-                   f"a person runs 'memvault accept {f.key}' to promote it")
-    else:
-        click.echo(f"set {f.key} ({f.path.relative_to(ctx.vault.root)})")
+    f = ctx.vault.facts.set(key, text, category=category, importance=importance, confidence=confidence,
+                            source=source, tags=list(tags) if tags else None, valid_until=valid_until,
+                            allow_secret=allow_secret)
+    data = {**f.to_dict(ctx.vault.root), "quarantined": f.quarantined, "similar": f.similar, "warnings": f.warnings}
+    rel = f.path.relative_to(ctx.vault.root)
+    line = (f"proposed {f.key} in {rel}: {f.source} is not a trusted source; a person runs 'memvault accept {f.key}' "
+            "to promote it") if f.quarantined else f"set {f.key} ({rel})"
+    return Out(data, [line], notes=similar_notes(f.similar) + f.warnings)
 
 
 @fact.command("get")
 @click.argument("key")
-@json_option
+@output
 @pass_ctx
-def fact_get(ctx, key, as_json):
+def fact_get(ctx, key):
     """Print fact KEY."""
-    f = ctx.vault.facts.get(key)
-    if as_json:
-        emit_json(f.to_dict(ctx.vault.root))
-    else:
-        print_fact(f, ctx.vault.root)
+    d = ctx.vault.facts.get(key).to_dict(ctx.vault.root)
+    return Out(d, fact_lines(d))
 
 
 @fact.command("list")
 @click.option("--category", "-c", help="Only facts of this category.")
 @click.option("--tag", "-t", help="Only facts with this tag.")
-@json_option
+@output
 @pass_ctx
-def fact_list(ctx, category, tag, as_json):
+def fact_list(ctx, category, tag):
     """List facts. Files that cannot be read are reported on stderr; the rest are listed."""
     problems: list = []
     facts = ctx.vault.facts.list(category=category, tag=tag, problems=problems)
-    if as_json:
-        emit_json([f.to_dict(ctx.vault.root) for f in facts])
-    else:
-        width = max((len(f.key) for f in facts), default=0)
-        for f in facts:
-            first = f.text.splitlines()[0] if f.text else ""
-            if len(first) > 80:
-                first = first[:77] + "..."
-            click.echo(f"{f.key:<{width}}  {f.importance:.2f}  {first}")
-    warn_problems(problems)
+    width = max((len(f.key) for f in facts), default=0)
+    lines = []
+    for f in facts:
+        first = f.text.splitlines()[0] if f.text else ""
+        lines.append(f"{f.key:<{width}}  {f.importance:.2f}  {first[:77] + '...' if len(first) > 80 else first}")
+    return Out([f.to_dict(ctx.vault.root) for f in facts], lines, notes=[str(p) for p in problems])
 
 
 @fact.command("rm")
@@ -241,32 +246,19 @@ def fact_rm(ctx, key, source):
 
 @fact.command("history")
 @click.argument("key")
-@json_option
+@output
 @pass_ctx
-def fact_history(ctx, key, as_json):
+def fact_history(ctx, key):
     """The fact's git log with diffs, newest first."""
     entries = ctx.vault.facts.history(key)
-    if as_json:
-        emit_json([e.__dict__ for e in entries])
-        return
-    if not entries:
-        click.echo(f"{key}: no history in git", err=True)
+    lines = []
     for e in entries:
-        click.echo(f"commit {e.commit}\nAuthor: {e.author}\nDate:   {e.date}\n")
-        for line in e.message.splitlines():
-            click.echo(f"    {line}")
+        lines += [f"commit {e.commit}", f"Author: {e.author}", f"Date:   {e.date}", ""]
+        lines += [f"    {line}" for line in e.message.splitlines()]
         if e.diff:
-            click.echo()
-            click.echo(e.diff)
-        click.echo()
-
-
-NEW_FACT_TEMPLATE = """---
-category:
-importance: 0.5
-tags: []
----
-"""
+            lines += ["", e.diff]
+        lines.append("")
+    return Out([e.__dict__ for e in entries], lines, notes=[] if entries else [f"{key}: no history in git"])
 
 
 @fact.command("edit")
@@ -274,39 +266,33 @@ tags: []
 @click.option("--source", "-s", help="Who edits it (recorded in the commit).")
 @pass_ctx
 def fact_edit(ctx, key, source):
-    """Open $EDITOR on fact KEY; validate, then commit. The file is untouched until the edit is valid."""
-    vault = ctx.vault
-    path = vault.facts.path_for(key)
-    original = path.read_text(encoding="utf-8") if path.is_file() else NEW_FACT_TEMPLATE
+    """Open $VISUAL/$EDITOR on fact KEY; validate, then commit. The file is untouched until the edit is valid."""
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     fd, tmp = tempfile.mkstemp(prefix=key.replace("/", "_") + ".", suffix=".md")
+    os.close(fd)
+    keep = False
+
+    def run_editor(text: str) -> str:
+        Path(tmp).write_text(text, encoding="utf-8")
+        if subprocess.run([*shlex.split(editor), tmp]).returncode != 0:
+            raise InvalidValue("EDITOR", f"{editor} failed; nothing changed")
+        return Path(tmp).read_text(encoding="utf-8")
+
+    def again(error: Exception) -> bool:
+        nonlocal keep
+        click.echo(f"memvault: {describe(error)[0]}", err=True)
+        if sys.stdin.isatty() and click.confirm("Edit again?", default=True):
+            return True
+        keep = True
+        click.echo(f"memvault: your edit is kept in {tmp}", err=True)
+        return False
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(original)
-        while True:
-            result = subprocess.run([*shlex.split(editor), tmp])
-            if result.returncode != 0:
-                raise InvalidValue("EDITOR", f"{editor} exited with {result.returncode}; nothing changed")
-            edited = Path(tmp).read_text(encoding="utf-8")
-            if edited == original:
-                click.echo("no change")
-                return
-            try:
-                f = vault.facts.write_text(key, edited, source=source)
-                break
-            except FactParseError as exc:
-                where = f"line {exc.line}: " if exc.line else ""
-                click.echo(f"memvault: {where}{exc.reason}", err=True)
-                if not sys.stdin.isatty() or not click.confirm("Edit again?", default=True):
-                    raise FactParseError(path, exc.reason + f" (your edit is kept in {tmp})", exc.line) from None
-        click.echo(f"saved {f.key}")
-    except FactParseError:
-        raise
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    else:
-        os.unlink(tmp)
+        f = ctx.vault.facts.edit(key, run_editor, again=again, source=source)
+        click.echo("no change" if f is None else f"saved {f.key}")
+    finally:
+        if not keep:
+            os.unlink(tmp)
 
 
 # -- procedures ----------------------------------------------------------------------------------------------
@@ -329,35 +315,30 @@ def proc_add(ctx, name, file, force, source, allow_secret):
 
 
 @proc.command("list")
-@json_option
+@output
 @pass_ctx
-def proc_list(ctx, as_json):
+def proc_list(ctx):
     """List procedures."""
-    procs = ctx.vault.procedures.list()
-    if as_json:
-        emit_json([p.to_dict(ctx.vault.root) for p in procs])
-        return
+    problems: list = []
+    procs = ctx.vault.procedures.list(problems)
     width = max((len(p.name) for p in procs), default=0)
-    for p in procs:
-        flag = " (dirty)" if p.dirty else ""
-        click.echo(f"{p.name:<{width}}  {p.description or ''}{flag}")
+    lines = [f"{p.name:<{width}}  {p.description or ''}{' (dirty)' if p.dirty else ''}" for p in procs]
+    return Out([p.to_dict(ctx.vault.root) for p in procs], lines, notes=[str(p) for p in problems])
 
 
 @proc.command("show")
 @click.argument("name")
-@json_option
+@output
 @pass_ctx
-def proc_show(ctx, name, as_json):
+def proc_show(ctx, name):
     """Print procedure NAME whole, with the commit that last changed it and the blob id of these bytes."""
     p = ctx.vault.procedures.get(name)
-    if as_json:
-        emit_json(p.to_dict(ctx.vault.root))
-        return
+    notes = []
+    if p.dirty:
+        notes.append("the working copy differs from the last commit: this text is not what git recorded")
     click.echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
     click.echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
-    if p.dirty:
-        click.echo("# the working copy differs from the last commit: this text is not what git recorded", err=True)
-    click.echo(p.text, nl=not p.text.endswith("\n"))
+    return Out(p.to_dict(ctx.vault.root), [p.text[:-1] if p.text.endswith("\n") else p.text], notes=notes)
 
 
 @proc.command("run", context_settings={"ignore_unknown_options": True})
@@ -374,9 +355,7 @@ def proc_run(ctx, name, args, allow_dirty, source):
     result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
     click.echo(
         f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
-        f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms",
-        err=True,
-    )
+        f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms", err=True)
     if result.exit_code != 0:
         sys.exit(result.exit_code if 0 < result.exit_code < 256 else 1)
 
@@ -394,8 +373,8 @@ def episode() -> None:
 @click.option("--at", "at", help="When it happened (RFC 3339); default now.")
 @click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several).")
 @click.option("--meta", help="A JSON object of extra fields.")
-@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret.")
-@json_option
+@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret (trusted sources).")
+@click.option("--json", "as_json", is_flag=True, help="Print the episode as its JSON line.")
 @pass_ctx
 def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
     """Append an episode with TEXT ('-' or no TEXT: read stdin)."""
@@ -403,19 +382,23 @@ def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
     meta_obj = None
     if meta is not None:
         try:
-            meta_obj = json.loads(meta)
+            meta_obj = json.loads(meta, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--meta") from None
         if not isinstance(meta_obj, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--meta")
-    e = ctx.vault.episodes.append(
-        text, source=source, kind=kind, at=parse_time(at, "--at") if at else None, tags=list(tags), meta=meta_obj,
-        allow_secret=allow_secret,
-    )
+    e = ctx.vault.episodes.append(text, source=source, kind=kind, at=parse_time(at, "--at") if at else None,
+                                  tags=list(tags), meta=meta_obj, allow_secret=allow_secret)
+    for warning in e.warnings:
+        click.echo(f"memvault: warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
     else:
         click.echo(f"added {e.id} to {e.path.relative_to(ctx.vault.root)}")
+
+
+def _no_constant(name: str) -> Any:
+    raise click.BadParameter(f"{name} is not standard JSON (use null or a string)", param_hint="--meta")
 
 
 @episode.command("list")
@@ -432,24 +415,21 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
     items = ctx.vault.episodes.list(
         since=parse_time_or_age(since, "--since") if since else None,
         until=parse_time_or_age(until, "--until") if until else None,
-        source=source,
-        kind=kind,
-        limit=limit,
-        problems=problems,
-    )
-    for e in items:
+        source=source, kind=kind, limit=limit, problems=problems)
+    for e in items:  # streamed line by line: JSONL for agents, one line each for people
         if as_json:
             click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            text = " ".join(e.text.split())
-            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {text}")
-    warn_problems(problems)
+            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+    for problem in problems:
+        click.echo(f"memvault: warning: {problem}", err=True)
 
 
 # -- index and recall ----------------------------------------------------------------------------------------
 @cli.command()
 @click.argument("query")
-@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="How many memories.")
+@click.option("-k", "k", type=click.IntRange(min=1, max=1000), default=10, show_default=True,
+              help="How many memories (at most 1000).")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["fact", "episode", "procedure"]),
               help="Only these kinds (repeat for several).")
 @click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits that fit this many tokens (≈ chars/4).")
@@ -458,7 +438,7 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
 @click.option("--explain", is_flag=True, help="Show the five factors and their weights per hit.")
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid", show_default=True,
               help="Candidates from both searches, or one.")
-@click.option("--no-record", is_flag=True, help="Do not count this recall in the access statistics.")
+@click.option("--no-record", is_flag=True, help="Do not count this recall in the usage statistics.")
 @pass_ctx
 def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record):
     """Find the memories that best answer QUERY: hybrid keyword + semantic search over facts, episodes and
@@ -467,162 +447,146 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record)
     The index is brought in step with the files first, so an edited or deleted memory never comes back stale.
     Warnings (a model change, a model that cannot load) go to stderr; results still come.
     """
-    from .config import recall_settings
-    from .recall import render
+    from .render import render
 
     fmt = "json" if as_json else (fmt or "text")
     vault = ctx.vault
-    vault.use_daemon = True  # a short-lived process: ask the warm embedder rather than import torch
     result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt,
                           record_access=not no_record)
     for warning in result.warnings:
         click.echo(f"memvault: warning: {warning}", err=True)
-    weights = recall_settings(vault.config).weights if explain else None
-    click.echo(render(result, fmt, explain=explain, weights=weights))
+    click.echo(render(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))
 
 
 @cli.command()
-@click.option("--model", help="Set [embedding] model in memvault.toml (committed) and rebuild for it.")
-@click.option("--full", is_flag=True, help="Rebuild the whole index even if the model did not change.")
-@click.option("--dry-run", is_flag=True, help="Print what a full rebuild would cost (items, tokens, time, disk).")
-@json_option
+@click.argument("refs", nargs=-1, required=True)
+@click.option("--source", "-s", help="Who used them. Default: $MEMVAULT_SOURCE, else user:$USER.")
 @pass_ctx
-def reindex(ctx, model, full, dry_run, as_json):
-    """Bring the index in step with the vault's files.
+def used(ctx, refs, source):
+    """Report that memories were used to do something: fact:KEY (or just KEY), procedure:NAME, episode:ID.
 
-    Incremental: new and changed text is embedded, unchanged items are only checked (by stat, then hash), and
-    rows whose file is gone are dropped; the model is loaded only when there is text to embed. When the
-    configured model differs from the index's, the index is rebuilt beside the old one and swapped in
-    atomically, so recall keeps working meanwhile.
+    This is what recall's frequency factor counts (being shown by recall is not a use).
     """
-    vault = ctx.vault
-    if dry_run:
-        from .stats import estimate_rebuild
+    counted = ctx.vault.used(list(refs), source=source)
+    click.echo(f"counted {len(counted)} of {len(refs)} uses" + ("" if len(counted) == len(refs) else
+                                                                " (an untrusted source counts once a day)"))
 
-        estimate = estimate_rebuild(vault, model=model)
-        if as_json:
-            emit_json(estimate)
-        else:
-            for line in estimate["summary"]:
-                click.echo(line)
-        return
-    bar = None
 
-    def show_progress(done, total):
+def progress_bar() -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A progress callback drawing a bar on stderr when it is a terminal, and the function that closes it."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    bar: Any = None
+
+    def update(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
             bar = click.progressbar(length=total, label="embedding", file=sys.stderr)
             bar.__enter__()
         bar.update(done - bar.pos)
 
-    progress = show_progress if not as_json and sys.stderr.isatty() else None  # a bar only on a terminal
+    def close() -> None:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+    return update, close
+
+
+@cli.command()
+@click.option("--model", help="Set [embedding] model in memvault.toml (committed) and rebuild for it.")
+@click.option("--full", is_flag=True, help="Rebuild the whole index even if the model did not change.")
+@click.option("--dry-run", is_flag=True, help="Print what a full rebuild would cost (items, tokens, time, disk).")
+@output
+@pass_ctx
+def reindex(ctx, model, full, dry_run):
+    """Bring the index in step with the vault's files.
+
+    Incremental: new and changed text is embedded, unchanged items are only checked (by stat, then hash), and
+    rows whose file is gone are dropped; the model is loaded only when there is text to embed. When the
+    configured model differs from the index's, the index is rebuilt beside the old one and swapped in
+    atomically, so recall keeps working meanwhile. A --model that cannot be loaded changes nothing.
+    """
+    vault = ctx.vault
+    if dry_run:
+        estimate = vault.estimate_reindex(model)
+        return Out(estimate, estimate["summary"])
+    progress, close = progress_bar()
     try:
         report = vault.reindex(model=model, full=full, progress=progress)
     finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
-    for warning in report.warnings:
-        click.echo(f"memvault: warning: {warning}", err=True)
-    for problem in report.problems:
-        click.echo(f"memvault: warning: {problem}", err=True)
-    if as_json:
-        emit_json(report.to_dict())
-        return
-    if not report.changed:
-        click.echo(f"index up to date ({report.files_seen} files checked in {report.seconds:.2f} s)")
-        return
-    click.echo(
-        f"indexed {report.files_changed} changed and {report.files_removed} removed files in {report.seconds:.2f} s: "
-        f"{report.docs_added} added, {report.docs_changed} changed, {report.docs_removed} removed, "
-        f"{report.metadata_only} unchanged; {report.chunks_embedded} chunks embedded"
-        + (f", {report.chunks_pending} pending" if report.chunks_pending else "")
-    )
+        close()
+    if not report.changed and not report.chunks_embedded:
+        line = f"index up to date ({report.files_seen} files checked in {report.seconds:.2f} s)"
+    else:
+        line = (f"indexed {report.files_changed} changed and {report.files_removed} removed files in "
+                f"{report.seconds:.2f} s: {report.docs_added} added, {report.docs_changed} changed, "
+                f"{report.docs_removed} removed, {report.metadata_only} unchanged; {report.chunks_embedded} chunks "
+                f"embedded" + (f", {report.chunks_pending} pending" if report.chunks_pending else ""))
+    return Out(report.to_dict(), [line], notes=report.warnings + report.problems)
 
 
 @cli.command()
-@json_option
+@output
 @pass_ctx
-def stats(ctx, as_json):
+def stats(ctx):
     """Items per kind, index size, bytes per vector row against 4·dims, the model, the projected size at 100k
     rows, and episode lines and bytes per month file."""
-    from .stats import vault_stats
-
-    data = vault_stats(ctx.vault)
-    if as_json:
-        emit_json(data)
-        return
-    for line in data["summary"]:
-        click.echo(line)
+    data = ctx.vault.stats()
+    return Out(data, data["summary"])
 
 
 # -- lifecycle and trust ------------------------------------------------------------------------------------
-def print_rewrite(report, root, verb: str) -> None:
-    if not report.kinds:
-        click.echo("no episodes")
+def rewrite_lines(report: Any, root: Path, verb: str) -> list[str]:
+    lines = [] if report.kinds else ["no episodes"]
     for kind, n in sorted(report.kinds.items()):
-        click.echo(f"{kind:<14} kept {n['kept']:>6}  {verb} {n['removed']:>6}  bytes freed {n['bytes_freed']:>9}")
-    for path in report.files_deleted:
-        click.echo(f"deleted {path.relative_to(root)} (empty)")
-    if report.unreadable:
-        click.echo(f"{report.unreadable} unreadable lines kept (see 'memvault episode list')", err=True)
+        lines.append(f"{kind:<14} kept {n['kept']:>6}  {verb} {n['removed']:>6}  bytes freed {n['bytes_freed']:>9}")
+    lines += [f"deleted {path.relative_to(root)} (empty)" for path in report.files_deleted]
+    return lines
 
 
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
-@json_option
+@output
 @pass_ctx
-def prune(ctx, dry_run, as_json):
+def prune(ctx, dry_run):
     """Remove episodes older than [retention] allows for their kind (raw 30d, summary 365d, procedure_run 90d
     by default), and their index rows. Prints lines kept and removed and bytes freed per kind."""
-    from .lifecycle import prune as run_prune
-
-    report = run_prune(ctx.vault, dry_run=dry_run)
-    if as_json:
-        emit_json({"dry_run": dry_run, **report.to_dict(ctx.vault.root)})
-    else:
-        print_rewrite(report, ctx.vault.root, "would remove" if dry_run else "removed")
+    report = ctx.vault.prune(dry_run=dry_run)
+    notes = [f"{report.unreadable} unreadable lines kept (see 'memvault episode list')"] if report.unreadable else []
+    return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)},
+               rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"), notes=notes)
 
 
 @cli.command()
-@click.option("--source", "-s", required=True, help="The source to purge: exact, or a prefix ending in * (web:*).")
+@click.option("--source", "-s", "pattern", required=True,
+              help="The source to purge: exact, or a prefix ending in * (web:*).")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
-@json_option
+@output
 @pass_ctx
-def purge(ctx, source, dry_run, as_json):
-    """Remove every episode and fact whose source matches, and their index rows; the fact removals are one
+def purge(ctx, pattern, dry_run):
+    """Remove every episode, fact and proposal whose source matches, and their index rows, all or nothing, in one
     commit naming the source. For the day a source is found to have written poison into memory."""
-    from .lifecycle import purge as run_purge
-
-    report = run_purge(ctx.vault, source, dry_run=dry_run)
-    if as_json:
-        emit_json({"dry_run": dry_run, **report.to_dict(ctx.vault.root)})
-        return
+    report = ctx.vault.purge(pattern, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
-    for f in report.facts:
-        click.echo(f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}")
-    for e in report.episodes.removed:
-        click.echo(f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}")
-    click.echo(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {source}"
-               + (f" in commit {report.commit[:12]}" if report.commit else ""))
+    lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
+    lines += [f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}" for e in report.episodes.removed]
+    lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
+                 + (f" in commit {report.commit[:12]}" if report.commit else ""))
+    return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines)
 
 
 @cli.command()
-@json_option
+@output
 @pass_ctx
-def inbox(ctx, as_json):
+def inbox(ctx):
     """Facts proposed by untrusted sources, waiting for 'memvault accept' or 'memvault reject'."""
     problems: list = []
-    facts = ctx.vault.facts.inbox(problems)
-    if as_json:
-        emit_json([f.to_dict(ctx.vault.root) for f in facts])
-    else:
-        if not facts:
-            click.echo("inbox empty")
-        for f in facts:
-            exists = ctx.vault.facts.exists(f.key)
-            click.echo(f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'})")
-            click.echo(f"    {f.text}")
-    warn_problems(problems)
+    proposals = ctx.vault.facts.proposals(problems)
+    lines = [] if proposals else ["inbox empty"]
+    for f, exists in proposals:
+        lines += [f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'})", f"    {f.text}"]
+    data = [{**f.to_dict(ctx.vault.root), "changes_existing": exists} for f, exists in proposals]
+    return Out(data, lines, notes=[str(p) for p in problems])
 
 
 @cli.command()
@@ -640,29 +604,24 @@ def accept(ctx, key, source):
 @click.option("--source", "-s", help="Who rejects it (must be trusted).")
 @pass_ctx
 def reject(ctx, key, source):
-    """Drop the proposal inbox/KEY.md (committed, so history keeps what was proposed)."""
+    """Drop the proposal inbox/KEY.md."""
     f = ctx.vault.facts.reject(key, source=source)
     click.echo(f"rejected {key} (from {f.source})")
 
 
 @cli.command()
-@json_option
+@output
 @pass_ctx
-def stale(ctx, as_json):
+def stale(ctx):
     """Facts past valid_until, or not updated for longer than review_after, with the reason and the date of
-    their last commit. Recall marks them stale and ranks them down."""
-    from .lifecycle import stale as find_stale
-
-    items = find_stale(ctx.vault)
-    if as_json:
-        emit_json(items)
-        return
-    if not items:
-        click.echo("no stale facts")
+    their last commit. Recall marks them stale; among equally relevant memories a fresh one wins."""
+    items = ctx.vault.stale()
+    lines = [] if items else ["no stale facts"]
     for item in items:
         last = item["last_commit"]
         when = f"last commit {last['date'][:10]} {last['commit'][:12]}" if last else "never committed"
-        click.echo(f"{item['key']}: {item['reason']}; {when}")
+        lines.append(f"{item['key']}: {item['reason']}; {when}")
+    return Out(items, lines)
 
 
 @cli.command()
@@ -671,80 +630,63 @@ def stale(ctx, as_json):
 @pass_ctx
 def verify(ctx, key, source):
     """Confirm fact KEY still holds: bump its updated time and commit, clearing review staleness."""
-    from .lifecycle import verify as run_verify
-
-    f = run_verify(ctx.vault, key, source=source)
+    f = ctx.vault.verify(key, source=source)
     click.echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
 
 
 @cli.command()
 @click.option("--apply", is_flag=True, help="Merge each duplicate group into one fact, in one commit.")
-@json_option
+@output
 @pass_ctx
-def dedup(ctx, apply, as_json):
+def dedup(ctx, apply):
     """Near-duplicate groups and conflicts over the whole vault (keyword Jaccard >= 0.60 with 3+ shared
     keywords; numbers, IPs, ports, dates and versions must agree, else it is a conflict, never merged)."""
-    from .lifecycle import dedup as run_dedup
-
-    report = run_dedup(ctx.vault, apply=apply)
-    if as_json:
-        emit_json(report.to_dict())
-        return
-    for group in report.groups:
-        click.echo("duplicates: " + ", ".join(group))
-    for c in report.conflicts:
-        click.echo(f"conflict: {c['a']} vs {c['b']} (values {', '.join(c['differing'])})")
-    for m in report.merged:
-        click.echo(f"merged {', '.join(m['merged'])} into {m['into']}")
+    report = ctx.vault.dedup(apply=apply)
+    lines = ["duplicates: " + ", ".join(group) for group in report.groups]
+    lines += [f"conflict: {c['a']} vs {c['b']} (values {', '.join(c['differing'])})" for c in report.conflicts]
+    lines += [f"merged {', '.join(m['merged'])} into {m['into']}" for m in report.merged]
     if not report.groups and not report.conflicts:
-        click.echo("no duplicates or conflicts")
+        lines.append("no duplicates or conflicts")
     elif report.groups and not apply:
-        click.echo("run 'memvault dedup --apply' to merge the duplicate groups (conflicts are never merged)")
+        lines.append("run 'memvault dedup --apply' to merge the duplicate groups (conflicts are never merged)")
+    return Out(report.to_dict(), lines)
 
 
 @cli.command()
 @click.option("--apply", is_flag=True, help="Remove the candidates in one commit.")
-@json_option
+@output
 @pass_ctx
-def expire(ctx, apply, as_json):
-    """Facts below [facts] expire_importance (0.1) that recall has not returned for expire_after (120d)."""
-    from .lifecycle import expire as run_expire
-
-    result = run_expire(ctx.vault, apply=apply)
-    if as_json:
-        emit_json(result)
-        return
-    if not result["candidates"]:
-        click.echo("nothing to expire")
+def expire(ctx, apply):
+    """Facts below [facts] expire_importance (0.1) that nobody used or recalled for expire_after (120d)."""
+    result = ctx.vault.expire(apply=apply)
+    lines = [] if result["candidates"] else ["nothing to expire"]
     for c in result["candidates"]:
-        last = c["last_recalled"] or "never recalled"
-        click.echo(f"{'removed' if result['commit'] else 'candidate'} {c['key']} (importance {c['importance']:g}, {last})")
+        lines.append(f"{'removed' if result['commit'] else 'candidate'} {c['key']} (importance {c['importance']:g}, "
+                     f"{c['last_used'] or 'never used'})")
     if result["candidates"] and not apply:
-        click.echo("run 'memvault expire --apply' to remove them")
+        lines.append("run 'memvault expire --apply' to remove them")
+    return Out(result, lines)
 
 
 @cli.command()
-@click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option("--source", "-s", help="Source for candidates that do not name one.")
-@click.option("--allow-secret", is_flag=True, help="Do not refuse candidates that look like secrets.")
-@json_option
+@click.argument("file", type=click.File("rb"))
+@click.option("--source", "-s", help="Who is ingesting (the only authority; a candidate's own \"source\" is kept as "
+                                     "claimed_source). Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--allow-secret", is_flag=True, help="Do not refuse candidates that look like secrets (trusted).")
+@output
 @pass_ctx
-def ingest(ctx, file, source, allow_secret, as_json):
+def ingest(ctx, file, source, allow_secret):
     """Read JSONL candidates ({"type": "fact"|"episode", "text": ..., ...}) from FILE ('-' for stdin), as an
     extractor or LLM step produces them, through trust, secrets and dedup."""
-    from .lifecycle import ingest as run_ingest
-
-    report = run_ingest(ctx.vault, file, source=source, name=getattr(file, "name", "-"), allow_secret=allow_secret)
-    if as_json:
-        emit_json(report.to_dict())
-        return
+    report = ctx.vault.ingest(file, source=source, name=getattr(file, "name", "-"), allow_secret=allow_secret)
     data = report.to_dict()
-    click.echo("  ".join(f"{k} {len(v)}" for k, v in data.items()))
+    lines = ["  ".join(f"{k} {len(v)}" for k, v in data.items())]
     for k, items in data.items():
         for item in items:
             detail = item.get("reason") or item.get("key") or item.get("into") or item.get("episode") or ""
             extra = f" (conflicts with {item['with']}: {', '.join(item['differing'])})" if "with" in item else ""
-            click.echo(f"  {k}: {item['line']} {detail}{extra}")
+            lines.append(f"  {k}: {item['line']} {detail}{extra}")
+    return Out(data, lines)
 
 
 # -- watch and git hooks -----------------------------------------------------------------------------------
@@ -776,11 +718,12 @@ def hooks_install(ctx):
 
     pre-commit refuses a commit whose staged facts, inbox proposals or procedures have a bad key or name, front
     matter that does not parse, or a secret; post-commit, post-merge, post-checkout and post-rewrite start a
-    reindex in the background. A hook already there is kept as <name>.memvault-chained and run first.
+    reindex in the background (one at a time: later ones coalesce). A hook already there is kept as
+    <name>.memvault-chained and run first.
     """
     from .githooks import install
 
-    for action in install(ctx.vault):
+    for action in install(ctx.vault.root):
         click.echo(action)
 
 
@@ -790,62 +733,64 @@ def hooks_uninstall(ctx):
     """Remove memvault's git hooks and restore the hooks they chained."""
     from .githooks import uninstall
 
-    for action in uninstall(ctx.vault):
+    for action in uninstall(ctx.vault.root):
         click.echo(action)
 
 
 # -- several hosts, agents ----------------------------------------------------------------------------------
 @cli.command("sync")
 @click.option("--remote", metavar="NAME", help="The git remote. Default: the current branch's upstream, else origin.")
-@json_option
+@click.option("--source", "-s", help="Who syncs (must be trusted). Default: $MEMVAULT_SOURCE, else user:$USER.")
+@output
 @pass_ctx
-def sync_cmd(ctx, remote, as_json):
+def sync_cmd(ctx, remote, source):
     """Share the vault with other hosts through its git remote: commit the vault's pending changes, pull the
     remote's with a rebase, reindex what changed, and push.
 
     Never force-pushes. When the same fact changed here and on the remote it stops, keeps your version in
     place (recall goes on serving it) and names the keys to resolve.
     """
-    from .sync import sync
-
-    result = sync(ctx.vault, remote=remote)
-    if as_json:
-        emit_json(result.to_dict())
-        return
+    result = ctx.vault.sync(remote=remote, source=source)
     where = f"{result.remote}/{result.branch}"
-    if result.committed:
-        click.echo(f"committed local changes in {result.committed[:12]}")
-    click.echo(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
-    for path in result.pulled:
-        click.echo(f"    {path}")
-    click.echo(f"pushed to {where}" if result.pushed else f"{where} already up to date")
+    lines = [f"committed local changes in {result.committed[:12]}"] if result.committed else []
+    lines.append(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
+    lines += [f"    {path}" for path in result.pulled]
+    lines.append(f"pushed to {where}" if result.pushed else f"{where} already up to date")
+    return Out(result.to_dict(), lines, notes=result.warnings)
 
 
 @cli.command("mcp")
 @click.option("--source", "-s", metavar="KIND:NAME",
-              help="Who writes, stamped on every write (e.g. agent:deployer). Default: $MEMVAULT_SOURCE, else agent:mcp.")
+              help="Who writes, stamped on every write (e.g. agent:deployer). Default: agent:mcp (never the "
+                   "environment: a model is not the person who started the server).")
 @click.option("--http", metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs --token.")
-@click.option("--token", envvar="MEMVAULT_MCP_TOKEN", show_envvar=True,
-              help="Bearer token every HTTP request must carry (required on a non-loopback address).")
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs a token.")
+@click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Read the bearer token every HTTP request must carry from FILE (or set MEMVAULT_MCP_TOKEN).")
+@click.option("--token", hidden=True, help="Deprecated: visible to every user in ps; use --token-file.")
 @click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")
 @pass_ctx
-def mcp_command(ctx, source, http, token, allow_run):
+def mcp_command(ctx, source, http, token_file, token, allow_run):
     """Serve the vault to agents over MCP: stdio by default, or streamable HTTP with --http.
 
-    Tools: recall, get_fact, set_fact, list_facts, log_episode, list_episodes, get_procedure, list_procedures
-    (+ run_procedure with --allow-run). Every write is recorded under --source, never a source the model names.
+    Tools: recall, get_fact, set_fact, list_facts, log_episode, list_episodes, get_procedure, list_procedures,
+    used (+ run_procedure with --allow-run). Every write is recorded under --source, never a source the model
+    names, and goes through the same trust rules as the CLI.
     """
-    from .mcp_server import serve  # lazy: mcp is a heavy import
+    from .mcp_server import read_token, serve  # lazy: mcp is a heavy import
 
-    serve(ctx.vault, source=source, allow_run=allow_run, http=http, token=token)
+    if token is not None:
+        click.echo("memvault: warning: --token is visible to other users in the process list; use --token-file "
+                   "or MEMVAULT_MCP_TOKEN", err=True)
+    serve(ctx.vault, source=source, allow_run=allow_run, http=http,
+          token=token if token is not None else read_token(token_file))
 
 
 # -- entry point ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Errors are mapped by :class:`Group`; here only the pipe and ^C are handled."""
     try:
-        cli.main(args=argv, prog_name="memvault")
+        cli.main(args=argv, prog_name="memvault", obj=Context())
     except BrokenPipeError:
         # `memvault episode list | head` is not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)

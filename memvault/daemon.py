@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import MemvaultError, ModelUnavailable
+from .errors import DaemonUnavailable, ModelUnavailable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,8 +41,9 @@ DEFAULT_IDLE = 900.0  # seconds
 START_TIMEOUT = 120.0
 
 
-class DaemonUnavailable(MemvaultError):
-    """No warm embedder could be reached or started; the caller loads the model itself."""
+#: Texts per embed_documents request: a bulk reindex sends many small requests, so a recall's query vector waits
+#: for one of them at most, not for the whole bulk.
+REQUEST_TEXTS = 64
 
 
 def runtime_dir() -> Path:
@@ -119,7 +120,14 @@ class RemoteEmbedder:
         return np.frombuffer(payload, dtype="<f4").reshape(rows, dims)
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        return self._matrix({"op": "embed_documents", "texts": list(texts), "batch_size": batch_size})
+        import numpy as np
+
+        texts = list(texts)
+        parts = [self._matrix({"op": "embed_documents", "texts": texts[i : i + REQUEST_TEXTS],
+                               "batch_size": batch_size}) for i in range(0, len(texts), REQUEST_TEXTS)]
+        if not parts:
+            return np.zeros((0, self.identity.dims), dtype=np.float32)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def embed_query(self, text: str) -> Any:
         """The query vector as ``array('f')``: the index takes it as is, so a cold CLI never imports numpy."""
@@ -236,9 +244,7 @@ def serve(model: str, query_prefix: str | None, idle: float = DEFAULT_IDLE) -> i
     def handle(conn: socket.socket) -> None:
         with conn:
             try:
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                _pid, uid, _gid = struct.unpack("3i", creds)
-                if uid != os.getuid():
+                if not peer_allowed(conn):
                     return
                 reader = conn.makefile("rb")
                 request = json.loads(reader.readline() or b"{}")
@@ -267,6 +273,14 @@ def serve(model: str, query_prefix: str | None, idle: float = DEFAULT_IDLE) -> i
             if os.stat(path).st_ino == mine:  # not a newer daemon's socket
                 path.unlink()
     return 0
+
+
+def peer_allowed(conn: Any) -> bool:
+    """Only processes of this user may use the daemon (SO_PEERCRED: the uid the kernel recorded at connect),
+    checked on every connection, on top of the socket's 0600 mode and its private directory."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return bool(uid == os.getuid())
 
 
 def _answer(embedder: Embedder, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:

@@ -17,17 +17,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import EpisodeError, InvalidValue
-from .facts import Problem, refuse_secrets, validate_source
-from .fsutil import atomic_write, locked
+from .errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
+from .fsutil import FileChange, entry_problem, locked, read_inside
 from .timeutil import format_time, now, parse_time
+from .validation import Problem, check_episode_time, check_json_value, validate_kind, validate_source, validate_tags
 
-if TYPE_CHECKING:
-    from .vault import Vault
-
-KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*$")
 KNOWN_KINDS = ("raw", "summary", "procedure_run")
 log = logging.getLogger(__name__)
 _MONTH_FILE = re.compile(r"^(\d{4})-(\d{2})\.jsonl$")
@@ -69,6 +65,7 @@ class Episode:
     path: Path | None = None
     line: int | None = None
     raw: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def time(self) -> datetime:
@@ -130,13 +127,20 @@ def parse_line(line: str, path: Path | None = None, lineno: int | None = None) -
 
 @dataclass
 class RewriteReport:
-    """What a rewrite removed, per kind: lines kept, lines removed, bytes freed."""
+    """What a rewrite removes, per kind (lines kept, lines removed, bytes freed), and the file changes to make."""
 
     kinds: dict[str, dict[str, int]] = field(default_factory=dict)
     removed: list[Episode] = field(default_factory=list)
-    files_changed: list[Path] = field(default_factory=list)
-    files_deleted: list[Path] = field(default_factory=list)
+    changes: list[FileChange] = field(default_factory=list)
     unreadable: int = 0
+
+    @property
+    def files_changed(self) -> list[Path]:
+        return [c.path for c in self.changes]
+
+    @property
+    def files_deleted(self) -> list[Path]:
+        return [c.path for c in self.changes if c.after is None]
 
     def count(self, kind: str, *, removed: bool, size: int) -> None:
         entry = self.kinds.setdefault(kind, {"kept": 0, "removed": 0, "bytes_freed": 0})
@@ -158,74 +162,95 @@ class RewriteReport:
 
 
 class EpisodeLog:
-    """The ``episodes/`` directory of a vault. Reached as ``vault.episodes``."""
+    """The ``episodes/`` directory of a vault: month files, appended under a lock, read line by line.
 
-    def __init__(self, vault: Vault) -> None:
-        self.vault = vault
-        self.dir = vault.root / "episodes"
-        self.lock_path = vault.state_dir / "locks" / "episodes.lock"
+    With ``per_host`` (episodes tracked in git) each host appends to its own sub-folder (``[episodes] host``,
+    ``MEMVAULT_HOST``, else the hostname), so hosts sharing a remote never append to the same file.
+    """
+
+    def __init__(self, root: Path, lock_path: Path, *, fsync: bool = True, per_host: bool = False,
+                 host: str | None = None, max_bytes: int | None = None) -> None:
+        self.root = root
+        self.dir = root / "episodes"
+        self.lock_path = lock_path
+        self.fsync = fsync
+        self.per_host = per_host
+        self._host = host
+        self.max_bytes = max_bytes
+
+    @property
+    def host(self) -> str | None:
+        """This host's folder when episodes are per host, else None."""
+        return host_folder(self._host) if self.per_host else None
+
+    def lock(self) -> Any:
+        """The append lock: held by every append, and by rewrites and sync for their whole duration."""
+        return locked(self.lock_path)
 
     def file_for(self, at: datetime) -> Path:
-        """``episodes/YYYY-MM.jsonl``; when episodes are tracked in git, ``episodes/<host>/YYYY-MM.jsonl``, so
-        hosts sharing the vault through a remote each append to their own files and merges never conflict."""
-        if self.vault.config.track_episodes:
-            return self.dir / host_name(self.vault) / f"{at:%Y-%m}.jsonl"
-        return self.dir / f"{at:%Y-%m}.jsonl"
+        """``episodes/YYYY-MM.jsonl``; with a host folder, ``episodes/<host>/YYYY-MM.jsonl``."""
+        name = f"{at.year:04d}-{at.month:02d}.jsonl"
+        host = self.host
+        return self.dir / host / name if host else self.dir / name
 
-    def files(self) -> list[Path]:
-        """Every episode file, in time order (``YYYY-MM.jsonl``, also in per-host subfolders)."""
+    def files(self, problems: list[Problem] | None = None) -> list[Path]:
+        """Every episode file, in time order (``YYYY-MM.jsonl``, also in per-host sub-folders). Symlinks out
+        of ``episodes/`` and special files are reported and skipped."""
         if not self.dir.is_dir():
             return []
-        found = [p for p in self.dir.rglob("*.jsonl") if not any(part.startswith(".") for part in p.parts[-2:])]
+        base = os.path.realpath(self.dir)
+        found = []
+        stack = [str(self.dir)]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(current))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.name.endswith(".jsonl"):
+                    problem = entry_problem(entry, base)
+                    if problem is None:
+                        found.append(Path(entry.path))
+                    else:
+                        _report(problems, Problem(Path(entry.path), problem))
         return sorted(found, key=lambda p: (p.name, p.as_posix()))
 
-    def append(
-        self,
-        text: str,
-        *,
-        source: str | None = None,
-        kind: str = "raw",
-        at: datetime | str | None = None,
-        tags: list[str] | None = None,
-        meta: dict[str, Any] | None = None,
-        allow_secret: bool = False,
-    ) -> Episode:
-        """Append one episode as one whole line. Returns it as stored.
-
-        Text that looks like a secret is refused unless ``allow_secret`` (episodes may be committed and pushed).
-        """
+    # -- writing -----------------------------------------------------------------------------------------
+    def make(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
+             tags: list[str] | None = None, meta: dict[str, Any] | None = None) -> tuple[Episode, bytes]:
+        """Validate an episode and render its line; nothing is written. Raises InvalidValue naming the field."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "an episode needs some text")
-        if not allow_secret:
-            refuse_secrets(text, "episode")
-        source = validate_source(source if source is not None else self.vault.default_source())
-        if not KIND_PATTERN.match(kind or ""):
-            raise InvalidValue("kind", f"{kind!r} must be one lower-case word (raw, summary, procedure_run, ...)")
-        when = parse_time(at, "at") if at is not None else now()
+        validate_source(source)
+        validate_kind(kind)
+        when = check_episode_time(parse_time(at, "at") if at is not None else now())
+        tags = validate_tags(tags)
         if meta is not None and not isinstance(meta, dict):
             raise InvalidValue("meta", "must be a JSON object")
-        episode = Episode(
-            id=new_id(when),
-            created_at=format_time(when),
-            source=source,
-            kind=kind,
-            text=text,
-            tags=[t for t in (tags or []) if t],
-            meta=dict(meta or {}),
-        )
+        check_json_value(meta or {}, "meta")
+        episode = Episode(id=new_id(when), created_at=format_time(when), source=source, kind=kind, text=text,
+                          tags=tags, meta=dict(meta or {}))
         try:
-            line = json.dumps(episode.to_dict(), ensure_ascii=False, separators=(", ", ": ")) + "\n"
+            line = json.dumps(episode.to_dict(), ensure_ascii=False, allow_nan=False, separators=(", ", ": ")) + "\n"
         except (TypeError, ValueError) as exc:
             raise InvalidValue("meta", f"not JSON-serialisable: {exc}") from None
-        path = self.file_for(when)
-        episode.path = path
-        self._append_line(path, line.encode("utf-8"))
-        return episode
+        data = line.encode("utf-8")
+        if self.max_bytes is not None and len(data) > self.max_bytes:
+            raise LimitExceeded("episode", f"{len(data)} bytes, more than the {self.max_bytes} allowed "
+                                           "([limits] episode_bytes): store a summary, or the bulk as a file")
+        episode.path = self.file_for(when)
+        return episode, data
 
-    def _append_line(self, path: Path, data: bytes) -> None:
+    def append_line(self, path: Path, data: bytes) -> None:
+        """Append one rendered line (see :meth:`make`) as one ``write(2)`` under the append lock."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        with locked(self.lock_path):
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        with self.lock():
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
             try:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -236,11 +261,47 @@ class EpisodeLog:
                 while view:
                     written = os.write(fd, view)
                     view = view[written:]
-                if self.vault.config.fsync_episodes:
+                if self.fsync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
 
+    def plan_rewrite(self, drop: Callable[[Episode], bool]) -> RewriteReport:
+        """The changes that remove every episode for which ``drop`` is true, keeping everything else byte for byte.
+
+        Call it holding :meth:`lock` until the changes are applied, so no append lands in between. Lines that
+        cannot be parsed are kept (and counted): a torn line is evidence, not garbage. A file left empty is
+        deleted.
+        """
+        report = RewriteReport()
+        for path in self.files():
+            kept: list[bytes] = []
+            removed_bytes = 0
+            try:
+                data = read_inside(path, self.dir)
+            except (FileNotFoundError, UnsafePath):
+                continue
+            for lineno, raw in enumerate(data.splitlines(keepends=True), 1):
+                if not raw.strip():
+                    continue
+                try:
+                    episode = parse_line(raw.decode("utf-8"), path, lineno)
+                except (EpisodeError, UnicodeDecodeError):
+                    report.unreadable += 1
+                    kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                    continue
+                if drop(episode):
+                    report.count(episode.kind, removed=True, size=len(raw))
+                    report.removed.append(episode)
+                    removed_bytes += len(raw)
+                else:
+                    report.count(episode.kind, removed=False, size=0)
+                    kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            if removed_bytes:
+                report.changes.append(FileChange(path, data, b"".join(kept) if kept else None))
+        return report
+
+    # -- reading -----------------------------------------------------------------------------------------
     def iter(
         self,
         *,
@@ -255,7 +316,7 @@ class EpisodeLog:
         ``source`` matches exactly, or as a prefix when it ends in ``*`` (``web:*``). An unreadable line is
         added to ``problems`` (or logged) with its file and line number, and skipped.
         """
-        for path in self.files():
+        for path in self.files(problems):
             m = _MONTH_FILE.match(path.name)
             if m and (since or until):
                 month = (int(m.group(1)), int(m.group(2)))
@@ -274,63 +335,26 @@ class EpisodeLog:
                         continue
                 yield episode
 
-    def read_file(self, path: Path, problems: list[Problem] | None = None) -> Iterator[Episode]:
+    def read_file(self, path: Path, problems: list[Problem] | None = None, *, start: int = 0) -> Iterator[Episode]:
+        """The episodes of one file (from byte ``start``, which must begin a line). Bad lines go to ``problems``."""
         try:
-            handle = path.open("rb")
+            data = read_inside(path, self.dir)
         except FileNotFoundError:
             return
-        with handle:
-            for lineno, raw in enumerate(handle, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    yield parse_line(raw.decode("utf-8"), path, lineno)
-                except UnicodeDecodeError:
-                    _report(problems, Problem(path, "not UTF-8 text", lineno))
-                except EpisodeError as exc:
-                    _report(problems, Problem(path, exc.reason, lineno))
-
-    def rewrite(self, drop: Callable[[Episode], bool], *, dry_run: bool = False) -> RewriteReport:
-        """Remove every episode for which ``drop`` is true, file by file, keeping everything else byte for byte.
-
-        Each file is rewritten by temp file + rename while holding the append lock, so lines appended by other
-        processes meanwhile are never lost; a file left empty is deleted. Lines that cannot be parsed are kept
-        (and counted): a torn line is evidence, not garbage.
-        """
-        report = RewriteReport()
-        with locked(self.lock_path):
-            for path in self.files():
-                kept: list[bytes] = []
-                removed_bytes = 0
-                try:
-                    raw_lines = path.read_bytes().splitlines(keepends=True)
-                except FileNotFoundError:
-                    continue
-                for lineno, raw in enumerate(raw_lines, 1):
-                    if not raw.strip():
-                        continue
-                    try:
-                        episode = parse_line(raw.decode("utf-8"), path, lineno)
-                    except (EpisodeError, UnicodeDecodeError):
-                        report.unreadable += 1
-                        kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
-                        continue
-                    if drop(episode):
-                        report.count(episode.kind, removed=True, size=len(raw))
-                        report.removed.append(episode)
-                        removed_bytes += len(raw)
-                    else:
-                        report.count(episode.kind, removed=False, size=0)
-                        kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
-                if not removed_bytes or dry_run:
-                    continue
-                report.files_changed.append(path)
-                if kept:
-                    atomic_write(path, b"".join(kept))
-                else:
-                    path.unlink()
-                    report.files_deleted.append(path)
-        return report
+        except UnsafePath as exc:
+            _report(problems, Problem(path, exc.reason))
+            return
+        lineno = data.count(b"\n", 0, start)
+        for raw in data[start:].splitlines():
+            lineno += 1
+            if not raw.strip():
+                continue
+            try:
+                yield parse_line(raw.decode("utf-8"), path, lineno)
+            except UnicodeDecodeError:
+                _report(problems, Problem(path, "not UTF-8 text", lineno))
+            except EpisodeError as exc:
+                _report(problems, Problem(path, exc.reason, lineno))
 
     def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
         """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""
@@ -341,11 +365,11 @@ class EpisodeLog:
         return items[-limit:] if limit else ([] if limit == 0 else items)
 
 
-def host_name(vault: Vault) -> str:
+def host_folder(configured: str | None) -> str:
     """This host's episode folder: ``[episodes] host``, else ``MEMVAULT_HOST``, else the hostname."""
     import socket
 
-    raw = vault.config.get("episodes", "host", "", str) or os.environ.get("MEMVAULT_HOST") or socket.gethostname()
+    raw = configured or os.environ.get("MEMVAULT_HOST") or socket.gethostname()
     name = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip(".-")
     return name or "host"
 

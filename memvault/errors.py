@@ -1,11 +1,15 @@
-"""The one exception hierarchy of memvault.
+"""The one exception hierarchy of memvault, and the one place an exception becomes a message and an exit code.
 
-Library code raises these; the CLI turns them into a one-line message and exit code 1 in exactly one place
-(:func:`memvault.cli.main`). Each subclass carries the path, key or name at fault so the message can name it.
+Library code raises these; every interface (the CLI, the MCP server, the git hooks, the watcher) turns an
+exception into a one-line message and an exit code with :func:`describe`, and nowhere else. Each subclass carries
+the path, key or name at fault so the message can name it.
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+#: Exit code of a bug (an exception memvault did not raise on purpose); sysexits' EX_SOFTWARE.
+INTERNAL_EXIT = 70
 
 
 class MemvaultError(Exception):
@@ -45,6 +49,10 @@ class InvalidValue(MemvaultError):
         super().__init__(f"{name}: {reason}")
 
 
+class LimitExceeded(InvalidValue):
+    """An item is larger than ``[limits]`` allows (one write must not cost minutes of embedding)."""
+
+
 class FactNotFound(MemvaultError):
     def __init__(self, key: str) -> None:
         self.key = key
@@ -60,6 +68,24 @@ class FactParseError(MemvaultError):
         self.line = line
         where = f"{path}:{line}" if line else f"{path}"
         super().__init__(f"{where}: {reason}")
+
+
+class FrontMatterError(MemvaultError):
+    """YAML front matter that cannot be read; readers add the file (:class:`FactParseError`)."""
+
+    def __init__(self, reason: str, line: int | None) -> None:
+        self.reason = reason
+        self.line = line
+        super().__init__(f"line {line}: {reason}" if line else reason)
+
+
+class UnsafePath(MemvaultError):
+    """A file in the vault is a symlink that leaves the vault, or not a regular file: never followed or read."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
 
 
 class ProcedureNotFound(MemvaultError):
@@ -94,8 +120,30 @@ class GitError(MemvaultError):
     """A git operation failed (no repository, commit refused, merge conflict...)."""
 
 
+class SyncConflict(GitError):
+    """``memvault sync`` stopped on a conflict: the same memory changed here and on the remote.
+
+    ``keys`` are fact keys (``db/primary``) or, for anything that is not a fact, the vault-relative path;
+    ``paths`` are the conflicting paths relative to the repository root. Nothing was changed here.
+    """
+
+    def __init__(self, keys: list[str], paths: list[str], remote: str, branch: str, *, reason: str | None = None) -> None:
+        self.keys = keys
+        self.paths = paths
+        self.remote = remote
+        self.branch = branch
+        names = ", ".join(keys)
+        verb = "changed" if len(keys) == 1 else "each changed"
+        edit = ", ".join(paths)
+        super().__init__(reason or (
+            f"sync stopped: {names} {verb} here and on the remote; your version is kept and the remote's is not "
+            f"merged; resolve with: git pull --rebase {remote} {branch}, edit {edit}, git add, "
+            "git rebase --continue, then memvault sync"
+        ))
+
+
 class SearchIndexError(MemvaultError):
-    """The search index cannot be opened, read or rebuilt."""
+    """The search index (or the local state database) cannot be opened, read or rebuilt."""
 
 
 class ModelUnavailable(MemvaultError):
@@ -105,6 +153,10 @@ class ModelUnavailable(MemvaultError):
         self.model = model
         self.reason = reason
         super().__init__(f"embedding model {model!r} is unavailable: {reason}")
+
+
+class DaemonUnavailable(MemvaultError):
+    """No warm embedder could be reached or started; the caller loads the model itself."""
 
 
 class SecretRefused(MemvaultError):
@@ -118,8 +170,59 @@ class SecretRefused(MemvaultError):
 
 
 class UntrustedSource(MemvaultError):
-    """A source outside [trust] trusted tried something only a trusted source may do."""
+    """A source may not do what it asked (see the trust table in :mod:`memvault.trust`)."""
 
     def __init__(self, source: str, reason: str) -> None:
         self.source = source
+        self.reason = reason
         super().__init__(f"source {source!r} is not trusted: {reason}")
+
+
+class WatcherRunning(MemvaultError):
+    """Another ``memvault watch`` already holds this vault's watch lock."""
+
+    def __init__(self, root: Path, pid: int | None, host: str | None, since: str | None) -> None:
+        self.root = root
+        self.pid = pid
+        self.host = host
+        self.since = since
+        who = f"pid {pid}" if pid is not None else "a process whose pid is not recorded yet"
+        if host:
+            who += f" on {host}"
+        if since:
+            who += f" since {since}"
+        super().__init__(f"{root}: a watcher is already running ({who}); stop it first")
+
+
+class HookConflict(MemvaultError):
+    """A foreign git hook cannot be chained because a chained hook of that name is already kept."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {reason}")
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """The one-line message and the exit code of ``exc``: the only mapping from exceptions to what a person or an
+    agent reads. Used by the CLI, the MCP server, the git hooks and the watcher alike.
+
+    A :class:`MemvaultError` says what it is; an ``OSError`` names its file; bad bytes say where they are; anything
+    else is a bug, reported on one line with exit code 70 (``MEMVAULT_DEBUG=1`` shows the traceback).
+    """
+    if isinstance(exc, MemvaultError):
+        return _one_line(str(exc)), exc.exit_code
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text ({exc.reason} at byte {exc.start})", 1
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _one_line(f"{where}{exc.strerror or exc}"), 1
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", 130
+    detail = str(exc).strip()
+    return _one_line(f"internal error, please report it: {type(exc).__name__}" + (f": {detail}" if detail else "")
+                     + " (MEMVAULT_DEBUG=1 shows the traceback)"), INTERNAL_EXIT
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -15,18 +15,13 @@ from typing import Any
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 
+from .errors import FrontMatterError
+
 _KEY_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)\s*:(?:\s|$)")
 _FENCE = re.compile(r"^---\s*$")
 _CLOSE = re.compile(r"^(?:---|\.\.\.)\s*$")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _HANDLER = YAMLHandler()
-
-
-class FrontMatterError(ValueError):
-    def __init__(self, reason: str, line: int | None) -> None:
-        self.reason = reason
-        self.line = line
-        super().__init__(reason)
 
 
 @dataclass

@@ -22,19 +22,17 @@ explicit ``--allow-secret``; the index was updated by the write itself).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from .errors import FactParseError, GitError, InvalidKey, MemvaultError
-
-if TYPE_CHECKING:
-    from .vault import Vault
+from .errors import GitError, HookConflict, describe
 
 MARKER = "# memvault hook"
 CHAINED_SUFFIX = ".memvault-chained"
@@ -42,6 +40,8 @@ GATE_HOOKS = ("pre-commit",)
 REINDEX_HOOKS = ("post-commit", "post-merge", "post-checkout", "post-rewrite")
 HOOKS = GATE_HOOKS + REINDEX_HOOKS
 REINDEX_LOG = "hook-reindex.log"
+REINDEX_FLAG = "hook-reindex.requested"
+REINDEX_LOCK = "hook-reindex.lock"
 #: Variables git sets for the hook itself; a detached reindex outlives the hook, so it must not inherit them
 #: (a temporary index file named in GIT_INDEX_FILE is gone by the time it runs).
 _HOOK_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
@@ -77,21 +77,14 @@ exit $status
 """
 
 
-class HookConflict(MemvaultError):
-    """A foreign hook cannot be chained because a chained hook of that name is already kept."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        self.path = path
-        super().__init__(f"{path}: {reason}")
-
-
 # -- install / uninstall ---------------------------------------------------------------------------------
-def hooks_dir(vault: Vault) -> Path:
+def hooks_dir(root: Path) -> Path:
     """The directory git runs hooks from for the vault's repository (``core.hooksPath`` respected)."""
-    if vault.git is None:
-        raise GitError(f"{vault.root} is not in a git repository: no hooks to install")
-    out = _git(vault.root, "rev-parse", "--git-path", "hooks").decode().strip()
-    return (vault.root / out).resolve()
+    try:
+        out = _git(root, "rev-parse", "--git-path", "hooks").decode().strip()
+    except GitError:
+        raise GitError(f"{root} is not in a git repository: no hooks to install") from None
+    return (root / out).resolve()
 
 
 def render(name: str, vault_root: Path, python: str | None = None) -> str:
@@ -120,10 +113,10 @@ class HookAction:
         return f"{self.hook}: {self.action} ({self.path})"
 
 
-def install(vault: Vault, *, python: str | None = None) -> list[HookAction]:
+def install(root: Path, *, python: str | None = None) -> list[HookAction]:
     """Install memvault's hooks (idempotent). A foreign hook is kept as ``<name>.memvault-chained`` and run
     first by ours; nothing is touched unless every hook can be installed."""
-    directory = hooks_dir(vault)
+    directory = hooks_dir(root)
     plan = []
     for name in HOOKS:
         path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
@@ -139,14 +132,14 @@ def install(vault: Vault, *, python: str | None = None) -> list[HookAction]:
         if foreign:
             os.rename(path, chained)  # keeps the bytes, the mode, and a symlink as a symlink
             actions.append(HookAction(name, "chained", chained))
-        _write_script(path, render(name, vault.root, python))
+        _write_script(path, render(name, root, python))
         actions.append(HookAction(name, "updated" if exists and not foreign else "installed", path))
     return actions
 
 
-def uninstall(vault: Vault) -> list[HookAction]:
+def uninstall(root: Path) -> list[HookAction]:
     """Remove memvault's hooks and restore the chained ones. A hook that is not ours is left alone."""
-    directory = hooks_dir(vault)
+    directory = hooks_dir(root)
     actions = []
     for name in HOOKS:
         path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
@@ -184,10 +177,10 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
     """Problems in the staged content of the vault's facts, inbox proposals and procedures.
 
     Runs git in ``cwd`` (the hook's working directory, where git's GIT_DIR / GIT_INDEX_FILE point from), so a
-    ``git commit --only`` with its temporary index is checked against exactly what it will commit.
+    ``git commit --only`` with its temporary index is checked against exactly what it will commit. Each file goes
+    through :func:`memvault.checks.check_file`, the function memvault's own writes go through.
     """
-    from .facts import parse_fact, validate_key
-    from .secrets import find_secrets
+    from .checks import check_file, is_memory_file
 
     cwd = Path(cwd or os.getcwd())
     top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip()).resolve()
@@ -197,39 +190,10 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
     blobs = _read_blobs(cwd, [sha for _, sha in entries])
     problems: list[StagedProblem] = []
     for path, sha in entries:
-        rel = path[len(prefix):]
-        area, _, inner = rel.partition("/")
-        if any(part.startswith(".") for part in inner.split("/")) or inner.endswith(("~", ".tmp", ".swp")):
-            continue  # memvault never reads dot files and editor droppings (.gitkeep, swap files)
-        data = blobs[sha]
-        if area == "procedures":
-            name = PurePosixPath(inner).with_suffix("").as_posix()
-            try:
-                validate_key(name)
-            except InvalidKey as exc:
-                problems.append(StagedProblem(path, "not a valid procedure name: "
-                                              + exc.reason.replace("a key", "a procedure name")))
-            if b"\0" in data:
-                continue  # binary: nothing to scan
-            text = data.decode("utf-8", errors="replace")
-        else:  # facts/ and inbox/
-            if not inner.endswith(".md"):
-                continue  # not a fact file: memvault never reads it
-            key = inner[: -len(".md")]
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                problems.append(StagedProblem(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
-                continue
-            try:
-                validate_key(key)
-                parse_fact(key, Path(path), text)
-            except InvalidKey as exc:
-                problems.append(StagedProblem(path, f"not a valid fact key: {exc.reason}"))
-            except FactParseError as exc:
-                problems.append(StagedProblem(path, exc.reason, exc.line))
-        for finding in find_secrets(text):
-            problems.append(StagedProblem(path, f"looks like a secret: {finding.kind} {finding.excerpt}", finding.line))
+        area, _, inner = path[len(prefix):].partition("/")
+        if not is_memory_file(area, inner):
+            continue  # memvault never reads dot files, editor droppings, or non-.md files under facts/
+        problems += [StagedProblem(path, f.reason, f.line) for f in check_file(area, inner, blobs[sha])]
     return problems
 
 
@@ -281,20 +245,73 @@ def pre_commit(vault_root: Path, out=None) -> int:
 
 # -- post-* ----------------------------------------------------------------------------------------------
 def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
-    """Start ``memvault reindex`` detached in the background and return at once (None when a running
-    ``memvault watch`` will pick the change up anyway)."""
+    """Ask for a reindex in the background and return at once.
+
+    Reindexes never pile up: the request is a flag file, and at most one worker runs per vault (it holds
+    ``locks/hook-reindex.lock`` and goes round again while the flag is set). When a worker is already running the
+    flag is all it takes; when ``memvault watch`` is running it picks the change up itself. None when no new
+    worker was started.
+    """
     from .watch import watcher_running
 
     state = vault_root / ".memvault"
     if watcher_running(state):
         return None
-    state.mkdir(parents=True, exist_ok=True)
+    (state / "locks").mkdir(parents=True, exist_ok=True)
+    (state / REINDEX_FLAG).touch()
+    if _locked_elsewhere(state / "locks" / REINDEX_LOCK):
+        return None  # the running worker will see the flag
     env = {k: v for k, v in os.environ.items() if k not in _HOOK_ENV}
     with open(state / REINDEX_LOG, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "memvault", "--vault", str(vault_root), "reindex", "--json"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True,
-        )
+            [sys.executable, "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True)
+
+
+def _locked_elsewhere(lock: Path) -> bool:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def reindex_worker(vault_root: Path, out: Any = None) -> int:
+    """The background worker: reindex while the flag is set, one worker at a time (see :func:`start_reindex`)."""
+    import time
+
+    from .vault import Vault
+
+    out = out or sys.stderr
+    state = vault_root / ".memvault"
+    flag, lock = state / REINDEX_FLAG, state / "locks" / REINDEX_LOCK
+    runs = 0
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0  # another worker has it and will see the flag
+            while flag.exists():
+                flag.unlink()
+                started = time.monotonic()
+                vault = Vault.open(vault_root)
+                report = vault.reindex()
+                runs += 1
+                model = f", model from {vault.engine.source}" if vault.engine.source else ""
+                print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} reindex: {report.files_changed} files changed, "
+                      f"{report.chunks_embedded} chunks embedded, {report.chunks_pending} pending, "
+                      f"{time.monotonic() - started:.2f} s{model}", file=out, flush=True)
+                for warning in report.warnings:
+                    print(f"  warning: {warning}", file=out, flush=True)
+        finally:
+            os.close(fd)
+        if not flag.exists():  # a request that came in as the lock was released is served, not lost
+            return 0
 
 
 # -- entry point -----------------------------------------------------------------------------------------
@@ -308,7 +325,7 @@ def _git(cwd: Path, *args: str, input: bytes | None = None) -> bytes:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m memvault.githooks NAME --vault ROOT [ARGS...]``, as run by the installed hook scripts."""
     parser = argparse.ArgumentParser(prog="python -m memvault.githooks", description=__doc__.split("\n")[0])
-    parser.add_argument("hook", choices=HOOKS)
+    parser.add_argument("hook", choices=[*HOOKS, "reindex-worker"])
     parser.add_argument("--vault", required=True, type=Path, help="the vault's root directory")
     # The hook's own arguments from git (post-checkout's refs and flag, post-rewrite's command) follow; none of
     # the checks needs them, so they are accepted and ignored.
@@ -317,12 +334,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if options.hook == "pre-commit":
             return pre_commit(root)
+        if options.hook == "reindex-worker":
+            return reindex_worker(root)
         start_reindex(root)
         return 0
-    except (MemvaultError, OSError) as exc:
-        print(f"memvault {options.hook}: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the one funnel: one line, never a traceback into git's output
+        print(f"memvault {options.hook}: error: {describe(exc)[0]}", file=sys.stderr)
         # A broken check must not silently let everything through, nor a failed reindex block git.
-        return 1 if options.hook == "pre-commit" else 0
+        return 1 if options.hook in ("pre-commit", "reindex-worker") else 0
 
 
 if __name__ == "__main__":

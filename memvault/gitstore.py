@@ -130,6 +130,7 @@ class GitStore:
             body += "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailers.items())
         env = self._env(author)
         for attempt in range(50):
+            saved = self._index_entries(rels)
             try:
                 # -A stages deletions too; --ignore-errors is not used: an unreadable file must fail loudly.
                 self._git("add", "-A", "--", *rels)
@@ -138,11 +139,47 @@ class GitStore:
                 self._git("commit", "--quiet", "--only", "-m", body, "--", *rels, env=env)
                 return self._git("rev-parse", "HEAD")
             except GitError as exc:
+                # Whatever happened, the index must not keep what was refused: the next plain `git commit`
+                # would record it.
+                self._restore_index(rels, saved)
                 if "index.lock" in str(exc) and attempt < 49:
                     time.sleep(0.1)
                     continue
                 raise
         return None  # pragma: no cover
+
+    def _index_entries(self, rels: list[str]) -> dict[str, str]:
+        """The git index entries of ``rels`` as ``update-index --index-info`` lines."""
+        out = self._git("ls-files", "-s", "-z", "--", *rels, strip=False)
+        entries = {}
+        for record in out.split("\0"):
+            if record:
+                info, _, rel = record.partition("\t")
+                entries[rel] = f"{info}\t{rel}"
+        return entries
+
+    def _restore_index(self, rels: list[str], saved: dict[str, str]) -> None:
+        """Put the index entries of ``rels`` back as :meth:`_index_entries` saw them (best effort)."""
+        try:
+            now = self._index_entries(rels)
+            gone = [rel for rel in now if rel not in saved]
+            if gone:
+                self._git("update-index", "--force-remove", "--", *gone)
+            if saved:
+                self._git_input("update-index", "-z", "--index-info",
+                                data="".join(line + "\0" for line in saved.values()))
+        except GitError:
+            pass
+
+    def _git_input(self, *args: str, data: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], cwd=self.root, input=data, capture_output=True, text=True,
+                                 check=False)
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc.strerror}") from None
+        if out.returncode != 0:
+            raise GitError(f"git {args[0]} failed: {' '.join(out.stderr.split())}")
+        return out.stdout
 
     def _tracked(self, path: Path) -> bool:
         return bool(self._git("ls-files", "--", self.rel(path)))
@@ -163,6 +200,40 @@ class GitStore:
             return self._git("rev-parse", "--verify", "--quiet", f"HEAD:{self.rel(path)}") or None
         except GitError:
             return None
+
+    def provenance(self, paths: list[Path]) -> dict[Path, tuple[str | None, str | None]]:
+        """(last commit, blob in HEAD) of each path, from two git calls whatever the number of paths; the
+        history walk stops as soon as every path has its commit."""
+        if not paths:
+            return {}
+        rels = {self.rel(p): p for p in paths}
+        try:
+            tree = self._git("ls-tree", "-z", "HEAD", "--", *rels, strip=False)
+        except GitError:
+            return {}  # no commit yet
+        heads = {}
+        for record in tree.split("\0"):
+            if record:
+                info, _, rel = record.partition("\t")
+                heads[rel] = info.split()[2]
+        commits: dict[str, str] = {}
+        proc = subprocess.Popen(["git", "log", "--format=%x00%H", "--name-only", "--no-renames", "--", *rels],
+                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdout is not None
+            current = ""
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                if line.startswith("\x00"):
+                    current = line[1:]
+                elif line in rels and line not in commits:
+                    commits[line] = current
+                    if len(commits) == len(rels):
+                        break
+        finally:
+            proc.kill()
+            proc.wait()
+        return {path: (commits.get(rel), heads.get(rel)) for rel, path in rels.items()}
 
     def has_head(self) -> bool:
         try:

@@ -1,26 +1,28 @@
 """Keeping a vault healthy: retention, purge by source, staleness, duplicates, expiry and ingest.
 
-Every cleanup is a command a person can run, review (``--dry-run`` or no ``--apply``) and undo: fact changes
-are git commits, episode removals are reported line counts and bytes per kind.
+Every cleanup is a command a person can run, review (``--dry-run`` or no ``--apply``) and undo: fact changes are
+git commits, episode removals are reported line counts and bytes per kind. Each function plans here and changes
+nothing itself: every change goes through the write gate (:mod:`memvault.gate`), with the caller's source.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from pathlib import Path
+from typing import Any
 
-from .dedup import compare, groups
+from .dedup import groups
 from .episodes import Episode, RewriteReport, source_matches
-from .errors import InvalidValue, MemvaultError
-from .facts import Fact, refuse_secrets, validate_key
-from .fsutil import atomic_write
+from .errors import InvalidKey, InvalidValue, MemvaultError
+from .facts import Fact
+from .gate import WriteGate
 from .timeutil import format_time, now, parse_date, parse_time
-
-if TYPE_CHECKING:
-    from .vault import Vault
+from .trust import Op
+from .validation import validate_key, validate_tags
 
 
 def text_hash(text: str) -> str:
@@ -30,24 +32,21 @@ def text_hash(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ retention
-def prune(vault: Vault, *, dry_run: bool = False, at: datetime | None = None) -> RewriteReport:
+def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None) -> RewriteReport:
     """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them."""
-    settings = vault.lifecycle
+    gate.require(Op.PRUNE, source)
+    retention = gate.config.retention
     current = at or now()
 
     def expired(e: Episode) -> bool:
-        return (current - e.time).total_seconds() > settings.max_age(e.kind)
+        return (current - e.time).total_seconds() > retention.max_age(e.kind)
 
-    report = vault.episodes.rewrite(expired, dry_run=dry_run)
-    if not dry_run and report.files_changed:
-        _after_episode_rewrite(vault, report, f"prune episodes: {len(report.removed)} lines past retention")
+    with gate.episodes.lock():
+        report = gate.episodes.plan_rewrite(expired)
+        if not dry_run:
+            gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
+                                  source=source)
     return report
-
-
-def _after_episode_rewrite(vault: Vault, report: RewriteReport, message: str) -> None:
-    if vault.config.track_episodes:
-        vault.commit(report.files_changed, message, source=vault.default_source())
-    vault.refresh_index(report.files_changed)
 
 
 # ------------------------------------------------------------------------------------------------ purge
@@ -58,7 +57,7 @@ class PurgeReport:
     facts: list[Fact] = field(default_factory=list)
     commit: str | None = None
 
-    def to_dict(self, root: Any) -> dict[str, Any]:
+    def to_dict(self, root: Path) -> dict[str, Any]:
         return {
             "source": self.source,
             "facts_removed": [f.key for f in self.facts if not f.quarantined],
@@ -69,29 +68,45 @@ class PurgeReport:
         }
 
 
-def purge(vault: Vault, source: str, *, dry_run: bool = False) -> PurgeReport:
-    """Remove every episode and fact (and inbox proposal) whose source matches ``source`` (exact, or a prefix
-    ending in ``*``), their index rows, and commit the fact removals as one commit naming the source."""
-    if not source or source == "*":
+def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) -> PurgeReport:
+    """Remove every episode, fact and inbox proposal whose source matches ``pattern`` (exact, or a prefix ending
+    in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all. Then the
+    index rows go, the keyword index is merged and the WAL truncated, and the usage rows are dropped, so the
+    purged text is not left readable in ``.memvault/``."""
+    if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
-    episodes = vault.episodes.rewrite(lambda e: source_matches(source, e.source), dry_run=dry_run)
-    facts = [f for f in vault.facts.iter() if source_matches(source, f.source)]
-    facts += [f for f in vault.facts.inbox() if source_matches(source, f.source)]
-    report = PurgeReport(source, episodes, facts)
-    if dry_run:
-        return report
-    if episodes.files_changed:
-        _after_episode_rewrite(vault, episodes, f"purge source {source}: {len(episodes.removed)} episodes")
-    if facts:
-        with vault.write_lock():
-            for f in facts:
-                f.path.unlink(missing_ok=True)
-            report.commit = vault.commit(
-                [f.path for f in facts],
-                f"purge source {source}: {len(facts)} facts\n\n" + "\n".join(f"- {f.key}" for f in facts),
-                source=vault.default_source(),
-            )
-        vault.refresh_index([f.path for f in facts if not f.quarantined])
+    if not dry_run:
+        gate.require(Op.PURGE, source)
+    with gate.lock(), gate.episodes.lock():
+        episodes = gate.episodes.plan_rewrite(lambda e: source_matches(pattern, e.source))
+        facts = [f for f in gate.facts.iter() if source_matches(pattern, f.source)]
+        facts += [f for f in gate.facts.inbox() if source_matches(pattern, f.source)]
+        report = PurgeReport(pattern, episodes, facts)
+        if dry_run or not (facts or episodes.changes):
+            return report
+        changes = [gate.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts] + episodes.changes
+        inbox, episodes_dir = gate.facts.inbox_dir, gate.episodes.dir
+
+        def committed(path: Path) -> bool:
+            if episodes_dir in path.parents:
+                return gate.config.track_episodes
+            if inbox in path.parents:
+                return gate.config.trust.share_inbox
+            return True
+
+        listing = [f"- fact {f.key}" + (" (inbox)" if f.quarantined else "") for f in facts]
+        report.commit = gate.apply(
+            changes, source=source, commit=committed,
+            message=f"purge source {pattern}: {len(facts)} facts, {len(episodes.removed)} episodes\n\n"
+                    + "\n".join(listing))
+    warnings: list[str] = []
+    gate.tell_index([c.path for c in changes], warnings)
+    try:
+        if gate.index.exists():
+            gate.index.scrub()
+        gate.state().forget([("fact", f.key) for f in facts] + [("episode", e.id) for e in episodes.removed])
+    except MemvaultError:
+        pass
     return report
 
 
@@ -108,42 +123,40 @@ def stale_reason(fact: Fact, review_after: float, current: datetime | None = Non
     return None
 
 
-def is_stale_doc(valid_until: str | None, review_after: float | None, updated: str | None, default_review: float,
-                 current: datetime) -> bool:
+def stale_doc_reason(valid_until: str | None, review_after: float | None, updated: str | None,
+                     default_review: float, current: datetime) -> str | None:
     """The same rule on an index row (recall ranks before it reads files)."""
     if valid_until:
         try:
             if parse_date(valid_until) < current.date():
-                return True
+                return f"valid_until {valid_until} has passed"
         except MemvaultError:
             pass
     if updated:
         try:
-            return (current - parse_time(updated)).total_seconds() > (review_after or default_review)
+            period = review_after or default_review
+            stamp = parse_time(updated)
+            if (current - stamp).total_seconds() > period:
+                return f"not updated since {stamp.date().isoformat()} (review after {int(period // 86400)}d)"
         except MemvaultError:
-            return False
-    return False
+            return None
+    return None
 
 
-def stale(vault: Vault, at: datetime | None = None) -> list[dict[str, Any]]:
+def stale(gate: WriteGate, at: datetime | None = None) -> list[dict[str, Any]]:
     """Stale facts with the reason and the date of their last commit."""
     out = []
-    for fact in vault.facts.iter():
-        reason = stale_reason(fact, vault.lifecycle.review_after, at)
+    for fact in gate.facts.iter():
+        reason = stale_reason(fact, gate.config.facts.review_after, at)
         if reason is None:
             continue
         last = None
-        if vault.git is not None:
-            entries = vault.git.run("log", "-1", "--format=%H %aI", "--", vault.git.rel(fact.path)).split()
+        if gate.git is not None:
+            entries = gate.git.run("log", "-1", "--format=%H %aI", "--", gate.git.rel(fact.path)).split()
             last = {"commit": entries[0], "date": entries[1]} if entries else None
-        out.append({"key": fact.key, "reason": reason, "last_commit": last, "path": fact.path.relative_to(vault.root).as_posix()})
+        out.append({"key": fact.key, "reason": reason, "last_commit": last,
+                    "path": fact.path.relative_to(gate.root).as_posix()})
     return out
-
-
-def verify(vault: Vault, key: str, *, source: str | None = None) -> Fact:
-    """A person confirms a fact still holds: ``updated`` is bumped and committed, clearing review staleness."""
-    fact = vault.facts.get(key)
-    return vault.facts.set(key, fact.text, source=source, message=f"fact verify {key}", allow_secret=True)
 
 
 # ------------------------------------------------------------------------------------------------ duplicates
@@ -158,10 +171,10 @@ class DedupReport:
         return {"groups": self.groups, "conflicts": self.conflicts, "merged": self.merged, "commit": self.commit}
 
 
-def dedup(vault: Vault, *, apply: bool = False) -> DedupReport:
+def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
     """Duplicate groups and conflicts over the whole vault; ``apply`` merges each group into one fact."""
-    settings = vault.lifecycle
-    facts = {f.key: f for f in vault.facts.iter()}
+    settings = gate.config.facts
+    facts = {f.key: f for f in gate.facts.iter()}
     found, conflict_pairs = groups([(k, f.text) for k, f in facts.items()], threshold=settings.duplicate_jaccard,
                                    min_shared=settings.duplicate_min_shared)
     conflicts = [{"a": a, "b": b, "differing": list(m.differing), "shared": list(m.shared)}
@@ -169,25 +182,17 @@ def dedup(vault: Vault, *, apply: bool = False) -> DedupReport:
     report = DedupReport([list(g) for g in found], conflicts)
     if not apply or not found:
         return report
-    touched = []
+    plans = []
     lines = []
-    with vault.write_lock():
-        for group in found:
-            members = [facts[k] for k in group]
-            survivor, changes = merge_plan(members)
-            doc_text = _apply_merge(survivor, changes)
-            atomic_write(survivor.path, doc_text.encode("utf-8"))
-            touched.append(survivor.path)
-            for f in members:
-                if f.key != survivor.key:
-                    f.path.unlink(missing_ok=True)
-                    touched.append(f.path)
-            others = [f.key for f in members if f.key != survivor.key]
-            report.merged.append({"into": survivor.key, "merged": others})
-            lines.append(f"- {', '.join(others)} -> {survivor.key}")
-        report.commit = vault.commit(touched, f"dedup: merged {sum(len(g) - 1 for g in found)} facts\n\n" +
-                                     "\n".join(lines), source=vault.default_source())
-    vault.refresh_index(touched)
+    for group in found:
+        members = [facts[k] for k in group]
+        survivor, changes = merge_plan(members)
+        others = [f for f in members if f.key != survivor.key]
+        plans.append((survivor, changes, others))
+        report.merged.append({"into": survivor.key, "merged": [f.key for f in others]})
+        lines.append(f"- {', '.join(f.key for f in others)} -> {survivor.key}")
+    report.commit = gate.merge_facts(plans, source=source,
+                                     message=f"dedup: merged {sum(len(g) - 1 for g in found)} facts\n\n" + "\n".join(lines))
     return report
 
 
@@ -213,77 +218,31 @@ def merge_plan(members: list[Fact]) -> tuple[Fact, dict[str, Any]]:
     return survivor, changes
 
 
-def _apply_merge(survivor: Fact, changes: dict[str, Any]) -> str:
-    from . import frontmatter_edit as fm
-    from .facts import KNOWN_FIELDS
-
-    text = survivor.path.read_text(encoding="utf-8")
-    doc = fm.parse(text)
-    return fm.update(doc, changes, list(KNOWN_FIELDS), doc.body).render()
-
-
-def similar_facts(vault: Vault, key: str, text: str) -> list[dict[str, Any]]:
-    """Existing facts that ``text`` duplicates or contradicts (reported on ``fact set``)."""
-    settings = vault.lifecycle
-    out = []
-    for fact in _candidates(vault, text, exclude=key):
-        match = compare(text, fact.text, threshold=settings.duplicate_jaccard, min_shared=settings.duplicate_min_shared)
-        if match is not None:
-            out.append({"key": fact.key, "kind": match.kind, "jaccard": round(match.jaccard, 3),
-                        "shared": list(match.shared), "differing": list(match.differing)})
-    return out
-
-
-def _candidates(vault: Vault, text: str, exclude: str | None) -> list[Fact]:
-    """Facts worth comparing with ``text``: the index's keyword hits when there is an index, else all facts."""
-    keys: list[str] | None = None
-    index = vault.index
-    if index.exists():
-        try:
-            rows = index.search_keywords(text, ["fact"], 50)
-            docs = index.chunk_docs([r for r, _ in rows])
-            keys = list(dict.fromkeys(d["id"] for d in docs.values()))
-        except MemvaultError:
-            keys = None
-    if keys is None:
-        return [f for f in vault.facts.iter() if f.key != exclude]
-    out = []
-    for k in keys:
-        if k == exclude:
-            continue
-        try:
-            out.append(vault.facts.get(k))
-        except MemvaultError:
-            continue
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ expiry
-def expire(vault: Vault, *, apply: bool = False, at: datetime | None = None) -> dict[str, Any]:
-    """Facts below ``[facts] expire_importance`` that recall has not returned for ``expire_after`` (counted
-    from their creation when recall never returned them); ``apply`` removes them in one commit."""
-    settings = vault.lifecycle
+def expire(gate: WriteGate, *, source: str, apply: bool = False, at: datetime | None = None) -> dict[str, Any]:
+    """Facts below ``[facts] expire_importance`` that nobody used or recalled for ``expire_after`` (counted from
+    their creation when never used); ``apply`` removes them in one commit."""
+    settings = gate.config.facts
     current = at or now()
-    facts = [f for f in vault.facts.iter() if f.importance < settings.expire_importance]
-    access = vault.state.get([("fact", f.key) for f in facts])
-    candidates = []
+    facts = [f for f in gate.facts.iter() if f.importance < settings.expire_importance]
+    usage = gate.state().get([("fact", f.key) for f in facts], current)
+    candidates, chosen = [], []
     for f in facts:
-        count, last = access.get(("fact", f.key), (0, None))
+        u = usage.get(("fact", f.key))
+        seen = [t for t in ((u.last_used, u.last_shown) if u else ()) if t is not None]
+        last = max(seen) if seen else None
         since = last or f.created or f.updated
         if since is None or (current - since).total_seconds() > settings.expire_after:
-            candidates.append({"key": f.key, "importance": f.importance, "recalled": count,
-                               "last_recalled": format_time(last) if last else None,
-                               "path": f.path.relative_to(vault.root).as_posix()})
+            chosen.append(f)
+            candidates.append({"key": f.key, "importance": f.importance, "used": round(u.uses, 3) if u else 0,
+                               "last_used": format_time(last) if last else None,
+                               "path": f.path.relative_to(gate.root).as_posix()})
     result: dict[str, Any] = {"candidates": candidates, "commit": None}
-    if apply and candidates:
-        paths = [vault.facts.path_for(c["key"]) for c in candidates]
-        with vault.write_lock():
-            for p in paths:
-                p.unlink(missing_ok=True)
-            result["commit"] = vault.commit(
-                paths, f"expire {len(paths)} facts: low importance, not recalled\n\n" +
-                "\n".join(f"- {c['key']}" for c in candidates), source=vault.default_source())
-        vault.refresh_index(paths)
+    if apply and chosen:
+        result["commit"] = gate.remove_facts(
+            chosen, op=Op.EXPIRE, source=source,
+            message=f"expire {len(chosen)} facts: low importance, not used\n\n"
+                    + "\n".join(f"- {f.key}" for f in chosen))
     return result
 
 
@@ -301,6 +260,8 @@ class IngestReport:
 
 
 _SLUG = re.compile(r"[^a-z0-9]+")
+_FACT_FIELDS = {"type", "key", "text", "category", "tags", "importance", "confidence", "valid_until", "source"}
+_EPISODE_FIELDS = {"type", "text", "kind", "tags", "meta", "created_at", "source"}
 
 
 def slug_key(category: str | None, text: str) -> str:
@@ -311,69 +272,107 @@ def slug_key(category: str | None, text: str) -> str:
     return f"{prefix}/{slug}"
 
 
-def ingest(vault: Vault, stream: TextIO, *, source: str | None = None, name: str = "-",
+def ingest(gate: WriteGate, lines: Iterable[bytes | str], *, source: str, name: str = "-",
            allow_secret: bool = False) -> IngestReport:
-    """Run extracted candidates (JSONL ``{"type": "fact"|"episode", ...}``) through the same gates as any
-    write: trust, secrets and dedup. A candidate whose text is a memory recall returned is skipped, so recalled
-    memories are never re-extracted as new ones."""
+    """Run extracted candidates (JSONL ``{"type": "fact"|"episode", ...}``) through the same gate as any write.
+
+    The caller's ``source`` is the only authority: a candidate's own ``"source"`` is kept as ``claimed_source``
+    (front matter of a fact, meta of an episode) and never raises trust. A candidate whose text is a memory recall
+    returned is skipped, so recalled memories are never re-extracted as new ones. A bad line (not UTF-8, not JSON,
+    a field of the wrong type) is skipped with its reason; the other lines go on.
+    """
+    gate.require(Op.APPEND_EPISODE, source)
     report = IngestReport()
-    recalled = vault.state.recalled_hashes()
-    for lineno, line in enumerate(stream, 1):
-        if not line.strip():
-            continue
+    recalled = gate.state().recalled_hashes()
+    for lineno, raw in enumerate(lines, 1):
         where = f"{name}:{lineno}"
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            report.skipped.append({"line": where, "reason": f"not valid JSON ({exc.msg})"})
-            continue
-        if not isinstance(item, dict) or item.get("type") not in ("fact", "episode"):
-            report.skipped.append({"line": where, "reason": 'needs "type": "fact" or "episode"'})
-            continue
-        text = item.get("text")
-        if not isinstance(text, str) or not text.strip():
-            report.skipped.append({"line": where, "reason": "no text"})
-            continue
-        if text_hash(text) in recalled:
-            report.skipped.append({"line": where, "reason": "text is a memory recall returned"})
-            continue
-        src = item.get("source") or source or vault.default_source()
-        try:
-            if not allow_secret:
-                refuse_secrets(text, where)
-            if item["type"] == "episode":
-                e = vault.episodes.append(text, source=src, kind=item.get("kind") or "raw", at=item.get("created_at"),
-                                          tags=item.get("tags"), meta=item.get("meta"), allow_secret=True)
-                entry = {"line": where, "episode": e.id, "trusted": vault.facts.is_trusted(src)}
-                report.added.append(entry)
+            item = _candidate(raw, recalled)
+            if item is None:
                 continue
-            key = item.get("key") or slug_key(item.get("category"), text)
-            validate_key(key)
-            matches = similar_facts(vault, key, text)
-            conflict = next((m for m in matches if m["kind"] == "conflict"), None)
-            if conflict is not None:
-                report.conflicts.append({"line": where, "key": key, "with": conflict["key"],
-                                         "differing": conflict["differing"]})
-                continue
-            duplicate = next((m for m in matches if m["kind"] == "duplicate"), None)
-            if duplicate is not None and vault.facts.is_trusted(src):
-                existing = vault.facts.get(duplicate["key"])
-                tags = list(dict.fromkeys([*existing.tags, *(item.get("tags") or [])]))
-                importance = max(existing.importance, float(item.get("importance", 0) or 0))
-                vault.facts.set(existing.key, existing.text, tags=tags, importance=importance, source=src,
-                                message=f"fact merge {existing.key} (ingest)", allow_secret=True)
-                report.merged.append({"line": where, "into": existing.key})
-                continue
-            fact = vault.facts.set(
-                key, text, category=item.get("category"), importance=item.get("importance"),
-                confidence=item.get("confidence"), source=src, tags=item.get("tags"),
-                valid_until=item.get("valid_until"), allow_secret=True)
-            entry = {"line": where, "key": fact.key}
-            if duplicate is not None:
-                entry["duplicate_of"] = duplicate["key"]
-            (report.quarantined if fact.quarantined else report.added).append(entry)
+            bucket, entry = (_ingest_episode if item["type"] == "episode" else _ingest_fact)(
+                gate, item, source=source, allow_secret=allow_secret)
+            getattr(report, bucket).append({"line": where, **entry})
         except MemvaultError as exc:
             report.skipped.append({"line": where, "reason": str(exc)})
         except (TypeError, ValueError) as exc:
             report.skipped.append({"line": where, "reason": f"bad field: {exc}"})
     return report
+
+
+def _candidate(raw: bytes | str, recalled: set[str]) -> dict[str, Any] | None:
+    """One line as a candidate (None for a blank line); InvalidValue says why a line is skipped."""
+    try:
+        line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise InvalidValue("line", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not line.strip():
+        return None
+    try:
+        item = json.loads(line, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidValue("line", f"not valid JSON ({exc.msg})") from None
+    if not isinstance(item, dict) or item.get("type") not in ("fact", "episode"):
+        raise InvalidValue("type", 'needs "type": "fact" or "episode"')
+    text = item.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidValue("text", "no text")
+    if text_hash(text) in recalled:
+        raise InvalidValue("text", "text is a memory recall returned")
+    unknown = set(item) - (_FACT_FIELDS if item["type"] == "fact" else _EPISODE_FIELDS)
+    if unknown:
+        raise InvalidValue("line", f"unknown fields: {', '.join(sorted(unknown))}")
+    if item.get("source") is not None and not isinstance(item["source"], str):
+        raise InvalidValue("source", "must be a string")
+    return item
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidValue("line", f"{name} is not standard JSON")
+
+
+def _claim(item: dict[str, Any], source: str) -> dict[str, Any]:
+    claimed = item.get("source")
+    return {"claimed_source": claimed} if claimed and claimed != source else {}
+
+
+def _ingest_episode(gate: WriteGate, item: dict[str, Any], *, source: str,
+                    allow_secret: bool) -> tuple[str, dict[str, Any]]:
+    meta = item.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise InvalidValue("meta", "must be a JSON object")
+    claim = _claim(item, source)
+    e = gate.append_episode(item["text"], source=source, kind=item.get("kind") or "raw", at=item.get("created_at"),
+                            tags=item.get("tags"), meta={**(meta or {}), **claim} or None, allow_secret=allow_secret)
+    return "added", {"episode": e.id, "trusted": gate.policy.is_trusted(source), **claim}
+
+
+def _ingest_fact(gate: WriteGate, item: dict[str, Any], *, source: str,
+                 allow_secret: bool) -> tuple[str, dict[str, Any]]:
+    text, claim = item["text"], _claim(item, source)
+    category = item.get("category") if isinstance(item.get("category"), str) else None
+    key = item.get("key") or slug_key(category, text)
+    if not isinstance(key, str):
+        raise InvalidKey(str(key), "a key must be a string")
+    validate_key(key)
+    matches = gate.similar_facts(key, text)
+    conflict = next((m for m in matches if m["kind"] == "conflict"), None)
+    if conflict is not None:
+        return "conflicts", {"key": key, "with": conflict["key"], "differing": conflict["differing"]}
+    duplicate = next((m for m in matches if m["kind"] == "duplicate"), None)
+    if duplicate is not None and gate.policy.is_trusted(source):
+        existing = gate.facts.get(duplicate["key"])
+        importance = item.get("importance")
+        more = isinstance(importance, (int, float)) and not isinstance(importance, bool)
+        gate.set_fact(existing.key, existing.text, source=source,
+                      tags=list(dict.fromkeys([*existing.tags, *validate_tags(item.get("tags"))])),
+                      importance=max(existing.importance, float(importance)) if more else None,
+                      message=f"fact merge {existing.key} (ingest)", allow_secret=allow_secret, check_similar=False)
+        return "merged", {"into": existing.key}
+    fact = gate.set_fact(key, text, source=source, category=item.get("category"), importance=item.get("importance"),
+                         confidence=item.get("confidence"), tags=item.get("tags"), valid_until=item.get("valid_until"),
+                         allow_secret=allow_secret, extra=claim or None, check_similar=False)
+    entry = {"key": fact.key, **({"duplicate_of": duplicate["key"]} if duplicate is not None else {}), **claim}
+    return ("quarantined" if fact.quarantined else "added"), entry
+
+

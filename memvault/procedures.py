@@ -7,23 +7,23 @@ from __future__ import annotations
 
 import os
 import re
+import logging
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import frontmatter_edit as fm
-from .errors import InvalidKey, InvalidValue, ProcedureError, ProcedureNotFound
-from .facts import refuse_secrets, validate_key
-from .fsutil import atomic_write
-from .gitstore import blob_id
+from .errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
+from .fsutil import FileChange, entry_problem, read_inside
+from .gitstore import GitStore, blob_id
+from .validation import Problem, validate_name
 
 if TYPE_CHECKING:
     from .episodes import Episode
-    from .vault import Vault
 
 # Scripts without an execute bit still run through the interpreter their extension names.
 INTERPRETERS = {".sh": ["bash"], ".bash": ["bash"], ".py": [sys.executable]}
@@ -98,33 +98,66 @@ def parse_metadata(path: Path, text: str) -> tuple[str | None, list[str]]:
     return (str(description) if description is not None else None), tags
 
 
+log = logging.getLogger(__name__)
+#: Editor droppings and temp files are never procedures.
+IGNORED_SUFFIXES = ("~", ".tmp", ".swp", ".swo", ".swx")
+
+
+@dataclass
+class RunOutcome:
+    """What running a script did, before it is recorded as an episode."""
+
+    procedure: Procedure
+    args: list[str]
+    exit_code: int
+    duration_ms: int
+
+
 class ProcedureStore:
-    """The ``procedures/`` directory of a vault. Reached as ``vault.procedures``."""
+    """The ``procedures/`` directory of a vault. Provenance (commit, blob, dirty) comes from ``git``."""
 
-    def __init__(self, vault: Vault) -> None:
-        self.vault = vault
-        self.dir = vault.root / "procedures"
+    def __init__(self, root: Path, git: Callable[[], GitStore | None], *, max_bytes: int | None = None) -> None:
+        self.root = root
+        self.dir = root / "procedures"
+        self._git = git
+        self.max_bytes = max_bytes
 
-    def files(self) -> dict[str, list[Path]]:
-        """name -> the files that carry it (more than one means the name is ambiguous)."""
+    @property
+    def git(self) -> GitStore | None:
+        """The repository (found on first use: a listing or a recall without procedure hits never asks git)."""
+        return self._git()
+
+    def files(self, problems: list[Problem] | None = None) -> dict[str, list[Path]]:
+        """name -> the files that carry it (more than one means the name is ambiguous). Symlinks out of
+        ``procedures/`` and special files are reported in ``problems`` (or logged) and skipped."""
         found: dict[str, list[Path]] = {}
         if not self.dir.is_dir():
             return found
-        for dirpath, dirnames, filenames in os.walk(self.dir):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for filename in sorted(filenames):
-                if filename.startswith(".") or filename.endswith(("~", ".tmp", ".swp")):
+        base = os.path.realpath(self.dir)
+        stack = [str(self.dir)]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = sorted(os.scandir(current), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or entry.name.endswith(IGNORED_SUFFIXES):
                     continue
-                path = Path(dirpath) / filename
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                path = Path(entry.path)
+                problem = entry_problem(entry, base)
+                if problem is not None:
+                    _report(problems, Problem(path, problem))
+                    continue
                 name = path.relative_to(self.dir).with_suffix("").as_posix()
                 found.setdefault(name, []).append(path)
         return found
 
     def path_of(self, name: str) -> Path:
-        try:
-            validate_key(name)
-        except InvalidKey as exc:
-            raise InvalidKey(name, exc.reason.replace("a key", "a procedure name")) from None
+        validate_name(name)
         paths = self.files().get(name)
         if not paths:
             raise ProcedureNotFound(name)
@@ -134,21 +167,17 @@ class ProcedureStore:
         return paths[0]
 
     def _load(self, name: str, path: Path, *, commit: str | None, head_blob: str | None) -> Procedure:
-        data = path.read_bytes()
+        try:
+            data = read_inside(path, self.dir)
+        except UnsafePath as exc:
+            raise ProcedureError(name, exc.reason) from None
+        except FileNotFoundError:
+            raise ProcedureNotFound(name) from None
         text = data.decode("utf-8", errors="replace")
         blob = blob_id(data)
         description, tags = parse_metadata(path, text)
-        return Procedure(
-            name=name,
-            path=path,
-            text=text,
-            blob=blob,
-            commit=commit,
-            dirty=head_blob != blob,
-            description=description,
-            tags=tags,
-            executable=os.access(path, os.X_OK),
-        )
+        return Procedure(name=name, path=path, text=text, blob=blob, commit=commit, dirty=head_blob != blob,
+                         description=description, tags=tags, executable=os.access(path, os.X_OK))
 
     def get(self, name: str, *, path: Path | None = None) -> Procedure:
         """The whole procedure ``name`` with the commit that last changed it and its blob id.
@@ -157,24 +186,32 @@ class ProcedureStore:
         """
         if path is None or not path.is_file():
             path = self.path_of(name)
-        git = self.vault.git
-        commit = git.last_commit(path) if git else None
-        head = git.head_blob(path) if git else None
-        return self._load(name, path, commit=commit, head_blob=head)
+        return self.get_many([(name, path)])[0]
 
-    def list(self) -> list[Procedure]:
-        """Every procedure, sorted by name. Provenance comes from two git calls for the whole directory."""
-        files = self.files()
+    def get_many(self, items: Sequence[tuple[str, Path]]) -> list[Procedure]:
+        """Several procedures with their provenance from two git calls in all (recall's procedure hits)."""
+        provenance = self.git.provenance([p for _, p in items]) if self.git is not None else {}
+        out = []
+        for name, path in items:
+            commit, head = provenance.get(path, (None, None))
+            out.append(self._load(name, path, commit=commit, head_blob=head))
+        return out
+
+    def list(self, problems: list[Problem] | None = None) -> list[Procedure]:
+        """Every readable procedure, sorted by name; provenance from two git calls for the whole folder."""
+        items = [(name, path) for name, paths in sorted(self.files(problems).items()) for path in paths]
         heads, commits = self._provenance()
         out = []
-        for name, paths in sorted(files.items()):
-            for path in paths:
-                rel = self.vault.git.rel(path) if self.vault.git else ""
+        for name, path in items:
+            rel = self.git.rel(path) if self.git else ""
+            try:
                 out.append(self._load(name, path, commit=commits.get(rel), head_blob=heads.get(rel)))
+            except (ProcedureError, ProcedureNotFound) as exc:
+                _report(problems, Problem(path, getattr(exc, "reason", str(exc))))
         return out
 
     def _provenance(self) -> tuple[dict[str, str], dict[str, str]]:
-        git = self.vault.git
+        git = self.git
         if git is None or not self.dir.is_dir() or not git.has_head():
             return {}, {}
         rel_dir = git.rel(self.dir)
@@ -191,92 +228,67 @@ class ProcedureStore:
                 commits[line] = current
         return heads, commits
 
-    def add(self, name: str, source_file: Path, *, force: bool = False, source: str | None = None,
-            allow_secret: bool = False) -> Procedure:
-        """Copy ``source_file`` in as procedure ``name`` (keeping its extension and mode) and commit it.
-
-        A runbook that looks like it holds a secret is refused unless ``allow_secret``."""
-        try:
-            validate_key(name)
-        except InvalidKey as exc:
-            raise InvalidKey(name, exc.reason.replace("a key", "a procedure name")) from None
+    # -- planning writes ----------------------------------------------------------------------------------
+    def plan_add(self, name: str, source_file: Path, *, force: bool = False) -> tuple[FileChange, int]:
+        """The change that copies ``source_file`` in as procedure ``name`` (keeping its extension), and its mode."""
+        validate_name(name)
         source_file = Path(source_file)
         if not source_file.is_file():
             raise InvalidValue("FILE", f"{source_file}: no such file")
         data = source_file.read_bytes()
-        if not allow_secret:
-            refuse_secrets(data.decode("utf-8", errors="replace"), f"procedure {name}")
-        suffix = source_file.suffix
-        target = self.dir / (name + suffix)
+        if self.max_bytes is not None and len(data) > self.max_bytes:
+            raise LimitExceeded(f"procedure {name}", f"{len(data)} bytes, more than the {self.max_bytes} allowed "
+                                                     "([limits] procedure_bytes)")
+        target = self.dir / (name + source_file.suffix)
         base = self.dir.resolve()
         if base not in target.resolve().parents:
-            raise InvalidKey(name, "resolves outside procedures/")
-        with self.vault.write_lock():
-            existing = self.files().get(name, [])
-            others = [p for p in existing if p != target]
-            if others:
-                raise ProcedureError(name, f"already exists as {others[0].relative_to(self.vault.root)}")
-            if target.exists() and not force:
+            raise ProcedureError(name, "resolves outside procedures/")
+        existing = self.files().get(name, [])
+        others = [p for p in existing if p != target]
+        if others:
+            raise ProcedureError(name, f"already exists as {others[0].relative_to(self.root)}")
+        before = None
+        if target.exists() or target.is_symlink():
+            if not force:
                 raise ProcedureError(name, "already exists (use --force to replace it)")
-            mode = source_file.stat().st_mode & 0o777
-            atomic_write(target, data, mode=mode)
-            self.vault.commit([target], f"proc add {name}", source=source, key=f"procedure:{name}")
-        self.vault.refresh_index([target])
-        return self.get(name)
+            try:
+                before = read_inside(target, self.dir)
+            except UnsafePath as exc:
+                raise ProcedureError(name, exc.reason) from None
+        return FileChange(target, before, data), source_file.stat().st_mode & 0o777
 
-    def run(
-        self,
-        name: str,
-        args: Sequence[str] = (),
-        *,
-        allow_dirty: bool = False,
-        source: str | None = None,
-        stdout: IO[Any] | int | None = None,
-        stderr: IO[Any] | int | None = None,
-        cwd: Path | None = None,
-    ) -> RunResult:
-        """Run procedure ``name`` and record the run as a ``procedure_run`` episode.
-
-        The output goes to ``stdout``/``stderr`` (inherited by default: streamed as it comes). A file with
-        uncommitted changes is refused unless ``allow_dirty``; a dirty run is recorded as dirty.
-        """
-        proc = self.get(name)
+    # -- running -----------------------------------------------------------------------------------------
+    def execute(self, proc: Procedure, args: Sequence[str], *, allow_dirty: bool = False,
+                stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
+                env: dict[str, str] | None = None, timeout: float | None = None) -> RunOutcome:
+        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default)."""
+        name = proc.name
         if proc.path.suffix == ".md":
             raise ProcedureError(name, "is a markdown runbook: read it with 'memvault proc show', only scripts run")
         if proc.dirty and not allow_dirty:
             state = "was never committed" if proc.commit is None else "has uncommitted changes"
             raise ProcedureError(
-                name, f"{state}; commit it, or pass --allow-dirty to run it anyway (the run is recorded as dirty)"
-            )
+                name, f"{state}; commit it, or pass --allow-dirty to run it anyway (the run is recorded as dirty)")
         if proc.executable:
             argv = [str(proc.path)]
         elif proc.path.suffix in INTERPRETERS:
             argv = [*INTERPRETERS[proc.path.suffix], str(proc.path)]
         else:
             raise ProcedureError(name, f"{proc.path.name} is not executable (chmod +x it)")
-        env = dict(os.environ, MEMVAULT_DIR=str(self.vault.root), MEMVAULT_PROCEDURE=name)
         started = time.monotonic()
         try:
-            completed = subprocess.run([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd, env=env)
+            completed = subprocess.run([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
+                                       env=dict(os.environ, **(env or {})), timeout=timeout)
             exit_code = completed.returncode
+        except subprocess.TimeoutExpired:
+            exit_code = -9
         except OSError as exc:
             raise ProcedureError(name, f"cannot start: {exc.strerror}") from None
-        duration_ms = int((time.monotonic() - started) * 1000)
-        status = f"exit {exit_code}" if exit_code >= 0 else f"killed by signal {-exit_code}"
-        episode = self.vault.episodes.append(
-            allow_secret=True,
-            text=f"ran procedure {name} ({status}, {duration_ms / 1000:.1f} s)" + (" from a dirty working copy" if proc.dirty else ""),
-            source=source,
-            kind="procedure_run",
-            tags=list(proc.tags),
-            meta={
-                "name": name,
-                "commit": proc.commit,
-                "blob": proc.blob,
-                "args": list(args),
-                "exit_code": exit_code,
-                "duration_ms": duration_ms,
-                "dirty": proc.dirty,
-            },
-        )
-        return RunResult(proc, list(args), exit_code, duration_ms, episode)
+        return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000))
+
+
+def _report(problems: list[Problem] | None, problem: Problem) -> None:
+    if problems is not None:
+        problems.append(problem)
+    else:
+        log.warning("%s", problem)

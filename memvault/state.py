@@ -1,16 +1,27 @@
-"""Local state that is not derived from the vault: how often and how recently recall returned each memory.
+"""Local state that is not derived from the vault: how much each memory has been used, and what recall returned.
 
-Kept in ``.memvault/state.db``, apart from the index, so deleting or rebuilding the index never loses it.
+Kept in ``.memvault/state.db``, apart from the index, so deleting or rebuilding the index never loses it. A damaged
+file is moved aside and a fresh one started (usage is a ranking hint, not memory): recall goes on, with a warning.
+
+Usage is two decaying counters per memory: ``uses`` (a fact fetched by key, a procedure run, an explicit ``used``
+report) and ``shown`` (recall returned it, weighted by rank and relevance). Each is stored as its value at its
+last update and decays with a half-life when read, so an unused memory's count fades without any job rewriting
+rows. An untrusted source's use reports count at most once per memory per day.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from .errors import SearchIndexError
-from .timeutil import format_time, now, parse_time
+from .migrations import migrate
+from .timeutil import format_time, now
 
 MIGRATIONS = [
     (
@@ -27,74 +38,216 @@ MIGRATIONS = [
         CREATE TABLE recalled(hash TEXT PRIMARY KEY, kind TEXT NOT NULL, item_id TEXT NOT NULL, at TEXT NOT NULL);
         """,
     ),
+    (
+        # Use, not exposure: being returned by recall no longer counts as a use (a memory gained rank by having
+        # been shown). Old access counts are kept as "shown"; nothing counted as a use before.
+        "0003_usage",
+        """
+        CREATE TABLE usage(
+            kind TEXT NOT NULL, item_id TEXT NOT NULL,
+            uses REAL NOT NULL DEFAULT 0, used_at REAL,
+            shown REAL NOT NULL DEFAULT 0, shown_at REAL,
+            PRIMARY KEY(kind, item_id));
+        INSERT INTO usage(kind, item_id, shown, shown_at)
+            SELECT kind, item_id, count, strftime('%s', last_access) FROM access;
+        CREATE TABLE reports(source TEXT NOT NULL, kind TEXT NOT NULL, item_id TEXT NOT NULL, day TEXT NOT NULL,
+            PRIMARY KEY(source, kind, item_id, day));
+        CREATE INDEX recalled_item ON recalled(kind, item_id);
+        """,
+    ),
 ]
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Decayed counters of one memory, as of the time they were read."""
+
+    uses: float = 0.0
+    shown: float = 0.0
+    last_used: datetime | None = None
+    last_shown: datetime | None = None
+
+
+def _decay(value: float, since: float | None, at: float, half_life: float) -> float:
+    if since is None or value <= 0:
+        return 0.0
+    return value * 0.5 ** (max(0.0, at - since) / half_life)
 
 
 class State:
-    """Access counts and last-access times per (kind, id)."""
+    """Usage counters per (kind, id) and the hashes of texts recall returned."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, half_life: float = 90 * 86400) -> None:
         self.path = path
+        self.half_life = half_life
         self._conn: sqlite3.Connection | None = None
+        self.warnings: list[str] = []
 
     def connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            from .index import migrate
-
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-                conn.execute("PRAGMA journal_mode=WAL")
-                migrate(conn, MIGRATIONS)
-            except sqlite3.Error as exc:
-                raise SearchIndexError(f"{self.path}: cannot open the state database: {exc}") from None
-            self._conn = conn
+                self._conn = self._open()
+                migrate(self._conn, MIGRATIONS)
+            except sqlite3.DatabaseError as exc:
+                self.close()
+                aside = self._move_aside(exc)
+                try:
+                    self._conn = self._open()
+                    migrate(self._conn, MIGRATIONS)
+                except sqlite3.Error as again:
+                    raise SearchIndexError(f"{self.path}: cannot open the state database: {again}") from None
+                self.warnings.append(f"{self.path.name} was damaged ({exc}); moved aside to {aside.name} and "
+                                     "started afresh (usage counts restart)")
         return self._conn
 
-    def get(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, datetime]]:
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA secure_delete=ON")
+        return conn
+
+    def _move_aside(self, exc: BaseException) -> Path:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path, aside)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(self.path) + suffix).unlink()
+        return aside
+
+    def _guarded(self, fn, *args):  # type: ignore[no-untyped-def]
+        """Run a query; a damaged file found mid-way is moved aside once and the query run on a fresh one."""
+        try:
+            return fn(self.connection(), *args)
+        except sqlite3.DatabaseError as exc:
+            if "malformed" not in str(exc) and "not a database" not in str(exc):
+                raise SearchIndexError(f"{self.path}: {exc}") from None
+            self.close()
+            aside = self._move_aside(exc)
+            self.warnings.append(f"{self.path.name} was damaged ({exc}); moved aside to {aside.name} and started "
+                                 "afresh (usage counts restart)")
+            return fn(self.connection(), *args)
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def get(self, keys: Iterable[Key], at: datetime | None = None) -> dict[Key, Usage]:
         keys = list(keys)
         if not keys or not self.path.exists():
             return {}
-        conn = self.connection()
-        out = {}
-        for start in range(0, len(keys), 400):
-            batch = keys[start : start + 400]
-            clauses = " OR ".join("(kind = ? AND item_id = ?)" for _ in batch)
-            for kind, item_id, count, last in conn.execute(
-                f"SELECT kind, item_id, count, last_access FROM access WHERE {clauses}",
-                tuple(x for pair in batch for x in pair),
-            ):
-                out[(kind, item_id)] = (count, parse_time(last))
-        return out
+        t = (at or now()).timestamp()
 
-    def record(self, keys: Iterable[tuple[str, str]], at: datetime | None = None,
-               texts: Iterable[tuple[str, str, str]] = ()) -> None:
-        """Count one access for each (kind, id) and remember the hashes of the texts returned
-        (``texts`` = (hash, kind, id)), so an extractor cannot feed a recalled memory back in as new."""
-        stamp = format_time(at or now())
-        conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(
-                """INSERT INTO access(kind, item_id, count, last_access) VALUES (?, ?, 1, ?)
-                   ON CONFLICT(kind, item_id) DO UPDATE SET count = count + 1, last_access = excluded.last_access""",
-                [(k, i, stamp) for k, i in keys],
-            )
-            conn.executemany(
-                "INSERT OR REPLACE INTO recalled(hash, kind, item_id, at) VALUES (?, ?, ?, ?)",
-                [(h, k, i, stamp) for h, k, i in texts],
-            )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        def query(conn: sqlite3.Connection) -> dict[Key, Usage]:
+            out = {}
+            for start in range(0, len(keys), 400):
+                batch = keys[start : start + 400]
+                clauses = " OR ".join("(kind = ? AND item_id = ?)" for _ in batch)
+                for kind, item_id, uses, used_at, shown, shown_at in conn.execute(
+                        f"SELECT kind, item_id, uses, used_at, shown, shown_at FROM usage WHERE {clauses}",
+                        tuple(x for pair in batch for x in pair)):
+                    out[(kind, item_id)] = Usage(
+                        _decay(uses, used_at, t, self.half_life), _decay(shown, shown_at, t, self.half_life),
+                        _from_ts(used_at), _from_ts(shown_at))
+            return out
+
+        return self._guarded(query)
 
     def recalled_hashes(self) -> set[str]:
         if not self.path.exists():
             return set()
-        return {row[0] for row in self.connection().execute("SELECT hash FROM recalled")}
+        return self._guarded(lambda conn: {row[0] for row in conn.execute("SELECT hash FROM recalled")})
+
+    # -- writing -----------------------------------------------------------------------------------------
+    def _bump(self, conn: sqlite3.Connection, column: str, weights: dict[Key, float], t: float) -> None:
+        stamp = "used_at" if column == "uses" else "shown_at"
+        for (kind, item_id), weight in weights.items():
+            row = conn.execute(f"SELECT {column}, {stamp} FROM usage WHERE kind = ? AND item_id = ?",
+                               (kind, item_id)).fetchone()
+            current = _decay(row[0], row[1], t, self.half_life) if row else 0.0
+            conn.execute(f"""INSERT INTO usage(kind, item_id, {column}, {stamp}) VALUES (?, ?, ?, ?)
+                             ON CONFLICT(kind, item_id) DO UPDATE SET {column} = excluded.{column},
+                                                                      {stamp} = excluded.{stamp}""",
+                         (kind, item_id, current + weight, t))
+
+    def record_shown(self, weights: dict[Key, float], *, texts: Iterable[tuple[str, str, str]] = (),
+                     at: datetime | None = None) -> None:
+        """Recall returned these memories (each with its exposure weight), and these texts ((hash, kind, id): an
+        extractor cannot feed a recalled memory back in as new)."""
+        t = (at or now()).timestamp()
+        stamp = format_time(at or now())
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._bump(conn, "shown", weights, t)
+                conn.executemany("INSERT OR REPLACE INTO recalled(hash, kind, item_id, at) VALUES (?, ?, ?, ?)",
+                                 [(h, k, i, stamp) for h, k, i in texts])
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        self._guarded(write)
+
+    def record_use(self, keys: Iterable[Key], *, source: str | None = None, limited: bool = False,
+                   at: datetime | None = None) -> list[Key]:
+        """Count one use of each memory. ``limited`` (an untrusted source) counts at most one use per memory per
+        source per day. Returns the keys that counted."""
+        when = at or now()
+        t = when.timestamp()
+        day = when.date().isoformat()
+
+        def write(conn: sqlite3.Connection) -> list[Key]:
+            counted = []
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for key in dict.fromkeys(keys):
+                    if limited:
+                        cur = conn.execute("INSERT OR IGNORE INTO reports VALUES (?, ?, ?, ?)",
+                                           (source or "", key[0], key[1], day))
+                        if not cur.rowcount:
+                            continue
+                    self._bump(conn, "uses", {key: 1.0}, t)
+                    counted.append(key)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return counted
+
+        return self._guarded(write)
+
+    def forget(self, keys: Iterable[Key]) -> None:
+        """Drop every row about these memories (a purge): counters, reports, recalled texts; then checkpoint, so
+        nothing about them is left in the file or its WAL (``secure_delete`` zeroes the freed pages)."""
+        keys = list(keys)
+        if not keys or not self.path.exists():
+            return
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("usage", "reports", "recalled"):
+                    conn.executemany(f"DELETE FROM {table} WHERE kind = ? AND item_id = ?", keys)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        self._guarded(write)
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _from_ts(value: float | None) -> datetime | None:
+    if value is None:
+        return None
+    from datetime import timezone
+
+    return datetime.fromtimestamp(float(value), timezone.utc)
+

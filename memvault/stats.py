@@ -6,10 +6,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import ModelUnavailable
-from .index import CHUNK_OVERLAP, KINDS, SyncReport
+from .index import CHUNK_OVERLAP, KINDS, cut, read_docs
 
 if TYPE_CHECKING:
-    from .vault import Vault
+    from pathlib import Path
+
+    from .config import Config
+    from .engine import Engine
+    from .episodes import EpisodeLog
+    from .index import Index
 
 PGVECTOR_OVERHEAD = 8  # pgvector stores 4·dims + 8 bytes per vector
 
@@ -22,22 +27,22 @@ def _human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def episode_files(vault: Vault) -> list[dict[str, Any]]:
+def episode_files(root: Path, episodes: EpisodeLog) -> list[dict[str, Any]]:
     out = []
-    for path in vault.episodes.files():
+    for path in episodes.files():
         with path.open("rb") as handle:
             lines = sum(1 for line in handle if line.strip())
-        out.append({"path": path.relative_to(vault.root).as_posix(), "lines": lines, "bytes": path.stat().st_size})
+        out.append({"path": path.relative_to(root).as_posix(), "lines": lines, "bytes": path.stat().st_size})
     return out
 
 
-def vault_stats(vault: Vault) -> dict[str, Any]:
+def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config) -> dict[str, Any]:
     """Everything ``memvault stats`` prints."""
-    index = vault.index.stats()
-    files = episode_files(vault)
-    data: dict[str, Any] = {"vault": str(vault.root), "model_configured": vault.config.model, "index": index,
+    index = index_.stats()
+    files = episode_files(root, episodes)
+    data: dict[str, Any] = {"vault": str(root), "model_configured": config.model, "index": index,
                             "episode_files": files}
-    summary = [f"vault {vault.root}"]
+    summary = [f"vault {root}"]
     if index.get("exists"):
         items = index["items"]
         rows = index["chunks"] or 0
@@ -53,13 +58,13 @@ def vault_stats(vault: Vault) -> dict[str, Any]:
             projected = per_row * 100_000
             data["projected_bytes_at_100k_rows"] = projected
             summary.append(f"model: {model['name']} @ {model['revision'][:12]}, {dims} dims"
-                           + ("" if model["name"] == vault.config.model else
-                              f" (memvault.toml says {vault.config.model}: run memvault reindex)"))
+                           + ("" if model["name"] == config.model else
+                              f" (memvault.toml says {config.model}: run memvault reindex)"))
             summary.append(f"bytes per row: {per_row:.0f} in all (text, keywords, vector), {vec_per_row:.0f} in the "
                            f"vector store; theoretical 4·dims = {4 * dims}, pgvector {4 * dims + PGVECTOR_OVERHEAD}")
             summary.append(f"projected index size at 100k rows: {_human(projected)}")
         else:
-            summary.append(f"model: none (keyword-only index); memvault.toml says {vault.config.model}")
+            summary.append(f"model: none (keyword-only index); memvault.toml says {config.model}")
         if index["pending_vectors"]:
             summary.append(f"pending vectors: {index['pending_vectors']} (run memvault reindex)")
     else:
@@ -73,38 +78,34 @@ def vault_stats(vault: Vault) -> dict[str, Any]:
     return data
 
 
-def estimate_rebuild(vault: Vault, *, model: str | None = None, sample_size: int = 64) -> dict[str, Any]:
-    """What a full rebuild with ``model`` (default: the configured one) would cost, measured on this machine:
-    items and tokens to embed, the time (a random sample of the real chunks is embedded and timed, then
-    scaled to the corpus), and the disk needed while both indexes exist."""
-    from .embeddings import load_embedder
-
-    name = model or vault.config.model
-    index = vault.index
-    report = SyncReport()
+def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:
+    """What a full rebuild with model ``name`` would cost, measured on this machine: items and tokens to embed,
+    the time (getting the model — a warm daemon answers at once, a cold one loads it — plus a random sample of the
+    real chunks embedded and timed, then scaled to the corpus), and the disk needed while both indexes exist."""
+    problems: list[str] = []
     docs = []
     for rel, (kind, *_rest) in sorted(index.scan().items()):
-        found = index._docs_for(rel, kind, report)
-        if found:
-            docs.extend(found)
+        docs.extend(read_docs(index.sources, rel, kind, problems))
+    load_started = time.perf_counter()
     try:
-        emb = vault.embedder() if name == vault.config.model else load_embedder(name)
+        emb = engine.get()
     except ModelUnavailable as exc:
         return {"model": name, "error": str(exc), "items": len(docs),
                 "summary": [f"{len(docs)} items to index; {exc}"]}
-    load_started = time.perf_counter()
-    chunks = [c for d in docs for c in index._chunks(d, emb)]
+    load_seconds = time.perf_counter() - load_started
+    cut_started = time.perf_counter()
+    chunks = [c for texts, _how in cut(docs, emb, None) for c in texts]
     tokens = sum(emb.count_tokens(c) for c in chunks)
-    chunk_seconds = time.perf_counter() - load_started
+    cut_seconds = time.perf_counter() - cut_started
     rng = random.Random(0)
     sample = rng.sample(chunks, min(sample_size, len(chunks))) if chunks else []
-    seconds = 0.0
+    embed_seconds = 0.0
     if sample:
         emb.embed_documents(sample[:8])  # warm up: first calls pay one-off costs
         started = time.perf_counter()
         emb.embed_documents(sample)
-        per_chunk = (time.perf_counter() - started) / len(sample)
-        seconds = per_chunk * len(chunks) + chunk_seconds
+        embed_seconds = (time.perf_counter() - started) / len(sample) * len(chunks)
+    seconds = load_seconds + cut_seconds + embed_seconds
     current = index.stats()
     current_bytes = current.get("file_bytes", 0) if current.get("exists") else 0
     text_bytes = sum(len(c.encode()) for c in chunks) + sum(len(d.body.encode()) for d in docs)
@@ -123,7 +124,10 @@ def estimate_rebuild(vault: Vault, *, model: str | None = None, sample_size: int
         "tokens": tokens,
         "window_tokens": emb.identity.max_tokens,
         "overlap_tokens": CHUNK_OVERLAP,
-        "estimated_seconds": round(seconds, 1),
+        "estimated_seconds": round(seconds, 6),
+        "model_load_seconds": round(load_seconds, 6),
+        "cut_seconds": round(cut_seconds, 6),
+        "embed_seconds": round(embed_seconds, 6),
         "sample_size": len(sample),
         "current_index_bytes": current_bytes,
         "estimated_new_index_bytes": int(new_bytes),
@@ -133,7 +137,9 @@ def estimate_rebuild(vault: Vault, *, model: str | None = None, sample_size: int
         f"rebuild with {name} ({emb.identity.dims} dims, window {emb.identity.max_tokens} tokens):",
         f"  items: {len(docs)} ({', '.join(f'{v} {k}s' for k, v in by_kind.items())}) in {len(chunks)} chunks, "
         f"{tokens} tokens",
-        f"  time: about {_duration(seconds)} on this machine (a sample of {len(sample)} chunks timed, scaled)",
+        f"  time: about {_duration(seconds)} on this machine: getting the model {_duration(load_seconds)} "
+        f"(a warm embedder answers at once), cutting {_duration(cut_seconds)}, embedding {_duration(embed_seconds)} "
+        f"(a sample of {len(sample)} chunks timed, scaled)",
         f"  disk: {_human(new_bytes)} for the new index + {_human(current_bytes)} for the old one during the swap "
         f"= {_human(current_bytes + new_bytes)}",
     ]
@@ -141,6 +147,8 @@ def estimate_rebuild(vault: Vault, *, model: str | None = None, sample_size: int
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:

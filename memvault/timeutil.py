@@ -24,10 +24,13 @@ def format_time(dt: datetime) -> str:
 
 def parse_age(text: str) -> timedelta | None:
     """``30d``, ``12h``, ``2w``, ``90m``, ``45s``, ``1y`` -> timedelta; None when ``text`` is not an age."""
-    m = _AGE.match(text)
+    m = _AGE.match(text) if isinstance(text, str) else None
     if not m:
         return None
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+    except OverflowError:
+        raise InvalidValue("age", f"{text.strip()!r} is longer than any calendar allows") from None
 
 
 def parse_time(value: object, name: str = "time") -> datetime:
@@ -45,7 +48,10 @@ def parse_time(value: object, name: str = "time") -> datetime:
             text = text[:-1] + "+00:00"
         try:
             dt = datetime.fromisoformat(text)
-        except ValueError:
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            dt = dt.astimezone(timezone.utc)
+        except (ValueError, OverflowError):
             raise InvalidValue(name, f"not an RFC 3339 time or date: {value!r}") from None
     else:
         raise InvalidValue(name, f"not a time: {value!r}")
@@ -56,9 +62,12 @@ def parse_time(value: object, name: str = "time") -> datetime:
 
 def parse_time_or_age(value: str, name: str = "time", *, reference: datetime | None = None) -> datetime:
     """A point in time given either absolutely or as an age before ``reference`` (default now): ``7d``."""
-    age = parse_age(value)
-    if age is not None:
-        return (reference or now()) - age
+    try:
+        age = parse_age(value)
+        if age is not None:
+            return (reference or now()) - age
+    except (InvalidValue, OverflowError):
+        raise InvalidValue(name, f"{value.strip()!r} reaches back before the year 1") from None
     return parse_time(value, name)
 
 

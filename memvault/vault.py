@@ -1,30 +1,47 @@
-"""The vault: a directory with a ``memvault.toml``, its three kinds of memory, and the git repository around it."""
+"""The vault: one directory with a ``memvault.toml``, its three kinds of memory, the index, and git around it.
+
+:class:`Vault` is the facade every interface calls (CLI, MCP, git hooks, watcher, Python API): reads go to the
+stores and recall, every write goes through the one write gate (:mod:`memvault.gate`). The stores below know
+nothing of it; the gate and recall are handed the parts they need, explicitly.
+"""
 from __future__ import annotations
 
-import contextlib
 import getpass
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import date, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import config as config_mod
+from . import lifecycle
 from .config import CONFIG_NAME, Config
-from .episodes import EpisodeLog
-from .errors import GitError, VaultNotFound
-from .facts import FactStore, validate_source
-from .fsutil import atomic_write, locked
+from .engine import Engine, Status
+from .episodes import Episode, EpisodeLog
+from .errors import FactParseError, GitError, SecretRefused, VaultNotFound
+from .facts import Fact, FactStore
+from .fsutil import atomic_write
+from .gate import WriteGate
 from .gitstore import GitStore, LogEntry
-from .procedures import ProcedureStore
+from .index import Index, Progress, Sources, SyncReport
+from .procedures import Procedure, ProcedureStore, RunResult
+from .recall import Parts, RecallResult
+from .trust import Op
+from .validation import Problem, validate_source
 
 if TYPE_CHECKING:
     from .embeddings import Embedder
-    from .index import Index, Progress, SyncReport
-    from .recall import RecallResult
     from .state import State
 
 STATE_DIR = ".memvault"
+NEW_FACT_TEMPLATE = """---
+category:
+importance: 0.5
+tags: []
+---
+"""
+EmbedderFactory = Callable[[Config], "Embedder"]
 
 
 def _gitignore(track_episodes: bool) -> str:
@@ -38,24 +55,61 @@ def _gitignore(track_episodes: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def default_source() -> str:
+    """``MEMVAULT_SOURCE``, else ``user:$USER``: who is writing, for the CLI and the Python API."""
+    env = os.environ.get("MEMVAULT_SOURCE")
+    if env:
+        return validate_source(env, "MEMVAULT_SOURCE")
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return validate_source(f"user:{user or 'unknown'}", "USER")
+
+
 class Vault:
-    """One memory vault. Build it with :meth:`open` (discovery) or :meth:`init` (create)."""
+    """One memory vault. Build it with :meth:`open` (discovery) or :meth:`init` (create).
 
-    #: Builds the embedder for a config; tests replace it with a deterministic fake.
-    embedder_factory: Callable[[Config], Embedder] | None = None
-    #: Reach the model through the warm embedder daemon (memvault.daemon) instead of loading it here. The CLI
-    #: turns this on for short-lived commands; long-lived processes (MCP server, watcher) load in-process.
-    use_daemon: bool = False
+    ``embedder_factory`` replaces model loading (tests pass a deterministic fake); ``daemon`` overrides
+    ``[embedding] daemon`` (whether the model lives in a shared warm process); ``status`` receives progress lines
+    while a model loads.
+    """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, embedder_factory: EmbedderFactory | None = None, daemon: bool | None = None,
+                 status: Status | None = None) -> None:
         self.root = Path(root).resolve()
         self.config: Config = config_mod.load(self.root / CONFIG_NAME)
         self.state_dir = self.root / STATE_DIR
-        self.facts = FactStore(self)
-        self.procedures = ProcedureStore(self)
-        self.episodes = EpisodeLog(self)
-        self._embedder: Embedder | None = None
-        self.facts.listeners.append(self._on_fact_change)
+        self._embedder_factory = embedder_factory
+        self._daemon = daemon
+        self._status = status
+        self._git: GitStore | None | bool = False  # False: not looked for yet
+        self.engine = self._make_engine(self.config)
+        self._build()
+
+    def _make_engine(self, config: Config) -> Engine:
+        factory = self._embedder_factory
+        return Engine(config.model, config.query_prefix,
+                      daemon=config.embedding.daemon if self._daemon is None else self._daemon,
+                      idle=config.embedding.daemon_idle, status=self._status,
+                      factory=(lambda: factory(config)) if factory is not None else None)
+
+    def _build(self) -> None:
+        limits = self.config.limits
+        self._facts = FactStore(self.root, max_bytes=limits.fact_bytes)
+        self._episodes = EpisodeLog(self.root, self.state_dir / "locks" / "episodes.lock",
+                                    fsync=self.config.episodes.fsync, per_host=self.config.track_episodes,
+                                    host=self.config.episodes.host, max_bytes=limits.episode_bytes)
+        self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
+        self.index = Index(self.state_dir, Sources(self.root, self._facts, self._episodes, self._procedures,
+                                                   limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes))
+        self.gate = WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
+                              episodes=self._episodes, procedures=self._procedures, index=self.index,
+                              state=lambda: self.state, engine=self.engine,
+                              lock_path=self.state_dir / "locks" / "write.lock")
+        self.facts = Facts(self)
+        self.episodes = Episodes(self)
+        self.procedures = Procedures(self)
 
     def __repr__(self) -> str:
         return f"Vault({str(self.root)!r})"
@@ -79,21 +133,19 @@ class Vault:
         for candidate in (cwd, *cwd.parents):
             if (candidate / CONFIG_NAME).is_file():
                 return candidate
-        raise VaultNotFound(
-            f"no vault here: no {CONFIG_NAME} in {cwd} or its parents; pass --vault PATH, set MEMVAULT_DIR, "
-            "or create one with 'memvault init'"
-        )
+        raise VaultNotFound(f"no vault here: no {CONFIG_NAME} in {cwd} or its parents; pass --vault PATH, set "
+                            "MEMVAULT_DIR, or create one with 'memvault init'")
 
     @classmethod
-    def open(cls, path: Path | str | None = None) -> Vault:
-        return cls(cls.find_root(path))
+    def open(cls, path: Path | str | None = None, **options: Any) -> Vault:
+        return cls(cls.find_root(path), **options)
 
     @classmethod
-    def init(cls, path: Path | str, *, track_episodes: bool = False) -> Vault:
+    def init(cls, path: Path | str, *, track_episodes: bool = False, **options: Any) -> Vault:
         """Create the layout in ``path`` (idempotent: existing files are never overwritten).
 
-        Runs ``git init`` when ``path`` is not inside a git work tree, and commits the files it created, and
-        only those, so a vault inside a larger repository never stages anything else.
+        Runs ``git init`` when ``path`` is not inside a git work tree, and commits the files it created, and only
+        those, so a vault inside a larger repository never stages anything else.
         """
         root = Path(path).expanduser()
         root.mkdir(parents=True, exist_ok=True)
@@ -101,153 +153,321 @@ class Vault:
         created: list[Path] = []
         for sub in ("facts", "procedures", "episodes", STATE_DIR):
             (root / sub).mkdir(exist_ok=True)
-        config_text = config_mod.TEMPLATE
+        text = config_mod.TEMPLATE
         if track_episodes:
-            config_text = config_text.replace("track_in_git = false", "track_in_git = true")
-        for name, content in ((CONFIG_NAME, config_text), (".gitignore", _gitignore(track_episodes))):
+            text = text.replace("track_in_git = false", "track_in_git = true")
+        for name, content in ((CONFIG_NAME, text), (".gitignore", _gitignore(track_episodes))):
             target = root / name
             if not target.exists():
                 atomic_write(target, content.encode("utf-8"))
                 created.append(target)
         git = GitStore.discover(root) or GitStore.init(root)
-        vault = cls(root)
-        vault.__dict__["git"] = git
         if created:
-            git.commit(created, "memvault init", trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
-        return vault
+            git.commit(created, "memvault init",
+                       trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
+        return cls(root, **options)
 
-    @cached_property
-    def lifecycle(self) -> config_mod.Lifecycle:
-        """Retention, trust, staleness, dedup and expiry settings (validated)."""
-        return config_mod.lifecycle(self.config)
-
-    # -- index and recall --------------------------------------------------------------------------------
-    @cached_property
-    def index(self) -> Index:
-        from .index import Index
-
-        return Index(self)
+    # -- shared parts ------------------------------------------------------------------------------------
+    @property
+    def git(self) -> GitStore | None:
+        """The repository holding the vault, or None (then nothing is committed). Looked for once."""
+        if self._git is False:
+            self._git = GitStore.discover(self.root)
+        return self._git  # type: ignore[return-value]
 
     @cached_property
     def state(self) -> State:
         from .state import State
 
-        return State(self.state_dir / "state.db")
-
-    def embedder(self) -> Embedder:
-        """The configured embedding model, loaded once per vault object (raises ModelUnavailable)."""
-        if self._embedder is None:
-            factory = type(self).embedder_factory
-            if factory is not None:
-                self._embedder = factory(self.config)
-            elif self.use_daemon and self.config.get("embedding", "daemon", True, bool) \
-                    and not os.environ.get("MEMVAULT_NO_DAEMON"):
-                self._embedder = self._daemon_embedder()
-            else:
-                from .embeddings import load_embedder
-
-                self._embedder = load_embedder(self.config.model, query_prefix=self.config.query_prefix)
-        return self._embedder
-
-    def _daemon_embedder(self) -> Embedder:
-        from . import daemon
-        from .embeddings import load_embedder
-        from .timeutil import parse_age
-
-        idle = parse_age(self.config.get("embedding", "daemon_idle", "15m", str))
-        try:
-            return daemon.connect(self.config.model, self.config.query_prefix,
-                                  idle=idle.total_seconds() if idle else daemon.DEFAULT_IDLE)
-        except daemon.DaemonUnavailable:
-            return load_embedder(self.config.model, query_prefix=self.config.query_prefix)
-
-    def recall(
-        self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, **options: Any
-    ) -> RecallResult:
-        """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.recall.Hit`, best first,
-        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
-        from .recall import recall
-
-        return recall(self, query, k=k, kinds=kinds, budget=budget, **options)
-
-    def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
-                source: str | None = None) -> SyncReport:
-        """Bring the index in step with the vault; rebuild it whole when the model changed (or ``full``).
-
-        ``model`` first sets ``[embedding] model`` in memvault.toml (committed). An incremental run loads the
-        model only when there is text to embed.
-        """
-        if model is not None and model != self.config.model:
-            self._set_model(model, source)
-        index = self.index
-        identity = index.identity() if index.exists() else None
-        if full or identity is None or not self.config.wants_model(identity):
-            return index.rebuild(self.embedder, progress=progress)
-        report = index.sync(self.embedder, progress=progress)
-        if report.model_loaded and self._embedder is not None and identity is not None and \
-                not self._embedder.identity.same_vectors(identity):
-            return index.rebuild(self.embedder, progress=progress)  # same name, other weights or prefix
-        return report
-
-    def _set_model(self, model: str, source: str | None) -> None:
-        path = self.root / CONFIG_NAME
-        atomic_write(path, config_mod.set_model(path, model).encode("utf-8"))
-        self.commit([path], f"embedding model {model}", source=source or self.default_source())
-        self.config = config_mod.load(path)
-        self.__dict__.pop("lifecycle", None)
-        self._embedder = None
-
-    def _on_fact_change(self, event: str, key: str, fact: object) -> None:
-        """A write through the library updates the index at once (keywords now; the vector now if the model is
-        already loaded in this process, else at the next recall or reindex)."""
-        self.refresh_index([self.facts.dir / f"{key}.md"])
-
-    def refresh_index(self, paths: list[Path]) -> None:
-        index = self.index
-        if not index.exists():
-            return
-        loaded = self._embedder
-        index.sync((lambda: loaded) if loaded is not None else None, only=paths)
-
-    # -- shared services ---------------------------------------------------------------------------------
-    @cached_property
-    def git(self) -> GitStore | None:
-        """The repository holding the vault, or None (then nothing is committed)."""
-        return GitStore.discover(self.root)
+        return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
 
     def default_source(self) -> str:
-        """``MEMVAULT_SOURCE``, else ``user:$USER``."""
-        env = os.environ.get("MEMVAULT_SOURCE")
-        if env:
-            return validate_source(env)
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = "unknown"
-        return f"user:{user or 'unknown'}"
+        return default_source()
 
-    @contextlib.contextmanager
-    def write_lock(self) -> Iterator[None]:
-        """Serialises writers of facts and procedures (read-modify-write, then commit) across processes."""
-        with locked(self.state_dir / "locks" / "write.lock"):
-            yield
+    def _source(self, source: str | None) -> str:
+        return validate_source(source) if source is not None else default_source()
 
-    def commit(self, paths: list[Path], message: str, *, source: str | None = None, key: str | None = None) -> str | None:
-        """Commit ``paths`` (and nothing else) with the key and source as trailers and the source as author."""
-        if not self.config.autocommit:
-            return None
-        git = self.git
-        if git is None:
-            return None
-        trailers = {}
-        if key:
-            trailers["Memvault-Key"] = key
-        if source:
-            trailers["Memvault-Source"] = source
-        subject = f"{message} ({source})" if source else message
-        return git.commit(paths, subject, author=source, trailers=trailers)
+    def _parts(self) -> Parts:
+        return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine)
 
     def git_log(self, path: Path) -> list[LogEntry]:
         if self.git is None:
             raise GitError(f"{self.root} is not in a git repository: no history")
         return self.git.log(path)
+
+    # -- recall and the index ----------------------------------------------------------------------------
+    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
+               **options: Any) -> RecallResult:
+        """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.recall.Hit`, best first,
+        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
+        from .recall import check_arguments, recall
+
+        check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
+        if not self.index.exists():
+            splitter = None
+            if options.get("mode", "hybrid") != "keyword":
+                try:
+                    splitter = self.engine.get()
+                except Exception:  # noqa: BLE001 - recall reports an unavailable model itself, keyword-only
+                    splitter = None
+            self.index.sync(splitter=splitter)
+        return recall(self._parts(), query, k, kinds, budget, **options)
+
+    def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
+                source: str | None = None) -> SyncReport:
+        """Bring the index in step with the vault; rebuild it whole when the model changed (or ``full``).
+
+        ``model`` first loads that model (a model that cannot load is refused before anything changes), then
+        sets ``[embedding] model`` in memvault.toml (committed) and rebuilds. An incremental run loads the model
+        only when there is text to embed.
+        """
+        if model is not None and model != self.config.model:
+            source = self._source(source)
+            self.gate.require(Op.CONFIGURE, source)
+            engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
+                            status=self._status,
+                            factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
+                            if self._embedder_factory is not None else None)
+            embedder = engine.get()  # raises ModelUnavailable: nothing has changed yet
+            self.gate.set_model(model, source=source)
+            self.reload()
+            self.engine.use(embedder)
+            return self.index.rebuild(lambda: embedder, progress=progress)
+        index = self.index
+        identity = index.identity() if index.exists() else None
+        if full or identity is None or not self.config.wants_model(identity):
+            return index.rebuild(self.engine.get, progress=progress)
+        report = index.sync(splitter=self.engine.warm())
+        loaded = self.engine.loaded()
+        if loaded is not None and not loaded.identity.same_vectors(identity):
+            return index.rebuild(lambda: loaded, progress=progress)  # same name, other weights or prefix
+        if index.pending():
+            try:
+                embedder = self.engine.get()
+            except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
+                from .errors import describe
+
+                report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
+                return report
+            if not embedder.identity.same_vectors(identity):
+                return index.rebuild(lambda: embedder, progress=progress)  # same name, other weights or prefix
+            index.embed(embedder, progress=progress, report=report, wait=True)
+            report.model_loaded = True
+        return report
+
+    def _with_model(self, model: str) -> Config:
+        from dataclasses import replace
+
+        return replace(self.config, embedding=replace(self.config.embedding, model=model))
+
+    def reload(self) -> None:
+        """Read memvault.toml again (after a change of settings) and rebuild the parts that depend on it."""
+        self.index.close()
+        self.config = config_mod.load(self.root / CONFIG_NAME)
+        self.__dict__.pop("state", None)
+        self.engine = self._make_engine(self.config)
+        self._build()
+
+    def estimate_reindex(self, model: str | None = None) -> dict[str, Any]:
+        """What a full rebuild would cost on this machine, model load included (see memvault.stats)."""
+        from .stats import estimate_rebuild
+
+        engine = self.engine
+        if model is not None and model != self.config.model:
+            engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
+                            status=self._status,
+                            factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
+                            if self._embedder_factory is not None else None)
+        return estimate_rebuild(self.index, engine, model or self.config.model)
+
+    def stats(self) -> dict[str, Any]:
+        from .stats import vault_stats
+
+        return vault_stats(self.root, self.index, self._episodes, self.config)
+
+    # -- lifecycle (every change through the gate) -------------------------------------------------------
+    def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+        return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+
+    def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
+        return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run)
+
+    def stale(self, at: datetime | None = None) -> list[dict[str, Any]]:
+        return lifecycle.stale(self.gate, at)
+
+    def verify(self, key: str, *, source: str | None = None) -> Fact:
+        return self.gate.verify(key, source=self._source(source))
+
+    def dedup(self, *, apply: bool = False, source: str | None = None) -> lifecycle.DedupReport:
+        return lifecycle.dedup(self.gate, source=self._source(source), apply=apply)
+
+    def expire(self, *, apply: bool = False, at: datetime | None = None, source: str | None = None) -> dict[str, Any]:
+        return lifecycle.expire(self.gate, source=self._source(source), apply=apply, at=at)
+
+    def ingest(self, lines: Iterable[bytes | str], *, source: str | None = None, name: str = "-",
+               allow_secret: bool = False) -> lifecycle.IngestReport:
+        return lifecycle.ingest(self.gate, lines, source=self._source(source), name=name, allow_secret=allow_secret)
+
+    def used(self, refs: Sequence[str], *, source: str | None = None) -> list[tuple[str, str]]:
+        """Report that memories were used (``fact:db/primary``, ``procedure:web/reload``, ``episode:<id>``, or
+        a bare fact key): what frequency counts. Returns the ones counted."""
+        from .errors import InvalidValue
+
+        keys = []
+        for ref in refs:
+            kind, sep, item = ref.partition(":")
+            if not sep:
+                kind, item = "fact", ref
+            if kind not in ("fact", "episode", "procedure") or not item:
+                raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
+            keys.append((kind, item))
+        return self.gate.record_use(keys, source=self._source(source))
+
+    def sync(self, *, remote: str | None = None, branch: str | None = None, source: str | None = None) -> Any:
+        """Commit, pull with a rebase, reindex what changed, push (see memvault.gitsync)."""
+        from .gitsync import sync
+
+        return sync(self.gate, remote=remote, branch=branch, source=self._source(source))
+
+
+# ------------------------------------------------------------------------------------------------ views
+class Facts:
+    """``vault.facts``: read facts from the store, write them through the gate."""
+
+    def __init__(self, vault: Vault) -> None:
+        self._vault = vault
+        self.store = vault._facts
+        self.dir = self.store.dir
+        self.inbox_dir = self.store.inbox_dir
+
+    def get(self, key: str) -> Fact:
+        """The fact stored under ``key``. Raises FactNotFound, InvalidKey or FactParseError."""
+        return self.store.get(key)
+
+    def exists(self, key: str) -> bool:
+        return self.store.exists(key)
+
+    def path_for(self, key: str, *, inbox: bool = False) -> Path:
+        return self.store.path_for(key, inbox=inbox)
+
+    def iter(self, problems: list[Problem] | None = None, *, inbox: bool = False) -> Iterator[Fact]:
+        return self.store.iter(problems, inbox=inbox)
+
+    def list(self, category: str | None = None, tag: str | None = None,
+             problems: list[Problem] | None = None) -> list[Fact]:
+        return self.store.list(category, tag, problems)
+
+    def inbox(self, problems: list[Problem] | None = None) -> list[Fact]:
+        return self.store.inbox(problems)
+
+    def is_trusted(self, source: str | None) -> bool:
+        return self._vault.gate.policy.is_trusted(source)
+
+    def set(self, key: str, text: str, *, category: str | None = None, importance: float | None = None,
+            confidence: float | None = None, source: str | None = None, tags: list[str] | None = None,
+            valid_until: date | str | None = None, message: str | None = None, allow_secret: bool = False) -> Fact:
+        """Create or replace the fact ``key`` (see :meth:`memvault.gate.WriteGate.set_fact`): committed, indexed;
+        from an untrusted source a proposal in ``inbox/`` (``fact.quarantined``). ``fact.similar`` lists
+        near-duplicates and conflicts, ``fact.warnings`` what else the caller should know."""
+        return self._vault.gate.set_fact(key, text, source=self._vault._source(source), category=category,
+                                         importance=importance, confidence=confidence, tags=tags,
+                                         valid_until=valid_until, message=message, allow_secret=allow_secret)
+
+    def write_text(self, key: str, text: str, *, source: str | None = None, message: str | None = None,
+                   allow_secret: bool = False) -> Fact:
+        """Replace the whole file of ``key`` with ``text`` (as from an editor) after validating it."""
+        return self._vault.gate.replace_fact(key, text, source=self._vault._source(source), message=message,
+                                             allow_secret=allow_secret)
+
+    def delete(self, key: str, *, source: str | None = None, message: str | None = None) -> Fact:
+        return self._vault.gate.delete_fact(key, source=self._vault._source(source), message=message)
+
+    def accept(self, key: str, *, source: str | None = None) -> Fact:
+        return self._vault.gate.accept(key, source=self._vault._source(source))
+
+    def reject(self, key: str, *, source: str | None = None) -> Fact:
+        return self._vault.gate.reject(key, source=self._vault._source(source))
+
+    def proposals(self, problems: list[Problem] | None = None) -> list[tuple[Fact, bool]]:
+        """The inbox, each proposal with whether it would change an existing fact."""
+        return [(f, self.store.exists(f.key)) for f in self.store.inbox(problems)]
+
+    def edit(self, key: str, editor: Callable[[str], str], *, again: Callable[[Exception], bool] | None = None,
+             source: str | None = None, allow_secret: bool = False) -> Fact | None:
+        """Edit the whole file of ``key`` with ``editor`` (text in, text out; a new fact starts from a template).
+
+        The file changes only when the edit is valid; an invalid edit is offered back to ``editor`` while
+        ``again(error)`` says so, else the error is raised. None when nothing changed.
+        """
+        path = self.store.path_for(key)
+        original = path.read_text(encoding="utf-8") if path.is_file() else NEW_FACT_TEMPLATE
+        text = original
+        while True:
+            text = editor(text)
+            if text == original:
+                return None
+            try:
+                return self.write_text(key, text, source=source, allow_secret=allow_secret)
+            except (FactParseError, SecretRefused) as exc:
+                if again is None or not again(exc):
+                    raise
+
+    def similar(self, key: str, text: str) -> list[dict[str, Any]]:
+        return self._vault.gate.similar_facts(key, text)
+
+    def history(self, key: str) -> list[LogEntry]:
+        """The fact's git history, newest first, each entry with its diff."""
+        return self._vault.git_log(self.store.path_for(key))
+
+
+class Episodes:
+    """``vault.episodes``: read the log, append through the gate."""
+
+    def __init__(self, vault: Vault) -> None:
+        self._vault = vault
+        self.store: EpisodeLog = vault._episodes
+        self.dir = self.store.dir
+
+    def append(self, text: str, *, source: str | None = None, kind: str = "raw", at: datetime | str | None = None,
+               tags: list[str] | None = None, meta: dict[str, Any] | None = None, allow_secret: bool = False) -> Episode:
+        """Append one episode as one whole line; keyword recall finds it at once. Returns it as stored."""
+        return self._vault.gate.append_episode(text, source=self._vault._source(source), kind=kind, at=at, tags=tags,
+                                               meta=meta, allow_secret=allow_secret)
+
+    def iter(self, **filters: Any) -> Iterator[Episode]:
+        return self.store.iter(**filters)
+
+    def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
+        return self.store.list(limit=limit, **filters)
+
+    def files(self) -> list[Path]:
+        return self.store.files()
+
+    def file_for(self, at: datetime) -> Path:
+        return self.store.file_for(at)
+
+
+class Procedures:
+    """``vault.procedures``: read runbooks whole with their provenance; add and run them through the gate."""
+
+    def __init__(self, vault: Vault) -> None:
+        self._vault = vault
+        self.store: ProcedureStore = vault._procedures
+        self.dir = self.store.dir
+
+    def get(self, name: str, *, path: Path | None = None) -> Procedure:
+        return self.store.get(name, path=path)
+
+    def list(self, problems: list[Problem] | None = None) -> list[Procedure]:
+        return self.store.list(problems)
+
+    def add(self, name: str, source_file: Path | str, *, force: bool = False, source: str | None = None,
+            allow_secret: bool = False) -> Procedure:
+        return self._vault.gate.add_procedure(name, Path(source_file), source=self._vault._source(source),
+                                              force=force, allow_secret=allow_secret)
+
+    def run(self, name: str, args: Sequence[str] = (), *, allow_dirty: bool = False, source: str | None = None,
+            stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
+            timeout: float | None = None) -> RunResult:
+        return self._vault.gate.run_procedure(name, args, source=self._vault._source(source), allow_dirty=allow_dirty,
+                                              stdout=stdout, stderr=stderr, cwd=cwd, timeout=timeout)

@@ -8,6 +8,10 @@ worker runs one sync after a quiet period (``debounce``), or after ``max_delay``
 checkout of a thousand files is one batch, or a few, not a thousand. A cheap sync also runs every
 ``rescan_interval`` to heal events the kernel dropped (inotify queue overflow, a watch added late).
 
+The model is asked for at start, on a thread of its own (the warm embedder daemon, started if need be), so the
+first edit does not wait for it: a batch indexes the text at once (keyword recall sees it) and embeds it when
+the model is ready. No batch holds a lock while a model works, so a recall never waits behind the watcher.
+
 One watcher per vault: it holds an exclusive ``flock`` on ``.memvault/locks/watch.lock`` for its lifetime and
 writes ``pid host started_at`` to ``.memvault/watch.pid`` so a second one can say who is running.
 """
@@ -21,17 +25,15 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import MemvaultError, ModelUnavailable
+from .errors import WatcherRunning, describe
 from .timeutil import format_time, now
 
 if TYPE_CHECKING:
-    from .embeddings import Embedder
     from .index import SyncReport
     from .vault import Vault
 
@@ -48,22 +50,6 @@ IGNORED_PREFIXES = (".#",)
 RELEVANT_EVENTS = ("created", "deleted", "modified", "moved", "closed")
 
 Log = Callable[[str], None]
-
-
-class WatcherRunning(MemvaultError):
-    """Another ``memvault watch`` already holds this vault's watch lock."""
-
-    def __init__(self, root: Path, pid: int | None, host: str | None, since: str | None) -> None:
-        self.root = root
-        self.pid = pid
-        self.host = host
-        self.since = since
-        who = f"pid {pid}" if pid is not None else "a process whose pid is not recorded yet"
-        if host:
-            who += f" on {host}"
-        if since:
-            who += f" since {since}"
-        super().__init__(f"{root}: a watcher is already running ({who}); stop it first")
 
 
 def default_log(message: str) -> None:
@@ -118,6 +104,7 @@ class Watcher:
         self._cond = threading.Condition()
         self._first_pending: float | None = None  # monotonic time of the first event not yet synced
         self._last_event: float | None = None
+        self._model_ready = False
         self._model_failed = False
 
     # -- events (called on the observer's thread) --------------------------------------------------------
@@ -145,6 +132,7 @@ class Watcher:
             try:
                 self.log(f"watching {self.vault.root} (debounce {self.debounce:g} s, max delay {self.max_delay:g} s, "
                          f"rescan every {self.rescan_interval:g} s)")
+                threading.Thread(target=self._warm, name="memvault-model", daemon=True).start()
                 # Catch up with what changed while nobody watched (and build the index if there is none).
                 self._batch("start")
                 self.ready.set()
@@ -179,41 +167,44 @@ class Watcher:
             self._cond.wait(min(due - current, 0.25))
             return None
 
+    def _warm(self) -> None:
+        """Get the model (the warm daemon, started if need be) without holding up the first batch; once it is
+        there, embed whatever text is waiting."""
+        started = time.monotonic()
+        try:
+            self.vault.engine.get()
+        except Exception as exc:  # noqa: BLE001 - keyword-only from here on, and said once
+            self._model_failed = True
+            self.log(f"warning: {describe(exc)[0]}; indexing for keyword search only (restart the watcher once the "
+                     "model is available, or run 'memvault reindex')")
+            return
+        self._model_ready = True
+        self.log(f"model {self.vault.config.model} ready in {time.monotonic() - started:.1f} s")
+        with self._cond:
+            if self._first_pending is None:
+                self._first_pending = self._last_event = time.monotonic() - self.debounce
+            self._cond.notify()
+
     def _batch(self, reason: str) -> SyncReport | None:
-        """One sync. Never raises: a failing batch is logged and the next event or rescan tries again."""
+        """One sync: the text at once, the vectors when the model is ready. Never raises: a failing batch is
+        logged and the next event or rescan tries again."""
         if reason == "events":
             self.batches += 1
         else:
             self.rescans += 1
+        index = self.vault.index
         try:
-            report = self.vault.index.sync(self._provider_for_batch())
+            report = index.sync(splitter=self.vault.engine.loaded())
+            if self._model_ready and index.pending():
+                index.embed(self.vault.engine.get(), report=report, wait=True)
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad batch
-            detail = str(exc) if isinstance(exc, MemvaultError) else "".join(
-                traceback.format_exception_only(type(exc), exc)).strip()
-            self.log(f"sync failed ({reason}): {detail}; will retry on the next change or rescan")
+            self.log(f"sync failed ({reason}): {describe(exc)[0]}; will retry on the next change or rescan")
             return None
         for warning in report.warnings:
-            if not (self._model_failed and "unavailable" in warning):
-                self.log(f"warning: {warning}")
-        if report.changed or report.problems or reason == "start":
-            self.log(describe(report, reason))
+            self.log(f"warning: {warning}")
+        if report.changed or report.problems or report.chunks_embedded or reason == "start":
+            self.log(describe_report(report, reason))
         return report
-
-    def _provider_for_batch(self) -> Callable[[], Embedder | None] | None:
-        """The embedder provider for one sync: lazy (the model loads only when there is text to embed) and
-        kept loaded across batches by the vault; None (keyword-only) once the model proved unavailable."""
-        if self._model_failed:
-            return None
-        return self._embedder
-
-    def _embedder(self) -> Embedder | None:
-        try:
-            return self.vault.embedder()
-        except ModelUnavailable as exc:
-            self._model_failed = True
-            self.log(f"warning: {exc}; indexing for keyword search only (restart the watcher once the model "
-                     "is available, or run 'memvault reindex')")
-            return None
 
     # -- one watcher per vault ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -271,10 +262,12 @@ def watcher_running(state_dir: Path) -> bool:
         os.close(fd)
 
 
-def describe(report: SyncReport, reason: str) -> str:
+def describe_report(report: SyncReport, reason: str) -> str:
     """The one log line of a batch: what changed, what was embedded, and what could not be read."""
     if not report.changed:
         line = f"{reason}: index up to date ({report.files_seen} files checked in {report.seconds:.2f} s)"
+        if report.chunks_embedded:
+            line += f"; {report.chunks_embedded} chunks embedded"
     else:
         line = (
             f"{reason}: {report.files_changed} files changed, {report.files_removed} removed in "

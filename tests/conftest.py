@@ -24,36 +24,79 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("USER", "tester")
     # CLI recall would start a warm embedder daemon that outlives the test; test_daemon.py turns it back on.
     monkeypatch.setenv("MEMVAULT_NO_DAEMON", "1")
+    # No test reaches the network: model hubs are never asked (subprocesses included), and a socket to anything
+    # but this machine fails at once in this process.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     for name in ("MEMVAULT_DIR", "MEMVAULT_SOURCE", "GIT_DIR", "GIT_WORK_TREE", "EDITOR", "VISUAL",
                  "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
         monkeypatch.delenv(name, raising=False)
     return home
 
 
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Connections to other machines are refused in tests; loopback and unix sockets work."""
+    import ipaddress
+    import socket
+
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def local(address) -> bool:
+        if not isinstance(address, tuple):
+            return True  # AF_UNIX
+        host = address[0]
+        if host in ("localhost", ""):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False  # a name: it would need DNS, which is the network too
+
+    def connect(self, address):
+        if not local(address):
+            raise OSError(f"tests do not reach the network ({address!r})")
+        return real_connect(self, address)
+
+    def connect_ex(self, address):
+        if not local(address):
+            return 101  # ENETUNREACH
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
 @pytest.fixture
-def vault(tmp_path) -> Vault:
+def options(request) -> dict:
+    """What tests pass to Vault: the fake models when the test asks for them (``models``), nothing otherwise."""
+    return {"embedder_factory": request.getfixturevalue("models")} if "models" in request.fixturenames else {}
+
+
+@pytest.fixture
+def vault(tmp_path, options) -> Vault:
     """A new vault that trusts agents too (the core tests write as agents); trust tests use strict_vault."""
     v = Vault.init(tmp_path / "vault")
     toml = v.root / "memvault.toml"
     toml.write_text(toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]'))
     git(v.root, "commit", "-qm", "trust agents in tests", "--", "memvault.toml")
-    return Vault.open(v.root)
+    return Vault.open(v.root, **options)
 
 
 @pytest.fixture
-def strict_vault(tmp_path) -> Vault:
+def strict_vault(tmp_path, options) -> Vault:
     """A new vault with the default trust: only user:* writes facts directly."""
-    return Vault.init(tmp_path / "strict")
+    return Vault.init(tmp_path / "strict", **options)
 
 
 @pytest.fixture
-def models(monkeypatch):
-    """Model loading replaced by deterministic fakes (one per model name) that count loads and calls."""
+def models():
+    """Model loading replaced by deterministic fakes (one per model name) that count loads and calls; passed to
+    every Vault a test builds through ``options`` (never a global switch in the library)."""
     from fake_embedder import Models
 
-    m = Models()
-    monkeypatch.setattr(Vault, "embedder_factory", m)
-    return m
+    return Models()
 
 
 @pytest.fixture
@@ -62,11 +105,13 @@ def runner() -> CliRunner:
 
 
 @pytest.fixture
-def invoke(runner, vault):
+def invoke(runner, vault, options):
     """Run the CLI against the test vault: invoke("fact", "get", "x") -> click Result."""
+    from memvault.cli import Context
 
-    def run(*args: str, input: str | None = None, vault_path: Path | None = None):
-        return runner.invoke(cli, ["--vault", str(vault_path or vault.root), *args], input=input)
+    def run(*args: str, input: str | bytes | None = None, vault_path: Path | None = None):
+        return runner.invoke(cli, ["--vault", str(vault_path or vault.root), *args], input=input,
+                             obj=Context(**options))
 
     return run
 

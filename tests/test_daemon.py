@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,59 @@ def test_cold_cli_through_the_daemon_matches_in_process_top_10(runtime, tmp_path
         assert out.returncode == 0, out.stderr
         assert [(h["kind"], h["id"]) for h in json.loads(out.stdout)] == inproc
     assert daemon.socket_path(MODEL, None).exists()  # the CLI went through the daemon
+
+
+def test_a_peer_of_another_user_is_refused():
+    import struct
+
+    class Peer:
+        def __init__(self, uid):
+            self.uid = uid
+
+        def getsockopt(self, level, option, size):
+            assert (level, option) == (socket.SOL_SOCKET, socket.SO_PEERCRED)
+            return struct.pack("3i", 1234, self.uid, self.uid)
+
+    assert daemon.peer_allowed(Peer(os.getuid()))
+    assert not daemon.peer_allowed(Peer(os.getuid() + 1))
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        assert daemon.peer_allowed(a)  # a real socket of this process
+
+
+def test_a_short_reply_is_daemon_unavailable_not_a_crash(tmp_path):
+    import threading
+
+    path = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp")) / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def lying_daemon():
+        conn, _ = server.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(json.dumps({"ok": True, "shape": [1, 384], "bytes": 1536}).encode() + b"\n" + b"\0" * 10)
+
+    thread = threading.Thread(target=lying_daemon)
+    thread.start()
+    client = daemon.RemoteEmbedder.__new__(daemon.RemoteEmbedder)
+    client.path, client.timeout = path, 5.0
+    with pytest.raises(daemon.DaemonUnavailable, match="short reply"):
+        client._call({"op": "embed_query", "text": "x"})
+    thread.join()
+    server.close()
+    shutil.rmtree(path.parent, ignore_errors=True)
+
+
+@pytest.mark.model
+def test_an_idle_daemon_exits_and_removes_its_socket(runtime):
+    remote = daemon.connect(MODEL, None, idle=2.0)
+    path = daemon.socket_path(MODEL, None)
+    assert path.exists() and remote.embed_query("x") is not None
+    deadline = time.monotonic() + 30
+    while path.exists():
+        assert time.monotonic() < deadline, "the idle daemon did not exit"
+        time.sleep(0.2)
+    with pytest.raises(daemon.DaemonUnavailable):
+        daemon.connect(MODEL, None, start=False)

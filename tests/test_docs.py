@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 
+import pytest
+
 from conftest import REPO_ROOT
 
 
@@ -19,6 +21,17 @@ def test_cli_reference_is_up_to_date():
     assert gen.TARGET.read_text() == gen.render(), "docs/cli.md is stale: run python docs/generate.py"
 
 
+def test_readme_tables_are_generated_from_the_code():
+    gen = load_generator()
+    text = gen.README.read_text()
+    assert text == gen.readme(text), "README.md's generated tables are stale: run python docs/generate.py"
+    # every setting of memvault.toml is documented, and only those
+    from memvault import config
+
+    for section, key, _default, _help in config.settings():
+        assert f"`[{section}] {key}`" in text
+
+
 def test_readme_starts_with_two_setup_commands_and_ci_runs_the_second():
     text = (REPO_ROOT / "README.md").read_text()
     block = text.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
@@ -29,13 +42,18 @@ def test_readme_starts_with_two_setup_commands_and_ci_runs_the_second():
     assert "sed -n 2p" in ci and "README.md" in ci
 
 
+@pytest.mark.model
 def test_demo_runs_and_leaves_the_shipped_vault_untouched(tmp_path):
     before = subprocess.run(["git", "status", "--porcelain", "--", "vault"], cwd=REPO_ROOT, capture_output=True,
                             text=True).stdout
     import sys
 
+    import os
+
+    # as a user runs it: with the warm embedder daemon it starts for itself (and stops at the end)
+    env = {k: v for k, v in os.environ.items() if k != "MEMVAULT_NO_DAEMON"}
     proc = subprocess.run([sys.executable, "-m", "memvault.demo"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo finished" in proc.stdout and "recorded run" in proc.stderr + proc.stdout
     after = subprocess.run(["git", "status", "--porcelain", "--", "vault"], cwd=REPO_ROOT, capture_output=True,

@@ -386,3 +386,23 @@ def test_fake_embedder_tokens_and_split():
     assert all(s2 < e1 for (_, e1), (s2, _) in zip(spans, spans[1:]))
     default = fake.split(text)
     assert all(fake.count_tokens(c) <= 62 for c in default)
+
+
+def test_engine_reports_progress_while_a_slow_model_loads(monkeypatch):
+    import time
+
+    from memvault import embeddings
+    from memvault.engine import Engine
+    from fake_embedder import FakeEmbedder
+
+    def slow(name, query_prefix=None):
+        time.sleep(1.1)
+        return FakeEmbedder(name=name)
+
+    monkeypatch.setattr(embeddings, "load_embedder", slow)
+    lines = []
+    engine = Engine("fake-slow", daemon=False, status=lines.append)
+    assert engine.get().identity.name == "fake-slow" and engine.source == "process"
+    assert lines[0].startswith("loading embedding model fake-slow") and "ready in" in lines[-1]
+    engine.get()
+    assert len(lines) == 2  # loaded once

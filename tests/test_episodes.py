@@ -112,4 +112,4 @@ def test_tracked_episodes_go_to_a_per_host_folder_and_are_all_read(tmp_path, mon
     monkeypatch.setenv("MEMVAULT_HOST", "db1")
     v.episodes.append("from db1", source="user:a", at="2026-12-02T00:00:00Z")
     assert [x.text for x in v.episodes.list()] == ["from web1", "from db1"]
-    assert len(v.episodes.rewrite(lambda x: x.text == "from db1").removed) == 1
+    assert len(v.purge("user:a", dry_run=True).episodes.removed) == 2

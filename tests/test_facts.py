@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from memvault import Vault
-from memvault.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue
+from memvault.errors import FactNotFound, FactParseError, GitError, InvalidKey, InvalidValue
 from conftest import git
 
 
@@ -229,3 +229,35 @@ def test_commit_without_git_identity_still_works(vault, tmp_path, monkeypatch):
     v = Vault.open(vault.root)
     v.facts.set("a/b", "works", source="agent:x")
     assert git(vault.root, "log", "-1", "--format=%an|%cn") == "agent:x|memvault"
+
+
+def refuse_commits(vault):
+    hook = vault.root / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'policy says no' >&2\nexit 1\n")
+    hook.chmod(0o755)
+
+
+def status(vault):
+    return git(vault.root, "status", "--porcelain")
+
+
+def test_refused_delete_accept_and_reject_put_files_and_the_git_index_back(strict_vault):
+    v = strict_vault
+    v.facts.set("db/primary", "The primary listens on 5432.", source="user:admin")
+    v.facts.set("db/primary", "The primary moved to 6432.", source="agent:scraper")  # a proposal
+    toml = v.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace("share_inbox = false", "share_inbox = true"))
+    git(v.root, "commit", "-qm", "share the inbox", "--", "memvault.toml")
+    v = Vault.open(v.root)
+    v.facts.set("web/lb", "The balancer is lb1.", source="agent:scraper")  # a committed proposal this time
+    before = {p: p.read_bytes() for p in v.root.rglob("*.md") if ".git" not in p.parts}
+    refuse_commits(v)
+    for action in (lambda: v.facts.delete("db/primary", source="user:admin"),
+                   lambda: v.facts.accept("db/primary", source="user:admin"),
+                   lambda: v.facts.reject("web/lb", source="user:admin")):
+        with pytest.raises(GitError, match="policy says no"):
+            action()
+        after = {p: p.read_bytes() for p in v.root.rglob("*.md") if ".git" not in p.parts}
+        assert after == before
+        assert status(v) == "" or all(line.startswith("??") for line in status(v).splitlines()), status(v)
+        assert "fact" not in git(v.root, "diff", "--cached", "--name-only")

@@ -18,7 +18,7 @@ from conftest import git
 def fv(vault, models):
     """A vault configured for the fake model, with a few memories."""
     set_model(vault.root, "fake-hash")
-    v = Vault.open(vault.root)
+    v = Vault.open(vault.root, embedder_factory=models)
     v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", category="database",
                 importance=0.9, tags=["postgres"])
     v.facts.set("web/haproxy", "HAProxy balances web1 web2 web3 with health checks on /healthz.", category="web")
@@ -36,7 +36,7 @@ def test_first_recall_builds_the_index_and_finds_by_keyword_and_meaning(fv, mode
     hits = fv.recall("which port does the primary database use", k=3)
     assert hits[0].id == "db/primary" and hits.mode == "hybrid"
     assert fv.index.exists()
-    from memvault.index import MIGRATIONS
+    from memvault.index.db import MIGRATIONS
 
     applied = [r[0] for r in fv.index.connection().execute("SELECT name FROM migrations ORDER BY rowid")]
     assert applied == [name for name, _ in MIGRATIONS]
@@ -49,21 +49,21 @@ def test_question_does_not_need_every_word(fv):
     assert fts_query('what is "the" port: NEAR(x)') == '"port" OR "near" OR "x"'
 
 
-def test_deleted_index_rebuilt_gives_the_same_recall(fv):
+def test_deleted_index_rebuilt_gives_the_same_recall(fv, models):
     queries = ["primary database port", "disk full web3", "dns resolvers unbound"]
     before = [[(h.kind, h.id, round(h.score, 6)) for h in fv.recall(q, record_access=False)] for q in queries]
     for p in fv.state_dir.glob("index*"):
         p.unlink()
-    fresh = Vault.open(fv.root)
+    fresh = Vault.open(fv.root, embedder_factory=models)
     after = [[(h.kind, h.id, round(h.score, 6)) for h in fresh.recall(q, record_access=False)] for q in queries]
     assert after == before
 
 
-def test_fact_edited_in_place_never_comes_back_with_old_text(fv):
+def test_fact_edited_in_place_never_comes_back_with_old_text(fv, models):
     fv.recall("primary database port")  # index built
     path = fv.root / "facts/db/primary.md"
     path.write_text(path.read_text().replace("port 5432", "port 6543"))
-    other = Vault.open(fv.root)  # another process: knows nothing of the edit but the file
+    other = Vault.open(fv.root, embedder_factory=models)  # another process: knows nothing of the edit but the file
     for q in ("5432", "primary database port"):
         for hit in other.recall(q, mode="hybrid"):
             assert "5432" not in hit.text
@@ -73,15 +73,15 @@ def test_fact_edited_in_place_never_comes_back_with_old_text(fv):
     assert not any("5432" in r[0] for r in rows)
 
 
-def test_deleted_file_and_git_checkout_are_seen(fv):
+def test_deleted_file_and_git_checkout_are_seen(fv, models):
     fv.recall("resolvers")
     (fv.root / "facts/dns/resolvers.md").unlink()
-    assert "dns/resolvers" not in [h.id for h in Vault.open(fv.root).recall("internal resolvers unbound")]
+    assert "dns/resolvers" not in [h.id for h in Vault.open(fv.root, embedder_factory=models).recall("internal resolvers unbound")]
     git(fv.root, "checkout", "--", "facts/dns/resolvers.md")
     fv.facts.set("db/primary", "The primary database moved to 10.8.0.9 port 5433.")
-    assert "5433" in Vault.open(fv.root).recall("primary database")[0].text
+    assert "5433" in Vault.open(fv.root, embedder_factory=models).recall("primary database")[0].text
     git(fv.root, "checkout", "HEAD~1", "--", "facts/db/primary.md")
-    texts = [h.text for h in Vault.open(fv.root).recall("primary database port")]
+    texts = [h.text for h in Vault.open(fv.root, embedder_factory=models).recall("primary database port")]
     assert any("5432" in t for t in texts) and not any("5433" in t for t in texts)
 
 
@@ -90,24 +90,24 @@ def test_unchanged_items_are_not_embedded_again(fv, models):
     fake = models.instances["fake-hash"]
     fake.reset_counts()
     loads = models.loads
-    v = Vault.open(fv.root)
+    v = Vault.open(fv.root, embedder_factory=models)
     report = v.reindex()
     assert not report.changed and fake.embedded == 0 and models.loads == loads  # model never loaded
     # same content, new mtime: re-read, hash equal, not embedded
     path = fv.root / "facts/web/haproxy.md"
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
-    report = Vault.open(fv.root).reindex()
+    report = Vault.open(fv.root, embedder_factory=models).reindex()
     assert report.files_changed == 1 and report.metadata_only == 1 and fake.embedded == 0
     # metadata changed (importance is not embedded): refreshed without embedding
     text = path.read_text().replace("importance: 0.5", "importance: 0.95")
     path.write_text(text)
-    report = Vault.open(fv.root).reindex()
+    report = Vault.open(fv.root, embedder_factory=models).reindex()
     assert report.metadata_only == 1 and fake.embedded == 0
     row = fv.index.connection().execute("SELECT importance FROM docs WHERE item_id = 'web/haproxy'").fetchone()
     assert row[0] == 0.95
     # the text changed: exactly that one chunk is embedded
     path.write_text(path.read_text().replace("health checks", "TCP checks"))
-    report = Vault.open(fv.root).reindex()
+    report = Vault.open(fv.root, embedder_factory=models).reindex()
     assert report.docs_changed == 1 and fake.embedded == 1
 
 
@@ -117,7 +117,7 @@ def test_appended_episode_is_embedded_alone(fv, models):
     fake.reset_counts()
     fv.episodes.append("Certificate renewed for the wildcard domain.", source="agent:certbot",
                        at="2026-11-21T10:00:00Z")
-    v = Vault.open(fv.root)
+    v = Vault.open(fv.root, embedder_factory=models)
     hits = v.recall("wildcard certificate renewed", k=1)
     assert hits[0].kind == "episode" and "wildcard" in hits[0].text
     assert fake.embedded == 1
@@ -135,7 +135,7 @@ def test_library_write_updates_the_index_at_once(fv, models):
 def test_model_change_never_mixes_vectors_and_keeps_serving(fv, models):
     fv.recall("primary database")
     set_model(fv.root, "fake-other")
-    v = Vault.open(fv.root)
+    v = Vault.open(fv.root, embedder_factory=models)
     hits = v.recall("primary database port")
     assert hits and hits[0].id == "db/primary" and hits.mode == "keyword"
     assert any("fake-other" in w and "reindex" in w for w in hits.warnings)
@@ -163,7 +163,7 @@ def test_crash_during_rebuild_leaves_the_old_index_usable(fv, models, monkeypatc
     fv.reindex()
     old_target = fv.index.current_target()
     set_model(fv.root, "fake-other")
-    v = Vault.open(fv.root)
+    v = Vault.open(fv.root, embedder_factory=models)
     broken = FakeEmbedder(dims=16, name="fake-other")
 
     def explode(texts, batch_size=64):
@@ -174,24 +174,24 @@ def test_crash_during_rebuild_leaves_the_old_index_usable(fv, models, monkeypatc
     with pytest.raises(RuntimeError):
         v.reindex()
     assert v.index.current_target() == old_target
-    hits = Vault.open(fv.root).recall("primary database port")
+    hits = Vault.open(fv.root, embedder_factory=models).recall("primary database port")
     assert hits[0].id == "db/primary" and hits.mode == "keyword"  # old index, other model: keywords only
     models.instances["fake-other"] = FakeEmbedder(dims=16, name="fake-other")
-    Vault.open(fv.root).reindex()
+    Vault.open(fv.root, embedder_factory=models).reindex()
     assert len(list(fv.state_dir.glob("index-*.db"))) == 1  # the half-built file was cleaned up
 
 
 def test_unavailable_model_degrades_to_keywords_with_a_warning(vault, models):
     set_model(vault.root, "fake-missing")
     models.unavailable.add("fake-missing")
-    v = Vault.open(vault.root)
+    v = Vault.open(vault.root, embedder_factory=models)
     v.facts.set("db/primary", "The primary database listens on port 5432.")
     hits = v.recall("primary database port")
     assert hits[0].id == "db/primary" and hits.mode == "keyword"
     assert any("unavailable" in w for w in hits.warnings)
     models.unavailable.clear()
-    report = Vault.open(vault.root).reindex()
-    assert report.chunks_embedded >= 1 and Vault.open(vault.root).index.identity().name == "fake-missing"
+    report = Vault.open(vault.root, embedder_factory=models).reindex()
+    assert report.chunks_embedded >= 1 and Vault.open(vault.root, embedder_factory=models).index.identity().name == "fake-missing"
 
 
 def test_procedures_are_indexed_in_chunks_and_returned_whole_with_commit(fv, tmp_path):
@@ -211,32 +211,40 @@ def test_procedures_are_indexed_in_chunks_and_returned_whole_with_commit(fv, tmp
     assert [h.id for h in hits].count("audit/replicas") == 1
 
 
-def test_access_counts_raise_frequency_and_survive_index_deletion(fv):
+def test_access_counts_raise_frequency_and_survive_index_deletion(fv, models):
     first = fv.recall("haproxy health checks", k=1)[0]
     assert first.factors["frequency"] == 0
     fv.recall("haproxy health checks", k=1)
     for p in fv.state_dir.glob("index*"):
         p.unlink()
-    third = Vault.open(fv.root).recall("haproxy health checks", k=1)[0]
+    third = Vault.open(fv.root, embedder_factory=models).recall("haproxy health checks", k=1)[0]
     assert third.id == first.id and third.factors["frequency"] > 0
 
 
 def test_scan_ignores_hidden_and_temp_files(fv):
-    (fv.root / "facts/db/.primary.md.swp").write_text("junk")
-    (fv.root / "facts/db/.primary.md.123.tmp").write_text("junk")
-    assert not any(".tmp" in p or ".swp" in p for p in fv.index.scan())
+    # dot files (hidden), and editor droppings without a dot, which only the suffix rules catch
+    for rel in ("facts/db/.primary.md.swp", "facts/db/.primary.md.123.tmp", "facts/db/primary.md~",
+                "facts/db/notes.txt", "procedures/run.sh~", "procedures/run.sh.swp", "procedures/run.sh.tmp",
+                "episodes/2026-11.jsonl.tmp", "episodes/notes.txt"):
+        path = fv.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("junk")
+    (fv.root / "procedures/run.sh").write_text("#!/bin/sh\necho run\n")
+    scanned = set(fv.index.scan())
+    assert "procedures/run.sh" in scanned  # the filters let real files through
+    assert not {p for p in scanned if p.endswith(("~", ".swp", ".tmp", ".txt"))}, scanned
 
 
-def test_broken_fact_is_reported_and_the_rest_indexed(fv):
+def test_broken_fact_is_reported_and_the_rest_indexed(fv, models):
     (fv.root / "facts/db/broken.md").write_text("---\nimportance: [\n---\nbody\n")
-    report = Vault.open(fv.root).reindex()
+    report = Vault.open(fv.root, embedder_factory=models).reindex()
     assert any("broken.md" in p for p in report.problems)
-    assert Vault.open(fv.root).recall("primary database")[0].id == "db/primary"
+    assert Vault.open(fv.root, embedder_factory=models).recall("primary database")[0].id == "db/primary"
 
 
 def test_warm_vector_search_matches_sqlite_vec_and_sees_writes(fv, models):
     fv.reindex()
-    v = Vault.open(fv.root)
+    v = Vault.open(fv.root, embedder_factory=models)
     q = models.instances["fake-hash"].embed_query("primary database port")
     cold = v.index.search_vectors(q, ["fact", "episode", "procedure"], 10)   # sqlite-vec KNN
     warm = v.index.search_vectors(q, ["fact", "episode", "procedure"], 10)   # in-memory matrix
@@ -245,34 +253,82 @@ def test_warm_vector_search_matches_sqlite_vec_and_sees_writes(fv, models):
     only_facts = v.index.search_vectors(q, ["fact"], 10)
     kinds = v.index.chunk_docs([r for r, _ in only_facts])
     assert {d["kind"] for d in kinds.values()} == {"fact"}
-    v.embedder()  # loaded in this process: a library write embeds at once
+    v.engine.get()  # loaded in this process: a library write embeds at once
     v.facts.set("db/pooler", "The primary database port for apps is the pooler port 6432.")
     ids = {d["id"] for d in v.index.chunk_docs([r for r, _ in v.index.search_vectors(q, ["fact"], 10)]).values()}
     assert "db/pooler" in ids  # the cache was dropped by the write
 
 
-def test_new_file_is_found_at_once_and_in_place_edits_within_the_interval(fv):
+def test_new_file_is_found_at_once_and_in_place_edits_within_the_interval(fv, models):
     fv.recall("primary database")
     (fv.root / "facts/db/new.md").write_text("The zebra cluster runs on 10.8.0.77.\n")
-    assert Vault.open(fv.root).recall("zebra cluster", k=1)[0].id == "db/new"  # its directory changed
+    assert Vault.open(fv.root, embedder_factory=models).recall("zebra cluster", k=1)[0].id == "db/new"  # its directory changed
     path = fv.root / "facts/web/haproxy.md"
     text = path.read_text()
     with path.open("w") as handle:  # in place: same inode, the directory's mtime does not move
         handle.write(text.replace("HAProxy balances", "HAProxy and the okapi proxy balance"))
     toml = fv.root / "memvault.toml"
     toml.write_text(toml.read_text().replace('rescan_interval = "30s"', 'rescan_interval = "0s"'))
-    assert Vault.open(fv.root).recall("okapi proxy", k=1)[0].id == "web/haproxy"
+    assert Vault.open(fv.root, embedder_factory=models).recall("okapi proxy", k=1)[0].id == "web/haproxy"
 
 
-def test_a_new_chunking_re_embeds_everything_once(fv, models):
+def test_a_new_chunking_re_cuts_everything_once_and_re_embeds_what_it_changes(fv, models):
     fv.reindex()
     conn = fv.index.connection()
     total = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
-    # what an index built by a memvault that cut text another way looks like
+    # what an index built by a memvault that cut text another way looks like: another version, and one fact's
+    # chunk cut differently (its text differs from what this version cuts)
     conn.execute("UPDATE meta SET value = 'v0:other' WHERE key = 'chunking'")
+    conn.execute("UPDATE chunks SET text = 'cut the old way' WHERE doc = (SELECT doc FROM docs "
+                 "WHERE item_id = 'db/primary')")
     fake = models.instances["fake-hash"]
     fake.reset_counts()
-    Vault.open(fv.root).reindex()
-    assert fake.embedded == total
+    Vault.open(fv.root, embedder_factory=models).reindex()
+    assert fake.embedded == 1 and total > 1  # every doc re-cut; only the chunk whose text changed embedded again
+    texts = [r[0] for r in conn.execute("SELECT text FROM chunks")]
+    assert "cut the old way" not in texts and any("10.8.0.4" in t for t in texts)
     fake.reset_counts()
-    assert not Vault.open(fv.root).reindex().changed and fake.embedded == 0
+    assert not Vault.open(fv.root, embedder_factory=models).reindex().changed and fake.embedded == 0
+
+
+def test_loaded_model_with_other_weights_than_the_index_is_keyword_only_then_rebuilt(fv, models):
+    fv.reindex()
+    models.instances["fake-hash"] = FakeEmbedder(dims=32, name="fake-hash", revision="2")  # same name, new weights
+    v = Vault.open(fv.root, embedder_factory=models)
+    hits = v.recall("primary database port")
+    assert hits.mode == "keyword" and hits[0].id == "db/primary"
+    assert any("differs from the index's" in w for w in hits.warnings)
+    v.reindex()  # sees the other revision once the model is loaded: a full rebuild, not a mix
+    assert v.index.identity().revision == "2"
+    conn = v.index.connection()
+    assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunks")} == {"fake-hash@2"}
+    assert Vault.open(fv.root, embedder_factory=models).recall("primary database port").mode == "hybrid"
+
+
+def test_keyword_candidates_outside_the_vector_top_get_their_exact_cosine(fv, models, monkeypatch):
+    fv.reindex()
+    v = Vault.open(fv.root, embedder_factory=models)
+    conn = v.index.connection()
+    episode = conn.execute("SELECT c.rowid FROM chunks c JOIN docs d ON d.doc = c.doc WHERE d.kind = 'episode'"
+                           ).fetchone()[0]
+    # the vector search returns only the episode: the fact below is a keyword-only candidate
+    monkeypatch.setattr(v.index, "search_vectors", lambda *a, **k: [(episode, 0.9)])
+    hybrid = {h.id: h.factors["relevance"] for h in v.recall("primary database port", record_access=False)}
+    keyword = {h.id: h.factors["relevance"] for h in v.recall("primary database port", mode="keyword",
+                                                              record_access=False)}
+    # relevance = s * cosine/best + (1 - s) * keyword: with its cosine filled in it is more than the keyword half
+    assert hybrid["db/primary"] > 0.5 * keyword["db/primary"] + 0.01
+
+
+def test_model_unavailable_during_sync_leaves_vectors_pending_and_keywords_working(fv, models):
+    fv.reindex()
+    models.unavailable.add("fake-hash")
+    Vault.open(fv.root, embedder_factory=models).facts.set("web/cdn", "The zebra CDN caches static assets for 7 days.")
+    v = Vault.open(fv.root, embedder_factory=models)
+    report = v.reindex()
+    assert any("vectors pending" in w for w in report.warnings) and v.index.pending() == 1
+    hits = v.recall("zebra CDN")
+    assert hits[0].id == "web/cdn" and hits.mode == "keyword"
+    models.unavailable.clear()
+    report = Vault.open(fv.root, embedder_factory=models).reindex()
+    assert report.chunks_embedded == 1 and Vault.open(fv.root, embedder_factory=models).index.pending() == 0

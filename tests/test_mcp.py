@@ -27,13 +27,13 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from memvault import Vault  # noqa: E402
 from memvault.errors import InvalidValue, MemvaultError  # noqa: E402
 from memvault.mcp_server import (  # noqa: E402
-    BearerAuth, build_server, default_source, is_loopback, parse_address, resolve_token, serve)
+    BearerAuth, build_server, is_loopback, parse_address, read_token, resolve_token, serve)
 from memvault import frontmatter_edit as fm  # noqa: E402
 from conftest import REPO_ROOT, git  # noqa: E402
 from fake_embedder import set_model
 
 TOOLS = {"recall", "get_fact", "set_fact", "list_facts", "log_episode", "list_episodes", "get_procedure",
-         "list_procedures"}
+         "list_procedures", "used"}
 
 
 def seed(v: Vault, tmp_path: Path) -> Vault:
@@ -56,7 +56,7 @@ def fake(vault, models, tmp_path):
     """The test vault on the fake embedder, seeded."""
     set_model(vault.root, "fake-hash")
     git(vault.root, "commit", "-qm", "fake model", "--", "memvault.toml")
-    return seed(Vault.open(vault.root), tmp_path)
+    return seed(Vault.open(vault.root, embedder_factory=models), tmp_path)
 
 
 
@@ -186,12 +186,9 @@ def test_library_errors_are_tool_errors_and_the_server_goes_on(fake):
     assert data(after)["key"] == "db/primary"
 
 
-def test_source_is_validated_and_defaults_to_an_agent(fake, monkeypatch):
+def test_source_is_validated(fake):
     with pytest.raises(InvalidValue):
         build_server(fake, source="deployer")
-    assert default_source() == "agent:mcp"
-    monkeypatch.setenv("MEMVAULT_SOURCE", "agent:ci")
-    assert default_source() == "agent:ci"
 
 
 # ------------------------------------------------------------------------------------------ HTTP pieces
@@ -358,10 +355,12 @@ def test_http_on_loopback_with_the_default_source(http_server):
     assert logged["source"] == "agent:mcp"  # a model is not the person who started the server
 
 
-def test_http_with_a_token_refuses_requests_without_it(http_server):
+def test_http_with_a_token_refuses_requests_without_it(http_server, tmp_path):
     import httpx2
 
-    url = http_server("--token", "s3cret")
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    url = http_server("--token-file", str(token_file))
     assert post(url) == 401
     assert post(url, {"authorization": "Bearer wrong"}) == 401
 

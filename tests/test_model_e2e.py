@@ -41,16 +41,6 @@ def test_paraphrase_without_shared_keywords_finds_the_runbook(example):
     assert hits[0].text == (example.root / "procedures/web/drain-host.sh").read_text()
 
 
-def test_cold_cli_recall_matches_in_process_ranking(example):
-    query = "when does the nightly database backup run"
-    inproc = [(h.kind, h.id) for h in Vault.open(example.root).recall(query, k=10, record_access=False)]
-    out = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(example.root), "recall", query, "--json"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    cold = [(h["kind"], h["id"]) for h in json.loads(out.stdout)]
-    assert cold[:5] == inproc[:5]
-
-
 def test_no_change_reindex_does_not_load_the_model(example):
     code = ("import sys, time\nfrom memvault import Vault\nv = Vault.open(sys.argv[1])\nr = v.reindex()\n"
             "assert not r.changed and not r.model_loaded\n"

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from memvault import Vault
-from memvault.cli import cli
-from memvault.recall import count_tokens, render
+from memvault.cli import Context, cli
+from memvault.recall import count_tokens
+from memvault.render import render
 from fake_embedder import set_model
 
 HIT_FIELDS = ["kind", "id", "text", "score", "factors", "source", "created", "updated", "path"]
@@ -17,7 +18,7 @@ HIT_FIELDS = ["kind", "id", "text", "score", "factors", "source", "created", "up
 @pytest.fixture
 def fv(vault, models, tmp_path):
     set_model(vault.root, "fake-hash")
-    v = Vault.open(vault.root)
+    v = Vault.open(vault.root, embedder_factory=models)
     v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", category="database",
                 importance=0.9, source="user:admin")
     v.facts.set("db/replica", "The replica database db2 streams from the primary database.", category="database",
@@ -54,7 +55,8 @@ def test_relevance_dominates_importance_and_recency(fv):
 
 def test_kind_filter(fv):
     assert {h.kind for h in fv.recall("replica database", kinds=["episode"])} == {"episode"}
-    assert {h.kind for h in fv.recall("replica database", kinds=["procedure", "fact"])} <= {"procedure", "fact"}
+    found = {h.kind for h in fv.recall("replica database", kinds=["procedure", "fact"])}
+    assert found == {"procedure", "fact"}  # both asked-for kinds, and nothing else (an empty answer fails)
 
 
 def test_budget_keeps_whole_hits_that_fit(fv):
@@ -73,54 +75,56 @@ def test_prompt_format_groups_kinds_and_fences_data(fv):
     hits = fv.recall("replica database primary instructions", k=10)
     text = render(hits, "prompt")
     assert text.startswith("<memory note=") and text.endswith("</memory>")
-    assert text.count("</memory>") == 1 and "<\\/memory>" in text
+    assert text.count("</memory>") == 1 and "&lt;/fact&gt;&lt;/memory&gt;" in text
     order = [text.find(tag) for tag in ("<facts>", "<episodes>", "<procedures>")]
     assert order == sorted(order) and -1 not in order
     assert 'source="agent:evil"' in text and 'commit="' in text
 
 
-def test_cli_recall_formats_and_warnings(fv, runner):
+def test_cli_recall_formats_and_warnings(fv, runner, models):
     base = ["--vault", str(fv.root), "recall"]
-    r = runner.invoke(cli, [*base, "primary database port", "--json", "-k", "2"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "primary database port", "--json", "-k", "2"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data[0]["id"] == "db/primary" and len(data) == 2
-    r = runner.invoke(cli, [*base, "primary database port", "--explain", "-k", "1"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "primary database port", "--explain", "-k", "1"])
     assert "relevance" in r.stdout and "×0.50" in r.stdout and "db/primary" in r.stdout
-    r = runner.invoke(cli, [*base, "primary database", "--format", "prompt", "--budget", "400"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "primary database", "--format", "prompt", "--budget", "400"])
     assert r.stdout.startswith("<memory")
-    r = runner.invoke(cli, [*base, "replica", "--kind", "episode", "--json"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "replica", "--kind", "episode", "--json"])
     assert {h["kind"] for h in json.loads(r.stdout)} == {"episode"}
-    r = runner.invoke(cli, [*base, "x", "--kind", "note"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "x", "--kind", "note"])
     assert r.exit_code == 2
-    r = runner.invoke(cli, [*base, "   "])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "   "])
     assert r.exit_code == 1 and "query" in r.stderr
     set_model(fv.root, "fake-other")
-    r = runner.invoke(cli, [*base, "primary database port", "--json"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "primary database port", "--json"])
     assert r.exit_code == 0 and "reindex" in r.stderr and json.loads(r.stdout)[0]["id"] == "db/primary"
 
 
-def test_cli_reindex_stats_and_dry_run(fv, runner):
+def test_cli_reindex_stats_and_dry_run(fv, runner, models):
     base = ["--vault", str(fv.root)]
-    r = runner.invoke(cli, [*base, "reindex", "--json"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "reindex", "--json"])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(cli, [*base, "reindex"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "reindex"])
     assert "up to date" in r.stdout
-    r = runner.invoke(cli, [*base, "stats", "--json"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "stats", "--json"])
     data = json.loads(r.stdout)
     assert data["index"]["items"] == {"fact": 2, "episode": 1, "procedure": 1}
     per_row = data["bytes_per_row"]
     assert per_row["theoretical_float32"] == 4 * 32 and per_row["pgvector"] == 4 * 32 + 8
     assert per_row["measured_total"] > 0 and data["projected_bytes_at_100k_rows"] > 0
     assert data["episode_files"][0]["lines"] == 1
-    r = runner.invoke(cli, [*base, "stats"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "stats"])
     assert "bytes per row" in r.stdout and "projected" in r.stdout
-    r = runner.invoke(cli, [*base, "reindex", "--dry-run", "--json"])
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "reindex", "--dry-run", "--json"])
     est = json.loads(r.stdout)
     assert est["items"] == 4 and est["chunks"] >= 4 and est["tokens"] > 0
-    assert est["estimated_seconds"] >= 0 and est["disk_needed_during_swap_bytes"] > est["current_index_bytes"]
-    r = runner.invoke(cli, [*base, "reindex", "--dry-run"])
-    assert "time: about" in r.stdout and "disk:" in r.stdout
+    assert est["estimated_seconds"] > 0 and est["embed_seconds"] > 0 and "model_load_seconds" in est
+    assert est["estimated_seconds"] >= est["model_load_seconds"] + est["embed_seconds"] - 0.1
+    assert est["disk_needed_during_swap_bytes"] > est["current_index_bytes"]
+    r = runner.invoke(cli, obj=Context(embedder_factory=models), args=[*base, "reindex", "--dry-run"])
+    assert "time: about" in r.stdout and "getting the model" in r.stdout and "disk:" in r.stdout
 
 
 def test_a_quoted_line_and_word_order_win_over_shared_words(fv):
@@ -133,10 +137,10 @@ def test_a_quoted_line_and_word_order_win_over_shared_words(fv):
 
 
 def test_keyword_settings_are_validated(vault):
-    from memvault.config import load, recall_settings
+    from memvault.config import load
     from memvault.errors import ConfigError
 
     toml = vault.root / "memvault.toml"
     toml.write_text(toml.read_text().replace("phrase_weight = 0.5", "phrase_weight = -1"))
     with pytest.raises(ConfigError, match="phrase_weight"):
-        recall_settings(load(toml))
+        load(toml)

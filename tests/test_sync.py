@@ -8,7 +8,7 @@ import pytest
 from memvault import Vault
 from memvault.errors import GitError
 from memvault.gitstore import GitStore
-from memvault.sync import SyncConflict, sync
+from memvault.errors import SyncConflict
 from conftest import git
 from fake_embedder import set_model
 
@@ -35,7 +35,8 @@ def git_calls(monkeypatch):
 class Hosts:
     """Two clones of one bare remote; ``on(name)`` sets MEMVAULT_HOST and returns that host's vault."""
 
-    def __init__(self, tmp_path, monkeypatch):
+    def __init__(self, tmp_path, monkeypatch, models):
+        self.models = models
         self.tmp = tmp_path
         self.monkeypatch = monkeypatch
         self.remote = tmp_path / "remote.git"
@@ -44,23 +45,23 @@ class Hosts:
         a = Vault.init(tmp_path / "a", track_episodes=True)
         set_model(a.root, "fake-hash")
         git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
-        self.vaults = {"a": Vault.open(a.root)}
+        self.vaults = {"a": Vault.open(a.root, embedder_factory=models)}
         first = self.sync("a")  # the remote has no branch yet: the first push creates it
         assert first.pushed and first.pulled == []
         git(tmp_path, "clone", "-q", str(self.remote), "b")
-        self.vaults["b"] = Vault.open(tmp_path / "b")
+        self.vaults["b"] = Vault.open(tmp_path / "b", embedder_factory=models)
 
     def on(self, name: str) -> Vault:
         self.monkeypatch.setenv("MEMVAULT_HOST", name)
         return self.vaults[name]
 
     def sync(self, name: str, **kw):
-        return sync(self.on(name), **kw)
+        return self.on(name).sync(**kw)
 
 
 @pytest.fixture
 def hosts(tmp_path, monkeypatch, models):
-    return Hosts(tmp_path, monkeypatch)
+    return Hosts(tmp_path, monkeypatch, models)
 
 
 def docs(vault: Vault) -> set[tuple[str, str, str]]:
@@ -175,7 +176,7 @@ def test_vault_in_a_subdirectory_syncs_only_its_own_paths(tmp_path, monkeypatch,
     git(other, "commit", "-qm", "from another host")
     git(other, "push", "-q", "origin", "main")
 
-    result = sync(vault)
+    result = vault.sync()
     assert result.pushed and result.remote == "origin" and result.branch == "main"
     assert result.pulled == ["facts/web/haproxy.md"]  # vault paths only, relative to the vault
     assert (big / "Makefile").is_file()
@@ -228,7 +229,37 @@ def test_push_rejected_because_the_remote_moved_is_retried(hosts, monkeypatch):
 
 
 def test_not_in_git_is_a_clear_error(tmp_path):
+    import shutil
+
     v = Vault.init(tmp_path / "v")
-    v.__dict__["git"] = None
+    shutil.rmtree(v.root / ".git")
     with pytest.raises(GitError, match="not in a git repository"):
-        sync(v)
+        Vault.open(v.root).sync()
+
+
+def test_a_pull_that_touches_the_users_own_changed_file_stops_before_changing_anything(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMVAULT_HOST", "web1")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), "big")
+    big = tmp_path / "big"
+    (big / "app.conf").write_text("port = 80\n")
+    git(big, "add", "app.conf")
+    git(big, "commit", "-qm", "infra repo")
+    git(big, "push", "-q", "origin", "main")
+    vault = Vault.init(big / "memory")
+    vault.facts.set("dns/resolvers", "Resolvers are 10.8.0.2 and 10.8.0.3.", source="user:ops")
+    git(tmp_path, "clone", "-q", str(remote), "other")
+    other = tmp_path / "other"
+    (other / "app.conf").write_text("port = 8080\n")  # the remote changes the user's file...
+    git(other, "commit", "-qam", "other port")
+    git(other, "push", "-q", "origin", "main")
+    (big / "app.conf").write_text("port = 443\n")   # ...which has uncommitted changes here
+    head = git(big, "rev-parse", "HEAD")
+
+    with pytest.raises(SyncConflict, match="app.conf.*uncommitted changes here") as info:
+        vault.sync()
+    assert "before changing anything" in str(info.value)
+    assert (big / "app.conf").read_text() == "port = 443\n"  # exactly as it was: no conflict markers
+    assert git(big, "rev-parse", "HEAD") == head and not git(big, "stash", "list")
+    assert git(big, "status", "--porcelain") == " M app.conf"

@@ -19,7 +19,7 @@ from fake_embedder import set_model
 def wv(vault, models):
     """A vault on the fake model with one fact and no index yet (the watcher's first batch builds it)."""
     set_model(vault.root, "fake-hash")
-    v = Vault.open(vault.root)
+    v = Vault.open(vault.root, embedder_factory=models)
     path = v.facts.dir / "db" / "primary.md"
     path.parent.mkdir(parents=True)
     path.write_text("---\ncategory: database\n---\nThe primary database listens on 10.8.0.4 port 5432.\n")
@@ -150,9 +150,9 @@ def test_deleting_a_folder_removes_its_facts(wv, reader, start_watcher):
     assert reader.body("db/primary") is not None
 
 
-def test_a_second_watcher_is_refused_and_names_the_first(wv, start_watcher):
+def test_a_second_watcher_is_refused_and_names_the_first(wv, start_watcher, models):
     start_watcher(wv)
-    second = Watcher(Vault.open(wv.root), debounce=0.2, log=lambda line: None)
+    second = Watcher(Vault.open(wv.root, embedder_factory=models), debounce=0.2, log=lambda line: None)
     with pytest.raises(WatcherRunning, match=rf"pid {os.getpid()} on \S+ since 20"):
         second.run(threading.Event())
 

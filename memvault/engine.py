@@ -1,0 +1,129 @@
+"""Where vectors come from: one warm model per user and model, shared by every process that embeds.
+
+Loading a model costs 5-10 s (importing torch alone about 5 s here), far more than any recall or small reindex.
+So by default no short-lived process loads one: the CLI, the git hooks, ``watch`` and the MCP server all talk to
+the warm embedder daemon (:mod:`memvault.daemon`), starting it when none is running. The model is loaded in this
+process only when the daemon is turned off (``[embedding] daemon = false`` or ``MEMVAULT_NO_DAEMON=1``) or cannot
+be started. A test passes its own ``factory``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .errors import DaemonUnavailable, ModelUnavailable
+
+if TYPE_CHECKING:
+    from .embeddings import Embedder
+
+Status = Callable[[str], None]
+#: How long a model that failed to load is not asked again by a long-lived process (MCP, watch).
+RETRY_AFTER = 60.0
+
+
+def terminal_status(message: str) -> None:
+    """Progress lines on stderr, only when a person is watching a terminal."""
+    if sys.stderr.isatty():
+        print(f"memvault: {message}", file=sys.stderr, flush=True)
+
+
+class Engine:
+    """The embedder of one model: obtained once per process, from the daemon or loaded here."""
+
+    def __init__(self, model: str, query_prefix: str | None = None, *, daemon: bool = True, idle: float = 900.0,
+                 factory: Callable[[], Embedder] | None = None, status: Status | None = None) -> None:
+        self.model = model
+        self.query_prefix = query_prefix
+        self.daemon = daemon and not os.environ.get("MEMVAULT_NO_DAEMON")
+        self.idle = idle
+        self.factory = factory
+        self.status = status
+        self._embedder: Embedder | None = None
+        self._failure: tuple[float, ModelUnavailable] | None = None
+        self._lock = threading.Lock()
+        #: Where the embedder came from: "daemon" (a warm process), "process" (loaded here), "given", or None.
+        self.source: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Engine({self.model!r}, daemon={self.daemon})"
+
+    def loaded(self) -> Embedder | None:
+        """The embedder this process already has, or None. No I/O."""
+        return self._embedder
+
+    def warm(self) -> Embedder | None:
+        """The embedder if one is ready now: already here, or a daemon that answers (one socket round trip).
+        Never loads or starts anything: a write uses it to embed what it changed only when that is cheap."""
+        if self._embedder is not None or self.factory is not None:
+            return self._embedder
+        if not self.daemon:
+            return None
+        from . import daemon
+
+        try:
+            self._embedder = daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle)
+        except (DaemonUnavailable, ModelUnavailable):
+            return None
+        self.source = "daemon"
+        return self._embedder
+
+    def get(self) -> Embedder:
+        """The embedder, starting the daemon or loading the model if need be. Raises :class:`ModelUnavailable`
+        (remembered for a minute, so a long-lived process does not retry on every call)."""
+        with self._lock:
+            if self._embedder is not None:
+                return self._embedder
+            if self._failure is not None and time.monotonic() - self._failure[0] < RETRY_AFTER:
+                raise self._failure[1]
+            started = time.monotonic()
+            try:
+                self._embedder = self._obtain()
+            except ModelUnavailable as exc:
+                self._failure = (time.monotonic(), exc)
+                raise
+            waited = time.monotonic() - started
+            if waited > 1.0 and self.status is not None:
+                self.status(f"model {self.model} ready in {waited:.1f} s")
+            return self._embedder
+
+    def _obtain(self) -> Embedder:
+        if self.factory is not None:
+            self.source = "given"
+            return self.factory()
+        if self.daemon:
+            from . import daemon
+
+            try:
+                embedder = daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle)
+                self.source = "daemon"
+                return embedder
+            except DaemonUnavailable:
+                pass
+            if self.status is not None:
+                self.status(f"loading embedding model {self.model} in a background process (once; later commands "
+                            "reuse it)...")
+            try:
+                embedder = daemon.connect(self.model, self.query_prefix, start=True, idle=self.idle)
+                self.source = "daemon"
+                return embedder
+            except DaemonUnavailable:
+                pass  # cannot start one here: load in this process instead
+        elif self.status is not None:
+            self.status(f"loading embedding model {self.model}...")
+        from .embeddings import load_embedder
+
+        self.source = "process"
+        return load_embedder(self.model, query_prefix=self.query_prefix)
+
+    def use(self, embedder: Embedder) -> None:
+        """Take an embedder already obtained (a model just checked by ``reindex --model``)."""
+        self._embedder = embedder
+        self._failure = None
+
+    def reset(self) -> None:
+        self._embedder = None
+        self._failure = None

@@ -1,0 +1,297 @@
+"""Sync: several hosts sharing one vault through an ordinary git remote.
+
+``sync`` is commit, fetch, rebase, reindex, push — in that order, and never a force-push:
+
+1. Pending changes to the vault's own paths (facts/, procedures/, memvault.toml, .gitignore, episodes/ when
+   ``[episodes] track_in_git``, inbox/ only when ``[trust] share_inbox``) are committed, and nothing else: the vault
+   may live in a subdirectory of a bigger repository whose other changes are not ours to commit.
+2. The remote branch is fetched. Before anything in the work tree moves, the files the remote changed are compared
+   with this repository's own uncommitted changes outside the vault (staged, unstaged, untracked): if one file is in
+   both, sync stops and touches nothing — a stash pop over it would write conflict markers into the user's file.
+3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
+   exactly as they were. Tracked episodes go to ``episodes/<host>/``, so hosts only conflict when they change the
+   same fact, procedure or setting; on such a conflict the rebase is aborted at once (the work tree is back at this
+   host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
+4. The index is told which files the pull changed (text at once; vectors when a warm model is at hand).
+5. ``git push <remote> HEAD:refs/heads/<branch>``; when the remote moved meanwhile, fetch, rebase and push again,
+   up to :data:`PUSH_ATTEMPTS` times.
+
+Writers are held off for the duration (the vault's write lock, then the episode append lock).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import GitError, SyncConflict
+from .gate import WriteGate
+from .gitstore import GitStore
+from .trust import Op
+
+#: How many times a push rejected because the remote moved is retried (each after a fresh pull).
+PUSH_ATTEMPTS = 3
+# Words git uses when a push is refused because the remote has commits we do not.
+_REJECTED = ("rejected", "non-fast-forward", "fetch first", "failed to push some refs")
+
+
+@dataclass
+class SyncResult:
+    """What one sync did."""
+
+    remote: str
+    branch: str
+    committed: str | None = None                       # the commit of local changes, or None when there were none
+    pulled: list[str] = field(default_factory=list)    # vault-relative paths the remote changed here
+    pushed: bool = False                               # True when the remote branch moved to our HEAD
+    reindexed: dict[str, Any] | None = None            # index sync summary, or None when not run
+    push_attempts: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
+                "pushed": self.pushed, "reindexed": self.reindexed, "push_attempts": self.push_attempts,
+                "warnings": list(self.warnings)}
+
+
+def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str | None = None) -> SyncResult:
+    """Commit the vault's pending changes, pull the remote's with a rebase, reindex what changed, and push.
+
+    Raises :class:`SyncConflict` when the same file changed here and on the remote (after aborting the rebase), or
+    when the remote changed a file that has uncommitted changes outside the vault (before touching anything);
+    :class:`GitError` for anything else git refuses. Never force-pushes.
+    """
+    gate.require(Op.SYNC, source)
+    git = gate.git
+    if git is None:
+        raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
+    remote, branch = _target(git, remote, branch)
+    result = SyncResult(remote=remote, branch=branch)
+    specs = _pathspecs(gate, git)
+    touched: list[Path] = []
+    try:
+        with gate.lock(), gate.episodes.lock():
+            result.committed, touched = _commit_pending(gate, git, specs, source)
+            for attempt in range(1, PUSH_ATTEMPTS + 1):
+                head = git.run("rev-parse", "HEAD")
+                result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch)]))
+                if result.committed == head:
+                    result.committed = _rebased(git, head)
+                result.push_attempts = attempt
+                try:
+                    result.pushed = _push(git, remote, branch)
+                    break
+                except GitError as exc:
+                    if not any(word in str(exc).lower() for word in _REJECTED):
+                        raise
+                    if attempt == PUSH_ATTEMPTS:
+                        raise GitError(
+                            f"sync: push to {remote} {branch} was rejected {PUSH_ATTEMPTS} times (the remote keeps "
+                            f"moving, or refuses the push); your commits are safe here, run memvault sync again: "
+                            f"{exc}") from None
+    finally:
+        # Also when a later step failed: what an earlier pull brought in is on disk and must be searchable.
+        # What the pull brought in, and what was committed from the work tree (edits made behind memvault's back).
+        touched += [gate.root / rel for rel in result.pulled]
+        if touched and gate.index.exists():
+            before = gate.index.pending()
+            gate.tell_index(list(dict.fromkeys(touched)), result.warnings)
+            result.reindexed = {"files_changed": len(result.pulled), "pending_vectors": gate.index.pending(),
+                                "pending_before": before}
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ steps
+def _target(git: GitStore, remote: str | None, branch: str | None) -> tuple[str, str]:
+    """The remote and branch to sync with: given, else the upstream, else origin and the current branch."""
+    current = _try(git, "symbolic-ref", "--quiet", "--short", "HEAD")
+    up_remote = _try(git, "config", "--get", f"branch.{current}.remote") if current else None
+    up_merge = _try(git, "config", "--get", f"branch.{current}.merge") if current else None
+    if up_merge and up_merge.startswith("refs/heads/"):
+        up_merge = up_merge[len("refs/heads/"):]
+    if remote is None:
+        remote = up_remote or "origin"
+    if branch is None:
+        branch = up_merge if (up_merge and up_remote == remote) else current
+    if not branch:
+        raise GitError("sync: HEAD is detached; check out a branch or pass the branch to sync with")
+    return remote, branch
+
+
+def _try(git: GitStore, *args: str) -> str | None:
+    try:
+        return git.run(*args) or None
+    except GitError:
+        return None
+
+
+def _vault_names(gate: WriteGate) -> list[str]:
+    names = ["facts", "procedures", "memvault.toml", ".gitignore"]
+    if gate.config.track_episodes:
+        names.append("episodes")
+    if gate.config.trust.share_inbox:
+        names.append("inbox")
+    return names
+
+
+def _pathspecs(gate: WriteGate, git: GitStore) -> list[str]:
+    # ":(literal)" so a vault directory with glob characters in its name still matches only itself.
+    return [":(literal)" + git.rel(gate.root / name) for name in _vault_names(gate)]
+
+
+def _commit_pending(gate: WriteGate, git: GitStore, specs: list[str], source: str) -> tuple[str | None, list[Path]]:
+    """Commit every changed, new or deleted file under the vault's own paths, and nothing else."""
+    rels = _status_paths(git, "--", *specs)
+    if not rels:
+        return None, []
+    paths = [git.root / rel for rel in dict.fromkeys(rels)]
+    host = gate.episodes.host or "this host"
+    message = f"sync: {len(paths)} changed file{'s' if len(paths) != 1 else ''} from {host}"
+    # autocommit = false means "do not commit each write"; a sync is an explicit request to commit, and the
+    # rebase below cannot run over uncommitted vault changes anyway.
+    return git.commit(paths, message, author=source, trailers={"Memvault-Source": source}), paths
+
+
+def _status_paths(git: GitStore, *args: str, untracked: str = "all") -> list[str]:
+    """Repository-relative paths ``git status`` reports (both sides of a rename)."""
+    out = git.run("status", "--porcelain", "-z", f"--untracked-files={untracked}", *args, strip=False)
+    entries = out.split("\0")
+    rels: list[str] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        status, rel = entry[:2], entry[3:]
+        rels.append(rel)
+        if "R" in status or "C" in status:  # a staged rename: the next entry is the old path
+            if i < len(entries) and entries[i]:
+                rels.append(entries[i])
+            i += 1
+    return rels
+
+
+def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str) -> list[str]:
+    """Fetch remote/branch and rebase onto it; the vault-relative paths that changed in the work tree."""
+    try:
+        heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
+    except GitError as exc:
+        raise GitError(f"sync: cannot reach remote {remote}: {exc}") from None
+    if not heads:
+        return []  # the remote has no such branch yet: the first push creates it
+    git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
+    fetched = git.run("rev-parse", "FETCH_HEAD")
+    before = git.run("rev-parse", "HEAD")
+    if git.run("merge-base", before, fetched) == fetched:
+        return []  # nothing new on the remote
+    _refuse_overlap(gate, git, before, fetched, remote, branch)
+    stashed = _stash(git)
+    try:
+        try:
+            git.run("rebase", "--quiet", fetched, env=_env(git))
+        except GitError as exc:
+            if not _rebase_in_progress(git):
+                raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
+            conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0")
+                          if p]
+            git.run("rebase", "--abort", env=_env(git))
+            raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
+    finally:
+        if stashed:
+            _unstash(git)
+    after = git.run("rev-parse", "HEAD")
+    if after == before:
+        return []
+    changed = git.run("diff", "--name-only", "-z", "--no-renames", before, after, "--", *specs, strip=False)
+    return [_vault_rel(gate, git, p) for p in changed.split("\0") if p]
+
+
+def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, remote: str, branch: str) -> None:
+    """Stop, touching nothing, when the remote changed a file that has uncommitted changes here."""
+    base = git.run("merge-base", head, fetched)
+    incoming = set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", base, fetched,
+                                      strip=False).split("\0") if p)
+    local = set(_status_paths(git))
+    overlap = sorted(incoming & local)
+    if overlap:
+        keys = [_key_for(gate, git, p) for p in overlap]
+        raise SyncConflict(keys, overlap, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
+            f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
+            f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+
+
+def _rebased(git: GitStore, old: str) -> str | None:
+    """The id our commit ``old`` has after the rebase put it on top (None if the rebase dropped it as empty)."""
+    new = git.run("rev-parse", "HEAD")
+    if new == old:
+        return old
+    same = git.run("log", "-1", "--format=%B", old) == git.run("log", "-1", "--format=%B", new)
+    return new if same else None
+
+
+def _push(git: GitStore, remote: str, branch: str) -> bool:
+    """Push HEAD to remote/branch (a fast-forward only). True when the remote branch moved."""
+    out = git.run("push", "--porcelain", remote, f"HEAD:refs/heads/{branch}", env=_env(git))
+    # --porcelain: one line per ref, "<flag>\t<from>:<to>\t<summary>"; "=" means it was already up to date.
+    flags = [line[0] for line in out.splitlines() if "\t" in line and line[:1] in " +-*=!"]
+    return any(flag != "=" for flag in flags)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _env(git: GitStore) -> dict[str, str]:
+    # A rebase writes commits, so it needs a committer: the user's identity, or GitStore's stand-in when git
+    # has none. Never prompt for credentials: sync is run by agents with no terminal.
+    env = dict(git._env(None))
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    return env
+
+
+def _stash(git: GitStore) -> bool:
+    """Set aside uncommitted changes outside the vault (a vault inside a bigger repository), staged and not.
+
+    They must neither block the rebase nor be committed; :func:`_refuse_overlap` made sure the rebase touches
+    none of them, so they come back exactly as they were. Untracked files are left in place.
+    """
+    if not git.run("status", "--porcelain", "--untracked-files=no"):
+        return False
+    git.run("stash", "push", "--quiet", "--message", "memvault sync: changes outside the vault", env=_env(git))
+    return True
+
+
+def _unstash(git: GitStore) -> None:
+    try:
+        git.run("stash", "pop", "--quiet", "--index")
+    except GitError as exc:
+        raise GitError(
+            "sync: your uncommitted changes outside the vault could not be put back after the pull and are kept in "
+            f"the stash (nothing was lost); restore them with: git stash pop --index ({exc})") from None
+
+
+def _rebase_in_progress(git: GitStore) -> bool:
+    for name in ("rebase-merge", "rebase-apply"):
+        with contextlib.suppress(GitError):
+            if (git.root / git.run("rev-parse", "--git-path", name)).exists():
+                return True
+    return False
+
+
+def _vault_rel(gate: WriteGate, git: GitStore, repo_rel: str) -> str:
+    path = git.root / repo_rel
+    try:
+        return path.relative_to(gate.root).as_posix()
+    except ValueError:
+        return repo_rel
+
+
+def _key_for(gate: WriteGate, git: GitStore, repo_rel: str) -> str:
+    """``facts/db/primary.md`` -> ``db/primary``; any other path stays a vault-relative path."""
+    rel = _vault_rel(gate, git, repo_rel)
+    if rel.startswith("facts/") and rel.endswith(".md"):
+        return rel[len("facts/"):-len(".md")]
+    return rel
+
+
+__all__ = ["PUSH_ATTEMPTS", "SyncConflict", "SyncResult", "sync"]

@@ -1,0 +1,57 @@
+"""What recall returns: a :class:`Hit` per memory, whole, and the :class:`RecallResult` list around them."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Hit:
+    """One recalled memory, whole. ``factors`` are the five inputs of ``score``, each in 0..1."""
+
+    kind: str
+    id: str
+    text: str
+    score: float
+    factors: dict[str, float]
+    source: str | None
+    created: str | None
+    updated: str | None
+    path: str
+    commit: str | None = None
+    blob: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "id": self.id,
+            "text": self.text,
+            "score": round(self.score, 6),
+            "factors": {k: round(v, 6) for k, v in self.factors.items()},
+            "source": self.source,
+            "created": self.created,
+            "updated": self.updated,
+            "path": self.path,
+        }
+        if self.kind == "procedure":
+            out["commit"] = self.commit
+            out["blob"] = self.blob
+        out.update(self.extra)
+        return out
+
+
+class RecallResult(list):  # type: ignore[type-arg]
+    """The hits, best first, plus what the caller should know (``warnings``) and how they were found."""
+
+    def __init__(self, hits: Sequence[Hit] = (), *, mode: str = "hybrid", warnings: Sequence[str] = ()) -> None:
+        super().__init__(hits)
+        self.mode = mode
+        self.warnings = list(warnings)
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as an LLM will see them, estimated as ⌈characters / 4⌉ (BPE tokenizers average about four
+    characters per token on English text and code). Cheap, deterministic, and needs no tokenizer download."""
+    return (len(text) + 3) // 4

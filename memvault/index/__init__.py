@@ -1,0 +1,447 @@
+"""The index: a derived SQLite file (sqlite-vec vectors + FTS5 keywords) over the vault's text.
+
+The vault's files are the only truth. ``.memvault/index.db`` can be deleted and regenerated at any time with the
+same results. It is a symlink to a generation file ``index-<n>.db``: a full rebuild (a model change) writes a new
+generation beside the old one and swaps the symlink with an atomic rename, so recall keeps reading the old one
+meanwhile and a crash leaves it in place. A generation that turns out to be damaged is moved aside and rebuilt.
+
+Modules: :mod:`.db` (connection, migrations), :mod:`.documents` (what a memory becomes, how text is cut),
+:mod:`.search` (the queries), :mod:`.sync` (the two phases that keep it in step with the files).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ModelUnavailable, SearchIndexError
+from ..fsutil import locked
+from ..timeutil import format_time, now
+from . import search
+from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
+from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
+from .search import fts_exact_query, fts_phrase_query, fts_query
+from .sync import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from ..embeddings import Embedder, ModelIdentity
+
+__all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
+           "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
+
+INDEX_NAME = "index.db"
+DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
+EmbedderProvider = Callable[[], "Embedder | None"]
+
+
+class Index:
+    """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
+
+    def __init__(self, state_dir: Path, sources: Sources) -> None:
+        self.dir = state_dir
+        self.sources = sources
+        self.link = self.dir / INDEX_NAME
+        self._conn: sqlite3.Connection | None = None
+        self._conn_target: Path | None = None
+        self._identity: tuple[Any, ModelIdentity | None] | None = None
+        self._vector_searches = 0
+        self._last_refresh = float("-inf")
+        self._vector_cache: tuple[Any, Any] | None = None
+        self.warnings: list[str] = []
+
+    # -- files and generations ---------------------------------------------------------------------------
+    def current_target(self) -> Path | None:
+        """The generation file ``index.db`` points at (or ``index.db`` itself when it is a plain file)."""
+        try:
+            target = self.dir / os.readlink(self.link)
+        except FileNotFoundError:
+            return None
+        except OSError:  # not a symlink
+            return self.link if self.link.exists() else None
+        return target if target.exists() else None
+
+    def exists(self) -> bool:
+        return self.current_target() is not None
+
+    def connection(self) -> sqlite3.Connection:
+        """A connection to the current generation (reopened after a swap). A damaged file is moved aside
+        (:meth:`quarantine`) and SearchIndexError says so; the caller rebuilds."""
+        target = self.current_target()
+        if target is None:
+            raise SearchIndexError(f"{self.link}: no index yet; run 'memvault reindex'")
+        if self._conn is None or self._conn_target != target:
+            self.close()
+            conn = connect(target)
+            try:
+                migrate(conn, MIGRATIONS)
+            except Exception as exc:
+                conn.close()
+                if is_corruption(exc):
+                    self.quarantine(target, exc)
+                raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
+            self._conn, self._conn_target = conn, target
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        self._conn_target = None
+        self._identity = None
+        self._vector_cache = None
+
+    def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
+        """Move a damaged generation aside (``index-<n>.db.corrupt``) so the next sync rebuilds; returns where."""
+        target = target or self.current_target()
+        self.close()
+        if target is None:
+            return None
+        aside = target.with_name(target.name + f".corrupt-{time.time_ns()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(target, aside)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(target) + suffix).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            if self.link.is_symlink():
+                self.link.unlink()
+        self.warnings.append(f"the index {target.name} was damaged ({error or 'unreadable'}); moved aside to "
+                             f"{aside.name} and rebuilt from the vault's files")
+        return aside
+
+    def guard(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised while using the index) means the file is damaged; if so it is moved aside."""
+        if is_corruption(exc):
+            self.quarantine(error=exc)
+            return True
+        return False
+
+    # -- model identity ----------------------------------------------------------------------------------
+    def identity(self, conn: sqlite3.Connection | None = None) -> ModelIdentity | None:
+        """The model identity of every vector in the index, or None (keyword-only index)."""
+        from ..embeddings import ModelIdentity
+
+        conn = conn or self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._identity is not None and self._identity[0] == version:
+            return self._identity[1]
+        row = conn.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
+        identity = ModelIdentity.from_dict(json.loads(row[0])) if row else None
+        self._identity = (version, identity)
+        return identity
+
+    def _set_identity(self, conn: sqlite3.Connection, identity: ModelIdentity) -> None:
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0("
+                     f"kind text, embedding float[{int(identity.dims)}] distance_metric=cosine)")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('model', ?)", (json.dumps(identity.to_dict()),))
+        self._identity = None
+
+    def adopt(self, identity: ModelIdentity) -> None:
+        """Give a keyword-only index its model: every chunk becomes pending and is embedded piecemeal."""
+        conn = self.connection()
+        with transaction(conn):
+            if self.identity(conn) is not None:
+                return
+            self._set_identity(conn, identity)
+            conn.execute("UPDATE chunks SET model = NULL")
+
+    # -- phase 1 and 2 -----------------------------------------------------------------------------------
+    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
+        """Phase 1: the text rows in step with the files (all of them, or only ``paths``). Creates a keyword-only
+        index when there is none (``splitter`` gives it its model's identity)."""
+        started = time.perf_counter()
+        report = SyncReport()
+        if self.current_target() is None:
+            self._create(splitter.identity if splitter is not None else None)
+        try:
+            conn = self.connection()
+            rels = None if paths is None else [self._rel(p) for p in paths]
+            sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report)
+        except Exception as exc:
+            if self.guard(exc):
+                return self.sync(paths, splitter=splitter)
+            raise
+        self._vector_cache = None
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def embed(self, embedder: Embedder, *, limit: int | None = None, progress: Progress | None = None,
+              report: SyncReport | None = None, wait: bool = False) -> SyncReport:
+        """Phase 2: embed pending chunks (at most ``limit``). Skipped when another process is embedding this
+        generation right now, unless ``wait``; vectors of another model are never mixed in."""
+        report = report or SyncReport()
+        conn = self.connection()
+        identity = self.identity(conn)
+        if identity is None:
+            self.adopt(embedder.identity)
+            identity = self.identity(conn)
+        assert identity is not None
+        if not embedder.identity.same_vectors(identity):
+            report.warnings.append(f"the index holds vectors of {identity.name}; {embedder.identity.name} is "
+                                   "configured: run 'memvault reindex' to rebuild")
+            return report
+        target = self._conn_target
+        assert target is not None
+        with self._embed_lock(target, wait=wait) as mine:
+            if not mine:
+                report.chunks_pending = pending_count(conn)
+                return report
+            try:
+                embed_pending(conn, embedder, identity, limit=limit, progress=progress, report=report)
+            except Exception as exc:
+                if self.guard(exc):
+                    return report
+                raise
+        report.model_loaded = True
+        self._vector_cache = None
+        return report
+
+    def pending(self) -> int:
+        return pending_count(self.connection()) if self.exists() else 0
+
+    @contextlib.contextmanager
+    def _embed_lock(self, target: Path, *, wait: bool) -> Iterator[bool]:
+        path = self.dir / "locks" / f"{target.name}.embed.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def refresh(self, interval: float = 30.0) -> SyncReport | None:
+        """Recall's cheap freshness check: phase 1 over the vault only when a directory of the vault changed (a
+        file was created, deleted, moved, or saved by rename as editors and git do) or ``interval`` seconds
+        passed since the last full scan; None when nothing was due. In-place edits of files recall is about to
+        return are caught by :meth:`verify`; other in-place edits wait at most ``interval``."""
+        if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
+            return None  # a warm process asking again within the second: candidates are still verified
+        self._last_refresh = time.monotonic()
+        conn = self.connection()
+        row = conn.execute("SELECT value FROM meta WHERE key = 'last_scan'").fetchone()
+        due = row is None or time.time() - float(row[0]) > interval
+        if not due:
+            root = str(self.sources.root)
+            for rel, mtime in conn.execute("SELECT path, mtime_ns FROM dirs"):
+                try:
+                    current = os.stat(os.path.join(root, rel)).st_mtime_ns
+                except OSError:
+                    current = -1
+                if current != mtime:
+                    due = True
+                    break
+        return self.sync() if due else None
+
+    def verify(self, rels: set[str]) -> SyncReport | None:
+        """Stat the files behind some rows (recall's candidates); phase 1 for those that changed since indexed.
+        None when all are as indexed."""
+        if not rels:
+            return None
+        conn = self.connection()
+        known = {}
+        for batch in batches(sorted(rels), 500):
+            for rel, size, mtime, ino in conn.execute(
+                    f"SELECT path, size, mtime_ns, ino FROM files WHERE path IN ({marks(batch)})", tuple(batch)):
+                known[rel] = (size, mtime, ino)
+        root = self.sources.root
+        changed = []
+        for rel in rels:
+            try:
+                st = os.stat(root / rel)
+                current: tuple[int, int, int] | None = (st.st_size, st.st_mtime_ns, st.st_ino)
+            except OSError:
+                current = None
+            if current != known.get(rel):
+                changed.append(root / rel)
+        return self.sync(changed) if changed else None
+
+    def _rel(self, path: Path) -> str:
+        return os.path.relpath(os.path.abspath(path), self.sources.root).replace(os.sep, "/")
+
+    # -- full rebuild ------------------------------------------------------------------------------------
+    def _create(self, identity: ModelIdentity | None) -> None:
+        """An empty generation, swapped in (used when there is no index at all)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with locked(self.dir / "locks" / "rebuild.lock"):
+            if self.current_target() is not None:
+                return
+            target = self.dir / f"index-{time.time_ns()}.db"
+            conn = connect(target)
+            try:
+                migrate(conn, MIGRATIONS)
+                with transaction(conn):
+                    if identity is not None:
+                        self._set_identity(conn, identity)
+                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('built_at', ?)", (format_time(now()),))
+            finally:
+                conn.close()
+            self._swap(target)
+
+    def rebuild(self, embedder: EmbedderProvider | None = None, *, progress: Progress | None = None) -> SyncReport:
+        """Build a whole new generation beside the current one, then swap it in with an atomic rename.
+
+        Recall keeps reading the old generation until the swap; a crash leaves the old one in place (the
+        half-built file is removed by the next rebuild). With no model available the new index is keyword-only
+        and says so.
+        """
+        started = time.perf_counter()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with locked(self.dir / "locks" / "rebuild.lock"):
+            self._remove_stale_generations()
+            target = self.dir / f"index-{time.time_ns()}.db"
+            report = SyncReport()
+            emb: Embedder | None = None
+            if embedder is not None:
+                try:
+                    emb = embedder()
+                except ModelUnavailable as exc:
+                    report.warnings.append(f"{exc}; the new index is keyword-only")
+            report.model_loaded = emb is not None
+            conn = connect(target)
+            try:
+                migrate(conn, MIGRATIONS)
+                with transaction(conn):
+                    if emb is not None:
+                        self._set_identity(conn, emb.identity)
+                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('built_at', ?)", (format_time(now()),))
+                identity = emb.identity if emb is not None else None
+                sync_text(conn, self.sources, only=None, identity=identity, splitter=emb, report=report)
+                if emb is not None and identity is not None:
+                    embed_pending(conn, emb, identity, limit=None, progress=progress, report=report)
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+            self._swap(target)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _swap(self, target: Path) -> None:
+        old = self.current_target()
+        tmp_link = self.dir / f".{INDEX_NAME}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            tmp_link.unlink()
+        os.symlink(target.name, tmp_link)
+        os.replace(tmp_link, self.link)
+        self.close()
+        if old is not None and old != target and old != self.link:
+            self._remove_generation(old)
+
+    def _remove_generation(self, target: Path) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(target) + suffix).unlink()
+        for name in (f"{target.name}.lock", f"{target.name}.embed.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / "locks" / name).unlink()
+
+    def _remove_stale_generations(self) -> None:
+        current = self.current_target()
+        for path in self.dir.glob("index-*.db"):
+            if path != current:
+                self._remove_generation(path)
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25)."""
+        return search.match(self.connection(), fts_query(query), kinds, limit)
+
+    def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of chunks holding two consecutive query words in order: the proximity signal
+        that tells the page with the exact line from pages that only share its words."""
+        return search.match(self.connection(), fts_phrase_query(query), kinds, limit)
+
+    def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
+        """Chunks that contain the whole query, word for word (three words or more): a quoted memory."""
+        return [rowid for rowid, _ in search.match(self.connection(), fts_exact_query(query), kinds, limit)]
+
+    def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, cosine similarity) best first.
+
+        A one-shot process (a cold CLI) asks sqlite-vec's KNN. From the second search on, a process keeps the
+        vectors in memory as one float32 matrix (4·dims bytes per row) and scores them with one matrix-vector
+        product: the pip build of sqlite-vec has no SIMD and scans 4-8x slower than that. The matrix is
+        reloaded when the index file changes (``PRAGMA data_version``, a generation swap, or a write here).
+        """
+        blob = vector_blob(vector)
+        self._vector_searches += 1
+        if self._vector_searches > 1:
+            cached = self._vectors_in_memory()
+            if cached is not None:
+                return search.top_k(cached, blob, kinds, limit)
+        return search.knn(self.connection(), blob, kinds, limit)
+
+    def _vectors_in_memory(self) -> tuple[Any, Any, Any] | None:
+        conn = self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._vector_cache is not None and self._vector_cache[0] == version:
+            return self._vector_cache[1]
+        if self.identity(conn) is None:
+            return None
+        matrix = search.load_matrix(conn)
+        if matrix is None:
+            return None
+        self._vector_cache = (version, matrix)
+        return matrix
+
+    def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
+        """Cosine similarity of ``vector`` to the stored vectors of ``rowids``."""
+        return search.similarities(self.connection(), vector_blob(vector), rowids)
+
+    def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """chunk rowid -> its doc's fields."""
+        return search.chunk_docs(self.connection(), rowids)
+
+    def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
+        return search.runs_of(self.connection(), names, per_name)
+
+    # -- maintenance -------------------------------------------------------------------------------------
+    def scrub(self) -> None:
+        """After a purge: merge the keyword index (deleted terms leave its segments) and truncate the WAL, so
+        removed text is gone from the file and not only unlinked (``secure_delete`` zeroes freed pages)."""
+        conn = self.connection()
+        conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def scan(self) -> dict[str, tuple[str, int, int, int]]:
+        return scan(self.sources)
+
+    def stats(self) -> dict[str, Any]:
+        target = self.current_target()
+        if target is None:
+            return {"exists": False}
+        conn = self.connection()
+        kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM docs GROUP BY kind").fetchall())
+        chunks = conn.execute("SELECT COUNT(*), COUNT(model) FROM chunks").fetchone()
+        size = sum(Path(str(target) + s).stat().st_size for s in ("", "-wal") if Path(str(target) + s).exists())
+        identity = self.identity(conn)
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        used = (conn.execute("PRAGMA page_count").fetchone()[0]
+                - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size
+        vec_bytes = None
+        if identity is not None:
+            vec_bytes = conn.execute(
+                "SELECT COALESCE(SUM(LENGTH(vectors)), 0) FROM chunks_vec_vector_chunks00").fetchone()[0]
+        return {
+            "exists": True,
+            "path": str(target),
+            "items": {k: kinds.get(k, 0) for k in KINDS},
+            "chunks": chunks[0],
+            "vectors": chunks[1],
+            "pending_vectors": chunks[0] - chunks[1],
+            "file_bytes": size,
+            "used_bytes": used,
+            "model": identity.to_dict() if identity else None,
+            "vector_store_bytes": vec_bytes,
+        }

@@ -1,0 +1,198 @@
+"""What the index holds of each memory (a :class:`Doc`), read from the vault's files, and how its text is cut.
+
+A fact is one doc (its key, category and tags form the header joined to every chunk), an episode line is one doc,
+a procedure is one doc whose body may be cut into several chunks. Chunks are windows of the model's own tokens,
+each an exact substring of the body; a body that surely fits one window (fewer bytes than tokens allowed: no
+tokenizer makes more tokens than bytes) is one chunk without asking the tokenizer. While no model is at hand,
+longer bodies are cut by words (``cut = "words"``) and re-cut by the model before they are embedded.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..episodes import EpisodeLog
+from ..errors import FactParseError, LimitExceeded, MemvaultError, UnsafePath
+from ..facts import Fact, FactStore, default_confidence
+from ..fsutil import read_inside
+from ..procedures import ProcedureStore, parse_metadata
+from ..timeutil import format_time
+from ..validation import Problem
+
+KINDS = ("fact", "episode", "procedure")
+CHUNK_OVERLAP = 32
+# Fallback chunking when no model (hence no tokenizer) is at hand: words per window and overlap.
+FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
+# How text is cut, recorded in the index: when a release changes it, the next sync with the model re-reads every
+# file and re-embeds the docs whose chunks change. (128-token windows for procedures were measured and rejected:
+# tldr_self R@5 +0.009, cheat_to_tldr R@10 -0.031, alert_to_runbook R@10 -0.009; docs/benchmarks.md.)
+CHUNKING = "v1:model-window/32"
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class Doc:
+    """One memory as the index sees it: what to chunk and embed, and the fields recall ranks on."""
+
+    kind: str
+    item_id: str
+    path: str
+    header: str  # joined to every chunk (procedure name and description; a fact's key, category and tags)
+    body: str
+    importance: float
+    confidence: float
+    source: str | None
+    created: str | None
+    updated: str | None
+    valid_until: str | None = None
+    review_after: float | None = None
+    ekind: str | None = None  # an episode's kind (raw, summary, procedure_run, ...)
+    ref: str | None = None    # what a procedure_run episode ran (the procedure's name)
+
+    @property
+    def hash(self) -> str:
+        """Changes when the text to embed changes (a change of how it is cut is handled by ``CHUNKING``)."""
+        return text_hash(self.header + "\x00" + self.body)
+
+
+@dataclass
+class Sources:
+    """The vault's stores, as the index reads them, and the per-item size limits."""
+
+    root: Path
+    facts: FactStore
+    episodes: EpisodeLog
+    procedures: ProcedureStore
+    max_fact: int | None = None
+    max_episode: int | None = None
+    max_procedure: int | None = None
+
+    def areas(self) -> tuple[tuple[str, Path, tuple[str, ...] | None], ...]:
+        """(kind, folder, file suffixes) of the folders the index covers."""
+        return (("fact", self.facts.dir, (".md",)), ("procedure", self.procedures.dir, None),
+                ("episode", self.episodes.dir, (".jsonl",)))
+
+
+def fact_doc(fact: Fact, rel: str) -> Doc:
+    words = [fact.key.replace("/", " ").replace("-", " ").replace("_", " ")]
+    if fact.category:
+        words.append(fact.category)
+    words.extend(fact.tags)
+    return Doc(
+        kind="fact", item_id=fact.key, path=rel, header=" · ".join(words), body=fact.text,
+        importance=fact.importance, confidence=fact.confidence, source=fact.source,
+        created=format_time(fact.created) if fact.created else None,
+        updated=format_time(fact.updated) if fact.updated else None,
+        valid_until=fact.valid_until.isoformat() if fact.valid_until else None, review_after=fact.review_after,
+    )
+
+
+def procedure_doc(name: str, data: bytes, path: Path, rel: str, mtime: float) -> Doc:
+    text = data.decode("utf-8", errors="replace")
+    description, tags = parse_metadata(path, text)
+    header = name + (f" — {description}" if description else "") + (f" ({', '.join(tags)})" if tags else "")
+    stamp = format_time(datetime.fromtimestamp(mtime, timezone.utc).replace(microsecond=0))
+    return Doc("procedure", name, rel, header, text, 0.5, 1.0, None, stamp, stamp)
+
+
+def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, start: int = 0) -> list[Doc]:
+    """The docs of one vault file (from byte ``start`` of an episode file). A file that cannot be read, is too
+    large, or is a symlink out of its folder yields no docs and a line in ``problems``."""
+    path = sources.root / rel
+    try:
+        if kind == "fact":
+            key = sources.facts.key_for(path)
+            if key is None:
+                return []
+            fact = sources.facts.read_file(key, path)
+            if sources.max_fact is not None and len(fact.text.encode()) > sources.max_fact:
+                problems.append(f"{rel}: larger than [limits] fact_bytes ({sources.max_fact}): not indexed")
+                return []
+            return [fact_doc(fact, rel)]
+        if kind == "procedure":
+            name = Path(rel).relative_to("procedures").with_suffix("").as_posix()
+            data = read_inside(path, sources.procedures.dir, limit=sources.max_procedure)
+            return [procedure_doc(name, data, path, rel, path.stat().st_mtime)]
+        found: list[Problem] = []
+        docs = []
+        for e in sources.episodes.read_file(path, found, start=start):
+            if sources.max_episode is not None and len(e.text.encode()) > sources.max_episode:
+                found.append(Problem(path, f"episode {e.id} is larger than [limits] episode_bytes "
+                                           f"({sources.max_episode}): not indexed", e.line))
+                continue
+            meta_importance = e.meta.get("importance") if isinstance(e.meta, dict) else None
+            importance = float(meta_importance) if isinstance(meta_importance, (int, float)) else 0.5
+            ref = e.meta.get("name") if e.kind == "procedure_run" and isinstance(e.meta.get("name"), str) else None
+            docs.append(Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
+                            default_confidence(e.source), e.source, e.created_at, e.created_at, ekind=e.kind, ref=ref))
+        problems.extend(str(p) for p in found)
+        return docs
+    except FileNotFoundError:
+        return []
+    except FactParseError as exc:
+        problems.append(str(exc))
+        return []
+    except (UnsafePath, LimitExceeded) as exc:
+        problems.append(f"{rel}: {getattr(exc, 'reason', exc)}")
+        return []
+    except (MemvaultError, OSError) as exc:
+        problems.append(f"{rel}: {exc}")
+        return []
+
+
+# ------------------------------------------------------------------------------------------------ cutting
+class Splitter(Protocol):
+    """What cutting needs from a model: its window and its tokenizer (an Embedder is one)."""
+
+    identity: Any
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]: ...
+
+
+def fallback_split(text: str, words: int = FALLBACK_WORDS, overlap: int = FALLBACK_OVERLAP) -> list[str]:
+    """Word windows (exact substrings) for when no tokenizer is loaded; replaced once the model is there."""
+    spans = [m.span() for m in re.finditer(r"\S+", text)]
+    if len(spans) <= words:
+        return [text]
+    out = []
+    start = 0
+    while start < len(spans):
+        end = min(start + words, len(spans))
+        out.append(text[spans[start][0] : spans[end - 1][1]])
+        if end == len(spans):
+            break
+        start = end - overlap
+    return out
+
+
+def cut(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None) -> list[tuple[list[str], str]]:
+    """The chunk texts of each doc, and how they were cut (``"model"`` or ``"words"``).
+
+    ``max_tokens`` is the model's window when it is known (from the index's model identity) even if no model is
+    loaded: a body of fewer bytes than that is one chunk, exactly as the model would cut it.
+    """
+    out: list[tuple[list[str], str]] = []
+    if splitter is not None:
+        max_tokens = splitter.identity.max_tokens
+    for d in docs:
+        head = d.header + "\n" if d.header else ""
+        if max_tokens is not None and len(head.encode()) + len(d.body.encode()) <= max_tokens - 2:
+            out.append(([head + d.body], "model"))
+            continue
+        if splitter is None:
+            out.append(([head + p for p in fallback_split(d.body)] or [head + d.body], "words"))
+            continue
+        window = splitter.identity.max_tokens - 2 - (splitter.count_tokens(head) if head else 0)
+        pieces = splitter.split(d.body, max(16, window), CHUNK_OVERLAP)
+        out.append(([head + p for p in pieces] or [head.strip() or d.body], "model"))
+    return out

@@ -1,0 +1,172 @@
+"""The index's queries: keywords (FTS5 BM25 over words, word pairs and whole quotes), vectors (sqlite-vec KNN or
+an in-memory matrix), exact cosines of given chunks, and the doc fields behind chunk rows.
+
+Every query is written so that SQLite starts from the selective side: the keyword search is a single FTS5 query
+(the kind filter is an FTS5 column filter, not a join), the vector search a single vec0 KNN. ``tests/
+test_query_plans.py`` reads ``EXPLAIN QUERY PLAN`` of each and fails when a plan scans a table.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .db import batches, marks
+from .documents import KINDS
+
+if TYPE_CHECKING:
+    import sqlite3
+
+_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her here
+    hers herself him himself his how i if in into is it its itself just me more most my myself no nor not now of
+    off on once only or other our ours ourselves out over own same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up very was we were what
+    when where which while who whom why will with would you your yours yourself yourselves""".split()
+)
+TOKEN = re.compile(r"\w+", re.UNICODE)
+MAX_TERMS = 64
+#: sqlite-vec answers at most this many neighbours per KNN query.
+VEC_K_MAX = 4096
+
+
+def query_terms(text: str) -> list[str]:
+    """The query's distinct words, stop words dropped (all of them kept when nothing else is left)."""
+    tokens = TOKEN.findall(text.lower())
+    terms = list(dict.fromkeys(t for t in tokens if t not in _STOPWORDS))
+    return (terms or list(dict.fromkeys(tokens)))[:MAX_TERMS]
+
+
+def fts_query(text: str) -> str:
+    """An FTS5 expression matching ANY of the query's terms (BM25 weighs rare ones), stop words dropped.
+
+    A natural-language question must not return nothing because one word is absent (an implicit AND would).
+    Each term is quoted, so FTS5 syntax in the query (``-``, ``:``, ``NEAR``, quotes) is taken literally.
+    """
+    return " OR ".join(f'"{t}"' for t in query_terms(text))
+
+
+def fts_phrase_query(text: str) -> str:
+    """Consecutive word pairs of the query as FTS5 phrases, OR-ed; pairs of two stop words are left out."""
+    tokens = TOKEN.findall(text.lower())
+    pairs = []
+    for a, b in zip(tokens, tokens[1:]):
+        if a in _STOPWORDS and b in _STOPWORDS:
+            continue
+        pair = f'"{a} {b}"'
+        if pair not in pairs:
+            pairs.append(pair)
+    return " OR ".join(pairs[:MAX_TERMS])
+
+
+def fts_exact_query(text: str) -> str:
+    """The whole query as one FTS5 phrase (three words or more), or "" for a shorter query."""
+    tokens = TOKEN.findall(text.lower())
+    return '"' + " ".join(tokens[:MAX_TERMS]) + '"' if len(tokens) >= 3 else ""
+
+
+def keyword_sql(kinds: Sequence[str]) -> tuple[str, bool]:
+    """The FTS5 query of :func:`match` and whether it filters by kind."""
+    filtered = set(kinds) != set(KINDS)
+    return ("SELECT rowid, bm25(chunks_fts, 1.0, 0.0) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY s LIMIT ?", filtered)
+
+
+def match(conn: sqlite3.Connection, expr: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    """(chunk rowid, BM25 as a positive score) of chunks of ``kinds`` matching an FTS5 expression, best first.
+
+    The words are matched in the ``text`` column only; the kind filter is a second column filter in the same
+    FTS5 query, so the cost follows the matches, not the number of docs of that kind."""
+    if not expr:
+        return []
+    sql, filtered = keyword_sql(kinds)
+    full = f"text : ({expr})"
+    if filtered:
+        full += " AND kind : (" + " OR ".join(f'"{k}"' for k in kinds) + ")"
+    return [(r[0], -r[1]) for r in conn.execute(sql, (full, limit))]
+
+
+def vector_sql(kinds: Sequence[str]) -> str:
+    filtered = set(kinds) != set(KINDS)
+    return ("SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+            + (f" AND kind IN ({marks(kinds)})" if filtered else ""))
+
+
+def knn(conn: sqlite3.Connection, blob: bytes, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    """(chunk rowid, cosine similarity) best first, from sqlite-vec's KNN."""
+    filtered = set(kinds) != set(KINDS)
+    params: tuple[Any, ...] = (blob, min(limit, VEC_K_MAX), *kinds) if filtered else (blob, min(limit, VEC_K_MAX))
+    return [(r[0], 1.0 - r[1]) for r in conn.execute(vector_sql(kinds), params)]
+
+
+def top_k(cached: tuple[Any, Any, Any], blob: bytes, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    """Exact cosine top-k over an in-memory matrix (rows and query are unit vectors: cosine = dot)."""
+    import numpy as np
+
+    rowids, row_kinds, matrix = cached
+    query = np.frombuffer(blob, dtype=np.float32)
+    scores = matrix @ query
+    if set(kinds) != set(KINDS):
+        scores = np.where(np.isin(row_kinds, list(kinds)), scores, -np.inf)
+    k = min(limit, len(scores))
+    if k <= 0:
+        return []
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.argsort(-scores[top], kind="stable")]
+    return [(int(rowids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
+
+
+def load_matrix(conn: sqlite3.Connection) -> tuple[Any, Any, Any] | None:
+    """Every stored vector as one float32 matrix (4·dims bytes per row), with rowids and kinds."""
+    import numpy as np
+
+    rows = conn.execute("SELECT rowid, kind, embedding FROM chunks_vec").fetchall()
+    if not rows:
+        return None
+    rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    kinds = np.array([r[1] for r in rows])
+    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return rowids, kinds, matrix
+
+
+def similarities(conn: sqlite3.Connection, blob: bytes, rowids: Sequence[int]) -> dict[int, float]:
+    """Cosine similarity of a query vector to the stored vectors of ``rowids`` (computed by sqlite-vec)."""
+    out = {}
+    for batch in batches(list(rowids), 500):
+        for rowid, distance in conn.execute(
+            f"SELECT rowid, vec_distance_cosine(embedding, ?) FROM chunks_vec WHERE rowid IN ({marks(batch)})",
+            (blob, *batch),
+        ):
+            out[rowid] = 1.0 - distance
+    return out
+
+
+DOC_FIELDS = ("kind", "id", "path", "body", "importance", "confidence", "source", "created", "updated", "chunk",
+              "valid_until", "review_after", "ekind", "ref", "doc")
+
+
+def chunk_docs_sql(n: int) -> str:
+    return (f"""SELECT c.rowid, d.kind, d.item_id, d.path, d.body, d.importance, d.confidence, d.source,
+                       d.created, d.updated, c.chunk, d.valid_until, d.review_after, d.ekind, d.ref, d.doc
+                FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.rowid IN ({marks(range(n))})""")
+
+
+def chunk_docs(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """chunk rowid -> its doc's fields."""
+    out = {}
+    for batch in batches(list(rowids), 500):
+        for row in conn.execute(chunk_docs_sql(len(batch)), tuple(batch)):
+            out[row[0]] = dict(zip(DOC_FIELDS, row[1:]))
+    return out
+
+
+def runs_of(conn: sqlite3.Connection, names: Sequence[str], per_name: int) -> dict[str, list[dict[str, Any]]]:
+    """The last ``per_name`` procedure_run episodes of each procedure, newest first (docs.ref is indexed)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        rows = conn.execute(
+            "SELECT item_id, created, body, path FROM docs WHERE ref = ? ORDER BY created DESC LIMIT ?",
+            (name, per_name)).fetchall()
+        out[name] = [{"id": r[0], "created": r[1], "text": r[2], "path": r[3]} for r in rows]
+    return out

@@ -1,0 +1,427 @@
+"""Keeping the index in step with the files, in two phases that never hold a lock while a model works.
+
+1. **Text** (:func:`sync_text`): stat the files (all of them, or only the ones a write named), re-read those whose
+   (size, mtime, inode) changed, diff their docs by (kind, id) and hash, and write the difference in one short
+   transaction: metadata refreshed in place, changed text re-cut with its vectors dropped (pending), gone docs
+   deleted. Keyword search sees the change as soon as it commits. An episode file that only grew (same inode, the
+   indexed tail unchanged) is read from where the index stopped, not from the start.
+2. **Vectors** (:func:`embed_pending`): docs cut by words are re-cut by the model's tokenizer, then pending chunks
+   are embedded in batches, each batch written in its own short transaction (a chunk whose text changed meanwhile is
+   skipped by its hash). Work done is kept: a later call starts where this one stopped, so pending work shrinks
+   every time it is touched.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .db import batches, marks, transaction
+from .documents import CHUNKING, Doc, Sources, Splitter, cut, read_docs, text_hash
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from ..embeddings import Embedder, ModelIdentity
+
+Progress = Callable[[int, int], None]
+#: Texts per encode call: large enough for full length-sorted batches, small enough for a live progress bar.
+EMBED_GROUP = 512
+TAIL_BYTES = 4096
+
+
+@dataclass
+class SyncReport:
+    files_seen: int = 0
+    files_changed: int = 0
+    files_removed: int = 0
+    docs_added: int = 0
+    docs_changed: int = 0
+    docs_removed: int = 0
+    metadata_only: int = 0
+    chunks_embedded: int = 0
+    chunks_pending: int = 0
+    model_loaded: bool = False
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files_changed or self.files_removed)
+
+    def merge(self, other: SyncReport) -> SyncReport:
+        for name in ("files_changed", "files_removed", "docs_added", "docs_changed", "docs_removed", "metadata_only",
+                     "chunks_embedded"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.files_seen = max(self.files_seen, other.files_seen)
+        self.chunks_pending = other.chunks_pending
+        self.model_loaded = self.model_loaded or other.model_loaded
+        self.warnings += [w for w in other.warnings if w not in self.warnings]
+        self.problems += [p for p in other.problems if p not in self.problems]
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+Stat = tuple[str, int, int, int]  # (kind, size, mtime_ns, inode)
+
+
+# ------------------------------------------------------------------------------------------------ scanning
+def scan(sources: Sources, dirs: dict[str, int] | None = None, problems: list[str] | None = None) -> dict[str, Stat]:
+    """Every indexable vault file: vault-relative path -> (kind, size, mtime_ns, inode). Only ``stat``.
+
+    ``dirs``, when given, receives the mtime of every directory walked (a file created, deleted or renamed into
+    place changes its directory's mtime: what a freshness check compares between full scans). Symlinks that leave
+    their folder and special files are reported in ``problems`` and left out.
+    """
+    from ..fsutil import entry_problem
+
+    out: dict[str, Stat] = {}
+    root = str(sources.root)
+    prefix_len = len(root) + 1  # entry paths all start with the root: slice, no relpath
+    for kind, base, suffixes in sources.areas():
+        if dirs is not None:
+            dirs[str(base)[prefix_len:]] = _mtime(str(base))
+        if not base.is_dir():
+            continue
+        real_base = os.path.realpath(base)
+        stack = [str(base)]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(current))
+            except OSError:
+                continue
+            if dirs is not None:
+                dirs[current[prefix_len:]] = _mtime(current)
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                if suffixes is not None and not name.endswith(suffixes):
+                    continue
+                if kind == "procedure" and name.endswith(("~", ".tmp", ".swp", ".swo", ".swx")):
+                    continue
+                problem = entry_problem(entry, real_base)
+                if problem is not None:
+                    if problems is not None:
+                        problems.append(f"{entry.path[prefix_len:]}: {problem}")
+                    continue
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                rel = entry.path[prefix_len:]
+                out[rel if os.sep == "/" else rel.replace(os.sep, "/")] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
+
+
+def kind_of(sources: Sources, rel: str) -> str | None:
+    """The kind of memory a vault-relative path holds, or None for a file the index does not cover."""
+    parts = rel.split("/")
+    if len(parts) < 2 or any(p.startswith(".") for p in parts):
+        return None
+    name = parts[-1]
+    if parts[0] == "facts" and name.endswith(".md"):
+        return "fact"
+    if parts[0] == "episodes" and name.endswith(".jsonl"):
+        return "episode"
+    if parts[0] == "procedures" and not name.endswith(("~", ".tmp", ".swp", ".swo", ".swx")):
+        return "procedure"
+    return None
+
+
+def stat_paths(sources: Sources, rels: Sequence[str], problems: list[str] | None = None) -> dict[str, Stat]:
+    """:func:`scan` for the named files only: one ``lstat`` each, nothing else walked (a write costs what it
+    changes). A path that is gone, or not covered by the index, is left out."""
+    out: dict[str, Stat] = {}
+    root = sources.root
+    for rel in rels:
+        kind = kind_of(sources, rel)
+        if kind is None:
+            continue
+        path = root / rel
+        try:
+            st = os.lstat(path)
+            if os.path.islink(path):
+                area = root / rel.split("/")[0]
+                target = os.path.realpath(path)
+                base = os.path.realpath(area)
+                if not target.startswith(base + os.sep) or not os.path.isfile(target):
+                    if problems is not None:
+                        problems.append(f"{rel}: a symlink that leads outside the vault area (to {target}): not followed")
+                    continue
+                st = os.stat(path)
+            elif not os.path.isfile(path):
+                continue
+        except OSError:
+            continue
+        out[rel] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _tail_hash(path: Path, size: int) -> str | None:
+    """A hash of the last bytes of the file up to ``size`` (what an append must leave as it was)."""
+    try:
+        with open(path, "rb") as f:
+            start = max(0, size - TAIL_BYTES)
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError:
+        return None
+    if len(data) != size - start:
+        return None
+    return hashlib.sha256(data).hexdigest()[:32] + f":{size}"
+
+
+# ------------------------------------------------------------------------------------------------ phase 1: text
+def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str] | None,
+              identity: ModelIdentity | None, splitter: Splitter | None, report: SyncReport,
+              full_scan_record: bool = True) -> SyncReport:
+    """Phase 1 (see the module doc): bring the text rows of the index in step with the files."""
+    problems: list[str] = []
+    if only is not None:
+        wanted = sorted(set(only))
+        disk = stat_paths(sources, wanted, problems)
+        known_rows = []
+        for batch in batches(wanted, 500):
+            known_rows += conn.execute(
+                f"SELECT path, kind, size, mtime_ns, ino, tail FROM files WHERE path IN ({marks(batch)})",
+                tuple(batch)).fetchall()
+    else:
+        dir_times: dict[str, int] = {}
+        disk = scan(sources, dir_times, problems)
+        known_rows = conn.execute("SELECT path, kind, size, mtime_ns, ino, tail FROM files").fetchall()
+        if full_scan_record:
+            with transaction(conn):
+                conn.execute("DELETE FROM dirs")
+                conn.executemany("INSERT INTO dirs(path, mtime_ns) VALUES (?, ?)", list(dir_times.items()))
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('last_scan', ?)", (repr(time.time()),))
+    report.problems.extend(p for p in problems if p not in report.problems)
+    known = {r[0]: r[1:] for r in known_rows}
+    report.files_seen = len(disk)
+    row = conn.execute("SELECT value FROM meta WHERE key = 'chunking'").fetchone()
+    if row is not None and row[0] != CHUNKING:
+        # memvault now cuts text differently: every doc is re-cut before its next embedding (phase 2), and only
+        # the chunks whose text changes are embedded again.
+        with transaction(conn):
+            conn.execute("UPDATE docs SET cut = 'words'")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'chunking'", (CHUNKING,))
+    elif row is None:
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('chunking', ?)", (CHUNKING,))
+    changed = [rel for rel, (kind, size, mtime, ino) in disk.items()
+               if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino)]
+    removed = [rel for rel in known if rel not in disk]
+    if not changed and not removed:
+        return report
+    report.files_changed, report.files_removed = len(changed), len(removed)
+
+    docs: list[Doc] = []
+    replaced: set[str] = set(removed)  # files whose docs are all known here (others only grew)
+    tails: dict[str, str | None] = {}
+    for rel in changed:
+        kind, size, _mtime_ns, ino = disk[rel]
+        start = 0
+        old = known.get(rel)
+        if kind == "episode" and old is not None and old[3] == ino and size > old[1] and old[4]:
+            if _tail_hash(sources.root / rel, old[1]) == old[4]:
+                start = old[1]  # an append: read only the new lines
+        if start == 0:
+            replaced.add(rel)
+        docs.extend(read_docs(sources, rel, kind, report.problems, start=start))
+        if kind == "episode":
+            tails[rel] = _tail_hash(sources.root / rel, size)
+    max_tokens = identity.max_tokens if identity is not None else None
+    _write_text(conn, docs, replaced, splitter, max_tokens, report)
+    with transaction(conn):
+        conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in removed])
+        conn.executemany(
+            "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
+            [(rel, *disk[rel], tails.get(rel)) for rel in changed])
+    return report
+
+
+def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
+                max_tokens: int | None, report: SyncReport) -> None:
+    """Diff ``docs`` against the index and write the difference. ``replaced`` are the files whose docs are all in
+    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones."""
+    existing: dict[tuple[str, str], tuple[int, str]] = {}
+    for path_batch in batches(sorted(replaced), 500):
+        for doc_id, kind, item_id, h in conn.execute(
+                f"SELECT doc, kind, item_id, hash FROM docs WHERE path IN ({marks(path_batch)})", tuple(path_batch)):
+            existing[(kind, item_id)] = (doc_id, h)
+    # Docs that moved here from another file (an episode line moved by hand; ids are unique keys).
+    missing = [(d.kind, d.item_id) for d in docs if (d.kind, d.item_id) not in existing]
+    for batch in batches(missing, 400):
+        clauses = " OR ".join("(kind = ? AND item_id = ?)" for _ in batch)
+        for doc_id, kind, item_id, h in conn.execute(
+                f"SELECT doc, kind, item_id, hash FROM docs WHERE {clauses}", tuple(x for pair in batch for x in pair)):
+            existing[(kind, item_id)] = (doc_id, h)
+
+    seen: set[tuple[str, str]] = set()
+    to_cut: list[tuple[Doc, int | None]] = []
+    meta_updates = []
+    for d in docs:
+        key = (d.kind, d.item_id)
+        if key in seen:
+            report.problems.append(f"{d.path}: duplicate {d.kind} id {d.item_id!r}, later copy ignored")
+            continue
+        seen.add(key)
+        row = existing.get(key)
+        if row is not None and row[1] == d.hash:
+            meta_updates.append(d)
+            report.metadata_only += 1
+            continue
+        to_cut.append((d, row[0] if row else None))
+        if row is None:
+            report.docs_added += 1
+        else:
+            report.docs_changed += 1
+    # Only docs of ``replaced`` files can be missing from ``docs`` (the other rows looked up are docs' own keys).
+    gone = [row[0] for key, row in existing.items() if key not in seen]
+    report.docs_removed = len(gone)
+    cuts = cut([d for d, _ in to_cut], splitter, max_tokens)
+    has_vec = _has_vectors(conn)
+
+    with transaction(conn):
+        for batch in batches(gone, 500):
+            if has_vec:
+                conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN (SELECT rowid FROM chunks WHERE doc IN "
+                             f"({marks(batch)}))", tuple(batch))
+            conn.execute(f"DELETE FROM docs WHERE doc IN ({marks(batch)})", tuple(batch))
+        conn.executemany(
+            """UPDATE docs SET path = ?, header = ?, importance = ?, confidence = ?, source = ?, created = ?,
+                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?
+               WHERE kind = ? AND item_id = ?""",
+            [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
+              d.review_after, d.ekind, d.ref, d.kind, d.item_id) for d in meta_updates])
+        for (d, doc_id), (texts, how) in zip(to_cut, cuts):
+            values = (d.path, d.header, d.body, d.hash, how, d.importance, d.confidence, d.source, d.created,
+                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref)
+            if doc_id is None:
+                doc_id = conn.execute(
+                    """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
+                                        updated, valid_until, review_after, ekind, ref, kind, item_id)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
+            else:
+                conn.execute(
+                    """UPDATE docs SET path = ?, header = ?, body = ?, hash = ?, cut = ?, importance = ?,
+                                       confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
+                                       review_after = ?, ekind = ?, ref = ? WHERE doc = ?""", (*values, doc_id))
+                _drop_chunks(conn, [doc_id], has_vec)
+            conn.executemany("INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
+                             [(doc_id, j, d.kind, text, text_hash(text)) for j, text in enumerate(texts)])
+    report.chunks_pending = pending_count(conn)
+
+
+def _has_vectors(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone() is not None
+
+
+def _drop_chunks(conn: sqlite3.Connection, doc_ids: list[int], has_vec: bool) -> None:
+    for batch in batches(doc_ids, 500):
+        if has_vec:
+            conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN (SELECT rowid FROM chunks WHERE doc IN "
+                         f"({marks(batch)}))", tuple(batch))
+        conn.execute(f"DELETE FROM chunks WHERE doc IN ({marks(batch)})", tuple(batch))
+
+
+def pending_count(conn: sqlite3.Connection) -> int:
+    """Chunks still waiting for a vector, plus docs still cut by words (each is at least one chunk to redo)."""
+    chunks = conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NULL").fetchone()[0]
+    words = conn.execute("SELECT COUNT(*) FROM docs WHERE cut = 'words'").fetchone()[0]
+    return int(chunks) + int(words)
+
+
+# ------------------------------------------------------------------------------------------------ phase 2: vectors
+def model_key(identity: ModelIdentity) -> str:
+    return f"{identity.name}@{identity.revision}"
+
+
+def vector_blob(vector: Any) -> bytes:
+    """float32 bytes as sqlite-vec takes them. Bytes and ``array('f')`` pass through without numpy."""
+    import array
+
+    if isinstance(vector, (bytes, bytearray, memoryview)):
+        return bytes(vector)
+    if isinstance(vector, array.array) and vector.typecode == "f":
+        return vector.tobytes()
+    import numpy as np
+
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) -> int:
+    """Re-cut docs that were cut by words while no model was at hand; chunks whose text does not change keep their
+    vectors. Returns the number of docs re-cut."""
+    done = 0
+    has_vec = _has_vectors(conn)
+    while True:
+        rows = conn.execute("SELECT doc, hash, header, body, kind FROM docs WHERE cut = 'words' LIMIT ?",
+                            (batch,)).fetchall()
+        if not rows:
+            return done
+        docs = [Doc(kind=r[4], item_id="", path="", header=r[2], body=r[3], importance=0, confidence=0, source=None,
+                    created=None, updated=None) for r in rows]
+        cuts = cut(docs, splitter, None)
+        with transaction(conn):
+            for (doc_id, h, _header, _body, kind), (texts, _how) in zip(rows, cuts):
+                current = conn.execute("SELECT hash FROM docs WHERE doc = ?", (doc_id,)).fetchone()
+                if current is None or current[0] != h:
+                    continue  # changed meanwhile: its new text was cut by whoever wrote it
+                old = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE doc = ? ORDER BY chunk", (doc_id,))]
+                if old != texts:
+                    _drop_chunks(conn, [doc_id], has_vec)
+                    conn.executemany(
+                        "INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
+                        [(doc_id, j, kind, text, text_hash(text)) for j, text in enumerate(texts)])
+                conn.execute("UPDATE docs SET cut = 'model' WHERE doc = ?", (doc_id,))
+        done += len(rows)
+
+
+def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelIdentity, *, limit: int | None,
+                  progress: Progress | None, report: SyncReport) -> SyncReport:
+    """Phase 2 (see the module doc). ``limit`` caps the chunks embedded by this call; the rest stay pending."""
+    recut_words(conn, embedder)
+    mkey = model_key(identity)
+    total = conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NULL").fetchone()[0]
+    goal = total if limit is None else min(limit, total)
+    done = 0
+    while done < goal:
+        size = min(EMBED_GROUP, goal - done)
+        rows = conn.execute("SELECT rowid, kind, text, hash FROM chunks WHERE model IS NULL ORDER BY rowid LIMIT ?",
+                            (size,)).fetchall()
+        if not rows:
+            break
+        # Similar lengths in one encode call pad less (sentence-transformers sorts only within a call).
+        rows.sort(key=lambda r: len(r[2]))
+        matrix = embedder.embed_documents([r[2] for r in rows])
+        with transaction(conn):
+            for (rowid, kind, _text, h), vec in zip(rows, matrix):
+                cur = conn.execute("UPDATE chunks SET model = ? WHERE rowid = ? AND hash = ? AND model IS NULL",
+                                   (mkey, rowid, h))
+                if cur.rowcount:
+                    conn.execute("INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,?)",
+                                 (rowid, kind, vector_blob(vec)))
+        done += len(rows)
+        report.chunks_embedded += len(rows)
+        if progress is not None:
+            progress(done, goal)
+    report.chunks_pending = pending_count(conn)
+    return report

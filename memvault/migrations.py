@@ -1,0 +1,52 @@
+"""Named, ordered schema migrations for memvault's SQLite files (the index and the local state), recorded in the
+database they were applied to. Pure sqlite3 helpers: no knowledge of what the tables hold."""
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .timeutil import format_time, now
+
+
+def migrate(conn: Any, migrations: Sequence[tuple[str, str]]) -> list[str]:
+    """Apply the named migrations this database has not recorded, in order, each in its own transaction."""
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    applied = []
+    for name, sql in migrations:
+        if name in done:
+            continue
+        with transaction(conn):
+            for statement in statements(sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, format_time(now())))
+        applied.append(name)
+    return applied
+
+
+def statements(sql: str) -> list[str]:
+    """Split a migration script on ';' outside trigger bodies (sqlite3.complete_statement does the parsing)."""
+    out, buf = [], ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out
+
+
+@contextlib.contextmanager
+def transaction(conn: Any) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (the connection is in autocommit mode)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

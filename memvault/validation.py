@@ -1,0 +1,134 @@
+"""The naming and value rules every write and every reader share: keys, sources, kinds, tags, numbers, times.
+
+Pure functions, no I/O. Every pattern is matched against the *whole* value (``fullmatch``): ``$`` in a ``match``
+also accepts a final newline, which would let ``"evil\\n"`` through as a key and split a commit trailer.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidKey, InvalidValue
+
+KEY_MAX = 200
+SOURCE_MAX = 200
+TAG_MAX = 64
+TAGS_MAX = 64
+_SEGMENT = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# URI characters without quotes, angle brackets and backslashes: a source is printed inside attributes.
+SOURCE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z0-9._~:/?#@!$&()*+,;=%-]+")
+KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]*")
+#: Episode ids are ULIDs: milliseconds since 1970 in 48 bits, so a time before 1970 has no id.
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A file (or one line of one) that could not be read or is refused; the batch goes on without it."""
+
+    path: Path
+    reason: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
+
+
+def validate_key(key: object, what: str = "a key") -> str:
+    """Return ``key`` if it is a valid fact key (or procedure name), else raise :class:`InvalidKey` saying why."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKey(str(key), f"{what} must not be empty")
+    shown = key.encode("unicode_escape").decode("ascii")
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise InvalidKey(shown, f"{what} must not contain control characters (newline, tab, NUL)")
+    if len(key) > KEY_MAX:
+        raise InvalidKey(shown[:40] + "...", f"{what} has at most {KEY_MAX} characters (this one has {len(key)})")
+    if "\\" in key:
+        raise InvalidKey(key, "use '/' between segments, not '\\'")
+    if key.startswith("/"):
+        raise InvalidKey(key, f"{what} is relative to its folder, not an absolute path")
+    for segment in key.split("/"):
+        if not segment:
+            raise InvalidKey(key, "empty segment ('//' or a trailing '/')")
+        if segment in (".", ".."):
+            raise InvalidKey(key, f"'{segment}' segments are not allowed")
+        if not _SEGMENT.fullmatch(segment):
+            raise InvalidKey(key, f"segment {segment!r} must match [a-z0-9][a-z0-9._-]* (lower case)")
+    return key
+
+
+def validate_name(name: object) -> str:
+    """A procedure name: the same rules as a fact key."""
+    return validate_key(name, "a procedure name")
+
+
+def validate_source(source: object, name: str = "source") -> str:
+    """``<kind>:<name>`` (``user:admin``, ``agent:deployer``, ``web:example.com``): printable ASCII, no spaces."""
+    if not isinstance(source, str) or len(source) > SOURCE_MAX or not SOURCE_PATTERN.fullmatch(source):
+        shown = source.encode("unicode_escape").decode("ascii") if isinstance(source, str) else repr(source)
+        raise InvalidValue(name, f"{shown[:80]!r} is not of the form <kind>:<name> (e.g. user:admin, agent:deployer),"
+                                 " printable ASCII without spaces")
+    return source
+
+
+def validate_kind(kind: object) -> str:
+    if not isinstance(kind, str) or not KIND_PATTERN.fullmatch(kind):
+        raise InvalidValue("kind", f"{kind!r} must be one lower-case word (raw, summary, procedure_run, ...)")
+    return kind
+
+
+def unit_float(value: Any, name: str) -> float:
+    """A number in 0..1 (importance, confidence). NaN and booleans are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+        raise InvalidValue(name, f"must be a number between 0 and 1, not {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise InvalidValue(name, f"must be between 0 and 1, not {value}")
+    return float(value)
+
+
+def validate_tags(tags: object, name: str = "tags") -> list[str]:
+    """A list of short one-line words. A string is refused (it would become one tag per letter)."""
+    if tags is None:
+        return []
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, (list, tuple)):
+        raise InvalidValue(name, f"must be a list of words, not {type(tags).__name__} {tags!r:.60}")
+    if len(tags) > TAGS_MAX:
+        raise InvalidValue(name, f"at most {TAGS_MAX} tags, not {len(tags)}")
+    out: list[str] = []
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, str) or not tag.strip():
+            raise InvalidValue(f"{name}[{i}]", f"must be a non-empty word, not {tag!r:.60}")
+        if len(tag) > TAG_MAX or any(ord(c) < 32 for c in tag):
+            raise InvalidValue(f"{name}[{i}]", f"must be one line of at most {TAG_MAX} characters")
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def check_episode_time(when: datetime, name: str = "at") -> datetime:
+    """Episode times are 1970..9999 (ids are ULIDs, files are ``YYYY-MM.jsonl``)."""
+    if when < EARLIEST:
+        raise InvalidValue(name, f"{when.isoformat()} is before 1970; episode ids count milliseconds from 1970")
+    return when
+
+
+def check_json_value(value: Any, name: str, depth: int = 0) -> None:
+    """Standard JSON only: no NaN or infinities (other tools cannot read them), string keys, bounded depth."""
+    if depth > 20:
+        raise InvalidValue(name, "nested deeper than 20 levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidValue(name, f"{value} is not valid JSON (use null or a string)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidValue(name, f"object keys must be strings, not {key!r}")
+            check_json_value(item, f"{name}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_json_value(item, f"{name}[{i}]", depth + 1)
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise InvalidValue(name, f"{type(value).__name__} is not a JSON value")

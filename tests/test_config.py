@@ -1,0 +1,64 @@
+"""memvault.toml is validated once, against the settings declared in memvault.config; nothing else reads it."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from memvault import config
+from memvault.errors import ConfigError
+
+
+def load_text(tmp_path, text):
+    path = tmp_path / "memvault.toml"
+    path.write_text(text)
+    return config.load(path)
+
+
+def test_the_template_is_valid_and_states_the_defaults(tmp_path):
+    cfg = load_text(tmp_path, config.TEMPLATE)
+    assert cfg == config.Config(path=tmp_path / "memvault.toml")
+    raw = tomllib.loads(config.TEMPLATE)
+    for section, key, _default, _help in config.settings():
+        if section in raw and key in raw[section]:
+            assert config.from_dict({section: {key: raw[section][key]}}) == config.Config()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[recall]\nsemantic_weigth = 0.4\n", ["[recall]", "semantic_weigth", "did you mean 'semantic_weight'"]),
+    ("[recal]\nhalf_life = '30d'\n", ["unknown section [recal]", "did you mean [recall]"]),
+    ("[recall]\nhalf_life = 30\n", ["half_life", "age like 30d"]),
+    ("[recall]\nhalf_life = '0d'\n", ["half_life"]),
+    ("[recall]\ncandidates = 5000\n", ["candidates", "between 1 and 4096"]),
+    ("[recall]\nweights = { relevance = -1 }\n", ["weights", "relevance"]),
+    ("[recall]\nweights = { novelty = 1 }\n", ["unknown factor 'novelty'"]),
+    ("[episodes]\ntrack_in_git = 'yes'\n", ["track_in_git", "true or false"]),
+    ("[trust]\ntrusted = 'user:*'\n", ["trusted", "list of source patterns"]),
+    ("[limits]\nfact_bytes = '64 lots'\n", ["fact_bytes", "size like 64KiB"]),
+    ("[index]\nbackend = 'mysql'\n", ["backend", "sqlite, postgres"]),
+    ("[retention]\nRaw = '30d'\n", ["'Raw' is not an episode kind"]),
+    ("[facts]\nstale_factor = nan\n", ["stale_factor", "must be a number"]),
+    ("[embedding]\nmodel = ''\n", ["model", "non-empty"]),
+    ("[episodes\n", ["invalid TOML"]),
+])
+def test_a_bad_setting_is_one_line_naming_the_file_and_the_key(tmp_path, text, words):
+    with pytest.raises(ConfigError) as info:
+        load_text(tmp_path, text)
+    message = str(info.value)
+    assert "memvault.toml" in message and "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def test_values_are_converted_once(tmp_path):
+    cfg = load_text(tmp_path, "[recall]\nhalf_life = '12h'\nrescan_interval = '0s'\n[limits]\nfact_bytes = '2KiB'\n"
+                              "[retention]\nalert = '7d'\n")
+    assert cfg.recall.half_life == 12 * 3600 and cfg.recall.rescan_interval == 0
+    assert cfg.limits.fact_bytes == 2048
+    assert cfg.retention.max_age("alert") == 7 * 86400 and cfg.retention.max_age("other") == 90 * 86400
+
+
+def test_non_utf8_config_is_a_clear_error(tmp_path):
+    (tmp_path / "memvault.toml").write_bytes(b"[recall]\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        config.load(tmp_path / "memvault.toml")
