@@ -187,18 +187,25 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
     prefix = os.path.relpath(vault_root.resolve(), top).replace(os.sep, "/")
     prefix = "" if prefix == "." else prefix + "/"
     entries = _staged(cwd, prefix)
-    blobs = _read_blobs(cwd, [sha for _, sha in entries])
+    blobs = _read_blobs(cwd, [sha for _, sha, _ in entries])
     problems: list[StagedProblem] = []
-    for path, sha in entries:
+    for path, sha, mode in entries:
         area, _, inner = path[len(prefix):].partition("/")
         if not is_memory_file(area, inner):
             continue  # memvault never reads dot files, editor droppings, or non-.md files under facts/
+        if mode == "120000":
+            # A symlink travels to every host that pulls; memvault never follows one out of its folder, and a
+            # link that points out of the vault on the host that pulls it is a way to read that host's files.
+            target = blobs[sha].decode("utf-8", errors="replace")
+            problems.append(StagedProblem(path, f"a symlink (to {target}): commit the file itself, memvault does not "
+                                                "follow symlinks"))
+            continue
         problems += [StagedProblem(path, f.reason, f.line) for f in check_file(area, inner, blobs[sha])]
     return problems
 
 
-def _staged(cwd: Path, prefix: str) -> list[tuple[str, str]]:
-    """(repo path, staged blob id) of added or modified regular files under the vault's checked areas."""
+def _staged(cwd: Path, prefix: str) -> list[tuple[str, str, str]]:
+    """(repo path, staged blob id, mode) of added or modified files and symlinks under the vault's checked areas."""
     areas = [prefix + area for area in ("facts", "inbox", "procedures")]
     out = _git(cwd, "diff", "--cached", "--raw", "-z", "--no-renames", "--diff-filter=AMT", "--no-ext-diff",
                "--", *(f":(top){a}" for a in areas))
@@ -208,9 +215,9 @@ def _staged(cwd: Path, prefix: str) -> list[tuple[str, str]]:
         if not meta.startswith(b":"):
             continue
         _old_mode, new_mode, _old_sha, new_sha, _status = meta[1:].decode().split()
-        if new_mode not in ("100644", "100755"):
-            continue  # symlinks and submodules hold no text of ours
-        entries.append((path.decode("utf-8", errors="surrogateescape"), new_sha))
+        if new_mode not in ("100644", "100755", "120000"):
+            continue  # submodules hold no text of ours
+        entries.append((path.decode("utf-8", errors="surrogateescape"), new_sha, new_mode))
     return entries
 
 

@@ -72,7 +72,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     touched: list[Path] = []
     try:
         with gate.lock(), gate.episodes.lock():
-            result.committed, touched = _commit_pending(gate, git, specs, source)
+            result.committed, touched = _commit_pending(gate, git, specs, source, result.warnings)
             for attempt in range(1, PUSH_ATTEMPTS + 1):
                 head = git.run("rev-parse", "HEAD")
                 result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch)]))
@@ -140,12 +140,19 @@ def _pathspecs(gate: WriteGate, git: GitStore) -> list[str]:
     return [":(literal)" + git.rel(gate.root / name) for name in _vault_names(gate)]
 
 
-def _commit_pending(gate: WriteGate, git: GitStore, specs: list[str], source: str) -> tuple[str | None, list[Path]]:
+def _commit_pending(gate: WriteGate, git: GitStore, specs: list[str], source: str,
+                    warnings: list[str]) -> tuple[str | None, list[Path]]:
     """Commit every changed, new or deleted file under the vault's own paths, and nothing else."""
     rels = _status_paths(git, "--", *specs)
-    if not rels:
-        return None, []
     paths = [git.root / rel for rel in dict.fromkeys(rels)]
+    # A symlink would travel to every host that pulls, pointing at whatever that host has there: never committed.
+    links = [p for p in paths if p.is_symlink()]
+    if links:
+        warnings.extend(f"{p.relative_to(git.root)}: a symlink, not committed (memvault does not follow symlinks)"
+                        for p in links)
+        paths = [p for p in paths if not p.is_symlink()]
+    if not paths:
+        return None, []
     host = gate.episodes.host or "this host"
     message = f"sync: {len(paths)} changed file{'s' if len(paths) != 1 else ''} from {host}"
     # autocommit = false means "do not commit each write"; a sync is an explicit request to commit, and the

@@ -173,6 +173,8 @@ class DedupReport:
 
 def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
     """Duplicate groups and conflicts over the whole vault; ``apply`` merges each group into one fact."""
+    if apply:
+        gate.require(Op.DEDUP, source)
     settings = gate.config.facts
     facts = {f.key: f for f in gate.facts.iter()}
     found, conflict_pairs = groups([(k, f.text) for k, f in facts.items()], threshold=settings.duplicate_jaccard,
@@ -222,6 +224,8 @@ def merge_plan(members: list[Fact]) -> tuple[Fact, dict[str, Any]]:
 def expire(gate: WriteGate, *, source: str, apply: bool = False, at: datetime | None = None) -> dict[str, Any]:
     """Facts below ``[facts] expire_importance`` that nobody used or recalled for ``expire_after`` (counted from
     their creation when never used); ``apply`` removes them in one commit."""
+    if apply:
+        gate.require(Op.EXPIRE, source)
     settings = gate.config.facts
     current = at or now()
     facts = [f for f in gate.facts.iter() if f.importance < settings.expire_importance]

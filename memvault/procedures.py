@@ -158,8 +158,12 @@ class ProcedureStore:
 
     def path_of(self, name: str) -> Path:
         validate_name(name)
-        paths = self.files().get(name)
+        problems: list[Problem] = []
+        paths = self.files(problems).get(name)
         if not paths:
+            for problem in problems:  # a file of that name that is not read: say why, not "not found"
+                if problem.path.relative_to(self.dir).with_suffix("").as_posix() == name:
+                    raise ProcedureError(name, problem.reason)
             raise ProcedureNotFound(name)
         if len(paths) > 1:
             names = ", ".join(p.name for p in paths)
