@@ -212,9 +212,10 @@ def fact_set(ctx, key, text, category, importance, confidence, source, tags, val
 @output
 @pass_ctx
 def fact_get(ctx, key):
-    """Print fact KEY."""
-    d = ctx.vault.facts.get(key).to_dict(ctx.vault.root)
-    return Out(d, fact_lines(d))
+    """Print fact KEY (counted as a use of it: what recall's frequency factor counts)."""
+    f = ctx.vault.fetch_fact(key)
+    d = f.to_dict(ctx.vault.root)
+    return Out(d, fact_lines(d), notes=f.warnings)
 
 
 @fact.command("list")
@@ -439,20 +440,29 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid", show_default=True,
               help="Candidates from both searches, or one.")
 @click.option("--no-record", is_flag=True, help="Do not count this recall in the usage statistics.")
+@click.option("--since", help="Only episodes from this time, or this long ago (30d, 12h); facts and procedures stay.")
+@click.option("--until", help="Only episodes up to this time, or this long ago.")
+@click.option("--min-relevance", type=click.FloatRange(0, 1), metavar="R",
+              help="Keep candidates whose relevance is at least R of the best one's ([recall] relative_floor); "
+                   "0 also returns weak guesses when nothing is relevant.")
 @pass_ctx
-def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record):
+def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record, since, until, min_relevance):
     """Find the memories that best answer QUERY: hybrid keyword + semantic search over facts, episodes and
     procedures, ranked by relevance, importance, confidence, recency and frequency.
 
-    The index is brought in step with the files first, so an edited or deleted memory never comes back stale.
-    Warnings (a model change, a model that cannot load) go to stderr; results still come.
+    Only memories relevant enough are returned; when nothing is, the answer is empty and says why (--json:
+    "hits": [] and "nothing_found"). A time in the question ("yesterday", "last week", "in November") keeps the
+    episodes of that time. The index is brought in step with the files first, so an edited or deleted memory
+    never comes back stale. Warnings go to stderr; results still come.
     """
     from .render import render
 
     fmt = "json" if as_json else (fmt or "text")
     vault = ctx.vault
     result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt,
-                          record_access=not no_record)
+                          record_access=not no_record, min_relevance=min_relevance,
+                          since=parse_time_or_age(since, "--since") if since else None,
+                          until=parse_time_or_age(until, "--until") if until else None)
     for warning in result.warnings:
         click.echo(f"memvault: warning: {warning}", err=True)
     click.echo(render(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))

@@ -203,6 +203,16 @@ class RecallSettings:
                                        "reindex` (each recall embeds the next ones)", _int(0, 100_000))
     rescan_interval: float = setting("30s", "recall re-checks every file at most this often; in between it checks "
                                             "directory mtimes and the files of the hits it returns", _age0)
+    relative_floor: float = setting(0.5, "a candidate whose relevance is below this share of the best one's is not "
+                                         "returned (0: no floor; `recall --min-relevance` overrides it)",
+                                    _float(0.0, 1.0))
+    min_cosine: float = setting(0.35, "nothing is returned when the best candidate's cosine to the query is below "
+                                      "this and it covers fewer than min_coverage of the query's words", _float(0.0, 1.0))
+    min_coverage: float = setting(0.5, "see min_cosine: the share of the query's content words the best candidate "
+                                       "must contain when its cosine is below min_cosine", _float(0.0, 1.0))
+    exposure_weight: float = setting(0.1, "how much being returned by recall counts towards frequency, times the "
+                                          "hit's relevance divided by its rank (a use counts 1)", _float(0.0, 1.0))
+    frequency_cap: int = setting(50, "frequency = log(1 + uses) / log(1 + frequency_cap), at most 1", _int(1))
 
 
 @dataclass(frozen=True)
@@ -218,7 +228,11 @@ class TrustSettings:
 class FactsSettings:
     review_after: float = setting("180d", "a fact not updated for this long is stale (a fact may set its own "
                                           "review_after)", _age)
-    stale_factor: float = setting(0.5, "recall multiplies a stale fact's score by this", _float(0.0, 1.0))
+    stale_penalty: float = setting(0.05, "taken off a stale fact's score: it keeps its place among memories of "
+                                         "comparable relevance and loses to an equally relevant fresh one",
+                                   _float(0.0, 1.0))
+    stale_factor: float = setting(0.5, "no longer used (staleness is a tie-breaker: stale_penalty); still accepted so "
+                                       "older files load", _float(0.0, 1.0), template=False)
     duplicate_jaccard: float = setting(0.60, "keyword Jaccard from which two facts are near-duplicates...",
                                        _float(0.01, 1.0))
     duplicate_min_shared: int = setting(3, "...when they also share at least this many keywords", _int(1))

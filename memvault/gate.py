@@ -358,6 +358,11 @@ class WriteGate:
             meta={"name": name, "commit": proc.commit, "blob": proc.blob, "args": recorded_args, "exit_code": code,
                   "duration_ms": outcome.duration_ms, "dirty": proc.dirty},
             allow_secret=False)
+        try:  # running a procedure is using it: what recall's frequency counts
+            self._state().record_use([("procedure", name)], source=source,
+                                     limited=not self.policy.is_trusted(source))
+        except MemvaultError as exc:
+            episode.warnings.append(f"use not recorded: {exc}")
         return RunResult(proc, list(outcome.args), code, outcome.duration_ms, episode)
 
     # -- whole-vault operations --------------------------------------------------------------------------

@@ -49,6 +49,17 @@ class RecallResult(list):  # type: ignore[type-arg]
         super().__init__(hits)
         self.mode = mode
         self.warnings = list(warnings)
+        #: Why there are no hits, when nothing cleared the relevance floor (None otherwise).
+        self.nothing_found: str | None = None
+        #: The time window the query named (``since``, ``until``, the words), or None.
+        self.window: dict[str, Any] | None = None
+        #: What the token budget left out (``dropped``, ``best_dropped``, ``best_dropped_tokens``), or None.
+        self.budget: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole answer as JSON: the hits and what to know about them."""
+        return {"hits": [h.to_dict() for h in self], "mode": self.mode, "warnings": list(self.warnings),
+                "nothing_found": self.nothing_found, "window": self.window, "budget": self.budget}
 
 
 def count_tokens(text: str) -> int:

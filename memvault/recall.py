@@ -2,34 +2,46 @@
 
     score = w_rel·relevance + w_imp·importance + w_conf·confidence + w_rec·recency + w_freq·frequency
 
-- relevance: ``s·semantic + (1-s)·keyword`` where semantic is the cosine similarity to the query divided by the
-  best candidate's, and ``s`` is ``[recall] semantic_weight``. keyword is ``(terms + p·pairs) / (1 + p)``: terms
-  is BM25 over the query's words divided by the best candidate's, pairs the same over consecutive word pairs
-  taken as phrases, and ``p`` is ``[recall] phrase_weight``. Candidates are the union of FTS5 BM25 (any query
-  term may match) and the vector search; every candidate gets both scores. A memory split in chunks (a long
-  procedure) takes its best chunk, and is returned whole.
-- importance, confidence: as stored (facts' front matter; defaults for episodes and procedures).
-- recency: ``0.5 ** (age / half_life)``, age since the later of the last update and the last use.
-- frequency: from ``.memvault/state.db`` (see :mod:`memvault.state`).
+Relevance decides what is a candidate; the other factors order comparable candidates:
 
-One pass: the index snapshot (connection, model identity, settings) is taken once; the files of the hits about to
-be returned are stat'ed, and when one changed since it was indexed only that file is re-indexed and only the
-search is run again, once. Procedure provenance for all hits comes from two git calls.
+- **relevance**: ``s·semantic + (1-s)·keyword``. semantic is the cosine similarity to the query divided by the
+  best candidate's; keyword is ``(terms + p·pairs) / (1 + p)``, BM25 over the query's words and over its
+  consecutive word pairs taken as phrases, each divided by the best candidate's. A memory that quotes the whole
+  query word for word has relevance 1. Candidates are the union of FTS5 BM25 (any query term may match) and the
+  vector search; each gets both scores.
+- **the floor**: a candidate whose relevance is below ``[recall] relative_floor`` of the best one's is not
+  returned, and when even the best candidate is weak in absolute terms (its cosine below ``min_cosine`` and its
+  keyword coverage below ``min_coverage``) recall returns nothing and says why: "nothing known" is an answer.
+- importance, confidence: as stored. recency: ``0.5 ** (age / half_life)`` since the later of the last update
+  and the last use. frequency: uses (a fact fetched by key, a procedure run, a ``used`` report) plus a small
+  share of being shown, decaying (see :mod:`memvault.state`).
+- **stale** facts keep their place and carry ``stale`` with the reason; ``[facts] stale_penalty`` is taken off
+  their score, so a fresh memory of equal relevance ranks first.
+- **runs**: a ``procedure_run`` episode is attached to its procedure: the procedure is the answer (at the best
+  rank of itself and its runs) and carries its last runs; run logs are not separate hits.
+- **time**: "yesterday", "last week", "in November"... in the query (or ``since``/``until``) keep the episodes of
+  that window (see :mod:`memvault.timeq`).
+
+One pass: the index snapshot is taken once; the files of the hits about to be returned are stat'ed, and when one
+changed since it was indexed only that file is re-indexed and only the search is run again, once.
 """
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import timeq
 from .config import FACTORS, Config
-from .hits import Hit, RecallResult, count_tokens  # noqa: F401 - count_tokens is part of recall's API
 from .errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
+from .hits import Hit, RecallResult, count_tokens  # noqa: F401 - count_tokens is part of recall's API
 from .index import KINDS, Index
+from .index.search import query_terms
 from .lifecycle import stale_doc_reason, text_hash
-from .timeutil import now, parse_time
+from .timeutil import format_time, now, parse_time
 from .trust import Policy
 
 if TYPE_CHECKING:
@@ -38,10 +50,11 @@ if TYPE_CHECKING:
     from .procedures import ProcedureStore
     from .state import State
 
-FREQUENCY_CAP = 50
 MODES = ("hybrid", "keyword", "vector")
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
+RUNS_SHOWN = 3
+_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -54,6 +67,22 @@ class Parts:
     state: Callable[[], State]
     config: Config
     engine: Engine
+
+
+@dataclass
+class Candidate:
+    """One memory found by either search, with what its relevance is made of."""
+
+    key: tuple[str, str]
+    doc: dict[str, Any]
+    relevance: float = 0.0
+    cosine: float = 0.0       # raw cosine of its best chunk (0 when no vector)
+    keyword: float = 0.0      # normalised BM25 part (terms and pairs)
+    exact: bool = False
+    factors: dict[str, float] = field(default_factory=dict)
+    score: float = 0.0
+    stale: str | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budget: object, mode: str,
@@ -77,91 +106,178 @@ def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budge
 
 def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
            *, mode: str = "hybrid", fmt: str = "json", sync: bool = True, record_access: bool = True,
-           verify: bool = True) -> RecallResult:
-    """Find the ``k`` best memories for ``query`` (see the module doc for the ranking)."""
+           verify: bool = True, since: datetime | str | None = None, until: datetime | str | None = None,
+           min_relevance: float | None = None, time_in_query: bool = True) -> RecallResult:
+    """Find the ``k`` best memories for ``query`` (see the module doc for the ranking).
+
+    ``since``/``until`` keep episodes of that window (a time in the query does too, unless ``time_in_query`` is
+    false). ``min_relevance`` overrides ``[recall] relative_floor``; 0 turns every floor off.
+    """
     kinds = check_arguments(query, k, kinds, budget, mode, fmt)
+    window = _window(query, since, until, time_in_query)
     warnings: list[str] = []
     try:
-        return _recall(parts, query, k, kinds, budget, mode, fmt, sync, record_access, verify, warnings)
+        return _recall(parts, query, k, kinds, budget, mode, fmt, sync, record_access, verify, window, min_relevance,
+                       warnings)
     except Exception as exc:
         if not parts.index.guard(exc):
             raise
     # The index was damaged and has been moved aside: rebuild its text from the files and answer from that
     # (the vectors come back piecemeal, with each recall, or at once with 'memvault reindex').
     parts.index.sync(splitter=parts.engine.warm())
-    return _recall(parts, query, k, kinds, budget, mode, fmt, True, record_access, False, warnings)
+    return _recall(parts, query, k, kinds, budget, mode, fmt, True, record_access, False, window, min_relevance,
+                   warnings)
+
+
+def _window(query: str, since: datetime | str | None, until: datetime | str | None,
+            time_in_query: bool) -> timeq.Window | None:
+    if since is not None or until is not None:
+        s = parse_time(since, "since") if since is not None else None
+        u = parse_time(until, "until") if until is not None else None
+        return timeq.Window(s, u, "", query)
+    return timeq.parse(query, now()) if time_in_query else None
 
 
 def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | None, mode: str, fmt: str, sync: bool,
-            record_access: bool, verify: bool, warnings: list[str]) -> RecallResult:
+            record_access: bool, verify: bool, window: timeq.Window | None, min_relevance: float | None,
+            warnings: list[str]) -> RecallResult:
     index, config = parts.index, parts.config
     settings = config.recall
-    semantic = mode != "keyword"
     if sync:
         report = index.refresh(settings.rescan_interval)
         if report is not None:
             warnings += report.warnings
     warnings += index.warnings
     index.warnings.clear()
-    identity = index.identity()
-    if semantic and identity is not None and not config.wants_model(identity):
-        warnings.append(f"memvault.toml asks for model {config.model!r} but the index holds vectors of "
-                        f"{identity.name!r}: keyword-only results until 'memvault reindex' rebuilds it")
-        semantic = False
-    embedder = None
-    if semantic:
-        try:
-            embedder = parts.engine.get()
-        except ModelUnavailable as exc:
-            warnings.append(f"{exc}; keyword-only results")
-    if embedder is not None and identity is not None and not embedder.identity.same_vectors(identity):
-        warnings.append(f"the loaded model {embedder.identity.name}@{embedder.identity.revision[:12]} differs from "
-                        f"the index's {identity.name}@{identity.revision[:12]}: keyword-only until 'memvault reindex'")
-        embedder = None
+    embedder = _embedder(parts, mode, warnings)
     if embedder is not None and sync:
         pending = index.embed(embedder, limit=settings.embed_at_recall)
         warnings += pending.warnings
         if pending.chunks_pending:
             warnings.append(f"{pending.chunks_pending} changed chunks are indexed for keywords only until "
                             "'memvault reindex' embeds them (each recall embeds the next ones)")
-    qvec = embedder.embed_query(query) if embedder is not None and index.identity() is not None else None
+    search_query = window.query if window is not None and _content(window.query) else query
+    if window is not None and not _content(window.query):
+        # "what happened yesterday": no subject left to search for, the window is the question
+        result = _in_window(parts, window, kinds, k, warnings)
+        return _finish(parts, result, budget, fmt, record_access)
+    qvec = embedder.embed_query(search_query) if embedder is not None and index.identity() is not None else None
     used_mode = mode if qvec is not None else "keyword"
     if mode == "vector" and qvec is None:
         return RecallResult([], mode="vector", warnings=warnings)
 
-    scored = _search(parts, query, k, kinds, used_mode, qvec)
-    if sync and verify:
+    floor = settings.relative_floor if min_relevance is None else min_relevance
+    ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+    if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
         # indexed is re-indexed and the search run again, once; a hit never rests on text that is gone.
-        changed = index.verify({doc["path"] for _, _, _, doc in scored[: 2 * k + 5]})
+        changed = index.verify({c.doc["path"] for c in ranked[: 2 * k + 5]})
         if changed is not None and changed.changed:
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
-            scored = _search(parts, query, k, kinds, used_mode, qvec)
+            ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+    result = RecallResult(_materialise(parts, ranked, k), mode=used_mode, warnings=warnings)
+    result.nothing_found = why
+    if window is not None:
+        result.window = {"since": format_time(window.since) if window.since else None,
+                         "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
+    return _finish(parts, result, budget, fmt, record_access)
 
-    hits = _materialise(parts, scored, k)
+
+def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
+    """The model for this recall, or None (keyword-only), with the reason in ``warnings``."""
+    index, config = parts.index, parts.config
+    identity = index.identity()
+    if mode == "keyword":
+        return None
+    if identity is not None and not config.wants_model(identity):
+        warnings.append(f"memvault.toml asks for model {config.model!r} but the index holds vectors of "
+                        f"{identity.name!r}: keyword-only results until 'memvault reindex' rebuilds it")
+        return None
+    try:
+        embedder = parts.engine.get()
+    except ModelUnavailable as exc:
+        warnings.append(f"{exc}; keyword-only results")
+        return None
+    if identity is not None and not embedder.identity.same_vectors(identity):
+        warnings.append(f"the loaded model {embedder.identity.name}@{embedder.identity.revision[:12]} differs from "
+                        f"the index's {identity.name}@{identity.revision[:12]}: keyword-only until 'memvault reindex'")
+        return None
+    return embedder
+
+
+def _content(query: str) -> bool:
+    """Whether a query has words worth searching for (not only stop words like "what happened")."""
+    return bool([t for t in query_terms(query) if t not in _VAGUE])
+
+
+_VAGUE = frozenset({"happened", "happen", "happens", "anything", "something", "events", "event", "news", "going",
+                    "went", "done", "did", "do", "new", "changes", "changed", "recent", "recently", "last", "ago"})
+
+
+def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool) -> RecallResult:
     if budget is not None:
         from .render import trim_to_budget
 
-        hits = trim_to_budget(hits, budget, fmt)
-    if record_access and hits:
+        kept = trim_to_budget(list(result), budget, fmt)
+        dropped = [h for h in result if h not in kept]
+        if dropped:
+            from .render import render_one
+
+            result.budget = {"budget": budget, "kept": len(kept), "dropped": len(dropped),
+                             "best_dropped": dropped[0].id,
+                             "best_dropped_tokens": count_tokens(render_one(dropped[0], fmt))}
+            result.warnings.append(
+                f"{len(dropped)} of {len(result)} hits left out for the budget of {budget} tokens; the best of "
+                f"them ({dropped[0].kind} {dropped[0].id}) needs {result.budget['best_dropped_tokens']} tokens")
+        result[:] = kept
+    if record_access and len(result):
         try:
             state = parts.state()
-            state.record_shown({(h.kind, h.id): 1.0 for h in hits},
-                               texts=[(text_hash(h.text), h.kind, h.id) for h in hits])
-            warnings += state.warnings
+            weight = parts.config.recall.exposure_weight
+            shown = {(h.kind, h.id): weight * h.factors.get("relevance", 0.0) / rank
+                     for rank, h in enumerate(result, 1)}
+            state.record_shown(shown, texts=[(text_hash(h.text), h.kind, h.id) for h in result])
+            result.warnings += state.warnings
             state.warnings.clear()
         except MemvaultError as exc:
-            warnings.append(f"usage not recorded: {exc}")
-    return RecallResult(hits, mode=used_mode, warnings=warnings)
+            result.warnings.append(f"usage not recorded: {exc}")
+    return result
 
 
-def _search(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
-            qvec: Any) -> list[tuple[float, tuple[str, str], dict[str, float], dict[str, Any]]]:
-    """Candidates from both searches, each with both scores, ranked on the five factors."""
-    index, config = parts.index, parts.config
-    settings = config.recall
+# ------------------------------------------------------------------------------------------------ ranking
+def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qvec: Any,
+          window: timeq.Window | None, floor: float, min_relevance: float | None) -> tuple[list[Candidate], str | None]:
+    """Candidates from both searches, each with both scores; runs attached to their procedures; the time window,
+    the floors; ranked on the five factors. Returns the ranked candidates and, when none is left, why."""
+    candidates = _candidates(parts, query, k, kinds, used_mode, qvec)
+    if window is not None:
+        candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
+    if "procedure" in kinds:
+        _attach_runs(parts, candidates, kinds)
+    if not candidates:
+        return [], "no memory matches the query" + (f" in that time ({window.phrase})" if window and window.phrase
+                                                    else "")
+    best = max(c.relevance for c in candidates.values())
+    settings = parts.config.recall
+    if min_relevance is None or min_relevance > 0:
+        top = max(candidates.values(), key=lambda c: c.relevance)
+        strong = top.cosine >= settings.min_cosine or _coverage(query, top.doc) >= settings.min_coverage \
+            or top.exact
+        if not strong:
+            return [], (f"nothing relevant enough: the best candidate ({top.key[0]} {top.key[1]}) has cosine "
+                        f"{top.cosine:.2f} (floor {settings.min_cosine}) and covers "
+                        f"{_coverage(query, top.doc):.0%} of the query's words (floor {settings.min_coverage:.0%})")
+        candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
+    _score(parts, candidates.values())
+    return sorted(candidates.values(), key=lambda c: (-c.score, c.key)), None
+
+
+def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
+                qvec: Any) -> dict[tuple[str, str], Candidate]:
+    index = parts.index
+    settings = parts.config.recall
     n = min(max(settings.candidates, k), 4096)
     keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
     phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and settings.phrase_weight else {}
@@ -175,58 +291,100 @@ def _search(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
             cosine.update(index.similarities(qvec, sorted(missing)))
     rowids = set(keyword) | set(phrases) | set(cosine) | exact
     if not rowids:
-        return []
+        return {}
     docs = index.chunk_docs(list(rowids))
     s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
     best_kw = max(keyword.values(), default=0.0) or 1.0
     best_phrase = max(phrases.values(), default=0.0) or 1.0
     p = settings.phrase_weight
     best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
-    best: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+    out: dict[tuple[str, str], Candidate] = {}
     for rowid in rowids:
         doc = docs.get(rowid)
         if doc is None:
             continue
         kw = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
-        rel = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw
+        cos = max(0.0, cosine.get(rowid, 0.0))
+        rel = s * cos / best_cos + (1 - s) * kw
         if exact:
             # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
             rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
         key = (doc["kind"], doc["id"])
-        if key not in best or rel > best[key][0]:
-            best[key] = (rel, doc)
+        current = out.get(key)
+        if current is None or rel > current.relevance:
+            out[key] = Candidate(key, doc, min(1.0, rel), cos, kw, rowid in exact)
+        elif current is not None:
+            current.cosine = max(current.cosine, cos)
+    return out
 
-    usage = parts.state().get(best.keys())
+
+def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
+    try:
+        stamp = parse_time(doc.get("created"))
+    except MemvaultError:
+        return False
+    return (window.since is None or stamp >= window.since) and (window.until is None or stamp < window.until)
+
+
+def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kinds: list[str]) -> None:
+    """A run log is part of its procedure's answer: the procedure takes the run's place (when that is better than
+    its own), the run is not a hit of its own, and the procedure carries its last runs."""
+    runs = [c for c in candidates.values() if c.key[0] == "episode" and c.doc.get("ekind") == "procedure_run"
+            and c.doc.get("ref")]
+    missing = sorted({c.doc["ref"] for c in runs} - {c.key[1] for c in candidates.values() if c.key[0] == "procedure"})
+    for name, doc in parts.index.procedure_docs(missing).items():
+        candidates[("procedure", name)] = Candidate(("procedure", name), doc)
+    for run in runs:
+        proc = candidates.get(("procedure", run.doc["ref"]))
+        if proc is None:
+            continue  # the procedure is gone: the run log stays a memory of its own
+        if run.relevance > proc.relevance:
+            proc.relevance, proc.cosine, proc.keyword = run.relevance, max(proc.cosine, run.cosine), run.keyword
+        del candidates[run.key]
+    names = [c.key[1] for c in candidates.values() if c.key[0] == "procedure"]
+    if names:
+        for name, items in parts.index.runs_of(names, RUNS_SHOWN).items():
+            candidates[("procedure", name)].runs = items
+
+
+def _coverage(query: str, doc: dict[str, Any]) -> float:
+    """The share of the query's content words that the memory contains (a crude stem: the first five letters)."""
+    terms = {t[:5] for t in query_terms(query) if len(t) > 1}
+    if not terms:
+        return 0.0
+    words = {w.lower()[:5] for w in _WORD.findall(doc.get("body", "") + " " + doc.get("id", ""))}
+    return len(terms & words) / len(terms)
+
+
+def _score(parts: Parts, candidates: Any) -> None:
+    config = parts.config
+    settings = config.recall
+    candidates = list(candidates)
+    usage = parts.state().get([c.key for c in candidates])
     current = now()
     weights = settings.weights
-    total_weight = sum(weights.values())
-    scored = []
-    for key, (rel, doc) in best.items():
-        u = usage.get(key)
-        last_use = max((t for t in ((u.last_used, u.last_shown) if u else ()) if t is not None), default=None)
+    total = sum(weights.values())
+    for c in candidates:
+        u = usage.get(c.key)
+        last_use = u.last_used if u else None
         count = (u.uses + u.shown) if u else 0.0
-        factors = {
-            "relevance": min(1.0, rel),
-            "importance": float(doc["importance"]),
-            "confidence": float(doc["confidence"]),
-            "recency": _recency(doc.get("updated") or doc.get("created"), last_use, current, settings.half_life),
-            "frequency": min(1.0, math.log1p(count) / math.log1p(FREQUENCY_CAP)),
+        c.factors = {
+            "relevance": c.relevance,
+            "importance": float(c.doc["importance"]),
+            "confidence": float(c.doc["confidence"]),
+            "recency": _recency(c.doc.get("updated") or c.doc.get("created"), last_use, current, settings.half_life),
+            "frequency": min(1.0, math.log1p(count) / math.log1p(settings.frequency_cap)),
         }
-        score = sum(weights[f] * factors[f] for f in FACTORS) / total_weight
-        reason = None
-        if doc["kind"] == "fact":
-            reason = stale_doc_reason(doc.get("valid_until"), doc.get("review_after"), doc.get("updated"),
-                                      config.facts.review_after, current)
-        if reason is not None:
-            score *= config.facts.stale_factor
-        doc["stale"] = reason
-        scored.append((score, key, factors, doc))
-    scored.sort(key=lambda t: (-t[0], t[1]))
-    return scored
+        c.score = sum(weights[f] * c.factors[f] for f in FACTORS) / total
+        if c.key[0] == "fact":
+            c.stale = stale_doc_reason(c.doc.get("valid_until"), c.doc.get("review_after"), c.doc.get("updated"),
+                                       config.facts.review_after, current)
+            if c.stale is not None:
+                c.score -= config.facts.stale_penalty
 
 
-def _recency(stamp: str | None, last_access: datetime | None, current: datetime, half_life: float) -> float:
-    times = [t for t in (_parse(stamp), last_access) if t is not None]
+def _recency(stamp: str | None, last_use: datetime | None, current: datetime, half_life: float) -> float:
+    times = [t for t in (_parse(stamp), last_use) if t is not None]
     if not times:
         return 0.0
     age = max(0.0, (current - max(times)).total_seconds())
@@ -242,49 +400,67 @@ def _parse(stamp: str | None) -> datetime | None:
         return None
 
 
-def _materialise(parts: Parts, scored: list[tuple[float, tuple[str, str], dict[str, float], dict[str, Any]]],
-                 k: int) -> list[Hit]:
-    """The whole memories behind the best rows, read fresh: a fact from its file, procedures from their files
-    with their commit and blob (two git calls for all of them). A memory that vanished is not returned."""
+def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, warnings: list[str]) -> RecallResult:
+    """The episodes of a time window, newest first: the answer to "what happened yesterday"."""
+    if "episode" not in kinds:
+        result = RecallResult([], mode="time", warnings=warnings)
+        result.nothing_found = "only episodes have a time; ask for episodes"
+        return result
+    docs = parts.index.episodes_between(window.since, window.until, k)
     policy = Policy(parts.config.trust.trusted)
-    chosen: list[tuple[float, dict[str, float], dict[str, Any], Any]] = []
+    hits = [Hit(kind="episode", id=d["id"], text=d["body"], score=1.0, factors={}, source=d["source"],
+                created=d["created"], updated=d["updated"], path=d["path"],
+                extra={"trusted": policy.is_trusted(d["source"])}) for d in docs]
+    result = RecallResult(hits, mode="time", warnings=warnings)
+    result.window = {"since": format_time(window.since) if window.since else None,
+                     "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
+    if not hits:
+        result.nothing_found = f"no episode in that time ({window.phrase})"
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ hits
+def _materialise(parts: Parts, ranked: list[Candidate], k: int) -> list[Hit]:
+    """The whole memories behind the best candidates, read fresh: a fact from its file, procedures from their
+    files with their commit and blob (two git calls for all of them). A memory that vanished is not returned."""
+    policy = Policy(parts.config.trust.trusted)
+    chosen: list[tuple[Candidate, Any]] = []
     procs: list[tuple[str, Any]] = []
-    for score, _key, factors, doc in scored:
+    for c in ranked:
         if len(chosen) >= k:
             break
-        if doc["kind"] == "fact":
+        if c.key[0] == "fact":
             try:
-                fact = parts.facts.get(doc["id"])
+                chosen.append((c, parts.facts.get(c.key[1])))
             except (FactNotFound, FactParseError, InvalidValue):
                 continue
-            chosen.append((score, factors, doc, fact))
-        elif doc["kind"] == "procedure":
-            path = parts.procedures.root / doc["path"]
+        elif c.key[0] == "procedure":
+            path = parts.procedures.root / c.doc["path"]
             if not path.is_file():
                 continue
-            chosen.append((score, factors, doc, None))
-            procs.append((doc["id"], path))
+            chosen.append((c, None))
+            procs.append((c.key[1], path))
         else:
-            chosen.append((score, factors, doc, None))
+            chosen.append((c, None))
     loaded: dict[str, Any] = {}
     if procs:
         try:
             loaded = {p.name: p for p in parts.procedures.get_many(procs)}
         except MemvaultError:
-            loaded = {}
             for name, path in procs:
                 try:
                     loaded[name] = parts.procedures.get(name, path=path)
                 except MemvaultError:
                     continue
     hits: list[Hit] = []
-    for score, factors, doc, fact in chosen:
-        base = dict(kind=doc["kind"], id=doc["id"], score=score, factors=factors, source=doc["source"],
+    for c, fact in chosen:
+        doc = c.doc
+        base = dict(kind=doc["kind"], id=doc["id"], score=c.score, factors=c.factors, source=doc["source"],
                     created=doc["created"], updated=doc["updated"], path=doc["path"])
         if doc["kind"] == "fact":
-            extra: dict[str, Any] = {"trusted": True, "stale": doc.get("stale") is not None}
-            if doc.get("stale"):
-                extra["stale_reason"] = doc["stale"]
+            extra: dict[str, Any] = {"trusted": True, "stale": c.stale is not None}
+            if c.stale is not None:
+                extra["stale_reason"] = c.stale
             hits.append(Hit(text=fact.text, extra=extra, **base))
         elif doc["kind"] == "procedure":
             proc = loaded.get(doc["id"])
@@ -293,7 +469,23 @@ def _materialise(parts: Parts, scored: list[tuple[float, tuple[str, str], dict[s
             hit = Hit(text=proc.text, commit=proc.commit, blob=proc.blob, extra={"trusted": True}, **base)
             if proc.dirty:
                 hit.extra["dirty"] = True
+            if c.runs:
+                hit.extra["runs"] = [_run_summary(r) for r in c.runs]
             hits.append(hit)
         else:
             hits.append(Hit(text=doc["body"], extra={"trusted": policy.is_trusted(doc["source"])}, **base))
     return hits
+
+
+_RUN = re.compile(r"\((exit (-?\d+)|killed by signal (\d+)), ([\d.]+) s\)")
+
+
+def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """when, exit code, version of one run, from its episode."""
+    meta = run.get("meta") or {}
+    exit_code = meta.get("exit_code")
+    if exit_code is None:
+        m = _RUN.search(run.get("text", ""))
+        exit_code = int(m.group(2)) if m and m.group(2) else (-int(m.group(3)) if m and m.group(3) else None)
+    return {"episode": run["id"], "at": run["created"], "exit_code": exit_code, "commit": meta.get("commit"),
+            "dirty": meta.get("dirty", False)}

@@ -19,7 +19,7 @@ from . import lifecycle
 from .config import CONFIG_NAME, Config
 from .engine import Engine, Status
 from .episodes import Episode, EpisodeLog
-from .errors import FactParseError, GitError, SecretRefused, VaultNotFound
+from .errors import FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
 from .facts import Fact, FactStore
 from .fsutil import atomic_write
 from .gate import WriteGate
@@ -307,6 +307,16 @@ class Vault:
     def ingest(self, lines: Iterable[bytes | str], *, source: str | None = None, name: str = "-",
                allow_secret: bool = False) -> lifecycle.IngestReport:
         return lifecycle.ingest(self.gate, lines, source=self._source(source), name=name, allow_secret=allow_secret)
+
+    def fetch_fact(self, key: str, *, source: str | None = None) -> Fact:
+        """A fact fetched by key by someone who will act on it (``fact get``, MCP ``get_fact``): counted as a use.
+        ``vault.facts.get`` reads without counting."""
+        fact = self.facts.get(key)
+        try:
+            self.gate.record_use([("fact", key)], source=self._source(source))
+        except MemvaultError as exc:
+            fact.warnings.append(f"use not recorded: {exc}")
+        return fact
 
     def used(self, refs: Sequence[str], *, source: str | None = None) -> list[tuple[str, str]]:
         """Report that memories were used (``fact:db/primary``, ``procedure:web/reload``, ``episode:<id>``, or

@@ -238,7 +238,7 @@ def test_a_corrupt_index_is_moved_aside_and_rebuilt_while_recall_answers(strict)
         Path(str(target) + suffix).unlink(missing_ok=True)
     r = strict.cli("recall", "primary database port", "--json", "--mode", "keyword")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)[0]["id"] == "db/primary"
+    assert json.loads(r.stdout)["hits"][0]["id"] == "db/primary"
     assert "moved aside" in r.stderr and list(target.parent.glob(target.name + ".corrupt-*"))
 
 
@@ -249,7 +249,7 @@ def test_a_corrupt_state_database_is_moved_aside_and_recall_answers(strict):
         (strict.state_dir / f"state.db{suffix}").unlink(missing_ok=True)
     r = strict.cli("recall", "primary database port", "--json", "--mode", "keyword")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)[0]["id"] == "db/primary" and "state.db" in r.stderr
+    assert json.loads(r.stdout)["hits"][0]["id"] == "db/primary" and "state.db" in r.stderr
 
 
 # ---------------------------------------------------------------------------------------------- 12 large items

@@ -81,7 +81,7 @@ def test_cold_cli_through_the_daemon_matches_in_process_top_10(runtime, tmp_path
         out = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "recall", query, "--json",
                               "--no-record"], capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr
-        assert [(h["kind"], h["id"]) for h in json.loads(out.stdout)] == inproc
+        assert [(h["kind"], h["id"]) for h in json.loads(out.stdout)["hits"]] == inproc
     assert daemon.socket_path(MODEL, None).exists()  # the CLI went through the daemon
 
 

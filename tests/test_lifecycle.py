@@ -149,7 +149,7 @@ def test_untrusted_source_cannot_delete(strict_vault):
 def test_untrusted_episode_is_recalled_flagged_and_fenced(strict_vault, models):
     v = fake(strict_vault)
     v.episodes.append("The web page claims the backup runs at 02:00.", source="web:blog.example")
-    v.episodes.append("The backup ran at 03:15 as scheduled.", source="user:admin")
+    v.episodes.append("The backup runs at 03:15 as scheduled.", source="user:admin")
     hits = v.recall("backup runs", kinds=["episode"])
     flags = {h.source: h.to_dict()["trusted"] for h in hits}
     assert flags == {"web:blog.example": False, "user:admin": True}
@@ -188,9 +188,10 @@ def test_stale_facts_are_listed_marked_and_ranked_down(vault, models):
     hits = {h.id: h for h in v.recall("firewall vendor VPN port 8443", k=3, record_access=False)}
     assert hits["fw/exception"].to_dict()["stale"] is True and hits["fw/rules"].to_dict()["stale"] is False
     e = hits["fw/exception"]
+    assert e.to_dict()["stale_reason"] == "valid_until 2020-01-31 has passed"
     unpenalised = sum(w * e.factors[f] for f, w in
                       {"relevance": .5, "importance": .15, "confidence": .15, "recency": .1, "frequency": .1}.items())
-    assert e.score == pytest.approx(unpenalised * 0.5, rel=1e-6)
+    assert e.score == pytest.approx(unpenalised - 0.05, rel=1e-6)  # a tie-breaker, not a burial
     git(v.root, "add", "facts/fw/old.md")
     git(v.root, "commit", "-qm", "hand-written")
     v.verify("fw/old", source="user:admin")

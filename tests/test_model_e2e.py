@@ -59,7 +59,7 @@ def test_unreachable_model_is_one_clear_line_and_recall_still_answers(example, t
                           "--json"], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "bge-small" in out.stderr
-    assert json.loads(out.stdout)[0]["id"] == "db/primary"
+    assert json.loads(out.stdout)["hits"][0]["id"] == "db/primary"
     out = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "reindex", "--dry-run"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert "Traceback" not in out.stderr and "unavailable" in (out.stdout + out.stderr)

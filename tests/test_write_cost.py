@@ -99,7 +99,7 @@ def test_an_episode_appended_through_the_cli_is_returned_by_the_next_keyword_rec
     assert r.exit_code == 0, r.output
     import json
 
-    hits = json.loads(r.stdout)
+    hits = json.loads(r.stdout)["hits"]
     assert hits and hits[0]["kind"] == "episode" and "okapi" in hits[0]["text"]
 
 

@@ -54,6 +54,7 @@ class Index:
         self._vector_searches = 0
         self._last_refresh = float("-inf")
         self._vector_cache: tuple[Any, Any] | None = None
+        self._rows: tuple[Any, dict[int, int]] | None = None
         self.warnings: list[str] = []
 
     # -- files and generations ---------------------------------------------------------------------------
@@ -168,7 +169,8 @@ class Index:
             if self.guard(exc):
                 return self.sync(paths, splitter=splitter)
             raise
-        self._vector_cache = None
+        if report.changed:
+            self._vector_cache = None  # this process's own writes do not move PRAGMA data_version
         report.seconds = time.perf_counter() - started
         return report
 
@@ -200,7 +202,8 @@ class Index:
                     return report
                 raise
         report.model_loaded = True
-        self._vector_cache = None
+        if report.chunks_embedded:
+            self._vector_cache = None
         return report
 
     def pending(self) -> int:
@@ -396,15 +399,36 @@ class Index:
         return matrix
 
     def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
-        """Cosine similarity of ``vector`` to the stored vectors of ``rowids``."""
+        """Cosine similarity of ``vector`` to the stored vectors of ``rowids``: from the in-memory matrix when this
+        process holds it (a row lookup), else computed by sqlite-vec (a vec0 lookup per row)."""
+        if self._vector_searches > 1:
+            cached = self._vectors_in_memory()
+            if cached is not None:
+                return search.cosines(cached, self._row_index(cached), vector_blob(vector), rowids)
         return search.similarities(self.connection(), vector_blob(vector), rowids)
+
+    def _row_index(self, cached: tuple[Any, Any, Any]) -> dict[int, int]:
+        if self._rows is None or self._rows[0] is not cached:
+            self._rows = (cached, {int(r): i for i, r in enumerate(cached[0])})
+        return self._rows[1]
 
     def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """chunk rowid -> its doc's fields."""
         return search.chunk_docs(self.connection(), rowids)
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
+        """The last runs (procedure_run episodes) of each procedure, newest first."""
         return search.runs_of(self.connection(), names, per_name)
+
+    def procedure_docs(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """name -> the fields of that procedure's doc."""
+        return search.docs_by_id(self.connection(), "procedure", names)
+
+    def episodes_between(self, since: Any, until: Any, limit: int) -> list[dict[str, Any]]:
+        """Episodes created in [since, until) (datetimes, None for open), newest first."""
+        low = format_time(since) if since is not None else "0000"
+        high = format_time(until) if until is not None else "9999"
+        return search.episodes_between(self.connection(), low, high, limit)
 
     # -- maintenance -------------------------------------------------------------------------------------
     def scrub(self) -> None:

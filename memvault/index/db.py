@@ -110,7 +110,9 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE docs ADD COLUMN cut TEXT NOT NULL DEFAULT 'model';
         ALTER TABLE docs ADD COLUMN ekind TEXT;
         ALTER TABLE docs ADD COLUMN ref TEXT;
-        CREATE INDEX docs_ref ON docs(ref) WHERE ref IS NOT NULL;
+        ALTER TABLE docs ADD COLUMN meta TEXT;
+        CREATE INDEX docs_ref ON docs(ref, created) WHERE ref IS NOT NULL;
+        CREATE INDEX docs_episode_time ON docs(created) WHERE kind = 'episode';
         CREATE INDEX docs_words ON docs(doc) WHERE cut = 'words';
         ALTER TABLE files ADD COLUMN tail TEXT;
         UPDATE files SET mtime_ns = -1;

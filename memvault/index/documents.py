@@ -9,6 +9,7 @@ longer bodies are cut by words (``cut = "words"``) and re-cut by the model befor
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class Doc:
     review_after: float | None = None
     ekind: str | None = None  # an episode's kind (raw, summary, procedure_run, ...)
     ref: str | None = None    # what a procedure_run episode ran (the procedure's name)
+    meta: str | None = None   # a procedure_run's record as JSON: commit, exit_code, dirty (shown with the runbook)
 
     @property
     def hash(self) -> str:
@@ -131,8 +133,10 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
             meta_importance = e.meta.get("importance") if isinstance(e.meta, dict) else None
             importance = float(meta_importance) if isinstance(meta_importance, (int, float)) else 0.5
             ref = e.meta.get("name") if e.kind == "procedure_run" and isinstance(e.meta.get("name"), str) else None
+            record = json.dumps({k: e.meta.get(k) for k in ("commit", "exit_code", "dirty")}) if ref else None
             docs.append(Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
-                            default_confidence(e.source), e.source, e.created_at, e.created_at, ekind=e.kind, ref=ref))
+                            default_confidence(e.source), e.source, e.created_at, e.created_at, ekind=e.kind, ref=ref,
+                            meta=record))
         problems.extend(str(p) for p in found)
         return docs
     except FileNotFoundError:

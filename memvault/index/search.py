@@ -117,6 +117,19 @@ def top_k(cached: tuple[Any, Any, Any], blob: bytes, kinds: Sequence[str], limit
     return [(int(rowids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
 
 
+def cosines(cached: tuple[Any, Any, Any], rows: dict[int, int], blob: bytes, rowids: Sequence[int]) -> dict[int, float]:
+    """Cosine similarity of a query to the given chunks, from the in-memory matrix (unit vectors: a dot product)."""
+    import numpy as np
+
+    _rowids, _kinds, matrix = cached
+    wanted = [(r, rows[r]) for r in rowids if r in rows]
+    if not wanted:
+        return {}
+    query = np.frombuffer(blob, dtype=np.float32)
+    scores = matrix[[i for _, i in wanted]] @ query
+    return {r: float(score) for (r, _), score in zip(wanted, scores)}
+
+
 def load_matrix(conn: sqlite3.Connection) -> tuple[Any, Any, Any] | None:
     """Every stored vector as one float32 matrix (4·dims bytes per row), with rowids and kinds."""
     import numpy as np
@@ -161,12 +174,41 @@ def chunk_docs(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dic
     return out
 
 
+RUNS_SQL = "SELECT item_id, created, body, path, meta FROM docs WHERE ref = ? ORDER BY created DESC LIMIT ?"
+
+
 def runs_of(conn: sqlite3.Connection, names: Sequence[str], per_name: int) -> dict[str, list[dict[str, Any]]]:
-    """The last ``per_name`` procedure_run episodes of each procedure, newest first (docs.ref is indexed)."""
+    """The last ``per_name`` procedure_run episodes of each procedure, newest first (index on (ref, created))."""
+    import json
+
     out: dict[str, list[dict[str, Any]]] = {}
     for name in names:
-        rows = conn.execute(
-            "SELECT item_id, created, body, path FROM docs WHERE ref = ? ORDER BY created DESC LIMIT ?",
-            (name, per_name)).fetchall()
-        out[name] = [{"id": r[0], "created": r[1], "text": r[2], "path": r[3]} for r in rows]
+        rows = conn.execute(RUNS_SQL, (name, per_name)).fetchall()
+        out[name] = [{"id": r[0], "created": r[1], "text": r[2], "path": r[3], "meta": json.loads(r[4] or "{}")}
+                     for r in rows]
     return out
+
+
+DOC_SQL = ("SELECT c.rowid, d.kind, d.item_id, d.path, d.body, d.importance, d.confidence, d.source, d.created, "
+           "d.updated, c.chunk, d.valid_until, d.review_after, d.ekind, d.ref, d.doc "
+           "FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 WHERE d.kind = ? AND d.item_id = ?")
+
+
+def docs_by_id(conn: sqlite3.Connection, kind: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """item id -> its doc's fields (as :func:`chunk_docs` gives them, for its first chunk)."""
+    out = {}
+    for item in ids:
+        row = conn.execute(DOC_SQL, (kind, item)).fetchone()
+        if row is not None:
+            out[item] = dict(zip(DOC_FIELDS, row[1:]))
+    return out
+
+
+EPISODES_SQL = ("SELECT rowid AS r, kind, item_id, path, body, importance, confidence, source, created, updated, 0, "
+                "valid_until, review_after, ekind, ref, doc FROM docs WHERE kind = 'episode' AND created >= ? "
+                "AND created < ? ORDER BY created DESC LIMIT ?")
+
+
+def episodes_between(conn: sqlite3.Connection, since: str, until: str, limit: int) -> list[dict[str, Any]]:
+    """Episodes created in [since, until), newest first (RFC 3339 UTC strings sort as times)."""
+    return [dict(zip(DOC_FIELDS, row[1:])) for row in conn.execute(EPISODES_SQL, (since, until, limit))]

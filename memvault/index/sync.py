@@ -307,23 +307,24 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             conn.execute(f"DELETE FROM docs WHERE doc IN ({marks(batch)})", tuple(batch))
         conn.executemany(
             """UPDATE docs SET path = ?, header = ?, importance = ?, confidence = ?, source = ?, created = ?,
-                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?
+                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?
                WHERE kind = ? AND item_id = ?""",
             [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
-              d.review_after, d.ekind, d.ref, d.kind, d.item_id) for d in meta_updates])
+              d.review_after, d.ekind, d.ref, d.meta, d.kind, d.item_id) for d in meta_updates])
         for (d, doc_id), (texts, how) in zip(to_cut, cuts):
             values = (d.path, d.header, d.body, d.hash, how, d.importance, d.confidence, d.source, d.created,
-                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref)
+                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta)
             if doc_id is None:
                 doc_id = conn.execute(
                     """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
-                                        updated, valid_until, review_after, ekind, ref, kind, item_id)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
+                                        updated, valid_until, review_after, ekind, ref, meta, kind, item_id)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
             else:
                 conn.execute(
                     """UPDATE docs SET path = ?, header = ?, body = ?, hash = ?, cut = ?, importance = ?,
                                        confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
-                                       review_after = ?, ekind = ?, ref = ? WHERE doc = ?""", (*values, doc_id))
+                                       review_after = ?, ekind = ?, ref = ?, meta = ? WHERE doc = ?""",
+                    (*values, doc_id))
                 _drop_chunks(conn, [doc_id], has_vec)
             conn.executemany("INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
                              [(doc_id, j, d.kind, text, text_hash(text)) for j, text in enumerate(texts)])

@@ -1,0 +1,136 @@
+"""Time in a question: "yesterday", "last week", "since Monday", "in November", "on 2026-11-03".
+
+:func:`parse` finds one such expression in a recall query and turns it into a window of time (``since``,
+``until``, UTC, relative to ``now``) plus the query without it, so the words "last week" are not searched for.
+Rules, all in UTC:
+
+- ``today``, ``yesterday``, ``N days ago``: that calendar day.
+- ``this week`` / ``last week``: Monday 00:00 to the next Monday (the current one, the one before).
+- ``this month`` / ``last month``, ``in November`` / ``in November 2026``: that calendar month; a month name
+  without a year is the most recent such month not in the future.
+- ``since Monday`` (a weekday: the most recent one, today included), ``since 2026-11-03``, ``since yesterday``:
+  from then until now; ``before 2026-11-03``: until then.
+- ``on 2026-11-03``, ``on Monday`` (the most recent), a bare ``2026-11-03``: that day.
+- ``last N days`` / ``past N hours`` / ``in the last N weeks``: from now minus that age until now.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+_MONTH = "|".join(MONTHS + tuple(m[:3] for m in MONTHS if len(m) > 3) + ("sept",))
+_DAY = "|".join(WEEKDAYS)
+_DATE = r"\d{4}-\d{2}-\d{2}"
+_UNIT = {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400, "week": 604800,
+         "weeks": 604800, "month": 30 * 86400, "months": 30 * 86400}
+
+
+@dataclass(frozen=True)
+class Window:
+    """A span of time found in a query, and the query without the words that said it."""
+
+    since: datetime | None
+    until: datetime | None
+    phrase: str
+    query: str
+
+
+def _day_start(d: date) -> datetime:
+    return datetime.combine(d, time(0), tzinfo=timezone.utc)
+
+
+def _month(name: str) -> int:
+    name = name.lower()
+    for i, full in enumerate(MONTHS, 1):
+        if full.startswith(name[:3]):
+            return i
+    raise ValueError(name)
+
+
+def _last_weekday(name: str, today: date) -> date:
+    target = WEEKDAYS.index(name.lower())
+    return today - timedelta(days=(today.weekday() - target) % 7)
+
+
+def _month_window(year: int, month: int) -> tuple[datetime, datetime]:
+    start = _day_start(date(year, month, 1))
+    end = _day_start(date(year + (month == 12), month % 12 + 1, 1))
+    return start, end
+
+
+PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(rf"\b(?:in|during|over) the (?:last|past) (\d+) ({'|'.join(_UNIT)})\b", re.I), "ago_span"),
+    (re.compile(rf"\b(?:last|past) (\d+) ({'|'.join(_UNIT)})\b", re.I), "ago_span"),
+    (re.compile(r"\b(\d+) (days?) ago\b", re.I), "days_ago"),
+    (re.compile(rf"\bsince ({_DATE})\b", re.I), "since_date"),
+    (re.compile(rf"\bsince (?:last )?({_DAY})\b", re.I), "since_weekday"),
+    (re.compile(r"\bsince yesterday\b", re.I), "since_yesterday"),
+    (re.compile(rf"\bbefore ({_DATE})\b", re.I), "before_date"),
+    (re.compile(rf"\b(?:on )?({_DATE})\b", re.I), "on_date"),
+    (re.compile(rf"\bon (?:last )?({_DAY})\b", re.I), "on_weekday"),
+    (re.compile(r"\byesterday\b", re.I), "yesterday"),
+    (re.compile(r"\btoday\b", re.I), "today"),
+    (re.compile(r"\b(this|last) week\b", re.I), "week"),
+    (re.compile(r"\b(this|last) month\b", re.I), "month"),
+    (re.compile(rf"\b(?:in|during) ({_MONTH})\.?(?: (\d{{4}}))?\b", re.I), "in_month"),
+]
+
+
+def parse(query: str, now: datetime) -> Window | None:
+    """The first time expression of ``query`` as a :class:`Window`, or None when there is none."""
+    now = now.astimezone(timezone.utc)
+    today = now.date()
+    for pattern, kind in PATTERNS:
+        m = pattern.search(query)
+        if not m:
+            continue
+        since: datetime | None
+        until: datetime | None
+        try:
+            if kind == "ago_span":
+                span = int(m.group(1)) * _UNIT[m.group(2).lower()]
+                since, until = now - timedelta(seconds=span), now
+            elif kind == "days_ago":
+                day = today - timedelta(days=int(m.group(1)))
+                since, until = _day_start(day), _day_start(day + timedelta(days=1))
+            elif kind == "since_date":
+                since, until = _day_start(date.fromisoformat(m.group(1))), now
+            elif kind == "since_weekday":
+                since, until = _day_start(_last_weekday(m.group(1), today)), now
+            elif kind == "since_yesterday":
+                since, until = _day_start(today - timedelta(days=1)), now
+            elif kind == "before_date":
+                since, until = None, _day_start(date.fromisoformat(m.group(1)))
+            elif kind == "on_date":
+                day = date.fromisoformat(m.group(1))
+                since, until = _day_start(day), _day_start(day + timedelta(days=1))
+            elif kind == "on_weekday":
+                day = _last_weekday(m.group(1), today)
+                since, until = _day_start(day), _day_start(day + timedelta(days=1))
+            elif kind == "yesterday":
+                since, until = _day_start(today - timedelta(days=1)), _day_start(today)
+            elif kind == "today":
+                since, until = _day_start(today), now
+            elif kind == "week":
+                monday = today - timedelta(days=today.weekday())
+                if m.group(1).lower() == "last":
+                    monday -= timedelta(days=7)
+                since, until = _day_start(monday), _day_start(monday + timedelta(days=7))
+            elif kind == "month":
+                year, month = today.year, today.month
+                if m.group(1).lower() == "last":
+                    year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+                since, until = _month_window(year, month)
+            else:  # in_month
+                month = _month(m.group(1))
+                year = int(m.group(2)) if m.group(2) else (today.year if month <= today.month else today.year - 1)
+                since, until = _month_window(year, month)
+        except (ValueError, OverflowError):
+            continue  # "on 2026-13-45": not a date, so not a time expression
+        rest = (query[: m.start()] + " " + query[m.end():]).strip()
+        return Window(since, until, m.group(0), " ".join(rest.split()))
+    return None

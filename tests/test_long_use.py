@@ -1,0 +1,207 @@
+"""Recall in long use, with the real packaged MiniLM: a small ops vault of ten facts and two runbooks, asked
+questions with and without an answer, after months of recalls, with stale facts and run logs piling up."""
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import timedelta
+
+import pytest
+
+from memvault import Vault
+from memvault.timeutil import format_time, now
+from conftest import git
+
+pytestmark = pytest.mark.model
+
+FACTS = {
+    "ssh/bastion": "SSH to production goes through the bastion host bastion1.acme.internal on port 2222; "
+                   "keys are in the ops vault.",
+    "dns/resolvers": "Internal DNS resolvers are 10.8.0.2 and 10.8.0.3 running unbound; they forward to 1.1.1.1.",
+    "tls/renewal": "TLS certificates are renewed by certbot every 60 days from a cron job on web1; nginx reloads "
+                   "after renewal.",
+    "mysql/primary": "The MySQL primary is db3 (10.8.0.13) on port 3306; replicas are db4 and db5.",
+    "vpn/gateway": "The office VPN gateway is vpn1.acme.internal running WireGuard on UDP 51820.",
+    "backup/nightly": "Nightly backups run at 03:15 UTC with restic to the s3 bucket acme-backups.",
+    "monitoring/alerts": "Alerts go to the #ops-alerts Slack channel through Alertmanager on mon1.",
+    "web/load-balancer": "HAProxy on lb1 and lb2 balances web1, web2 and web3 with health checks on /healthz.",
+    "k8s/cluster": "The Kubernetes cluster runs version 1.29 on three control plane nodes k8s-cp1..3.",
+    "legacy/ftp": "The FTP server ran on ftp1.acme.internal (10.8.0.21) for vendor file drops.",
+}
+NGINX = ("#!/bin/sh\n# description: Reload nginx after checking its configuration\n# tags: nginx, web\n"
+         "command -v nginx >/dev/null || exit 0  # not a web host\nnginx -t && systemctl reload nginx\n")
+LOGS = "#!/bin/sh\n# description: Rotate and compress PostgreSQL logs older than a day\n# tags: postgres, logs\necho rotated\n"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The vault, built once (git, facts, runbooks, run logs, index); each test works on a fresh copy."""
+    root = tmp_path_factory.mktemp("longuse") / "vault"
+    v = Vault.init(root, daemon=False)
+    toml = root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', 'model = "all-MiniLM-L6-v2"'))
+    git(root, "commit", "-qm", "model", "--", "memvault.toml")
+    v = Vault.open(root, daemon=False)
+    for key, text in FACTS.items():
+        v.facts.set(key, text, source="user:admin",
+                    valid_until="2026-01-31" if key == "legacy/ftp" else None)
+    for name, body in (("web/reload-nginx", NGINX), ("db/rotate-pg-logs", LOGS)):
+        script = root.parent / f"{name.split('/')[1]}.sh"
+        script.write_text(body)
+        script.chmod(0o755)
+        v.procedures.add(name, script, source="user:admin")
+    for _ in range(4):
+        v.procedures.run("web/reload-nginx", source="user:ops", stdout=-3, stderr=-3)
+    v.reindex()
+    return root
+
+
+@pytest.fixture
+def v(built, tmp_path):
+    root = tmp_path / "vault"
+    shutil.copytree(built, root, symlinks=True)
+    return Vault.open(root, daemon=False)
+
+
+def ids(hits):
+    return [h.id for h in hits]
+
+
+def test_only_relevant_memories_come_back(v):
+    hits = v.recall("how are TLS certificates renewed", k=5, record_access=False)
+    assert ids(hits)[0] == "tls/renewal"
+    assert all(h.factors["relevance"] >= 0.5 * hits[0].factors["relevance"] for h in hits)
+    assert "dns/resolvers" not in ids(hits) and "mysql/primary" not in ids(hits)
+
+
+@pytest.mark.parametrize("question", ["what is the capital of France", "who won the football world cup in 2018",
+                                      "recipe for a chocolate cake"])
+def test_a_question_with_no_answer_gets_nothing_and_says_why(v, question):
+    hits = v.recall(question, k=5, record_access=False)
+    assert list(hits) == [] and hits.nothing_found and "relevant" in hits.nothing_found
+    guesses = v.recall(question, k=5, record_access=False, min_relevance=0)
+    assert len(guesses) == 5  # weak guesses, for whoever asks for them
+
+
+def test_nothing_found_in_every_format(v, runner):
+    from memvault.cli import Context, cli
+
+    r = runner.invoke(cli, ["--vault", str(v.root), "recall", "what is the capital of France", "--json"],
+                      obj=Context(daemon=False))
+    data = json.loads(r.stdout)
+    assert r.exit_code == 0 and data["hits"] == [] and data["nothing_found"]
+    r = runner.invoke(cli, ["--vault", str(v.root), "recall", "what is the capital of France", "--format", "prompt"],
+                      obj=Context(daemon=False))
+    assert "<nothing-found reason=" in r.stdout
+    r = runner.invoke(cli, ["--vault", str(v.root), "recall", "what is the capital of France"],
+                      obj=Context(daemon=False))
+    assert r.stdout.startswith("no memories found: ")
+
+
+def test_being_shown_does_not_make_a_memory_win_other_questions(v):
+    for _ in range(15):
+        v.recall("ssh bastion", k=5)
+    for question, answer in (("which DNS resolvers do we use", "dns/resolvers"),
+                             ("how are TLS certificates renewed", "tls/renewal"),
+                             ("where is the MySQL primary", "mysql/primary"),
+                             ("how do I connect to the VPN", "vpn/gateway")):
+        hits = v.recall(question, k=5, record_access=False)
+        assert ids(hits)[0] == answer, (question, ids(hits))
+        assert "ssh/bastion" not in ids(hits)[:3], (question, ids(hits))
+
+
+def test_use_counts_and_decays(v):
+    v.used(["fact:vpn/gateway"] * 3)
+    v.used(["fact:vpn/gateway"])
+    hit = next(h for h in v.recall("VPN gateway", k=3, record_access=False) if h.id == "vpn/gateway")
+    assert hit.factors["frequency"] > 0
+    usage = v.state.get([("fact", "vpn/gateway")], now() + timedelta(days=365))[("fact", "vpn/gateway")]
+    assert usage.uses < 0.2  # a year without use: the count has faded (90-day half-life)
+
+
+def test_an_untrusted_source_reports_a_use_once_a_day(v):
+    assert len(v.used(["fact:dns/resolvers"], source="agent:scraper")) == 1
+    assert v.used(["fact:dns/resolvers"], source="agent:scraper") == []
+
+
+def test_a_stale_fact_is_marked_not_buried(v):
+    hits = v.recall("which host ran the FTP server", k=5, record_access=False)
+    assert ids(hits)[0] == "legacy/ftp"
+    top = hits[0].to_dict()
+    assert top["stale"] is True and "valid_until 2026-01-31 has passed" in top["stale_reason"]
+    from memvault.render import render
+
+    assert 'stale="true"' in render(hits, "prompt") and "STALE" in render(hits, "text")
+
+
+def test_a_stale_fact_loses_to_an_equally_relevant_fresh_one(v):
+    text = FACTS["legacy/ftp"].replace("ran on", "runs on")
+    v.facts.set("legacy/ftp-new", text, source="user:admin")
+    hits = v.recall("which host runs the FTP server", k=5, record_access=False)
+    assert ids(hits)[:2] == ["legacy/ftp-new", "legacy/ftp"]
+
+
+def test_a_runbook_is_one_answer_with_its_runs(v):
+    hits = v.recall("how do I reload nginx", k=5, record_access=False)
+    assert ids(hits)[0] == "web/reload-nginx"
+    assert not [h for h in hits if h.kind == "episode" and "reload-nginx" in h.text]
+    runs = hits[0].to_dict()["runs"]
+    assert len(runs) == 3 and all(r["exit_code"] == 0 and r["commit"] for r in runs)
+    assert runs == sorted(runs, key=lambda r: r["at"], reverse=True)
+
+
+def test_when_did_we_last_run_still_finds_the_runs(v):
+    hits = v.recall("when did we last run the nginx reload", k=3, record_access=False)
+    assert ids(hits)[0] == "web/reload-nginx"
+    last = hits[0].to_dict()["runs"][0]
+    newest = max(e.created_at for e in v.episodes.list(kind="procedure_run"))
+    assert last["at"] == newest
+
+
+def test_a_time_in_the_question_keeps_that_time(v):
+    day = now() - timedelta(days=1)
+    v.episodes.append("Deployed v2.16.0 to web1 web2 web3.", source="agent:deployer", at=day)
+    v.episodes.append("Deployed v2.15.0 to web1 web2 web3.", source="agent:deployer", at=now() - timedelta(days=20))
+    hits = v.recall("deploys yesterday", k=5, kinds=["episode"], record_access=False)
+    assert [h.text for h in hits] == ["Deployed v2.16.0 to web1 web2 web3."]
+    assert hits.window["phrase"] == "yesterday"
+    listed = v.recall("what happened yesterday", k=10, record_access=False)
+    assert "Deployed v2.16.0 to web1 web2 web3." in [h.text for h in listed] and hits.window
+    assert all(h.created >= format_time(day.replace(hour=0, minute=0, second=0, microsecond=0)) for h in listed)
+    explicit = v.recall("deployed web1", k=5, kinds=["episode"], since=now() - timedelta(days=30),
+                        until=now() - timedelta(days=10), record_access=False)
+    assert [h.text for h in explicit] == ["Deployed v2.15.0 to web1 web2 web3."]
+
+
+def test_a_budget_says_what_it_left_out(v):
+    hits = v.recall("how do I reload nginx", k=5, budget=60, fmt="json", record_access=False, min_relevance=0)
+    assert hits.budget is not None and hits.budget["dropped"] >= 1 and hits.budget["best_dropped_tokens"] > 60
+    assert any("budget" in w for w in hits.warnings)
+
+
+def test_a_model_that_cannot_load_is_refused_before_anything_changes(v, runner):
+    from memvault.cli import Context, cli
+
+    toml = (v.root / "memvault.toml").read_text()
+    head = git(v.root, "rev-parse", "HEAD")
+    target = v.index.current_target()
+    r = runner.invoke(cli, ["--vault", str(v.root), "reindex", "--model", "does-not/exist-model"],
+                      obj=Context(daemon=False))
+    assert r.exit_code == 1 and "does-not/exist-model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (v.root / "memvault.toml").read_text() == toml and git(v.root, "rev-parse", "HEAD") == head
+    assert Vault.open(v.root, daemon=False).index.current_target() == target
+    assert Vault.open(v.root, daemon=False).recall("VPN gateway", k=1, record_access=False).mode == "hybrid"
+
+
+def test_fetching_a_fact_by_key_counts_as_a_use(v, runner):
+    from memvault.cli import Context, cli
+
+    r = runner.invoke(cli, ["--vault", str(v.root), "fact", "get", "k8s/cluster"], obj=Context(daemon=False))
+    assert r.exit_code == 0
+    assert v.state.get([("fact", "k8s/cluster")])[("fact", "k8s/cluster")].uses == pytest.approx(1.0, abs=0.01)
+
+
+def test_running_a_procedure_counts_as_a_use(v):
+    usage = v.state.get([("procedure", "web/reload-nginx")])[("procedure", "web/reload-nginx")]
+    assert usage.uses == pytest.approx(4.0, abs=0.05)
+
