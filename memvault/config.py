@@ -1,7 +1,7 @@
 """memvault.toml: every setting, its type, default and meaning, declared once and validated once.
 
 The section classes below are the single source of truth: :func:`load` validates a file against them (unknown
-keys are refused with a suggestion, so a typo never silently falls back to a default), :data:`TEMPLATE` (the file
+keys are refused with a suggestion, so a typo never silently falls back to a default), :func:`template` (the file
 ``memvault init`` writes) and the README's configuration table are generated from them, and a test fails when the
 README drifts.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -203,13 +204,20 @@ class RecallSettings:
                                        "reindex` (each recall embeds the next ones)", _int(0, 100_000))
     rescan_interval: float = setting("30s", "recall re-checks every file at most this often; in between it checks "
                                             "directory mtimes and the files of the hits it returns", _age0)
-    relative_floor: float = setting(0.5, "a candidate whose relevance is below this share of the best one's is not "
+    neighbour_weight: float = setting(0.5, "a turn of a conversation (raw episodes of one source, at most 10 minutes "
+                                           "apart) takes this share of its best neighbour's relevance", _float(0.0))
+    band: float = setting(0.05, "how far importance, confidence, recency and frequency together can move a memory, "
+                                "in relevance: they order memories of comparable relevance, never an unrelated one "
+                                "above a related one", _float(0.0, 1.0))
+    relative_floor: float = setting(0.3, "a candidate whose relevance is below this share of the best one's is not "
                                          "returned (0: no floor; `recall --min-relevance` overrides it)",
                                     _float(0.0, 1.0))
-    min_cosine: float = setting(0.35, "nothing is returned when the best candidate's cosine to the query is below "
-                                      "this and it covers fewer than min_coverage of the query's words", _float(0.0, 1.0))
-    min_coverage: float = setting(0.5, "see min_cosine: the share of the query's content words the best candidate "
-                                       "must contain when its cosine is below min_cosine", _float(0.0, 1.0))
+    min_cosine: float = setting(0.388, "\"nothing known\" unless the closest memory in meaning has at least this "
+                                       "cosine, or the best match holds min_coverage of the query's words, or quotes "
+                                       "it (calibrated for all-MiniLM-L6-v2; another model has its own scale)",
+                                _float(0.0, 1.0))
+    min_coverage: float = setting(0.45, "see min_cosine: the share of the query's IDF weight the best match must "
+                                        "hold when nothing is close in meaning", _float(0.0, 1.0))
     exposure_weight: float = setting(0.1, "how much being returned by recall counts towards frequency, times the "
                                           "hit's relevance divided by its rank (a use counts 1)", _float(0.0, 1.0))
     frequency_cap: int = setting(50, "frequency = log(1 + uses) / log(1 + frequency_cap), at most 1", _int(1))
@@ -228,9 +236,9 @@ class TrustSettings:
 class FactsSettings:
     review_after: float = setting("180d", "a fact not updated for this long is stale (a fact may set its own "
                                           "review_after)", _age)
-    stale_penalty: float = setting(0.05, "taken off a stale fact's score: it keeps its place among memories of "
-                                         "comparable relevance and loses to an equally relevant fresh one",
-                                   _float(0.0, 1.0))
+    stale_penalty: float = setting(0.1, "taken off a stale fact's relevance when it is ranked (it is still shown): "
+                                        "it keeps its place among memories of comparable relevance and loses to an "
+                                        "equally relevant fresh one", _float(0.0, 1.0))
     stale_factor: float = setting(0.5, "no longer used (staleness is a tie-breaker: stale_penalty); still accepted so "
                                        "older files load", _float(0.0, 1.0), template=False)
     duplicate_jaccard: float = setting(0.60, "keyword Jaccard from which two facts are near-duplicates...",
@@ -249,12 +257,37 @@ class LimitsSettings:
     procedure_bytes: int = setting("1MiB", "largest procedure file", _size)
 
 
+def _url(value: Any, name: str) -> str | None:
+    """A PostgreSQL URL without a password: the vault is a git repository that gets pushed."""
+    from urllib.parse import urlsplit
+
+    url = _opt_str(value, name)
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise _invalid(f"must be a URL like postgresql://memvault@db.internal/memvault, not {url!r}") from None
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise _invalid(f"must be a postgresql:// URL, not {parts.scheme or url!r}")
+    if parts.password or "password=" in parts.query.lower():
+        raise _invalid("holds a password: keep passwords out of the vault (it is pushed); use ~/.pgpass, PGPASSWORD "
+                       "or MEMVAULT_INDEX_URL")
+    return url
+
+
 @dataclass(frozen=True)
 class IndexSettings:
+    """A team shares one index and one embedding cache on PostgreSQL; each host keeps its own changes locally."""
+
     backend: str = setting("sqlite", "sqlite (a local file in .memvault/) or postgres (one index shared by a team)",
                            _choice(*BACKENDS))
-    url: str | None = setting(None, "the PostgreSQL URL for backend = \"postgres\" (MEMVAULT_INDEX_URL overrides; "
-                                    "never store a password here)", _opt_str, shown="none", template=False)
+    url: str | None = setting(None, "the PostgreSQL URL (postgresql://user@host/db) of the team's shared index and "
+                                    "embedding cache; with backend = \"sqlite\" only the cache is used. "
+                                    "MEMVAULT_INDEX_URL overrides it; a password here is refused", _url, shown="none",
+                              template=False)
+    name: str | None = setting(None, "this vault's name in the shared index (default: the name of the git remote's "
+                                     "repository)", _opt_str, shown="the remote's name", template=False)
 
 
 SECTIONS: dict[str, type] = {
@@ -311,6 +344,18 @@ class Config:
     @property
     def query_prefix(self) -> str | None:
         return self.embedding.query_prefix
+
+    def index_url(self) -> str | None:
+        """The PostgreSQL URL of the team's index and embedding cache: ``MEMVAULT_INDEX_URL`` (it may hold a
+        password: the environment is not pushed), else ``[index] url``."""
+        env = os.environ.get("MEMVAULT_INDEX_URL")
+        if env:
+            from urllib.parse import urlsplit
+
+            if urlsplit(env).scheme not in ("postgres", "postgresql"):
+                raise ConfigError("MEMVAULT_INDEX_URL", f"must be a postgresql:// URL, not {env.split(':', 1)[0]!r}")
+            return env
+        return self.index.url
 
     def wants_model(self, identity: Any) -> bool:
         """Whether vectors of ``identity`` (a ModelIdentity) are what this config asks for: same model name and,
@@ -389,7 +434,10 @@ def _toml(value: Any) -> str:
         return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        text = f"{value:.4f}".rstrip("0")  # 0.388, 0.5, 30.0: what was meant, no rounding
+        return text + "0" if text.endswith(".") else text
+    return str(value)
 
 
 def settings() -> list[tuple[str, str, str, str]]:
@@ -434,8 +482,6 @@ def readme_table() -> str:
         rows.append(f"| `[{section}] {key}` | `{default}` | {help_text} |")
     return "\n".join(rows)
 
-
-TEMPLATE = template()
 
 
 def set_model(path: Path, model: str) -> str:

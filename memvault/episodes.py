@@ -344,17 +344,7 @@ class EpisodeLog:
         except UnsafePath as exc:
             _report(problems, Problem(path, exc.reason))
             return
-        lineno = data.count(b"\n", 0, start)
-        for raw in data[start:].splitlines():
-            lineno += 1
-            if not raw.strip():
-                continue
-            try:
-                yield parse_line(raw.decode("utf-8"), path, lineno)
-            except UnicodeDecodeError:
-                _report(problems, Problem(path, "not UTF-8 text", lineno))
-            except EpisodeError as exc:
-                _report(problems, Problem(path, exc.reason, lineno))
+        yield from parse_lines(data, path, problems, start=start)
 
     def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
         """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""
@@ -363,6 +353,22 @@ class EpisodeLog:
         items = list(self.iter(**filters))
         items.sort(key=lambda e: (e.time, e.id))
         return items[-limit:] if limit else ([] if limit == 0 else items)
+
+
+def parse_lines(data: bytes, path: Path, problems: list[Problem] | None = None, *,
+                start: int = 0) -> Iterator[Episode]:
+    """The episodes in the bytes of an episode file (from byte ``start``); bad lines go to ``problems``."""
+    lineno = data.count(b"\n", 0, start)
+    for raw in data[start:].splitlines():
+        lineno += 1
+        if not raw.strip():
+            continue
+        try:
+            yield parse_line(raw.decode("utf-8"), path, lineno)
+        except UnicodeDecodeError:
+            _report(problems, Problem(path, "not UTF-8 text", lineno))
+        except EpisodeError as exc:
+            _report(problems, Problem(path, exc.reason, lineno))
 
 
 def host_folder(configured: str | None) -> str:

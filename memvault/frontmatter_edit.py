@@ -10,18 +10,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
-
-import yaml
-from frontmatter.default_handlers import YAMLHandler
 
 from .errors import FrontMatterError
 
 _KEY_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)\s*:(?:\s|$)")
 _FENCE = re.compile(r"^---\s*$")
 _CLOSE = re.compile(r"^(?:---|\.\.\.)\s*$")
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_HANDLER = YAMLHandler()
+
+
+@lru_cache(maxsize=1)
+def _yaml() -> tuple[Any, Any, Any]:
+    """yaml, its fastest safe loader, and python-frontmatter's handler: imported on first use (about 40 ms that
+    a recall without fact hits never pays)."""
+    import yaml
+    from frontmatter.default_handlers import YAMLHandler
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader), YAMLHandler()
 
 
 @dataclass
@@ -55,8 +61,9 @@ def parse(text: str) -> Document:
     fm_lines = lines[1:end]
     body = newline.join(lines[end + 1 :])
     try:
-        meta = _HANDLER.load("\n".join(fm_lines), Loader=_LOADER)
-    except yaml.YAMLError as exc:
+        yaml, loader, handler = _yaml()
+        meta = handler.load("\n".join(fm_lines), Loader=loader)
+    except _yaml()[0].YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 2 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -85,7 +92,7 @@ def format_value(value: Any) -> str:
         return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, float):
         return repr(round(value, 6))
-    dumped = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
+    dumped = _yaml()[0].safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
     dumped = dumped.strip()
     if dumped.endswith("\n..."):
         dumped = dumped[: -len("\n...")]
@@ -120,9 +127,10 @@ def _trailing_comment(line: str) -> str:
     if not m:
         return ""
     try:
-        with_comment = yaml.load(line, Loader=_LOADER)
-        without = yaml.load(line[: m.start()], Loader=_LOADER)
-    except yaml.YAMLError:
+        yaml, loader, _handler = _yaml()
+        with_comment = yaml.load(line, Loader=loader)
+        without = yaml.load(line[: m.start()], Loader=loader)
+    except _yaml()[0].YAMLError:
         return ""
     return m.group(0) if with_comment == without else ""
 

@@ -6,7 +6,6 @@ nothing itself: every change goes through the write gate (:mod:`memvault.gate`),
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -16,19 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from .dedup import groups
+from .freshness import stale_reason, text_hash
 from .episodes import Episode, RewriteReport, source_matches
 from .errors import InvalidKey, InvalidValue, MemvaultError
 from .facts import Fact
 from .gate import WriteGate
-from .timeutil import format_time, now, parse_date, parse_time
+from .timeutil import format_time, now
 from .trust import Op
 from .validation import validate_key, validate_tags
-
-
-def text_hash(text: str) -> str:
-    """The hash under which recall remembers what it returned (whitespace-normalised, so re-wrapping a
-    recalled memory does not make it new)."""
-    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:32]
 
 
 # ------------------------------------------------------------------------------------------------ retention
@@ -111,38 +105,6 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) 
 
 
 # ------------------------------------------------------------------------------------------------ staleness
-def stale_reason(fact: Fact, review_after: float, current: datetime | None = None) -> str | None:
-    """Why ``fact`` is stale, or None: ``valid_until`` passed, or not updated for longer than review_after."""
-    current = current or now()
-    if fact.valid_until is not None and fact.valid_until < current.date():
-        return f"valid_until {fact.valid_until.isoformat()} has passed"
-    period = fact.review_after or review_after
-    if fact.updated is not None and (current - fact.updated).total_seconds() > period:
-        days = int(period // 86400)
-        return f"not updated since {fact.updated.date().isoformat()} (review after {days}d)"
-    return None
-
-
-def stale_doc_reason(valid_until: str | None, review_after: float | None, updated: str | None,
-                     default_review: float, current: datetime) -> str | None:
-    """The same rule on an index row (recall ranks before it reads files)."""
-    if valid_until:
-        try:
-            if parse_date(valid_until) < current.date():
-                return f"valid_until {valid_until} has passed"
-        except MemvaultError:
-            pass
-    if updated:
-        try:
-            period = review_after or default_review
-            stamp = parse_time(updated)
-            if (current - stamp).total_seconds() > period:
-                return f"not updated since {stamp.date().isoformat()} (review after {int(period // 86400)}d)"
-        except MemvaultError:
-            return None
-    return None
-
-
 def stale(gate: WriteGate, at: datetime | None = None) -> list[dict[str, Any]]:
     """Stale facts with the reason and the date of their last commit."""
     out = []

@@ -27,6 +27,7 @@ changed since it was indexed only that file is re-indexed and only the search is
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ from .errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, M
 from .hits import Hit, RecallResult, count_tokens  # noqa: F401 - count_tokens is part of recall's API
 from .index import KINDS, Index
 from .index.search import query_terms
-from .lifecycle import stale_doc_reason, text_hash
+from .freshness import stale_doc_reason, text_hash
 from .timeutil import format_time, now, parse_time
 from .trust import Policy
 
@@ -67,6 +68,17 @@ class Parts:
     state: Callable[[], State]
     config: Config
     engine: Engine
+    #: A team's shared index (memvault.index.postgres.SharedIndex), searched beside ``index`` (then this host's
+    #: overlay), and the paths whose shared rows are hidden here (changed or gone on this host).
+    shared: Any = None
+    shadow: frozenset[str] = frozenset()
+    #: Replaces the index's own freshness check (a team's overlay is brought up to date before recall).
+    refresh: Callable[[], Any] | None = None
+    #: False when the shared index holds vectors of another model than the one loaded: keywords only there.
+    shared_vectors: bool = True
+
+    def indexes(self) -> list[Any]:
+        return [self.index] + ([self.shared] if self.shared is not None else [])
 
 
 @dataclass
@@ -79,6 +91,8 @@ class Candidate:
     cosine: float = 0.0       # raw cosine of its best chunk (0 when no vector)
     keyword: float = 0.0      # normalised BM25 part (terms and pairs)
     exact: bool = False
+    rowid: int = 0            # its best chunk, in ``index``
+    index: Any = None
     factors: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
     stale: str | None = None
@@ -144,7 +158,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     index, config = parts.index, parts.config
     settings = config.recall
     if sync:
-        report = index.refresh(settings.rescan_interval)
+        report = parts.refresh() if parts.refresh is not None else index.refresh(settings.rescan_interval)
         if report is not None:
             warnings += report.warnings
     warnings += index.warnings
@@ -161,7 +175,15 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         # "what happened yesterday": no subject left to search for, the window is the question
         result = _in_window(parts, window, kinds, k, warnings)
         return _finish(parts, result, budget, fmt, record_access)
-    qvec = embedder.embed_query(search_query) if embedder is not None and index.identity() is not None else None
+    if embedder is not None and parts.shared is not None and parts.shared.exists():
+        theirs = parts.shared.identity()
+        parts.shared_vectors = theirs is None or embedder.identity.same_vectors(theirs)
+        if not parts.shared_vectors:
+            warnings.append(f"the shared index holds vectors of {theirs.name}, this host's model is "
+                            f"{embedder.identity.name}: keyword-only results from it until the team's index is "
+                            "moved to one model ('memvault reindex')")
+    has_vectors = any(i.exists() and i.identity() is not None for i in parts.indexes())
+    qvec = embedder.embed_query(search_query) if embedder is not None and has_vectors else None
     used_mode = mode if qvec is not None else "keyword"
     if mode == "vector" and qvec is None:
         return RecallResult([], mode="vector", warnings=warnings)
@@ -171,7 +193,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
         # indexed is re-indexed and the search run again, once; a hit never rests on text that is gone.
-        changed = index.verify({c.doc["path"] for c in ranked[: 2 * k + 5]})
+        changed = index.verify({c.doc["path"] for c in ranked[: 2 * k + 5] if c.index is index})
         if changed is not None and changed.changed:
             warnings += changed.warnings
             if embedder is not None:
@@ -262,13 +284,18 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     best = max(c.relevance for c in candidates.values())
     settings = parts.config.recall
     if min_relevance is None or min_relevance > 0:
-        top = max(candidates.values(), key=lambda c: c.relevance)
-        strong = top.cosine >= settings.min_cosine or _coverage(query, top.doc) >= settings.min_coverage \
-            or top.exact
-        if not strong:
-            return [], (f"nothing relevant enough: the best candidate ({top.key[0]} {top.key[1]}) has cosine "
-                        f"{top.cosine:.2f} (floor {settings.min_cosine}) and covers "
-                        f"{_coverage(query, top.doc):.0%} of the query's words (floor {settings.min_coverage:.0%})")
+        if used_mode != "keyword":
+            # "Nothing known" unless something is close in meaning (the best cosine anywhere in the vault), or the
+            # top candidate holds most of the query's weight in words, or quotes it. Keyword-only recall has no
+            # cosine, and coverage alone would cost too many answers: it skips this test (docs/benchmarks.md).
+            top = max(candidates.values(), key=lambda c: c.relevance)
+            best_cos = max(c.cosine for c in candidates.values())
+            if not top.exact and not any(c.exact for c in candidates.values()) and best_cos < settings.min_cosine:
+                held = top.index.coverage(query, top.rowid) if top.index is not None else 0.0
+                if held < settings.min_coverage:
+                    return [], (f"nothing relevant enough: the closest memory in meaning has cosine {best_cos:.2f} "
+                                f"(floor {settings.min_cosine}) and the best match holds {held:.0%} of the "
+                                f"query's weight in words (floor {settings.min_coverage:.0%})")
         candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
     _score(parts, candidates.values())
     return sorted(candidates.values(), key=lambda c: (-c.score, c.key)), None
@@ -276,45 +303,71 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
 
 def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
                 qvec: Any) -> dict[tuple[str, str], Candidate]:
-    index = parts.index
+    """Both searches over every index (this host's, and a team's shared one), each candidate with both scores.
+
+    Keyword scores are normalised within each index (BM25 depends on its corpus), cosines across all of them (one
+    model). A shared row whose file is changed or gone on this host is left out: the local index has its text."""
     settings = parts.config.recall
     n = min(max(settings.candidates, k), 4096)
-    keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
-    phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and settings.phrase_weight else {}
-    exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
-    cosine: dict[int, float] = {}
-    if qvec is not None:
-        cosine = dict(index.search_vectors(qvec, kinds, n))
-        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
-        missing = (set(keyword) | set(phrases) | exact) - set(cosine)
-        if missing:
-            cosine.update(index.similarities(qvec, sorted(missing)))
-    rowids = set(keyword) | set(phrases) | set(cosine) | exact
-    if not rowids:
-        return {}
-    docs = index.chunk_docs(list(rowids))
     s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
-    best_kw = max(keyword.values(), default=0.0) or 1.0
-    best_phrase = max(phrases.values(), default=0.0) or 1.0
     p = settings.phrase_weight
-    best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
-    out: dict[tuple[str, str], Candidate] = {}
-    for rowid in rowids:
-        doc = docs.get(rowid)
-        if doc is None:
+    found = []
+    for index in parts.indexes():
+        if not index.exists():
             continue
-        kw = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
-        cos = max(0.0, cosine.get(rowid, 0.0))
-        rel = s * cos / best_cos + (1 - s) * kw
-        if exact:
-            # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
-            rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
-        key = (doc["kind"], doc["id"])
-        current = out.get(key)
-        if current is None or rel > current.relevance:
-            out[key] = Candidate(key, doc, min(1.0, rel), cos, kw, rowid in exact)
-        elif current is not None:
-            current.cosine = max(current.cosine, cos)
+        keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
+        phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and p else {}
+        exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
+        cosine: dict[int, float] = {}
+        vectors_here = (qvec is not None and index.identity() is not None
+                        and (index is not parts.shared or parts.shared_vectors))
+        if vectors_here:
+            cosine = dict(index.search_vectors(qvec, kinds, n))
+            # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
+            missing = (set(keyword) | set(phrases) | exact) - set(cosine)
+            if missing:
+                cosine.update(index.similarities(qvec, sorted(missing)))
+        rowids = set(keyword) | set(phrases) | set(cosine) | exact
+        docs = index.chunk_docs(list(rowids)) if rowids else {}
+        neighbours: dict[int, list[int]] = {}
+        if settings.neighbour_weight and hasattr(index, "episode_neighbours"):
+            # A turn of a conversation is understood with the turns around it: they join the candidates, and a
+            # turn's relevance is smoothed with its best neighbour's (turns R@10 .746 -> .804 with context vectors).
+            neighbours = index.episode_neighbours(docs)
+            extra = sorted({n for ns in neighbours.values() for n in ns} - set(docs))
+            if extra:
+                docs.update(index.chunk_docs(extra))
+                if vectors_here:
+                    cosine.update(index.similarities(qvec, extra))
+        if index is parts.shared:
+            docs = {r: d for r, d in docs.items() if d["path"] not in parts.shadow}
+        found.append((index, (keyword, phrases, exact, cosine, docs, neighbours)))
+    best_cos = max((c for _, (_, _, _, cosine, _, _) in found for c in cosine.values() if c > 0), default=0.0) or 1.0
+    g = settings.neighbour_weight
+    out: dict[tuple[str, str], Candidate] = {}
+    for index, (keyword, phrases, exact, cosine, docs, neighbours) in found:
+        best_kw = max(keyword.values(), default=0.0) or 1.0
+        best_phrase = max(phrases.values(), default=0.0) or 1.0
+        rel_of, kw_of = {}, {}
+        for rowid in docs:
+            kw_of[rowid] = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
+            rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
+        for rowid, doc in docs.items():
+            kw = kw_of[rowid]
+            cos = max(0.0, cosine.get(rowid, 0.0))
+            rel = rel_of[rowid]
+            if rowid in neighbours:
+                rel = (rel + g * max(rel_of.get(n, 0.0) for n in neighbours[rowid])) / (1 + g)
+            if exact:
+                # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
+                rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
+            key = (doc["kind"], doc["id"])
+            current = out.get(key)
+            if current is None or rel > current.relevance:
+                out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
+                                     rowid in exact, rowid, index)
+            else:
+                current.cosine = max(current.cosine, cos)
     return out
 
 
@@ -332,8 +385,12 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
     runs = [c for c in candidates.values() if c.key[0] == "episode" and c.doc.get("ekind") == "procedure_run"
             and c.doc.get("ref")]
     missing = sorted({c.doc["ref"] for c in runs} - {c.key[1] for c in candidates.values() if c.key[0] == "procedure"})
-    for name, doc in parts.index.procedure_docs(missing).items():
-        candidates[("procedure", name)] = Candidate(("procedure", name), doc)
+    for index in reversed(parts.indexes()):  # the local index last: its version wins
+        if missing and index.exists():
+            for name, doc in index.procedure_docs(missing).items():
+                if index is parts.shared and doc["path"] in parts.shadow:
+                    continue
+                candidates[("procedure", name)] = Candidate(("procedure", name), doc)
     for run in runs:
         proc = candidates.get(("procedure", run.doc["ref"]))
         if proc is None:
@@ -343,8 +400,15 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
         del candidates[run.key]
     names = [c.key[1] for c in candidates.values() if c.key[0] == "procedure"]
     if names:
-        for name, items in parts.index.runs_of(names, RUNS_SHOWN).items():
-            candidates[("procedure", name)].runs = items
+        merged: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for index in parts.indexes():
+            if index.exists():
+                for name, items in index.runs_of(names, RUNS_SHOWN).items():
+                    merged[name] += [r for r in items if not (index is parts.shared and r["path"] in parts.shadow)]
+        for name, items in merged.items():
+            unique = {r["id"]: r for r in items}
+            candidates[("procedure", name)].runs = sorted(unique.values(), key=lambda r: r["created"],
+                                                          reverse=True)[:RUNS_SHOWN]
 
 
 def _coverage(query: str, doc: dict[str, Any]) -> float:
@@ -357,13 +421,20 @@ def _coverage(query: str, doc: dict[str, Any]) -> float:
 
 
 def _score(parts: Parts, candidates: Any) -> None:
+    """score = (w_rel·relevance + band·Σ w_f·f) / (w_rel + band·Σ w_f), f over the four other factors.
+
+    The band (``[recall] band``, 0.05) is how far importance, confidence, recency and frequency together can
+    move a memory, in relevance: they order memories of comparable relevance and never lift an unrelated one
+    over a related one. A stale fact's relevance counts ``[facts] stale_penalty`` less in its score."""
     config = parts.config
     settings = config.recall
     candidates = list(candidates)
     usage = parts.state().get([c.key for c in candidates])
     current = now()
     weights = settings.weights
-    total = sum(weights.values())
+    others = [f for f in FACTORS if f != "relevance"]
+    w_rel, band = weights["relevance"], settings.band
+    norm = w_rel + band * sum(weights[f] for f in others) or 1.0
     for c in candidates:
         u = usage.get(c.key)
         last_use = u.last_used if u else None
@@ -375,12 +446,13 @@ def _score(parts: Parts, candidates: Any) -> None:
             "recency": _recency(c.doc.get("updated") or c.doc.get("created"), last_use, current, settings.half_life),
             "frequency": min(1.0, math.log1p(count) / math.log1p(settings.frequency_cap)),
         }
-        c.score = sum(weights[f] * c.factors[f] for f in FACTORS) / total
+        penalty = 0.0
         if c.key[0] == "fact":
             c.stale = stale_doc_reason(c.doc.get("valid_until"), c.doc.get("review_after"), c.doc.get("updated"),
                                        config.facts.review_after, current)
             if c.stale is not None:
-                c.score -= config.facts.stale_penalty
+                penalty = config.facts.stale_penalty
+        c.score = (w_rel * (c.relevance - penalty) + band * sum(weights[f] * c.factors[f] for f in others)) / norm
 
 
 def _recency(stamp: str | None, last_use: datetime | None, current: datetime, half_life: float) -> float:
@@ -391,7 +463,9 @@ def _recency(stamp: str | None, last_use: datetime | None, current: datetime, ha
     return 0.5 ** (age / half_life)
 
 
+@functools.lru_cache(maxsize=65536)
 def _parse(stamp: str | None) -> datetime | None:
+    """A stored time (every candidate of every recall has one: cached, most recur)."""
     if not stamp:
         return None
     try:
@@ -406,7 +480,12 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
         result = RecallResult([], mode="time", warnings=warnings)
         result.nothing_found = "only episodes have a time; ask for episodes"
         return result
-    docs = parts.index.episodes_between(window.since, window.until, k)
+    docs = []
+    for index in parts.indexes():
+        if index.exists():
+            docs += [d for d in index.episodes_between(window.since, window.until, k)
+                     if not (index is parts.shared and d["path"] in parts.shadow)]
+    docs = sorted({d["id"]: d for d in docs}.values(), key=lambda d: d["created"], reverse=True)[:k]
     policy = Policy(parts.config.trust.trusted)
     hits = [Hit(kind="episode", id=d["id"], text=d["body"], score=1.0, factors={}, source=d["source"],
                 created=d["created"], updated=d["updated"], path=d["path"],

@@ -16,9 +16,9 @@ def load_text(tmp_path, text):
 
 
 def test_the_template_is_valid_and_states_the_defaults(tmp_path):
-    cfg = load_text(tmp_path, config.TEMPLATE)
+    cfg = load_text(tmp_path, config.template())
     assert cfg == config.Config(path=tmp_path / "memvault.toml")
-    raw = tomllib.loads(config.TEMPLATE)
+    raw = tomllib.loads(config.template())
     for section, key, _default, _help in config.settings():
         if section in raw and key in raw[section]:
             assert config.from_dict({section: {key: raw[section][key]}}) == config.Config()
@@ -62,3 +62,12 @@ def test_non_utf8_config_is_a_clear_error(tmp_path):
     (tmp_path / "memvault.toml").write_bytes(b"[recall]\n# caf\xe9\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         config.load(tmp_path / "memvault.toml")
+
+
+@pytest.mark.parametrize("url", ["postgresql://memvault:hunter2@db.internal/memvault",
+                                 "postgresql://db.internal/memvault?password=hunter2", "mysql://db/x"])
+def test_an_index_url_with_a_password_or_another_scheme_is_refused(tmp_path, url):
+    with pytest.raises(ConfigError, match=r"\[index\] url"):
+        load_text(tmp_path, f'[index]\nbackend = "postgres"\nurl = "{url}"\n')
+    cfg = load_text(tmp_path, '[index]\nbackend = "postgres"\nurl = "postgresql://memvault@db.internal/memvault"\n')
+    assert cfg.index.url.endswith("/memvault") and cfg.index.backend == "postgres"

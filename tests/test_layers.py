@@ -12,7 +12,7 @@ PACKAGE = REPO_ROOT / "memvault"
 #: Each module's layer; a module may import modules of its own layer (without a cycle) or of lower layers.
 LAYERS: dict[int, set[str]] = {
     1: {"errors", "validation", "config", "timeutil", "fsutil", "markup", "trust", "secrets", "dedup",
-        "frontmatter_edit", "migrations", "timeq"},
+        "frontmatter_edit", "migrations", "timeq", "freshness"},
     2: {"facts", "episodes", "procedures", "gitstore", "state", "checks"},
     3: {"index", "index.db", "index.documents", "index.search", "index.sync", "embeddings", "engine", "daemon"},
     4: {"gate", "lifecycle", "hits", "recall", "render", "gitsync", "stats", "vault"},

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memvault import Vault, lifecycle
+from memvault import Vault
 from memvault.cli import Context, cli
 from memvault.errors import SecretRefused, UntrustedSource
 from memvault.render import render
@@ -189,9 +189,11 @@ def test_stale_facts_are_listed_marked_and_ranked_down(vault, models):
     assert hits["fw/exception"].to_dict()["stale"] is True and hits["fw/rules"].to_dict()["stale"] is False
     e = hits["fw/exception"]
     assert e.to_dict()["stale_reason"] == "valid_until 2020-01-31 has passed"
-    unpenalised = sum(w * e.factors[f] for f, w in
-                      {"relevance": .5, "importance": .15, "confidence": .15, "recency": .1, "frequency": .1}.items())
-    assert e.score == pytest.approx(unpenalised - 0.05, rel=1e-6)  # a tie-breaker, not a burial
+    others = {"importance": .15, "confidence": .15, "recency": .1, "frequency": .1}
+    band = 0.05
+    expected = (0.5 * (e.factors["relevance"] - 0.1) + band * sum(w * e.factors[f] for f, w in others.items())) / (
+        0.5 + band * 0.5)
+    assert e.score == pytest.approx(expected, rel=1e-6)  # its relevance counts 0.1 less: a tie-breaker, not a burial
     git(v.root, "add", "facts/fw/old.md")
     git(v.root, "commit", "-qm", "hand-written")
     v.verify("fw/old", source="user:admin")

@@ -82,3 +82,13 @@ def test_the_kind_filter_finds_only_that_kind_and_keeps_bm25_order(conn):
     assert [r for r, _ in facts] == fact_rows  # same relative order as without the filter
     # a query word equal to a kind name matches text only, never the kind column
     assert search.match(conn, '"fact"', ["fact", "episode", "procedure"], 10) == []
+
+
+def test_time_run_and_conversation_lookups_use_their_indexes(conn):
+    assert_no_table_scan(plan(conn, search.RUNS_SQL, ("web/reload", 3)))
+    assert_no_table_scan(plan(conn, search.DOC_SQL, ("procedure", "web/reload")))
+    assert_no_table_scan(plan(conn, search.EPISODES_SQL, ("2026-11-01", "2026-11-02", 10)))
+    for sql in search.NEIGHBOUR_SQL.values():
+        lines = plan(conn, sql, ("user:ops", "2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z", "01J"))
+        assert_no_table_scan(lines)
+        assert any("docs_conversation" in line for line in lines), lines

@@ -44,9 +44,11 @@ EmbedderProvider = Callable[[], "Embedder | None"]
 class Index:
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
-    def __init__(self, state_dir: Path, sources: Sources) -> None:
+    def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None) -> None:
         self.dir = state_dir
         self.sources = sources
+        #: A team's shared embedding cache (memvault.index.postgres.EmbeddingCache), or None.
+        self.cache = cache
         self.link = self.dir / INDEX_NAME
         self._conn: sqlite3.Connection | None = None
         self._conn_target: Path | None = None
@@ -55,7 +57,10 @@ class Index:
         self._last_refresh = float("-inf")
         self._vector_cache: tuple[Any, Any] | None = None
         self._rows: tuple[Any, dict[int, int]] | None = None
+        self._df: tuple[Any, dict[str, int]] = (None, {})
         self.warnings: list[str] = []
+        #: Named-path syncs into a team's overlay (a cached view of which paths are local is stale after one).
+        self.writes = 0
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
@@ -164,6 +169,9 @@ class Index:
         try:
             conn = self.connection()
             rels = None if paths is None else [self._rel(p) for p in paths]
+            if rels is not None and self.sources.keep is not None:
+                self.sources.keep.update(rels)  # written here: this host's version until it is pushed
+                self.writes += 1
             sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report)
         except Exception as exc:
             if self.guard(exc):
@@ -171,6 +179,28 @@ class Index:
             raise
         if report.changed:
             self._vector_cache = None  # this process's own writes do not move PRAGMA data_version
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def overlay(self, local: set[str], *, splitter: Any = None) -> SyncReport:
+        """A team's overlay: hold exactly the files in ``local`` (this host's unpushed versions; the shared index
+        holds the rest). Costs the files named plus the ones held: nothing else is walked."""
+        started = time.perf_counter()
+        self.sources.keep = set(local)
+        report = SyncReport()
+        if self.current_target() is None:
+            self._create(splitter.identity if splitter is not None else None)
+        try:
+            conn = self.connection()
+            held = [r[0] for r in conn.execute("SELECT path FROM files")]
+            sync_text(conn, self.sources, only=sorted(self.sources.keep | set(held)), identity=self.identity(conn),
+                      splitter=splitter, report=report)
+        except Exception as exc:
+            if self.guard(exc):
+                return self.overlay(local, splitter=splitter)
+            raise
+        if report.changed:
+            self._vector_cache = None
         report.seconds = time.perf_counter() - started
         return report
 
@@ -196,7 +226,8 @@ class Index:
                 report.chunks_pending = pending_count(conn)
                 return report
             try:
-                embed_pending(conn, embedder, identity, limit=limit, progress=progress, report=report)
+                embed_pending(conn, embedder, identity, limit=limit, progress=progress, report=report,
+                              cache=self.cache)
             except Exception as exc:
                 if self.guard(exc):
                     return report
@@ -322,7 +353,7 @@ class Index:
                 identity = emb.identity if emb is not None else None
                 sync_text(conn, self.sources, only=None, identity=identity, splitter=emb, report=report)
                 if emb is not None and identity is not None:
-                    embed_pending(conn, emb, identity, limit=None, progress=progress, report=report)
+                    embed_pending(conn, emb, identity, limit=None, progress=progress, report=report, cache=self.cache)
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
                 conn.close()
@@ -415,6 +446,20 @@ class Index:
     def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """chunk rowid -> its doc's fields."""
         return search.chunk_docs(self.connection(), rowids)
+
+    def coverage(self, query: str, rowid: int) -> float:
+        """The share of the query's IDF weight the chunk ``rowid`` holds (recall's "nothing known" test)."""
+        conn = self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._df[0] != version:
+            self._df = (version, {})
+        return search.coverage(conn, search.stems(query), rowid, self._df[1])
+
+    def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
+        """For the raw episodes among ``docs`` (chunk rowid -> fields), the turns just before and after each."""
+        from .documents import NEIGHBOUR_GAP
+
+        return search.episode_neighbours(self.connection(), docs, NEIGHBOUR_GAP)
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         """The last runs (procedure_run episodes) of each procedure, newest first."""

@@ -111,8 +111,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE docs ADD COLUMN ekind TEXT;
         ALTER TABLE docs ADD COLUMN ref TEXT;
         ALTER TABLE docs ADD COLUMN meta TEXT;
+        ALTER TABLE docs ADD COLUMN context TEXT;
         CREATE INDEX docs_ref ON docs(ref, created) WHERE ref IS NOT NULL;
         CREATE INDEX docs_episode_time ON docs(created) WHERE kind = 'episode';
+        CREATE INDEX docs_conversation ON docs(source, created, item_id) WHERE kind = 'episode' AND ekind = 'raw';
         CREATE INDEX docs_words ON docs(doc) WHERE cut = 'words';
         ALTER TABLE files ADD COLUMN tail TEXT;
         UPDATE files SET mtime_ns = -1;

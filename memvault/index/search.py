@@ -66,6 +66,55 @@ def fts_exact_query(text: str) -> str:
     return '"' + " ".join(tokens[:MAX_TERMS]) + '"' if len(tokens) >= 3 else ""
 
 
+_STEMMER: Any = None
+_STEMMER_LOCK = __import__("threading").Lock()
+
+
+def stems(text: str) -> list[str]:
+    """The query's distinct content words as the keyword index stores them (FTS5's own porter tokenizer, run on a
+    scratch in-memory table, so the stems are exactly the index's)."""
+    global _STEMMER
+    if _STEMMER is None:
+        from .db import sqlite_module
+
+        conn = sqlite_module().connect(":memory:", check_same_thread=False)
+        conn.execute("CREATE VIRTUAL TABLE q USING fts5(x, tokenize='porter unicode61 remove_diacritics 2')")
+        conn.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, instance)")
+        _STEMMER = conn
+    words = query_terms(text)
+    if not words:
+        return []
+    with _STEMMER_LOCK:
+        conn = _STEMMER
+        conn.execute("DELETE FROM q")
+        conn.execute("INSERT INTO q(x) VALUES (?)", (" ".join(words),))
+        return list(dict.fromkeys(r[0] for r in conn.execute("SELECT term FROM qv ORDER BY offset")))
+
+
+def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cache: dict[str, int]) -> float:
+    """The share of the query's IDF weight (chunk-level BM25 IDF) that chunk ``rowid`` contains."""
+    import math
+
+    if not terms:
+        return 0.0
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    total = df_cache.get("\0n")
+    if total is None:
+        total = df_cache["\0n"] = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    weight = held = 0.0
+    for term in terms:
+        if term not in df_cache:
+            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (term,)).fetchone()
+            df_cache[term] = row[0] if row else 0
+        df = df_cache[term]
+        idf = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
+        weight += idf
+        if df and conn.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
+                               (f'text : "{term}"', rowid)).fetchone():
+            held += idf
+    return held / weight if weight else 0.0
+
+
 def keyword_sql(kinds: Sequence[str]) -> tuple[str, bool]:
     """The FTS5 query of :func:`match` and whether it filters by kind."""
     filtered = set(kinds) != set(KINDS)
@@ -212,3 +261,36 @@ EPISODES_SQL = ("SELECT rowid AS r, kind, item_id, path, body, importance, confi
 def episodes_between(conn: sqlite3.Connection, since: str, until: str, limit: int) -> list[dict[str, Any]]:
     """Episodes created in [since, until), newest first (RFC 3339 UTC strings sort as times)."""
     return [dict(zip(DOC_FIELDS, row[1:])) for row in conn.execute(EPISODES_SQL, (since, until, limit))]
+
+
+NEIGHBOUR_SQL = {
+    "before": ("SELECT c.rowid, d.created FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 "
+               "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created < ? OR "
+               "(d.created = ? AND d.item_id < ?)) ORDER BY d.created DESC, d.item_id DESC LIMIT 1"),
+    "after": ("SELECT c.rowid, d.created FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 "
+              "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created > ? OR "
+              "(d.created = ? AND d.item_id > ?)) ORDER BY d.created, d.item_id LIMIT 1"),
+}
+
+
+def episode_neighbours(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]], gap: float) -> dict[int, list[int]]:
+    """chunk rowid of a raw episode -> the chunk rowids of the raw episodes just before and after it from the same
+    source, at most ``gap`` seconds away (index on (source, created, item_id))."""
+    from datetime import datetime
+
+    def seconds(stamp: str) -> float:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    out: dict[int, list[int]] = {}
+    for rowid, doc in docs.items():
+        if doc.get("kind") != "episode" or doc.get("ekind") != "raw" or not doc.get("created"):
+            continue
+        here = seconds(doc["created"])
+        found = []
+        for sql in NEIGHBOUR_SQL.values():
+            row = conn.execute(sql, (doc["source"], doc["created"], doc["created"], doc["id"])).fetchone()
+            if row is not None and abs(seconds(row[1]) - here) <= gap:
+                found.append(row[0])
+        if found:
+            out[rowid] = found
+    return out

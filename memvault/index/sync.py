@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import MemvaultError
 from .db import batches, marks, transaction
 from .documents import CHUNKING, Doc, Sources, Splitter, cut, read_docs, text_hash
 
@@ -44,6 +45,7 @@ class SyncReport:
     docs_removed: int = 0
     metadata_only: int = 0
     chunks_embedded: int = 0
+    chunks_from_cache: int = 0
     chunks_pending: int = 0
     model_loaded: bool = False
     seconds: float = 0.0
@@ -56,7 +58,7 @@ class SyncReport:
 
     def merge(self, other: SyncReport) -> SyncReport:
         for name in ("files_changed", "files_removed", "docs_added", "docs_changed", "docs_removed", "metadata_only",
-                     "chunks_embedded"):
+                     "chunks_embedded", "chunks_from_cache"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.files_seen = max(self.files_seen, other.files_seen)
         self.chunks_pending = other.chunks_pending
@@ -213,6 +215,8 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
                 conn.execute("DELETE FROM dirs")
                 conn.executemany("INSERT INTO dirs(path, mtime_ns) VALUES (?, ?)", list(dir_times.items()))
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('last_scan', ?)", (repr(time.time()),))
+    if sources.keep is not None:  # a team's overlay: what the shared index holds is not indexed here
+        disk = {rel: st for rel, st in disk.items() if rel in sources.keep}
     report.problems.extend(p for p in problems if p not in report.problems)
     known = {r[0]: r[1:] for r in known_rows}
     report.files_seen = len(disk)
@@ -244,7 +248,8 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
                 start = old[1]  # an append: read only the new lines
         if start == 0:
             replaced.add(rel)
-        docs.extend(read_docs(sources, rel, kind, report.problems, start=start))
+        previous = _last_episode(conn, rel) if start else None
+        docs.extend(read_docs(sources, rel, kind, report.problems, start=start, previous=previous))
         if kind == "episode":
             tails[rel] = _tail_hash(sources.root / rel, size)
     max_tokens = identity.max_tokens if identity is not None else None
@@ -255,6 +260,15 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
             [(rel, *disk[rel], tails.get(rel)) for rel in changed])
     return report
+
+
+def _last_episode(conn: sqlite3.Connection, rel: str) -> Doc | None:
+    """The last raw episode indexed from ``rel`` (the context of a line appended after it)."""
+    row = conn.execute("SELECT item_id, body, source, created FROM docs WHERE path = ? AND kind = 'episode' "
+                       "AND ekind = 'raw' ORDER BY created DESC, item_id DESC LIMIT 1", (rel,)).fetchone()
+    if row is None:
+        return None
+    return Doc("episode", row[0], rel, "", row[1], 0.5, 0.5, row[2], row[3], row[3], ekind="raw")
 
 
 def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
@@ -307,23 +321,23 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             conn.execute(f"DELETE FROM docs WHERE doc IN ({marks(batch)})", tuple(batch))
         conn.executemany(
             """UPDATE docs SET path = ?, header = ?, importance = ?, confidence = ?, source = ?, created = ?,
-                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?
+                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?
                WHERE kind = ? AND item_id = ?""",
             [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
-              d.review_after, d.ekind, d.ref, d.meta, d.kind, d.item_id) for d in meta_updates])
+              d.review_after, d.ekind, d.ref, d.meta, d.context, d.kind, d.item_id) for d in meta_updates])
         for (d, doc_id), (texts, how) in zip(to_cut, cuts):
             values = (d.path, d.header, d.body, d.hash, how, d.importance, d.confidence, d.source, d.created,
-                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta)
+                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context)
             if doc_id is None:
                 doc_id = conn.execute(
                     """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
-                                        updated, valid_until, review_after, ekind, ref, meta, kind, item_id)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
+                                        updated, valid_until, review_after, ekind, ref, meta, context, kind, item_id)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
             else:
                 conn.execute(
                     """UPDATE docs SET path = ?, header = ?, body = ?, hash = ?, cut = ?, importance = ?,
                                        confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
-                                       review_after = ?, ekind = ?, ref = ?, meta = ? WHERE doc = ?""",
+                                       review_after = ?, ekind = ?, ref = ?, meta = ?, context = ? WHERE doc = ?""",
                     (*values, doc_id))
                 _drop_chunks(conn, [doc_id], has_vec)
             conn.executemany("INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
@@ -368,6 +382,45 @@ def vector_blob(vector: Any) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
+def _vectors(embedder: Embedder, identity: ModelIdentity, texts: list[str], cache: VectorCache | None,
+             report: SyncReport) -> dict[str, bytes]:
+    """text -> vector bytes: from the cache where it has them, embedded (and given to the cache) otherwise."""
+    found: dict[str, bytes] = {}
+    if cache is not None:
+        try:
+            found = cache.get(identity, texts)
+        except MemvaultError as exc:  # the shared cache is a saving, never a reason to fail
+            report.warnings.append(f"embedding cache unavailable ({exc}); embedding here")
+            cache = None
+    todo = sorted({t for t in texts if t not in found}, key=len)  # similar lengths in one encode call pad less
+    if todo:
+        matrix = embedder.embed_documents(todo)
+        made = {t: vector_blob(v) for t, v in zip(todo, matrix)}
+        found.update(made)
+        report.chunks_embedded += len(made)
+        if cache is not None:
+            try:
+                cache.put(identity, list(made.items()))
+            except MemvaultError as exc:
+                report.warnings.append(f"embedding cache not updated ({exc})")
+    report.chunks_from_cache += len(texts) - len(todo)
+    return found
+
+
+def with_context(text: str, context: str) -> str:
+    """What is embedded beside a turn: the turn before it, then the turn."""
+    return context + "\n" + text
+
+
+def mean_vector(a: bytes, b: bytes) -> bytes:
+    """The unit vector halfway between two unit vectors (float32 bytes)."""
+    import numpy as np
+
+    v = np.frombuffer(a, dtype=np.float32) + np.frombuffer(b, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    return (v / norm if norm else v).astype(np.float32).tobytes()
+
+
 def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) -> int:
     """Re-cut docs that were cut by words while no model was at hand; chunks whose text does not change keep their
     vectors. Returns the number of docs re-cut."""
@@ -396,9 +449,19 @@ def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) 
         done += len(rows)
 
 
+class VectorCache(Protocol):
+    """Vectors other processes (other hosts of a team) already computed: text -> float32 bytes, per model."""
+
+    def get(self, identity: Any, texts: Sequence[str]) -> dict[str, bytes]: ...
+
+    def put(self, identity: Any, items: Sequence[tuple[str, bytes]]) -> None: ...
+
+
 def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelIdentity, *, limit: int | None,
-                  progress: Progress | None, report: SyncReport) -> SyncReport:
-    """Phase 2 (see the module doc). ``limit`` caps the chunks embedded by this call; the rest stay pending."""
+                  progress: Progress | None, report: SyncReport, cache: VectorCache | None = None) -> SyncReport:
+    """Phase 2 (see the module doc). ``limit`` caps the chunks embedded by this call; the rest stay pending.
+    With a ``cache`` (a team's shared embedding cache), vectors it holds are taken, not computed, and the ones
+    computed here are added to it."""
     recut_words(conn, embedder)
     mkey = model_key(identity)
     total = conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NULL").fetchone()[0]
@@ -406,22 +469,21 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
     done = 0
     while done < goal:
         size = min(EMBED_GROUP, goal - done)
-        rows = conn.execute("SELECT rowid, kind, text, hash FROM chunks WHERE model IS NULL ORDER BY rowid LIMIT ?",
-                            (size,)).fetchall()
+        rows = conn.execute("SELECT c.rowid, c.kind, c.text, c.hash, d.context FROM chunks c JOIN docs d "
+                            "ON d.doc = c.doc WHERE c.model IS NULL ORDER BY c.rowid LIMIT ?", (size,)).fetchall()
         if not rows:
             break
-        # Similar lengths in one encode call pad less (sentence-transformers sorts only within a call).
-        rows.sort(key=lambda r: len(r[2]))
-        matrix = embedder.embed_documents([r[2] for r in rows])
+        texts = [r[2] for r in rows] + [with_context(r[2], r[4]) for r in rows if r[4]]
+        vectors = _vectors(embedder, identity, texts, cache, report)
         with transaction(conn):
-            for (rowid, kind, _text, h), vec in zip(rows, matrix):
+            for (rowid, kind, text, h, context) in rows:
                 cur = conn.execute("UPDATE chunks SET model = ? WHERE rowid = ? AND hash = ? AND model IS NULL",
                                    (mkey, rowid, h))
                 if cur.rowcount:
-                    conn.execute("INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,?)",
-                                 (rowid, kind, vector_blob(vec)))
+                    blob = vectors[text] if not context else mean_vector(vectors[text],
+                                                                         vectors[with_context(text, context)])
+                    conn.execute("INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,?)", (rowid, kind, blob))
         done += len(rows)
-        report.chunks_embedded += len(rows)
         if progress is not None:
             progress(done, goal)
     report.chunks_pending = pending_count(conn)
