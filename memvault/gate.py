@@ -64,7 +64,8 @@ class WriteGate:
     def __init__(self, *, root: Path, config: Config, git: Callable[[], GitStore | None], facts: FactStore,
                  episodes: EpisodeLog,
                  procedures: ProcedureStore, index: Index, state: Callable[[], State], engine: Engine,
-                 lock_path: Path, clock: Callable[[], datetime] = now) -> None:
+                 lock_path: Path, clock: Callable[[], datetime] = now,
+                 shared: Callable[[], Any] | None = None) -> None:
         self.root = root
         self.config = config
         self.policy = Policy(config.trust.trusted)
@@ -77,6 +78,8 @@ class WriteGate:
         self.engine = engine
         self.lock_path = lock_path
         self.clock = clock
+        #: A team's shared index (None: this host's index holds every fact): duplicates are looked for there too.
+        self._shared = shared or (lambda: None)
 
     @property
     def git(self) -> GitStore | None:
@@ -274,10 +277,13 @@ class WriteGate:
         life = self.config.facts
         candidates: list[tuple[str, str]] | None = None
         try:
-            if self.index.exists():
-                rows = self.index.search_keywords(text, ["fact"], 50)
-                docs = self.index.chunk_docs([r for r, _ in rows])
-                candidates = list({d["id"]: d["body"] for d in docs.values()}.items())
+            found: dict[str, str] = {}
+            shared = self._shared()
+            for index in ([shared] if shared is not None else []) + [self.index]:  # this host's version wins
+                if index.exists():
+                    rows = index.search_keywords(text, ["fact"], 50)
+                    found.update({d["id"]: d["body"] for d in index.chunk_docs([r for r, _ in rows]).values()})
+                    candidates = list(found.items())
         except MemvaultError:
             candidates = None
         if candidates is None:

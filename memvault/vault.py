@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from functools import cached_property
@@ -15,33 +16,36 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import config as config_mod
-from . import lifecycle
 from .config import CONFIG_NAME, Config
 from .engine import Engine, Status
 from .episodes import Episode, EpisodeLog
-from .errors import FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
+from .errors import ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
 from .facts import Fact, FactStore
 from .fsutil import atomic_write
-from .gate import WriteGate
 from .gitstore import GitStore, LogEntry
 from .index import Index, Progress, Sources, SyncReport
 from .procedures import Procedure, ProcedureStore, RunResult
 from .recall import Parts, RecallResult
-from .trust import Op
+from .trust import Op, Policy
 from .validation import Problem, validate_source
 
 if TYPE_CHECKING:
-    from .embeddings import Embedder
+    from . import lifecycle
+    from .gate import WriteGate
+    from .index.postgres import SharedIndex
     from .state import State
+    from .team import Split
 
 STATE_DIR = ".memvault"
+#: Seconds a team host reuses its view of which files it has not pushed (see Vault._team_parts).
+SPLIT_REUSE = 1.0
 NEW_FACT_TEMPLATE = """---
 category:
 importance: 0.5
 tags: []
 ---
 """
-EmbedderFactory = Callable[[Config], "Embedder"]
+EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.embeddings)
 
 
 def _gitignore(track_episodes: bool) -> str:
@@ -84,6 +88,7 @@ class Vault:
         self._daemon = daemon
         self._status = status
         self._git: GitStore | None | bool = False  # False: not looked for yet
+        self._split_cache: tuple[float, int, Split] | None = None
         self.engine = self._make_engine(self.config)
         self._build()
 
@@ -102,11 +107,12 @@ class Vault:
                                     host=self.config.episodes.host, max_bytes=limits.episode_bytes)
         self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
         self.index = Index(self.state_dir, Sources(self.root, self._facts, self._episodes, self._procedures,
-                                                   limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes))
-        self.gate = WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
-                              episodes=self._episodes, procedures=self._procedures, index=self.index,
-                              state=lambda: self.state, engine=self.engine,
-                              lock_path=self.state_dir / "locks" / "write.lock")
+                                                   limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes),
+                           cache=self._cache())
+        if self.config.index.backend == "postgres":
+            self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.team)
+        for name in ("gate", "shared"):
+            self.__dict__.pop(name, None)
         self.facts = Facts(self)
         self.episodes = Episodes(self)
         self.procedures = Procedures(self)
@@ -153,7 +159,7 @@ class Vault:
         created: list[Path] = []
         for sub in ("facts", "procedures", "episodes", STATE_DIR):
             (root / sub).mkdir(exist_ok=True)
-        text = config_mod.TEMPLATE
+        text = config_mod.template()
         if track_episodes:
             text = text.replace("track_in_git = false", "track_in_git = true")
         for name, content in ((CONFIG_NAME, text), (".gitignore", _gitignore(track_episodes))):
@@ -167,6 +173,120 @@ class Vault:
                        trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
         return cls(root, **options)
 
+    @cached_property
+    def gate(self) -> WriteGate:
+        """The one write gate (built on the first write: a recall never pays for it)."""
+        from .gate import WriteGate
+
+        return WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
+                         episodes=self._episodes, procedures=self._procedures, index=self.index,
+                         state=lambda: self.state, engine=self.engine,
+                         lock_path=self.state_dir / "locks" / "write.lock",
+                         shared=(lambda: self.shared) if self.team else None)
+
+    # -- a team's shared index (memvault.team) ----------------------------------------------------------
+    def _cache(self) -> Any:
+        """The team's embedding cache (a PostgreSQL URL is configured), else None. Connects on first use."""
+        url = self.config.index_url()
+        if url is None:
+            return None
+        from .index.postgres import EmbeddingCache
+
+        return EmbeddingCache(url)
+
+    @property
+    def team(self) -> bool:
+        """Whether this vault's index is a team's shared one (``[index] backend = "postgres"``)."""
+        return self.config.index.backend == "postgres"
+
+    @cached_property
+    def shared(self) -> SharedIndex | None:
+        """The team's shared index of this vault, or None (a local SQLite index only)."""
+        if not self.team:
+            return None
+        url = self.config.index_url()
+        if url is None:
+            raise ConfigError(self.root / CONFIG_NAME, "[index] backend = \"postgres\" needs [index] url or "
+                              "MEMVAULT_INDEX_URL")
+        if self.git is None:
+            raise ConfigError(self.root, "a shared index follows the vault's git history, and this vault is not in "
+                              "a git repository; set [index] backend = \"sqlite\"")
+        from .index.postgres import SharedIndex
+        from .team import vault_name
+
+        return SharedIndex(url, vault_name(self.git, self.root, self.config.index.name),
+                           cache=self.index.cache)
+
+    def _split(self, *, tree: bool = True) -> Split:
+        from .team import split
+
+        assert self.git is not None
+        return split(self.git, self.root, track_episodes=self.config.track_episodes, tree=tree)
+
+    def _team_parts(self, warnings: list[str]) -> Parts:
+        """Recall's parts for a team: the overlay brought to this host's unpushed files, the shared index, and
+        the paths whose shared rows are hidden here."""
+        shared = self.shared
+        assert shared is not None
+        # A warm process asking again within the second reuses git's answer, as the local index's directory check
+        # does (hits are still checked against this host's files); a write here since then asks again.
+        cached = self._split_cache
+        if cached is not None and time.monotonic() - cached[0] < SPLIT_REUSE and cached[1] == self.index.writes:
+            state = cached[2]
+        else:
+            state = self._split(tree=False)
+            self._split_cache = (time.monotonic(), self.index.writes, state)
+        report = self.index.overlay(state.local, splitter=self.engine.warm())
+        warnings += report.warnings
+        if not shared.exists():
+            warnings.append(f"the shared index has no vault {shared.vault!r} yet: only this host's unpushed changes "
+                            "are searched; run 'memvault reindex' to publish the vault")
+        parts = self._parts()
+        parts.shared, parts.shadow, parts.refresh = shared, frozenset(state.shadow), (lambda: None)
+        return parts
+
+    def publish(self, *, progress: Progress | None = None, embed: bool = True, full: bool = False) -> SyncReport:
+        """Bring the team's shared index to what the team has pushed (the upstream branch, else HEAD): the files
+        that differ are read from git's objects, cut, and embedded unless another host or the embedding cache
+        already has their vectors. Never moves the shared index back to an older commit. Then the overlay.
+        ``full`` drops the vault's shared index and builds it again from git (vectors come from the cache)."""
+        shared = self.shared
+        if shared is None:
+            raise ConfigError(self.root / CONFIG_NAME, "publish needs [index] backend = \"postgres\"")
+        from .team import publish
+
+        if full:
+            if shared.exists():
+                shared.drop()
+            self.index.close()
+            self.index.rebuild(None)  # the overlay, keyword rows first; embedded below
+        shared.ensure()
+        state = self._split()
+        splitter = self.engine.warm()
+        identity = shared.identity()
+        report = publish(shared, self.git, self.index.sources, state, splitter=splitter,  # type: ignore[arg-type]
+                         max_tokens=identity.max_tokens if identity is not None else None)
+        report.merge(self.index.overlay(state.local, splitter=splitter))
+        if embed and (shared.pending() or self.index.pending() or identity is None
+                      or not self.config.wants_model(identity)):
+            try:
+                embedder = self.engine.get()
+            except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
+                from .errors import describe
+
+                report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
+                return report
+            if identity is not None and not embedder.identity.same_vectors(identity):
+                report.merge(shared.switch_model(embedder, progress=progress, wait=True))
+            report.merge(shared.embed(embedder, progress=progress, wait=True))
+            local = self.index.identity() if self.index.exists() else None
+            if local is not None and not embedder.identity.same_vectors(local):
+                report.merge(self.index.rebuild(lambda: embedder, progress=progress))
+            else:
+                self.index.embed(embedder, progress=progress, report=report, wait=True)
+            report.model_loaded = True
+        return report
+
     # -- shared parts ------------------------------------------------------------------------------------
     @property
     def git(self) -> GitStore | None:
@@ -177,6 +297,14 @@ class Vault:
 
     @cached_property
     def state(self) -> State:
+        """Usage counts: this vault's ``.memvault/state.db``, or a team's shared rows beside its index."""
+        if self.team:
+            from .index.postgres import SharedState
+
+            shared = self.shared
+            assert shared is not None
+            return SharedState(shared.url, shared.vault,  # type: ignore[return-value]
+                               half_life=self.config.recall.half_life)
         from .state import State
 
         return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
@@ -203,6 +331,11 @@ class Vault:
         from .recall import check_arguments, recall
 
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
+        if self.team:
+            warnings: list[str] = []
+            result = recall(self._team_parts(warnings), query, k, kinds, budget, **options)
+            result.warnings[:0] = [w for w in warnings if w not in result.warnings]
+            return result
         if not self.index.exists():
             splitter = None
             if options.get("mode", "hybrid") != "keyword":
@@ -221,6 +354,8 @@ class Vault:
         sets ``[embedding] model`` in memvault.toml (committed) and rebuilds. An incremental run loads the model
         only when there is text to embed.
         """
+        if self.team and (model is None or model == self.config.model):
+            return self.publish(progress=progress, full=full)
         if model is not None and model != self.config.model:
             source = self._source(source)
             self.gate.require(Op.CONFIGURE, source)
@@ -232,6 +367,8 @@ class Vault:
             self.gate.set_model(model, source=source)
             self.reload()
             self.engine.use(embedder)
+            if self.team:  # the team's index moves to the new model beside the old one, then flips
+                return self.publish(progress=progress)
             return self.index.rebuild(lambda: embedder, progress=progress)
         index = self.index
         identity = index.identity() if index.exists() else None
@@ -283,29 +420,44 @@ class Vault:
     def stats(self) -> dict[str, Any]:
         from .stats import vault_stats
 
-        return vault_stats(self.root, self.index, self._episodes, self.config)
+        out = vault_stats(self.root, self.index, self._episodes, self.config)
+        if self.shared is not None:  # a team: the local index is this host's overlay, the rest is shared
+            out["shared_index"] = self.shared.stats() if self.shared.exists() else {"exists": False}
+        return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
     def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+        from . import lifecycle
+
         return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
 
     def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
+        from . import lifecycle
+
         return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run)
 
     def stale(self, at: datetime | None = None) -> list[dict[str, Any]]:
+        from . import lifecycle
+
         return lifecycle.stale(self.gate, at)
 
     def verify(self, key: str, *, source: str | None = None) -> Fact:
         return self.gate.verify(key, source=self._source(source))
 
     def dedup(self, *, apply: bool = False, source: str | None = None) -> lifecycle.DedupReport:
+        from . import lifecycle
+
         return lifecycle.dedup(self.gate, source=self._source(source), apply=apply)
 
     def expire(self, *, apply: bool = False, at: datetime | None = None, source: str | None = None) -> dict[str, Any]:
+        from . import lifecycle
+
         return lifecycle.expire(self.gate, source=self._source(source), apply=apply, at=at)
 
     def ingest(self, lines: Iterable[bytes | str], *, source: str | None = None, name: str = "-",
                allow_secret: bool = False) -> lifecycle.IngestReport:
+        from . import lifecycle
+
         return lifecycle.ingest(self.gate, lines, source=self._source(source), name=name, allow_secret=allow_secret)
 
     def fetch_fact(self, key: str, *, source: str | None = None) -> Fact:
@@ -337,7 +489,10 @@ class Vault:
         """Commit, pull with a rebase, reindex what changed, push (see memvault.gitsync)."""
         from .gitsync import sync
 
-        return sync(self.gate, remote=remote, branch=branch, source=self._source(source))
+        result = sync(self.gate, remote=remote, branch=branch, source=self._source(source))
+        if self.team:  # what was pushed is the team's now: into the shared index, out of the overlay
+            result.warnings += self.publish().warnings
+        return result
 
 
 # ------------------------------------------------------------------------------------------------ views
@@ -371,7 +526,7 @@ class Facts:
         return self.store.inbox(problems)
 
     def is_trusted(self, source: str | None) -> bool:
-        return self._vault.gate.policy.is_trusted(source)
+        return Policy(self._vault.config.trust.trusted).is_trusted(source)
 
     def set(self, key: str, text: str, *, category: str | None = None, importance: float | None = None,
             confidence: float | None = None, source: str | None = None, tags: list[str] | None = None,

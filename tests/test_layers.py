@@ -14,8 +14,9 @@ LAYERS: dict[int, set[str]] = {
     1: {"errors", "validation", "config", "timeutil", "fsutil", "markup", "trust", "secrets", "dedup",
         "frontmatter_edit", "migrations", "timeq", "freshness"},
     2: {"facts", "episodes", "procedures", "gitstore", "state", "checks"},
-    3: {"index", "index.db", "index.documents", "index.search", "index.sync", "embeddings", "engine", "daemon"},
-    4: {"gate", "lifecycle", "hits", "recall", "render", "gitsync", "stats", "vault"},
+    3: {"index", "index.db", "index.documents", "index.search", "index.sync", "index.postgres", "embeddings", "engine",
+        "daemon"},
+    4: {"gate", "lifecycle", "hits", "recall", "render", "gitsync", "stats", "team", "vault"},
     5: {"cli", "mcp_server", "githooks", "watch", "demo", "__main__", "__init__"},
 }
 LAYER_OF = {module: layer for layer, modules in LAYERS.items() for module in modules}

@@ -1,0 +1,278 @@
+"""A team: two clones of one vault on one machine, sharing a bare git remote and one real PostgreSQL + pgvector
+(tests/pgserver.py), behave as two hosts. What one pushes and publishes, the other recalls without embedding it;
+a host's own unpushed edits and deletions are never hidden by older shared rows; use counts once for the team.
+
+Each host has its own fake model (its own counters), as two machines would.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import git
+from fake_embedder import Models
+from memvault import Vault
+from memvault.errors import ConfigError, MemvaultError
+from pgserver import pg_server  # noqa: F401
+
+psycopg = pytest.importorskip("psycopg")
+
+_COUNTER = itertools.count()
+MODEL = "fake-hash"
+
+
+@pytest.fixture
+def url(pg_server, request, monkeypatch) -> str:  # noqa: F811
+    """A database of this test's own, given to every host as MEMVAULT_INDEX_URL (never written in the vault)."""
+    name = "team" + str(next(_COUNTER)) + "_" + re.sub(r"\W+", "_", request.node.name.lower())[:40]
+    with psycopg.connect(pg_server.url_for("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    address = pg_server.url_for(name)
+    monkeypatch.setenv("MEMVAULT_INDEX_URL", address)
+    return address
+
+
+class Host:
+    """One host of the team: its clone, its model, its Vault."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.models = Models()
+        self.vault = Vault.open(root, embedder_factory=self.models, daemon=False)
+
+    @property
+    def embedded(self) -> int:
+        """Document texts this host's model embedded (query embeddings are not counted)."""
+        return sum(m.embedded for m in self.models.instances.values())
+
+    def reopen(self) -> None:
+        self.vault.index.close()
+        self.vault = Vault.open(self.root, embedder_factory=self.models, daemon=False)
+
+    def recall(self, query: str, **options):
+        return self.vault.recall(query, k=5, **options)
+
+
+@pytest.fixture
+def team(tmp_path, url):
+    """(remote, host A, a function that clones host B): A has initialised the team vault and pushed it."""
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+    a_root = tmp_path / "a"
+    Vault.init(a_root)
+    toml = a_root / "memvault.toml"
+    text = toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]')
+    text = re.sub(r'model = "[^"]+"', f'model = "{MODEL}"', text, count=1)
+    toml.write_text(text.replace('backend = "sqlite"', 'backend = "postgres"\nname = "ops"'))
+    git(a_root, "commit", "-qm", "a team vault", "--", "memvault.toml")
+    git(a_root, "remote", "add", "origin", str(remote))
+    git(a_root, "push", "-q", "-u", "origin", "main")
+    a = Host(a_root)
+
+    def clone(name: str = "b") -> Host:
+        root = tmp_path / name
+        subprocess.run(["git", "clone", "-q", str(remote), str(root)], check=True, capture_output=True)
+        return Host(root)
+
+    yield remote, a, clone
+    a.vault.index.close()
+
+
+def facts_of_a(a: Host) -> None:
+    v = a.vault
+    v.facts.set("db/primary", "The primary PostgreSQL database runs on db01.fra1 port 5432.", source="user:ann")
+    v.facts.set("cache/redis", "Redis cache for sessions lives on cache02.fra1 port 6379.", source="user:ann")
+    v.facts.set("dns/resolver", "Internal DNS resolver is unbound on ns1.fra1, forwarding to 9.9.9.9.",
+                source="user:ann")
+
+
+def held(host: Host) -> int:
+    """Memories in the host's own index (its overlay)."""
+    return sum(host.vault.index.stats()["items"].values())
+
+
+def push(host: Host) -> None:
+    git(host.root, "push", "-q", "origin", "HEAD")
+
+
+def test_what_one_host_publishes_the_other_recalls_without_embedding_it(team):
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    report = a.vault.reindex()
+    assert a.embedded >= 3 and not report.warnings, report.warnings
+    assert a.vault.shared.pending() == 0
+
+    b = clone()
+    hits = b.recall("which port does the primary database use")
+    assert hits[0].id == "db/primary" and "5432" in hits[0].text
+    assert hits.mode == "hybrid"
+    assert b.embedded == 0, "B embedded texts that A had already embedded for the team"
+    assert b.models.instances[MODEL].query_calls >= 1
+    # B's own index holds only what B has not pushed: nothing.
+    assert held(b) == 0
+
+
+def test_an_unpushed_edit_on_a_host_is_never_hidden_by_the_older_shared_row(team):
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    assert "5432" in b.recall("primary database port")[0].text
+
+    # B edits the fact in a text editor and commits, but does not push.
+    path = b.root / "facts" / "db" / "primary.md"
+    path.write_text(path.read_text().replace("port 5432", "port 6432 (through pgbouncer)"))
+    git(b.root, "commit", "-qam", "pgbouncer in front of the primary")
+    # A warm process asking again within the second reuses git's view of what is local, but a fact's text is
+    # always read from this host's file: the old value is not returned even then.
+    hits = b.recall("primary database port")
+    assert [h.text for h in hits if h.id == "db/primary"] == [path.read_text().split("---\n", 2)[2].strip()]
+    b.reopen()  # the next agent call (a new process), or the same one a second later
+    hits = b.recall("primary database port pgbouncer")
+    mine = [h for h in hits if h.id == "db/primary"]
+    assert len(mine) == 1 and "6432" in mine[0].text and "5432" not in mine[0].text
+    # Only B's changed file is in B's overlay; the team's index still has the pushed version for everyone else.
+    assert held(b) == 1
+    assert "5432" in a.recall("primary database port")[0].text
+
+    # An uncommitted deletion on B hides the shared row.
+    (b.root / "facts" / "cache" / "redis.md").unlink()
+    b.reopen()
+    assert all(h.id != "cache/redis" for h in b.recall("redis cache sessions port"))
+    assert any(h.id == "cache/redis" for h in a.recall("redis cache sessions port"))
+
+    # B pushes and publishes: the shared index moves forward and B's overlay empties again.
+    git(b.root, "commit", "-qam", "redis moved")
+    push(b)
+    b.vault.reindex()
+    assert held(b) == 0
+    git(a.root, "pull", "-q", "--rebase")
+    hit = a.recall("primary database port pgbouncer")[0]
+    assert hit.id == "db/primary" and "6432" in hit.text
+    assert all(h.id != "cache/redis" for h in a.recall("redis cache sessions port"))
+
+
+def test_a_host_that_has_not_pulled_never_publishes_an_older_state(team):
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    b = clone()  # B has the three facts
+    a.vault.facts.set("db/replica", "The read replica of the primary database is db02.fra1 port 5432.",
+                      source="user:ann")
+    push(a)
+    a.vault.reindex()
+    head = a.vault.shared.head()
+    report = b.vault.reindex()  # B's upstream is older than what the shared index reflects
+    assert any("pull first" in w for w in report.warnings)
+    assert b.vault.shared.head() == head
+    assert any(h.id == "db/replica" for h in a.recall("read replica database"))
+
+
+def test_use_counts_once_for_the_team(team):
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    b.vault.fetch_fact("db/primary")
+    a.vault.fetch_fact("db/primary")
+    usage = a.vault.state.get([("fact", "db/primary")])[("fact", "db/primary")]
+    assert usage.uses == pytest.approx(2.0, rel=1e-3)
+    assert b.vault.state.get([("fact", "db/primary")])[("fact", "db/primary")].uses == pytest.approx(2.0, rel=1e-3)
+    # Nothing is written to the local state file of either host.
+    assert not (a.root / ".memvault" / "state.db").exists()
+    assert not (b.root / ".memvault" / "state.db").exists()
+
+
+def test_a_duplicate_of_a_fact_only_the_team_index_holds_is_reported(team):
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    fact = b.vault.facts.set("db/main", "The primary PostgreSQL database runs on db01.fra1 port 5433.",
+                             source="user:bob")
+    assert any(s["key"] == "db/primary" for s in fact.similar)
+
+
+def test_a_fresh_clone_before_anything_was_published_says_how_to_publish(team):
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    b = clone()
+    result = b.recall("primary database port")
+    assert len(result) == 0
+    assert any("memvault reindex" in w and "ops" in w for w in result.warnings)
+
+
+def test_a_team_vault_needs_a_url_and_says_so(team, monkeypatch):
+    _remote, a, _clone = team
+    monkeypatch.delenv("MEMVAULT_INDEX_URL")
+    a.reopen()
+    with pytest.raises(ConfigError, match=r"\[index\] url or MEMVAULT_INDEX_URL"):
+        a.recall("primary database")
+
+
+def test_an_unreachable_team_index_is_one_line_naming_it_without_the_password(team, monkeypatch):
+    _remote, a, _clone = team
+    monkeypatch.setenv("MEMVAULT_INDEX_URL", "postgresql://memvault:s3cret@127.0.0.1:1/nowhere?connect_timeout=2")
+    a.reopen()
+    with pytest.raises(MemvaultError) as err:
+        a.recall("primary database")
+    message = str(err.value)
+    assert "\n" not in message and "s3cret" not in message and "127.0.0.1" in message
+
+
+def test_a_password_in_the_vault_is_refused(tmp_path):
+    v = Vault.init(tmp_path / "v")
+    toml = v.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('backend = "sqlite"', 'backend = "postgres"\nurl = "postgresql://u:pw@db/x"'))
+    with pytest.raises(ConfigError, match="password"):
+        Vault.open(v.root)
+
+
+def test_the_cli_of_a_team_host_publishes_recalls_and_reports_both_indexes(team):
+    import json
+
+    from click.testing import CliRunner
+
+    from memvault.cli import Context, cli
+
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    runner = CliRunner()
+
+    def run(host: Host, *args: str):
+        result = runner.invoke(cli, ["--vault", str(host.root), *args],
+                               obj=Context(embedder_factory=host.models, daemon=False))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    run(a, "reindex")
+    b = clone()
+    hits = json.loads(run(b, "recall", "--json", "primary database port"))
+    assert hits["hits"][0]["id"] == "db/primary"
+    stats = json.loads(run(b, "stats", "--json"))
+    assert stats["shared_index"]["items"]["fact"] == 3 and stats["shared_index"]["pending_vectors"] == 0
+    assert b.embedded == 0
+
+
+def test_a_full_reindex_rebuilds_the_shared_index_from_git_with_the_cached_vectors(team):
+    _remote, a, _clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    before = a.embedded
+    report = a.vault.reindex(full=True)
+    assert not report.warnings, report.warnings
+    stats = a.vault.shared.stats()
+    assert stats["items"]["fact"] == 3 and stats["pending_vectors"] == 0
+    assert a.embedded == before, "a rebuild embedded texts the team's cache already had"
+    assert a.recall("primary database port")[0].id == "db/primary"
