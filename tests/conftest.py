@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,11 @@ def isolated_env(tmp_path_factory, monkeypatch):
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.setenv("HOME", str(home))
+    # Temp files (an invalid `fact edit` is kept in one on purpose) stay inside the test's directory.
+    tmp = home / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("USER", "tester")
