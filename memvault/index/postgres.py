@@ -41,8 +41,8 @@ Measured at 1M chunks (bench/bench_pgindex.py, 2 shared cores, load ~1): BM25 ov
 for "which host and port" and 354 ms p50 (1.5 s p95) for natural questions; with the rule 10 ms and 22 ms
 (42 ms p95), and the natural questions' top 10 is 93% the same (100% at 100k chunks).
 
-Vectors: cosine distance on HNSW with ``hnsw.ef_search`` = :data:`EF_SEARCH` (recall@10 0.95 at 1M rows in
-docs/scaling.md; 0.966 at 4.9 ms p50 through this module) and ``hnsw.iterative_scan = relaxed_order`` (a kind
+Vectors: cosine distance on HNSW with ``hnsw.ef_search`` = :data:`EF_SEARCH` (recall@10 0.966 at 1M rows,
+11.6 ms p50 through this module on 2 loaded cores: docs/scaling.md) and ``hnsw.iterative_scan = relaxed_order`` (a kind
 filter keeps its recall), set once per connection; results are re-sorted because relaxed order may return
 near-ties out of order. The graph of a new model is built once its table is loaded (CREATE INDEX CONCURRENTLY:
 10 minutes at 1M rows on 2 cores), not row by row.
@@ -91,8 +91,10 @@ LOCK_WRITE = 28022   # transaction lock: every write of a vault; (28022, 0) = th
 LOCK_SWITCH = 28023  # session lock: the one host building a vault's next model
 LOCK_EMBED = 28024   # session lock: the one host embedding a vault's pending chunks
 
-#: hnsw.ef_search: recall@10 0.951 at 1M rows (m=24, ef_construction=128), 7 ms p50; docs/scaling.md.
-EF_SEARCH = 400
+#: hnsw.ef_search. At 1M rows (m=24, ef_construction=128) through this module, 2 loaded cores: 400 gives
+#: recall@10 0.946-0.966 across three builds (too close to 0.95), 600 gives 0.966 (facts only 0.969) at 11.6 ms
+#: p50, 800 gives 0.989 at 22 ms (bench/bench_pgindex.py --ef 400,600,800; docs/scaling.md).
+EF_SEARCH = 600
 HNSW_M, HNSW_EF_CONSTRUCTION = 24, 128
 #: Keyword candidates: the rarest lexemes generate them while their document frequencies add up to at most this.
 #: At 1M chunks, natural questions: 5k / 10k / 20k give p50 14 / 22 / 42 ms and a top 10 that is 84 / 93 / 97%
