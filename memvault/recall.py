@@ -157,20 +157,24 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings: list[str]) -> RecallResult:
     index, config = parts.index, parts.config
     settings = config.recall
+    embedder = _embedder(parts, mode, warnings)
+    search_query = window.query if window is not None and _content(window.query) else query
+    # The query's vector is computed while the index is checked and searched for words (torch, SQLite and the
+    # daemon's socket all release the GIL): the two longest steps of a warm recall overlap.
+    query_vector = (_Background(embedder.embed_query, search_query)
+                    if embedder is not None and (window is None or _content(window.query)) else None)
     if sync:
         report = parts.refresh() if parts.refresh is not None else index.refresh(settings.rescan_interval)
         if report is not None:
             warnings += report.warnings
     warnings += index.warnings
     index.warnings.clear()
-    embedder = _embedder(parts, mode, warnings)
     if embedder is not None and sync:
         pending = index.embed(embedder, limit=settings.embed_at_recall)
         warnings += pending.warnings
         if pending.chunks_pending:
             warnings.append(f"{pending.chunks_pending} changed chunks are indexed for keywords only until "
                             "'memvault reindex' embeds them (each recall embeds the next ones)")
-    search_query = window.query if window is not None and _content(window.query) else query
     if window is not None and not _content(window.query):
         # "what happened yesterday": no subject left to search for, the window is the question
         result = _in_window(parts, window, kinds, k, warnings)
@@ -183,28 +187,54 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
                             f"{embedder.identity.name}: keyword-only results from it until the team's index is "
                             "moved to one model ('memvault reindex')")
     has_vectors = any(i.exists() and i.identity() is not None for i in parts.indexes())
-    qvec = embedder.embed_query(search_query) if embedder is not None and has_vectors else None
+    qvec = query_vector if query_vector is not None and has_vectors else None  # resolved at the vector stage
     used_mode = mode if qvec is not None else "keyword"
     if mode == "vector" and qvec is None:
         return RecallResult([], mode="vector", warnings=warnings)
 
     floor = settings.relative_floor if min_relevance is None else min_relevance
     ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+    checked: set[str] = set()
     if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
         # indexed is re-indexed and the search run again, once; a hit never rests on text that is gone.
-        changed = index.verify({c.doc["path"] for c in ranked[: 2 * k + 5] if c.index is index})
+        checked = {c.doc["path"] for c in ranked[: 2 * k + 5] if c.index is index}
+        changed = index.verify(checked)
         if changed is not None and changed.changed:
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
             ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
-    result = RecallResult(_materialise(parts, ranked, k), mode=used_mode, warnings=warnings)
+    result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
     result.nothing_found = why
     if window is not None:
         result.window = {"since": format_time(window.since) if window.since else None,
                          "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
     return _finish(parts, result, budget, fmt, record_access)
+
+
+class _Background:
+    """A call run in a thread; :meth:`result` waits for it and returns its value or raises its exception."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        import threading
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
@@ -322,6 +352,7 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
         vectors_here = (qvec is not None and index.identity() is not None
                         and (index is not parts.shared or parts.shared_vectors))
         if vectors_here:
+            qvec = qvec.result() if isinstance(qvec, _Background) else qvec
             cosine = dict(index.search_vectors(qvec, kinds, n))
             # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
             missing = (set(keyword) | set(phrases) | exact) - set(cosine)
@@ -499,9 +530,11 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
 
 
 # ------------------------------------------------------------------------------------------------ hits
-def _materialise(parts: Parts, ranked: list[Candidate], k: int) -> list[Hit]:
-    """The whole memories behind the best candidates, read fresh: a fact from its file, procedures from their
-    files with their commit and blob (two git calls for all of them). A memory that vanished is not returned."""
+def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str] = frozenset()) -> list[Hit]:
+    """The whole memories behind the best candidates, fresh: a fact from its file — or, when this recall has
+    just stat'ed that file and found it as indexed (``checked``), from the index, which then holds its exact
+    text — procedures from their files with their commit and blob (two git calls for all of them). A memory
+    that vanished is not returned."""
     policy = Policy(parts.config.trust.trusted)
     chosen: list[tuple[Candidate, Any]] = []
     procs: list[tuple[str, Any]] = []
@@ -509,6 +542,9 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int) -> list[Hit]:
         if len(chosen) >= k:
             break
         if c.key[0] == "fact":
+            if c.index is parts.index and c.doc["path"] in checked:
+                chosen.append((c, None))
+                continue
             try:
                 chosen.append((c, parts.facts.get(c.key[1])))
             except (FactNotFound, FactParseError, InvalidValue):
@@ -540,7 +576,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int) -> list[Hit]:
             extra: dict[str, Any] = {"trusted": True, "stale": c.stale is not None}
             if c.stale is not None:
                 extra["stale_reason"] = c.stale
-            hits.append(Hit(text=fact.text, extra=extra, **base))
+            hits.append(Hit(text=fact.text if fact is not None else doc["body"], extra=extra, **base))
         elif doc["kind"] == "procedure":
             proc = loaded.get(doc["id"])
             if proc is None:
