@@ -42,7 +42,7 @@ from .hits import Hit, RecallResult, count_tokens  # noqa: F401 - count_tokens i
 from .index import KINDS, Index
 from .index.search import query_terms
 from .freshness import stale_doc_reason, text_hash
-from .timeutil import format_time, now, parse_time
+from .timeutil import format_time, now, parse_time, parse_time_or_age
 from .trust import Policy
 
 if TYPE_CHECKING:
@@ -146,10 +146,15 @@ def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = 
 def _window(query: str, since: datetime | str | None, until: datetime | str | None,
             time_in_query: bool) -> timeq.Window | None:
     if since is not None or until is not None:
-        s = parse_time(since, "since") if since is not None else None
-        u = parse_time(until, "until") if until is not None else None
+        s = _time_or_age(since, "since") if since is not None else None
+        u = _time_or_age(until, "until") if until is not None else None
         return timeq.Window(s, u, "", query)
     return timeq.parse(query, now()) if time_in_query else None
+
+
+def _time_or_age(value: datetime | str, name: str) -> datetime:
+    """A time, an RFC 3339 string, or an age ("7d", "12h": that long ago), as the CLI takes them."""
+    return parse_time_or_age(value, name) if isinstance(value, str) else parse_time(value, name)
 
 
 def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | None, mode: str, fmt: str, sync: bool,

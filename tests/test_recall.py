@@ -145,3 +145,12 @@ def test_keyword_settings_are_validated(vault):
     toml.write_text(toml.read_text().replace("phrase_weight = 0.5", "phrase_weight = -1"))
     with pytest.raises(ConfigError, match="phrase_weight"):
         load(toml)
+
+
+def test_the_library_takes_a_window_as_times_or_ages_as_the_cli_does(vault):
+    old = vault.episodes.append("disk alert on web3: 91% full", source="agent:monitor", at="2020-01-05T10:00:00Z")
+    new = vault.episodes.append("disk alert on web4: 93% full", source="agent:monitor")
+    ids = [h.id for h in vault.recall("disk alert", since="7d", mode="keyword", min_relevance=0)]
+    assert new.id in ids and old.id not in ids
+    ids = [h.id for h in vault.recall("disk alert", until="2020-02-01", mode="keyword", min_relevance=0)]
+    assert ids == [old.id]
