@@ -507,20 +507,20 @@ def _rows_of(matrix: Any) -> list[bytes]:
 
 
 # ------------------------------------------------------------------------------------------------ the cache
-class EmbeddingCache:
-    """(model, text hash) -> vector, shared by every vault and host on one PostgreSQL. Used by both backends:
-    a host with a local SQLite index also takes vectors other hosts computed.
+class _Connected:
+    """One autocommit connection to the team's PostgreSQL, opened on first use with the global migrations
+    applied and reopened after it breaks; every database error a one-line :class:`SearchIndexError` that names
+    :attr:`what` and the server (never its password)."""
 
-    The model is keyed by its document-vector identity (name, revision, dims: :func:`vector_key`), a text by the
-    sha256 of its exact bytes. A get or put of any number of texts is one statement (plus one the first time a
-    model is seen by this object). Entries are never evicted; ``created`` tells their age.
-    """
+    what = "PostgreSQL"
 
     def __init__(self, url: str) -> None:
         self.url = url
         self._conn: Any = None
-        self._models: dict[str, int] = {}
         self._lock = threading.RLock()
+
+    def _opened(self) -> None:
+        """Called with a new connection (forget what was cached per connection)."""
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -531,7 +531,7 @@ class EmbeddingCache:
                 conn.close()
                 raise
             self._conn = conn
-            self._models = {}
+            self._opened()
         return self._conn
 
     @contextlib.contextmanager
@@ -541,14 +541,37 @@ class EmbeddingCache:
             try:
                 yield self._connection()
             except psycopg.Error as exc:
-                self._forget(exc)
-                raise SearchIndexError(f"embedding cache at {_where(self.url)}: {what}: {_one_line(exc)}") from None
+                if self._conn is not None and (self._conn.broken or isinstance(exc, psycopg.OperationalError)):
+                    with contextlib.suppress(Exception):
+                        self._conn.close()
+                    self._conn = None
+                raise SearchIndexError(f"{self.what} at {_where(self.url)}: {what}: {_one_line(exc)}") from None
 
-    def _forget(self, exc: BaseException) -> None:
-        if self._conn is not None and (self._conn.broken or isinstance(exc, _psycopg().OperationalError)):
-            with contextlib.suppress(Exception):
-                self._conn.close()
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
             self._conn = None
+
+
+class EmbeddingCache(_Connected):
+    """(model, text hash) -> vector, shared by every vault and host on one PostgreSQL. Used by both backends:
+    a host with a local SQLite index also takes vectors other hosts computed.
+
+    The model is keyed by its document-vector identity (name, revision, dims: :func:`vector_key`), a text by the
+    sha256 of its exact bytes. A get or put of any number of texts is one statement (plus one the first time a
+    model is seen by this object). Entries are never evicted; ``created`` tells their age.
+    """
+
+    what = "embedding cache"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._models: dict[str, int] = {}
+
+    def _opened(self) -> None:
+        self._models = {}
 
     def get(self, identity: ModelIdentity, texts: Sequence[str]) -> dict[str, bytes]:
         """text -> float32 little-endian bytes, for the texts the cache holds (others are left out)."""
@@ -589,13 +612,6 @@ class EmbeddingCache:
                 self._models[key] = _register_model(conn, identity)
             _cache_store(conn, self._models[key], items)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-            self._conn = None
-
     def __enter__(self) -> EmbeddingCache:
         return self
 
@@ -604,7 +620,7 @@ class EmbeddingCache:
 
 
 # ------------------------------------------------------------------------------------------------ usage
-class SharedState:
+class SharedState(_Connected):
     """A team's usage state (:class:`memvault.state.State`'s interface) in the shared PostgreSQL, per vault name:
     a memory fetched on one host and shown on another counts once for the team.
 
@@ -615,37 +631,11 @@ class SharedState:
     """
 
     def __init__(self, url: str, vault: str, *, half_life: float = 90 * 86400) -> None:
-        self.url = url
+        super().__init__(url)
         self.vault = vault
+        self.what = f"usage state of {vault!r}"
         self.half_life = half_life
         self.warnings: list[str] = []
-        self._conn: Any = None
-        self._lock = threading.RLock()
-
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            conn = _connect(self.url)
-            try:
-                _migrate_global(conn, self.url)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        return self._conn
-
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[Any]:
-        psycopg = _psycopg()
-        with self._lock:
-            try:
-                yield self._connection()
-            except psycopg.Error as exc:
-                if self._conn is not None and (self._conn.broken or isinstance(exc, psycopg.OperationalError)):
-                    with contextlib.suppress(Exception):
-                        self._conn.close()
-                    self._conn = None
-                raise SearchIndexError(f"usage state of {self.vault!r} at {_where(self.url)}: {what}: "
-                                       f"{_one_line(exc)}") from None
 
     def get(self, keys: Any, at: datetime | None = None) -> dict[tuple[str, str], Any]:
         from ..state import Usage, _decay
@@ -726,12 +716,6 @@ class SharedState:
                              "WHERE t.vault = %s AND t.kind = x.k AND t.item_id = x.i",
                              ([k for k, _ in keys], [i for _, i in keys], self.vault))
 
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-            self._conn = None
 
 
 def _from_timestamp(value: float | None) -> datetime | None:
