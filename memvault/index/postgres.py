@@ -519,19 +519,24 @@ class _Connected:
         self._conn: Any = None
         self._lock = threading.RLock()
 
-    def _opened(self) -> None:
-        """Called with a new connection (forget what was cached per connection)."""
+    def _on_connect(self, conn: Any) -> None:
+        """Run on a new connection before it is used: the global migrations (the shared index applies them in
+        :meth:`SharedIndex.ensure` instead)."""
+        _migrate_global(conn, self.url)
+
+    def _forget(self) -> None:
+        """Drop what was cached for the connection (called when it is opened, broken or closed)."""
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
             conn = _connect(self.url)
             try:
-                _migrate_global(conn, self.url)
+                self._on_connect(conn)
             except BaseException:
                 conn.close()
                 raise
             self._conn = conn
-            self._opened()
+            self._forget()
         return self._conn
 
     @contextlib.contextmanager
@@ -545,6 +550,7 @@ class _Connected:
                     with contextlib.suppress(Exception):
                         self._conn.close()
                     self._conn = None
+                self._forget()
                 raise SearchIndexError(f"{self.what} at {_where(self.url)}: {what}: {_one_line(exc)}") from None
 
     def close(self) -> None:
@@ -553,6 +559,7 @@ class _Connected:
                 with contextlib.suppress(Exception):
                     self._conn.close()
             self._conn = None
+            self._forget()
 
 
 class EmbeddingCache(_Connected):
@@ -570,7 +577,7 @@ class EmbeddingCache(_Connected):
         super().__init__(url)
         self._models: dict[str, int] = {}
 
-    def _opened(self) -> None:
+    def _forget(self) -> None:
         self._models = {}
 
     def get(self, identity: ModelIdentity, texts: Sequence[str]) -> dict[str, bytes]:
@@ -748,7 +755,7 @@ class _Terms:
     avg: float                                 # words per chunk
 
 
-class SharedIndex:
+class SharedIndex(_Connected):
     """The index of one vault in PostgreSQL: what the team has pushed, searched by every host.
 
     One connection per object, opened on first use and reopened after it breaks; the methods of one object are
@@ -760,51 +767,25 @@ class SharedIndex:
     def __init__(self, url: str, vault: str, *, cache: EmbeddingCache | None = None) -> None:
         if not isinstance(vault, str) or not vault.strip() or len(vault) > 200:
             raise InvalidValue("vault", f"a shared index needs a name of 1 to 200 characters, not {vault!r}")
-        self.url = url
+        super().__init__(url)
         self.vault = vault
+        self.what = f"shared index {vault!r}"
         # Without a cache of its own the index uses the one in its own database: vectors then move server-side
         # (cache -> vector table) without a round trip through this process.
         self.cache = cache
         self._local_cache = cache is None or cache.url == url
-        self._conn: Any = None
         self._vector = False
         self._state_cache: _State | None = None
-        self._lock = threading.RLock()
         #: Counters since this object was made: texts embedded by a model, vectors taken from the cache.
         self.texts_embedded = 0
         self.cache_hits = 0
 
     # -- connection, errors, state ------------------------------------------------------------------------
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = _connect(self.url)
-            self._vector = self._conn.adapters.types.get("vector") is not None
-            self._state_cache = None
-        return self._conn
+    def _on_connect(self, conn: Any) -> None:
+        self._vector = conn.adapters.types.get("vector") is not None  # migrations are ensure()'s
 
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[Any]:
-        """The connection, with every database error turned into a one-line SearchIndexError."""
-        psycopg = _psycopg()
-        with self._lock:
-            try:
-                yield self._connection()
-            except psycopg.Error as exc:
-                if self._conn is not None and (self._conn.broken or isinstance(exc, psycopg.OperationalError)):
-                    with contextlib.suppress(Exception):
-                        self._conn.close()
-                    self._conn = None
-                self._state_cache = None
-                raise SearchIndexError(f"shared index {self.vault!r} at {_where(self.url)}: {what}: "
-                                       f"{_one_line(exc)}") from None
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-            self._conn = None
-            self._state_cache = None
+    def _forget(self) -> None:
+        self._state_cache = None
 
     def __enter__(self) -> SharedIndex:
         return self
