@@ -241,9 +241,7 @@ class Vault:
         if not shared.exists():
             warnings.append(f"the shared index has no vault {shared.vault!r} yet: only this host's unpushed changes "
                             "are searched; run 'memvault reindex' to publish the vault")
-        parts = self._parts()
-        parts.shared, parts.shadow, parts.refresh = shared, frozenset(state.shadow), (lambda: None)
-        return parts
+        return self._parts(shared=shared, shadow=frozenset(state.shadow), refresh=lambda: None)
 
     def publish(self, *, progress: Progress | None = None, embed: bool = True, full: bool = False) -> SyncReport:
         """Bring the team's shared index to what the team has pushed (the upstream branch, else HEAD): the files
@@ -315,8 +313,8 @@ class Vault:
     def _source(self, source: str | None) -> str:
         return validate_source(source) if source is not None else default_source()
 
-    def _parts(self) -> Parts:
-        return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine)
+    def _parts(self, **team: Any) -> Parts:
+        return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine, **team)
 
     def git_log(self, path: Path) -> list[LogEntry]:
         if self.git is None:
