@@ -235,7 +235,7 @@ def bench_recall(sizes: list[int], n_queries: int) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------------ 1b. recall, cold
-_FLOOR = ("import sys; from memvault.embeddings import load_embedder; "
+_FLOOR = ("import sys; from memvault.models.embeddings import load_embedder; "
           "load_embedder('all-MiniLM-L6-v2').embed_query(sys.argv[1])")
 
 

@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 import corpus  # noqa: E402
 from bench_pgvector import KINDS, exact_topk, kinds_for, minilm_pool, mixed_vectors  # noqa: E402
 
-from memvault.embeddings import ModelIdentity  # noqa: E402
+from memvault.models.embeddings import ModelIdentity  # noqa: E402
 from memvault.index import postgres as pg  # noqa: E402
 from memvault.index.documents import Doc, cut  # noqa: E402
 

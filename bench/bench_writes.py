@@ -96,8 +96,8 @@ def bench_write(sizes: list[int], writes: int) -> dict[str, Any]:
     """The sizes are interleaved (one write to each vault per round, the order alternating), so a load change on
     the shared machine hits every size alike and the ratio stays fair."""
     from memvault import Vault
-    from memvault.engine import Engine
-    from memvault.gitstore import GitStore
+    from memvault.models.engine import Engine
+    from memvault.stores.gitstore import GitStore
 
     env = {k: v for k, v in os.environ.items() if k != "MEMVAULT_NO_DAEMON"}
     roots = {n: write_vault(n) for n in sizes}
@@ -197,7 +197,7 @@ def bench_kind(n: int, rounds: int = 5) -> dict[str, Any]:
 
 def bench_hook(n: int, runs: int) -> dict[str, Any]:
     from memvault import Vault
-    from memvault.githooks import install
+    from memvault.interfaces.githooks import install
 
     root = write_vault(n)
     install(root)

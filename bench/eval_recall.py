@@ -117,7 +117,7 @@ def open_vault(vault_dir: Path) -> Vault:
     """The eval vault with one model object shared by every vault of the run (query vectors cached)."""
     global _EMBEDDER
     if _EMBEDDER is None:
-        from memvault.engine import Engine
+        from memvault.models.engine import Engine
 
         _EMBEDDER = _CachedQueries(Engine(MODEL, daemon=False).get())
     return Vault.open(vault_dir, embedder_factory=lambda _config: _EMBEDDER)

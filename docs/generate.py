@@ -10,8 +10,8 @@ import re
 
 import click
 
-from memvault import config, trust
-from memvault.cli import cli
+from memvault.rules import config, trust
+from memvault.interfaces.cli import cli
 
 TARGET = Path(__file__).resolve().parent / "cli.md"
 README = Path(__file__).resolve().parent.parent / "README.md"

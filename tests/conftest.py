@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from memvault import Vault
-from memvault.cli import cli
+from memvault.interfaces.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +113,7 @@ def runner() -> CliRunner:
 @pytest.fixture
 def invoke(runner, vault, options):
     """Run the CLI against the test vault: invoke("fact", "get", "x") -> click Result."""
-    from memvault.cli import Context
+    from memvault.interfaces.cli import Context
 
     def run(*args: str, input: str | bytes | None = None, vault_path: Path | None = None):
         return runner.invoke(cli, ["--vault", str(vault_path or vault.root), *args], input=input,

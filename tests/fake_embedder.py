@@ -1,4 +1,4 @@
-"""A deterministic, torch-free :class:`memvault.embeddings.Embedder` for logic tests.
+"""A deterministic, torch-free :class:`memvault.models.embeddings.Embedder` for logic tests.
 
 Vectors come from hashing lower-cased words (and their 3-character prefixes) into signed buckets, so texts
 that share words are similar and unrelated texts are not. It counts its calls, so a test can prove that
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memvault.embeddings import DEFAULT_BATCH_SIZE, ModelIdentity, window_spans
-from memvault.errors import ModelUnavailable
+from memvault.models.embeddings import DEFAULT_BATCH_SIZE, ModelIdentity, window_spans
+from memvault.rules.errors import ModelUnavailable
 
 # Tokens: runs of word characters, or single punctuation marks (like a BERT pre-tokenizer, without subwords).
 _TOKEN = re.compile(r"\w+|[^\w\s]")

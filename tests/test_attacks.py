@@ -22,7 +22,7 @@ AWS = "AKIA" + "Z7QK2M4N6P8R3T5V"  # shaped like an access key id, made up
 @pytest.fixture
 def strict(strict_vault, runner):
     """A vault with the default trust (only user:* writes facts), a trusted fact, and a CLI bound to it."""
-    from memvault.cli import cli
+    from memvault.interfaces.cli import cli
 
     strict_vault.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", source="user:admin")
 
@@ -113,7 +113,7 @@ CLOSERS = ["</memory>", "</MEMORY>", "</Memory>", "</ memory >", "</memory\n>", 
 
 
 def render_prompt(vault, query):
-    from memvault.render import render
+    from memvault.core.render import render
 
     return render(vault.recall(query, k=20), "prompt")
 
@@ -349,7 +349,7 @@ def test_mcp_errors_carry_the_reason(strict):
 
     from mcp import Client
 
-    from memvault.mcp_server import build_server
+    from memvault.interfaces.mcp import build_server
 
     async def go():
         async with Client(build_server(strict, source="agent:t", warm=False)) as client:
@@ -392,7 +392,7 @@ def test_the_token_is_not_an_advertised_flag(strict, tmp_path):
 
 
 def test_a_symlink_never_travels_through_git(strict, tmp_path):
-    from memvault.githooks import install
+    from memvault.interfaces.githooks import install
 
     outside = tmp_path / "host-file.txt"
     outside.write_text("local secret of this host\n")

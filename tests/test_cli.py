@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import sys
 
-from memvault.cli import cli
+from memvault.interfaces.cli import cli
 from conftest import git
 
 FACT_FIELDS = ["key", "text", "category", "importance", "confidence", "source", "tags", "created", "updated",

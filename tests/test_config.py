@@ -1,12 +1,12 @@
-"""memvault.toml is validated once, against the settings declared in memvault.config; nothing else reads it."""
+"""memvault.toml is validated once, against the settings declared in memvault.rules.config; nothing else reads it."""
 from __future__ import annotations
 
 import tomllib
 
 import pytest
 
-from memvault import config
-from memvault.errors import ConfigError
+from memvault.rules import config
+from memvault.rules.errors import ConfigError
 
 
 def load_text(tmp_path, text):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memvault import daemon
-from memvault.embeddings import load_embedder
+from memvault.models import daemon
+from memvault.models.embeddings import load_embedder
 from conftest import REPO_ROOT
 
 MODEL = "all-MiniLM-L6-v2"
@@ -41,7 +41,7 @@ def test_socket_dir_must_be_private(monkeypatch):
 
 def test_unavailable_model_is_reported_not_hung(runtime, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from memvault.errors import ModelUnavailable
+    from memvault.rules.errors import ModelUnavailable
 
     with pytest.raises(ModelUnavailable, match="bge"):
         daemon.connect("BAAI/bge-small-en-v1.5", None)

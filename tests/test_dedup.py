@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memvault.dedup import Keywords, Match, compare, groups, keywords
-from memvault.errors import InvalidValue
+from memvault.rules.dedup import Keywords, Match, compare, groups, keywords
+from memvault.rules.errors import InvalidValue
 
 PRIMARY = "The primary database listens on 10.8.0.4 port 5432"
 

@@ -26,7 +26,7 @@ def test_readme_tables_are_generated_from_the_code():
     text = gen.README.read_text()
     assert text == gen.readme(text), "README.md's generated tables are stale: run python docs/generate.py"
     # every setting of memvault.toml is documented, and only those
-    from memvault import config
+    from memvault.rules import config
 
     for section, key, _default, _help in config.settings():
         assert f"`[{section}] {key}`" in text

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fake_embedder import FakeEmbedder
 
-from memvault.embeddings import (
+from memvault.models.embeddings import (
     KNOWN_QUERY_PREFIXES,
     Embedder,
     ModelIdentity,
@@ -22,7 +22,7 @@ from memvault.embeddings import (
     weights_fingerprint,
     window_spans,
 )
-from memvault.errors import InvalidValue, MemvaultError, ModelUnavailable
+from memvault.rules.errors import InvalidValue, MemvaultError, ModelUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MINILM = "all-MiniLM-L6-v2"
@@ -300,7 +300,7 @@ def test_known_query_prefixes():
 
 
 def test_import_is_light():
-    code = ("import sys, memvault.embeddings; "
+    code = ("import sys, memvault.models.embeddings; "
             "print(','.join(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
@@ -391,8 +391,8 @@ def test_fake_embedder_tokens_and_split():
 def test_engine_reports_progress_while_a_slow_model_loads(monkeypatch):
     import time
 
-    from memvault import embeddings
-    from memvault.engine import Engine
+    from memvault.models import embeddings
+    from memvault.models.engine import Engine
     from fake_embedder import FakeEmbedder
 
     def slow(name, query_prefix=None):

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memvault.episodes import new_id
-from memvault.errors import InvalidValue
+from memvault.stores.episodes import new_id
+from memvault.rules.errors import InvalidValue
 
 
 def test_append_writes_one_valid_line_with_required_fields(vault):

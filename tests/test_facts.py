@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from memvault import Vault
-from memvault.errors import FactNotFound, FactParseError, GitError, InvalidKey, InvalidValue
+from memvault.rules.errors import FactNotFound, FactParseError, GitError, InvalidKey, InvalidValue
 from conftest import git
 
 
@@ -192,7 +192,7 @@ def test_commit_refused_by_hook_restores_the_old_file(vault):
     hook = vault.root / ".git/hooks/pre-commit"
     hook.write_text("#!/bin/sh\necho 'refused by policy' >&2\nexit 1\n")
     hook.chmod(0o755)
-    from memvault.errors import GitError
+    from memvault.rules.errors import GitError
 
     with pytest.raises(GitError, match="refused by policy"):
         vault.facts.set("db/primary", "new value")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memvault import Vault
-from memvault import githooks
-from memvault.githooks import CHAINED_SUFFIX, HOOKS, HookConflict, install, uninstall
+from memvault.interfaces import githooks
+from memvault.interfaces.githooks import CHAINED_SUFFIX, HOOKS, HookConflict, install, uninstall
 from conftest import git
 
 
@@ -153,7 +153,7 @@ def test_post_commit_reindexes_in_the_background_without_blocking_git(hooked, mo
     git(hooked.root, "add", rel)
     # Hold the lock an index build needs: the background reindex cannot finish while we hold it, so a commit that
     # returns proves git does not wait for the reindex (no wall-clock guess involved).
-    from memvault.fsutil import locked
+    from memvault.rules.fsutil import locked
 
     with locked(hooked.root / ".memvault" / "locks" / "rebuild.lock"):
         result = subprocess.run(["git", "commit", "-m", "primary"], cwd=hooked.root, capture_output=True, text=True,
@@ -172,7 +172,7 @@ def test_post_commit_reindexes_in_the_background_without_blocking_git(hooked, mo
 
 
 def test_no_background_reindex_while_a_watcher_runs(vault, monkeypatch):
-    from memvault.watch import Watcher
+    from memvault.interfaces.watch import Watcher
 
     started = []
     monkeypatch.setattr(githooks.subprocess, "Popen", lambda *a, **k: started.append(a))
@@ -199,7 +199,7 @@ def test_a_vault_in_a_subdirectory_checks_only_its_own_files(tmp_path):
 
 @pytest.mark.model
 def test_post_commit_reindex_uses_the_warm_daemon(tmp_path, monkeypatch):
-    from memvault import daemon
+    from memvault.models import daemon
 
     run = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))

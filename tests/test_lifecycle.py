@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memvault import Vault
-from memvault.cli import Context, cli
-from memvault.errors import SecretRefused, UntrustedSource
-from memvault.render import render
+from memvault.interfaces.cli import Context, cli
+from memvault.rules.errors import SecretRefused, UntrustedSource
+from memvault.core.render import render
 from conftest import git
 from fake_embedder import set_model
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from memvault import Vault
-from memvault.timeutil import format_time, now
+from memvault.rules.timeutil import format_time, now
 from conftest import git
 
 pytestmark = pytest.mark.model
@@ -84,7 +84,7 @@ def test_a_question_with_no_answer_gets_nothing_and_says_why(v, question):
 
 
 def test_nothing_found_in_every_format(v, runner):
-    from memvault.cli import Context, cli
+    from memvault.interfaces.cli import Context, cli
 
     r = runner.invoke(cli, ["--vault", str(v.root), "recall", "what is the capital of France", "--json"],
                       obj=Context(daemon=False))
@@ -129,7 +129,7 @@ def test_a_stale_fact_is_marked_not_buried(v):
     assert ids(hits)[0] == "legacy/ftp"
     top = hits[0].to_dict()
     assert top["stale"] is True and "valid_until 2026-01-31 has passed" in top["stale_reason"]
-    from memvault.render import render
+    from memvault.core.render import render
 
     assert 'stale="true"' in render(hits, "prompt") and "STALE" in render(hits, "text")
 
@@ -180,7 +180,7 @@ def test_a_budget_says_what_it_left_out(v):
 
 
 def test_a_model_that_cannot_load_is_refused_before_anything_changes(v, runner):
-    from memvault.cli import Context, cli
+    from memvault.interfaces.cli import Context, cli
 
     toml = (v.root / "memvault.toml").read_text()
     head = git(v.root, "rev-parse", "HEAD")
@@ -194,7 +194,7 @@ def test_a_model_that_cannot_load_is_refused_before_anything_changes(v, runner):
 
 
 def test_fetching_a_fact_by_key_counts_as_a_use(v, runner):
-    from memvault.cli import Context, cli
+    from memvault.interfaces.cli import Context, cli
 
     r = runner.invoke(cli, ["--vault", str(v.root), "fact", "get", "k8s/cluster"], obj=Context(daemon=False))
     assert r.exit_code == 0

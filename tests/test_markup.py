@@ -5,7 +5,7 @@ import html
 import itertools
 import random
 
-from memvault.markup import ANGLE_LOOKALIKES, escape_attr, escape_text
+from memvault.rules.markup import ANGLE_LOOKALIKES, escape_attr, escape_text
 
 TAGS = ["memory", "facts", "fact", "episodes", "episode", "untrusted-data", "procedures", "procedure", "system"]
 OPEN = ["<", "\uff1c", "\ufe64", "\u2039", "\u2329", "\u3008", "\u27e8", "\u02c2", "&lt;", "&#60;", "&#x3c;", "\\u003c"]
@@ -48,7 +48,7 @@ def test_escaped_attributes_hold_no_quote_bracket_or_line_break():
 def test_the_whole_prompt_block_has_only_memvaults_tags(vault):
     import re
 
-    from memvault.render import render
+    from memvault.core.render import render
 
     payloads = random.Random(3).sample(variants(extra=60), 400)
     for i in range(0, len(payloads), 40):

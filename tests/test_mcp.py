@@ -25,10 +25,10 @@ from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from memvault import Vault  # noqa: E402
-from memvault.errors import InvalidValue, MemvaultError  # noqa: E402
-from memvault.mcp_server import (  # noqa: E402
+from memvault.rules.errors import InvalidValue, MemvaultError  # noqa: E402
+from memvault.interfaces.mcp import (  # noqa: E402
     BearerAuth, build_server, is_loopback, parse_address, resolve_token, serve)
-from memvault import frontmatter_edit as fm  # noqa: E402
+from memvault.rules import frontmatter_edit as fm  # noqa: E402
 from conftest import REPO_ROOT, git  # noqa: E402
 from fake_embedder import set_model
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from fake_embedder import FakeEmbedder
-from memvault.errors import SearchIndexError
+from memvault.rules.errors import SearchIndexError
 from memvault.index.documents import KINDS, Doc
-from memvault.index.sync import mean_vector, vector_blob, with_context
+from memvault.index.update import mean_vector, vector_blob, with_context
 from pgserver import pg_server  # noqa: F401
 
 psycopg = pytest.importorskip("psycopg")
@@ -315,12 +315,12 @@ def sample(tmp_path):
     import shutil
     from pathlib import Path
 
-    from memvault.episodes import EpisodeLog
-    from memvault.facts import FactStore
+    from memvault.stores.episodes import EpisodeLog
+    from memvault.stores.facts import FactStore
     from memvault.index import Index
     from memvault.index.documents import Sources, read_docs
-    from memvault.index.sync import scan
-    from memvault.procedures import ProcedureStore
+    from memvault.index.update import scan
+    from memvault.stores.procedures import ProcedureStore
 
     root = tmp_path / "vault"
     shutil.copytree(Path(__file__).resolve().parents[1] / "vault", root)

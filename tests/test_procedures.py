@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from memvault.errors import InvalidKey, ProcedureError, ProcedureNotFound
-from memvault.gitstore import blob_id
+from memvault.rules.errors import InvalidKey, ProcedureError, ProcedureNotFound
+from memvault.stores.gitstore import blob_id
 from conftest import git
 
 SCRIPT = """#!/usr/bin/env bash

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from memvault import Vault
-from memvault.cli import Context, cli
-from memvault.recall import count_tokens
-from memvault.render import render
+from memvault.interfaces.cli import Context, cli
+from memvault.core.recall import count_tokens
+from memvault.core.render import render
 from fake_embedder import set_model
 
 HIT_FIELDS = ["kind", "id", "text", "score", "factors", "source", "created", "updated", "path"]
@@ -138,8 +138,8 @@ def test_a_quoted_line_and_word_order_win_over_shared_words(fv):
 
 
 def test_keyword_settings_are_validated(vault):
-    from memvault.config import load
-    from memvault.errors import ConfigError
+    from memvault.rules.config import load
+    from memvault.rules.errors import ConfigError
 
     toml = vault.root / "memvault.toml"
     toml.write_text(toml.read_text().replace("phrase_weight = 0.5", "phrase_weight = -1"))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from memvault.secrets import SecretFinding, describe, find_secrets, scan_fields, shannon_entropy
+from memvault.rules.secrets import SecretFinding, describe, find_secrets, scan_fields, shannon_entropy
 
 EXAMPLE_VAULT = Path(__file__).resolve().parents[1] / "vault"
 
@@ -393,7 +393,7 @@ def _cpu_time(function, *args) -> float:
 
 
 def test_docs_list_every_kind():
-    from memvault.secrets import KINDS
+    from memvault.rules.secrets import KINDS
 
     doc = (EXAMPLE_VAULT.parent / "docs" / "secrets.md").read_text()
     missing = [kind for kind in KINDS if f"| `{kind}` |" not in doc]

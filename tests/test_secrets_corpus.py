@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from memvault.secrets import describe, find_secrets
+from memvault.rules.secrets import describe, find_secrets
 
 CORPUS = Path(__file__).resolve().parent / "data" / "secrets_corpus.jsonl"
 EXAMPLE_VAULT = Path(__file__).resolve().parents[1] / "vault"
@@ -171,7 +171,7 @@ def test_example_vault_fields_are_clean():
     # What the write gate and the hook pass to scan_fields: fact front matter and whole episode records.
     import yaml
 
-    from memvault.secrets import scan_fields
+    from memvault.rules.secrets import scan_fields
 
     records = []
     for path in sorted((EXAMPLE_VAULT / "facts").rglob("*.md")):

@@ -6,9 +6,9 @@ import sqlite3
 import pytest
 
 from memvault import Vault
-from memvault.errors import GitError
-from memvault.gitstore import GitStore
-from memvault.errors import SyncConflict
+from memvault.rules.errors import GitError
+from memvault.stores.gitstore import GitStore
+from memvault.rules.errors import SyncConflict
 from conftest import git
 from fake_embedder import set_model
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import git
 from fake_embedder import Models
 from memvault import Vault
-from memvault.errors import ConfigError, MemvaultError
+from memvault.rules.errors import ConfigError, MemvaultError
 from pgserver import pg_server  # noqa: F401
 
 psycopg = pytest.importorskip("psycopg")
@@ -242,7 +242,7 @@ def test_the_cli_of_a_team_host_publishes_recalls_and_reports_both_indexes(team)
 
     from click.testing import CliRunner
 
-    from memvault.cli import Context, cli
+    from memvault.interfaces.cli import Context, cli
 
     _remote, a, clone = team
     facts_of_a(a)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from memvault import Vault
-from memvault.errors import ConfigError, VaultNotFound
+from memvault.rules.errors import ConfigError, VaultNotFound
 from conftest import git
 
 

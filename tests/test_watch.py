@@ -9,8 +9,8 @@ import time
 import pytest
 
 from memvault import Vault
-from memvault.errors import SearchIndexError
-from memvault.watch import Watcher, WatcherRunning, is_relevant, watching
+from memvault.rules.errors import SearchIndexError
+from memvault.interfaces.watch import Watcher, WatcherRunning, is_relevant, watching
 from fake_embedder import set_model
 
 

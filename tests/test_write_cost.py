@@ -107,7 +107,7 @@ def test_appending_to_a_month_file_reads_only_the_new_line(big, monkeypatch):
     for i in range(20):
         big.episodes.append(f"Routine check {i} on host web{i}.", source="user:ops", at="2026-11-20T10:00:00Z")
     parsed = []
-    from memvault import episodes
+    from memvault.stores import episodes
 
     real = episodes.parse_line
 

@@ -19,19 +19,19 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ModelUnavailable, SearchIndexError
-from ..fsutil import locked
-from ..timeutil import format_time, now
+from ..rules.errors import ModelUnavailable, SearchIndexError
+from ..rules.fsutil import locked
+from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .search import fts_exact_query, fts_phrase_query, fts_query
-from .sync import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
+from .update import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from ..embeddings import Embedder, ModelIdentity
+    from ..models.embeddings import Embedder, ModelIdentity
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
            "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
@@ -132,7 +132,7 @@ class Index:
     # -- model identity ----------------------------------------------------------------------------------
     def identity(self, conn: sqlite3.Connection | None = None) -> ModelIdentity | None:
         """The model identity of every vector in the index, or None (keyword-only index)."""
-        from ..embeddings import ModelIdentity
+        from ..models.embeddings import ModelIdentity
 
         conn = conn or self.connection()
         version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])

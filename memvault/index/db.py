@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SearchIndexError
-from ..migrations import migrate, transaction
+from ..rules.errors import SearchIndexError
+from ..rules.migrations import migrate, transaction
 
 if TYPE_CHECKING:
     import sqlite3

@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..episodes import EpisodeLog, parse_lines
-from ..errors import FactParseError, LimitExceeded, MemvaultError, UnsafePath
-from ..facts import Fact, FactStore, default_confidence, parse_fact
-from ..fsutil import read_inside
-from ..procedures import ProcedureStore, parse_metadata
-from ..timeutil import format_time
-from ..validation import Problem
+from ..stores.episodes import EpisodeLog, parse_lines
+from ..rules.errors import FactParseError, LimitExceeded, MemvaultError, UnsafePath
+from ..stores.facts import Fact, FactStore, default_confidence, parse_fact
+from ..rules.fsutil import read_inside
+from ..stores.procedures import ProcedureStore, parse_metadata
+from ..rules.timeutil import format_time
+from ..rules.validation import Problem
 
 KINDS = ("fact", "episode", "procedure")
 CHUNK_OVERLAP = 32

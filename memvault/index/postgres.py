@@ -3,7 +3,7 @@
 One PostgreSQL database serves many vaults (git repositories shared by teams) and every host of each vault. It
 holds what the team has pushed; each host keeps its own uncommitted changes in its local SQLite index (the wiring
 is recall's business, not this module's). psycopg is imported inside functions: importing this module costs
-nothing, and a missing psycopg is a :class:`~memvault.errors.SearchIndexError` saying how to install it.
+nothing, and a missing psycopg is a :class:`~memvault.rules.errors.SearchIndexError` saying how to install it.
 
 Schema (``memvault`` schema, applied as named, ordered migrations recorded in ``memvault.migrations``):
 
@@ -73,14 +73,14 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidValue, MemvaultError, SearchIndexError
-from ..timeutil import format_time, parse_time
+from ..rules.errors import InvalidValue, MemvaultError, SearchIndexError
+from ..rules.timeutil import format_time, parse_time
 from .documents import KINDS, Doc, cut
 from .search import DOC_FIELDS, MAX_TERMS, query_terms
-from .sync import EMBED_GROUP, SyncReport, mean_vector, vector_blob, with_context
+from .update import EMBED_GROUP, SyncReport, mean_vector, vector_blob, with_context
 
 if TYPE_CHECKING:
-    from ..embeddings import ModelIdentity
+    from ..models.embeddings import ModelIdentity
 
 __all__ = ["CANDIDATE_BUDGET", "EF_SEARCH", "SCAN_CAP", "SCHEMA", "EmbeddingCache", "SharedIndex", "SharedState",
            "text_sha256", "vector_key"]
@@ -296,7 +296,7 @@ GLOBAL_MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
-        # A team's use counts once: the usage state of memvault.state, per vault name, beside the index.
+        # A team's use counts once: the usage state of memvault.stores.state, per vault name, beside the index.
         "0002_usage",
         """
         CREATE TABLE memvault.usage (
@@ -628,7 +628,7 @@ class EmbeddingCache(_Connected):
 
 # ------------------------------------------------------------------------------------------------ usage
 class SharedState(_Connected):
-    """A team's usage state (:class:`memvault.state.State`'s interface) in the shared PostgreSQL, per vault name:
+    """A team's usage state (:class:`memvault.stores.state.State`'s interface) in the shared PostgreSQL, per vault name:
     a memory fetched on one host and shown on another counts once for the team.
 
     Counters decay as in the local state (value at its last update, decayed when read). A bump is one
@@ -645,7 +645,7 @@ class SharedState(_Connected):
         self.warnings: list[str] = []
 
     def get(self, keys: Any, at: datetime | None = None) -> dict[tuple[str, str], Any]:
-        from ..state import Usage, _decay
+        from ..stores.state import Usage, _decay
 
         keys = list(dict.fromkeys(keys))
         if not keys:
@@ -794,7 +794,7 @@ class SharedIndex(_Connected):
         self.close()
 
     def _read_state(self, conn: Any) -> _State | None:
-        from ..embeddings import ModelIdentity
+        from ..models.embeddings import ModelIdentity
 
         psycopg = _psycopg()
         try:

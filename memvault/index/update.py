@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import MemvaultError
+from ..rules.errors import MemvaultError
 from .db import batches, marks, transaction
 from .documents import CHUNKING, Doc, Sources, Splitter, cut, read_docs, text_hash
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from ..embeddings import Embedder, ModelIdentity
+    from ..models.embeddings import Embedder, ModelIdentity
 
 Progress = Callable[[int, int], None]
 #: Texts per encode call: large enough for full length-sorted batches, small enough for a live progress bar.
@@ -82,7 +82,7 @@ def scan(sources: Sources, dirs: dict[str, int] | None = None, problems: list[st
     place changes its directory's mtime: what a freshness check compares between full scans). Symlinks that leave
     their folder and special files are reported in ``problems`` and left out.
     """
-    from ..fsutil import entry_problem
+    from ..rules.fsutil import entry_problem
 
     out: dict[str, Stat] = {}
     root = str(sources.root)

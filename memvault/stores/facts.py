@@ -1,8 +1,8 @@
 """Facts: semantic memory. One markdown file per fact under ``facts/``, YAML front matter, found by key.
 
 The file is the truth. Reading fills defaults for missing fields without rewriting the file. This store reads
-files and *plans* writes (the new bytes of a file, see :class:`~memvault.fsutil.FileChange`); it knows nothing of
-git, trust or the index. The write gate (:mod:`memvault.gate`) applies a plan atomically, commits it, and puts the
+files and *plans* writes (the new bytes of a file, see :class:`~memvault.rules.fsutil.FileChange`); it knows nothing of
+git, trust or the index. The write gate (:mod:`memvault.core.gate`) applies a plan atomically, commits it, and puts the
 old bytes back if the commit is refused.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import frontmatter_edit as fm
-from .errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
-from .fsutil import FileChange, entry_problem, read_inside
-from .timeutil import format_time, parse_date, parse_time
-from .validation import Problem, unit_float, validate_key, validate_tags
+from ..rules import frontmatter_edit as fm
+from ..rules.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
+from ..rules.fsutil import FileChange, entry_problem, read_inside
+from ..rules.timeutil import format_time, parse_date, parse_time
+from ..rules.validation import Problem, unit_float, validate_key, validate_tags
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Fact:
     @property
     def review_after(self) -> float | None:
         """This fact's own review period in seconds (front matter ``review_after: 90d``), if it sets one."""
-        from .timeutil import parse_age
+        from ..rules.timeutil import parse_age
 
         value = self.extra.get("review_after")
         try:

@@ -2,7 +2,7 @@
 
 Loading a model costs 5-10 s (importing torch alone about 5 s here), far more than any recall or small reindex.
 So by default no short-lived process loads one: the CLI, the git hooks, ``watch`` and the MCP server all talk to
-the warm embedder daemon (:mod:`memvault.daemon`), starting it when none is running. The model is loaded in this
+the warm embedder daemon (:mod:`memvault.models.daemon`), starting it when none is running. The model is loaded in this
 process only when the daemon is turned off (``[embedding] daemon = false`` or ``MEMVAULT_NO_DAEMON=1``) or cannot
 be started. A test passes its own ``factory``.
 """
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .errors import DaemonUnavailable, ModelUnavailable
+from ..rules.errors import DaemonUnavailable, ModelUnavailable
 
 if TYPE_CHECKING:
     from .embeddings import Embedder

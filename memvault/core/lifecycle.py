@@ -2,7 +2,7 @@
 
 Every cleanup is a command a person can run, review (``--dry-run`` or no ``--apply``) and undo: fact changes are
 git commits, episode removals are reported line counts and bytes per kind. Each function plans here and changes
-nothing itself: every change goes through the write gate (:mod:`memvault.gate`), with the caller's source.
+nothing itself: every change goes through the write gate (:mod:`memvault.core.gate`), with the caller's source.
 """
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .dedup import groups
-from .freshness import stale_reason, text_hash
-from .episodes import Episode, RewriteReport, source_matches
-from .errors import InvalidKey, InvalidValue, MemvaultError
-from .facts import Fact
+from ..rules.dedup import groups
+from ..rules.freshness import stale_reason, text_hash
+from ..stores.episodes import Episode, RewriteReport, source_matches
+from ..rules.errors import InvalidKey, InvalidValue, MemvaultError
+from ..stores.facts import Fact
 from .gate import WriteGate
-from .timeutil import format_time, now
-from .trust import Op
-from .validation import validate_key, validate_tags
+from ..rules.timeutil import format_time, now
+from ..rules.trust import Op
+from ..rules.validation import validate_key, validate_tags
 
 
 # ------------------------------------------------------------------------------------------------ retention

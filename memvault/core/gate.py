@@ -3,10 +3,10 @@
 Each operation (a fact set, an edit, a delete, accept/reject, an episode, a procedure added or run, prune, purge,
 dedup, expire, verify, a model change) goes through the same steps, in this order:
 
-1. **Trust**: the caller's source may do this (:mod:`memvault.trust`); an untrusted fact write becomes a proposal.
+1. **Trust**: the caller's source may do this (:mod:`memvault.rules.trust`); an untrusted fact write becomes a proposal.
 2. **Validation**: the store plans the change and validates every field before anything is written.
 3. **Secrets**: the exact bytes to be committed are checked by the function the pre-commit hook runs
-   (:func:`memvault.checks.check_file`), every field included; ``--allow-secret`` is itself a trusted operation.
+   (:func:`memvault.stores.checks.check_file`), every field included; ``--allow-secret`` is itself a trusted operation.
 4. **Apply and commit**: all files written atomically, then one commit of exactly those paths; if the commit is
    refused (a hook, a broken repository) every file and the git index are put back as they were
    (:meth:`WriteGate.apply`). Proposals are not committed unless ``[trust] share_inbox``.
@@ -25,24 +25,24 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .checks import check_file, episode_secrets
-from .config import CONFIG_NAME, Config
-from .dedup import compare
-from .episodes import Episode, EpisodeLog, RewriteReport
-from .errors import MemvaultError, SecretRefused, UntrustedSource
-from .facts import Fact, FactStore
-from .fsutil import FileChange, atomic_write, locked
-from .gitstore import GitStore
-from .procedures import Procedure, ProcedureStore, RunResult
-from .secrets import describe, find_secrets
-from .timeutil import now
-from .trust import Op, Policy
-from .validation import validate_source
+from ..stores.checks import check_file, episode_secrets
+from ..rules.config import CONFIG_NAME, Config
+from ..rules.dedup import compare
+from ..stores.episodes import Episode, EpisodeLog, RewriteReport
+from ..rules.errors import MemvaultError, SecretRefused, UntrustedSource
+from ..stores.facts import Fact, FactStore
+from ..rules.fsutil import FileChange, atomic_write, locked
+from ..stores.gitstore import GitStore
+from ..stores.procedures import Procedure, ProcedureStore, RunResult
+from ..rules.secrets import describe, find_secrets
+from ..rules.timeutil import now
+from ..rules.trust import Op, Policy
+from ..rules.validation import validate_source
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .index import Index
-    from .state import State
+    from ..models.engine import Engine
+    from ..index import Index
+    from ..stores.state import State
 
 INBOX_IGNORE = (b"# memvault: proposals from untrusted sources stay local until accepted\n"
                 b"# ([trust] share_inbox = true commits them)\n*\n")
@@ -59,7 +59,7 @@ class Written:
 
 
 class WriteGate:
-    """Applies every mutation of one vault (see the module doc). Built by :class:`memvault.vault.Vault`."""
+    """Applies every mutation of one vault (see the module doc). Built by :class:`memvault.core.vault.Vault`."""
 
     def __init__(self, *, root: Path, config: Config, git: Callable[[], GitStore | None], facts: FactStore,
                  episodes: EpisodeLog,
@@ -396,7 +396,7 @@ class WriteGate:
 
     def set_model(self, model: str, *, source: str) -> None:
         """Set ``[embedding] model`` in memvault.toml and commit it."""
-        from .config import set_model
+        from ..rules.config import set_model
 
         self.require(Op.CONFIGURE, source)
         path = self.root / CONFIG_NAME

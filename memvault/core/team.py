@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import GitError
-from .gitstore import GitStore
-from .index import Sources, SyncReport, read_docs
-from .index.sync import kind_of
+from ..rules.errors import GitError
+from ..stores.gitstore import GitStore
+from ..index import Sources, SyncReport, read_docs
+from ..index.update import kind_of
 
 if TYPE_CHECKING:
-    from .index.postgres import SharedIndex
+    from ..index.postgres import SharedIndex
 
 AREAS = ("facts", "procedures", "episodes")
 

@@ -19,10 +19,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
-from .fsutil import FileChange, entry_problem, locked, read_inside
-from .timeutil import format_time, now, parse_time
-from .validation import Problem, check_episode_time, check_json_value, validate_kind, validate_source, validate_tags
+from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
+from ..rules.fsutil import FileChange, entry_problem, locked, read_inside
+from ..rules.timeutil import format_time, now, parse_time
+from ..rules.validation import Problem, check_episode_time, check_json_value, validate_kind, validate_source, validate_tags
 
 KNOWN_KINDS = ("raw", "summary", "procedure_run")
 log = logging.getLogger(__name__)

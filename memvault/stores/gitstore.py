@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import GitError
+from ..rules.errors import GitError
 
 
 def blob_id(data: bytes) -> str:

@@ -5,16 +5,16 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelUnavailable
-from .index import CHUNK_OVERLAP, KINDS, cut, read_docs
+from ..rules.errors import ModelUnavailable
+from ..index import CHUNK_OVERLAP, KINDS, cut, read_docs
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .config import Config
-    from .engine import Engine
-    from .episodes import EpisodeLog
-    from .index import Index
+    from ..rules.config import Config
+    from ..models.engine import Engine
+    from ..stores.episodes import EpisodeLog
+    from ..index import Index
 
 PGVECTOR_OVERHEAD = 8  # pgvector stores 4·dims + 8 bytes per vector
 

@@ -3,7 +3,7 @@
 memvault's own commits skip the pre-commit hook (they were checked when written), so the gate must be at least as
 strict as the hook: both call :func:`check_file` on the exact bytes that will be committed. Secrets are looked for
 in every field — the text, each front-matter value and key (tags, category, anything a person added), each
-episode field — by :func:`memvault.secrets.scan_fields`, plus the whole file text as written.
+episode field — by :func:`memvault.rules.secrets.scan_fields`, plus the whole file text as written.
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from . import frontmatter_edit as fm
-from .errors import FactParseError, FrontMatterError, InvalidKey
+from ..rules import frontmatter_edit as fm
+from ..rules.errors import FactParseError, FrontMatterError, InvalidKey
 from .facts import parse_fact
-from .validation import validate_key, validate_name
+from ..rules.validation import validate_key, validate_name
 
 if TYPE_CHECKING:
-    from .secrets import SecretFinding
+    from ..rules.secrets import SecretFinding
 
 #: Areas of a vault whose files memvault reads as memories.
 CHECKED_AREAS = ("facts", "inbox", "procedures")
@@ -44,7 +44,7 @@ def is_memory_file(area: str, inner: str) -> bool:
 def secret_findings(area: str, inner: str, data: bytes) -> list[SecretFinding]:
     """What looks like a secret in a file's content: in the whole text, and in every front-matter field (a
     field finding reports the file line of its key; one already found in the text is not repeated)."""
-    from .secrets import SecretFinding, find_secrets, scan_fields  # ~90 ms of compiled rules: writes only
+    from ..rules.secrets import SecretFinding, find_secrets, scan_fields  # ~90 ms of compiled rules: writes only
 
     if b"\0" in data:
         return []  # binary: nothing to scan
@@ -94,6 +94,6 @@ def check_file(area: str, inner: str, data: bytes, *, secrets: bool = True) -> l
 
 def episode_secrets(fields: dict[str, Any]) -> list[SecretFinding]:
     """What looks like a secret in an episode: its text, source, kind, tags and every meta field and key."""
-    from .secrets import scan_fields
+    from ..rules.secrets import scan_fields
 
     return scan_fields(fields)

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import GitError, SyncConflict
+from ..rules.errors import GitError, SyncConflict
 from .gate import WriteGate
-from .gitstore import GitStore
-from .trust import Op
+from ..stores.gitstore import GitStore
+from ..rules.trust import Op
 
 #: How many times a push rejected because the remote moved is retried (each after a fresh pull).
 PUSH_ATTEMPTS = 3

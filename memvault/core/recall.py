@@ -14,13 +14,13 @@ Relevance decides what is a candidate; the other factors order comparable candid
   keyword coverage below ``min_coverage``) recall returns nothing and says why: "nothing known" is an answer.
 - importance, confidence: as stored. recency: ``0.5 ** (age / half_life)`` since the later of the last update
   and the last use. frequency: uses (a fact fetched by key, a procedure run, a ``used`` report) plus a small
-  share of being shown, decaying (see :mod:`memvault.state`).
+  share of being shown, decaying (see :mod:`memvault.stores.state`).
 - **stale** facts keep their place and carry ``stale`` with the reason; ``[facts] stale_penalty`` is taken off
   their score, so a fresh memory of equal relevance ranks first.
 - **runs**: a ``procedure_run`` episode is attached to its procedure: the procedure is the answer (at the best
   rank of itself and its runs) and carries its last runs; run logs are not separate hits.
 - **time**: "yesterday", "last week", "in November"... in the query (or ``since``/``until``) keep the episodes of
-  that window (see :mod:`memvault.timeq`).
+  that window (see :mod:`memvault.rules.timeq`).
 
 One pass: the index snapshot is taken once; the files of the hits about to be returned are stat'ed, and when one
 changed since it was indexed only that file is re-indexed and only the search is run again, once.
@@ -35,21 +35,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import timeq
-from .config import FACTORS, Config
-from .errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
+from ..rules import timeq
+from ..rules.config import FACTORS, Config
+from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, count_tokens  # noqa: F401 - count_tokens is part of recall's API
-from .index import KINDS, Index
-from .index.search import query_terms
-from .freshness import stale_doc_reason, text_hash
-from .timeutil import format_time, now, parse_time, parse_time_or_age
-from .trust import Policy
+from ..index import KINDS, Index
+from ..index.search import query_terms
+from ..rules.freshness import stale_doc_reason, text_hash
+from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
+from ..rules.trust import Policy
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .facts import FactStore
-    from .procedures import ProcedureStore
-    from .state import State
+    from ..models.engine import Engine
+    from ..stores.facts import FactStore
+    from ..stores.procedures import ProcedureStore
+    from ..stores.state import State
 
 MODES = ("hybrid", "keyword", "vector")
 FORMATS = ("text", "json", "prompt")

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from . import frontmatter_edit as fm
-from .errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
-from .fsutil import FileChange, entry_problem, read_inside
+from ..rules import frontmatter_edit as fm
+from ..rules.errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
+from ..rules.fsutil import FileChange, entry_problem, read_inside
 from .gitstore import GitStore, blob_id
-from .validation import Problem, validate_name
+from ..rules.validation import Problem, validate_name
 
 if TYPE_CHECKING:
     from .episodes import Episode

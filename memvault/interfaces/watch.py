@@ -30,12 +30,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import WatcherRunning, describe
-from .timeutil import format_time, now
+from ..rules.errors import WatcherRunning, describe
+from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
-    from .index import SyncReport
-    from .vault import Vault
+    from ..index import SyncReport
+    from ..core.vault import Vault
 
 #: Directories whose changes never concern the index: git's own files and memvault's local state (the index
 #: itself lives there, so watching it would make every sync trigger the next one).

@@ -3,7 +3,7 @@
 An agent that shells out ``memvault recall "..." --json`` pays for a new process every time, and importing
 torch and sentence-transformers alone costs about 5 s here. So the CLI asks a warm process for the query
 vector instead: the first call starts it (and waits for it once), later calls pay a process start and one
-socket round trip. The daemon runs the very same :class:`~memvault.embeddings.SentenceTransformerEmbedder` code
+socket round trip. The daemon runs the very same :class:`~memvault.models.embeddings.SentenceTransformerEmbedder` code
 as the in-process path, so vectors — and rankings — are identical.
 
 Safety: the socket lives in ``$XDG_RUNTIME_DIR/memvault`` (or ``/tmp/memvault-<uid>``), a directory that must
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import DaemonUnavailable, ModelUnavailable
+from ..rules.errors import DaemonUnavailable, ModelUnavailable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,7 +80,7 @@ def socket_path(model: str, query_prefix: str | None) -> Path:
 
 # ------------------------------------------------------------------------------------------------ client
 class RemoteEmbedder:
-    """An :class:`~memvault.embeddings.Embedder` whose model lives in the daemon."""
+    """An :class:`~memvault.models.embeddings.Embedder` whose model lives in the daemon."""
 
     def __init__(self, path: Path, timeout: float = 60.0) -> None:
         self.path = path
@@ -164,14 +164,14 @@ def connect(model: str, query_prefix: str | None, *, start: bool = True, idle: f
     with contextlib.suppress(FileNotFoundError):
         error_file.unlink()
     lock = path.with_suffix(".lock")
-    from .fsutil import locked
+    from ..rules.fsutil import locked
 
     with locked(lock):  # two cold CLIs at once start one daemon
         with contextlib.suppress(DaemonUnavailable):
             return RemoteEmbedder(path)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a stale socket of a dead daemon
-        args = [sys.executable, "-m", "memvault.daemon", "--model", model, "--idle", str(idle)]
+        args = [sys.executable, "-m", "memvault.models.daemon", "--model", model, "--idle", str(idle)]
         if query_prefix is not None:
             args += ["--query-prefix", query_prefix]
         subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -307,7 +307,7 @@ def _answer(embedder: Embedder, request: dict[str, Any]) -> tuple[dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m memvault.daemon", description="memvault's warm embedder")
+    parser = argparse.ArgumentParser(prog="python -m memvault.models.daemon", description="memvault's warm embedder")
     parser.add_argument("--model", required=True)
     parser.add_argument("--query-prefix", default=None)
     parser.add_argument("--idle", type=float, default=DEFAULT_IDLE, help="exit after this many idle seconds")

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .errors import SearchIndexError
-from .migrations import migrate
-from .timeutil import format_time, now
+from ..rules.errors import SearchIndexError
+from ..rules.migrations import migrate
+from ..rules.timeutil import format_time, now
 
 MIGRATIONS = [
     (

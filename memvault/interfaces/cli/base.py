@@ -1,0 +1,128 @@
+"""The ``memvault`` command: a thin layer over :class:`memvault.Vault`.
+
+Each command parses its flags, gets the vault from the context, calls one library method and returns what to
+print (:class:`Out`: the JSON data and the lines for people); the ``--json`` switch is handled once, by
+:func:`output`. Every exception becomes one line on stderr and an exit code in :class:`Group`, through
+:func:`memvault.rules.errors.describe`, the mapping the MCP server and the git hooks use too.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ...core.vault import Vault
+from ...rules.errors import InvalidValue, MemvaultError, describe
+
+
+class Context:
+    """Resolves the vault once, on first use (``init`` needs none). ``options`` go to :class:`Vault` (tests pass
+    an ``embedder_factory``); commands that may load a model show its progress on a terminal."""
+
+    def __init__(self, vault_path: str | None = None, **options: Any) -> None:
+        self.vault_path = vault_path
+        self.options = options
+        self._vault: Vault | None = None
+
+    @property
+    def vault(self) -> Vault:
+        if self._vault is None:
+            from ...models.engine import terminal_status
+
+            self._vault = Vault.open(self.vault_path, **{"status": terminal_status, **self.options})
+        return self._vault
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+@dataclass
+class Out:
+    """What a command prints: ``data`` for ``--json``, ``lines`` for people, ``notes`` on stderr either way."""
+
+    data: Any
+    lines: Iterable[str] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
+    """Adds ``--json`` to a command that returns :class:`Out`, and prints it one way or the other."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+    @functools.wraps(fn)
+    def command(*args: Any, as_json: bool, **kwargs: Any) -> None:
+        result = fn(*args, **kwargs)
+        if result is None:
+            return
+        for note in result.notes:
+            click.echo(f"memvault: warning: {note}", err=True)
+        if as_json:
+            click.echo(json.dumps(result.data, ensure_ascii=False, indent=2))
+        else:
+            for line in result.lines:
+                click.echo(line)
+
+    return command
+
+
+def read_text_arg(text: str | None, what: str) -> str:
+    """TEXT, or stdin when TEXT is '-' or missing and stdin is not a terminal; stdin must be UTF-8."""
+    if text is None or text == "-":
+        if text is None and sys.stdin.isatty():
+            raise click.UsageError(f"give the {what} as an argument, or '-' to read it from stdin")
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidValue("stdin", f"the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return text
+
+
+class Failure(click.ClickException):
+    """An error on its way out: one line on stderr, and its exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"memvault: error: {self.message}", err=True)
+
+
+class Group(click.Group):
+    """Turns every exception into a :class:`Failure` (via :func:`memvault.rules.errors.describe`): the one place
+    where errors become exits. ``MEMVAULT_DEBUG=1`` lets a bug's traceback through."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the funnel
+            if os.environ.get("MEMVAULT_DEBUG") and not isinstance(exc, MemvaultError):
+                raise
+            message, code = describe(exc)
+            raise Failure(message, code) from None
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--vault", "vault_path", metavar="PATH", envvar="MEMVAULT_DIR", show_envvar=True,
+              help="The vault directory. Default: the nearest parent of the current directory holding memvault.toml.")
+@click.version_option(package_name="memvault")
+@click.pass_context
+def cli(ctx: click.Context, vault_path: str | None) -> None:
+    """memvault: a file-first memory vault for AI agents.
+
+    Facts (keyed markdown files), procedures (whole runbooks) and episodes (append-only JSONL) in a git
+    repository that people can read, correct and audit.
+    """
+    if not isinstance(ctx.obj, Context):
+        ctx.obj = Context()
+    ctx.obj.vault_path = vault_path
+

@@ -1,0 +1,103 @@
+"""Commands that keep the vault live and connected: watch, hooks, sync, mcp."""
+from __future__ import annotations
+
+import click
+
+from .base import Out, cli, output, pass_ctx
+
+
+# -- watch and git hooks -----------------------------------------------------------------------------------
+@cli.command()
+@click.option("--debounce", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="S",
+              help="Seconds of quiet after a change before the index is synced.")
+@pass_ctx
+def watch(ctx, debounce):
+    """Keep the index in step with edits made outside memvault (an editor, git checkout, rm) until stopped.
+
+    Changes are batched: one sync after S seconds of quiet (at most 10 s into a continuous storm of changes),
+    and a cheap rescan every minute catches anything missed. Logs one line per batch on stderr. One watcher
+    per vault; stop it with Ctrl-C or SIGTERM.
+    """
+    from ..watch import serve
+
+    serve(ctx.vault, debounce=debounce)
+
+
+@cli.group()
+def hooks() -> None:
+    """Git hooks for the vault's repository."""
+
+
+@hooks.command("install")
+@pass_ctx
+def hooks_install(ctx):
+    """Install memvault's git hooks (idempotent; core.hooksPath respected).
+
+    pre-commit refuses a commit whose staged facts, inbox proposals or procedures have a bad key or name, front
+    matter that does not parse, or a secret; post-commit, post-merge, post-checkout and post-rewrite start a
+    reindex in the background (one at a time: later ones coalesce). A hook already there is kept as
+    <name>.memvault-chained and run first.
+    """
+    from ..githooks import install
+
+    for action in install(ctx.vault.root):
+        click.echo(action)
+
+
+@hooks.command("uninstall")
+@pass_ctx
+def hooks_uninstall(ctx):
+    """Remove memvault's git hooks and restore the hooks they chained."""
+    from ..githooks import uninstall
+
+    for action in uninstall(ctx.vault.root):
+        click.echo(action)
+
+
+# -- several hosts, agents ----------------------------------------------------------------------------------
+@cli.command("sync")
+@click.option("--remote", metavar="NAME", help="The git remote. Default: the current branch's upstream, else origin.")
+@click.option("--source", "-s", help="Who syncs (must be trusted). Default: $MEMVAULT_SOURCE, else user:$USER.")
+@output
+@pass_ctx
+def sync_cmd(ctx, remote, source):
+    """Share the vault with other hosts through its git remote: commit the vault's pending changes, pull the
+    remote's with a rebase, reindex what changed, and push.
+
+    Never force-pushes. When the same fact changed here and on the remote it stops, keeps your version in
+    place (recall goes on serving it) and names the keys to resolve.
+    """
+    result = ctx.vault.sync(remote=remote, source=source)
+    where = f"{result.remote}/{result.branch}"
+    lines = [f"committed local changes in {result.committed[:12]}"] if result.committed else []
+    lines.append(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
+    lines += [f"    {path}" for path in result.pulled]
+    lines.append(f"pushed to {where}" if result.pushed else f"{where} already up to date")
+    return Out(result.to_dict(), lines, notes=result.warnings)
+
+
+@cli.command("mcp")
+@click.option("--source", "-s", metavar="KIND:NAME",
+              help="Who writes, stamped on every write (e.g. agent:deployer). Default: agent:mcp (never the "
+                   "environment: a model is not the person who started the server).")
+@click.option("--http", metavar="HOST:PORT",
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs a token.")
+@click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Read the bearer token every HTTP request must carry from FILE (or set MEMVAULT_MCP_TOKEN).")
+@click.option("--token", hidden=True, help="Deprecated: visible to every user in ps; use --token-file.")
+@click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")
+@pass_ctx
+def mcp_command(ctx, source, http, token_file, token, allow_run):
+    """Serve the vault to agents over MCP: stdio by default, or streamable HTTP with --http.
+
+    Tools: recall, get_fact, set_fact, list_facts, log_episode, list_episodes, get_procedure, list_procedures,
+    used (+ run_procedure with --allow-run). Every write is recorded under --source, never a source the model
+    names, and goes through the same trust rules as the CLI.
+    """
+    from ..mcp import read_token, serve  # lazy: mcp is a heavy import
+
+    if token is not None:
+        click.echo("memvault: warning: --token is visible to other users in the process list; use --token-file "
+                   "or MEMVAULT_MCP_TOKEN", err=True)
+    serve(ctx.vault, source=source, allow_run=allow_run, http=http,
+          token=token if token is not None else read_token(token_file))

@@ -1,0 +1,312 @@
+"""Commands on the three kinds of memory: init, fact, proc, episode."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ...core.vault import Vault
+from ...rules.errors import InvalidValue, describe
+from ...rules.timeutil import parse_time, parse_time_or_age
+from .base import Out, cli, output, pass_ctx, read_text_arg
+
+
+# -- init ----------------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option("--track-episodes", is_flag=True, help="Commit episodes to git too (default: git-ignored).")
+def init(directory: str, track_episodes: bool) -> None:
+    """Create a vault in DIRECTORY (default: here), with git init when it is not in a git work tree.
+
+    Idempotent: existing files are never overwritten.
+    """
+    vault = Vault.init(Path(directory), track_episodes=track_episodes)
+    click.echo(f"vault ready at {vault.root}")
+
+
+# -- facts ---------------------------------------------------------------------------------------------------
+@cli.group()
+def fact() -> None:
+    """Facts: small keyed memories, one markdown file each under facts/."""
+
+
+def fact_lines(d: dict[str, Any]) -> list[str]:
+    head = [d["key"]]
+    if d["category"]:
+        head.append(f"[{d['category']}]")
+    head += [f"importance {d['importance']:g}", f"confidence {d['confidence']:g}"]
+    if d["source"]:
+        head.append(f"source {d['source']}")
+    meta = [f"updated {d['updated']}"]
+    if d["tags"]:
+        meta.append("tags " + ", ".join(d["tags"]))
+    if d["valid_until"]:
+        meta.append(f"valid until {d['valid_until']}")
+    return ["  ".join(head), "  ".join(meta), "", d["text"]]
+
+
+def similar_notes(similar: list[dict[str, Any]]) -> list[str]:
+    notes = []
+    for m in similar:
+        if m["kind"] == "conflict":
+            notes.append(f"conflicts with {m['key']}: same subject, different values ({', '.join(m['differing'])}); "
+                         "both kept, resolve by hand")
+        else:
+            notes.append(f"near-duplicate of {m['key']} (keyword Jaccard {m['jaccard']:.2f}); "
+                         "'memvault dedup --apply' merges duplicates")
+    return notes
+
+
+@fact.command("set")
+@click.argument("key")
+@click.argument("text", required=False)
+@click.option("--category", "-c", help="Category, e.g. database.")
+@click.option("--importance", type=float, help="0..1 (default 0.5).")
+@click.option("--confidence", type=float, help="0..1 (default from the source: user 1.0, agent 0.7, other 0.5).")
+@click.option("--source", "-s", help="Who states it, <kind>:<name>. Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several). Replaces the fact's tags.")
+@click.option("--valid-until", help="Date after which the fact no longer holds (YYYY-MM-DD).")
+@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret (trusted sources).")
+@output
+@pass_ctx
+def fact_set(ctx, key, text, category, importance, confidence, source, tags, valid_until, allow_secret):
+    """Create or replace fact KEY with TEXT ('-' or no TEXT: read stdin). Commits the change.
+
+    A source outside [trust] trusted writes a proposal to inbox/ instead (see 'memvault inbox'). Near-duplicates
+    and conflicting facts (same words, different numbers) are reported on stderr.
+    """
+    text = read_text_arg(text, "fact text")
+    f = ctx.vault.facts.set(key, text, category=category, importance=importance, confidence=confidence,
+                            source=source, tags=list(tags) if tags else None, valid_until=valid_until,
+                            allow_secret=allow_secret)
+    data = {**f.to_dict(ctx.vault.root), "quarantined": f.quarantined, "similar": f.similar, "warnings": f.warnings}
+    rel = f.path.relative_to(ctx.vault.root)
+    line = (f"proposed {f.key} in {rel}: {f.source} is not a trusted source; a person runs 'memvault accept {f.key}' "
+            "to promote it") if f.quarantined else f"set {f.key} ({rel})"
+    return Out(data, [line], notes=similar_notes(f.similar) + f.warnings)
+
+
+@fact.command("get")
+@click.argument("key")
+@output
+@pass_ctx
+def fact_get(ctx, key):
+    """Print fact KEY (counted as a use of it: what recall's frequency factor counts)."""
+    f = ctx.vault.fetch_fact(key)
+    d = f.to_dict(ctx.vault.root)
+    return Out(d, fact_lines(d), notes=f.warnings)
+
+
+@fact.command("list")
+@click.option("--category", "-c", help="Only facts of this category.")
+@click.option("--tag", "-t", help="Only facts with this tag.")
+@output
+@pass_ctx
+def fact_list(ctx, category, tag):
+    """List facts. Files that cannot be read are reported on stderr; the rest are listed."""
+    problems: list = []
+    facts = ctx.vault.facts.list(category=category, tag=tag, problems=problems)
+    width = max((len(f.key) for f in facts), default=0)
+    lines = []
+    for f in facts:
+        first = f.text.splitlines()[0] if f.text else ""
+        lines.append(f"{f.key:<{width}}  {f.importance:.2f}  {first[:77] + '...' if len(first) > 80 else first}")
+    return Out([f.to_dict(ctx.vault.root) for f in facts], lines, notes=[str(p) for p in problems])
+
+
+@fact.command("rm")
+@click.argument("key")
+@click.option("--source", "-s", help="Who removes it (recorded in the commit).")
+@pass_ctx
+def fact_rm(ctx, key, source):
+    """Remove fact KEY and commit the removal (git keeps its history)."""
+    ctx.vault.facts.delete(key, source=source)
+    click.echo(f"removed {key}")
+
+
+@fact.command("history")
+@click.argument("key")
+@output
+@pass_ctx
+def fact_history(ctx, key):
+    """The fact's git log with diffs, newest first."""
+    entries = ctx.vault.facts.history(key)
+    lines = []
+    for e in entries:
+        lines += [f"commit {e.commit}", f"Author: {e.author}", f"Date:   {e.date}", ""]
+        lines += [f"    {line}" for line in e.message.splitlines()]
+        if e.diff:
+            lines += ["", e.diff]
+        lines.append("")
+    return Out([e.__dict__ for e in entries], lines, notes=[] if entries else [f"{key}: no history in git"])
+
+
+@fact.command("edit")
+@click.argument("key")
+@click.option("--source", "-s", help="Who edits it (recorded in the commit).")
+@pass_ctx
+def fact_edit(ctx, key, source):
+    """Open $VISUAL/$EDITOR on fact KEY; validate, then commit. The file is untouched until the edit is valid."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    fd, tmp = tempfile.mkstemp(prefix=key.replace("/", "_") + ".", suffix=".md")
+    os.close(fd)
+    keep = False
+
+    def run_editor(text: str) -> str:
+        Path(tmp).write_text(text, encoding="utf-8")
+        if subprocess.run([*shlex.split(editor), tmp]).returncode != 0:
+            raise InvalidValue("EDITOR", f"{editor} failed; nothing changed")
+        return Path(tmp).read_text(encoding="utf-8")
+
+    def again(error: Exception) -> bool:
+        nonlocal keep
+        click.echo(f"memvault: {describe(error)[0]}", err=True)
+        if sys.stdin.isatty() and click.confirm("Edit again?", default=True):
+            return True
+        keep = True
+        click.echo(f"memvault: your edit is kept in {tmp}", err=True)
+        return False
+
+    try:
+        f = ctx.vault.facts.edit(key, run_editor, again=again, source=source)
+        click.echo("no change" if f is None else f"saved {f.key}")
+    finally:
+        if not keep:
+            os.unlink(tmp)
+
+
+# -- procedures ----------------------------------------------------------------------------------------------
+@cli.group()
+def proc() -> None:
+    """Procedures: whole runbooks and scripts under procedures/, always with their git version."""
+
+
+@proc.command("add")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace an existing procedure of that name.")
+@click.option("--source", "-s", help="Who adds it (recorded in the commit).")
+@click.option("--allow-secret", is_flag=True, help="Store it even if it looks like it holds a secret.")
+@pass_ctx
+def proc_add(ctx, name, file, force, source, allow_secret):
+    """Copy FILE in as procedure NAME and commit it."""
+    p = ctx.vault.procedures.add(name, Path(file), force=force, source=source, allow_secret=allow_secret)
+    click.echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
+
+
+@proc.command("list")
+@output
+@pass_ctx
+def proc_list(ctx):
+    """List procedures."""
+    problems: list = []
+    procs = ctx.vault.procedures.list(problems)
+    width = max((len(p.name) for p in procs), default=0)
+    lines = [f"{p.name:<{width}}  {p.description or ''}{' (dirty)' if p.dirty else ''}" for p in procs]
+    return Out([p.to_dict(ctx.vault.root) for p in procs], lines, notes=[str(p) for p in problems])
+
+
+@proc.command("show")
+@click.argument("name")
+@output
+@pass_ctx
+def proc_show(ctx, name):
+    """Print procedure NAME whole, with the commit that last changed it and the blob id of these bytes."""
+    p = ctx.vault.procedures.get(name)
+    notes = []
+    if p.dirty:
+        notes.append("the working copy differs from the last commit: this text is not what git recorded")
+    click.echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
+    click.echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
+    return Out(p.to_dict(ctx.vault.root), [p.text[:-1] if p.text.endswith("\n") else p.text], notes=notes)
+
+
+@proc.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--allow-dirty", is_flag=True, help="Run a file with uncommitted changes (recorded as dirty).")
+@click.option("--source", "-s", help="Who runs it (recorded in the episode).")
+@pass_ctx
+def proc_run(ctx, name, args, allow_dirty, source):
+    """Run procedure NAME with ARGS (after --), streaming its output, and record the run as an episode.
+
+    Exits with the procedure's exit code.
+    """
+    result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
+    click.echo(
+        f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
+        f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms", err=True)
+    if result.exit_code != 0:
+        sys.exit(result.exit_code if 0 < result.exit_code < 256 else 1)
+
+
+# -- episodes ------------------------------------------------------------------------------------------------
+@cli.group()
+def episode() -> None:
+    """Episodes: what happened, append-only JSONL under episodes/."""
+
+
+@episode.command("add")
+@click.argument("text", required=False)
+@click.option("--source", "-s", help="Who reports it, <kind>:<name>. Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--kind", "-k", default="raw", show_default=True, help="raw, summary, procedure_run or another word.")
+@click.option("--at", "at", help="When it happened (RFC 3339); default now.")
+@click.option("--tag", "-t", "tags", multiple=True, help="A tag (repeat for several).")
+@click.option("--meta", help="A JSON object of extra fields.")
+@click.option("--allow-secret", is_flag=True, help="Store text even if it looks like a secret (trusted sources).")
+@click.option("--json", "as_json", is_flag=True, help="Print the episode as its JSON line.")
+@pass_ctx
+def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
+    """Append an episode with TEXT ('-' or no TEXT: read stdin)."""
+    text = read_text_arg(text, "episode text")
+    meta_obj = None
+    if meta is not None:
+        try:
+            meta_obj = json.loads(meta, parse_constant=_no_constant)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--meta") from None
+        if not isinstance(meta_obj, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--meta")
+    e = ctx.vault.episodes.append(text, source=source, kind=kind, at=parse_time(at, "--at") if at else None,
+                                  tags=list(tags), meta=meta_obj, allow_secret=allow_secret)
+    for warning in e.warnings:
+        click.echo(f"memvault: warning: {warning}", err=True)
+    if as_json:
+        click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
+    else:
+        click.echo(f"added {e.id} to {e.path.relative_to(ctx.vault.root)}")
+
+
+def _no_constant(name: str) -> Any:
+    raise click.BadParameter(f"{name} is not standard JSON (use null or a string)", param_hint="--meta")
+
+
+@episode.command("list")
+@click.option("--since", help="From this time, or this long ago (30d, 12h, 2w).")
+@click.option("--until", help="Up to this time, or this long ago.")
+@click.option("--source", "-s", help="Only this source (a trailing * matches a prefix: web:*).")
+@click.option("--kind", "-k", help="Only this kind.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="Only the newest N.")
+@click.option("--json", "as_json", is_flag=True, help="Print each episode as its JSON line, as stored (JSONL).")
+@pass_ctx
+def episode_list(ctx, since, until, source, kind, limit, as_json):
+    """List episodes, oldest first. Unreadable lines are reported on stderr with file and line."""
+    problems: list = []
+    items = ctx.vault.episodes.list(
+        since=parse_time_or_age(since, "--since") if since else None,
+        until=parse_time_or_age(until, "--until") if until else None,
+        source=source, kind=kind, limit=limit, problems=problems)
+    for e in items:  # streamed line by line: JSONL for agents, one line each for people
+        if as_json:
+            click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
+        else:
+            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+    for problem in problems:
+        click.echo(f"memvault: warning: {problem}", err=True)

@@ -1,0 +1,163 @@
+"""Commands that keep memory healthy: prune, purge, inbox, accept, reject, stale, verify, dedup, expire, ingest."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .base import Out, cli, output, pass_ctx
+
+
+# -- lifecycle and trust ------------------------------------------------------------------------------------
+def rewrite_lines(report: Any, root: Path, verb: str) -> list[str]:
+    lines = [] if report.kinds else ["no episodes"]
+    for kind, n in sorted(report.kinds.items()):
+        lines.append(f"{kind:<14} kept {n['kept']:>6}  {verb} {n['removed']:>6}  bytes freed {n['bytes_freed']:>9}")
+    lines += [f"deleted {path.relative_to(root)} (empty)" for path in report.files_deleted]
+    return lines
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@output
+@pass_ctx
+def prune(ctx, dry_run):
+    """Remove episodes older than [retention] allows for their kind (raw 30d, summary 365d, procedure_run 90d
+    by default), and their index rows. Prints lines kept and removed and bytes freed per kind."""
+    report = ctx.vault.prune(dry_run=dry_run)
+    notes = [f"{report.unreadable} unreadable lines kept (see 'memvault episode list')"] if report.unreadable else []
+    return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)},
+               rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"), notes=notes)
+
+
+@cli.command()
+@click.option("--source", "-s", "pattern", required=True,
+              help="The source to purge: exact, or a prefix ending in * (web:*).")
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@output
+@pass_ctx
+def purge(ctx, pattern, dry_run):
+    """Remove every episode, fact and proposal whose source matches, and their index rows, all or nothing, in one
+    commit naming the source. For the day a source is found to have written poison into memory."""
+    report = ctx.vault.purge(pattern, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
+    lines += [f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}" for e in report.episodes.removed]
+    lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
+                 + (f" in commit {report.commit[:12]}" if report.commit else ""))
+    return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines)
+
+
+@cli.command()
+@output
+@pass_ctx
+def inbox(ctx):
+    """Facts proposed by untrusted sources, waiting for 'memvault accept' or 'memvault reject'."""
+    problems: list = []
+    proposals = ctx.vault.facts.proposals(problems)
+    lines = [] if proposals else ["inbox empty"]
+    for f, exists in proposals:
+        lines += [f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'})", f"    {f.text}"]
+    data = [{**f.to_dict(ctx.vault.root), "changes_existing": exists} for f, exists in proposals]
+    return Out(data, lines, notes=[str(p) for p in problems])
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--source", "-s", help="Who accepts it (must be trusted).")
+@pass_ctx
+def accept(ctx, key, source):
+    """Promote the proposal inbox/KEY.md to facts/KEY.md (one commit)."""
+    f = ctx.vault.facts.accept(key, source=source)
+    click.echo(f"accepted {f.key} (from {f.source})")
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--source", "-s", help="Who rejects it (must be trusted).")
+@pass_ctx
+def reject(ctx, key, source):
+    """Drop the proposal inbox/KEY.md."""
+    f = ctx.vault.facts.reject(key, source=source)
+    click.echo(f"rejected {key} (from {f.source})")
+
+
+@cli.command()
+@output
+@pass_ctx
+def stale(ctx):
+    """Facts past valid_until, or not updated for longer than review_after, with the reason and the date of
+    their last commit. Recall marks them stale; among equally relevant memories a fresh one wins."""
+    items = ctx.vault.stale()
+    lines = [] if items else ["no stale facts"]
+    for item in items:
+        last = item["last_commit"]
+        when = f"last commit {last['date'][:10]} {last['commit'][:12]}" if last else "never committed"
+        lines.append(f"{item['key']}: {item['reason']}; {when}")
+    return Out(items, lines)
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--source", "-s", help="Who verifies it.")
+@pass_ctx
+def verify(ctx, key, source):
+    """Confirm fact KEY still holds: bump its updated time and commit, clearing review staleness."""
+    f = ctx.vault.verify(key, source=source)
+    click.echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
+
+
+@cli.command()
+@click.option("--apply", is_flag=True, help="Merge each duplicate group into one fact, in one commit.")
+@output
+@pass_ctx
+def dedup(ctx, apply):
+    """Near-duplicate groups and conflicts over the whole vault (keyword Jaccard >= 0.60 with 3+ shared
+    keywords; numbers, IPs, ports, dates and versions must agree, else it is a conflict, never merged)."""
+    report = ctx.vault.dedup(apply=apply)
+    lines = ["duplicates: " + ", ".join(group) for group in report.groups]
+    lines += [f"conflict: {c['a']} vs {c['b']} (values {', '.join(c['differing'])})" for c in report.conflicts]
+    lines += [f"merged {', '.join(m['merged'])} into {m['into']}" for m in report.merged]
+    if not report.groups and not report.conflicts:
+        lines.append("no duplicates or conflicts")
+    elif report.groups and not apply:
+        lines.append("run 'memvault dedup --apply' to merge the duplicate groups (conflicts are never merged)")
+    return Out(report.to_dict(), lines)
+
+
+@cli.command()
+@click.option("--apply", is_flag=True, help="Remove the candidates in one commit.")
+@output
+@pass_ctx
+def expire(ctx, apply):
+    """Facts below [facts] expire_importance (0.1) that nobody used or recalled for expire_after (120d)."""
+    result = ctx.vault.expire(apply=apply)
+    lines = [] if result["candidates"] else ["nothing to expire"]
+    for c in result["candidates"]:
+        lines.append(f"{'removed' if result['commit'] else 'candidate'} {c['key']} (importance {c['importance']:g}, "
+                     f"{c['last_used'] or 'never used'})")
+    if result["candidates"] and not apply:
+        lines.append("run 'memvault expire --apply' to remove them")
+    return Out(result, lines)
+
+
+@cli.command()
+@click.argument("file", type=click.File("rb"))
+@click.option("--source", "-s", help="Who is ingesting (the only authority; a candidate's own \"source\" is kept as "
+                                     "claimed_source). Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--allow-secret", is_flag=True, help="Do not refuse candidates that look like secrets (trusted).")
+@output
+@pass_ctx
+def ingest(ctx, file, source, allow_secret):
+    """Read JSONL candidates ({"type": "fact"|"episode", "text": ..., ...}) from FILE ('-' for stdin), as an
+    extractor or LLM step produces them, through trust, secrets and dedup."""
+    report = ctx.vault.ingest(file, source=source, name=getattr(file, "name", "-"), allow_secret=allow_secret)
+    data = report.to_dict()
+    lines = ["  ".join(f"{k} {len(v)}" for k, v in data.items())]
+    for k, items in data.items():
+        for item in items:
+            detail = item.get("reason") or item.get("key") or item.get("into") or item.get("episode") or ""
+            extra = f" (conflicts with {item['with']}: {', '.join(item['differing'])})" if "with" in item else ""
+            lines.append(f"  {k}: {item['line']} {detail}{extra}")
+    return Out(data, lines)
