@@ -183,7 +183,7 @@ def vectors_part(index, n, x, kinds, queries, args, entry) -> None:
 
     # -- phase 2 from the warm cache ---------------------------------------------------------------------------
     refusing = RefusingEmbedder()
-    pg.BUILD_MEMORY = args.build_memory
+    pg.vectors.BUILD_MEMORY = args.build_memory
     marks: dict[str, float] = {}
     t0 = time.perf_counter()
 
@@ -214,9 +214,9 @@ def vectors_part(index, n, x, kinds, queries, args, entry) -> None:
     truth = exact_topk(x, queries)
     facts = np.nonzero(kinds == 0)[0]
     truth_f = exact_topk(x, queries, rows=facts)
-    default_ef = pg.EF_SEARCH
+    default_ef = pg.connection.EF_SEARCH
     for ef in [int(e) for e in args.ef.split(",")] if args.ef else [default_ef]:
-        pg.EF_SEARCH = ef
+        pg.connection.EF_SEARCH = ef
         index.close()  # the next call reconnects, with this hnsw.ef_search
         for label, kinds_asked, gt in (("all", list(KINDS), truth), ("facts", ["fact"], truth_f)):
             index.search_vectors(queries[0], kinds_asked, 10)  # warm
@@ -231,7 +231,7 @@ def vectors_part(index, n, x, kinds, queries, args, entry) -> None:
                                                 "p95_ms": round(pct(times, 95), 2), "recall@10": round(rec, 3)}
             print(f"# {n}: search_vectors {label} ef_search {ef}: p50 {pct(times, 50):.2f} ms, "
                   f"p95 {pct(times, 95):.2f} ms, recall@10 {rec:.3f}, load {load()}", flush=True)
-    pg.EF_SEARCH = default_ef
+    pg.connection.EF_SEARCH = default_ef
     index.close()
     entry["vector_plan"] = index.explain("search_vectors", queries[0], ["fact"], 10)
     print("# plan (unforced):", " | ".join(ln.strip() for ln in entry["vector_plan"].splitlines()), flush=True)
@@ -248,7 +248,7 @@ def keywords_part(index, n, texts_sample, kinds, args, entry) -> None:
     exact_top: dict[str, list[int]] = {}
     entry["keywords"] = []
     for budget in reversed(budgets):  # "all" first: the reference ranking
-        pg.CANDIDATE_BUDGET = budget
+        pg.keywords.CANDIDATE_BUDGET = budget
         name = "all" if budget == sys.maxsize else str(budget)
         for label, qs in sets.items():
             if budget == sys.maxsize and label == "common" and n > args.all_max:
@@ -274,7 +274,7 @@ def keywords_part(index, n, texts_sample, kinds, args, entry) -> None:
             print(f"# {n}: search_keywords budget {name:>6} {label:7}: p50 {row['p50_ms']:.1f} ms, "
                   f"p95 {row['p95_ms']:.1f} ms, overlap {row['overlap@10_vs_all']}, "
                   f"candidates({qs[0]!r}) {row['candidates_first_query']}, load {load()}", flush=True)
-    pg.CANDIDATE_BUDGET = args.default_budget
+    pg.keywords.CANDIDATE_BUDGET = args.default_budget
     for method, qs in (("search_phrases", COMMON + natural[:20]), ("search_exact", COMMON + natural[:20])):
         times = []
         for query in qs:

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from fake_embedder import FakeEmbedder
-from memvault.rules.errors import SearchIndexError
+from memvault.rules.errors import InvalidValue, SearchIndexError
 from memvault.index.documents import KINDS, Doc
+from memvault.index.search import DOC_FIELDS
 from memvault.index.update import mean_vector, vector_blob, with_context
 from pgserver import pg_server  # noqa: F401
 
@@ -263,7 +264,7 @@ def test_apply_embed_and_every_search_round_trip(ix, url):
                    "confidence": 0.9, "source": "user:ops", "created": "2026-11-20T10:00:00Z",
                    "updated": "2026-11-20T10:00:00Z", "chunk": 0, "valid_until": "2027-03-01",
                    "review_after": None, "ekind": None, "ref": None, "doc": doc["doc"]}
-    assert list(doc) == list(pg.DOC_FIELDS)
+    assert list(doc) == list(DOC_FIELDS)
     runs = ix.runs_of(["restart-pgbouncer", "unknown"])
     assert runs == {"restart-pgbouncer": [{"id": "01JEP0000000000000000000A2", "created": "2026-11-22T09:00:00Z",
                                            "text": "Ran restart-pgbouncer on db1.", "path": "episodes/2026-11.jsonl",
@@ -408,7 +409,7 @@ def test_duplicate_ids_and_docs_outside_the_paths(ix):
     docs = corpus()
     report = ix.apply(docs[:1] + docs[:1], {docs[0].path: "b"}, head=None)
     assert report.docs_added == 1 and "duplicate fact id 'db/primary'" in report.problems[0]
-    with pytest.raises(pg.InvalidValue, match="facts/web/lb.md .* is not among the paths applied"):
+    with pytest.raises(InvalidValue, match="facts/web/lb.md .* is not among the paths applied"):
         ix.apply(docs[:2], {docs[0].path: "b"}, head=None)
 
 
@@ -503,7 +504,7 @@ def test_the_cache_alone_get_put_in_one_round_trip_keyed_without_query_prefix(ur
     prefixed = FakeEmbedder(32, query_prefix="query: ")  # same document vectors
     assert cache.get(prefixed.identity, texts[:3]) == {t: v for t, v in zip(texts[:3], vectors[:3])}
     assert cache.get(FakeEmbedder(32, revision="2").identity, texts[:3]) == {}
-    with pytest.raises(pg.InvalidValue):
+    with pytest.raises(InvalidValue):
         cache.put(fake.identity, [("short", bytes(8))])
 
 
@@ -613,8 +614,8 @@ class SlowEmbedder(FakeEmbedder):
 
 
 def test_a_model_switch_while_writers_apply_leaves_one_consistent_index(url, opened, monkeypatch):
-    monkeypatch.setattr(pg, "FETCH_BATCH", 64)  # many batches: writers interleave with the build
-    monkeypatch.setattr(pg, "EMBED_GROUP", 16)
+    monkeypatch.setattr(pg.vectors, "FETCH_BATCH", 64)  # many batches: writers interleave with the build
+    monkeypatch.setattr(pg.vectors, "EMBED_GROUP", 16)
     index = opened(pg.SharedIndex(url, "team"))
     index.ensure()
     old = FakeEmbedder(32)
@@ -723,8 +724,8 @@ def actual_rows(plan: str, node: str) -> int:
 
 
 def test_common_words_do_not_rank_every_matching_chunk(ix, monkeypatch):
-    monkeypatch.setattr(pg, "CANDIDATE_BUDGET", 10)
-    monkeypatch.setattr(pg, "SCAN_CAP", 15)
+    monkeypatch.setattr(pg.keywords, "CANDIDATE_BUDGET", 10)
+    monkeypatch.setattr(pg.keywords, "SCAN_CAP", 15)
     docs = [fact(f"hosts/h{i:03d}", f"Host h{i} listens on port {8000 + i} and serves the api.") for i in range(200)]
     # Same length each (BM25 normalises by length): only b2 also holds the common words.
     docs += [fact(f"bouncers/b{i}", f"Service b{i} runs pgbouncer on " + ("host b2, port 6432." if i == 2 else

@@ -257,6 +257,33 @@ class LimitsSettings:
     procedure_bytes: int = setting("1MiB", "largest procedure file", _size)
 
 
+#: Connection parameters whose value is a secret (libpq's names; ``sslpassword`` unlocks the client key).
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
+def url_passwords(url: str) -> set[str]:
+    """Every password a PostgreSQL URL carries, as written and as libpq reads it (percent-decoded): in the user
+    part (``user:pw@``), in a query parameter whose *decoded* name is a password (``?pass%77ord=``), and in a
+    database name that is itself a connection string. Empty when there is none."""
+    from urllib.parse import unquote, urlsplit
+
+    found: set[str] = set()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return found
+    if parts.password:
+        found |= {parts.password, unquote(parts.password)}
+    pairs = [p.split("=", 1) for p in parts.query.split("&") if "=" in p]
+    dbname = unquote(parts.path.lstrip("/"))
+    if "=" in dbname:  # libpq reads a database name holding '=' as a connection string of its own
+        pairs += [p.split("=", 1) for p in dbname.split() if "=" in p]
+    for key, value in pairs:
+        if unquote(key).strip().lower() in _SECRET_PARAMS and value:
+            found |= {value, unquote(value)}
+    return {s for s in found if s}
+
+
 def _url(value: Any, name: str) -> str | None:
     """A PostgreSQL URL without a password: the vault is a git repository that gets pushed."""
     from urllib.parse import urlsplit
@@ -270,7 +297,7 @@ def _url(value: Any, name: str) -> str | None:
         raise _invalid(f"must be a URL like postgresql://memvault@db.internal/memvault, not {url!r}") from None
     if parts.scheme not in ("postgres", "postgresql"):
         raise _invalid(f"must be a postgresql:// URL, not {parts.scheme or url!r}")
-    if parts.password or "password=" in parts.query.lower():
+    if url_passwords(url):
         raise _invalid("holds a password: keep passwords out of the vault (it is pushed); use ~/.pgpass, PGPASSWORD "
                        "or MEMVAULT_INDEX_URL")
     return url

@@ -85,3 +85,16 @@ def parse_date(value: object, name: str = "date") -> date:
             except InvalidValue:
                 pass
     raise InvalidValue(name, f"not a date (YYYY-MM-DD): {value!r}")
+
+
+def decayed(value: float, since: float | None, at: float, half_life: float) -> float:
+    """A counter worth ``value`` at the Unix time ``since``, halved every ``half_life`` seconds until ``at``
+    (0 when it was never set): how usage counts age, in the local state and in a team's shared one alike."""
+    if since is None or value <= 0:
+        return 0.0
+    return value * 0.5 ** (max(0.0, at - since) / half_life)
+
+
+def from_timestamp(value: float | None) -> datetime | None:
+    """A stored Unix time as an aware UTC datetime (None stays None)."""
+    return None if value is None else datetime.fromtimestamp(float(value), timezone.utc)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..rules.errors import SearchIndexError
 from ..rules.migrations import migrate
-from ..rules.timeutil import format_time, now
+from ..rules.timeutil import decayed, format_time, from_timestamp, now
 
 MIGRATIONS = [
     (
@@ -68,12 +68,6 @@ class Usage:
     shown: float = 0.0
     last_used: datetime | None = None
     last_shown: datetime | None = None
-
-
-def _decay(value: float, since: float | None, at: float, half_life: float) -> float:
-    if since is None or value <= 0:
-        return 0.0
-    return value * 0.5 ** (max(0.0, at - since) / half_life)
 
 
 class State:
@@ -147,8 +141,8 @@ class State:
                         f"SELECT kind, item_id, uses, used_at, shown, shown_at FROM usage WHERE {clauses}",
                         tuple(x for pair in batch for x in pair)):
                     out[(kind, item_id)] = Usage(
-                        _decay(uses, used_at, t, self.half_life), _decay(shown, shown_at, t, self.half_life),
-                        _from_ts(used_at), _from_ts(shown_at))
+                        decayed(uses, used_at, t, self.half_life), decayed(shown, shown_at, t, self.half_life),
+                        from_timestamp(used_at), from_timestamp(shown_at))
             return out
 
         return self._guarded(query)
@@ -164,7 +158,7 @@ class State:
         for (kind, item_id), weight in weights.items():
             row = conn.execute(f"SELECT {column}, {stamp} FROM usage WHERE kind = ? AND item_id = ?",
                                (kind, item_id)).fetchone()
-            current = _decay(row[0], row[1], t, self.half_life) if row else 0.0
+            current = decayed(row[0], row[1], t, self.half_life) if row else 0.0
             conn.execute(f"""INSERT INTO usage(kind, item_id, {column}, {stamp}) VALUES (?, ?, ?, ?)
                              ON CONFLICT(kind, item_id) DO UPDATE SET {column} = excluded.{column},
                                                                       {stamp} = excluded.{stamp}""",
@@ -242,12 +236,3 @@ class State:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def _from_ts(value: float | None) -> datetime | None:
-    if value is None:
-        return None
-    from datetime import timezone
-
-    return datetime.fromtimestamp(float(value), timezone.utc)
-

@@ -1,0 +1,109 @@
+"""What the shared index gives recall besides scores: the fields behind chunk ids, the turns around an episode, a
+procedure's runs, the episodes of a time window. Each is one query; the fields come back as the SQLite index gives
+them (keys: :data:`memvault.index.search.DOC_FIELDS`, times as RFC 3339 strings, a date as YYYY-MM-DD)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from ...rules.timeutil import format_time
+from ..documents import NEIGHBOUR_GAP
+from ..search import DOC_FIELDS
+from .tables import to_time, vsql
+
+FIELDS_SQL = ("d.kind, d.item_id, d.path, d.body, d.importance, d.confidence, d.source, d.created, d.updated, "
+              "{chunk}, d.valid_until, d.review_after, d.ekind, d.ref, d.doc_id")
+
+
+def fields(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of :data:`FIELDS_SQL` as the SQLite index gives it."""
+    out = dict(zip(DOC_FIELDS, row))
+    for key in ("created", "updated"):
+        if out[key] is not None:
+            out[key] = format_time(out[key])
+    if out["valid_until"] is not None:
+        out["valid_until"] = out["valid_until"].isoformat()
+    out["doc"] = int(out["doc"])
+    return out
+
+
+def chunk_docs(conn: Any, v: int, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """chunk id -> its doc's fields."""
+    if not ids:
+        return {}
+    rows = conn.execute(vsql(v, "SELECT c.chunk_id, " + FIELDS_SQL.format(chunk="c.chunk")
+                             + " FROM {chunks} c JOIN {docs} d ON d.doc_id = c.doc_id "
+                               "WHERE c.chunk_id = ANY(%s::bigint[])"), ([int(i) for i in ids],)).fetchall()
+    return {int(r[0]): fields(r[1:]) for r in rows}
+
+
+def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
+    """For the raw episodes among ``docs`` (chunk id -> fields), the chunk ids of the raw episodes just before and
+    after each from the same source, at most NEIGHBOUR_GAP seconds away (one query)."""
+    raw = [(cid, d) for cid, d in docs.items()
+           if d.get("kind") == "episode" and d.get("ekind") == "raw" and d.get("created") and d.get("source")]
+    if not raw:
+        return {}
+    problems: list[str] = []
+    stamps = [to_time(d["created"], problems, "created") for _, d in raw]
+    side = ("SELECT c.chunk_id, d.created FROM {docs} d JOIN {chunks} c ON c.doc_id = d.doc_id AND c.chunk = 0 "
+            "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = u.source AND (d.created, d.item_id) ")
+    rows = conn.execute(vsql(v, f"""
+        SELECT u.cid, b.chunk_id, b.created, a.chunk_id, a.created
+        FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[]) AS u(cid, source, created, item_id)
+        LEFT JOIN LATERAL ({side} < (u.created, u.item_id) ORDER BY d.created DESC, d.item_id DESC LIMIT 1) b
+            ON true
+        LEFT JOIN LATERAL ({side} > (u.created, u.item_id) ORDER BY d.created, d.item_id LIMIT 1) a ON true"""),
+                        ([cid for cid, _ in raw], [d["source"] for _, d in raw], stamps,
+                         [d["id"] for _, d in raw])).fetchall()
+    here = {cid: stamp for (cid, _), stamp in zip(raw, stamps)}
+    out: dict[int, list[int]] = {}
+    for cid, before, t_before, after, t_after in rows:
+        found = [int(other) for other, t in ((before, t_before), (after, t_after))
+                 if other is not None and here[cid] is not None
+                 and abs((t - here[cid]).total_seconds()) <= NEIGHBOUR_GAP]
+        if found:
+            out[int(cid)] = found
+    return out
+
+
+def runs_of(conn: Any, v: int, names: Sequence[str], per_name: int) -> dict[str, list[dict[str, Any]]]:
+    """The last ``per_name`` procedure_run episodes of each procedure, newest first (one query)."""
+    if not names:
+        return {}
+    rows = conn.execute(vsql(v, """
+        SELECT n.name, r.item_id, r.created, r.body, r.path, r.meta
+        FROM unnest(%s::text[]) AS n(name)
+        CROSS JOIN LATERAL (SELECT item_id, created, body, path, meta FROM {docs}
+                            WHERE ref = n.name ORDER BY created DESC NULLS LAST LIMIT %s) r"""),
+                        (list(names), per_name)).fetchall()
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for name, item_id, created, body, path, meta in rows:
+        out[name].append({"id": item_id, "created": format_time(created) if created is not None else None,
+                          "text": body, "path": path, "meta": json.loads(meta or "{}")})
+    return out
+
+
+def procedure_docs(conn: Any, v: int, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """name -> the fields of that procedure's doc (as chunk_docs gives them, for its first chunk)."""
+    if not names:
+        return {}
+    rows = conn.execute(vsql(v, "SELECT " + FIELDS_SQL.format(chunk="c.chunk")
+                             + " FROM {docs} d JOIN {chunks} c ON c.doc_id = d.doc_id AND c.chunk = 0 "
+                               "WHERE d.kind = 'procedure' AND d.item_id = ANY(%s::text[])"),
+                        (list(names),)).fetchall()
+    return {r[1]: fields(r) for r in rows}
+
+
+def episodes_between(conn: Any, v: int, since: datetime | None, until: datetime | None,
+                     limit: int) -> list[dict[str, Any]]:
+    """Episodes created in [since, until) (None for open), newest first."""
+    low = since if since is not None else datetime(1, 1, 2, tzinfo=timezone.utc)
+    high = until if until is not None else datetime(9999, 12, 30, tzinfo=timezone.utc)
+    rows = conn.execute(vsql(v, "SELECT " + FIELDS_SQL.format(chunk="0")
+                             + " FROM {docs} d WHERE d.kind = 'episode' AND d.created >= %s "
+                               "AND d.created < %s ORDER BY d.created DESC LIMIT %s"),
+                        (low, high, limit)).fetchall()
+    return [fields(r) for r in rows]
