@@ -125,7 +125,7 @@ def main() -> int:
             report = v.reindex()
             out["publish_s"] = round(time.perf_counter() - t, 2)
             out["publish_chunks_embedded"] = report.chunks_embedded
-            stats = v.shared.stats()
+            stats = v.index.shared.stats()
             out["shared_index"] = {k: stats[k] for k in ("items", "chunks", "vectors", "pending_vectors",
                                                          "vector_table_bytes", "hnsw_bytes")}
             v.index.close()

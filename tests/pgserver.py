@@ -235,6 +235,18 @@ class PgServer:
                 "-c", f"listen_addresses={'127.0.0.1' if tcp else ''}"]
         for key, value in self.settings.items():
             args += ["-c", f"{key}={value}"]
+        self._launch_args = (args, env, ids, timeout)
+        self._launch()
+        t_ready = time.perf_counter()
+
+        self.url = self.url_for(self.database)
+        self._setup_database(extensions)
+        t_done = time.perf_counter()
+        self.timings = {"initdb": t_initdb - t0, "server": t_ready - t_initdb, "database": t_done - t_ready,
+                        "total": t_done - t0}
+
+    def _launch(self) -> None:
+        args, env, ids, timeout = self._launch_args
         self._proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
             start_new_session=True, close_fds=True, **ids,
@@ -243,13 +255,24 @@ class PgServer:
         self._reaper.stdin.write(f"pid {self._proc.pid}\n")
         self._reaper.stdin.flush()
         self._wait_ready(timeout)
-        t_ready = time.perf_counter()
 
-        self.url = self.url_for(self.database)
-        self._setup_database(extensions)
-        t_done = time.perf_counter()
-        self.timings = {"initdb": t_initdb - t0, "server": t_ready - t_initdb, "database": t_done - t_ready,
-                        "total": t_done - t0}
+    def halt(self) -> None:
+        """Stop the server the way a database goes down (fast shutdown: every session is cut), keeping its data
+        directory and socket path; :meth:`resume` starts it again at the same URL."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
+        with contextlib.suppress(OSError):
+            (self.data / "postmaster.pid").unlink()
+
+    def resume(self) -> None:
+        """Start a :meth:`halt` ed server again (same data, same URL)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._launch()
 
     def url_for(self, database: str) -> str:
         if self.host.startswith("/"):

@@ -41,7 +41,7 @@ from ..rules.validation import validate_source
 
 if TYPE_CHECKING:
     from ..models.engine import Engine
-    from ..index import Index
+    from ..index.protocol import VaultIndex
     from ..stores.state import State
 
 INBOX_IGNORE = (b"# memvault: proposals from untrusted sources stay local until accepted\n"
@@ -63,9 +63,8 @@ class WriteGate:
 
     def __init__(self, *, root: Path, config: Config, git: Callable[[], GitStore | None], facts: FactStore,
                  episodes: EpisodeLog,
-                 procedures: ProcedureStore, index: Index, state: Callable[[], State], engine: Engine,
-                 lock_path: Path, clock: Callable[[], datetime] = now,
-                 shared: Callable[[], Any] | None = None) -> None:
+                 procedures: ProcedureStore, index: VaultIndex, state: Callable[[], State], engine: Engine,
+                 lock_path: Path, clock: Callable[[], datetime] = now) -> None:
         self.root = root
         self.config = config
         self.policy = Policy(config.trust.trusted)
@@ -78,8 +77,6 @@ class WriteGate:
         self.engine = engine
         self.lock_path = lock_path
         self.clock = clock
-        #: A team's shared index (None: this host's index holds every fact): duplicates are looked for there too.
-        self._shared = shared or (lambda: None)
 
     @property
     def git(self) -> GitStore | None:
@@ -157,14 +154,12 @@ class WriteGate:
 
     def tell_index(self, paths: Sequence[Path], warnings: list[str]) -> None:
         """Phase 1 for ``paths`` (keyword-visible at once); their vectors too when a warm model is at hand."""
-        index = self.index
+        from .catchup import catch_up
+
         try:
-            if not index.exists():
-                return
-            index.sync(list(paths), splitter=self.engine.loaded())
-            embedder = self.engine.warm()
-            if embedder is not None:
-                index.embed(embedder, limit=self.config.recall.embed_at_recall)
+            if self.index.exists():
+                catch_up(self.index, self.engine, self.config, paths=list(paths),
+                         limit=self.config.recall.embed_at_recall)
         except MemvaultError as exc:
             warnings.append(f"the index was not updated ({exc}); the next recall or reindex catches up")
 
@@ -277,13 +272,9 @@ class WriteGate:
         life = self.config.facts
         candidates: list[tuple[str, str]] | None = None
         try:
-            found: dict[str, str] = {}
-            shared = self._shared()
-            for index in ([shared] if shared is not None else []) + [self.index]:  # this host's version wins
-                if index.exists():
-                    rows = index.search_keywords(text, ["fact"], 50)
-                    found.update({d["id"]: d["body"] for d in index.chunk_docs([r for r, _ in rows]).values()})
-                    candidates = list(found.items())
+            if self.index.exists():
+                rows = self.index.search_keywords(text, ["fact"], 50)
+                candidates = [(d["id"], d["body"]) for d in self.index.chunk_docs([r for r, _ in rows]).values()]
         except MemvaultError:
             candidates = None
         if candidates is None:

@@ -39,13 +39,14 @@ from ..rules import timeq
 from ..rules.config import FACTORS, Config
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens  # noqa: F401 - count_tokens is part of recall's API
-from ..index import KINDS, Index
+from ..index import KINDS
 from ..index.search import query_terms
 from ..rules.freshness import stale_doc_reason, text_hash
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
 
 if TYPE_CHECKING:
+    from ..index.protocol import VaultIndex
     from ..models.engine import Engine
     from ..stores.facts import FactStore
     from ..stores.procedures import ProcedureStore
@@ -55,30 +56,19 @@ MODES = ("hybrid", "keyword", "vector")
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
 RUNS_SHOWN = 3
-_WORD = re.compile(r"\w+")
 
 
 @dataclass
 class Parts:
-    """What recall reads: the index, the stores, the usage state, the settings and the model."""
+    """What recall reads: the index (either backend, or a team's: recall never asks which), the stores, the usage
+    state, the settings and the model."""
 
-    index: Index
+    index: VaultIndex
     facts: FactStore
     procedures: ProcedureStore
     state: Callable[[], State]
     config: Config
     engine: Engine
-    #: A team's shared index (memvault.index.postgres.SharedIndex), searched beside ``index`` (then this host's
-    #: overlay), and the paths whose shared rows are hidden here (changed or gone on this host).
-    shared: Any = None
-    shadow: frozenset[str] = frozenset()
-    #: Replaces the index's own freshness check (a team's overlay is brought up to date before recall).
-    refresh: Callable[[], Any] | None = None
-    #: False when the shared index holds vectors of another model than the one loaded: keywords only there.
-    shared_vectors: bool = True
-
-    def indexes(self) -> list[Any]:
-        return [self.index] + ([self.shared] if self.shared is not None else [])
 
 
 @dataclass
@@ -92,7 +82,7 @@ class Candidate:
     keyword: float = 0.0      # normalised BM25 part (terms and pairs)
     exact: bool = False
     rowid: int = 0            # its best chunk, in ``index``
-    index: Any = None
+    index: VaultIndex | None = None
     factors: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
     stale: str | None = None
@@ -169,7 +159,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     query_vector = (_Background(embedder.embed_query, search_query)
                     if embedder is not None and (window is None or _content(window.query)) else None)
     if sync:
-        report = parts.refresh() if parts.refresh is not None else index.refresh(settings.rescan_interval)
+        report = index.refresh(settings.rescan_interval)
         if report is not None:
             warnings += report.warnings
     warnings += index.warnings
@@ -184,14 +174,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         # "what happened yesterday": no subject left to search for, the window is the question
         result = _in_window(parts, window, kinds, k, warnings)
         return _finish(parts, result, budget, fmt, record_access)
-    if embedder is not None and parts.shared is not None and parts.shared.exists():
-        theirs = parts.shared.identity()
-        parts.shared_vectors = theirs is None or embedder.identity.same_vectors(theirs)
-        if not parts.shared_vectors:
-            warnings.append(f"the shared index holds vectors of {theirs.name}, this host's model is "
-                            f"{embedder.identity.name}: keyword-only results from it until the team's index is "
-                            "moved to one model ('memvault reindex')")
-    has_vectors = any(i.exists() and i.identity() is not None for i in parts.indexes())
+    has_vectors = index.exists() and index.identity() is not None
     qvec = query_vector if query_vector is not None and has_vectors else None  # resolved at the vector stage
     used_mode = mode if qvec is not None else "keyword"
     if mode == "vector" and qvec is None:
@@ -203,13 +186,14 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
         # indexed is re-indexed and the search run again, once; a hit never rests on text that is gone.
-        checked = {c.doc["path"] for c in ranked[: 2 * k + 5] if c.index is index}
-        changed = index.verify(checked)
+        paths = {c.doc["path"] for c in ranked[: 2 * k + 5]}
+        changed = index.verify(paths)
         if changed is not None and changed.changed:
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
             ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+        checked = index.as_on_disk(paths)
     result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
     result.nothing_found = why
     if window is not None:
@@ -338,72 +322,64 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
 
 def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
                 qvec: Any) -> dict[tuple[str, str], Candidate]:
-    """Both searches over every index (this host's, and a team's shared one), each candidate with both scores.
-
-    Keyword scores are normalised within each index (BM25 depends on its corpus), cosines across all of them (one
-    model). A shared row whose file is changed or gone on this host is left out: the local index has its text."""
+    """Both searches over the index, each candidate with both scores: keyword scores divided by the best one's,
+    cosines by the best cosine."""
     settings = parts.config.recall
     n = min(max(settings.candidates, k), 4096)
     s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
     p = settings.phrase_weight
-    found = []
-    for index in parts.indexes():
-        if not index.exists():
-            continue
-        keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
-        phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and p else {}
-        exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
-        cosine: dict[int, float] = {}
-        vectors_here = (qvec is not None and index.identity() is not None
-                        and (index is not parts.shared or parts.shared_vectors))
-        if vectors_here:
-            qvec = qvec.result() if isinstance(qvec, _Background) else qvec
-            cosine = dict(index.search_vectors(qvec, kinds, n))
-            # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
-            missing = (set(keyword) | set(phrases) | exact) - set(cosine)
-            if missing:
-                cosine.update(index.similarities(qvec, sorted(missing)))
-        rowids = set(keyword) | set(phrases) | set(cosine) | exact
-        docs = index.chunk_docs(list(rowids)) if rowids else {}
-        neighbours: dict[int, list[int]] = {}
-        if settings.neighbour_weight and hasattr(index, "episode_neighbours"):
-            # A turn of a conversation is understood with the turns around it: they join the candidates, and a
-            # turn's relevance is smoothed with its best neighbour's (turns R@10 .746 -> .804 with context vectors).
-            neighbours = index.episode_neighbours(docs)
-            extra = sorted({n for ns in neighbours.values() for n in ns} - set(docs))
-            if extra:
-                docs.update(index.chunk_docs(extra))
-                if vectors_here:
-                    cosine.update(index.similarities(qvec, extra))
-        if index is parts.shared:
-            docs = {r: d for r, d in docs.items() if d["path"] not in parts.shadow}
-        found.append((index, (keyword, phrases, exact, cosine, docs, neighbours)))
-    best_cos = max((c for _, (_, _, _, cosine, _, _) in found for c in cosine.values() if c > 0), default=0.0) or 1.0
+    index = parts.index
+    if not index.exists():
+        return {}
+    keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
+    phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and p else {}
+    exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
+    cosine: dict[int, float] = {}
+    vectors_here = qvec is not None and index.identity() is not None
+    if vectors_here:
+        qvec = qvec.result() if isinstance(qvec, _Background) else qvec
+        cosine = dict(index.search_vectors(qvec, kinds, n))
+        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
+        missing = (set(keyword) | set(phrases) | exact) - set(cosine)
+        if missing:
+            cosine.update(index.similarities(qvec, sorted(missing)))
+    rowids = set(keyword) | set(phrases) | set(cosine) | exact
+    docs = index.chunk_docs(list(rowids)) if rowids else {}
+    neighbours: dict[int, list[int]] = {}
+    if settings.neighbour_weight:
+        # A turn of a conversation is understood with the turns around it: they join the candidates, and a
+        # turn's relevance is smoothed with its best neighbour's (turns R@10 .746 -> .804 with context vectors).
+        neighbours = index.episode_neighbours(docs)
+        extra = sorted({n for ns in neighbours.values() for n in ns} - set(docs))
+        if extra:
+            docs.update(index.chunk_docs(extra))
+            if vectors_here:
+                cosine.update(index.similarities(qvec, extra))
+    best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
     g = settings.neighbour_weight
     out: dict[tuple[str, str], Candidate] = {}
-    for index, (keyword, phrases, exact, cosine, docs, neighbours) in found:
-        best_kw = max(keyword.values(), default=0.0) or 1.0
-        best_phrase = max(phrases.values(), default=0.0) or 1.0
-        rel_of, kw_of = {}, {}
-        for rowid in docs:
-            kw_of[rowid] = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
-            rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
-        for rowid, doc in docs.items():
-            kw = kw_of[rowid]
-            cos = max(0.0, cosine.get(rowid, 0.0))
-            rel = rel_of[rowid]
-            if rowid in neighbours:
-                rel = (rel + g * max(rel_of.get(n, 0.0) for n in neighbours[rowid])) / (1 + g)
-            if exact:
-                # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
-                rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
-            key = (doc["kind"], doc["id"])
-            current = out.get(key)
-            if current is None or rel > current.relevance:
-                out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
-                                     rowid in exact, rowid, index)
-            else:
-                current.cosine = max(current.cosine, cos)
+    best_kw = max(keyword.values(), default=0.0) or 1.0
+    best_phrase = max(phrases.values(), default=0.0) or 1.0
+    rel_of, kw_of = {}, {}
+    for rowid in docs:
+        kw_of[rowid] = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
+        rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
+    for rowid, doc in docs.items():
+        kw = kw_of[rowid]
+        cos = max(0.0, cosine.get(rowid, 0.0))
+        rel = rel_of[rowid]
+        if rowid in neighbours:
+            rel = (rel + g * max(rel_of.get(n, 0.0) for n in neighbours[rowid])) / (1 + g)
+        if exact:
+            # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
+            rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
+        key = (doc["kind"], doc["id"])
+        current = out.get(key)
+        if current is None or rel > current.relevance:
+            out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
+                                 rowid in exact, rowid, index)
+        else:
+            current.cosine = max(current.cosine, cos)
     return out
 
 
@@ -421,12 +397,9 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
     runs = [c for c in candidates.values() if c.key[0] == "episode" and c.doc.get("ekind") == "procedure_run"
             and c.doc.get("ref")]
     missing = sorted({c.doc["ref"] for c in runs} - {c.key[1] for c in candidates.values() if c.key[0] == "procedure"})
-    for index in reversed(parts.indexes()):  # the local index last: its version wins
-        if missing and index.exists():
-            for name, doc in index.procedure_docs(missing).items():
-                if index is parts.shared and doc["path"] in parts.shadow:
-                    continue
-                candidates[("procedure", name)] = Candidate(("procedure", name), doc)
+    if missing and parts.index.exists():
+        for name, doc in parts.index.procedure_docs(missing).items():
+            candidates[("procedure", name)] = Candidate(("procedure", name), doc)
     for run in runs:
         proc = candidates.get(("procedure", run.doc["ref"]))
         if proc is None:
@@ -435,25 +408,9 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
             proc.relevance, proc.cosine, proc.keyword = run.relevance, max(proc.cosine, run.cosine), run.keyword
         del candidates[run.key]
     names = [c.key[1] for c in candidates.values() if c.key[0] == "procedure"]
-    if names:
-        merged: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-        for index in parts.indexes():
-            if index.exists():
-                for name, items in index.runs_of(names, RUNS_SHOWN).items():
-                    merged[name] += [r for r in items if not (index is parts.shared and r["path"] in parts.shadow)]
-        for name, items in merged.items():
-            unique = {r["id"]: r for r in items}
-            candidates[("procedure", name)].runs = sorted(unique.values(), key=lambda r: r["created"],
-                                                          reverse=True)[:RUNS_SHOWN]
-
-
-def _coverage(query: str, doc: dict[str, Any]) -> float:
-    """The share of the query's content words that the memory contains (a crude stem: the first five letters)."""
-    terms = {t[:5] for t in query_terms(query) if len(t) > 1}
-    if not terms:
-        return 0.0
-    words = {w.lower()[:5] for w in _WORD.findall(doc.get("body", "") + " " + doc.get("id", ""))}
-    return len(terms & words) / len(terms)
+    if names and parts.index.exists():
+        for name, items in parts.index.runs_of(names, RUNS_SHOWN).items():
+            candidates[("procedure", name)].runs = items
 
 
 def _score(parts: Parts, candidates: Any) -> None:
@@ -516,12 +473,7 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
         result = RecallResult([], mode="time", warnings=warnings)
         result.nothing_found = "only episodes have a time; ask for episodes"
         return result
-    docs = []
-    for index in parts.indexes():
-        if index.exists():
-            docs += [d for d in index.episodes_between(window.since, window.until, k)
-                     if not (index is parts.shared and d["path"] in parts.shadow)]
-    docs = sorted({d["id"]: d for d in docs}.values(), key=lambda d: d["created"], reverse=True)[:k]
+    docs = parts.index.episodes_between(window.since, window.until, k) if parts.index.exists() else []
     policy = Policy(parts.config.trust.trusted)
     hits = [Hit(kind="episode", id=d["id"], text=d["body"], score=1.0, factors={}, source=d["source"],
                 created=d["created"], updated=d["updated"], path=d["path"],
@@ -547,7 +499,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
         if len(chosen) >= k:
             break
         if c.key[0] == "fact":
-            if c.index is parts.index and c.doc["path"] in checked:
+            if c.doc["path"] in checked:
                 chosen.append((c, None))
                 continue
             try:

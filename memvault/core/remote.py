@@ -48,11 +48,14 @@ class SyncResult:
     reindexed: dict[str, Any] | None = None            # index sync summary, or None when not run
     push_attempts: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: A team's shared index, after the push: what was published to it, or why nothing could be (None: nothing
+    #: to say, or no team).
+    shared_index: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
                 "pushed": self.pushed, "reindexed": self.reindexed, "push_attempts": self.push_attempts,
-                "warnings": list(self.warnings)}
+                "shared_index": self.shared_index, "warnings": list(self.warnings)}
 
 
 def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str | None = None) -> SyncResult:

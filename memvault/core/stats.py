@@ -52,14 +52,22 @@ def episode_files(root: Path, episodes: EpisodeLog) -> list[dict[str, Any]]:
 def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config) -> dict[str, Any]:
     """Everything ``memvault stats`` prints."""
     index = index_.stats()
+    shared = index.pop("shared_index", None)  # a team's: the local index is then this host's overlay
+    fallback = index.pop("fallback_index", None)
     files = episode_files(root, episodes)
     data: dict[str, Any] = {"vault": str(root), "model_configured": config.model, "index": index,
                             "episode_files": files}
     summary = [f"vault {root}"]
+    if shared is not None:
+        data["shared_index"] = shared
+        summary += team_lines(shared)
+        if fallback is not None:
+            data["fallback_index"] = fallback
     if index.get("exists"):
         items = index["items"]
         rows = index["chunks"] or 0
-        summary.append("items: " + ", ".join(f"{items[k]} {k}s" for k in KINDS) + f" ({rows} chunks indexed)")
+        label = "items" if shared is None else "this host's unpushed items (its overlay)"
+        summary.append(f"{label}: " + ", ".join(f"{items[k]} {k}s" for k in KINDS) + f" ({rows} chunks indexed)")
         summary.append(f"index: {index['path']}, {_human(index['file_bytes'])} on disk")
         model = index["model"]
         if model:
@@ -100,6 +108,25 @@ def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config)
         summary.append(f"  total: {sum(f['lines'] for f in files)} lines, {_human(sum(f['bytes'] for f in files))}")
     data["summary"] = summary
     return data
+
+
+def team_lines(shared: dict[str, Any]) -> list[str]:
+    """A team's shared index in ``stats``'s text: what it holds for the whole team, or why it cannot be read."""
+    if shared.get("error"):
+        return [f"team index: cannot be used ({shared['error']}); recall answers from this host's files"]
+    if not shared.get("exists"):
+        return [f"team index: no vault {shared.get('vault')!r} yet ('memvault reindex' publishes it)"]
+    items = shared["items"]
+    lines = [f"team index {shared['vault']!r} at {shared['url']}: " + ", ".join(f"{items[k]} {k}s" for k in KINDS)
+             + f" ({shared['chunks']} chunks, {shared['vectors']} vectors)"]
+    model = shared.get("model")
+    lines.append(f"team model: {model['name']} @ {model['revision'][:12]}, {model['dims']} dims" if model
+                 else "team model: none yet (keyword-only until 'memvault reindex' embeds)")
+    if shared.get("pending_vectors"):
+        lines.append(f"team pending vectors: {shared['pending_vectors']} (run memvault reindex)")
+    size = sum(shared.get(k) or 0 for k in ("docs_bytes", "chunks_bytes", "vector_table_bytes", "hnsw_bytes"))
+    lines.append(f"team index size: {_human(size)} in PostgreSQL; reflects commit {(shared.get('head') or '-')[:12]}")
+    return lines
 
 
 def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:

@@ -1,209 +1,589 @@
-"""A team's vault: text through the git remote, the index and the vectors in one PostgreSQL.
+"""A team's vault: text through the git remote, the index and the vectors in one PostgreSQL — and, to recall, one
+index like any other (:class:`TeamIndex`, a :class:`~memvault.index.protocol.VaultIndex`).
 
-The shared index holds what the team has pushed: the vault's files as the remote branch has them (the upstream of
-the current branch, else ``HEAD`` when there is no remote). Every host searches it; none holds a copy. What this
-host has not pushed — uncommitted edits, unpushed commits, new files, git-ignored episodes — is indexed in the
-local SQLite index, the *overlay*, and recall merges the two: a shared row whose file is different or gone here is
-never returned (the overlay's version is, or nothing). So a host's own changes are never hidden by older shared
-rows, and the shared index never holds text that was not pushed.
-
-:func:`split` asks git (four calls, whatever the vault's size) which vault paths differ here from the reference
-commit; :func:`publish` brings the shared index to the reference commit, reading the files from git's objects
-(not from the work tree, which may hold unpushed edits) and embedding only what neither the shared index nor the
-team's embedding cache already has. The shared index's commit only moves forward: a host that has not pulled
-yet does not publish an older state over a newer one.
+The shared index holds what the team has pushed and published (:mod:`memvault.core.publish`). Every host searches
+it; none holds a copy. What differs on this host from the commit the shared index reflects — uncommitted edits,
+unpushed commits, new files, git-ignored episodes, and what was pulled or pushed but not published yet — is indexed
+in the local SQLite index, the *overlay*, and a shared row whose file differs or is gone here is never returned
+(the overlay's version is, or nothing). So a host's own changes are never hidden by older shared rows, nothing on
+this host is missing from recall until the next publish, and the shared index never holds text that was not
+pushed. While the shared index cannot be used, a SQLite index of this host's whole vault (the *fallback*) answers.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import GitError
+from ..index import Index, Sources, SyncReport
+from ..rules.config import CONFIG_NAME, Config
+from ..rules.errors import ConfigError, SearchIndexError
 from ..stores.gitstore import GitStore
-from ..index import Sources, SyncReport, read_docs
-from ..index.update import kind_of
+from .publish import publish, split, vault_name
 
 if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
+    from ..index.protocol import Progress
+    from ..models.embeddings import Embedder, ModelIdentity
 
-AREAS = ("facts", "procedures", "episodes")
+
+# ------------------------------------------------------------------------------------------------ the team's index
+#: Seconds a team host reuses its view of which files it has not pushed (a warm process asking again within the
+#: second; a write here since then asks again).
+SPLIT_REUSE = 1.0
+#: A failure to reach the shared index that took longer than this (a timeout, not a refusal) is not tried again
+#: for RETRY_SLOW seconds: a warm process would otherwise wait for the timeout on every question.
+SLOW_FAILURE = 1.0
+RETRY_SLOW = 30.0
+
+
+class SharedIndexDown(SearchIndexError):
+    """The shared index failed while in use (connection lost, server gone): the team index answers from this host's
+    files until it is back."""
 
 
 @dataclass
-class Split:
-    """Which vault paths this host holds as the reference commit has them, and which it does not."""
+class _View:
+    """This host's view of the team index: which paths the overlay holds and which shared rows are hidden."""
 
-    ref: str | None                                    # the commit the shared index should reflect
-    tree: dict[str, str] = field(default_factory=dict)  # vault-relative path -> blob id at ref
-    local: set[str] = field(default_factory=set)       # paths whose content here is not ref's (overlay)
-    gone: set[str] = field(default_factory=set)        # paths ref has and this host does not
+    at: float
+    writes: int
+    head: str | None
+    local: frozenset[str]
+    shadow: frozenset[str]
+
+
+class TeamIndex:
+    """A team's index as recall, the write gate and the Vault see it: one :class:`~memvault.index.protocol.VaultIndex`.
+
+    It owns three parts and decides which answers:
+
+    - the **shared index** (PostgreSQL): what the team pushed and published, searched by every host;
+    - the **overlay** (this host's SQLite index): the files that differ here from the commit the shared index
+      reflects — unpushed edits, new files, git-ignored episodes, and also what was pulled or pushed but not
+      published yet — so nothing on this host is ever missing or stale; a shared row whose file differs or is
+      gone here is *shadowed* (never returned);
+    - the **fallback** (a SQLite index of this host's whole vault, built on demand): what answers while the shared
+      index cannot be used (database down, a wrong URL, psycopg missing, the vault not published yet). Each recall
+      says so in one line; the next recall after the database is back uses the shared index again.
+
+    Row ids: the overlay's are negated, the shared index's kept, so one recall can hold both. Keyword scores are
+    divided by each part's best (BM25 depends on its corpus), as recall would do per index; cosines are left as
+    they are (one model made them all).
+    """
+
+    def __init__(self, *, overlay: Index, fallback: Index, open_shared: Callable[[], SharedIndex],
+                 git: Callable[[], GitStore | None], track_episodes: bool,
+                 splitter: Callable[[], Any] = lambda: None, cache: Any = None) -> None:
+        self.overlay = overlay
+        self.fallback = fallback
+        self._open_shared = open_shared
+        self._git = git
+        self.root = overlay.sources.root
+        self.track_episodes = track_episodes
+        self._splitter = splitter
+        self._cache = cache
+        self._shared: SharedIndex | None = None
+        #: Times the shared index was found unusable: a connection to the team's database opened before the last
+        #: one is closed before it is used again (a restarted server cuts every session).
+        self.outages = 0
+        self._checked = False
+        self._down: str | None = None       # why the shared index is not in use (None: it is)
+        self._unpublished = False
+        self._config = False
+        self._retry_at = float("-inf")
+        self._view: _View | None = None
+        self._warnings: list[str] = []
+
+    # -- which part answers --------------------------------------------------------------------------------
+    def _repo(self) -> GitStore:
+        git = self._git()
+        if git is None:
+            raise ConfigError(self.root, "a shared index follows the vault's git history, and this vault is not in "
+                              "a git repository; set [index] backend = \"sqlite\"")
+        return git
 
     @property
-    def shadow(self) -> set[str]:
-        """Paths whose shared rows must not be returned on this host."""
-        return self.local | self.gone
+    def shared(self) -> SharedIndex:
+        """The team's shared index (opened on first use; raises ConfigError when it is not configured)."""
+        if self._shared is None:
+            self._shared = self._open_shared()
+        return self._shared
 
+    @property
+    def shared_in_use(self) -> bool:
+        """Whether the shared index answers now (False: this host's files alone, see :attr:`down`)."""
+        return self._use() is not None
 
-def vault_name(git: GitStore | None, root: Path, configured: str | None) -> str:
-    """The vault's name in the shared index: ``[index] name``, else the remote repository's name, else the
-    directory's."""
-    if configured:
-        return configured
-    if git is not None:
-        try:
-            url = git.run("remote", "get-url", "origin")
-            name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-            if name.endswith(".git"):
-                name = name[: -len(".git")]
-            if name:
-                return name
-        except GitError:
-            pass
-    return root.name
-
-
-def split(git: GitStore, root: Path, *, track_episodes: bool, tree: bool = True) -> Split:
-    """Compare this host's vault files with the reference commit (the upstream, else HEAD).
-
-    Three git calls, the two that read the work tree at once (recall pays this on every question: ~2 git
-    latencies whatever the vault's size); ``tree`` adds the reference commit's blob ids (what :func:`publish`
-    needs, recall does not)."""
-    areas = [git.rel(root / a) for a in (AREAS if track_episodes else AREAS[:2])]
-    everything = [git.rel(root / a) for a in AREAS]
-    ref = _ref(git)
-    out = Split(ref)
-    prefix = git.rel(root)
-    prefix = "" if prefix == "." else prefix + "/"
-    calls = {"others": ["ls-files", "--others", "-z", "--", *everything]}
-    if ref is not None:
-        calls["changed"] = ["diff", "--name-only", "-z", "--no-renames", ref, "--", *areas]
-        if tree:
-            calls["tree"] = ["ls-tree", "-r", "-z", ref, "--", *areas]
-    found = _run_all(git, calls)
-    for path in (p for p in found.get("changed", "").split("\0") if p):
-        rel = path[len(prefix):]
-        (out.local if (root / rel).exists() else out.gone).add(rel)
-    for record in found.get("tree", "").split("\0"):
-        if not record:
-            continue
-        info, _, path = record.partition("\t")
-        mode, _kind, blob = info.split()
-        if mode in ("100644", "100755") and path.startswith(prefix):
-            out.tree[path[len(prefix):]] = blob
-    # Untracked files, ignored ones included (episodes kept out of git live here): never in the shared index.
-    out.local |= {p[len(prefix):] for p in found["others"].split("\0") if p}
-    if ref is None:  # no commit at all: everything is local
-        out.local |= _all_files(root)
-    out.local = {rel for rel in out.local if _covered(rel)}
-    out.gone = {rel for rel in out.gone if _covered(rel)}
-    return out
-
-
-def _run_all(git: GitStore, calls: dict[str, list[str]]) -> dict[str, str]:
-    """Run git commands at the same time; their outputs by name. Raises GitError naming the first that failed."""
-    procs = {}
-    try:
-        for name, args in calls.items():
-            procs[name] = subprocess.Popen(["git", *args], cwd=git.root, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE)
-    except OSError as exc:
-        for proc in procs.values():
-            proc.kill()
-        raise GitError(f"cannot run git: {exc.strerror}") from None
-    out = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate()
-        if proc.returncode != 0:
-            detail = " ".join(stderr.decode(errors="replace").split()) or f"exit {proc.returncode}"
-            raise GitError(f"git {calls[name][0]} failed: {detail}")
-        out[name] = stdout.decode("utf-8", errors="surrogateescape")
-    return out
-
-
-def _covered(rel: str) -> bool:
-    parts = rel.split("/")
-    return len(parts) > 1 and parts[0] in AREAS and not any(p.startswith(".") for p in parts)
-
-
-def _all_files(root: Path) -> set[str]:
-    found = set()
-    for area in AREAS:
-        for dirpath, _dirs, files in os.walk(root / area):
-            for name in files:
-                found.add(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
-    return found
-
-
-def _ref(git: GitStore) -> str | None:
-    """The upstream of the current branch, else HEAD, else None (one git call)."""
-    try:
-        out = git.run("rev-parse", "HEAD", "@{upstream}")
-    except GitError:  # no upstream (or no commit): ask for HEAD alone
-        try:
-            return git.run("rev-parse", "--verify", "--quiet", "HEAD") or None
-        except GitError:
+    @property
+    def down(self) -> str | None:
+        """Why the shared index is not in use, in one line that says how to fix it; None when it is."""
+        if self._down is None:
             return None
-    lines = out.split()
-    return lines[-1] if lines else None
+        if self._unpublished:
+            return (f"the team index has no vault {self._down!r} yet: answering from this host's files; run "
+                    "'memvault reindex' to publish the vault")
+        hint = "" if self._config or "pip install" in self._down else ("; start the database, or fix [index] url "
+                                                                       "or MEMVAULT_INDEX_URL")
+        return f"the team index cannot be used ({self._down}): answering from this host's files until it can{hint}"
 
+    def _use(self, *, recheck: bool = False) -> SharedIndex | None:
+        """The shared index when it answers, else None. Asked once per process, and again at each recall
+        (``recheck``): after a refusal at once, after a timeout not before RETRY_SLOW seconds."""
+        if self._checked and not recheck:
+            return self._shared if self._down is None else None
+        if self._down is not None and time.monotonic() < self._retry_at:
+            return None
+        started = time.monotonic()
+        try:
+            shared = self.shared
+            if not shared.exists() or shared.head(fresh=False) is None:
+                self._went_down(shared.vault, 0.0, unpublished=True)
+                return None
+        except (SearchIndexError, ConfigError) as exc:
+            self._went_down(exc.reason if isinstance(exc, ConfigError) else str(exc), time.monotonic() - started,
+                            config=isinstance(exc, ConfigError))
+            return None
+        self._checked, self._down, self._unpublished = True, None, False
+        return shared
 
-def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, *, splitter: Any = None,
-            max_tokens: int | None = None) -> SyncReport:
-    """Bring the shared index to ``state.ref``: the paths whose blob differs from what it holds are read from git's
-    objects and applied; a reference commit older than the shared index's is not published (never backwards)."""
-    report = SyncReport()
-    if state.ref is None:
+    def _went_down(self, reason: str, seconds: float, *, unpublished: bool = False, config: bool = False) -> None:
+        self._checked, self._down, self._unpublished, self._config = True, reason, unpublished, config
+        self._retry_at = time.monotonic() + (RETRY_SLOW if seconds > SLOW_FAILURE else 0.0)
+        self._view = None
+        if not unpublished:
+            self.outages += 1
+            for conn in (self._shared, self._cache):
+                if conn is not None:
+                    conn.close()
+
+    def failed(self, exc: BaseException, seconds: float = 0.0) -> None:
+        """Note that the shared index failed (``seconds`` after it was asked): not used until it answers again."""
+        self._went_down(str(exc), seconds)
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A call to a part; a failure of the shared index marks it down and is raised as :class:`SharedIndexDown`
+        (recall's guard then answers from this host's files)."""
+        started = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        except SharedIndexDown:
+            raise
+        except SearchIndexError as exc:
+            if self._shared is None or getattr(fn, "__self__", None) is not self._shared:
+                raise
+            self._went_down(str(exc), time.monotonic() - started)
+            raise SharedIndexDown(str(exc)) from None
+
+    def _parts(self) -> list[tuple[Any, int]]:
+        """(index, sign of its row ids) of the parts that answer now."""
+        shared = self._use()
+        if shared is None:
+            return [(self.fallback, 1)] if self.fallback.exists() else []
+        return ([(self.overlay, -1)] if self.overlay.exists() else []) + [(shared, 1)]
+
+    def _view_of(self, shared: SharedIndex) -> _View:
+        view = self._view
+        if view is not None and time.monotonic() - view.at < SPLIT_REUSE and view.writes == self.overlay.writes:
+            return view
+        return self._look(shared)
+
+    def _look(self, shared: SharedIndex) -> _View:
+        """Ask git which files differ here from the commit the shared index reflects (see :func:`split`)."""
+        head = self._call(shared.head, fresh=False)
+        state = split(self._repo(), self.root, track_episodes=self.track_episodes, ref=head, tree=False)
+        self._view = _View(time.monotonic(), self.overlay.writes, head, frozenset(state.local),
+                           frozenset(state.shadow))
+        return self._view
+
+    def _shadow(self) -> frozenset[str]:
+        """The paths whose shared rows are hidden here, as of the view the overlay was last brought to (a caller
+        that did not refresh first, the write gate's duplicate check, gets git's answer now)."""
+        shared = self._use()
+        if shared is None:
+            return frozenset()
+        return (self._view or self._look(shared)).shadow
+
+    # -- phase 1: this host's part, and publishing the team's ----------------------------------------------
+    @property
+    def warnings(self) -> list[str]:
+        for part in (self.overlay, self.fallback):
+            if part.warnings:
+                self._warnings += part.warnings
+                part.warnings.clear()
+        return self._warnings
+
+    @property
+    def sources(self) -> Sources:
+        """The whole vault's sources (what a rebuild reads)."""
+        return self.fallback.sources
+
+    def refresh(self, interval: float = 30.0) -> SyncReport | None:
+        """Recall's freshness check: is the shared index there (asked again at every recall, so a database that came
+        back is used again at once)? Then the overlay brought to this host's files that differ from what the shared
+        index reflects; or, while it cannot be used, this host's whole vault in the fallback (built on demand)."""
+        shared = self._use(recheck=True)
+        if shared is None:
+            self._warnings.append(self.down or "")
+            if not self.fallback.exists():
+                return self.fallback.sync(splitter=self._splitter())
+            return self.fallback.refresh(interval)
+        return self._overlay(shared, self._splitter(), reuse=True)
+
+    def _overlay(self, shared: SharedIndex, splitter: Any, *, reuse: bool) -> SyncReport:
+        view = self._view_of(shared) if reuse else self._look(shared)
+        return self.overlay.overlay(set(view.local), splitter=splitter)
+
+    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
+        """Phase 1 for what this host serves: named paths (a write here) go to the overlay — this host's version
+        until it is pushed — and to the fallback while it answers; all paths: the overlay recomputed, or the
+        fallback while the shared index cannot be used. Publishing is :meth:`publish`'s."""
+        if paths is not None:
+            report = self.overlay.sync(paths, splitter=splitter)
+            if self._down is not None and self.fallback.exists():
+                report.merge(self.fallback.sync(paths, splitter=splitter))
+            return report
+        shared = self._use()
+        if shared is None:
+            return self.fallback.sync(splitter=splitter)
+        return self._overlay(shared, splitter, reuse=True)
+
+    def publish(self, *, splitter: Any = None) -> SyncReport:
+        """Bring the shared index to what the team has pushed (the upstream branch, else HEAD): the files that
+        differ are read from git's objects, cut, and applied (embedded later, unless another host or the embedding
+        cache already has their vectors); never moves it back to an older commit. Then the overlay. Raises a
+        one-line SearchIndexError (or ConfigError) when the shared index cannot be reached: nothing was published."""
+        try:
+            shared = self.shared
+            git = self._repo()
+            shared.ensure()
+            target = split(git, self.root, track_episodes=self.track_episodes, tree=True)
+            identity = shared.identity()
+            report = publish(shared, git, self.sources, target, splitter=splitter,
+                             max_tokens=identity.max_tokens if identity is not None else None)
+        except SearchIndexError as exc:
+            self._went_down(str(exc), 0.0)
+            raise SearchIndexError(f"the team index was not updated, nothing was published ({exc}); recall answers "
+                                   "from this host's files until it can be reached") from None
+        self._checked, self._down, self._unpublished = True, None, False
+        report.merge(self._overlay(shared, splitter, reuse=False))
         return report
-    head = shared.head()
-    if head is not None and head != state.ref and not _is_ancestor(git, head, state.ref):
-        report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not contain: "
-                               "not published (pull first)")
-        return report
-    known = shared.files()
-    paths: dict[str, str | None] = {rel: blob for rel, blob in state.tree.items()
-                                    if known.get(rel) != blob and kind_of(sources, rel) is not None}
-    paths.update({rel: None for rel in known if rel not in state.tree})
-    if not paths and head == state.ref:
-        return report
-    blobs = _read_blobs(git, sorted({b for b in paths.values() if b}))
-    docs = []
-    for rel, blob in paths.items():
-        if blob is None:
-            continue
-        kind = kind_of(sources, rel)
-        assert kind is not None
-        docs.extend(read_docs(sources, rel, kind, report.problems, data=blobs[blob]))
-    report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))
-    report.files_seen = len(state.tree)
-    return report
+
+    def verify(self, rels: set[str]) -> SyncReport | None:
+        """Stat the files behind recall's candidates that this host indexes itself (the overlay's, or all of them
+        in the fallback); shared rows stand for files git just found as the shared index has them."""
+        if self._use() is None:
+            return self.fallback.verify(rels) if self.fallback.exists() else None
+        mine = rels & self.overlay.sources.keep if self.overlay.sources.keep is not None else set()
+        return self.overlay.verify(mine) if mine else None
+
+    def as_on_disk(self, rels: set[str]) -> set[str]:
+        if self._use() is None:
+            return set(rels)
+        return rels & self.overlay.sources.keep if self.overlay.sources.keep is not None else set()
+
+    # -- phase 2 and rebuilds ------------------------------------------------------------------------------
+    def identity(self) -> ModelIdentity | None:
+        """The team's model (the shared index's), else this host's part's."""
+        shared = self._use()
+        if shared is None:
+            return self.fallback.identity() if self.fallback.exists() else None
+        theirs = self._call(shared.identity)
+        if theirs is not None:
+            return theirs
+        return self.overlay.identity() if self.overlay.exists() else None
+
+    def pending(self) -> int:
+        shared = self._use()
+        if shared is None:
+            return self.fallback.pending()
+        return self.overlay.pending() + self._call(shared.pending)
+
+    def embed(self, embedder: Embedder, *, limit: int | None = None, progress: Progress | None = None,
+              report: SyncReport | None = None, wait: bool = False) -> SyncReport:
+        """Phase 2. A capped call (a recall's or a write's share) embeds this host's part only; an uncapped one
+        (reindex, the watcher) also gives the shared index's pending chunks their vectors, and rebuilds an overlay
+        of another model."""
+        report = report or SyncReport()
+        shared = self._use()
+        if shared is None:
+            return self.fallback.embed(embedder, limit=limit, progress=progress, report=report, wait=wait) \
+                if self.fallback.exists() else report
+        if limit is None:
+            try:
+                report.merge(shared.embed(embedder, progress=progress, wait=wait))
+            except SearchIndexError as exc:  # the text is published: say what was not done, and go on here
+                self._went_down(str(exc), 0.0)
+                report.warnings.append(f"the team index's vectors were not computed ({exc}); run 'memvault reindex' "
+                                       "once it can be reached")
+        if not self.overlay.exists():
+            return report
+        local = self.overlay.identity()
+        if local is not None and not embedder.identity.same_vectors(local):
+            if limit is None:
+                report.merge(self.overlay.rebuild(lambda: embedder, progress=progress))
+            return report
+        return self.overlay.embed(embedder, limit=limit, progress=progress, report=report, wait=wait)
+
+    def rebuild(self, embedder: Callable[[], Embedder | None] | None = None, *,
+                progress: Progress | None = None) -> SyncReport:
+        """The team index again with ``embedder``'s model: a shared index of another model is moved to it beside the
+        live one and flipped (recall keeps the old model until then); one of the same model is dropped and built
+        again from git (its vectors come from the embedding cache), and this host's overlay with it. Without a
+        model nothing is dropped: what was pushed is published, for keyword search."""
+        from ..rules.errors import ModelUnavailable
+
+        report = SyncReport()
+        emb = None
+        if embedder is not None:
+            try:
+                emb = embedder()
+            except ModelUnavailable as exc:
+                report.warnings.append(f"{exc}; indexed for keyword search only, vectors pending")
+        shared = self.shared
+        try:
+            live = shared.identity() if shared.exists() else None
+            if live is not None and emb is not None and emb.identity.same_vectors(live):
+                shared.drop()
+                self.overlay.close()
+                report.merge(self.overlay.rebuild(None))  # keyword rows first; embedded below
+        except SearchIndexError as exc:
+            self._went_down(str(exc), 0.0)
+            raise SearchIndexError(f"the team index was not rebuilt ({exc}); recall answers from this host's "
+                                   "files until it can be reached") from None
+        report.merge(self.publish(splitter=emb))
+        if emb is None:
+            return report
+        if live is not None and not emb.identity.same_vectors(live):
+            report.merge(shared.switch_model(emb, progress=progress, wait=True))
+        return self.embed(emb, progress=progress, report=report, wait=True)
+
+    def guard(self, exc: BaseException) -> bool:
+        """A failure of the shared index during a recall (it is then not in use: the recall runs again on this
+        host's files), or a damaged SQLite file (moved aside, rebuilt)."""
+        if isinstance(exc, SharedIndexDown):
+            return True
+        return self.overlay.guard(exc) or self.fallback.guard(exc)
+
+    def close(self) -> None:
+        self.overlay.close()
+        self.fallback.close()
+        if self._shared is not None:
+            self._shared.close()
+
+    # -- the searches, over the parts that answer ----------------------------------------------------------
+    def exists(self) -> bool:
+        return bool(self._parts())
+
+    def _scores(self, method: str, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        parts = self._parts()
+        if len(parts) == 1 and parts[0][1] == 1:
+            return self._call(getattr(parts[0][0], method), query, kinds, limit)
+        out: list[tuple[int, float]] = []
+        for index, sign in parts:
+            found = self._call(getattr(index, method), query, kinds, limit)
+            best = max((s for _, s in found), default=0.0) or 1.0
+            out += [(sign * r, s / best) for r, s in found]
+        return sorted(out, key=lambda rs: -rs[1])
+
+    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(row id, BM25 divided by its part's best) best first, at most ``limit`` from each part."""
+        return self._scores("search_keywords", query, kinds, limit)
+
+    def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        return self._scores("search_phrases", query, kinds, limit)
+
+    def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
+        return [sign * r for index, sign in self._parts() for r in self._call(index.search_exact, query, kinds, limit)]
+
+    def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(row id, cosine) best first, at most ``limit`` from each part with vectors of the team's model (an overlay
+        of another model is searched by its words only until reindex rebuilds it)."""
+        model = self.identity()
+        out: list[tuple[int, float]] = []
+        for index, sign in self._parts():
+            theirs = self._call(index.identity)
+            if theirs is None or (model is not None and not theirs.same_vectors(model)):
+                continue
+            out += [(sign * r, c) for r, c in self._call(index.search_vectors, vector, kinds, limit)]
+        return sorted(out, key=lambda rc: -rc[1])
+
+    def _by_part(self, rowids: Sequence[int]) -> list[tuple[Any, int, list[int]]]:
+        """(index, sign, its own row ids) for the parts ``rowids`` belong to."""
+        out = []
+        for index, sign in self._parts():
+            mine = [sign * r for r in rowids if (r < 0) == (sign < 0)]
+            if mine:
+                out.append((index, sign, mine))
+        return out
+
+    def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for index, sign, mine in self._by_part(rowids):
+            out.update({sign * r: c for r, c in self._call(index.similarities, vector, mine).items()})
+        return out
+
+    def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """row id -> its doc's fields; a shared row whose file differs or is gone on this host is left out."""
+        out: dict[int, dict[str, Any]] = {}
+        for index, sign, mine in self._by_part(rowids):
+            docs = self._call(index.chunk_docs, mine)
+            shadow = self._shadow() if index is self._shared else frozenset()
+            out.update({sign * r: d for r, d in docs.items() if d["path"] not in shadow})
+        return out
+
+    def coverage(self, query: str, rowid: int) -> float:
+        for index, sign, mine in self._by_part([rowid]):
+            return float(self._call(index.coverage, query, mine[0]))
+        return 0.0
+
+    def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for index, sign, mine in self._by_part(list(docs)):
+            found = self._call(index.episode_neighbours, {r: docs[sign * r] for r in mine})
+            out.update({sign * r: [sign * n for n in ns] for r, ns in found.items()})
+        return out
+
+    def _unshadowed(self, index: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if index is not self._shared:
+            return items
+        shadow = self._shadow()
+        return [d for d in items if d["path"] not in shadow]
+
+    def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
+        merged: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
+        for index, _sign in self._parts():  # the overlay first: this host's version of a run wins
+            for name, runs in self._call(index.runs_of, names, per_name).items():
+                for run in self._unshadowed(index, runs):
+                    merged[name].setdefault(run["id"], run)
+        return {name: sorted(runs.values(), key=lambda r: r["created"] or "", reverse=True)[:per_name]
+                for name, runs in merged.items()}
+
+    def procedure_docs(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for index, _sign in self._parts():  # the overlay first: its version wins
+            for name, doc in self._call(index.procedure_docs, names).items():
+                if name not in out and self._unshadowed(index, [doc]):
+                    out[name] = doc
+        return out
+
+    def episodes_between(self, since: Any, until: Any, limit: int) -> list[dict[str, Any]]:
+        docs: dict[str, dict[str, Any]] = {}
+        for index, _sign in self._parts():
+            for doc in self._unshadowed(index, self._call(index.episodes_between, since, until, limit)):
+                docs.setdefault(doc["id"], doc)
+        return sorted(docs.values(), key=lambda d: d["created"] or "", reverse=True)[:limit]
+
+    # -- maintenance ---------------------------------------------------------------------------------------
+    def scrub(self) -> None:
+        """After a purge: this host's SQLite files keep no removed text (the shared index drops the rows when the
+        purge is published)."""
+        for part in (self.overlay, self.fallback):
+            if part.exists():
+                part.scrub()
+
+    def scan(self) -> dict[str, tuple[str, int, int, int]]:
+        return self.fallback.scan()
+
+    def sample_size(self, rels: Sequence[str], identity: ModelIdentity | None) -> tuple[int, int, int]:
+        return self.fallback.sample_size(rels, identity)
+
+    def stats(self) -> dict[str, Any]:
+        """This host's overlay (the local index's figures), with the shared index's (``shared_index``) and, when it
+        exists, the fallback's."""
+        out = self.overlay.stats()
+        try:
+            shared = self.shared
+            out["shared_index"] = shared.stats() if shared.exists() else {"exists": False, "vault": shared.vault}
+        except (SearchIndexError, ConfigError) as exc:
+            out["shared_index"] = {"exists": False, "error": str(exc)}
+        if self.fallback.exists():
+            out["fallback_index"] = self.fallback.stats()
+        return out
 
 
-def _is_ancestor(git: GitStore, older: str, newer: str) -> bool:
-    try:
-        git.run("merge-base", "--is-ancestor", older, newer)
-        return True
-    except GitError:
-        return False
+class TeamState:
+    """A team's usage state, quiet while the team index cannot be used: reads give nothing and what recall shows is
+    not counted (the recall's one line about the team index says why); a use reported meanwhile fails as the shared
+    index would, and its caller says so."""
+
+    def __init__(self, open_state: Callable[[], Any], team: TeamIndex) -> None:
+        self._open = open_state
+        self._state: Any = None
+        self._team = team
+        self._outages = team.outages
+        self.warnings: list[str] = []
+
+    @property
+    def state(self) -> Any:
+        if self._state is None:
+            self._state = self._open()
+            self.warnings = self._state.warnings
+        elif self._outages != self._team.outages:  # its session did not survive the outage: a new one
+            self._state.close()
+        self._outages = self._team.outages
+        return self._state
+
+    def get(self, keys: Any, at: Any = None) -> dict[tuple[str, str], Any]:
+        if self._team.down is not None:
+            return {}
+        try:
+            return self.state.get(keys, at)
+        except SearchIndexError as exc:
+            self._team.failed(exc)
+            return {}
+
+    def record_shown(self, weights: dict[tuple[str, str], float], **options: Any) -> None:
+        if self._team.down is None:
+            self.state.record_shown(weights, **options)
+
+    def record_use(self, keys: Any, **options: Any) -> list[tuple[str, str]]:
+        return self.state.record_use(keys, **options)
+
+    def recalled_hashes(self) -> set[str]:
+        return self.state.recalled_hashes()
+
+    def forget(self, keys: Any) -> None:
+        self.state.forget(keys)
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._state.close()
 
 
-def _read_blobs(git: GitStore, shas: list[str]) -> dict[str, bytes]:
-    """Blob contents in one ``git cat-file --batch``."""
-    if not shas:
-        return {}
-    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=git.root, input="\n".join(shas).encode() + b"\n",
-                          capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise GitError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()}")
-    out, blobs, pos = proc.stdout, {}, 0
-    for sha in shas:
-        end = out.index(b"\n", pos)
-        header = out[pos:end].split()
-        if len(header) < 3 or header[1] == b"missing":
-            raise GitError(f"git has no object {sha}")
-        size = int(header[2])
-        blobs[sha] = out[end + 1 : end + 1 + size]
-        pos = end + 1 + size + 1
-    return blobs
+#: Where a team host keeps its whole vault's index for when the shared index cannot be used (built on demand).
+FALLBACK_DIR = "fallback"
+
+
+def team_index(state_dir: Path, sources: Sources, config: Config, git: Callable[[], GitStore | None],
+               cache: Any, *, splitter: Callable[[], Any] = lambda: None) -> tuple[TeamIndex, Callable[[], Any]]:
+    """A team host's index (:class:`TeamIndex`) and how to open its usage state (:class:`TeamState`), for a vault
+    whose index lives in ``state_dir``. Nothing is connected or read until first used."""
+    from dataclasses import replace
+
+    def open_shared() -> SharedIndex:
+        url = config.index_url()
+        if url is None:
+            raise ConfigError(config.path or CONFIG_NAME, "[index] backend = \"postgres\" needs [index] url or "
+                              "MEMVAULT_INDEX_URL")
+        from ..index.postgres import SharedIndex
+
+        return SharedIndex(url, vault_name(git(), sources.root, config.index.name), cache=cache)
+
+    team = TeamIndex(overlay=Index(state_dir, replace(sources, keep=set()), cache=cache),
+                     fallback=Index(state_dir / FALLBACK_DIR, replace(sources, keep=None)),
+                     open_shared=open_shared, git=git, track_episodes=config.track_episodes, splitter=splitter,
+                     cache=cache)
+
+    def open_state() -> TeamState:
+        def shared_state() -> Any:
+            from ..index.postgres import SharedState
+
+            shared = team.shared
+            return SharedState(shared.url, shared.vault, half_life=config.recall.half_life)
+
+        return TeamState(shared_state, team)
+
+    return team, open_state

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from functools import cached_property
@@ -19,7 +18,8 @@ from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config
 from ..models.engine import Engine, Status
 from ..stores.episodes import Episode, EpisodeLog
-from ..rules.errors import ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
+from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, SearchIndexError, SecretRefused,
+                             VaultNotFound)
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write
 from ..stores.gitstore import GitStore, LogEntry
@@ -32,13 +32,10 @@ from ..rules.validation import Problem, validate_source
 if TYPE_CHECKING:
     from . import lifecycle
     from .gate import WriteGate
-    from ..index.postgres import SharedIndex
+    from ..index.protocol import VaultIndex
     from ..stores.state import State
-    from .team import Split
 
 STATE_DIR = ".memvault"
-#: Seconds a team host reuses its view of which files it has not pushed (see Vault._team_parts).
-SPLIT_REUSE = 1.0
 NEW_FACT_TEMPLATE = """---
 category:
 importance: 0.5
@@ -88,7 +85,6 @@ class Vault:
         self._daemon = daemon
         self._status = status
         self._git: GitStore | None | bool = False  # False: not looked for yet
-        self._split_cache: tuple[float, int, Split] | None = None
         self.engine = self._make_engine(self.config)
         self._build()
 
@@ -106,12 +102,11 @@ class Vault:
                                     fsync=self.config.episodes.fsync, per_host=self.config.track_episodes,
                                     host=self.config.episodes.host, max_bytes=limits.episode_bytes)
         self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
-        self.index = Index(self.state_dir, Sources(self.root, self._facts, self._episodes, self._procedures,
-                                                   limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes),
-                           cache=self._cache())
-        if self.config.index.backend == "postgres":
-            self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
-        for name in ("gate", "shared"):
+        self.index: VaultIndex
+        self.index, self._open_state = self._make_index(
+            Sources(self.root, self._facts, self._episodes, self._procedures, limits.fact_bytes,
+                    limits.episode_bytes, limits.procedure_bytes))
+        for name in ("gate", "state"):
             self.__dict__.pop(name, None)
         self.facts = Facts(self)
         self.episodes = Episodes(self)
@@ -194,109 +189,29 @@ class Vault:
         return WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
                          episodes=self._episodes, procedures=self._procedures, index=self.index,
                          state=lambda: self.state, engine=self.engine,
-                         lock_path=self.state_dir / "locks" / "write.lock",
-                         shared=(lambda: self.shared) if self.team else None)
+                         lock_path=self.state_dir / "locks" / "write.lock")
 
-    # -- a team's shared index (memvault.core.team) ----------------------------------------------------------
-    def _cache(self) -> Any:
-        """The team's embedding cache (a PostgreSQL URL is configured), else None. Connects on first use."""
+    # -- the index: one object whichever backend holds it -----------------------------------------------
+    def _make_index(self, sources: Sources) -> tuple[VaultIndex, Callable[[], Any]]:
+        """The vault's index and how to open its usage state: the only place that asks which backend it is. A
+        team's (``[index] backend = "postgres"``) is a :class:`memvault.core.team.TeamIndex`: the shared index, this
+        host's overlay and fallback; every caller then holds a
+        :class:`~memvault.index.protocol.VaultIndex` and never asks which."""
         url = self.config.index_url()
-        if url is None:
-            return None
-        from ..index.postgres import EmbeddingCache
+        cache = None
+        if url is not None:  # the team's embedding cache, used by a local index too; connects on first use
+            from ..index.postgres import EmbeddingCache
 
-        return EmbeddingCache(url)
+            cache = EmbeddingCache(url)
+        if self.config.index.backend == "postgres":
+            from .team import team_index
 
-    @property
-    def team(self) -> bool:
-        """Whether this vault's index is a team's shared one (``[index] backend = "postgres"``)."""
-        return self.config.index.backend == "postgres"
+            return team_index(self.state_dir, sources, self.config, lambda: self.git, cache,
+                              splitter=lambda: self.engine.warm())
+        from ..stores.state import State
 
-    @cached_property
-    def shared(self) -> SharedIndex | None:
-        """The team's shared index of this vault, or None (a local SQLite index only)."""
-        if not self.team:
-            return None
-        url = self.config.index_url()
-        if url is None:
-            raise ConfigError(self.root / CONFIG_NAME, "[index] backend = \"postgres\" needs [index] url or "
-                              "MEMVAULT_INDEX_URL")
-        if self.git is None:
-            raise ConfigError(self.root, "a shared index follows the vault's git history, and this vault is not in "
-                              "a git repository; set [index] backend = \"sqlite\"")
-        from ..index.postgres import SharedIndex
-        from .team import vault_name
-
-        return SharedIndex(url, vault_name(self.git, self.root, self.config.index.name),
-                           cache=self.index.cache)
-
-    def _split(self, *, tree: bool = True) -> Split:
-        from .team import split
-
-        assert self.git is not None
-        return split(self.git, self.root, track_episodes=self.config.track_episodes, tree=tree)
-
-    def _team_parts(self, warnings: list[str]) -> Parts:
-        """Recall's parts for a team: the overlay brought to this host's unpushed files, the shared index, and
-        the paths whose shared rows are hidden here."""
-        shared = self.shared
-        assert shared is not None
-        # A warm process asking again within the second reuses git's answer, as the local index's directory check
-        # does (hits are still checked against this host's files); a write here since then asks again.
-        cached = self._split_cache
-        if cached is not None and time.monotonic() - cached[0] < SPLIT_REUSE and cached[1] == self.index.writes:
-            state = cached[2]
-        else:
-            state = self._split(tree=False)
-            self._split_cache = (time.monotonic(), self.index.writes, state)
-        report = self.index.overlay(state.local, splitter=self.engine.warm())
-        warnings += report.warnings
-        if not shared.exists():
-            warnings.append(f"the shared index has no vault {shared.vault!r} yet: only this host's unpushed changes "
-                            "are searched; run 'memvault reindex' to publish the vault")
-        return self._parts(shared=shared, shadow=frozenset(state.shadow), refresh=lambda: None)
-
-    def publish(self, *, progress: Progress | None = None, embed: bool = True, full: bool = False) -> SyncReport:
-        """Bring the team's shared index to what the team has pushed (the upstream branch, else HEAD): the files
-        that differ are read from git's objects, cut, and embedded unless another host or the embedding cache
-        already has their vectors. Never moves the shared index back to an older commit. Then the overlay.
-        ``full`` drops the vault's shared index and builds it again from git (vectors come from the cache)."""
-        shared = self.shared
-        if shared is None:
-            raise ConfigError(self.root / CONFIG_NAME, "publish needs [index] backend = \"postgres\"")
-        from .team import publish
-
-        if full:
-            if shared.exists():
-                shared.drop()
-            self.index.close()
-            self.index.rebuild(None)  # the overlay, keyword rows first; embedded below
-        shared.ensure()
-        state = self._split()
-        splitter = self.engine.warm()
-        identity = shared.identity()
-        report = publish(shared, self.git, self.index.sources, state, splitter=splitter,  # type: ignore[arg-type]
-                         max_tokens=identity.max_tokens if identity is not None else None)
-        report.merge(self.index.overlay(state.local, splitter=splitter))
-        if embed and (shared.pending() or self.index.pending() or identity is None
-                      or not self.config.wants_model(identity)):
-            try:
-                embedder = self.engine.get()
-            except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
-                from ..rules.errors import describe
-
-                report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
-                return report
-            if identity is not None and not embedder.identity.same_vectors(identity):
-                report.merge(shared.switch_model(embedder, progress=progress, wait=True))
-            report.merge(shared.embed(embedder, progress=progress, wait=True))
-            local = self.index.identity() if self.index.exists() else None
-            if local is not None and not embedder.identity.same_vectors(local):
-                report.merge(self.index.rebuild(lambda: embedder, progress=progress))
-            else:
-                self.index.embed(embedder, progress=progress, report=report, wait=True)
-            report.model_loaded = True
-        return report
+        return Index(self.state_dir, sources, cache=cache), lambda: State(self.state_dir / "state.db",
+                                                                          half_life=self.config.recall.half_life)
 
     # -- shared parts ------------------------------------------------------------------------------------
     @property
@@ -309,16 +224,7 @@ class Vault:
     @cached_property
     def state(self) -> State:
         """Usage counts: this vault's ``.memvault/state.db``, or a team's shared rows beside its index."""
-        if self.team:
-            from ..index.postgres import SharedState
-
-            shared = self.shared
-            assert shared is not None
-            return SharedState(shared.url, shared.vault,  # type: ignore[return-value]
-                               half_life=self.config.recall.half_life)
-        from ..stores.state import State
-
-        return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
+        return self._open_state()  # type: ignore[no-any-return]
 
     def default_source(self) -> str:
         return default_source()
@@ -326,8 +232,8 @@ class Vault:
     def _source(self, source: str | None) -> str:
         return validate_source(source) if source is not None else default_source()
 
-    def _parts(self, **team: Any) -> Parts:
-        return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine, **team)
+    def _parts(self) -> Parts:
+        return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine)
 
     def git_log(self, path: Path) -> list[LogEntry]:
         if self.git is None:
@@ -342,11 +248,6 @@ class Vault:
         from .recall import check_arguments, recall
 
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
-        if self.team:
-            warnings: list[str] = []
-            result = recall(self._team_parts(warnings), query, k, kinds, budget, **options)
-            result.warnings[:0] = [w for w in warnings if w not in result.warnings]
-            return result
         if not self.index.exists():
             splitter = None
             if options.get("mode", "hybrid") != "keyword":
@@ -365,8 +266,8 @@ class Vault:
         sets ``[embedding] model`` in memvault.toml (committed) and rebuilds. An incremental run loads the model
         only when there is text to embed.
         """
-        if self.team and (model is None or model == self.config.model):
-            return self.publish(progress=progress, full=full)
+        from .catchup import catch_up
+
         if model is not None and model != self.config.model:
             source = self._source(source)
             self.gate.require(Op.CONFIGURE, source)
@@ -379,30 +280,16 @@ class Vault:
             self.gate.set_model(model, source=source, this_host=this_host)
             self.reload()
             self.engine.use(embedder)
-            if self.team:  # the team's index moves to the new model beside the old one, then flips
-                return self.publish(progress=progress)
-            return self.index.rebuild(lambda: embedder, progress=progress)
-        index = self.index
-        identity = index.identity() if index.exists() else None
-        if full or identity is None or not self.config.wants_model(identity):
-            return index.rebuild(self.engine.get, progress=progress)
-        report = index.sync(splitter=self.engine.warm())
-        loaded = self.engine.loaded()
-        if loaded is not None and not loaded.identity.same_vectors(identity):
-            return index.rebuild(lambda: loaded, progress=progress)  # same name, other weights or prefix
-        if index.pending():
-            try:
-                embedder = self.engine.get()
-            except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
-                from ..rules.errors import describe
+        return catch_up(self.index, self.engine, self.config, load=True, rebuild=True, full=full, publish=True,
+                        progress=progress)
 
-                report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
-                return report
-            if not embedder.identity.same_vectors(identity):
-                return index.rebuild(lambda: embedder, progress=progress)  # same name, other weights or prefix
-            index.embed(embedder, progress=progress, report=report, wait=True)
-            report.model_loaded = True
-        return report
+    def catch_up(self, *, load: bool = True) -> SyncReport:
+        """The index in step with the files after changes made behind memvault's back (an editor, a pull), what was
+        pushed published first (a team's index), then vectors: with ``load`` the model is got for them, else only a
+        model at hand embeds. What the watcher runs on each batch; unlike :meth:`reindex` it never rebuilds."""
+        from .catchup import catch_up
+
+        return catch_up(self.index, self.engine, self.config, load=load, publish=True)
 
     def model_note(self) -> str | None:
         """One line when the configured model is not on this machine (it would be downloaded on first use, which
@@ -422,7 +309,7 @@ class Vault:
         path = Path(model).expanduser()
         if not looks_like_path(model) and not path.is_dir():
             return model, False
-        if self.team:
+        if self.config.index.shared:
             raise ConfigError(self.root / CONFIG_NAME, f"{model} is a directory of this host, and a team's shared "
                               "index needs the same model on every host: use a model name every host can load")
         return str(path.resolve()), True
@@ -459,8 +346,6 @@ class Vault:
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
             out["model_set_by"] = ".memvault/local.toml (this host only)"
             out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")
-        if self.shared is not None:  # a team: the local index is this host's overlay, the rest is shared
-            out["shared_index"] = self.shared.stats() if self.shared.exists() else {"exists": False}
         return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
@@ -528,8 +413,18 @@ class Vault:
         from .remote import sync
 
         result = sync(self.gate, remote=remote, branch=branch, source=self._source(source))
-        if self.team:  # what was pushed is the team's now: into the shared index, out of the overlay
-            result.warnings += self.publish().warnings
+        # What was pushed is the team's now (a team's index: into the shared index, out of the overlay). The push
+        # is done whatever happens here: a shared index that cannot be reached is said, not raised.
+        try:
+            report = self.index.publish(splitter=self.engine.warm())
+        except (SearchIndexError, ConfigError) as exc:
+            result.shared_index = str(exc)
+            result.warnings.append(result.shared_index)
+        else:
+            result.warnings += report.warnings
+            if report.changed:
+                result.shared_index = (f"published to the team index: {report.files_changed} changed and "
+                                       f"{report.files_removed} removed files")
         return result
 
 

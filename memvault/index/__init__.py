@@ -301,6 +301,14 @@ class Index:
                 changed.append(root / rel)
         return self.sync(changed) if changed else None
 
+    def as_on_disk(self, rels: set[str]) -> set[str]:
+        """Of ``rels`` (just :meth:`verify` ed), those whose indexed text is the file as it is: all of them."""
+        return set(rels)
+
+    def publish(self, *, splitter: Any = None) -> SyncReport:
+        """Share what this host has pushed with the other hosts' indexes: a local index has nobody to share with."""
+        return SyncReport()
+
     def _rel(self, path: Path) -> str:
         return os.path.relpath(os.path.abspath(path), self.sources.root).replace(os.sep, "/")
 

@@ -174,12 +174,13 @@ class StagedProblem:
 
 
 def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProblem]:
-    """Problems in the staged content of the vault's facts, inbox proposals and procedures.
+    """Problems in the staged content of the vault's facts, inbox proposals, procedures and memvault.toml.
 
     Runs git in ``cwd`` (the hook's working directory, where git's GIT_DIR / GIT_INDEX_FILE point from), so a
     ``git commit --only`` with its temporary index is checked against exactly what it will commit. Each file goes
     through :func:`memvault.stores.checks.check_file`, the function memvault's own writes go through.
     """
+    from ..rules.config import CONFIG_NAME, problems_of
     from ..stores.checks import check_file, is_memory_file
 
     cwd = Path(cwd or os.getcwd())
@@ -190,6 +191,9 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
     blobs = _read_blobs(cwd, [sha for _, sha, _ in entries])
     problems: list[StagedProblem] = []
     for path, sha, mode in entries:
+        if path == prefix + CONFIG_NAME:  # every host loads it: a setting that does not load, or a password, stays
+            problems += [StagedProblem(path, reason) for reason in problems_of(blobs[sha], path)]
+            continue
         area, _, inner = path[len(prefix):].partition("/")
         if not is_memory_file(area, inner):
             continue  # memvault never reads dot files, editor droppings, or non-.md files under facts/
@@ -205,8 +209,9 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
 
 
 def _staged(cwd: Path, prefix: str) -> list[tuple[str, str, str]]:
-    """(repo path, staged blob id, mode) of added or modified files and symlinks under the vault's checked areas."""
-    areas = [prefix + area for area in ("facts", "inbox", "procedures")]
+    """(repo path, staged blob id, mode) of added or modified files and symlinks under the vault's checked areas, and
+    its memvault.toml."""
+    areas = [prefix + area for area in ("facts", "inbox", "procedures", "memvault.toml")]
     out = _git(cwd, "diff", "--cached", "--raw", "-z", "--no-renames", "--diff-filter=AMT", "--no-ext-diff",
                "--", *(f":(top){a}" for a in areas))
     fields = out.split(b"\0")

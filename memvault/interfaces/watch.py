@@ -192,14 +192,8 @@ class Watcher:
             self.batches += 1
         else:
             self.rescans += 1
-        index = self.vault.index
         try:
-            if self.vault.team:  # a team: what was pulled goes to the shared index, the rest to the overlay
-                report = self.vault.publish(embed=self._model_ready)
-            else:
-                report = index.sync(splitter=self.vault.engine.loaded())
-            if not self.vault.team and self._model_ready and index.pending():
-                index.embed(self.vault.engine.get(), report=report, wait=True)
+            report = self.vault.catch_up(load=self._model_ready)
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad batch
             self.log(f"sync failed ({reason}): {describe(exc)[0]}; will retry on the next change or rescan")
             return None

@@ -293,8 +293,8 @@ def _url(value: Any, name: str) -> str | None:
         return None
     try:
         parts = urlsplit(url)
-    except ValueError:
-        raise _invalid(f"must be a URL like postgresql://memvault@db.internal/memvault, not {url!r}") from None
+    except ValueError:  # the value is not quoted: it may hold a password
+        raise _invalid("must be a URL like postgresql://memvault@db.internal/memvault") from None
     if parts.scheme not in ("postgres", "postgresql"):
         raise _invalid(f"must be a postgresql:// URL, not {parts.scheme or url!r}")
     if url_passwords(url):
@@ -315,6 +315,11 @@ class IndexSettings:
                               template=False)
     name: str | None = setting(None, "this vault's name in the shared index (default: the name of the git remote's "
                                      "repository)", _opt_str, shown="the remote's name", template=False)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the index is one shared by a team's hosts (who must then all use one model)."""
+        return self.backend == "postgres"
 
 
 SECTIONS: dict[str, type] = {
@@ -453,6 +458,22 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
         raise ConfigError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read: {exc.strerror}") from None
+
+
+def problems_of(data: bytes, where: Path | str = CONFIG_NAME) -> list[str]:
+    """Why the bytes of a memvault.toml (as they would be committed) would not load, one reason each: what the
+    pre-commit hook refuses, so a setting every host would choke on — or a password — never reaches the remote."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return [f"not UTF-8 text ({exc.reason} at byte {exc.start})"]
+    except tomllib.TOMLDecodeError as exc:
+        return [f"invalid TOML: {exc}"]
+    try:
+        from_dict(raw, Path(where))
+    except ConfigError as exc:
+        return [exc.reason]
+    return []
 
 
 def local_path(path: Path) -> Path:

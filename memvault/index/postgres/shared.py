@@ -188,25 +188,25 @@ class SharedIndex(Connected):
         with self._errors("vector search") as conn:
             return self.vectors.search_vectors(conn, vector, kinds, limit)
 
-    def similarities(self, vector: Any, ids: Sequence[int]) -> dict[int, float]:
+    def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
         """Cosine similarity of ``vector`` to the live vectors of the given chunks (those that have one)."""
-        if not ids:
+        if not rowids:
             return {}
         with self._errors("similarities") as conn:
-            return self.vectors.similarities(conn, vector, ids)
+            return self.vectors.similarities(conn, vector, rowids)
 
-    def coverage(self, query: str, chunk_id: int) -> float:
-        """The share of the query's IDF weight that chunk ``chunk_id`` holds (recall's "nothing known" test)."""
+    def coverage(self, query: str, rowid: int) -> float:
+        """The share of the query's IDF weight that chunk ``rowid`` holds (recall's "nothing known" test)."""
         with self._errors("coverage") as conn:
-            return coverage(conn, self._state(conn).vault_id, query, chunk_id)
+            return coverage(conn, self._state(conn).vault_id, query, rowid)
 
     # -- the fields behind chunk ids ----------------------------------------------------------------------
-    def chunk_docs(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """chunk id -> its doc's fields (keys: memvault.index.search.DOC_FIELDS)."""
-        if not ids:
+        if not rowids:
             return {}
         with self._errors("chunk docs") as conn:
-            return chunk_docs(conn, self._state(conn).vault_id, ids)
+            return chunk_docs(conn, self._state(conn).vault_id, rowids)
 
     def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
         """For the raw episodes among ``docs`` (chunk id -> fields), the turns just before and after each."""

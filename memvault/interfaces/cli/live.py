@@ -73,7 +73,9 @@ def sync_cmd(ctx, remote, source):
     lines.append(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
     lines += [f"    {path}" for path in result.pulled]
     lines.append(f"pushed to {where}" if result.pushed else f"{where} already up to date")
-    return Out(result.to_dict(), lines, notes=result.warnings)
+    if result.shared_index:  # a team's index, after the push: said in its place, not as a warning before it
+        lines.append(result.shared_index)
+    return Out(result.to_dict(), lines, notes=[w for w in result.warnings if w != result.shared_index])
 
 
 @cli.command("mcp")

@@ -1,0 +1,65 @@
+"""The one "sync the index, then embed" routine: writes, ``reindex``, ``sync`` and the watcher all call it.
+
+Phase 1 (text, so keyword recall sees a change at once) then phase 2 (vectors), with the model the caller can
+afford: a write takes a warm model if one is at hand and leaves the rest pending (the next recall embeds a share,
+``reindex`` the rest); the watcher and ``reindex`` get the model; ``reindex`` also rebuilds the index beside the old
+one when the model it holds is not the one configured. Whichever backend holds the index (see
+:mod:`memvault.index.protocol`): for a team, publishing what was pushed comes first (``publish``).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..index.update import SyncReport
+from ..rules.errors import describe
+
+if TYPE_CHECKING:
+    from ..index.protocol import Progress, VaultIndex
+    from ..models.engine import Engine
+    from ..rules.config import Config
+
+
+def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequence[Path] | None = None,
+             load: bool = False, rebuild: bool = False, full: bool = False, publish: bool = False,
+             limit: int | None = None, progress: Progress | None = None) -> SyncReport:
+    """Bring ``index`` in step with the files (all of them, or only ``paths``), then embed.
+
+    - ``load``: get the model (start the warm daemon or load it) when there is anything to embed, and wait for a
+      process that is embedding; without it, only a model already at hand embeds, at most ``limit`` chunks.
+    - ``rebuild``: build the index again beside the old one when it holds vectors of another model than the one
+      configured or loaded (or ``full``), as ``reindex`` does.
+    - ``publish``: first share what this host has pushed (a team's shared index; a local index has nobody to
+      share with). Raises when the shared index cannot be reached: nothing was published.
+
+    A model that cannot be had leaves vectors pending, with a warning: never an error.
+    """
+    if rebuild:
+        identity = index.identity() if index.exists() else None
+        if full or identity is None or not config.wants_model(identity):
+            return index.rebuild(engine.get, progress=progress)
+    splitter = engine.warm() if load else engine.loaded()
+    report = index.publish(splitter=splitter) if publish else SyncReport()
+    report.merge(index.sync(paths, splitter=splitter))
+    if not load:
+        embedder = engine.warm()
+        if embedder is not None:
+            index.embed(embedder, limit=limit, report=report)
+        return report
+    identity = index.identity()
+    loaded = engine.loaded()
+    if rebuild and loaded is not None and identity is not None and not loaded.identity.same_vectors(identity):
+        return report.merge(index.rebuild(lambda: loaded, progress=progress))  # same name, other weights or prefix
+    if not index.pending():
+        return report
+    try:
+        embedder = engine.get()
+    except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
+        report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
+        return report
+    if rebuild and identity is not None and not embedder.identity.same_vectors(identity):
+        return report.merge(index.rebuild(lambda: embedder, progress=progress))
+    index.embed(embedder, limit=limit, progress=progress, report=report, wait=True)
+    report.model_loaded = True
+    return report

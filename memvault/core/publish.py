@@ -1,0 +1,212 @@
+"""What a team host has pushed, and publishing it: git's side of a team's shared index.
+
+The shared index holds what the team has pushed: the vault's files as a commit has them (normally the upstream of
+the current branch, else ``HEAD`` when there is no remote). :func:`split` asks git (three calls, whatever the
+vault's size) which vault paths differ here from a commit; :func:`publish` brings the shared index to the
+upstream commit, reading the files from git's objects (not from the work tree, which may hold unpushed edits) and
+embedding only what neither the shared index nor the team's embedding cache already has. The shared index's commit
+only moves forward: a host that has not pulled yet does not publish an older state over a newer one.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..index import Sources, SyncReport, read_docs
+from ..index.update import kind_of
+from ..rules.errors import GitError
+from ..stores.gitstore import GitStore
+
+if TYPE_CHECKING:
+    from ..index.postgres import SharedIndex
+
+AREAS = ("facts", "procedures", "episodes")
+
+
+@dataclass
+class Split:
+    """Which vault paths this host holds as the reference commit has them, and which it does not."""
+
+    ref: str | None                                    # the commit the shared index should reflect
+    tree: dict[str, str] = field(default_factory=dict)  # vault-relative path -> blob id at ref
+    local: set[str] = field(default_factory=set)       # paths whose content here is not ref's (overlay)
+    gone: set[str] = field(default_factory=set)        # paths ref has and this host does not
+
+    @property
+    def shadow(self) -> set[str]:
+        """Paths whose shared rows must not be returned on this host."""
+        return self.local | self.gone
+
+
+def vault_name(git: GitStore | None, root: Path, configured: str | None) -> str:
+    """The vault's name in the shared index: ``[index] name``, else the remote repository's name, else the
+    directory's."""
+    if configured:
+        return configured
+    if git is not None:
+        try:
+            url = git.run("remote", "get-url", "origin")
+            name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+            if name.endswith(".git"):
+                name = name[: -len(".git")]
+            if name:
+                return name
+        except GitError:
+            pass
+    return root.name
+
+
+def split(git: GitStore, root: Path, *, track_episodes: bool, ref: str | None = None, tree: bool = True) -> Split:
+    """Compare this host's vault files with a commit: ``ref`` (the commit the shared index reflects), else — or when
+    this host's git does not have that commit yet — the upstream of the current branch, else HEAD.
+
+    Three git calls, the two that read the work tree at once (recall pays this on every question: ~2 git
+    latencies whatever the vault's size); ``tree`` adds the commit's blob ids (what :func:`publish` needs, recall
+    does not)."""
+    if ref is not None:
+        try:
+            return _split(git, root, ref, track_episodes=track_episodes, tree=tree)
+        except GitError:
+            pass  # the team published a commit this host has not fetched: compare with what it has
+    return _split(git, root, _ref(git), track_episodes=track_episodes, tree=tree)
+
+
+def _split(git: GitStore, root: Path, ref: str | None, *, track_episodes: bool, tree: bool) -> Split:
+    areas = [git.rel(root / a) for a in (AREAS if track_episodes else AREAS[:2])]
+    everything = [git.rel(root / a) for a in AREAS]
+    out = Split(ref)
+    prefix = git.rel(root)
+    prefix = "" if prefix == "." else prefix + "/"
+    calls = {"others": ["ls-files", "--others", "-z", "--", *everything]}
+    if ref is not None:
+        calls["changed"] = ["diff", "--name-only", "-z", "--no-renames", ref, "--", *areas]
+        if tree:
+            calls["tree"] = ["ls-tree", "-r", "-z", ref, "--", *areas]
+    found = _run_all(git, calls)
+    for path in (p for p in found.get("changed", "").split("\0") if p):
+        rel = path[len(prefix):]
+        (out.local if (root / rel).exists() else out.gone).add(rel)
+    for record in found.get("tree", "").split("\0"):
+        if not record:
+            continue
+        info, _, path = record.partition("\t")
+        mode, _kind, blob = info.split()
+        if mode in ("100644", "100755") and path.startswith(prefix):
+            out.tree[path[len(prefix):]] = blob
+    # Untracked files, ignored ones included (episodes kept out of git live here): never in the shared index.
+    out.local |= {p[len(prefix):] for p in found["others"].split("\0") if p}
+    if ref is None:  # no commit at all: everything is local
+        out.local |= _all_files(root)
+    out.local = {rel for rel in out.local if _covered(rel)}
+    out.gone = {rel for rel in out.gone if _covered(rel)}
+    return out
+
+
+def _run_all(git: GitStore, calls: dict[str, list[str]]) -> dict[str, str]:
+    """Run git commands at the same time; their outputs by name. Raises GitError naming the first that failed."""
+    procs = {}
+    try:
+        for name, args in calls.items():
+            procs[name] = subprocess.Popen(["git", *args], cwd=git.root, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE)
+    except OSError as exc:
+        for proc in procs.values():
+            proc.kill()
+        raise GitError(f"cannot run git: {exc.strerror}") from None
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            detail = " ".join(stderr.decode(errors="replace").split()) or f"exit {proc.returncode}"
+            raise GitError(f"git {calls[name][0]} failed: {detail}")
+        out[name] = stdout.decode("utf-8", errors="surrogateescape")
+    return out
+
+
+def _covered(rel: str) -> bool:
+    parts = rel.split("/")
+    return len(parts) > 1 and parts[0] in AREAS and not any(p.startswith(".") for p in parts)
+
+
+def _all_files(root: Path) -> set[str]:
+    found = set()
+    for area in AREAS:
+        for dirpath, _dirs, files in os.walk(root / area):
+            for name in files:
+                found.add(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
+    return found
+
+
+def _ref(git: GitStore) -> str | None:
+    """The upstream of the current branch, else HEAD, else None (one git call)."""
+    try:
+        out = git.run("rev-parse", "HEAD", "@{upstream}")
+    except GitError:  # no upstream (or no commit): ask for HEAD alone
+        try:
+            return git.run("rev-parse", "--verify", "--quiet", "HEAD") or None
+        except GitError:
+            return None
+    lines = out.split()
+    return lines[-1] if lines else None
+
+
+def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, *, splitter: Any = None,
+            max_tokens: int | None = None) -> SyncReport:
+    """Bring the shared index to ``state.ref``: the paths whose blob differs from what it holds are read from git's
+    objects and applied; a reference commit older than the shared index's is not published (never backwards)."""
+    report = SyncReport()
+    if state.ref is None:
+        return report
+    head = shared.head()
+    if head is not None and head != state.ref and not _is_ancestor(git, head, state.ref):
+        report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not contain: "
+                               "not published (pull first)")
+        return report
+    known = shared.files()
+    paths: dict[str, str | None] = {rel: blob for rel, blob in state.tree.items()
+                                    if known.get(rel) != blob and kind_of(sources, rel) is not None}
+    paths.update({rel: None for rel in known if rel not in state.tree})
+    if not paths and head == state.ref:
+        return report
+    blobs = _read_blobs(git, sorted({b for b in paths.values() if b}))
+    docs = []
+    for rel, blob in paths.items():
+        if blob is None:
+            continue
+        kind = kind_of(sources, rel)
+        assert kind is not None
+        docs.extend(read_docs(sources, rel, kind, report.problems, data=blobs[blob]))
+    report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))
+    report.files_seen = len(state.tree)
+    return report
+
+
+def _is_ancestor(git: GitStore, older: str, newer: str) -> bool:
+    try:
+        git.run("merge-base", "--is-ancestor", older, newer)
+        return True
+    except GitError:
+        return False
+
+
+def _read_blobs(git: GitStore, shas: list[str]) -> dict[str, bytes]:
+    """Blob contents in one ``git cat-file --batch``."""
+    if not shas:
+        return {}
+    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=git.root, input="\n".join(shas).encode() + b"\n",
+                          capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise GitError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()}")
+    out, blobs, pos = proc.stdout, {}, 0
+    for sha in shas:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        if len(header) < 3 or header[1] == b"missing":
+            raise GitError(f"git has no object {sha}")
+        size = int(header[2])
+        blobs[sha] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return blobs

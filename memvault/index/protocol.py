@@ -1,0 +1,152 @@
+"""What the rest of memvault may ask of an index, whichever backend holds it.
+
+Two levels, as sqlite-utils' ``Queryable`` sits under ``Table`` and ``View``:
+
+- :class:`SearchIndex` — what recall, the write gate's duplicate check, ``stats`` and ``dedup`` read: the
+  searches (words, phrases, exact quotes, vectors), the fields behind the ids they return, and the few lookups
+  recall makes around its candidates; plus its model, its pending vectors and phase 2. Both backends implement it:
+  the SQLite :class:`memvault.index.Index` and the PostgreSQL :class:`memvault.index.postgres.SharedIndex`.
+- :class:`VaultIndex` — a :class:`SearchIndex` kept in step with this host's files: phase 1 (``sync``), recall's
+  freshness checks (``refresh``, ``verify``), a rebuild, and the warnings gathered on the way. The SQLite index is
+  one; a team's index (:class:`memvault.core.team.TeamIndex`: the shared index, this host's overlay, and what
+  shadows what) is the other. Recall, the write gate and the ``Vault`` hold a ``VaultIndex`` and never ask which.
+
+Ids ("rowids") are opaque integers, unique within one index; scores are comparable within one result list only
+(BM25 depends on the corpus it was computed over; cosines are comparable wherever one model made the vectors).
+
+To add a method (a per-index calibration store, say): add it here, implement it in ``Index`` and ``SharedIndex``
+(and ``TeamIndex`` when it belongs to a ``VaultIndex``); tests/test_index_protocol.py checks every implementation
+against these signatures.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..models.embeddings import Embedder, ModelIdentity
+    from .update import SyncReport
+
+Progress = Callable[[int, int], None]
+
+
+@runtime_checkable
+class SearchIndex(Protocol):
+    """The searches and lookups of one index (see the module doc)."""
+
+    def exists(self) -> bool:
+        """Whether there is anything to search yet."""
+        ...
+
+    def identity(self) -> ModelIdentity | None:
+        """The model of every vector the index holds (None: keyword-only)."""
+        ...
+
+    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(rowid, BM25) best first: any query word may match, rare words weigh more."""
+        ...
+
+    def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(rowid, score) of chunks holding two consecutive query words in order."""
+        ...
+
+    def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
+        """Chunks holding the whole query word for word (three words or more)."""
+        ...
+
+    def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(rowid, cosine similarity) best first."""
+        ...
+
+    def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
+        """Cosine similarity of ``vector`` to the stored vectors of ``rowids`` (those that have one)."""
+        ...
+
+    def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """rowid -> its doc's fields (:data:`memvault.index.search.DOC_FIELDS`)."""
+        ...
+
+    def coverage(self, query: str, rowid: int) -> float:
+        """The share of the query's IDF weight chunk ``rowid`` holds (recall's "nothing known" test)."""
+        ...
+
+    def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
+        """For the raw episodes among ``docs``, the rowids of the turns just before and after each."""
+        ...
+
+    def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
+        """The last runs (procedure_run episodes) of each procedure, newest first."""
+        ...
+
+    def procedure_docs(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """name -> the fields of that procedure's doc."""
+        ...
+
+    def episodes_between(self, since: datetime | None, until: datetime | None, limit: int) -> list[dict[str, Any]]:
+        """Episodes created in [since, until) (None for open), newest first."""
+        ...
+
+    def pending(self) -> int:
+        """Chunks still waiting for a vector."""
+        ...
+
+    def embed(self, embedder: Embedder, *, limit: int | None = None, progress: Progress | None = None,
+              report: SyncReport | None = None, wait: bool = False) -> SyncReport:
+        """Phase 2: vectors for pending chunks (at most ``limit``); vectors of another model are never mixed in."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Items per kind, chunks, vectors, pending, model, sizes."""
+        ...
+
+
+@runtime_checkable
+class VaultIndex(SearchIndex, Protocol):
+    """A :class:`SearchIndex` kept in step with this host's files: what recall, the gate and the Vault hold."""
+
+    #: What went wrong on the way that the caller should pass on (a damaged file moved aside, ...); the caller
+    #: empties it once it has.
+    warnings: list[str]
+
+    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
+        """Phase 1: the text rows in step with the files (all of them, or only ``paths``)."""
+        ...
+
+    def refresh(self, interval: float = 30.0) -> SyncReport | None:
+        """Recall's cheap freshness check: phase 1 when something changed; None when nothing was due."""
+        ...
+
+    def verify(self, rels: set[str]) -> SyncReport | None:
+        """Stat the files behind ``rels`` (recall's candidates); phase 1 for those that changed since indexed."""
+        ...
+
+    def publish(self, *, splitter: Any = None) -> SyncReport:
+        """Share what this host has pushed: a team's shared index is brought to the pushed commit (raises a one-line
+        SearchIndexError when it cannot be reached); a local index has nobody to share with."""
+        ...
+
+    def scrub(self) -> None:
+        """After a purge: no removed text left in the index's files."""
+        ...
+
+    def as_on_disk(self, rels: set[str]) -> set[str]:
+        """Of ``rels`` (just verified), the paths whose indexed text is this host's file as it is: their text may be
+        returned from the index without reading the file again."""
+        ...
+
+    def rebuild(self, embedder: Callable[[], Embedder | None] | None = None, *,
+                progress: Progress | None = None) -> SyncReport:
+        """A whole new index (with ``embedder``'s model), swapped in when complete; recall reads the old one
+        meanwhile."""
+        ...
+
+    def guard(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised while searching, is one the index has dealt with (a damaged file moved aside, a
+        backend that went away): the caller syncs and searches again."""
+        ...
+
+    def close(self) -> None:
+        """Let go of connections and cached data (the next call opens them again)."""
+        ...
