@@ -322,13 +322,25 @@ class Vault:
         return self.git.log(path)
 
     # -- recall and the index ----------------------------------------------------------------------------
-    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
-               **options: Any) -> RecallResult:
+    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, *,
+               source: str | None = None, log: bool = True, **options: Any) -> RecallResult:
         """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.core.recall.Hit`, best first,
-        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
-        from .recall import check_arguments, recall
+        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens. Every recall is written to
+        the local recall log under ``source`` (who asked; default as for writes) unless ``log`` is false."""
+        from .recall import check_arguments
 
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
+        asker = self._source(source) if log else ""
+        started = time.perf_counter()
+        result = self._recall(query, k, kinds, budget, **options)
+        if log:
+            self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
+        return result
+
+    def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
+                **options: Any) -> RecallResult:
+        from .recall import recall
+
         if self.team:
             warnings: list[str] = []
             result = recall(self._team_parts(warnings), query, k, kinds, budget, **options)
@@ -343,6 +355,32 @@ class Vault:
                     splitter = None
             self.index.sync(splitter=splitter)
         return recall(self._parts(), query, k, kinds, budget, **options)
+
+    @cached_property
+    def recall_log(self) -> State:
+        """The local recall log's database (``.memvault/state.db``; a team's usage counts live elsewhere, the log
+        stays on this host)."""
+        if not self.team:
+            return self.state  # type: ignore[return-value]
+        from ..stores.state import State
+
+        return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
+
+    def _log_recall(self, source: str, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
+                    options: dict[str, Any], result: RecallResult, seconds: float) -> None:
+        """What this recall told its caller, in the recall log; a log that cannot be written is a warning."""
+        from ..stores.state import RecallLogEntry
+
+        shown = {"k": k, **({"kinds": list(kinds)} if kinds else {}), **({"budget": budget} if budget else {}),
+                 **{name: str(options[name]) for name in ("mode", "fmt", "since", "until", "min_relevance")
+                    if options.get(name) is not None}}
+        entry = RecallLogEntry(time.time(), source, query, shown,
+                               [[h.kind, h.id, round(h.score, 4), h.extra.get("trusted", True)] for h in result],
+                               result.nothing_found, len(result.warnings), seconds * 1000)
+        try:
+            self.recall_log.log_recall(entry)
+        except MemvaultError as exc:
+            result.warnings.append(f"recall not logged: {exc}")
 
     def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
                 source: str | None = None) -> SyncReport:
@@ -425,9 +463,19 @@ class Vault:
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
     def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+        """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
+        kind ``recall_log``)."""
         from . import lifecycle
 
-        return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        before = (at or datetime.now().astimezone()).timestamp() - self.config.retention.max_age("raw")
+        try:
+            kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
+        except MemvaultError:
+            return report
+        if kept or removed:
+            report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
+        return report
 
     def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
         from . import lifecycle

@@ -123,7 +123,7 @@ class _Tools:
             options["since"] = parse_time_or_age(since, "since")
         if until:
             options["until"] = parse_time_or_age(until, "until")
-        result = self.vault.recall(query, k=k, kinds=kinds, budget=budget, **options)
+        result = self.vault.recall(query, k=k, kinds=kinds, budget=budget, source=self.source, **options)
         if self.warmup.error and not any(w.startswith(self.warmup.error) for w in result.warnings):
             result.warnings.insert(0, f"{self.warmup.error}; keyword-only results")
         return result_json(result)
