@@ -31,6 +31,8 @@ from ..rules.validation import Problem, validate_source
 
 if TYPE_CHECKING:
     from . import lifecycle
+    from .browse import Browse
+    from .history import Growth
     from .gate import WriteGate
     from ..index.postgres import SharedIndex
     from ..stores.state import State
@@ -111,7 +113,7 @@ class Vault:
                            cache=self._cache())
         if self.config.index.backend == "postgres":
             self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
-        for name in ("gate", "shared"):
+        for name in ("gate", "shared", "browse"):
             self.__dict__.pop(name, None)
         self.facts = Facts(self)
         self.episodes = Episodes(self)
@@ -315,6 +317,20 @@ class Vault:
 
     def _parts(self, **team: Any) -> Parts:
         return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine, **team)
+
+    @cached_property
+    def browse(self) -> Browse:
+        """Listings for people (facts by key, tag, source, trust, staleness; episodes by time and session), SQL
+        over the index: see :mod:`memvault.core.browse`."""
+        from .browse import Browse
+
+        return Browse(self.index, self.config)
+
+    def growth(self) -> Growth:
+        """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""
+        from .history import growth
+
+        return growth(self.git, self.root, self.state_dir)
 
     def git_log(self, path: Path) -> list[LogEntry]:
         if self.git is None:
