@@ -178,7 +178,7 @@ def test_security_headers_on_every_answer(client):
     for path in ["/", "/facts?format=json", "/static/app.js", "/nowhere"]:
         r = client.get(path)
         assert r.headers["content-security-policy"] == CSP, path
-        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["referrer-policy"] == "same-origin"
     assert "unsafe-inline" not in CSP and "unsafe-eval" not in CSP and "script-src 'self'" in CSP
 
 

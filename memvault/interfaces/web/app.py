@@ -26,7 +26,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...rules.errors import (FactNotFound, FactParseError, InvalidKey, InvalidValue, MemvaultError, ProcedureNotFound,
                              SecretRefused, UntrustedSource, describe)
 from ...rules.timeutil import format_time, now
-from . import facts, overview, recall, timeline  # noqa: F401 - importing a module registers its pages
+# Importing a page module registers its pages (a package-relative ``from . import`` would name the package).
+from .facts import patch_lines
+from .overview import overview  # noqa: F401
+from .recall import recall  # noqa: F401
+from .timeline import timeline  # noqa: F401
 from .page import PATHS, ROUTES, Page, Req, Web, url, with_query
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
 
@@ -38,6 +42,8 @@ HERE = Path(__file__).resolve().parent
 #: Seconds between two background checks of the files (new episodes, hand edits) and of the lag.
 REFRESH_SECONDS = 2.0
 LAG_SECONDS = 30.0
+#: The order of the navigation (pages register themselves in import order).
+NAV_ORDER = ["overview", "facts", "inbox", "timeline", "sessions", "procedures", "recall", "recalls"]
 #: Largest form body accepted (a fact file is at most 64 KiB; a few fields around it).
 MAX_BODY = 1 << 20
 
@@ -70,11 +76,13 @@ def templates() -> Any:
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(url=url, nav=[(name, title) for _p, name, _f, _m, title in ROUTES if title])
+    pages = [(name, title) for _p, name, _f, _m, title in ROUTES if title]
+    env.globals.update(url=url, nav=sorted(pages, key=lambda page: NAV_ORDER.index(page[0])
+                                           if page[0] in NAV_ORDER else len(NAV_ORDER)))
     env.filters["short"] = lambda value, n=12: (str(value)[:n] if value else "")
     env.filters["when"] = lambda value: (str(value).replace("T", " ").replace("Z", "") if value else "")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-    env.filters["patch"] = facts.patch_lines
+    env.filters["patch"] = patch_lines
     return env
 
 

@@ -3,7 +3,7 @@ facts), the index's health, and how the vault and its use grew (plots drawn from
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from ...rules.errors import MemvaultError
@@ -69,11 +69,26 @@ def plots(web: Web) -> dict[str, Any]:
             by_day.setdefault(day, []).append(ms)
     except MemvaultError:
         pass
-    days = sorted(by_day)
+    if growth["days"]:  # the counts start from nothing the day before the first commit
+        first = date.fromisoformat(growth["days"][0]) - timedelta(days=1)
+        growth = {"days": [first.isoformat(), *growth["days"]], **{k: [0, *v] for k, v in growth.items()
+                                                                   if k != "days"}}
+    per_day = dict(episodes)
+    episode_days = _every_day(min(per_day)) if per_day else []
+    recall_days = _every_day(min(by_day)) if by_day else []
     return {
         "growth": growth,
-        "episodes": {"days": [d for d, _ in episodes], "count": [n for _, n in episodes]},
-        "recalls": {"days": days, "count": [len(by_day[d]) for d in days],
-                    "median_ms": [round(statistics.median(by_day[d]), 2) for d in days],
-                    "max_ms": [round(max(by_day[d]), 2) for d in days]},
+        "episodes": {"days": episode_days, "count": [per_day.get(d, 0) for d in episode_days]},
+        "recalls": {"days": recall_days, "count": [len(by_day.get(d, ())) for d in recall_days],
+                    "median_ms": [round(statistics.median(by_day[d]), 2) if d in by_day else None
+                                  for d in recall_days],
+                    "max_ms": [round(max(by_day[d]), 2) if d in by_day else None for d in recall_days]},
     }
+
+
+def _every_day(first: str) -> list[str]:
+    """Every day from ``first`` to today (a bar per day, days without any included), at most a year."""
+    today = now().date()
+    start = min(max(date.fromisoformat(first[:10]), today - timedelta(days=366)), today - timedelta(days=1))
+    count = (today - start).days + 1
+    return [(start + timedelta(days=i)).isoformat() for i in range(max(count, 1))]
