@@ -25,6 +25,7 @@ import pytest
 from memvault import Vault
 from memvault.interfaces.web import build
 
+from ci_guard import in_ci
 from conftest import git
 from web_fixtures import XSS, seeded_copy, seeded_template  # noqa: F401 - fixtures
 
@@ -36,7 +37,7 @@ TIMEOUT_MS = 15_000
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if in_ci():
         pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
     pytest.skip(f"browser tests need Chromium and Playwright: {reason}")
 
