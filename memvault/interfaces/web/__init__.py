@@ -52,6 +52,7 @@ def serve(vault: Vault, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, to
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)  # connections wait in the backlog while the server starts: the address printed works
     except OSError as exc:
         sock.close()
         raise MemvaultError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

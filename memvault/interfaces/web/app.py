@@ -156,6 +156,13 @@ class WebApp:
     # -- requests ----------------------------------------------------------------------------------------
     def _endpoint(self, fn: Callable[..., Page]) -> Callable[..., Any]:
         async def endpoint(request: Any) -> Any:
+            started = time.perf_counter()
+            response = await handle(request)
+            # What the server spent on the page (bench/bench_web.py reads it; so can a person, in the devtools).
+            response.headers["server-timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+            return response
+
+        async def handle(request: Any) -> Any:
             from starlette.responses import JSONResponse, PlainTextResponse
 
             form: dict[str, str] = {}

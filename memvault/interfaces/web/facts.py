@@ -181,7 +181,7 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
     except MemvaultError as exc:
         flags.append(f"cannot be accepted as it is: {exc}")
     try:
-        similar = vault.facts.similar(item.key, item.text)
+        similar = web.cached(("similar", item.key, item.text), lambda: vault.facts.similar(item.key, item.text))
     except MemvaultError:
         similar = []
     for match in similar:

@@ -70,6 +70,20 @@ class Web:
     #: Files the index has not caught up with, from the last background check (see app.Refresher).
     lag: dict[str, int] = field(default_factory=dict)
     lag_checked: str | None = None
+    #: Answers that hold until the index changes: (name, ...) -> (index version, value).
+    cache: dict[tuple[str, ...], tuple[Any, Any]] = field(default_factory=dict)
+
+    def cached(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+        """``make()``, reused while the index has not changed (a warm process does not redo what did not change)."""
+        version = self.vault.browse.version()
+        hit = self.cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        if len(self.cache) > 2000:
+            self.cache.clear()
+        value = make()
+        self.cache[key] = (version, value)
+        return value
 
 
 def route(path: str, name: str, *, methods: tuple[str, ...] = ("GET",), nav: str | None = None
