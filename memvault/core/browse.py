@@ -218,20 +218,10 @@ class Browse:
                     source: str | None = None, trust: str | None = None, stale: bool = False,
                     at: datetime | None = None) -> tuple[str, tuple[Any, ...]]:
         """The SQL of :meth:`facts` (without order and page), for its plan to be read."""
-        sql, args = FACTS_SQL, list(prefix_range(prefix))
-        if tag:
-            sql += " AND EXISTS (SELECT 1 FROM json_each(docs.meta, '$.tags') WHERE value = ?)"
-            args.append(tag)
-        if category:
-            sql += " AND json_extract(meta, '$.category') = ?"
-            args.append(category)
-        if source:
-            sql += " AND source = ?"
-            args.append(source)
-        sources = self._sources("fact", trust)
-        if sources is not None:
-            sql += f" AND source IN ({','.join('?' * len(sources))})" if sources else " AND 0"
-            args += sources
+        sql, args = _where(FACTS_SQL, list(prefix_range(prefix)), [
+            ("EXISTS (SELECT 1 FROM json_each(docs.meta, '$.tags') WHERE value = ?)", tag),
+            ("json_extract(meta, '$.category') = ?", category), ("source = ?", source)],
+            self._sources("fact", trust))
         if stale:
             cond, extra = stale_sql(self.config, at or now())
             sql += f" AND {cond}"
@@ -264,26 +254,9 @@ class Browse:
     def episodes_query(self, *, source: str | None = None, kind: str | None = None, session: str | None = None,
                        text: str | None = None, trust: str | None = None, before: str | None = None,
                        after: str | None = None) -> tuple[str, tuple[Any, ...]]:
-        sql, args = EPISODES_SQL, []
-        if before:
-            sql += " AND created < ?"
-            args.append(before)
-        if after:
-            sql += " AND created > ?"
-            args.append(after)
-        if source:
-            sql += " AND source = ?"
-            args.append(source)
-        if kind:
-            sql += " AND ekind = ?"
-            args.append(kind)
-        if session:
-            sql += " AND meta IS NOT NULL AND json_extract(meta, '$.session') = ?"
-            args.append(session)
-        sources = self._sources("episode", trust)
-        if sources is not None:
-            sql += f" AND source IN ({','.join('?' * len(sources))})" if sources else " AND 0"
-            args += sources
+        sql, args = _where(EPISODES_SQL, [], [
+            ("created < ?", before), ("created > ?", after), ("source = ?", source), ("ekind = ?", kind),
+            ("meta IS NOT NULL AND json_extract(meta, '$.session') = ?", session)], self._sources("episode", trust))
         terms = query_terms(text) if text else []
         if terms:
             expr = "text : (" + " AND ".join(f'"{t}"' for t in terms) + ') AND kind : "episode"'
@@ -395,6 +368,19 @@ class Browse:
         changed = sum(1 for rel, st in disk.items() if rel in known and tuple(st[1:4]) != known[rel])
         return {"changed": changed, "new": sum(1 for rel in disk if rel not in known),
                 "removed": sum(1 for rel in known if rel not in disk)}
+
+
+def _where(sql: str, args: list[Any], conditions: list[tuple[str, Any]],
+           sources: list[str] | None) -> tuple[str, list[Any]]:
+    """``sql`` with each condition whose value is given, and the source filter of a trust choice (None: any)."""
+    for condition, value in conditions:
+        if value:
+            sql += f" AND {condition}"
+            args.append(value)
+    if sources is not None:
+        sql += f" AND source IN ({','.join('?' * len(sources))})" if sources else " AND 0"
+        args += sources
+    return sql, args
 
 
 def _json(value: Any) -> dict[str, Any]:
