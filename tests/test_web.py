@@ -289,7 +289,7 @@ def test_playground_shows_factors_parts_floor_prompt_and_why_nothing(client):
 
 
 def test_every_interface_writes_the_recall_log(seeded, invoke_on, client):
-    result = invoke_on(seeded, "recall", "haproxy health checks", "--format", "json")
+    result = invoke_on(seeded, "recall", "haproxy health checks", "--format", "json", "--source", "agent:hook")
     assert result.exit_code == 0, result.output
     from memvault.interfaces.mcp import build_server
     from mcp.client import Client
@@ -304,7 +304,7 @@ def test_every_interface_writes_the_recall_log(seeded, invoke_on, client):
     log = client.get("/recalls?format=json").json()["entries"]
     asked = [(e["source"], e["query"]) for e in log]
     assert asked[:3] == [("user:tester", "replica database"), ("agent:mcp-test", "vpn gateway"),
-                         ("user:tester", "haproxy health checks")]
+                         ("agent:hook", "haproxy health checks")]
     assert ("agent:codex", "zebra quantum marmalade") in asked
     nothing = next(e for e in log if e["source"] == "agent:codex")
     assert nothing["hits"] == [] and nothing["nothing_found"]
