@@ -38,6 +38,9 @@ EPISODE_COLUMNS = "item_id, path, source, created, ekind, body, meta, ref"
 FACTS_SQL = f"SELECT {FACT_COLUMNS} FROM docs WHERE kind = 'fact' AND item_id >= ? AND item_id < ?"
 KEYS_SQL = "SELECT item_id FROM docs WHERE kind = 'fact' AND item_id >= ? AND item_id < ? ORDER BY item_id"
 EPISODES_SQL = f"SELECT {EPISODE_COLUMNS} FROM docs WHERE kind = 'episode'"
+#: Newest first from the partial index on episode time (the planner would otherwise take UNIQUE(kind, item_id) and
+#: sort every episode: 200 ms against 1 ms at 100k).
+EPISODES_BY_TIME_SQL = f"SELECT {EPISODE_COLUMNS} FROM docs INDEXED BY docs_episode_time WHERE kind = 'episode'"
 RUNS_SQL = ("SELECT item_id, created, body, meta, source FROM docs WHERE ref = ? AND kind = 'episode' "
             "ORDER BY created DESC LIMIT ?")
 COUNTS_SQL = "SELECT kind, source, COUNT(*) FROM docs GROUP BY kind, source"
@@ -218,8 +221,11 @@ class Browse:
                     source: str | None = None, trust: str | None = None, stale: bool = False,
                     at: datetime | None = None) -> tuple[str, tuple[Any, ...]]:
         """The SQL of :meth:`facts` (without order and page), for its plan to be read."""
+        # instr() on the JSON text first: a cheap test that spares parsing the fields of every other fact.
         sql, args = _where(FACTS_SQL, list(prefix_range(prefix)), [
+            ("instr(meta, ?) > 0", json.dumps(tag) if tag else None),
             ("EXISTS (SELECT 1 FROM json_each(docs.meta, '$.tags') WHERE value = ?)", tag),
+            ("instr(meta, ?) > 0", json.dumps(category) if category else None),
             ("json_extract(meta, '$.category') = ?", category), ("source = ?", source)],
             self._sources("fact", trust))
         if stale:
@@ -254,10 +260,11 @@ class Browse:
     def episodes_query(self, *, source: str | None = None, kind: str | None = None, session: str | None = None,
                        text: str | None = None, trust: str | None = None, before: str | None = None,
                        after: str | None = None) -> tuple[str, tuple[Any, ...]]:
-        sql, args = _where(EPISODES_SQL, [], [
-            ("created < ?", before), ("created > ?", after), ("source = ?", source), ("ekind = ?", kind),
-            ("meta IS NOT NULL AND json_extract(meta, '$.session') = ?", session)], self._sources("episode", trust))
         terms = query_terms(text) if text else []
+        sql, args = _where(EPISODES_SQL if terms else EPISODES_BY_TIME_SQL, [], [
+            ("created < ?", before), ("created > ?", after), ("source = ?", source), ("ekind = ?", kind),
+            ("instr(meta, ?) > 0", json.dumps(session) if session else None),
+            ("json_extract(meta, '$.session') = ?", session)], self._sources("episode", trust))
         if terms:
             expr = "text : (" + " AND ".join(f'"{t}"' for t in terms) + ') AND kind : "episode"'
             sql += (" AND doc IN (SELECT c.doc FROM chunks c WHERE c.rowid IN "

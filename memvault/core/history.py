@@ -118,6 +118,13 @@ def _walk(git: GitStore, root: Path, growth_: Growth, revisions: str) -> None:
     proc.wait()
 
 
+def write_commit_graph(git: GitStore) -> None:
+    """Bring git's commit-graph, with changed-path Bloom filters, up to HEAD (what ``git maintenance`` keeps):
+    with it, the history of one file costs milliseconds instead of a walk of every commit (1.4 s at 10k commits).
+    Incremental (``--split``): after the first run only new commits are added. Raises GitError."""
+    git.run("commit-graph", "write", "--reachable", "--changed-paths", "--split")
+
+
 def trailers(message: str) -> dict[str, str]:
     """The ``Memvault-*`` trailers of a commit message (``Memvault-Source``, ``Memvault-Key``)."""
     return {name: value.strip() for name, value in _TRAILER.findall(message)}

@@ -99,7 +99,10 @@ class WebApp:
         self.on_vault = VaultThread()
         self.env = templates()
         self.refresh = refresh
-        self._stop = threading.Event()
+        #: Set once git's commit-graph has been brought up to date (or could not be).
+        self.history_ready = threading.Event()
+        self._graph_thread: threading.Thread | None = None
+        self._graph_head: str | None = None
         routes: list[Any] = [Route(path, self._endpoint(fn), methods=list(methods), name=name)
                              for path, name, fn, methods, _nav in ROUTES]
         routes.append(Route("/live", self.live, methods=["GET"], name="live"))
@@ -129,6 +132,30 @@ class WebApp:
             if not vault.index.exists():
                 vault.index.sync(splitter=vault.engine.warm())
             self._check_lag()
+        self._maintain_history()
+
+    def _maintain_history(self) -> None:
+        """Keep git's commit-graph current on a thread of its own (the first run at 10k commits takes seconds;
+        pages do not wait for it, a file's history is only slower until it is done)."""
+        git = self.web.vault.git
+        if git is None or (self._graph_thread is not None and self._graph_thread.is_alive()):
+            return
+
+        def run() -> None:
+            from ...core.history import write_commit_graph
+
+            try:
+                head = git.run("rev-parse", "--verify", "--quiet", "HEAD")
+                if head != self._graph_head:
+                    write_commit_graph(git)
+                    self._graph_head = head
+            except MemvaultError:
+                pass  # an old git, a read-only repository: history works, only slower
+            finally:
+                self.history_ready.set()
+
+        self._graph_thread = threading.Thread(target=run, name="memvault-web-history", daemon=True)
+        self._graph_thread.start()
 
     async def _refresher(self) -> None:
         last_lag = time.monotonic()
@@ -139,6 +166,7 @@ class WebApp:
                 if time.monotonic() - last_lag > LAG_SECONDS:
                     last_lag = time.monotonic()
                     await self.on_vault(self._check_lag)
+                    self._maintain_history()
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a bad moment of the disk must not stop the live view

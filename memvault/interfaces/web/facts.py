@@ -17,6 +17,8 @@ from ...rules.secrets import find_secrets
 from ...rules.validation import Problem, validate_key
 from .page import Page, Req, Web, route, url
 
+#: Folders and keys of one level of the key tree shown (a vault with 3,000 keys in one folder is narrowed by prefix).
+TREE_SHOWN = 200
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _MARKUP = re.compile(r"<\s*/?\s*[A-Za-z!]|[" + re.escape(ANGLE_LOOKALIKES) + r"]|\bjavascript:|\]\]>", re.I)
 _INSTRUCTION = re.compile(r"\b(ignore|disregard|forget)\b.{0,40}\b(instructions?|previous|above|rules)\b", re.I | re.S)
@@ -31,8 +33,9 @@ def facts(web: Web, req: Req) -> Page:
     page_size = req.int_arg("limit", 100, 1, 500)
     offset = req.int_arg("offset", 0)
     rows, total = browse.facts(**filters, limit=page_size, offset=offset)
+    tree = browse.fact_tree(prefix)
     data = {"filters": filters, "total": total, "offset": offset, "limit": page_size,
-            "facts": [r.to_dict() for r in rows], "tree": browse.fact_tree(prefix),
+            "facts": [r.to_dict() for r in rows], "tree": tree[:TREE_SHOWN], "tree_more": max(0, len(tree) - TREE_SHOWN),
             "tags": [{"tag": t, "count": n} for t, n in browse.tags()[:60]],
             "sources": [{"source": s or None, "count": n, "trusted": browse.trusted(s or None)}
                         for s, n in browse.sources("fact")],
@@ -60,7 +63,7 @@ def fact(web: Web, req: Req) -> Page:
     history: list[dict[str, Any]] = []
     history_error = None
     try:
-        history = [entry_dict(e) for e in vault.facts.history(key)]
+        history = [entry_dict(e) for e in vault.facts.history(key, follow=False)]
     except MemvaultError as exc:
         history_error = str(exc)
     try:

@@ -67,7 +67,7 @@ def procedure(web: Web, req: Req) -> Page:
     history: list[dict[str, Any]] = []
     history_error = None
     try:
-        history = [entry_dict(e) for e in vault.git_log(proc.path)]
+        history = [entry_dict(e) for e in vault.git_log(proc.path, follow=False)]
     except MemvaultError as exc:
         history_error = str(exc)
     runs = vault.browse.runs(name, RUNS_SHOWN)
