@@ -299,7 +299,10 @@ def test_every_interface_writes_the_recall_log(seeded, invoke_on, client):
         async with Client(build_server(seeded, source="agent:mcp-test", warm=False)) as c:
             return await c.call_tool("recall", {"query": "vpn gateway"})
 
-    asyncio.run(ask())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:  # a loop of its own, whatever runs on this thread
+        pool.submit(asyncio.run, ask()).result()
     client.get("/recall?q=replica+database")
     log = client.get("/recalls?format=json").json()["entries"]
     asked = [(e["source"], e["query"]) for e in log]

@@ -42,8 +42,10 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"browser tests need Chromium and Playwright: {reason}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    """One Chromium for the browser tests (module scope: Playwright's sync API holds an event loop on this thread
+    while it runs, which later tests' asyncio.run must not meet)."""
     if not Path(CHROMIUM).exists():
         _unavailable(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     try:

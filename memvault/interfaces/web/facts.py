@@ -67,7 +67,7 @@ def fact(web: Web, req: Req) -> Page:
     except MemvaultError as exc:
         history_error = str(exc)
     try:
-        similar = vault.facts.similar(key, item.text)
+        similar = web.cached(("similar", key, item.text), lambda: vault.facts.similar(key, item.text))
     except MemvaultError:
         similar = []
     made = req.arg("made")
