@@ -331,6 +331,15 @@ def test_prune_drops_recall_log_entries_past_raw_retention(seeded):
     assert seeded.recall_log.recalls() == []
 
 
+def test_a_purge_forgets_the_recalls_that_returned_what_it_removed(seeded):
+    seeded.recall("attack script alert", k=5, source="agent:reader")
+    seeded.recall("which port does the primary database use", k=3, source="agent:reader")
+    assert len(seeded.recall_log.recalls()) == 4
+    seeded.purge("web:evil.example", source="user:admin")
+    left = [e.query for e in seeded.recall_log.recalls()]
+    assert "attack script alert" not in left and "which port does the primary database use" in left
+
+
 def test_a_recall_not_logged_is_not_an_error(seeded):
     seeded.recall("primary database", log=False)
     assert len(seeded.recall_log.recalls()) == 2

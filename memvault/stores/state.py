@@ -245,8 +245,11 @@ class State:
         return self._guarded(write)
 
     def forget(self, keys: Iterable[Key]) -> None:
-        """Drop every row about these memories (a purge): counters, reports, recalled texts; then checkpoint, so
-        nothing about them is left in the file or its WAL (``secure_delete`` zeroes the freed pages)."""
+        """Drop every row about these memories (a purge): counters, reports, recalled texts, and the recall-log
+        entries that returned one of them (their question may quote it); then checkpoint, so nothing about them is
+        left in the file or its WAL (``secure_delete`` zeroes the freed pages)."""
+        import json
+
         keys = list(keys)
         if not keys or not self.path.exists():
             return
@@ -256,6 +259,9 @@ class State:
             try:
                 for table in ("usage", "reports", "recalled"):
                     conn.executemany(f"DELETE FROM {table} WHERE kind = ? AND item_id = ?", keys)
+                # hits are stored as [kind, id, score, trusted]: "[kind, id" is in the JSON text exactly so
+                conn.executemany("DELETE FROM recall_log WHERE instr(hits, ?) > 0",
+                                 [(json.dumps([kind, item])[:-1],) for kind, item in keys])
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
