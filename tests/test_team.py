@@ -261,6 +261,9 @@ def test_the_cli_of_a_team_host_publishes_recalls_and_reports_both_indexes_in_te
     stats = json.loads(run(b, "stats", "--json"))
     assert stats["shared_index"]["items"]["fact"] == 3 and stats["shared_index"]["pending_vectors"] == 0
     assert b.embedded == 0
+    # Listings (the web view) read this host's whole vault, not only its overlay.
+    b.reopen()
+    assert b.vault.browse.counts()["kinds"]["fact"] == 3
     # The text says what the team's index holds, not only this host's (empty) overlay.
     text = run(b, "stats")
     assert "team index 'ops'" in text and "3 facts" in text and "0 pending" not in text, text

@@ -279,6 +279,12 @@ class TeamIndex:
         mine = rels & self.overlay.sources.keep if self.overlay.sources.keep is not None else set()
         return self.overlay.verify(mine) if mine else None
 
+    def local_index(self) -> Index:
+        """The fallback: this host's whole vault in SQLite (listings read it in SQL), built on demand."""
+        if not self.fallback.exists():
+            self.fallback.sync(splitter=self._splitter())
+        return self.fallback
+
     def as_on_disk(self, rels: set[str]) -> set[str]:
         if self._use() is None:
             return set(rels)

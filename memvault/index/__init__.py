@@ -305,6 +305,10 @@ class Index:
         """Of ``rels`` (just :meth:`verify` ed), those whose indexed text is the file as it is: all of them."""
         return set(rels)
 
+    def local_index(self) -> Index:
+        """This host's SQLite index of the whole vault, for listings in SQL (memvault.core.browse): this one."""
+        return self
+
     def publish(self, *, splitter: Any = None) -> SyncReport:
         """Share what this host has pushed with the other hosts' indexes: a local index has nobody to share with."""
         return SyncReport()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..models.embeddings import Embedder, ModelIdentity
+    from . import Index
     from .update import SyncReport
 
 Progress = Callable[[int, int], None]
@@ -129,6 +130,11 @@ class VaultIndex(SearchIndex, Protocol):
 
     def scrub(self) -> None:
         """After a purge: no removed text left in the index's files."""
+        ...
+
+    def local_index(self) -> Index:
+        """This host's SQLite index of the whole vault, for listings that read it in SQL (memvault.core.browse):
+        the index itself, or a team's fallback (built on demand)."""
         ...
 
     def as_on_disk(self, rels: set[str]) -> set[str]:
