@@ -477,3 +477,37 @@ def test_sync_with_the_team_database_unreachable_reports_the_push_as_done(team, 
     last = out[-1]
     assert "team index" in last and "not" in last, out
     assert git(a.root, "rev-parse", "HEAD") == git(a.root, "rev-parse", "origin/main")
+
+
+# ------------------------------------------------------------------------------------------------ README
+def readme_setup_line() -> str:
+    """The README's one-time set-up command of a team's database (the first line of its Team set-up block)."""
+    from conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text[text.index("Set-up with a managed PostgreSQL"):]
+    block = block[block.index("```sh\n") + len("```sh\n"):]
+    line = block.splitlines()[0]
+    assert line.startswith('psql "$ADMIN_URL"'), line
+    return line
+
+
+@pytest.mark.parametrize("form", ["socket", "host"])
+def test_the_readme_database_setup_works_for_a_socket_url_and_a_host_url(pg_server, form):  # noqa: F811
+    from urllib.parse import quote
+
+    # The role and database are named for this test (the test server already has a database "memvault").
+    name = f"mvsetup_{form}"
+    line = re.sub(r"\bmemvault\b", name, readme_setup_line())
+    admin = (pg_server.url_for("postgres") if form == "socket"  # postgresql://postgres@/postgres?host=/tmp/...
+             else f"postgresql://postgres@{quote(pg_server.host, safe='')}:{pg_server.port}")  # a host part, no path
+    env = {"PATH": f"{pg_server.bin}:/usr/bin:/bin", "ADMIN_URL": admin, "HOME": "/nonexistent"}
+    out = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "vector" in pg_server.psql("SELECT extname FROM pg_extension", database=name).split()
+        assert pg_server.psql(f"SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '{name}'").strip() \
+            == name
+    finally:
+        pg_server.psql(f'DROP DATABASE IF EXISTS "{name}"', database="postgres")
+        pg_server.psql(f'DROP ROLE IF EXISTS "{name}"', database="postgres")
