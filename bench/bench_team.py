@@ -62,6 +62,21 @@ def configure(root: Path, backend: str) -> None:
     toml.write_text(head.rstrip() + f'\n\n[index]\nbackend = "{backend}"\nname = "bench"\n')
 
 
+def team_vault(work: Path, n: int) -> tuple[Path, Path]:
+    """The team's vault: ``n`` facts in git (the postgres backend), pushed to a bare remote; (remote, host A)."""
+    remote, a_root = work / "remote.git", work / "a"
+    git(work, "init", "-q", "--bare", "-b", "main", str(remote))
+    corpus.write_vault(a_root, n, MODEL)
+    Vault.init(a_root)
+    configure(a_root, "postgres")
+    git(a_root, "add", "-A")
+    git(a_root, "commit", "-qm", "bench vault")
+    git(a_root, "remote", "add", "origin", str(remote))
+    git(a_root, "push", "-q", "-u", "origin", "HEAD:main")
+    git(a_root, "branch", "-q", "--set-upstream-to", "origin/main")
+    return remote, a_root
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10_000)
@@ -80,17 +95,7 @@ def main() -> int:
     try:
         with start_postgres() as server:
             os.environ["MEMVAULT_INDEX_URL"] = env["MEMVAULT_INDEX_URL"] = server.url
-            # The team's vault: n facts in git, pushed to a bare remote.
-            remote, a_root = work / "remote.git", work / "a"
-            git(work, "init", "-q", "--bare", "-b", "main", str(remote))
-            corpus.write_vault(a_root, args.n, MODEL)
-            Vault.init(a_root)
-            configure(a_root, "postgres")
-            git(a_root, "add", "-A")
-            git(a_root, "commit", "-qm", "bench vault")
-            git(a_root, "remote", "add", "origin", str(remote))
-            git(a_root, "push", "-q", "-u", "origin", "HEAD:main")
-            git(a_root, "branch", "-q", "--set-upstream-to", "origin/main")
+            remote, a_root = team_vault(work, args.n)
 
             def clone(name: str, backend: str) -> Path:
                 root = work / name

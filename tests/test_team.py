@@ -418,7 +418,8 @@ def test_with_the_team_database_stopped_mid_session_recall_answers_from_files_an
         assert host.vault.index.shared_in_use
     a.vault.reindex()  # what the broken publish did not do
     git(b.root, "pull", "-q", "--rebase")
-    assert any(h.id == "db/replica" for h in b.recall("read replica database"))
+    result = b.recall("read replica database")
+    assert any(h.id == "db/replica" for h in result), (result, result.warnings, result.nothing_found)
     assert held(b) == 0
 
 
@@ -511,3 +512,23 @@ def test_the_readme_database_setup_works_for_a_socket_url_and_a_host_url(pg_serv
     finally:
         pg_server.psql(f'DROP DATABASE IF EXISTS "{name}"', database="postgres")
         pg_server.psql(f'DROP ROLE IF EXISTS "{name}"', database="postgres")
+
+
+def test_logging_an_episode_on_a_team_host_never_asks_the_team_database(team, monkeypatch):
+    import memvault.index.postgres.connection as connection
+
+    _remote, a, _clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    a.recall("primary database port")  # this host's overlay exists
+    a.reopen()  # a new process: 'memvault episode add', an agent's hook
+
+    def refuse(url):
+        raise AssertionError("a write asked the team's database")
+
+    monkeypatch.setattr(connection, "connect", refuse)
+    episode = a.vault.episodes.append("Restarted pgbouncer on db01 after the config change.", source="user:ann")
+    assert not episode.warnings, episode.warnings
+    monkeypatch.undo()
+    assert a.recall("restarted pgbouncer", kinds=["episode"])[0].id == episode.id

@@ -192,7 +192,7 @@ class TeamIndex:
 
     def _look(self, shared: SharedIndex) -> _View:
         """Ask git which files differ here from the commit the shared index reflects (see :func:`split`)."""
-        head = self._call(shared.head, fresh=False)
+        head = self._call(shared.head)  # read now: a publish a second ago must not leave its files in the overlay
         state = split(self._repo(), self.root, track_episodes=self.track_episodes, ref=head, tree=False)
         self._view = _View(time.monotonic(), self.overlay.writes, head, frozenset(state.local),
                            frozenset(state.shadow))
@@ -313,25 +313,26 @@ class TeamIndex:
         (reindex, the watcher) also gives the shared index's pending chunks their vectors, and rebuilds an overlay
         of another model."""
         report = report or SyncReport()
+        if limit is not None:  # a share (a recall's, a write's): this host's part only, never the network
+            part = self.fallback if self._down is not None else self.overlay
+            return part.embed(embedder, limit=limit, progress=progress, report=report, wait=wait) \
+                if part.exists() else report
         shared = self._use()
         if shared is None:
-            return self.fallback.embed(embedder, limit=limit, progress=progress, report=report, wait=wait) \
+            return self.fallback.embed(embedder, progress=progress, report=report, wait=wait) \
                 if self.fallback.exists() else report
-        if limit is None:
-            try:
-                report.merge(shared.embed(embedder, progress=progress, wait=wait))
-            except SearchIndexError as exc:  # the text is published: say what was not done, and go on here
-                self._went_down(str(exc), 0.0)
-                report.warnings.append(f"the team index's vectors were not computed ({exc}); run 'memvault reindex' "
-                                       "once it can be reached")
+        try:
+            report.merge(shared.embed(embedder, progress=progress, wait=wait))
+        except SearchIndexError as exc:  # the text is published: say what was not done, and go on here
+            self._went_down(str(exc), 0.0)
+            report.warnings.append(f"the team index's vectors were not computed ({exc}); run 'memvault reindex' "
+                                   "once it can be reached")
         if not self.overlay.exists():
             return report
         local = self.overlay.identity()
         if local is not None and not embedder.identity.same_vectors(local):
-            if limit is None:
-                report.merge(self.overlay.rebuild(lambda: embedder, progress=progress))
-            return report
-        return self.overlay.embed(embedder, limit=limit, progress=progress, report=report, wait=wait)
+            return report.merge(self.overlay.rebuild(lambda: embedder, progress=progress))
+        return self.overlay.embed(embedder, progress=progress, report=report, wait=wait)
 
     def rebuild(self, embedder: Callable[[], Embedder | None] | None = None, *,
                 progress: Progress | None = None) -> SyncReport:
@@ -381,7 +382,9 @@ class TeamIndex:
 
     # -- the searches, over the parts that answer ----------------------------------------------------------
     def exists(self) -> bool:
-        return bool(self._parts())
+        """Whether there is anything to search: this host's parts answer without asking the network (a write only
+        wants to know whether to tell an index), else whether the shared index does."""
+        return self.overlay.exists() or self.fallback.exists() or bool(self._parts())
 
     def _scores(self, method: str, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         parts = self._parts()

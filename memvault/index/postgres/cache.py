@@ -78,14 +78,7 @@ class EmbeddingCache(Connected):
     def get(self, identity: ModelIdentity, texts: Sequence[str]) -> dict[str, bytes]:
         """text -> float32 little-endian bytes, for the texts the cache holds (others are left out)."""
         by_hash = {text_sha256(t): t for t in texts}
-        if not by_hash:
-            return {}
-        with self._errors("get") as conn:
-            rows = conn.execute(
-                "SELECT e.text_hash, e.embedding FROM memvault.embedding_cache e "
-                "JOIN memvault.models m ON m.model_id = e.model_id WHERE m.key = %s AND e.text_hash = ANY(%s::bytea[])",
-                (vector_key(identity), list(by_hash)), binary=True).fetchall()
-        return {by_hash[bytes(h)]: v for h, v in rows}
+        return {by_hash[h]: v for h, v in self.get_hashes(identity, list(by_hash)).items()}
 
     def get_hashes(self, identity: ModelIdentity, hashes: Sequence[bytes]) -> dict[bytes, bytes]:
         """Like :meth:`get`, keyed by :func:`text_sha256` (what an index already stores per chunk)."""
