@@ -261,6 +261,8 @@ def test_the_cli_of_a_team_host_publishes_recalls_and_reports_both_indexes_in_te
     stats = json.loads(run(b, "stats", "--json"))
     assert stats["shared_index"]["items"]["fact"] == 3 and stats["shared_index"]["pending_vectors"] == 0
     assert b.embedded == 0
+    estimate = json.loads(run(b, "reindex", "--dry-run", "--json"))
+    assert estimate["items"] == 3
     # Listings (the web view) read this host's whole vault, not only its overlay.
     b.reopen()
     assert b.vault.browse.counts()["kinds"]["fact"] == 3

@@ -302,10 +302,15 @@ class TeamIndex:
         return self.overlay.identity() if self.overlay.exists() else None
 
     def pending(self) -> int:
+        """Chunks waiting for a vector: this host's, and the shared index's while it answers (a count, never a
+        reason to fail: a sync that pushed asks it afterwards)."""
         shared = self._use()
         if shared is None:
             return self.fallback.pending()
-        return self.overlay.pending() + self._call(shared.pending)
+        try:
+            return self.overlay.pending() + self._call(shared.pending)
+        except SharedIndexDown:
+            return self.fallback.pending()
 
     def embed(self, embedder: Embedder, *, limit: int | None = None, progress: Progress | None = None,
               report: SyncReport | None = None, wait: bool = False) -> SyncReport:
