@@ -40,7 +40,7 @@ from memvault import Vault
 root, queries = sys.argv[1], json.loads(sys.argv[2])
 v = Vault.open(root, daemon=False)
 first = v.recall(queries[0], k=10, record_access=False)
-assert first.mode == "hybrid" and len(first), first.warnings
+assert first.mode == "hybrid" and not first.warnings, first.warnings
 times = []
 for q in queries[1:]:
     t = time.perf_counter()
