@@ -82,48 +82,40 @@ def scan(sources: Sources, dirs: dict[str, int] | None = None, problems: list[st
     place changes its directory's mtime: what a freshness check compares between full scans). Symlinks that leave
     their folder and special files are reported in ``problems`` and left out.
     """
-    from ..rules.fsutil import entry_problem
+    from ..rules.fsutil import entry_problem, walk
 
     out: dict[str, Stat] = {}
     root = str(sources.root)
     prefix_len = len(root) + 1  # entry paths all start with the root: slice, no relpath
+
+    def report(path: Path, reason: str) -> None:
+        if problems is not None:
+            problems.append(f"{str(path)[prefix_len:]}: {reason}")
+
+    def walked(current: str) -> None:
+        if dirs is not None:
+            dirs[current[prefix_len:]] = _mtime(current)
+
     for kind, base, suffixes in sources.areas():
         if dirs is not None:
             dirs[str(base)[prefix_len:]] = _mtime(str(base))
-        if not base.is_dir():
-            continue
         real_base = os.path.realpath(base)
-        stack = [str(base)]
-        while stack:
-            current = stack.pop()
+        for entry in walk(base, report, walked):
+            name = entry.name
+            if suffixes is not None and not name.endswith(suffixes):
+                continue
+            if kind == "procedure" and name.endswith(("~", ".tmp", ".swp", ".swo", ".swx")):
+                continue
+            problem = entry_problem(entry, real_base)
+            if problem is not None:
+                report(Path(entry.path), problem)
+                continue
             try:
-                entries = list(os.scandir(current))
+                st = entry.stat()
             except OSError:
                 continue
-            if dirs is not None:
-                dirs[current[prefix_len:]] = _mtime(current)
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                    continue
-                if suffixes is not None and not name.endswith(suffixes):
-                    continue
-                if kind == "procedure" and name.endswith(("~", ".tmp", ".swp", ".swo", ".swx")):
-                    continue
-                problem = entry_problem(entry, real_base)
-                if problem is not None:
-                    if problems is not None:
-                        problems.append(f"{entry.path[prefix_len:]}: {problem}")
-                    continue
-                try:
-                    st = entry.stat()
-                except OSError:
-                    continue
-                rel = entry.path[prefix_len:]
-                out[rel if os.sep == "/" else rel.replace(os.sep, "/")] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
+            rel = entry.path[prefix_len:]
+            out[rel if os.sep == "/" else rel.replace(os.sep, "/")] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
     return out
 
 

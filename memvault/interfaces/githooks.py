@@ -22,7 +22,6 @@ explicit ``--allow-secret``; the index was updated by the write itself).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shlex
 import subprocess
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
+from ..rules.fsutil import lock_held, open_private, try_lock
 
 MARKER = "# memvault hook"
 CHAINED_SUFFIX = ".memvault-chained"
@@ -264,26 +264,16 @@ def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
     state = vault_root / ".memvault"
     if watcher_running(state):
         return None
-    (state / "locks").mkdir(parents=True, exist_ok=True)
-    (state / REINDEX_FLAG).touch()
-    if _locked_elsewhere(state / "locks" / REINDEX_LOCK):
+    # The flag and the log are opened without following links: a link committed or planted in .memvault would
+    # otherwise make the hook create or append to a file anywhere the user can write.
+    os.close(open_private(state / REINDEX_FLAG, os.O_WRONLY | os.O_CREAT))
+    if lock_held(state / "locks" / REINDEX_LOCK):
         return None  # the running worker will see the flag
     env = {k: v for k, v in os.environ.items() if k not in _HOOK_ENV}
-    with open(state / REINDEX_LOG, "ab") as log:
+    with os.fdopen(open_private(state / REINDEX_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True)
-
-
-def _locked_elsewhere(lock: Path) -> bool:
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def reindex_worker(vault_root: Path, out: Any = None) -> int:
@@ -297,13 +287,10 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
     flag, lock = state / REINDEX_FLAG, state / "locks" / REINDEX_LOCK
     runs = 0
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+        with try_lock(lock) as mine:
+            if not mine:
                 return 0  # another worker has it and will see the flag
-            while flag.exists():
+            while flag.exists() or flag.is_symlink():
                 flag.unlink()
                 started = time.monotonic()
                 vault = Vault.open(vault_root)
@@ -313,10 +300,8 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
                 print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} reindex: {report.files_changed} files changed, "
                       f"{report.chunks_embedded} chunks embedded, {report.chunks_pending} pending, "
                       f"{time.monotonic() - started:.2f} s{model}", file=out, flush=True)
-                for warning in report.warnings:
+                for warning in report.warnings + report.problems:
                     print(f"  warning: {warning}", file=out, flush=True)
-        finally:
-            os.close(fd)
         if not flag.exists():  # a request that came in as the lock was released is served, not lost
             return 0
 

@@ -412,15 +412,22 @@ def load(path: Path) -> Config:
     """Read and validate ``path`` (a memvault.toml). A missing file gives the defaults."""
     try:
         text = path.read_bytes().decode("utf-8")
-        raw = tomllib.loads(text)
     except FileNotFoundError:
         return Config(path=path)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, f"invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read: {exc.strerror}") from None
+    return from_text(text, path)
+
+
+def from_text(text: str, path: Path) -> Config:
+    """Validate the text of a memvault.toml (``path`` names it in errors): what ``load`` reads, and what the write
+    gate checks before committing a hand-edited one."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"invalid TOML: {exc}") from None
     return from_dict(raw, path)
 
 
