@@ -45,20 +45,25 @@ def test_a_damaged_index_link_is_replaced_never_followed(vault, victim):
     assert "index.db" in r.stderr  # said, not silent
 
 
-def test_a_generation_that_is_a_symlink_is_never_opened_or_moved(vault, victim):
+def test_a_generation_that_is_a_symlink_is_never_opened_or_moved(vault, tmp_path):
+    import sqlite3
+
+    other = tmp_path / "another-app.db"  # a database of another program: memvault must not migrate it
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE accounts(name TEXT)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
     vault.facts.set("db/primary", "The primary database listens on port 5432.")
     vault.reindex()
     target = vault.index.current_target()
     vault.index.close()
     target.unlink()
-    target.symlink_to(victim)
-    wal = target.with_name(target.name + "-wal")
-    wal.unlink(missing_ok=True)
-    wal.symlink_to(victim)
+    target.symlink_to(other)
     r = cli(vault.root, "recall", "primary database port", "--mode", "keyword", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["hits"][0]["id"] == "db/primary"
-    assert unchanged(victim) and not list(victim.parent.glob("victim.txt*corrupt*"))
+    assert other.read_bytes() == before and not list(tmp_path.glob("another-app.db?*"))
 
 
 def test_a_symlinked_state_database_is_not_written_through(vault, victim):

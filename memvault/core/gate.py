@@ -143,8 +143,9 @@ class WriteGate:
             return (f"a symlink (to {os.readlink(path)}): memvault never commits a link, which would point at "
                     "whatever each host that pulls it has there; commit the file itself")
         limits = self.config.limits
-        return commit_refusal(self.root, path, data, limits={"facts": limits.fact_bytes, "inbox": limits.fact_bytes,
-                                                             "procedures": limits.procedure_bytes})
+        return commit_refusal(path.relative_to(self.root).as_posix(), data,
+                              limits={"facts": limits.fact_bytes, "inbox": limits.fact_bytes,
+                                      "procedures": limits.procedure_bytes})
 
     def apply(self, changes: Sequence[FileChange], *, message: str, source: str, key: str | None = None,
               commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None,

@@ -185,6 +185,10 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings += report.warnings
     warnings += index.warnings
     index.warnings.clear()
+    unseen = index.problems()
+    if unseen:  # every recall says which memories it cannot see, not only the sync that first met them
+        shown = "; ".join(unseen[:3]) + (f"; and {len(unseen) - 3} more" if len(unseen) > 3 else "")
+        warnings.append(f"{len(unseen)} file{'s' if len(unseen) > 1 else ''} not searchable: {shown}")
     if embedder is not None and sync:
         pending = index.embed(embedder, limit=settings.embed_at_recall)
         warnings += pending.warnings

@@ -27,7 +27,8 @@ from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .search import fts_exact_query, fts_phrase_query, fts_query
-from .update import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
+from .update import (Progress, SyncReport, embed_pending, model_key, pending_count, scan, stored_problems,
+                     sync_text, vector_blob)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -268,6 +269,10 @@ class Index:
 
     def pending(self) -> int:
         return pending_count(self.connection()) if self.exists() else 0
+
+    def problems(self) -> list[str]:
+        """Every vault file the index cannot hold, with the reason (kept since the sync that met it)."""
+        return stored_problems(self.connection()) if self.exists() else []
 
     def _embed_lock(self, target: Path, *, wait: bool) -> Any:
         return try_lock(self.dir / "locks" / f"{target.name}.embed.lock", wait=wait)

@@ -10,9 +10,10 @@ The scripts call ``python -m memvault.githooks NAME --vault ROOT [ARGS]`` with t
 install time. That entry point (:func:`main`) uses argparse, not click, and imports what it needs lazily, so a
 hook costs one interpreter start:
 
-- ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the files
-  under the vault's ``facts/``, ``inbox/`` and ``procedures/``: valid keys and names, front matter that parses,
-  no secrets. Each problem is one line naming the file, the line and the reason; the commit is refused.
+- ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the vault's files
+  with the check every commit memvault makes runs: valid keys and names, front matter that parses, no conflict
+  markers, no secrets in any file (episode lines and memvault.toml too), no symlinks, temp files or ``.memvault``.
+  Each problem is one line naming the file, the line and the reason; the commit is refused.
 - ``post-commit``, ``post-merge``, ``post-checkout`` and ``post-rewrite`` start ``memvault reindex`` detached
   in the background (output in ``.memvault/hook-reindex.log``) and return at once: git is never blocked.
 
@@ -174,13 +175,17 @@ class StagedProblem:
 
 
 def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProblem]:
-    """Problems in the staged content of the vault's facts, inbox proposals and procedures.
+    """Problems in the staged content of the vault's files.
 
     Runs git in ``cwd`` (the hook's working directory, where git's GIT_DIR / GIT_INDEX_FILE point from), so a
     ``git commit --only`` with its temporary index is checked against exactly what it will commit. Each file goes
-    through :func:`memvault.stores.checks.check_file`, the function memvault's own writes go through.
+    through :func:`memvault.stores.checks.commit_refusal`, the check every commit memvault makes runs: memory
+    files are validated (keys, front matter, conflict markers, limits) and every file is scanned for secrets;
+    symlinks, temp files and anything under ``.memvault`` are refused.
     """
-    from ..stores.checks import check_file, is_memory_file
+    from ..rules.config import CONFIG_NAME, load
+    from ..rules.errors import ConfigError
+    from ..stores.checks import commit_problems
 
     cwd = Path(cwd or os.getcwd())
     top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip()).resolve()
@@ -188,27 +193,29 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
     prefix = "" if prefix == "." else prefix + "/"
     entries = _staged(cwd, prefix)
     blobs = _read_blobs(cwd, [sha for _, sha, _ in entries])
+    try:
+        limits = load(vault_root / CONFIG_NAME).limits
+        sizes = {"facts": limits.fact_bytes, "inbox": limits.fact_bytes, "procedures": limits.procedure_bytes}
+    except ConfigError:
+        sizes = {}  # the staged memvault.toml is checked below; a broken one on disk must not hide other problems
     problems: list[StagedProblem] = []
     for path, sha, mode in entries:
-        area, _, inner = path[len(prefix):].partition("/")
-        if not is_memory_file(area, inner):
-            continue  # memvault never reads dot files, editor droppings, or non-.md files under facts/
+        rel = path[len(prefix):]
         if mode == "120000":
-            # A symlink travels to every host that pulls; memvault never follows one out of its folder, and a
-            # link that points out of the vault on the host that pulls it is a way to read that host's files.
+            # A symlink travels to every host that pulls; memvault never follows one, and a link that points out
+            # of the vault on the host that pulls it is a way to read (or, in .memvault, write) that host's files.
             target = blobs[sha].decode("utf-8", errors="replace")
             problems.append(StagedProblem(path, f"a symlink (to {target}): commit the file itself, memvault does not "
                                                 "follow symlinks"))
             continue
-        problems += [StagedProblem(path, f.reason, f.line) for f in check_file(area, inner, blobs[sha])]
+        problems += [StagedProblem(path, f.reason, f.line) for f in commit_problems(rel, blobs[sha], limits=sizes)]
     return problems
 
 
 def _staged(cwd: Path, prefix: str) -> list[tuple[str, str, str]]:
-    """(repo path, staged blob id, mode) of added or modified files and symlinks under the vault's checked areas."""
-    areas = [prefix + area for area in ("facts", "inbox", "procedures")]
+    """(repo path, staged blob id, mode) of added or modified files and symlinks in the vault."""
     out = _git(cwd, "diff", "--cached", "--raw", "-z", "--no-renames", "--diff-filter=AMT", "--no-ext-diff",
-               "--", *(f":(top){a}" for a in areas))
+               "--", f":(top,literal){prefix}" if prefix else ":(top)")
     fields = out.split(b"\0")
     entries = []
     for meta, path in zip(fields[0::2], fields[1::2]):

@@ -116,44 +116,54 @@ def key_secrets(name: str, what: str = "fact key") -> list[Finding]:
     return [Finding(f"a {what} must not hold a secret: {kinds}; the name is a path and a commit subject")]
 
 
-def commit_refusal(root: Path, path: Path, data: bytes | None, *, limits: dict[str, int] | None = None) -> str | None:
-    """Why the vault file ``path`` (with the bytes ``data`` that would be committed; None for a deletion) must not
-    be committed, or None. The one check every commit memvault makes runs — a write through the gate, sync's
-    commit of hand edits, the pre-commit hook: symlinks, temp files and editor droppings, a fact key or procedure
-    name that is invalid or holds a secret, front matter that does not parse, conflict markers, a file over
-    ``[limits]``, and secrets in every field of every file (episode lines and memvault.toml included)."""
-    rel = path.relative_to(root).as_posix() if path.is_absolute() else path.as_posix()
+def commit_problems(rel: str, data: bytes | None, *, limits: dict[str, int] | None = None) -> list[Finding]:
+    """Why the vault file ``rel`` (vault-relative, with the bytes ``data`` that would be committed; None for a
+    deletion) must not be committed; empty when it may. The one check every commit memvault makes runs — a write
+    through the gate, sync's commit of hand edits, the pre-commit hook: temp files and editor droppings, anything
+    in ``.memvault``, a fact key or procedure name that is invalid or holds a secret, front matter that does not
+    parse, conflict markers, a file over ``[limits]`` (area -> bytes), and secrets in every field of every file
+    (episode lines and memvault.toml included). Symlinks are the caller's to refuse (it knows the file, not
+    only its bytes)."""
     if data is None:
-        return None  # a deletion carries no text
+        return []  # a deletion carries no text
     area, _, inner = rel.partition("/")
     name = PurePosixPath(rel).name
     if rel == ".memvault" or rel.startswith(".memvault/"):
-        return "memvault's local state (index, locks) of this host: never committed"
+        return [Finding("memvault's local state (index, locks) of this host: never committed")]
     if name.endswith(IGNORED_SUFFIXES) or (inner and any(part.startswith(".") and part != ".gitignore"
                                                          for part in inner.split("/"))):
-        return "a temp file, editor dropping or hidden file: never committed by memvault"
+        return [Finding("a temp file, editor dropping or hidden file: never committed by memvault")]
     limit = (limits or {}).get(area)
     if limit is not None and is_memory_file(area, inner) and len(data) > limit:
-        return f"{len(data)} bytes, more than the {limit} allowed ([limits]): split it"
+        return [Finding(f"{len(data)} bytes, more than the {limit} allowed ([limits]): split it")]
     if is_memory_file(area, inner):
-        problems = check_file(area, inner, data)
-        return _first(problems)
+        return check_file(area, inner, data)
     if b"\0" in data:
-        return None  # binary: nothing memvault reads, nothing to scan
+        return []  # binary: nothing memvault reads, nothing to scan
     text = data.decode("utf-8", errors="replace")
     if area == "episodes" and rel.endswith(".jsonl"):
-        return _first(episode_file_secrets(text))
+        return episode_file_secrets(text)
     if rel == "memvault.toml":
         from ..rules.config import from_text
         from ..rules.errors import ConfigError
 
         try:
-            from_text(text, path)
+            from_text(text, Path(rel))
         except ConfigError as exc:
-            return exc.reason
+            return [Finding(exc.reason)]
     from ..rules.secrets import find_secrets
 
-    return _first([Finding(f"looks like a secret: {f.kind} {f.excerpt}", f.line) for f in find_secrets(text)])
+    return [Finding(f"looks like a secret: {f.kind} {f.excerpt}", f.line) for f in find_secrets(text)]
+
+
+def commit_refusal(rel: str, data: bytes | None, *, limits: dict[str, int] | None = None) -> str | None:
+    """:func:`commit_problems` as one line (the first problem, and how many more), or None."""
+    problems = commit_problems(rel, data, limits=limits)
+    if not problems:
+        return None
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return (f"line {first.line}: {first.reason}" if first.line else first.reason) + more
 
 
 def episode_file_secrets(text: str) -> list[Finding]:
@@ -175,11 +185,3 @@ def episode_file_secrets(text: str) -> list[Finding]:
         found += [Finding(f"looks like a secret: {f.kind} {f.excerpt}" + (f" in {f.field}" if f.field else ""),
                           lineno) for f in findings]
     return found
-
-
-def _first(problems: list[Finding]) -> str | None:
-    if not problems:
-        return None
-    first = problems[0]
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return (f"line {first.line}: {first.reason}" if first.line else first.reason) + more
