@@ -540,17 +540,24 @@ class WriteGate:
         warnings += self.tell_index([c.path for c in changes])
         return commit
 
-    def set_model(self, model: str, *, source: str) -> list[str]:
-        """Set ``[embedding] model`` in memvault.toml and commit it; returns what the caller should know."""
-        from ..rules.config import set_model
+    def set_model(self, model: str, *, source: str, this_host: bool = False) -> list[str]:
+        """Set ``[embedding] model``: in memvault.toml, committed (a name every host can load), or with
+        ``this_host`` in ``.memvault/local.toml``, never committed (a directory of this machine). Setting a name
+        for the vault drops this host's override, which would otherwise still win. Returns what the caller should
+        know."""
+        from ..rules.config import local_path, set_local_model, set_model
 
         self.require(Op.CONFIGURE, source)
         path = self.root / CONFIG_NAME
+        local = local_path(path)
         warnings: list[str] = []
         with self.lock():
-            before = path.read_bytes() if path.exists() else None
-            change = FileChange(path, before, set_model(path, model).encode("utf-8"))
-            self.apply([change], message=f"embedding model {model}", source=source, warnings=warnings)
+            if this_host or local.is_file():
+                atomic_write(local, set_local_model(path, model if this_host else None).encode("utf-8"))
+            if not this_host:
+                before = path.read_bytes() if path.exists() else None
+                change = FileChange(path, before, set_model(path, model).encode("utf-8"))
+                self.apply([change], message=f"embedding model {model}", source=source, warnings=warnings)
         return warnings
 
     def state(self) -> State:
