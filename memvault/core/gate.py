@@ -57,6 +57,16 @@ INBOX_IGNORE = (b"# memvault: proposals from untrusted sources stay local until 
                 b"# ([trust] share_inbox = true commits them)\n*\n")
 #: Cap on the facts read from files for the duplicate check when there is no index to ask.
 DEDUP_FALLBACK_MAX = 1000
+#: At most this many memories in one ``used`` report.
+MAX_USED = 100
+
+
+class Counted(list):  # type: ignore[type-arg]
+    """The uses that counted (``(kind, id)``), and what the caller should know (``warnings``)."""
+
+    def __init__(self, items: Sequence[tuple[str, str]] = (), warnings: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.warnings = list(warnings)
 
 
 @dataclass
@@ -562,6 +572,35 @@ class WriteGate:
 
     def state(self) -> State:
         return self._state()
+
+    def used(self, refs: Sequence[str], *, source: str) -> Counted:
+        """Count a use of each memory named (``fact:KEY`` or a bare key, ``procedure:NAME``, ``episode:ID``) that
+        exists; a ref to nothing is named in ``warnings`` and not counted, and one report holds at most
+        :data:`MAX_USED` refs (frequency is a ranking signal, not a counter to pump)."""
+        from ..rules.errors import InvalidValue, ProcedureError, ProcedureNotFound
+
+        if len(refs) > MAX_USED:
+            raise InvalidValue("refs", f"at most {MAX_USED} memories per report, not {len(refs)}")
+        keys, missing = [], []
+        for ref in dict.fromkeys(refs):
+            kind, sep, item = ref.partition(":")
+            if not sep:
+                kind, item = "fact", ref
+            if kind not in ("fact", "episode", "procedure") or not item:
+                raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
+            if kind == "fact":
+                exists = self.facts.exists(item)
+            elif kind == "procedure":
+                try:
+                    exists = bool(self.procedures.path_of(item))
+                except (ProcedureNotFound, ProcedureError):
+                    exists = False
+            else:
+                exists = self.episodes.has(item)
+            (keys if exists else missing).append((kind, item))
+        warnings = [f"{kind}:{item}: no such memory here: not counted" for kind, item in missing]
+        counted = self.record_use(keys, source=source, warnings=warnings) if keys else []
+        return Counted(counted, warnings)
 
     def record_use(self, keys: Sequence[tuple[str, str]], *, source: str,
                    warnings: list[str] | None = None) -> list[tuple[str, str]]:

@@ -19,10 +19,9 @@ from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config
 from ..models.engine import Engine, Status
 from ..stores.episodes import Episode, EpisodeLog
-from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, UnsafePath,
-                            VaultNotFound)
+from ..rules.errors import ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import atomic_write
+from ..rules.fsutil import atomic_write, check_private_dir
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import Index, Progress, Sources, SyncReport
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
@@ -33,14 +32,12 @@ from ..rules.validation import Problem, validate_source
 if TYPE_CHECKING:
     from . import ingest as ingest_mod
     from . import lifecycle
-    from .gate import Committed, WriteGate
+    from .gate import Committed, Counted, WriteGate
     from ..index.postgres import SharedIndex
     from ..stores.state import State
     from .team import Split
 
 STATE_DIR = ".memvault"
-#: At most this many memories in one ``used`` report (a use is a ranking signal, not a counter to pump).
-MAX_USED = 100
 #: Seconds a team host reuses its view of which files it has not pushed (see Vault._team_parts).
 SPLIT_REUSE = 1.0
 NEW_FACT_TEMPLATE = """---
@@ -63,19 +60,6 @@ def _gitignore(track_episodes: bool) -> str:
             "episodes/",
         ]
     return "\n".join(lines) + "\n"
-
-
-def check_state_dir(state_dir: Path) -> None:
-    """``.memvault`` must be a real folder of this host: memvault keeps its index, usage state and locks there and
-    moves, truncates and writes files in it. A link (committed upstream under a rule that ignored only folders, or
-    made by hand) would send all of that wherever it points, so it is refused, never followed."""
-    if state_dir.is_symlink():
-        raise UnsafePath(state_dir, f"a symlink (to {os.readlink(state_dir)}): memvault keeps its index, state and "
-                                    "locks in a real folder of this host and never follows a link there; remove the "
-                                    f"link (git rm --cached {STATE_DIR} if git tracks it) and run memvault again")
-    if state_dir.exists() and not state_dir.is_dir():
-        raise UnsafePath(state_dir, f"not a folder: memvault keeps its index, state and locks in {STATE_DIR}/; "
-                                    "move this file away and run memvault again")
 
 
 def default_source() -> str:
@@ -103,7 +87,10 @@ class Vault:
         self.root = Path(root).resolve()
         self.config: Config = config_mod.load(self.root / CONFIG_NAME)
         self.state_dir = self.root / STATE_DIR
-        check_state_dir(self.state_dir)
+        # Moved, truncated and written by memvault: a link there (committed upstream under a rule that ignored only
+        # folders, or made by hand) would send all of that wherever it points, so it is refused, never followed.
+        check_private_dir(self.state_dir, f"memvault keeps its index, state and locks in a real folder of this host "
+                                          f"(git rm --cached {STATE_DIR} if git tracks it)")
         self._embedder_factory = embedder_factory
         self._daemon = daemon
         self._status = status
@@ -539,31 +526,8 @@ class Vault:
     def used(self, refs: Sequence[str], *, source: str | None = None) -> Counted:
         """Report that memories were used (``fact:db/primary``, ``procedure:web/reload``, ``episode:<id>``, or
         a bare fact key): what frequency counts. Returns the ones counted; a ref to a memory that does not exist
-        is not counted (``warnings`` names it), and one report holds at most :data:`MAX_USED` refs."""
-        from ..rules.errors import InvalidValue, ProcedureError, ProcedureNotFound
-
-        if len(refs) > MAX_USED:
-            raise InvalidValue("refs", f"at most {MAX_USED} memories per report, not {len(refs)}")
-        keys, missing = [], []
-        for ref in dict.fromkeys(refs):
-            kind, sep, item = ref.partition(":")
-            if not sep:
-                kind, item = "fact", ref
-            if kind not in ("fact", "episode", "procedure") or not item:
-                raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
-            if kind == "fact":
-                exists = self._facts.exists(item)
-            elif kind == "procedure":
-                try:
-                    exists = bool(self._procedures.path_of(item))
-                except (ProcedureNotFound, ProcedureError):
-                    exists = False
-            else:
-                exists = self._episodes.has(item)
-            (keys if exists else missing).append((kind, item))
-        warnings = [f"{kind}:{item}: no such memory here: not counted" for kind, item in missing]
-        counted = self.gate.record_use(keys, source=self._source(source), warnings=warnings) if keys else []
-        return Counted(counted, warnings)
+        is not counted (``warnings`` names it), and one report holds at most ``MAX_USED`` refs."""
+        return self.gate.used(refs, source=self._source(source))
 
     def commit_edits(self, paths: Sequence[Path | str] | None = None, *, source: str | None = None,
                      message: str | None = None) -> Committed:
@@ -599,14 +563,6 @@ class Vault:
         if self.team:  # what was pushed is the team's now: into the shared index, out of the overlay
             result.warnings += self.publish().warnings
         return result
-
-
-class Counted(list):  # type: ignore[type-arg]
-    """The uses that counted (``(kind, id)``), and what the caller should know (``warnings``)."""
-
-    def __init__(self, items: Iterable[tuple[str, str]] = (), warnings: Iterable[str] = ()) -> None:
-        super().__init__(items)
-        self.warnings = list(warnings)
 
 
 # ------------------------------------------------------------------------------------------------ views

@@ -50,6 +50,17 @@ def check_dir(path: Path) -> None:
             raise UnsafePath(path, "not a folder: memvault does not write here")
 
 
+def check_private_dir(path: Path, why: str) -> None:
+    """``path`` (``.memvault``) must be a real folder, or not exist yet: a symlink or a file there is refused with
+    one line (``why`` says what the folder is for and how to fix it), never followed."""
+    from .errors import UnsafePath
+
+    if path.is_symlink():
+        raise UnsafePath(path, f"a symlink (to {os.readlink(path)}): {why}; remove the link and run memvault again")
+    if path.exists() and not path.is_dir():
+        raise UnsafePath(path, f"not a folder: {why}; move this file away and run memvault again")
+
+
 def ensure_dir(path: Path) -> Path:
     """``path`` as a real folder (created with its parents), with no symlink on the way (see :func:`check_dir`)."""
     check_dir(path)
