@@ -305,6 +305,7 @@ def _run_procedure(vault: Vault, name: str, args: list[str], source: str) -> dic
         "blob": result.procedure.blob,
         "episode_id": result.episode.id,
         **output,
+        "warnings": result.episode.warnings,
     }
 
 

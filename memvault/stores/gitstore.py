@@ -216,15 +216,8 @@ class GitStore:
         if not paths:
             return {}
         rels = {self.rel(p): p for p in paths}
-        try:
-            tree = self._git("ls-tree", "-z", "HEAD", "--", *rels, strip=False)
-        except GitError:
-            return {}  # no commit yet
-        heads = {}
-        for record in tree.split("\0"):
-            if record:
-                info, _, rel = record.partition("\t")
-                heads[rel] = info.split()[2]
+        blobs = self.head_blobs(paths)  # {} when there is no commit yet: then git log finds nothing either
+        heads = {rel: blobs[path] for rel, path in rels.items() if path in blobs}
         commits: dict[str, str] = {}
         proc = subprocess.Popen(["git", "log", "--format=%x00%H", "--name-only", "--no-renames", "--", *rels],
                                 cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
