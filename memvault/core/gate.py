@@ -40,7 +40,7 @@ from ..rules.dedup import compare
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import FileChange, atomic_write, locked, refuse_link
+from ..rules.fsutil import FileChange, atomic_write, check_dir, locked
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from ..rules.secrets import describe, find_secrets
@@ -173,7 +173,7 @@ class WriteGate:
                 if not change.changed:
                     continue
                 if change.after is None:
-                    refuse_link(change.path, "memvault does not remove what a symlink points to")
+                    check_dir(change.path.parent)  # unlinking removes a link itself, never what it points to
                     with contextlib.suppress(FileNotFoundError):
                         change.path.unlink()
                     _prune_empty_dirs(change.path.parent, self.root)

@@ -7,23 +7,21 @@ nothing itself: every change goes through the write gate (:mod:`memvault.core.ga
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..rules.dedup import groups
-from ..rules.freshness import stale_reason, text_hash
+from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
-from ..rules.errors import InvalidKey, InvalidValue, MemvaultError, PurgeIncomplete
+from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete
 from ..stores.facts import Fact
 from .gate import WriteGate
 from ..rules.fsutil import atomic_write
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
-from ..rules.validation import Problem, validate_key, validate_tags
+from ..rules.validation import Problem
 
 
 # ------------------------------------------------------------------------------------------------ retention
