@@ -43,6 +43,9 @@ def build(n: int) -> Path:
     if (root / ".git").is_dir():
         return root
     shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    git(root, "init", "-q")  # its own repository, not the checkout bench/.cache lives in
+    git(root, "config", "gc.auto", "0")  # no background repack while the vault is copied
     Vault.init(root)
     for i in range(n):
         path = root / "facts" / f"host{i // 100:03d}" / f"fact{i:05d}.md"
