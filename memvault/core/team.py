@@ -285,6 +285,11 @@ class TeamIndex:
             self.fallback.sync(splitter=self._splitter())
         return self.fallback
 
+    def problems(self) -> list[str]:
+        """The files this host's part cannot hold, with the reason (a file the shared index could not take was
+        reported by the publish that met it)."""
+        return (self.fallback if self._down is not None else self.overlay).problems()
+
     def as_on_disk(self, rels: set[str]) -> set[str]:
         if self._use() is None:
             return set(rels)

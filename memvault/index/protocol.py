@@ -137,6 +137,10 @@ class VaultIndex(SearchIndex, Protocol):
         the index itself, or a team's fallback (built on demand)."""
         ...
 
+    def problems(self) -> list[str]:
+        """Every vault file the index cannot hold, with the reason (kept since the sync that met it)."""
+        ...
+
     def as_on_disk(self, rels: set[str]) -> set[str]:
         """Of ``rels`` (just verified), the paths whose indexed text is this host's file as it is: their text may be
         returned from the index without reading the file again."""

@@ -460,22 +460,6 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
         raise ConfigError(path, f"cannot read: {exc.strerror}") from None
 
 
-def problems_of(data: bytes, where: Path | str = CONFIG_NAME) -> list[str]:
-    """Why the bytes of a memvault.toml (as they would be committed) would not load, one reason each: what the
-    pre-commit hook refuses, so a setting every host would choke on — or a password — never reaches the remote."""
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        return [f"not UTF-8 text ({exc.reason} at byte {exc.start})"]
-    except tomllib.TOMLDecodeError as exc:
-        return [f"invalid TOML: {exc}"]
-    try:
-        from_dict(raw, Path(where))
-    except ConfigError as exc:
-        return [exc.reason]
-    return []
-
-
 def local_path(path: Path) -> Path:
     """Where this host's overrides of the vault whose memvault.toml is ``path`` live."""
     return path.parent / ".memvault" / LOCAL_NAME
@@ -496,6 +480,16 @@ def local_overrides(path: Path) -> dict[str, Any]:
             raise ConfigError(local, f"[{name}] cannot be set for one host; only [{'], ['.join(LOCAL_SECTIONS)}] "
                                      "can (the rest belongs in memvault.toml)")
     return raw
+
+
+def from_text(text: str, path: Path) -> Config:
+    """Validate the text of a memvault.toml (``path`` names it in errors), without this host's overrides: what the
+    write gate and the pre-commit hook check before a hand-edited one is committed."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"invalid TOML: {exc}") from None
+    return from_dict(raw, path)
 
 
 def load(path: Path) -> Config:
