@@ -1,6 +1,11 @@
-"""Test isolation: every test gets its own HOME, git config and environment; no test sees the real user's."""
+"""Test isolation: every test gets its own HOME, git config, runtime directory and environment; no test sees the
+real user's, and no process a test started outlives the suite."""
 from __future__ import annotations
 
+import itertools
+import os
+import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -14,8 +19,20 @@ from memvault.interfaces.cli import cli
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+#: Every test's runtime directory (where the warm process's socket lives) is under this one, made at start.
+RUNTIME_BASE = Path(tempfile.mkdtemp(prefix="mvt-", dir="/tmp"))
+_runtime_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def model_cache(request) -> Path:
+    """Where exported ONNX graphs are kept across tests (and across runs, in pytest's own cache): the first test
+    that loads the packaged model exports it once."""
+    return Path(request.config.cache.mkdir("memvault-model-cache"))
+
+
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory, monkeypatch):
+def isolated_env(tmp_path_factory, monkeypatch, model_cache):
     home = tmp_path_factory.mktemp("home")
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
@@ -28,8 +45,13 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("USER", "tester")
-    # CLI recall would start a warm embedder daemon that outlives the test; test_daemon.py turns it back on.
+    # CLI recall would start a warm process that outlives the test; the tests of the warm process turn it back on,
+    # in this test's own runtime directory (never the user's), and stop it (pytest_sessionfinish checks).
     monkeypatch.setenv("MEMVAULT_NO_DAEMON", "1")
+    runtime = RUNTIME_BASE / str(next(_runtime_ids))
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(model_cache))
     # No test reaches the network: model hubs are never asked (subprocesses included), and a socket to anything
     # but this machine fails at once in this process.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -124,3 +146,37 @@ def invoke(runner, vault, options):
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.rstrip("\n")
+
+
+def leftover_processes(base: Path = RUNTIME_BASE) -> list[tuple[int, str]]:
+    """Processes started by this session's tests (their XDG_RUNTIME_DIR is under ``base``) that are still alive."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if any(e.startswith(b"XDG_RUNTIME_DIR=" + str(base).encode()) for e in env) and cmdline:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test leaves a process behind (a warm process, a server): each one found is named, stopped, and fails the
+    run."""
+    left = leftover_processes()
+    for pid, _cmdline in left:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    shutil.rmtree(RUNTIME_BASE, ignore_errors=True)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"processes left running by the tests (stopped now): {cmdline} (pid {pid})" for pid, cmdline in left]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        session.exitstatus = 1

@@ -395,7 +395,7 @@ def test_engine_reports_progress_while_a_slow_model_loads(monkeypatch):
     from memvault.models.engine import Engine
     from fake_embedder import FakeEmbedder
 
-    def slow(name, query_prefix=None):
+    def slow(name, query_prefix=None, backend="auto"):
         time.sleep(1.1)
         return FakeEmbedder(name=name)
 

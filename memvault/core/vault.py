@@ -31,6 +31,7 @@ from ..rules.validation import Problem, validate_source
 
 if TYPE_CHECKING:
     from . import lifecycle
+    from ..index.changes import ChangeFeed
     from .gate import WriteGate
     from ..index.postgres import SharedIndex
     from ..stores.state import State
@@ -96,7 +97,7 @@ class Vault:
         factory = self._embedder_factory
         return Engine(config.model, config.query_prefix,
                       daemon=config.embedding.daemon if self._daemon is None else self._daemon,
-                      idle=config.embedding.daemon_idle, status=self._status,
+                      idle=config.embedding.daemon_idle, status=self._status, backend=config.embedding.backend,
                       factory=(lambda: factory(config)) if factory is not None else None)
 
     def _build(self) -> None:
@@ -106,9 +107,11 @@ class Vault:
                                     fsync=self.config.episodes.fsync, per_host=self.config.track_episodes,
                                     host=self.config.episodes.host, max_bytes=limits.episode_bytes)
         self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
+        changes = self.index.changes if "index" in self.__dict__ else None  # a file watcher outlives a reload
         self.index = Index(self.state_dir, Sources(self.root, self._facts, self._episodes, self._procedures,
                                                    limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes),
                            cache=self._cache())
+        self.index.changes = changes if self.config.index.backend != "postgres" else None
         if self.config.index.backend == "postgres":
             self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
         for name in ("gate", "shared"):
@@ -358,6 +361,7 @@ class Vault:
             source = self._source(source)
             self.gate.require(Op.CONFIGURE, source)
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
+                            backend=self.config.embedding.backend,
                             status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
@@ -395,6 +399,34 @@ class Vault:
 
         return replace(self.config, embedding=replace(self.config.embedding, model=model))
 
+    # -- a process that stays up -------------------------------------------------------------------------
+    def follow(self, *, listener: Callable[[str], None] | None = None) -> ChangeFeed:
+        """Keep a file watcher on the vault while this object lives (until :meth:`close`), so recall checks only
+        what changed instead of every directory (see :mod:`memvault.index.changes`). For processes that stay up:
+        the MCP server, ``watch``, the web view, the warm process. When the watcher cannot run here (no inotify, a
+        network file system, the watch limit) ``feed.reason`` says why and recall goes on checking directories
+        (its first result says so once). ``listener`` is called with each changed path. Idempotent."""
+        from ..index.changes import ChangeFeed
+
+        feed = self.index.changes
+        if feed is None:
+            feed = ChangeFeed(self.root, self.state_dir, listener=listener)
+            if self.team:
+                feed.reason = "a team's index follows git, not the files"
+            else:
+                feed.start()
+            self.index.changes = feed
+        elif listener is not None:
+            feed.listener = listener
+        return feed
+
+    def close(self) -> None:
+        """Stop the file watcher (if any) and close the index's connection."""
+        feed, self.index.changes = self.index.changes, None
+        if feed is not None:
+            feed.stop()
+        self.index.close()
+
     def reload(self) -> None:
         """Read memvault.toml again (after a change of settings) and rebuild the parts that depend on it."""
         self.index.close()
@@ -410,6 +442,7 @@ class Vault:
         engine = self.engine
         if model is not None and model != self.config.model:
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
+                            backend=self.config.embedding.backend,
                             status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)

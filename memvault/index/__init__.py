@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from ..models.embeddings import Embedder, ModelIdentity
+    from .changes import ChangeFeed, Marks
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
            "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
@@ -61,6 +62,10 @@ class Index:
         self.warnings: list[str] = []
         #: Named-path syncs into a team's overlay (a cached view of which paths are local is stale after one).
         self.writes = 0
+        #: A file watcher's marks (memvault.index.changes.ChangeFeed) in a process that keeps one: recall then
+        #: checks only what it marked.
+        self.changes: ChangeFeed | None = None
+        self._said_fallback = False
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
@@ -256,10 +261,24 @@ class Index:
             os.close(fd)
 
     def refresh(self, interval: float = 30.0) -> SyncReport | None:
-        """Recall's cheap freshness check: phase 1 over the vault only when a directory of the vault changed (a
-        file was created, deleted, moved, or saved by rename as editors and git do) or ``interval`` seconds
-        passed since the last full scan; None when nothing was due. In-place edits of files recall is about to
-        return are caught by :meth:`verify`; other in-place edits wait at most ``interval``."""
+        """Recall's cheap freshness check. With a file watcher (:attr:`changes`): phase 1 for the paths it marked
+        since the last call, every change made before this call included. Without one (or when it cannot be
+        relied on): phase 1 over the vault only when a directory of the vault changed (a file was created,
+        deleted, moved, or saved by rename as editors and git do) or ``interval`` seconds passed since the last
+        full scan. None when nothing was due. In-place edits of files recall is about to return are caught by
+        :meth:`verify`; without a watcher, other in-place edits wait at most ``interval``."""
+        if self.changes is not None:
+            marks = self.changes.collect()
+            if marks is not None:
+                try:
+                    return self.apply(marks)
+                except BaseException:
+                    self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
+                    raise
+            if not self._said_fallback:
+                self._said_fallback = True
+                self.warnings.append(f"file watcher unavailable ({self.changes.reason or 'it did not answer in time'}"
+                                     "); recall checks the vault's directories instead")
         if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
             return None  # a warm process asking again within the second: candidates are still verified
         self._last_refresh = time.monotonic()
@@ -277,6 +296,26 @@ class Index:
                     due = True
                     break
         return self.sync() if due else None
+
+    def apply(self, marks: Marks, *, splitter: Any = None) -> SyncReport | None:
+        """Phase 1 for what a file watcher marked: the files named, and everything under a directory that was
+        created, deleted or moved (the files the index holds there and the ones now on disk). None when nothing
+        was marked."""
+        if marks.full:
+            return self.sync(splitter=splitter)
+        rels = set(marks.files)
+        if marks.dirs:
+            conn = self.connection()
+            for rel_dir in marks.dirs:
+                # the primary key's range, not a LIKE scan: every indexed path under the directory
+                rels.update(r[0] for r in conn.execute("SELECT path FROM files WHERE path >= ? AND path < ?",
+                                                       (rel_dir + "/", rel_dir + "0")))
+                for base, dirs, files in os.walk(self.sources.root / rel_dir):
+                    dirs[:] = [d for d in dirs if not d.startswith(".")]
+                    rels.update(self._rel(Path(base) / name) for name in files)
+        if not rels:
+            return None
+        return self.sync([self.sources.root / rel for rel in sorted(rels)], splitter=splitter)
 
     def verify(self, rels: set[str]) -> SyncReport | None:
         """Stat the files behind some rows (recall's candidates); phase 1 for those that changed since indexed.
