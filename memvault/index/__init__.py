@@ -164,9 +164,11 @@ class Index:
             conn.execute("UPDATE chunks SET model = NULL")
 
     # -- phase 1 and 2 -----------------------------------------------------------------------------------
-    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
+    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None, reread: bool = False) -> SyncReport:
         """Phase 1: the text rows in step with the files (all of them, or only ``paths``). Creates a keyword-only
-        index when there is none (``splitter`` gives it its model's identity)."""
+        index when there is none (``splitter`` gives it its model's identity). ``reread``: read the named files even
+        when their size, mtime and inode look as indexed (a file watcher saw them change: two same-size writes
+        within one tick of the file system's clock look identical to ``stat``)."""
         started = time.perf_counter()
         report = SyncReport()
         if self.current_target() is None:
@@ -177,12 +179,13 @@ class Index:
             if rels is not None and self.sources.keep is not None:
                 self.sources.keep.update(rels)  # written here: this host's version until it is pushed
                 self.writes += 1
-            sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report)
+            sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report,
+                      reread=reread)
         except Exception as exc:
             if self.guard(exc):
-                return self.sync(paths, splitter=splitter)
+                return self.sync(paths, splitter=splitter, reread=reread)
             raise
-        if report.changed:
+        if report.docs_added or report.docs_changed or report.docs_removed:
             self._vector_cache = None  # this process's own writes do not move PRAGMA data_version
         report.seconds = time.perf_counter() - started
         return report
@@ -315,7 +318,7 @@ class Index:
                     rels.update(self._rel(Path(base) / name) for name in files)
         if not rels:
             return None
-        return self.sync([self.sources.root / rel for rel in sorted(rels)], splitter=splitter)
+        return self.sync([self.sources.root / rel for rel in sorted(rels)], splitter=splitter, reread=True)
 
     def verify(self, rels: set[str]) -> SyncReport | None:
         """Stat the files behind some rows (recall's candidates); phase 1 for those that changed since indexed.
