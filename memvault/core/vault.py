@@ -454,6 +454,12 @@ class Vault:
         out = vault_stats(self.root, self.index, self._episodes, self.config)
         if self.shared is not None:  # a team: the local index is this host's overlay, the rest is shared
             out["shared_index"] = self.shared.stats() if self.shared.exists() else {"exists": False}
+        if self.engine.daemon:  # the warm process that holds the models (asked, never started)
+            from ..models import daemon
+            from .stats import warm_process_line
+
+            out["warm_process"] = daemon.status()
+            out["summary"].append(warm_process_line(out["warm_process"], self.config.embedding.daemon_idle))
         return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
