@@ -17,6 +17,7 @@ from memvault import Vault
 from memvault.interfaces.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["ci_guard"]
 
 
 #: Every test's runtime directory (where the warm process's socket lives) is under this one, made at start.
@@ -24,16 +25,26 @@ RUNTIME_BASE = Path(tempfile.mkdtemp(prefix="mvt-", dir="/tmp"))
 _runtime_ids = itertools.count()
 
 
-@pytest.fixture(scope="session")
-def model_cache(request) -> Path:
-    """Where exported ONNX graphs are kept across tests (and across runs, in pytest's own cache): the first test
-    that loads the packaged model exports it once."""
-    return Path(request.config.cache.mkdir("memvault-model-cache"))
+#: Where exported ONNX graphs are kept across tests (and across runs, in pytest's own cache): the first test that
+#: loads the packaged model exports it once. Set by pytest_configure.
+MODEL_CACHE: Path | None = None
+
+
+def pytest_configure(config):
+    global MODEL_CACHE
+    cache = getattr(config, "cache", None)
+    MODEL_CACHE = Path(cache.mkdir("memvault-model-cache")) if cache is not None else RUNTIME_BASE / "model-cache"
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory, monkeypatch, model_cache):
-    home = tmp_path_factory.mktemp("home")
+def isolated_env(tmp_path_factory, monkeypatch):
+    return isolate(tmp_path_factory.mktemp("home"), monkeypatch)
+
+
+def isolate(home: Path, monkeypatch) -> Path:
+    """Point HOME, git's config, the temp folder and the runtime directory into ``home`` (the runtime directory is
+    short, under /tmp) and clear memvault's variables (also used by session-scoped fixtures that build a vault once,
+    with a ``pytest.MonkeyPatch.context()``)."""
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.setenv("HOME", str(home))
@@ -51,7 +62,7 @@ def isolated_env(tmp_path_factory, monkeypatch, model_cache):
     runtime = RUNTIME_BASE / str(next(_runtime_ids))
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(model_cache))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(MODEL_CACHE or RUNTIME_BASE / "model-cache"))
     # No test reaches the network: model hubs are never asked (subprocesses included), and a socket to anything
     # but this machine fails at once in this process.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

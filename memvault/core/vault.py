@@ -32,6 +32,8 @@ from ..rules.validation import Problem, validate_source
 if TYPE_CHECKING:
     from . import lifecycle
     from ..index.changes import ChangeFeed
+    from .browse import Browse
+    from .history import Growth
     from .gate import WriteGate
     from ..index.postgres import SharedIndex
     from ..stores.state import State
@@ -114,7 +116,7 @@ class Vault:
         self.index.changes = changes if self.config.index.backend != "postgres" else None
         if self.config.index.backend == "postgres":
             self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
-        for name in ("gate", "shared"):
+        for name in ("gate", "shared", "browse"):
             self.__dict__.pop(name, None)
         self.facts = Facts(self)
         self.episodes = Episodes(self)
@@ -150,7 +152,8 @@ class Vault:
         return cls(cls.find_root(path), **options)
 
     @classmethod
-    def init(cls, path: Path | str, *, track_episodes: bool = False, **options: Any) -> Vault:
+    def init(cls, path: Path | str, *, track_episodes: bool = False, model: str | None = None,
+             **options: Any) -> Vault:
         """Create the layout in ``path`` (idempotent: existing files are never overwritten).
 
         Runs ``git init`` when ``path`` is not inside a git work tree, and commits the files it created, and only
@@ -165,11 +168,23 @@ class Vault:
         text = config_mod.template()
         if track_episodes:
             text = text.replace("track_in_git = false", "track_in_git = true")
+        local_model = None
+        if model is not None:
+            from ..models.embeddings import looks_like_path
+
+            if looks_like_path(model) or Path(model).expanduser().is_dir():
+                local_model = str(Path(model).expanduser().resolve())  # this host's: see _model_setting
+            else:
+                text = config_mod.set_model_text(text, model)
         for name, content in ((CONFIG_NAME, text), (".gitignore", _gitignore(track_episodes))):
             target = root / name
             if not target.exists():
                 atomic_write(target, content.encode("utf-8"))
                 created.append(target)
+        if local_model is not None:
+            local = config_mod.local_path(root / CONFIG_NAME)
+            if not local.exists():
+                atomic_write(local, config_mod.set_local_model(root / CONFIG_NAME, local_model).encode("utf-8"))
         git = GitStore.discover(root) or GitStore.init(root)
         if created:
             git.commit(created, "memvault init",
@@ -319,19 +334,47 @@ class Vault:
     def _parts(self, **team: Any) -> Parts:
         return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine, **team)
 
-    def git_log(self, path: Path) -> list[LogEntry]:
+    @cached_property
+    def browse(self) -> Browse:
+        """Listings for people (facts by key, tag, source, trust, staleness; episodes by time and session), SQL
+        over the index: see :mod:`memvault.core.browse`."""
+        from .browse import Browse
+
+        return Browse(self.index, self.config)
+
+    def growth(self) -> Growth:
+        """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""
+        from .history import growth
+
+        return growth(self.git, self.root, self.state_dir)
+
+    def git_log(self, path: Path, *, follow: bool = True) -> list[LogEntry]:
+        """``path``'s history, newest first, with diffs. ``follow`` tracks renames (git then reads every commit:
+        seconds at 10k commits, where git's changed-path filters answer in milliseconds without it)."""
         if self.git is None:
             raise GitError(f"{self.root} is not in a git repository: no history")
-        return self.git.log(path)
+        return self.git.log(path, follow=follow)
 
     # -- recall and the index ----------------------------------------------------------------------------
-    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
-               **options: Any) -> RecallResult:
+    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, *,
+               source: str | None = None, log: bool = True, **options: Any) -> RecallResult:
         """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.core.recall.Hit`, best first,
-        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
-        from .recall import check_arguments, recall
+        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens. Every recall is written to
+        the local recall log under ``source`` (who asked; default as for writes) unless ``log`` is false."""
+        from .recall import check_arguments
 
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
+        asker = self._source(source) if log else ""
+        started = time.perf_counter()
+        result = self._recall(query, k, kinds, budget, **options)
+        if log:
+            self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
+        return result
+
+    def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
+                **options: Any) -> RecallResult:
+        from .recall import recall
+
         if self.team:
             warnings: list[str] = []
             result = recall(self._team_parts(warnings), query, k, kinds, budget, **options)
@@ -347,6 +390,32 @@ class Vault:
             self.index.sync(splitter=splitter)
         return recall(self._parts(), query, k, kinds, budget, **options)
 
+    @cached_property
+    def recall_log(self) -> State:
+        """The local recall log's database (``.memvault/state.db``; a team's usage counts live elsewhere, the log
+        stays on this host)."""
+        if not self.team:
+            return self.state  # type: ignore[return-value]
+        from ..stores.state import State
+
+        return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
+
+    def _log_recall(self, source: str, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
+                    options: dict[str, Any], result: RecallResult, seconds: float) -> None:
+        """What this recall told its caller, in the recall log; a log that cannot be written is a warning."""
+        from ..stores.state import RecallLogEntry
+
+        shown = {"k": k, **({"kinds": list(kinds)} if kinds else {}), **({"budget": budget} if budget else {}),
+                 **{name: str(options[name]) for name in ("mode", "fmt", "since", "until", "min_relevance")
+                    if options.get(name) is not None}}
+        entry = RecallLogEntry(time.time(), source, query, shown,
+                               [[h.kind, h.id, round(h.score, 4), h.extra.get("trusted", True)] for h in result],
+                               result.nothing_found, len(result.warnings), seconds * 1000)
+        try:
+            self.recall_log.log_recall(entry)
+        except MemvaultError as exc:
+            result.warnings.append(f"recall not logged: {exc}")
+
     def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
                 source: str | None = None) -> SyncReport:
         """Bring the index in step with the vault; rebuild it whole when the model changed (or ``full``).
@@ -360,13 +429,14 @@ class Vault:
         if model is not None and model != self.config.model:
             source = self._source(source)
             self.gate.require(Op.CONFIGURE, source)
+            model, this_host = self._model_setting(model)
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
                             backend=self.config.embedding.backend,
                             status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
             embedder = engine.get()  # raises ModelUnavailable: nothing has changed yet
-            self.gate.set_model(model, source=source)
+            self.gate.set_model(model, source=source, this_host=this_host)
             self.reload()
             self.engine.use(embedder)
             if self.team:  # the team's index moves to the new model beside the old one, then flips
@@ -393,6 +463,29 @@ class Vault:
             index.embed(embedder, progress=progress, report=report, wait=True)
             report.model_loaded = True
         return report
+
+    def model_note(self) -> str | None:
+        """One line when the configured model is not on this machine (it would be downloaded on first use, which
+        an offline host cannot do), naming what would load; None when it is here. Asks no network."""
+        from ..models.embeddings import hint, resolve_model_path
+
+        if resolve_model_path(self.config.model) is not None:
+            return None
+        return f"the embedding model {self.config.model} is not on this machine (it downloads on first use); {hint()}"
+
+    def _model_setting(self, model: str) -> tuple[str, bool]:
+        """Where a model setting goes: a name every host can load goes to memvault.toml (committed); a directory
+        of this machine is meaningless on the others, so its absolute path goes to this host's
+        ``.memvault/local.toml`` — which a team's shared index, needing one model on every host, refuses."""
+        from ..models.embeddings import looks_like_path
+
+        path = Path(model).expanduser()
+        if not looks_like_path(model) and not path.is_dir():
+            return model, False
+        if self.team:
+            raise ConfigError(self.root / CONFIG_NAME, f"{model} is a directory of this host, and a team's shared "
+                              "index needs the same model on every host: use a model name every host can load")
+        return str(path.resolve()), True
 
     def _with_model(self, model: str) -> Config:
         from dataclasses import replace
@@ -452,6 +545,9 @@ class Vault:
         from .stats import vault_stats
 
         out = vault_stats(self.root, self.index, self._episodes, self.config)
+        if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
+            out["model_set_by"] = ".memvault/local.toml (this host only)"
+            out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")
         if self.shared is not None:  # a team: the local index is this host's overlay, the rest is shared
             out["shared_index"] = self.shared.stats() if self.shared.exists() else {"exists": False}
         if self.engine.daemon:  # the warm process that holds the models (asked, never started)
@@ -464,9 +560,19 @@ class Vault:
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
     def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+        """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
+        kind ``recall_log``)."""
         from . import lifecycle
 
-        return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        before = (at or datetime.now().astimezone()).timestamp() - self.config.retention.max_age("raw")
+        try:
+            kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
+        except MemvaultError:
+            return report
+        if kept or removed:
+            report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
+        return report
 
     def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
         from . import lifecycle
@@ -617,9 +723,9 @@ class Facts:
     def similar(self, key: str, text: str) -> list[dict[str, Any]]:
         return self._vault.gate.similar_facts(key, text)
 
-    def history(self, key: str) -> list[LogEntry]:
-        """The fact's git history, newest first, each entry with its diff."""
-        return self._vault.git_log(self.store.path_for(key))
+    def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
+        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""
+        return self._vault.git_log(self.store.path_for(key), follow=follow)
 
 
 class Episodes:

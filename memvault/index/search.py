@@ -91,6 +91,29 @@ def stems(text: str) -> list[str]:
         return list(dict.fromkeys(r[0] for r in conn.execute("SELECT term FROM qv ORDER BY offset")))
 
 
+def _varint(data: bytes) -> int:
+    """The SQLite varint at the start of ``data`` (big-endian, 7 bits a byte, the 9th byte whole)."""
+    value = 0
+    for i, byte in enumerate(data[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
+
+
+#: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table): a count of the
+#: chunks in one row read, where COUNT(*) walks every chunk.
+FTS_ROWS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
+
+
+def fts_rows(conn: sqlite3.Connection) -> int:
+    """How many chunks the keyword index holds."""
+    row = conn.execute(FTS_ROWS_SQL).fetchone()
+    return _varint(row[0]) if row and row[0] else 0
+
+
 def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cache: dict[str, int]) -> float:
     """The share of the query's IDF weight (chunk-level BM25 IDF) that chunk ``rowid`` contains."""
     import math
@@ -100,7 +123,7 @@ def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cach
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
     total = df_cache.get("\0n")
     if total is None:
-        total = df_cache["\0n"] = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        total = df_cache["\0n"] = fts_rows(conn)
     weight = held = 0.0
     for term in terms:
         if term not in df_cache:
@@ -263,13 +286,15 @@ def episodes_between(conn: sqlite3.Connection, since: str, until: str, limit: in
     return [dict(zip(DOC_FIELDS, row[1:])) for row in conn.execute(EPISODES_SQL, (since, until, limit))]
 
 
+#: A row value, not "created < ? OR (created = ? AND item_id < ?)": the OR kept SQLite from a range on the index and
+#: it read every episode of the source (3-5 ms a query, hundreds per recall at 100k episodes; now 0.1 ms).
 NEIGHBOUR_SQL = {
     "before": ("SELECT c.rowid, d.created FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 "
-               "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created < ? OR "
-               "(d.created = ? AND d.item_id < ?)) ORDER BY d.created DESC, d.item_id DESC LIMIT 1"),
+               "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created, d.item_id) < (?, ?) "
+               "ORDER BY d.created DESC, d.item_id DESC LIMIT 1"),
     "after": ("SELECT c.rowid, d.created FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 "
-              "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created > ? OR "
-              "(d.created = ? AND d.item_id > ?)) ORDER BY d.created, d.item_id LIMIT 1"),
+              "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created, d.item_id) > (?, ?) "
+              "ORDER BY d.created, d.item_id LIMIT 1"),
 }
 
 
@@ -288,7 +313,7 @@ def episode_neighbours(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]]
         here = seconds(doc["created"])
         found = []
         for sql in NEIGHBOUR_SQL.values():
-            row = conn.execute(sql, (doc["source"], doc["created"], doc["created"], doc["id"])).fetchone()
+            row = conn.execute(sql, (doc["source"], doc["created"], doc["id"])).fetchone()
             if row is not None and abs(seconds(row[1]) - here) <= gap:
                 found.append(row[0])
         if found:
