@@ -432,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP instead of stdio")
     parser.add_argument("--token-file", help=f"file holding the bearer token for HTTP (default: {TOKEN_ENV})")
     args = parser.parse_args(argv)
+    from ..models.daemon import single_thread_blas
+
+    single_thread_blas()
     from ..core.vault import Vault
 
     try:

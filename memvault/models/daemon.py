@@ -196,7 +196,8 @@ def start(idle: float = DEFAULT_IDLE) -> None:
                 os.unlink(channel.socket_name(), dir_fd=fd)  # a dead process's socket
             log = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                           dir_fd=fd)
-            env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+            env = {"OPENBLAS_NUM_THREADS": "1",  # see single_thread_blas
+                   **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
             try:
                 proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "--idle", str(idle)],
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
@@ -433,6 +434,14 @@ class Server:
         if handler is None:
             return {"ok": False, "error": f"unknown op {op!r}"}, b""
         return handler(request)
+
+
+def single_thread_blas() -> None:
+    """memvault's own processes run numpy's small matrix products (a query against the vectors in memory: 10k x 384)
+    on one thread: on a busy 2-core machine two spinning BLAS threads made one 5x slower (1.9 against 9.8 ms p50,
+    measured side by side). Effective only before numpy is first imported; a program that imports memvault as a
+    library keeps its own setting."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def resident_bytes() -> int | None:
