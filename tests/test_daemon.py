@@ -482,3 +482,22 @@ def test_a_hook_process_gets_recall_from_the_warm_process(warm_on, tmp_path):
                             "print(sorted(m for m in sys.modules if m.startswith(('memvault.core', 'numpy', "
                             "'memvault.index', 'torch'))))", str(v.root)], capture_output=True, text=True, timeout=60)
     assert check.stdout.strip() == "[]", check.stdout + check.stderr
+
+
+def test_stats_reports_the_warm_process_and_never_starts_one(vault, monkeypatch):
+    monkeypatch.delenv("MEMVAULT_NO_DAEMON")
+    v = Vault.open(vault.root)
+    stats = v.stats()
+    assert stats["warm_process"] is None and "none running" in stats["summary"][-1]
+    assert daemon.status() is None
+    server = warm.build(60)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    assert server.listening.wait(10)
+    try:
+        stats = v.stats()
+        assert stats["warm_process"]["rss_bytes"] > 10 * 2**20
+        assert "resident" in stats["summary"][-1] and str(os.getpid()) in stats["summary"][-1]
+    finally:
+        server.stopping.set()
+        thread.join(10)

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 #: Bump when the export or its check changes: older exports are then made again.
 EXPORT_VERSION = "1"
+#: Seconds before an export that failed is tried again.
+RETRY_FAILED = 86400.0
 #: The largest difference allowed between a component of the torch vector and the ONNX one.
 TOLERANCE = 1e-5
 PROBES = [
@@ -105,12 +108,15 @@ def exported(model_dir: Path, revision: str) -> Path | None:
         fd = os.open(target / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # two processes starting at once export once
+            if meta.exists() and _failed_long_ago(meta):
+                meta.unlink()  # a failure is retried a day later (onnx installed since, say)
             if not meta.exists():
                 proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
                                        str(target)], capture_output=True, text=True, check=False)
                 if not meta.exists():
                     detail = (proc.stderr or proc.stdout).strip().splitlines()
-                    _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}"})
+                    _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}",
+                                         "at": time.time()})
         finally:
             os.close(fd)
     try:
@@ -118,6 +124,14 @@ def exported(model_dir: Path, revision: str) -> Path | None:
     except (OSError, ValueError):
         return None
     return target / "model.onnx" if record.get("ok") and (target / "model.onnx").is_file() else None
+
+
+def _failed_long_ago(meta: Path) -> bool:
+    try:
+        record = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return True
+    return not record.get("ok") and time.time() - float(record.get("at", 0)) > RETRY_FAILED
 
 
 def _write_meta(target: Path, record: dict[str, Any]) -> None:
@@ -135,7 +149,7 @@ def export(model_dir: Path, target: Path) -> dict[str, Any]:
 
     spec = pipeline(model_dir)
     if spec is None:
-        return {"ok": False, "reason": "a pipeline this backend does not run"}
+        return {"ok": False, "reason": "a pipeline this backend does not run", "at": time.time()}
     model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
     transformer = model[0].auto_model.eval()
     names = ["input_ids", "attention_mask", "token_type_ids"]
@@ -161,7 +175,8 @@ def export(model_dir: Path, target: Path) -> dict[str, Any]:
     worst = float(np.abs(expected - got).max())
     if worst > TOLERANCE:
         tmp.unlink()
-        return {"ok": False, "reason": f"the exported graph differs from torch by {worst:.2e}", "worst": worst}
+        return {"ok": False, "reason": f"the exported graph differs from torch by {worst:.2e}", "worst": worst,
+                "at": time.time()}
     os.replace(tmp, target / "model.onnx")
     return {"ok": True, "worst": worst, "export_version": EXPORT_VERSION}
 

@@ -185,6 +185,7 @@ class GitStore:
         return gittree.DECLINED  # pragma: no cover
 
     def _run(self, args: list[str], data: bytes | None, env: dict[str, str] | None = None) -> bytes:
+        """git ``args`` in the work tree's root with ``data`` on stdin; its stdout as bytes (GitError on failure)."""
         try:
             out = subprocess.run(["git", *args], cwd=self.root, input=data, capture_output=True, check=False,
                                  env=env)
@@ -219,14 +220,7 @@ class GitStore:
             pass
 
     def _git_input(self, *args: str, data: str) -> str:
-        try:
-            out = subprocess.run(["git", *args], cwd=self.root, input=data, capture_output=True, text=True,
-                                 check=False)
-        except OSError as exc:
-            raise GitError(f"cannot run git: {exc.strerror}") from None
-        if out.returncode != 0:
-            raise GitError(f"git {args[0]} failed: {' '.join(out.stderr.split())}")
-        return out.stdout
+        return self._run(list(args), data.encode()).decode()
 
     def _tracked(self, path: Path) -> bool:
         return bool(self._git("ls-files", "--", self.rel(path)))
