@@ -126,7 +126,7 @@ def bench_quality() -> list[dict[str, Any]]:
     int8 = onnx.OnnxEmbedder(MODEL, fp32.model_dir, _int8_graph(), revision=fp32.identity.revision + "+int8")
     rows = []
     for name in ("locomo_facts", "alert_to_runbook"):
-        corpora = eval_corpora.build(name, CACHE / "eval")
+        corpora = eval_corpora.build(name, CACHE / "eval", corpus.DATA.parent)
         totals: dict[str, dict[int, float]] = {"fp32": {5: 0.0, 10: 0.0}, "int8": {5: 0.0, 10: 0.0}}
         n_queries = 0
         for c in corpora:
