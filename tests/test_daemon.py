@@ -446,6 +446,7 @@ def test_warm_client_serves_recall_as_the_cli_would(vault, models, monkeypatch):
         reply = warm_client.call(str(vault.root), "recall", {"query": "primary database port", "k": 3,
                                                               "record": False})
         assert [h["id"] for h in reply["hits"]] == expected
+        assert fake.recall_log.recalls(limit=1)[0].source == "agent:hook"  # the caller's, as the CLI records it
         prompt = warm_client.call(str(vault.root), "recall", {"query": "primary database port", "fmt": "prompt"})
         assert prompt["rendered"].startswith("<memory")
         bad = warm_client.call(str(vault.root), "recall", {"query": "x", "k": 0})

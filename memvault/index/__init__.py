@@ -278,10 +278,10 @@ class Index:
                 except BaseException:
                     self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
                     raise
-            if not self._said_fallback:
-                self._said_fallback = True
-                self.warnings.append(f"file watcher unavailable ({self.changes.reason or 'it did not answer in time'}"
-                                     "); recall checks the vault's directories instead")
+            if self.changes.reason is not None and not self._said_fallback:  # for good: said once (a watcher that
+                self._said_fallback = True                                  # was only slow this time is not news)
+                self.warnings.append(f"file watcher unavailable ({self.changes.reason}); recall checks the vault's "
+                                     "directories instead")
         if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
             return None  # a warm process asking again within the second: candidates are still verified
         self._last_refresh = time.monotonic()

@@ -15,7 +15,7 @@ check of the files behind the hits it returns covers it, as it covers everything
 **When the watcher cannot be trusted** — no inotify on this system, the vault on a network file system (a change
 made on another host raises no event here), the inotify watch limit reached, the kernel's event queue overflowed,
 a marker not seen in time — :meth:`~ChangeFeed.collect` returns None or asks for a full check, and the index
-falls back to its directory check; the reason is said once.
+falls back to its directory check; a reason that lasts is said once.
 """
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ IGNORED_PREFIXES = (".#",)
 RELEVANT_EVENTS = ("created", "deleted", "modified", "moved", "closed")
 #: Where the markers of :meth:`ChangeFeed.collect` are created (inside .memvault, so never indexed or committed).
 LIVE_DIR = "live"
-#: How long a recall waits for its marker before it checks the directories instead.
-BARRIER_TIMEOUT = 0.5
+#: How long a recall waits for its marker before it checks the directories instead (this once; the marker comes
+#: back in about a millisecond, and only a stalled watcher makes recall wait this long).
+BARRIER_TIMEOUT = 1.0
 #: File systems where a change made elsewhere raises no event here (``/proc/self/mountinfo`` types).
 NETWORK_FILESYSTEMS = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ncpfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs",

@@ -60,9 +60,7 @@ def serve_recall(vault: Vault, *, query: str, source: str | None = None, k: int 
         options["since"] = parse_time_or_age(since, "since")
     if until:
         options["until"] = parse_time_or_age(until, "until")
-    if "source" in inspect.signature(vault.recall).parameters:
-        options["source"] = source
-    result = vault.recall(query, k=k, kinds=kinds or None, budget=budget, **options)
+    result = vault.recall(query, k=k, kinds=kinds or None, budget=budget, source=source, **options)
     out = result_json(result)
     if fmt != "json":
         out["rendered"] = render(result, fmt)
