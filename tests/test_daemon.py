@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from memvault import Vault
-from memvault.interfaces import warm, warm_client
+from memvault.interfaces import warm_client
 from memvault.models import channel, daemon
 from memvault.rules.errors import DaemonUnavailable
 from conftest import REPO_ROOT, git
 from fake_embedder import FakeEmbedder
+from warm_server import serving
 
 MODEL = "all-MiniLM-L6-v2"
 NOBODY = 65534
@@ -436,12 +437,7 @@ def test_warm_client_serves_recall_as_the_cli_would(vault, models, monkeypatch):
     vault.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", source="user:t")
     fake = Vault.open(vault.root, embedder_factory=models)
     expected = [h.id for h in fake.recall("primary database port", k=3, record_access=False)]
-    server = warm.build(60, vaults=warm.WarmVaults(daemon.Models(), open_vault=lambda root: Vault.open(
-        root, embedder_factory=models)))
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    assert server.listening.wait(10)
-    try:
+    with serving(models) as server:
         monkeypatch.setenv("MEMVAULT_SOURCE", "agent:hook")
         reply = warm_client.call(str(vault.root), "recall", {"query": "primary database port", "k": 3,
                                                               "record": False})
@@ -458,10 +454,6 @@ def test_warm_client_serves_recall_as_the_cli_would(vault, models, monkeypatch):
         nowhere = warm_client.call(str(vault.root / "nope"), "recall", {"query": "x"})
         assert "not a vault" in nowhere["error"]
         assert server.vaults.roots() == [str(vault.root)]
-    finally:
-        server.stopping.set()
-        thread.join(10)
-        server.vaults.close()
 
 
 @pytest.mark.model
@@ -491,14 +483,7 @@ def test_stats_reports_the_warm_process_and_never_starts_one(vault, monkeypatch)
     stats = v.stats()
     assert stats["warm_process"] is None and "none running" in stats["summary"][-1]
     assert daemon.status() is None
-    server = warm.build(60)
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    assert server.listening.wait(10)
-    try:
+    with serving():
         stats = v.stats()
         assert stats["warm_process"]["rss_bytes"] > 10 * 2**20
         assert "resident" in stats["summary"][-1] and str(os.getpid()) in stats["summary"][-1]
-    finally:
-        server.stopping.set()
-        thread.join(10)

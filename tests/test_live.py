@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -198,16 +197,11 @@ def test_an_overflowed_event_queue_checks_everything(live, monkeypatch):
 
 def test_a_warm_process_serves_fresh_answers_while_files_change(vault, models):
     """The warm process's vaults follow their files too (what a hook's recall gets)."""
-    from memvault.interfaces import warm, warm_client
-    from memvault.models import daemon
+    from memvault.interfaces import warm_client
+    from warm_server import serving
 
     vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
-    server = warm.build(60, vaults=warm.WarmVaults(daemon.Models(), open_vault=lambda root: Vault.open(
-        root, embedder_factory=models)))
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    assert server.listening.wait(10)
-    try:
+    with serving(models):
         ask = lambda: {h["id"]: h["text"] for h in warm_client.call(  # noqa: E731
             str(vault.root), "recall", {"query": "primary database port", "record": False})["hits"]}
         assert ask()["db/primary"].endswith("5432.")
@@ -215,7 +209,3 @@ def test_a_warm_process_serves_fresh_answers_while_files_change(vault, models):
         assert ask()["db/primary"].endswith("6432.")
         fact_file(vault, "db/primary").unlink()
         assert "db/primary" not in ask()
-    finally:
-        server.stopping.set()
-        thread.join(10)
-        server.vaults.close()
