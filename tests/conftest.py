@@ -34,6 +34,11 @@ def pytest_configure(config):
     global MODEL_CACHE
     cache = getattr(config, "cache", None)
     MODEL_CACHE = Path(cache.mkdir("memvault-model-cache")) if cache is not None else RUNTIME_BASE / "model-cache"
+    # Outside any test too (a thread still running after its test, a session fixture): never the user's runtime
+    # directory, never a warm process unless a test asks for one. pytest_sessionfinish finds any left behind.
+    (RUNTIME_BASE / "session").mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = str(RUNTIME_BASE / "session")
+    os.environ["MEMVAULT_NO_DAEMON"] = "1"
 
 
 @pytest.fixture(autouse=True)
