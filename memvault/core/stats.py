@@ -102,6 +102,14 @@ def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config)
     return data
 
 
+def add_warm_process(out: dict[str, Any], idle: float) -> None:
+    """``stats``' figures of the warm process (``warm_process``, and a summary line); asked, never started."""
+    from ..models import daemon
+
+    out["warm_process"] = daemon.status()
+    out["summary"].append(warm_process_line(out["warm_process"], idle))
+
+
 def warm_process_line(status: dict[str, Any] | None, idle: float) -> str:
     """The warm process as ``stats`` shows it: its resident memory (which falls back after a minute without a
     request, and to nothing when it stops), what it holds, and how long until it stops."""

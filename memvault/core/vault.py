@@ -24,6 +24,7 @@ from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, check_private_dir
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import Index, Progress, Sources, SyncReport
+from ..index.changes import ChangeFeed, follow
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from .recall import Parts, RecallResult
 from ..rules.trust import Op, Policy
@@ -32,7 +33,6 @@ from ..rules.validation import Problem, validate_source
 if TYPE_CHECKING:
     from . import ingest as ingest_mod
     from . import lifecycle
-    from ..index.changes import ChangeFeed
     from .browse import Browse
     from .history import Growth
     from .gate import Committed, Counted, WriteGate
@@ -444,8 +444,7 @@ class Vault:
             self.gate.require(Op.CONFIGURE, source)
             model, this_host = self._model_setting(model)
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
-                            backend=self.config.embedding.backend,
-                            status=self._status,
+                            backend=self.config.embedding.backend, status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
             embedder = engine.get()  # raises ModelUnavailable: nothing has changed yet
@@ -505,32 +504,17 @@ class Vault:
 
         return replace(self.config, embedding=replace(self.config.embedding, model=model))
 
-    # -- a process that stays up -------------------------------------------------------------------------
     def follow(self, *, listener: Callable[[str], None] | None = None) -> ChangeFeed:
-        """Keep a file watcher on the vault while this object lives (until :meth:`close`), so recall checks only
-        what changed instead of every directory (see :mod:`memvault.index.changes`). For processes that stay up:
-        the MCP server, ``watch``, the web view, the warm process. When the watcher cannot run here (no inotify, a
-        network file system, the watch limit) ``feed.reason`` says why and recall goes on checking directories
-        (its first result says so once). ``listener`` is called with each changed path. Idempotent."""
-        from ..index.changes import ChangeFeed
-
-        feed = self.index.changes
-        if feed is None:
-            feed = ChangeFeed(self.root, self.state_dir, listener=listener)
-            if self.team:
-                feed.reason = "a team's index follows git, not the files"
-            else:
-                feed.start()
-            self.index.changes = feed
-        elif listener is not None:
-            feed.listener = listener
-        return feed
+        """A file watcher on the vault until :meth:`close`, for processes that stay up: recall checks only what changed
+        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run). Idempotent."""
+        return follow(self.index, self.root, self.state_dir, listener=listener,
+                      reason="a team's index follows git, not the files" if self.team else None)
 
     def close(self) -> None:
         """Stop the file watcher (if any) and close the index's connection."""
-        feed, self.index.changes = self.index.changes, None
-        if feed is not None:
-            feed.stop()
+        if self.index.changes is not None:
+            self.index.changes.stop()
+        self.index.changes = None
         self.index.close()
 
     def reload(self) -> None:
@@ -548,8 +532,7 @@ class Vault:
         engine = self.engine
         if model is not None and model != self.config.model:
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
-                            backend=self.config.embedding.backend,
-                            status=self._status,
+                            backend=self.config.embedding.backend, status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
         return estimate_rebuild(self.index, engine, model or self.config.model)
@@ -564,11 +547,9 @@ class Vault:
         if self.shared is not None:  # a team: the local index is this host's overlay, the rest is shared
             out["shared_index"] = self.shared.stats() if self.shared.exists() else {"exists": False}
         if self.engine.daemon:  # the warm process that holds the models (asked, never started)
-            from ..models import daemon
-            from .stats import warm_process_line
+            from .stats import add_warm_process
 
-            out["warm_process"] = daemon.status()
-            out["summary"].append(warm_process_line(out["warm_process"], self.config.embedding.daemon_idle))
+            add_warm_process(out, self.config.embedding.daemon_idle)
         return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------

@@ -324,3 +324,19 @@ class _Handler:
         if getattr(event, "dest_path", ""):
             paths.append(os.fsdecode(event.dest_path))
         self.feed.mark(event.event_type, bool(event.is_directory), *paths)
+
+
+def follow(index: Any, root: Path, state_dir: Path, *, listener: Listener | None = None,
+           reason: str | None = None) -> ChangeFeed:
+    """The feed ``index`` consults (:attr:`memvault.index.Index.changes`), started now if it has none (``reason``:
+    why it must not be, then it is not). A ``listener`` replaces the feed's."""
+    feed = index.changes
+    if feed is None:
+        feed = index.changes = ChangeFeed(root, state_dir, listener=listener)
+        if reason is not None:
+            feed.reason = reason
+        else:
+            feed.start()
+    elif listener is not None:
+        feed.listener = listener
+    return feed
