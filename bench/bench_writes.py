@@ -1,7 +1,7 @@
 """What a write costs as the vault grows, the kind filter with common words, and a hook reindex with a warm model.
 
     python bench/bench_writes.py [--sizes 100,10000] [--writes 20] [--kind-size 100000] [--hook-runs 5]
-                                 [--only write,kind,hook] [--json OUT]
+                                 [--only write,git,kind,hook] [--json OUT]
 
 - ``write``: ``memvault fact set`` through the CLI (a new process each time, the warm embedder daemon up, as an
   agent calls it) and ``vault.facts.set`` through the library (model loaded in the process), in git vaults of
@@ -9,6 +9,8 @@
   to the smallest (a write that scans the vault grows with it; one that costs what it changes does not). The
   library write is split into its git commit, its embedding and the rest; baseline: ``embed_query`` of the same
   text right after each write (the one-thread path a query takes).
+- ``git``: the git part of a write on its own, ``GitStore.commit`` of one edited fact through git's plumbing (what
+  a write uses) against ``git commit --only`` (what it used before) and a bare ``git commit`` of one file.
 - ``kind``: keyword-only recall with ``kinds=["fact"]`` against all kinds, on queries made of words every fact
   holds (host, port, server), in the ``--kind-size`` vault that ``bench/bench_index.py`` builds.
 - ``hook``: the wall time from ``git commit`` of one edited fact until the post-commit hook's background reindex
@@ -39,7 +41,7 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 from bench_index import CACHE, MODEL, PY, ensure_vault, log, ms, pct, vault_dir  # noqa: E402
 
-BENCHES = ("write", "kind", "hook")
+BENCHES = ("write", "git", "kind", "hook")
 COMMON_QUERIES = ["which host and port", "server port", "the host listens on port", "port of the server host",
                   "which server is the host", "host port server", "what port does the server use",
                   "host and server names", "port forwarding on the host", "server host port mapping"]
@@ -167,6 +169,46 @@ def bench_write(sizes: list[int], writes: int) -> dict[str, Any]:
             "baseline_embed_query_same_text_p50_ms": ms(pct(query_embed, 50))}
 
 
+def bench_git(sizes: list[int], rounds: int) -> dict[str, Any]:
+    """The git part of a write on its own: ``GitStore.commit`` of one edited fact through git's plumbing (what a
+    write uses) and through ``git commit --only`` (what it used before), interleaved round by round in the same
+    vaults; baseline: a bare ``git commit -q -- FILE`` of the same kind of edit (hooks skipped)."""
+    from memvault.stores.gitstore import GitStore
+
+    rows = []
+    for n in sizes:
+        root = write_vault(n)
+        fast, slow = GitStore(root), GitStore(root)
+        slow.plumbing = False
+        times: dict[str, list[float]] = {"plumbing": [], "commit_only": [], "bare_git_commit": []}
+        (root / "facts" / "bench").mkdir(parents=True, exist_ok=True)
+        for j in range(5):  # tracked before the rounds: a bare `git commit -- FILE` needs a known file
+            (root / "facts" / "bench" / f"git{j}.md").write_text(f"Bench git file {j}.\n")
+        git(root, "add", "facts/bench")
+        git(root, "commit", "-qm", "bench git files", "--", "facts/bench")
+        for i in range(rounds + 2):
+            order = [("plumbing", fast), ("commit_only", slow), ("bare_git_commit", None)]
+            for label, store in (order if i % 2 == 0 else order[::-1]):
+                path = root / "facts" / "bench" / f"git{i % 5}.md"
+                path.write_text(f"Bench git round {i} via {label} ({time.time_ns()}).\n")
+                s = time.perf_counter()
+                if store is None:
+                    subprocess.run(["git", "commit", "-q", "--no-verify", "-m", f"bench git {i}", "--", str(path)],
+                                   cwd=root, check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+                else:
+                    store.commit([path], f"bench git {i} ({label})", author="agent:bench")
+                if i >= 2:
+                    times[label].append(time.perf_counter() - s)
+        assert subprocess.run(["git", "status", "--porcelain", "--", "facts"], cwd=root, capture_output=True,
+                              text=True).stdout == ""
+        row = {"n": n, "rounds": rounds, **{f"{k}_p50_ms": ms(pct(v, 50)) for k, v in times.items()},
+               **{f"{k}_p95_ms": ms(pct(v, 95)) for k, v in times.items()}}
+        row["plumbing_over_commit_only_p50"] = round(pct(times["plumbing"], 50) / pct(times["commit_only"], 50), 2)
+        log(f"git {n}: {row}")
+        rows.append(row)
+    return {"rows": rows}
+
+
 def bench_kind(n: int, rounds: int = 5) -> dict[str, Any]:
     from memvault import Vault
 
@@ -264,6 +306,8 @@ def main() -> None:
     results: dict[str, Any] = {"argv": sys.argv, "load_avg_start": os.getloadavg()}
     if "write" in only:
         results["write"] = bench_write(sizes, args.writes)
+    if "git" in only:
+        results["git"] = bench_git(sizes, args.writes)
     if "kind" in only:
         results["kind"] = bench_kind(args.kind_size)
     if "hook" in only:

@@ -1,6 +1,11 @@
-"""Test isolation: every test gets its own HOME, git config and environment; no test sees the real user's."""
+"""Test isolation: every test gets its own HOME, git config, runtime directory and environment; no test sees the
+real user's, and no process a test started outlives the suite."""
 from __future__ import annotations
 
+import itertools
+import os
+import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,14 +20,36 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["ci_guard"]
 
 
+#: Every test's runtime directory (where the warm process's socket lives) is under this one, made at start.
+RUNTIME_BASE = Path(tempfile.mkdtemp(prefix="mvt-", dir="/tmp"))
+_runtime_ids = itertools.count()
+
+
+#: Where exported ONNX graphs are kept across tests (and across runs, in pytest's own cache): the first test that
+#: loads the packaged model exports it once. Set by pytest_configure.
+MODEL_CACHE: Path | None = None
+
+
+def pytest_configure(config):
+    global MODEL_CACHE
+    cache = getattr(config, "cache", None)
+    MODEL_CACHE = Path(cache.mkdir("memvault-model-cache")) if cache is not None else RUNTIME_BASE / "model-cache"
+    # Outside any test too (a thread still running after its test, a session fixture): never the user's runtime
+    # directory, never a warm process unless a test asks for one. pytest_sessionfinish finds any left behind.
+    (RUNTIME_BASE / "session").mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = str(RUNTIME_BASE / "session")
+    os.environ["MEMVAULT_NO_DAEMON"] = "1"
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory, monkeypatch):
     return isolate(tmp_path_factory.mktemp("home"), monkeypatch)
 
 
 def isolate(home: Path, monkeypatch) -> Path:
-    """Point HOME, git's config and the temp folder into ``home`` and clear memvault's variables (also used by
-    session-scoped fixtures that build a vault once, with a ``pytest.MonkeyPatch.context()``)."""
+    """Point HOME, git's config, the temp folder and the runtime directory into ``home`` (the runtime directory is
+    short, under /tmp) and clear memvault's variables (also used by session-scoped fixtures that build a vault once,
+    with a ``pytest.MonkeyPatch.context()``)."""
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.setenv("HOME", str(home))
@@ -34,8 +61,13 @@ def isolate(home: Path, monkeypatch) -> Path:
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("USER", "tester")
-    # CLI recall would start a warm embedder daemon that outlives the test; test_daemon.py turns it back on.
+    # CLI recall would start a warm process that outlives the test; the tests of the warm process turn it back on,
+    # in this test's own runtime directory (never the user's), and stop it (pytest_sessionfinish checks).
     monkeypatch.setenv("MEMVAULT_NO_DAEMON", "1")
+    runtime = RUNTIME_BASE / str(next(_runtime_ids))
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(MODEL_CACHE or RUNTIME_BASE / "model-cache"))
     # No test reaches the network: model hubs are never asked (subprocesses included), and a socket to anything
     # but this machine fails at once in this process.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -130,3 +162,37 @@ def invoke(runner, vault, options):
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.rstrip("\n")
+
+
+def leftover_processes(base: Path = RUNTIME_BASE) -> list[tuple[int, str]]:
+    """Processes started by this session's tests (their XDG_RUNTIME_DIR is under ``base``) that are still alive."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if any(e.startswith(b"XDG_RUNTIME_DIR=" + str(base).encode()) for e in env) and cmdline:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test leaves a process behind (a warm process, a server): each one found is named, stopped, and fails the
+    run."""
+    left = leftover_processes()
+    for pid, _cmdline in left:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    shutil.rmtree(RUNTIME_BASE, ignore_errors=True)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"processes left running by the tests (stopped now): {cmdline} (pid {pid})" for pid, cmdline in left]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        session.exitstatus = 1

@@ -1,88 +1,241 @@
-"""The warm embedder daemon: same vectors as in-process, private socket, stale sockets healed."""
+"""The warm process: its private channel (directory, peer uid, install key), restarts after idling out, the same
+vectors as in-process, whole calls for hooks (warm_client), and no process left behind."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from memvault.models import daemon
-from memvault.models.embeddings import load_embedder
-from conftest import REPO_ROOT
+from memvault import Vault
+from memvault.interfaces import warm_client
+from memvault.models import channel, daemon
+from memvault.rules.errors import DaemonUnavailable
+from conftest import REPO_ROOT, git
+from fake_embedder import FakeEmbedder
+from warm_server import serving
 
 MODEL = "all-MiniLM-L6-v2"
+NOBODY = 65534
 
 
 @pytest.fixture
-def runtime(monkeypatch):
-    run = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))  # short: AF_UNIX paths are limited to 108 bytes
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+def warm_on(monkeypatch):
+    """The warm process allowed (in this test's own runtime directory) and stopped after the test."""
     monkeypatch.delenv("MEMVAULT_NO_DAEMON")
-    yield run
-    daemon.stop(MODEL, None)
-    shutil.rmtree(run, ignore_errors=True)
+    yield
+    daemon.stop()
 
 
-def test_socket_dir_must_be_private(monkeypatch):
-    run = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))
+def minilm_vault(root: Path, **embedding: str) -> Vault:
+    v = Vault.init(root)
+    toml = v.root / "memvault.toml"
+    text = toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', 'model = "all-MiniLM-L6-v2"')
+    for name, value in embedding.items():
+        text = re.sub(rf"(?m)^{name} = .*$", f"{name} = {json.dumps(value)}", text)
+    toml.write_text(text)
+    git(v.root, "commit", "-qm", "model", "--", "memvault.toml")
+    return Vault.open(v.root)
+
+
+def wait_for(predicate, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ the directory
+def test_socket_dir_must_be_private(monkeypatch, tmp_path):
+    run = Path(os.environ["XDG_RUNTIME_DIR"])
     (run / "memvault").mkdir(mode=0o755)
     os.chmod(run / "memvault", 0o755)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
-    with pytest.raises(daemon.DaemonUnavailable, match="not private"):
-        daemon.socket_path(MODEL, None)
+    with pytest.raises(DaemonUnavailable, match="not private"):
+        channel.private_dir()
+    with pytest.raises(DaemonUnavailable):
+        daemon.start()
 
 
-def test_unavailable_model_is_reported_not_hung(runtime, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from memvault.rules.errors import ModelUnavailable
-
-    with pytest.raises(ModelUnavailable, match="bge"):
-        daemon.connect("BAAI/bge-small-en-v1.5", None)
-
-
-@pytest.mark.model
-def test_daemon_vectors_equal_in_process_and_stale_socket_is_healed(runtime):
-    path = daemon.socket_path(MODEL, None)
-    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stale.bind(str(path))  # a socket file nobody listens on: a dead daemon's leftover
-    stale.close()
-    remote = daemon.connect(MODEL, None)
-    assert oct(path.stat().st_mode & 0o777) == "0o600"
-    local = load_embedder(MODEL)
-    assert remote.identity == local.identity
-    query = "which port does the primary database listen on"
-    assert list(remote.embed_query(query)) == pytest.approx(list(local.embed_query(query)), abs=1e-6)
-    docs = ["web1 serves the site", "the backup runs at 03:15"]
-    assert remote.embed_documents(docs) == pytest.approx(local.embed_documents(docs), abs=1e-6)
-    assert remote.split("word " * 600, 100) == local.split("word " * 600, 100)
-    assert daemon.stop(MODEL, None)
+def test_a_symlinked_socket_dir_is_refused_without_following_it(tmp_path):
+    """The check of the old code followed the link: a link to any directory of ours with mode 0700 passed."""
+    run = Path(os.environ["XDG_RUNTIME_DIR"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (run / "memvault").symlink_to(elsewhere)
+    with pytest.raises(DaemonUnavailable, match="not a private directory"):
+        channel.private_dir()
+    with pytest.raises(DaemonUnavailable):
+        channel.connect(1.0)
+    assert list(elsewhere.iterdir()) == []  # nothing bound or written through the link
 
 
-@pytest.mark.model
-def test_cold_cli_through_the_daemon_matches_in_process_top_10(runtime, tmp_path):
-    root = tmp_path / "vault"
-    shutil.copytree(REPO_ROOT / "vault", root)
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull}
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
-    from memvault import Vault
+def test_a_parent_others_may_write_to_must_be_sticky(monkeypatch):
+    base = Path(tempfile.mkdtemp(prefix="mvb-", dir=os.environ["XDG_RUNTIME_DIR"]))
+    os.chmod(base, 0o777)  # world-writable, not sticky: another user could rename our directory away
+    monkeypatch.setattr(channel, "TMP_BASE", str(base))
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    with pytest.raises(DaemonUnavailable, match="not sticky"):
+        channel.private_dir()
+    os.chmod(base, 0o1777)
+    os.close(channel.private_dir())  # /tmp's own mode: fine
+    assert (base / f"memvault-{os.getuid()}").stat().st_mode & 0o777 == 0o700
 
-    v = Vault.open(root)
-    v.reindex()
-    queries = ["when does the nightly database backup run", "how do I drain a web host", "certificate expiry"]
-    for query in queries:
-        inproc = [(h.kind, h.id) for h in v.recall(query, k=10, record_access=False)]
-        out = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "recall", query, "--json",
-                              "--no-record"], capture_output=True, text=True, timeout=300, env=env)
-        assert out.returncode == 0, out.stderr
-        assert [(h["kind"], h["id"]) for h in json.loads(out.stdout)["hits"]] == inproc
-    assert daemon.socket_path(MODEL, None).exists()  # the CLI went through the daemon
+
+# ------------------------------------------------------------------------------------------------ another user
+_FAKE_DAEMON = r"""
+import json, os, socket, sys
+path, log = sys.argv[1], sys.argv[2]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(path)
+os.chmod(path, 0o777)
+os.chmod(os.path.dirname(path), 0o777)
+srv.listen(8)
+open(log + ".ready", "w").close()
+while True:
+    conn, _ = srv.accept()
+    conn.settimeout(2)
+    got = b""
+    try:
+        got = conn.recv(65536)
+    except OSError:
+        pass
+    with open(log, "ab") as f:
+        f.write(got)
+    # forged vectors: all zeros would empty a recall
+    conn.sendall(json.dumps({"ok": True, "key": sys.argv[3], "identity": {"name": "x", "revision": "r", "dims": 384,
+                 "query_prefix": "", "max_tokens": 256}, "shape": [1, 384], "bytes": 1536}).encode() + b"\n"
+                 + b"\0" * 1536)
+    conn.close()
+"""
+
+
+def _other_user_available() -> bool:
+    return os.getuid() == 0 and shutil.which("setpriv") is not None and os.path.exists("/usr/bin/python3")
+
+
+needs_other_user = pytest.mark.skipif(not _other_user_available(),
+                                      reason="needs root, setpriv and /usr/bin/python3 to run a process as nobody")
+
+
+@pytest.fixture
+def world_tmp(monkeypatch):
+    """A stand-in for /tmp (world-writable, sticky) with no XDG_RUNTIME_DIR: where the hijack was possible."""
+    base = Path(tempfile.mkdtemp(prefix="mvw-", dir="/tmp"))
+    os.chmod(base, 0o1777)
+    monkeypatch.setattr(channel, "TMP_BASE", str(base))
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    procs: list[subprocess.Popen] = []
+    yield base, procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def start_as_nobody(procs, socket_path: Path, log: Path) -> None:
+    procs.append(subprocess.Popen(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c",
+         _FAKE_DAEMON, str(socket_path), str(log), channel.install_key()],
+        env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_for(lambda: Path(str(log) + ".ready").exists(), "the other user's fake warm process", 15)
+
+
+@needs_other_user
+def test_daemon_socket_hijack_by_another_user_is_refused(world_tmp, monkeypatch, tmp_path):
+    """Another local user makes /tmp/memvault-<uid> before us and listens there as our warm process: nothing is
+    sent to it, and the model is loaded in-process instead."""
+    base, procs = world_tmp
+    spool = base / "spool"
+    spool.mkdir(mode=0o777)
+    os.chmod(spool, 0o777)
+    log = spool / "received"
+    ours = base / f"memvault-{os.getuid()}"
+    start_as_nobody(procs, ours / channel.socket_name(), log)
+    assert ours.stat().st_uid == NOBODY
+    with pytest.raises(DaemonUnavailable, match="not private to this user"):
+        channel.connect(2.0)
+    with pytest.raises(DaemonUnavailable):
+        daemon.start()
+
+    from memvault.models import embeddings
+    from memvault.models.engine import Engine
+
+    monkeypatch.setattr(embeddings, "load_embedder", lambda name, **_: FakeEmbedder(name=name))
+    monkeypatch.delenv("MEMVAULT_NO_DAEMON")
+    engine = Engine(MODEL, daemon=True)
+    assert engine.get().embed_query("the primary database password").shape == (32,)
+    assert engine.source == "process"
+    assert not log.exists() or log.read_bytes() == b""
+
+
+@needs_other_user
+def test_a_symlink_planted_by_another_user_is_not_followed(world_tmp, tmp_path):
+    base, procs = world_tmp
+    spool = base / "spool"
+    spool.mkdir(mode=0o777)
+    os.chmod(spool, 0o777)
+    theirs = spool / "theirs"
+    start_as_nobody(procs, theirs / channel.socket_name(), spool / "received")
+    # the old check: a link to a directory of ours that is 0700 passed, then the link was swapped to theirs
+    mine = Path(tempfile.mkdtemp(dir=base))
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/bin/ln", "-s",
+                    str(mine), str(base / f"memvault-{os.getuid()}")], check=True)
+    with pytest.raises(DaemonUnavailable, match="not a private directory"):
+        channel.connect(2.0)
+    assert list(mine.iterdir()) == []
+    assert not (spool / "received").exists()
+
+
+@needs_other_user
+def test_a_server_of_another_uid_is_refused_before_anything_is_sent(world_tmp, monkeypatch):
+    """Even if a path led to another user's socket (the directory swapped after the check), the client asks the
+    kernel who listens and sends nothing to a stranger."""
+    base, procs = world_tmp
+    spool = base / "spool"
+    spool.mkdir(mode=0o777)
+    os.chmod(spool, 0o777)
+    theirs = spool / "theirs" / "s.sock"
+    start_as_nobody(procs, theirs, spool / "received")
+    os.close(channel.private_dir())  # our own directory passes its check...
+    monkeypatch.setattr(channel, "at", lambda fd, name: str(theirs))  # ...and the path still leads to theirs
+    with pytest.raises(DaemonUnavailable, match=f"another user \\(uid {NOBODY}\\)"):
+        channel.call({"op": "embed_query", "text": "the primary database password"}, 2.0)
+    time.sleep(0.3)
+    assert not (spool / "received").exists() or (spool / "received").read_bytes() == b""
+
+
+@needs_other_user
+def test_the_server_refuses_a_peer_of_another_uid(world_tmp):
+    base, _procs = world_tmp
+    path = base / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    server.listen(1)
+    peer = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                             "/usr/bin/python3", "-c",
+                             f"import socket,time; s=socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); "
+                             "time.sleep(2)"])
+    try:
+        conn, _ = server.accept()
+        with conn:
+            assert channel.peer_uid(conn) == NOBODY and not channel.peer_allowed(conn)
+    finally:
+        peer.kill()
+        peer.wait()
+        server.close()
 
 
 def test_a_peer_of_another_user_is_refused():
@@ -96,46 +249,241 @@ def test_a_peer_of_another_user_is_refused():
             assert (level, option) == (socket.SOL_SOCKET, socket.SO_PEERCRED)
             return struct.pack("3i", 1234, self.uid, self.uid)
 
-    assert daemon.peer_allowed(Peer(os.getuid()))
-    assert not daemon.peer_allowed(Peer(os.getuid() + 1))
+    assert channel.peer_allowed(Peer(os.getuid()))
+    assert not channel.peer_allowed(Peer(os.getuid() + 1))
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with a, b:
-        assert daemon.peer_allowed(a)  # a real socket of this process
+        assert channel.peer_allowed(a)  # a real socket of this process
 
 
-def test_a_short_reply_is_daemon_unavailable_not_a_crash(tmp_path):
-    import threading
+# ------------------------------------------------------------------------------------------------ one install
+def test_two_installs_or_versions_never_share_a_warm_process(monkeypatch, tmp_path):
+    ours = channel.install_key()
+    monkeypatch.setattr(channel, "_key", None)
+    monkeypatch.setattr(channel, "version", lambda: "99.0")
+    assert channel.install_key() != ours
+    monkeypatch.setattr(channel, "_key", None)
+    monkeypatch.setattr(channel, "_PACKAGE", tmp_path)  # another checkout: another directory, other code
+    (tmp_path / "x.py").write_text("")
+    other = channel.install_key()
+    assert other != ours and channel.socket_name() != f"{channel.SOCKET_PREFIX}{ours[:16]}.sock"
 
-    path = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp")) / "s.sock"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
+
+def test_a_warm_process_of_another_version_is_never_talked_to(tmp_path):
+    """The handshake: the server refuses a request stamped with another install's key, and the client refuses a
+    reply that is not stamped with its own."""
+    server = daemon.Server({})
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    assert server.listening.wait(10)
+    try:
+        with channel.connect(5.0) as sock:
+            sock.sendall(json.dumps({"op": "hello", "key": "another-install"}).encode() + b"\n")
+            reply = json.loads(sock.makefile("rb").readline())
+        assert not reply["ok"] and "another memvault install or version" in reply["error"]
+        assert channel.call({"op": "hello"}, 5.0)[0]["ok"]
+    finally:
+        server.stopping.set()
+        thread.join(5)
+
+    # a process that answers with another key (an old one that kept our socket's name)
+    with channel.opened_dir() as fd:
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(channel.at(fd, channel.socket_name()))
+    listener.listen(1)
+
+    def impostor():
+        conn, _ = listener.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(json.dumps({"ok": True, "key": "another-install", "pid": 1}).encode() + b"\n")
+
+    t = threading.Thread(target=impostor)
+    t.start()
+    with pytest.raises(DaemonUnavailable, match="another memvault install or version"):
+        channel.call({"op": "hello"}, 5.0)
+    t.join(5)
+    listener.close()
+
+
+def test_a_short_reply_is_daemon_unavailable_not_a_crash():
+    with channel.opened_dir() as fd:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(channel.at(fd, channel.socket_name()))
     server.listen(1)
 
     def lying_daemon():
         conn, _ = server.accept()
         with conn:
             conn.makefile("rb").readline()
-            conn.sendall(json.dumps({"ok": True, "shape": [1, 384], "bytes": 1536}).encode() + b"\n" + b"\0" * 10)
+            conn.sendall(json.dumps({"ok": True, "shape": [1, 384], "bytes": 1536, "key": channel.install_key()})
+                         .encode() + b"\n" + b"\0" * 10)
 
     thread = threading.Thread(target=lying_daemon)
     thread.start()
-    client = daemon.RemoteEmbedder.__new__(daemon.RemoteEmbedder)
-    client.path, client.timeout = path, 5.0
-    with pytest.raises(daemon.DaemonUnavailable, match="short reply"):
-        client._call({"op": "embed_query", "text": "x"})
+    with pytest.raises(DaemonUnavailable, match="short reply"):
+        channel.call({"op": "embed_query", "text": "x"}, 5.0)
     thread.join()
     server.close()
-    shutil.rmtree(path.parent, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ the process
+def test_unavailable_model_is_reported_not_hung(warm_on, monkeypatch):
+    from memvault.rules.errors import ModelUnavailable
+
+    with pytest.raises(ModelUnavailable, match="bge"):
+        daemon.connect("BAAI/bge-small-en-v1.5", None)
+    assert daemon.status() is not None  # the process stays up for other models and vaults
+
+
+def test_a_stale_socket_is_replaced_and_the_process_stops(warm_on):
+    with channel.opened_dir() as fd:
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(channel.at(fd, channel.socket_name()))  # a dead process's leftover: nobody listens
+    stale.close()
+    daemon.start(idle=60)
+    status = daemon.status()
+    assert status is not None and status["pid"] != os.getpid() and status["rss_bytes"] > 0
+    assert daemon.stop()
+    wait_for(lambda: daemon.status() is None, "the process to stop", 15)
 
 
 @pytest.mark.model
-def test_an_idle_daemon_exits_and_removes_its_socket(runtime):
-    remote = daemon.connect(MODEL, None, idle=2.0)
-    path = daemon.socket_path(MODEL, None)
-    assert path.exists() and remote.embed_query("x") is not None
-    deadline = time.monotonic() + 30
-    while path.exists():
-        assert time.monotonic() < deadline, "the idle daemon did not exit"
-        time.sleep(0.2)
-    with pytest.raises(daemon.DaemonUnavailable):
-        daemon.connect(MODEL, None, start=False)
+def test_daemon_vectors_equal_in_process(warm_on):
+    from memvault.models.embeddings import SentenceTransformerEmbedder
+
+    remote = daemon.connect(MODEL, None)
+    local = SentenceTransformerEmbedder(MODEL)  # torch: the vectors the index has always held
+    assert remote.identity == local.identity
+    query = "which port does the primary database listen on"
+    assert list(remote.embed_query(query)) == pytest.approx(list(local.embed_query(query)), abs=1e-5)
+    docs = ["web1 serves the site", "the backup runs at 03:15", "x " * 400]
+    assert remote.embed_documents(docs) == pytest.approx(local.embed_documents(docs), abs=1e-5)
+    assert remote.split("word " * 600, 100) == local.split("word " * 600, 100)
+    assert remote.count_tokens("Ünïcödé and emoji 🚀") == local.count_tokens("Ünïcödé and emoji 🚀")
+    assert {m["backend"] for m in daemon.status()["models"]} == {"onnx"}
+
+
+@pytest.mark.model
+def test_cold_cli_through_the_daemon_matches_in_process_top_10(warm_on, tmp_path):
+    root = tmp_path / "vault"
+    shutil.copytree(REPO_ROOT / "vault", root)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    v = Vault.open(root, daemon=False)
+    v.reindex()
+    queries = ["when does the nightly database backup run", "how do I drain a web host", "certificate expiry"]
+    for query in queries:
+        inproc = [(h.kind, h.id) for h in v.recall(query, k=10, record_access=False)]
+        out = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "recall", query, "--json",
+                              "--no-record"], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert [(h["kind"], h["id"]) for h in json.loads(out.stdout)["hits"]] == inproc
+    assert daemon.status() is not None  # the CLI went through the warm process
+
+
+@pytest.mark.model
+def test_a_warm_client_outlives_its_model_process_idling_out(warm_on, tmp_path):
+    """Attack 2: once the model process idled out, every later recall failed with "embedder daemon at ...sock: No
+    such file or directory" (DaemonUnavailable from the Python API)."""
+    v = minilm_vault(tmp_path / "v", daemon_idle="2s")
+    v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", source="user:t")
+    first = [h.id for h in v.recall("which port does the database listen on", k=3)]
+    assert first == ["db/primary"] and v.engine.source == "daemon"
+    pid = daemon.status()["pid"]
+    wait_for(lambda: daemon.status() is None, "the warm process to idle out", 60)
+    again = v.recall("which port does the database listen on", k=3)
+    assert [h.id for h in again] == first and again.mode == "hybrid", again.warnings
+    assert daemon.status()["pid"] != pid and v.engine.loaded().restarts >= 1
+
+
+@pytest.mark.model
+def test_an_mcp_server_outlives_its_model_process_idling_out(warm_on, tmp_path):
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    v = minilm_vault(tmp_path / "v", daemon_idle="2s")
+    v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", source="user:t")
+    params = StdioServerParameters(command=sys.executable, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                                   args=["-m", "memvault.mcp_server", "--vault", str(v.root)])
+
+    async def go():
+        with open(tmp_path / "stderr.log", "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                first = await client.call_tool("recall", {"query": "which port does the database listen on"})
+                pid = daemon.status()["pid"]
+                while daemon.status() is not None:
+                    await asyncio.sleep(0.2)
+                second = await client.call_tool("recall", {"query": "which port does the database listen on"})
+                return first, pid, second
+
+    first, pid, second = asyncio.run(asyncio.wait_for(go(), 180))
+    assert not first.is_error and not second.is_error, (first.content, second.content)
+    assert [h["id"] for h in second.structured_content["hits"]] == ["db/primary"]
+    assert second.structured_content["mode"] == "hybrid"
+    assert daemon.status()["pid"] != pid
+
+
+# ------------------------------------------------------------------------------------------------ whole calls
+def test_warm_client_returns_none_without_a_warm_process(vault):
+    started = time.monotonic()
+    assert warm_client.call(str(vault.root), "recall", {"query": "anything"}) is None
+    assert time.monotonic() - started < 1.0
+    assert daemon.status() is None  # and it started none
+
+
+def test_warm_client_serves_recall_as_the_cli_would(vault, models, monkeypatch):
+    """A warm process serving calls (in this process, on a thread, with the fake model): the same answer as the
+    library, the caller's source, a bad argument as the CLI's one line, an unknown call refused."""
+    vault.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", source="user:t")
+    fake = Vault.open(vault.root, embedder_factory=models)
+    expected = [h.id for h in fake.recall("primary database port", k=3, record_access=False)]
+    with serving(models) as server:
+        monkeypatch.setenv("MEMVAULT_SOURCE", "agent:hook")
+        reply = warm_client.call(str(vault.root), "recall", {"query": "primary database port", "k": 3,
+                                                              "record": False})
+        assert [h["id"] for h in reply["hits"]] == expected
+        assert fake.recall_log.recalls(limit=1)[0].source == "agent:hook"  # the caller's, as the CLI records it
+        prompt = warm_client.call(str(vault.root), "recall", {"query": "primary database port", "fmt": "prompt"})
+        assert prompt["rendered"].startswith("<memory")
+        bad = warm_client.call(str(vault.root), "recall", {"query": "x", "k": 0})
+        assert bad["exit_code"] == 1 and "k" in bad["error"]
+        unknown = warm_client.call(str(vault.root), "set_fact", {"key": "a", "text": "b"})
+        assert "not a call the warm process serves" in unknown["error"]
+        forged = warm_client.call(str(vault.root), "recall", {"query": "x", "source": "not a source"})
+        assert "source" in forged["error"]
+        nowhere = warm_client.call(str(vault.root / "nope"), "recall", {"query": "x"})
+        assert "not a vault" in nowhere["error"]
+        assert server.vaults.roots() == [str(vault.root)]
+
+
+@pytest.mark.model
+def test_a_hook_process_gets_recall_from_the_warm_process(warm_on, tmp_path):
+    v = minilm_vault(tmp_path / "v")
+    v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", source="user:t")
+    v.recall("warm up", k=1)  # starts the warm process, as any CLI recall does
+    code = ("import json, sys; from memvault.interfaces.warm_client import call; "
+            "print(json.dumps(call(sys.argv[1], 'recall', {'query': 'which port does the database use', 'k': 2})))")
+    out = subprocess.run([sys.executable, "-c", code, str(v.root)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "MEMVAULT_SOURCE": "agent:session-hook"})
+    reply = json.loads(out.stdout)
+    assert [h["id"] for h in reply["hits"]] == ["db/primary"] and reply["mode"] == "hybrid"
+    status = daemon.status()
+    assert status["vaults"] == [str(v.root)]
+    # the hook imported neither the vault code nor numpy
+    check = subprocess.run([sys.executable, "-c", "import sys; from memvault.interfaces.warm_client import call; "
+                            "call(sys.argv[1], 'recall', {'query': 'x'}); "
+                            "print(sorted(m for m in sys.modules if m.startswith(('memvault.core', 'numpy', "
+                            "'memvault.index', 'torch'))))", str(v.root)], capture_output=True, text=True, timeout=60)
+    assert check.stdout.strip() == "[]", check.stdout + check.stderr
+
+
+def test_stats_reports_the_warm_process_and_never_starts_one(vault, monkeypatch):
+    monkeypatch.delenv("MEMVAULT_NO_DAEMON")
+    v = Vault.open(vault.root)
+    stats = v.stats()
+    assert stats["warm_process"] is None and "none running" in stats["summary"][-1]
+    assert daemon.status() is None
+    with serving():
+        stats = v.stats()
+        assert stats["warm_process"]["rss_bytes"] > 10 * 2**20
+        assert "resident" in stats["summary"][-1] and str(os.getpid()) in stats["summary"][-1]

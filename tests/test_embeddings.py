@@ -395,7 +395,7 @@ def test_engine_reports_progress_while_a_slow_model_loads(monkeypatch):
     from memvault.models.engine import Engine
     from fake_embedder import FakeEmbedder
 
-    def slow(name, query_prefix=None):
+    def slow(name, query_prefix=None, backend="auto"):
         time.sleep(1.1)
         return FakeEmbedder(name=name)
 
@@ -406,3 +406,68 @@ def test_engine_reports_progress_while_a_slow_model_loads(monkeypatch):
     assert lines[0].startswith("loading embedding model fake-slow") and "ready in" in lines[-1]
     engine.get()
     assert len(lines) == 2  # loaded once
+
+
+# ------------------------------------------------------------------------------------------------ ONNX backend
+def _st_dir(root, modules, pooling=None):
+    import json as _json
+
+    root.mkdir()
+    (root / "modules.json").write_text(_json.dumps(modules))
+    (root / "sentence_bert_config.json").write_text('{"max_seq_length": 128}')
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(_json.dumps(pooling or {"pooling_mode_mean_tokens": True}))
+    return root
+
+
+def test_the_onnx_backend_runs_only_the_pipelines_it_reproduces(tmp_path):
+    from memvault.models import onnx
+
+    transformer = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
+    pooling = {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    dense = {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    assert onnx.pipeline(_st_dir(tmp_path / "mean", [transformer, pooling]))["pooling"] == "mean"
+    assert onnx.pipeline(_st_dir(tmp_path / "cls", [transformer, pooling], {"pooling_mode_cls_token": True}))[
+        "pooling"] == "cls"
+    assert onnx.pipeline(_st_dir(tmp_path / "dense", [transformer, pooling, dense])) is None
+    assert onnx.pipeline(_st_dir(tmp_path / "max", [transformer, pooling], {"pooling_mode_max_tokens": True})) is None
+    assert onnx.pipeline(tmp_path) is None  # not a sentence-transformers directory
+
+
+def test_a_failed_export_is_recorded_and_tried_again_a_day_later(tmp_path, monkeypatch):
+    import json as _json
+    import subprocess as sp
+
+    from memvault.models import onnx
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = _st_dir(tmp_path / "m", [{"idx": 0, "name": "0", "path": "",
+                                      "type": "sentence_transformers.models.Transformer"},
+                                     {"idx": 1, "name": "1", "path": "1_Pooling",
+                                      "type": "sentence_transformers.models.Pooling"}])
+    runs = []
+    monkeypatch.setattr(onnx.subprocess, "run", lambda *a, **k: runs.append(a) or sp.CompletedProcess(
+        a, 1, "", "ModuleNotFoundError: No module named 'onnx'\n"))
+    assert onnx.exported(model, "rev1") is None
+    assert onnx.exported(model, "rev1") is None and len(runs) == 1  # remembered: not tried on every load
+    meta = next(onnx.cache_dir().glob("*/meta.json"))
+    assert "No module named 'onnx'" in _json.loads(meta.read_text())["reason"]
+    record = _json.loads(meta.read_text())
+    meta.write_text(_json.dumps({**record, "at": record["at"] - onnx.RETRY_FAILED - 1}))
+    assert onnx.exported(model, "rev1") is None and len(runs) == 2
+
+
+@pytest.mark.model
+def test_the_onnx_backend_makes_the_torch_vectors_under_the_same_identity():
+    from memvault.models.embeddings import SentenceTransformerEmbedder, load_embedder
+
+    torch_side = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+    onnx_side = load_embedder("all-MiniLM-L6-v2", backend="onnx")
+    assert onnx_side.backend == "onnx" and onnx_side.identity == torch_side.identity
+    texts = ["The primary database listens on 10.8.0.4 port 5432.", "ünïcödé 🚀", "x " * 500]
+    assert onnx_side.embed_documents(texts) == pytest.approx(torch_side.embed_documents(texts), abs=1e-5)
+    assert list(onnx_side.embed_query("which port")) == pytest.approx(list(torch_side.embed_query("which port")),
+                                                                     abs=1e-5)
+    long = "Restart the service. " * 200
+    assert onnx_side.split(long, 100) == torch_side.split(long, 100)
+    assert onnx_side.count_tokens(long) == torch_side.count_tokens(long)

@@ -16,16 +16,18 @@ from ..index.update import SyncReport
 from ..rules.errors import describe
 
 if TYPE_CHECKING:
+    from ..index.changes import Marks
     from ..index.protocol import Progress, VaultIndex
     from ..models.engine import Engine
     from ..rules.config import Config
 
 
 def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequence[Path] | None = None,
-             load: bool = False, rebuild: bool = False, full: bool = False, publish: bool = False,
+             marks: Marks | None = None, load: bool = False, rebuild: bool = False, full: bool = False, publish: bool = False,
              limit: int | None = None, progress: Progress | None = None) -> SyncReport:
     """Bring ``index`` in step with the files (all of them, or only ``paths``), then embed.
 
+    - ``marks``: what a file watcher marked changed, instead of ``paths`` (see :mod:`memvault.index.changes`).
     - ``load``: get the model (start the warm daemon or load it) when there is anything to embed, and wait for a
       process that is embedding; without it, only a model already at hand embeds, at most ``limit`` chunks.
     - ``rebuild``: build the index again beside the old one when it holds vectors of another model than the one
@@ -41,7 +43,10 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
             return index.rebuild(engine.get, progress=progress)
     splitter = engine.warm() if load else engine.loaded()
     report = index.publish(splitter=splitter) if publish else SyncReport()
-    report.merge(index.sync(paths, splitter=splitter))
+    if marks is not None:
+        report.merge(index.apply(marks, splitter=splitter) or SyncReport(files_seen=len(marks.files)))
+    else:
+        report.merge(index.sync(paths, splitter=splitter))
     if not load:
         embedder = engine.warm()
         if embedder is not None:

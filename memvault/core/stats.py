@@ -129,6 +129,27 @@ def team_lines(shared: dict[str, Any]) -> list[str]:
     return lines
 
 
+def add_warm_process(out: dict[str, Any], idle: float) -> None:
+    """``stats``' figures of the warm process (``warm_process``, and a summary line); asked, never started."""
+    from ..models import daemon
+
+    out["warm_process"] = daemon.status()
+    out["summary"].append(warm_process_line(out["warm_process"], idle))
+
+
+def warm_process_line(status: dict[str, Any] | None, idle: float) -> str:
+    """The warm process as ``stats`` shows it: its resident memory (which falls back after a minute without a
+    request, and to nothing when it stops), what it holds, and how long until it stops."""
+    if status is None:
+        return "warm process: none running (the next command that needs a model starts it)"
+    models = ", ".join(f"{m['model']} ({m['backend']})" for m in status.get("models", [])) or "no model yet"
+    vaults = len(status.get("vaults", []))
+    rss = status.get("rss_bytes")
+    left = max(0.0, float(status.get("idle_after", idle)) - float(status.get("idle_for", 0.0)))
+    return (f"warm process: pid {status['pid']}, {_human(rss) if rss else '?'} resident, {models}, {vaults} vault"
+            f"{'s' if vaults != 1 else ''} served; stops after {left:.0f} s more without a request")
+
+
 def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:
     """What a full rebuild with model ``name`` would cost, measured on this machine: items and tokens to embed,
     the time (getting the model — a warm daemon answers at once, a cold one loads it — plus a random sample of the

@@ -236,6 +236,14 @@ class TeamIndex:
         view = self._view_of(shared) if reuse else self._look(shared)
         return self.overlay.overlay(set(view.local), splitter=splitter)
 
+    #: A team's index follows git, not the files: no file watcher drives it (see Vault.follow).
+    changes: Any = None
+
+    def apply(self, marks: Any, *, splitter: Any = None) -> SyncReport | None:
+        """What a file watcher marked: for a team, the overlay recomputed against the shared index's commit (what
+        changed is asked of git, which sees every file), as :meth:`sync` does."""
+        return self.sync(splitter=splitter)
+
     def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
         """Phase 1 for what this host serves: named paths (a write here) go to the overlay — this host's version
         until it is pushed — and to the fallback while it answers; all paths: the overlay recomputed, or the

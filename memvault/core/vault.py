@@ -25,6 +25,7 @@ from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, check_private_dir
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import Index, Progress, Sources, SyncReport
+from ..index.changes import ChangeFeed, follow
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from .recall import Parts, RecallResult
 from ..rules.trust import Op, Policy
@@ -108,7 +109,7 @@ class Vault:
         factory = self._embedder_factory
         return Engine(config.model, config.query_prefix,
                       daemon=config.embedding.daemon if self._daemon is None else self._daemon,
-                      idle=config.embedding.daemon_idle, status=self._status,
+                      idle=config.embedding.daemon_idle, status=self._status, backend=config.embedding.backend,
                       factory=(lambda: factory(config)) if factory is not None else None)
 
     def _build(self) -> None:
@@ -118,10 +119,12 @@ class Vault:
                                     fsync=self.config.episodes.fsync, per_host=self.config.track_episodes,
                                     host=self.config.episodes.host, max_bytes=limits.episode_bytes)
         self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
+        changes = getattr(self.__dict__.get("index"), "changes", None)  # a file watcher outlives a reload
         self.index: VaultIndex
         self.index, self._open_state = self._make_index(
             Sources(self.root, self._facts, self._episodes, self._procedures, limits.fact_bytes,
                     limits.episode_bytes, limits.procedure_bytes))
+        self.index.changes = changes
         for name in ("gate", "state", "local_state", "browse", "recall_log"):
             self.__dict__.pop(name, None)
         self.facts = Facts(self)
@@ -343,7 +346,7 @@ class Vault:
             self.gate.require(Op.CONFIGURE, source)
             model, this_host = self._model_setting(model)
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
-                            status=self._status,
+                            backend=self.config.embedding.backend, status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
             embedder = engine.get()  # raises ModelUnavailable: nothing has changed yet
@@ -353,13 +356,13 @@ class Vault:
         return catch_up(self.index, self.engine, self.config, load=True, rebuild=True, full=full, publish=True,
                         progress=progress)
 
-    def catch_up(self, *, load: bool = True) -> SyncReport:
+    def catch_up(self, *, load: bool = True, marks: Any = None) -> SyncReport:
         """The index in step with the files after changes made behind memvault's back (an editor, a pull), what was
         pushed published first (a team's index), then vectors: with ``load`` the model is got for them, else only a
         model at hand embeds. What the watcher runs on each batch; unlike :meth:`reindex` it never rebuilds."""
         from .catchup import catch_up
 
-        return catch_up(self.index, self.engine, self.config, load=load, publish=True)
+        return catch_up(self.index, self.engine, self.config, load=load, publish=True, marks=marks)
 
     def model_note(self) -> str | None:
         """One line when the configured model is not on this machine (it would be downloaded on first use, which
@@ -389,6 +392,19 @@ class Vault:
 
         return replace(self.config, embedding=replace(self.config.embedding, model=model))
 
+    def follow(self, *, listener: Callable[[str], None] | None = None) -> ChangeFeed:
+        """A file watcher on the vault until :meth:`close`, for processes that stay up: recall checks only what changed
+        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run). Idempotent."""
+        return follow(self.index, self.root, self.state_dir, listener=listener,
+                      reason=None if isinstance(self.index, Index) else "a team's index follows git, not the files")
+
+    def close(self) -> None:
+        """Stop the file watcher (if any) and close the index's connection."""
+        if self.index.changes is not None:
+            self.index.changes.stop()
+        self.index.changes = None
+        self.index.close()
+
     def reload(self) -> None:
         """Read memvault.toml again (after a change of settings) and rebuild the parts that depend on it."""
         self.index.close()
@@ -404,7 +420,7 @@ class Vault:
         engine = self.engine
         if model is not None and model != self.config.model:
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
-                            status=self._status,
+                            backend=self.config.embedding.backend, status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
         return estimate_rebuild(self.index, engine, model or self.config.model)
@@ -416,6 +432,10 @@ class Vault:
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
             out["model_set_by"] = ".memvault/local.toml (this host only)"
             out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")
+        if self.engine.daemon:  # the warm process that holds the models (asked, never started)
+            from .stats import add_warm_process
+
+            add_warm_process(out, self.config.embedding.daemon_idle)
         return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------

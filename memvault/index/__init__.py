@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from ..models.embeddings import Embedder, ModelIdentity
+    from .changes import ChangeFeed, Marks
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
            "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
@@ -65,6 +66,10 @@ class Index:
         self.warnings: list[str] = []
         #: Named-path syncs into a team's overlay (a cached view of which paths are local is stale after one).
         self.writes = 0
+        #: A file watcher's marks (memvault.index.changes.ChangeFeed) in a process that keeps one: recall then
+        #: checks only what it marked.
+        self.changes: ChangeFeed | None = None
+        self._said_fallback = False
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
@@ -189,9 +194,11 @@ class Index:
             conn.execute("UPDATE chunks SET model = NULL")
 
     # -- phase 1 and 2 -----------------------------------------------------------------------------------
-    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
+    def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None, reread: bool = False) -> SyncReport:
         """Phase 1: the text rows in step with the files (all of them, or only ``paths``). Creates a keyword-only
-        index when there is none (``splitter`` gives it its model's identity)."""
+        index when there is none (``splitter`` gives it its model's identity). ``reread``: read the named files even
+        when their size, mtime and inode look as indexed (a file watcher saw them change: two same-size writes
+        within one tick of the file system's clock look identical to ``stat``)."""
         started = time.perf_counter()
         report = SyncReport()
         if self.current_target() is None:
@@ -202,12 +209,13 @@ class Index:
             if rels is not None and self.sources.keep is not None:
                 self.sources.keep.update(rels)  # written here: this host's version until it is pushed
                 self.writes += 1
-            sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report)
+            sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report,
+                      reread=reread)
         except Exception as exc:
             if self.guard(exc):
-                return self.sync(paths, splitter=splitter)
+                return self.sync(paths, splitter=splitter, reread=reread)
             raise
-        if report.changed:
+        if report.docs_added or report.docs_changed or report.docs_removed:
             self._vector_cache = None  # this process's own writes do not move PRAGMA data_version
         report.seconds = time.perf_counter() - started
         return report
@@ -278,10 +286,24 @@ class Index:
         return try_lock(self.dir / "locks" / f"{target.name}.embed.lock", wait=wait)
 
     def refresh(self, interval: float = 30.0) -> SyncReport | None:
-        """Recall's cheap freshness check: phase 1 over the vault only when a directory of the vault changed (a
-        file was created, deleted, moved, or saved by rename as editors and git do) or ``interval`` seconds
-        passed since the last full scan; None when nothing was due. In-place edits of files recall is about to
-        return are caught by :meth:`verify`; other in-place edits wait at most ``interval``."""
+        """Recall's cheap freshness check. With a file watcher (:attr:`changes`): phase 1 for the paths it marked
+        since the last call, every change made before this call included. Without one (or when it cannot be
+        relied on): phase 1 over the vault only when a directory of the vault changed (a file was created,
+        deleted, moved, or saved by rename as editors and git do) or ``interval`` seconds passed since the last
+        full scan. None when nothing was due. In-place edits of files recall is about to return are caught by
+        :meth:`verify`; without a watcher, other in-place edits wait at most ``interval``."""
+        if self.changes is not None:
+            marks = self.changes.collect()
+            if marks is not None:
+                try:
+                    return self.apply(marks)
+                except BaseException:
+                    self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
+                    raise
+            if self.changes.reason is not None and not self._said_fallback:  # for good: said once (a watcher that
+                self._said_fallback = True                                  # was only slow this time is not news)
+                self.warnings.append(f"file watcher unavailable ({self.changes.reason}); recall checks the vault's "
+                                     "directories instead")
         if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
             return None  # a warm process asking again within the second: candidates are still verified
         self._last_refresh = time.monotonic()
@@ -299,6 +321,26 @@ class Index:
                     due = True
                     break
         return self.sync() if due else None
+
+    def apply(self, marks: Marks, *, splitter: Any = None) -> SyncReport | None:
+        """Phase 1 for what a file watcher marked: the files named, and everything under a directory that was
+        created, deleted or moved (the files the index holds there and the ones now on disk). None when nothing
+        was marked."""
+        if marks.full:
+            return self.sync(splitter=splitter)
+        rels = set(marks.files)
+        if marks.dirs:
+            conn = self.connection()
+            for rel_dir in marks.dirs:
+                # the primary key's range, not a LIKE scan: every indexed path under the directory
+                rels.update(r[0] for r in conn.execute("SELECT path FROM files WHERE path >= ? AND path < ?",
+                                                       (rel_dir + "/", rel_dir + "0")))
+                for base, dirs, files in os.walk(self.sources.root / rel_dir):
+                    dirs[:] = [d for d in dirs if not d.startswith(".")]
+                    rels.update(self._rel(Path(base) / name) for name in files)
+        if not rels:
+            return None
+        return self.sync([self.sources.root / rel for rel in sorted(rels)], splitter=splitter, reread=True)
 
     def verify(self, rels: set[str]) -> SyncReport | None:
         """Stat the files behind some rows (recall's candidates); phase 1 for those that changed since indexed.

@@ -110,6 +110,8 @@ class VaultIndex(SearchIndex, Protocol):
     #: What went wrong on the way that the caller should pass on (a damaged file moved aside, ...); the caller
     #: empties it once it has.
     warnings: list[str]
+    #: A file watcher marking what changed, in a process that stays up (memvault.index.changes), or None.
+    changes: Any
 
     def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
         """Phase 1: the text rows in step with the files (all of them, or only ``paths``)."""
@@ -117,6 +119,10 @@ class VaultIndex(SearchIndex, Protocol):
 
     def refresh(self, interval: float = 30.0) -> SyncReport | None:
         """Recall's cheap freshness check: phase 1 when something changed; None when nothing was due."""
+        ...
+
+    def apply(self, marks: Any, *, splitter: Any = None) -> SyncReport | None:
+        """Phase 1 for what a file watcher marked (``memvault.index.changes.Marks``); None when nothing was."""
         ...
 
     def verify(self, rels: set[str]) -> SyncReport | None:

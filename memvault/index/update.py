@@ -188,8 +188,9 @@ def _tail_hash(path: Path, size: int) -> str | None:
 # ------------------------------------------------------------------------------------------------ phase 1: text
 def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str] | None,
               identity: ModelIdentity | None, splitter: Splitter | None, report: SyncReport,
-              full_scan_record: bool = True) -> SyncReport:
-    """Phase 1 (see the module doc): bring the text rows of the index in step with the files."""
+              full_scan_record: bool = True, reread: bool = False) -> SyncReport:
+    """Phase 1 (see the module doc): bring the text rows of the index in step with the files. ``reread`` (with
+    ``only``): read those files even when ``stat`` says they are as indexed; unchanged docs cost a hash compare."""
     problems: list[str] = []
     if only is not None:
         wanted = sorted(set(only))
@@ -232,7 +233,7 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             conn.execute("UPDATE files SET mtime_ns = -1")
         known = {rel: (k, size, -1, ino, tail) for rel, (k, size, _mtime, ino, tail) in known.items()}
     changed = [rel for rel, (kind, size, mtime, ino) in disk.items()
-               if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino)]
+               if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino) or (reread and only is not None)]
     removed = [rel for rel in known if rel not in disk]
     if not changed and not removed:
         return report

@@ -106,14 +106,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stop_daemon(workdir: Path, vault: Path) -> None:
+    """Stop the warm process the demo's commands started in its own runtime directory."""
     from ..models import daemon
-    from ..rules.config import load
 
     previous = os.environ.get("XDG_RUNTIME_DIR")
     os.environ["XDG_RUNTIME_DIR"] = str(workdir)
     try:
-        config = load(vault / "memvault.toml")
-        daemon.stop(config.model, config.query_prefix)
+        daemon.stop()
     except Exception:  # noqa: BLE001 - best effort: an idle daemon also stops by itself
         pass
     finally:

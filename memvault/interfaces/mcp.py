@@ -6,7 +6,8 @@ someone else, and the vault's trust rules (untrusted facts go to ``inbox/``) app
 
 One Vault object lives as long as the server, and every call on it runs on one worker thread: its SQLite
 connections belong to the thread that opened them, and writers are serialised anyway. The embedding model is
-loaded once, in the background at start-up, so the server answers at once and recall stays warm.
+loaded once, in the background at start-up, so the server answers at once and recall stays warm; a file watcher
+on the vault (:meth:`Vault.follow`) tells recall what changed, so it need not check every directory.
 
 Transports: stdio (default) or streamable HTTP. HTTP binds loopback unless a bearer token is set; with a token
 every request must carry ``Authorization: Bearer <token>`` or gets 401.
@@ -143,7 +144,13 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
             print(f"memvault mcp: warning: {notice}", file=sys.stderr, flush=True)
         if warm:
             tools.warmup.start()
-        yield {}
+            # a file watcher for as long as the server runs: recall checks what changed, not every directory
+            await tools.on_vault(vault.follow)
+        try:
+            yield {}
+        finally:
+            if warm:
+                await tools.on_vault(vault.close)
 
     server: MCPServer = MCPServer("memvault", instructions=INSTRUCTIONS, lifespan=lifespan)
     _recall_tools(server, tools)
@@ -434,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP instead of stdio")
     parser.add_argument("--token-file", help=f"file holding the bearer token for HTTP (default: {TOKEN_ENV})")
     args = parser.parse_args(argv)
+    from ..models.daemon import single_thread_blas
+
+    single_thread_blas()
     from ..core.vault import Vault
 
     try:

@@ -1,16 +1,17 @@
 """``memvault watch``: keep the index in step with edits made behind memvault's back.
 
-A person's editor, ``git checkout``, ``git pull`` or ``rm -r`` change the vault's files directly. The index
-already knows how to catch up: :meth:`memvault.index.Index.sync` diffs the whole vault by ``stat`` and then by
-hash, so one call picks up any mix of edits, atomic-save renames, deletions and moved folders. The watcher
-therefore never tracks *which* files changed: a relevant file-system event only marks the vault dirty, and a
-worker runs one sync after a quiet period (``debounce``), or after ``max_delay`` during a continuous storm. A
-checkout of a thousand files is one batch, or a few, not a thousand. A cheap sync also runs every
-``rescan_interval`` to heal events the kernel dropped (inotify queue overflow, a watch added late).
+A person's editor, ``git checkout``, ``git pull`` or ``rm -r`` change the vault's files directly. The watcher
+keeps a file watcher on the vault (:meth:`Vault.follow`, :mod:`memvault.index.changes`) that marks each path
+that changed; a worker brings the index up to date for the marked paths after a quiet period (``debounce``), or
+after ``max_delay`` during a continuous storm — a checkout of a thousand files is one batch, or a few, not a
+thousand, and a batch reads only what changed. A full check of every file also runs every ``rescan_interval`` to
+heal what no event reported (a change made while nobody watched, a watch added late). Where the file watcher
+cannot run (a network file system, the inotify watch limit) it says so and the periodic full checks do the work;
+where inotify does not exist (macOS, BSD) watchdog's own observer wakes the worker and each batch checks every file.
 
-The model is asked for at start, on a thread of its own (the warm embedder daemon, started if need be), so the
-first edit does not wait for it: a batch indexes the text at once (keyword recall sees it) and embeds it when
-the model is ready. No batch holds a lock while a model works, so a recall never waits behind the watcher.
+The model is asked for at start, on a thread of its own (the warm process, started if need be), so the first
+edit does not wait for it: a batch indexes the text at once (keyword recall sees it) and embeds it when the model
+is ready. No batch holds a lock while a model works, so a recall never waits behind the watcher.
 
 One watcher per vault: it holds an exclusive ``flock`` on ``.memvault/locks/watch.lock`` for its lifetime and
 writes ``pid host started_at`` to ``.memvault/watch.pid`` so a second one can say who is running.
@@ -29,25 +30,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..index.changes import RELEVANT_EVENTS, is_relevant
+from ..index.update import SyncReport
 from ..rules.errors import WatcherRunning, describe
 from ..rules.fsutil import atomic_write, lock_held, try_lock
 from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
-    from ..index import SyncReport
     from ..core.vault import Vault
+    from ..index.changes import ChangeFeed
 
-#: Directories whose changes never concern the index: git's own files and memvault's local state (the index
-#: itself lives there, so watching it would make every sync trigger the next one).
-IGNORED_DIRS = (".git", ".memvault")
-#: Editor droppings: vim swap and backup files and its write probe ``4913``, emacs backups and lock files,
-#: and the temp files of atomic saves (the rename onto the real name is the event that matters).
-IGNORED_SUFFIXES = (".swp", ".swo", ".swx", "~", ".tmp")
-IGNORED_NAMES = ("4913",)
-IGNORED_PREFIXES = (".#",)
-#: Event types that can change what the index holds. ``opened`` and ``closed_no_write`` are excluded on
-#: purpose: a sync reads every changed file, and those reads must not wake the watcher again.
-RELEVANT_EVENTS = ("created", "deleted", "modified", "moved", "closed")
+__all__ = ["Watcher", "WatcherRunning", "is_relevant", "watching", "watcher_running", "serve", "describe_report"]
 
 Log = Callable[[str], None]
 
@@ -55,23 +48,6 @@ Log = Callable[[str], None]
 def default_log(message: str) -> None:
     """One line on stderr, stamped with the local time (a terminal or a journal reads it as it comes)."""
     print(f"{datetime.now():%H:%M:%S} {message}", file=sys.stderr, flush=True)
-
-
-def is_relevant(root: Path, path: str) -> bool:
-    """Whether a change to ``path`` may concern the index (not under .git/ or .memvault/, not an editor temp)."""
-    if not path:
-        return False
-    try:
-        rel = Path(path).relative_to(root)
-    except ValueError:
-        return False
-    parts = rel.parts
-    if not parts:
-        return False  # the vault directory itself: its own mtime changes with every file event inside it
-    if parts[0] in IGNORED_DIRS:
-        return False
-    name = parts[-1]
-    return not (name.endswith(IGNORED_SUFFIXES) or name in IGNORED_NAMES or name.startswith(IGNORED_PREFIXES))
 
 
 class Watcher:
@@ -106,6 +82,7 @@ class Watcher:
         self._last_event: float | None = None
         self._model_ready = False
         self._model_failed = False
+        self.feed: ChangeFeed | None = None
 
     # -- events (called on the observer's thread) --------------------------------------------------------
     def notify(self, *paths: str) -> None:
@@ -123,12 +100,14 @@ class Watcher:
     # -- main loop ---------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         """Watch until ``stop`` is set. Raises :class:`WatcherRunning` when another watcher holds the vault."""
-        from watchdog.observers import Observer  # lazy: only ``memvault watch`` needs it
-
         with self._claim():
-            observer = Observer()
-            _schedule(observer, _Handler(self), self.vault.root)
-            observer.start()
+            self.feed = self.vault.follow(listener=lambda path: self.notify(path))
+            plain = None
+            if not self.feed.running:
+                self.log(f"warning: {self.feed.reason}; every change is found by a full check every "
+                         f"{self.rescan_interval:g} s instead" + ("" if "inotify" not in (self.feed.reason or "")
+                                                                else " and on each event"))
+                plain = _plain_observer(self) if "no inotify" in (self.feed.reason or "") else None
             try:
                 self.log(f"watching {self.vault.root} (debounce {self.debounce:g} s, max delay {self.max_delay:g} s, "
                          f"rescan every {self.rescan_interval:g} s)")
@@ -144,9 +123,10 @@ class Watcher:
                     self._batch(reason)
                     next_rescan = time.monotonic() + self.rescan_interval
             finally:
-                observer.stop()
-                observer.join(timeout=5)
-                self.vault.index.close()
+                if plain is not None:
+                    plain.stop()
+                    plain.join(timeout=5)
+                self.vault.close()
 
     def _wait(self, next_rescan: float) -> str | None:
         """Block until a batch is due; return why ("events" or "rescan"), or None to re-check ``stop``.
@@ -193,7 +173,15 @@ class Watcher:
         else:
             self.rescans += 1
         try:
-            report = self.vault.catch_up(load=self._model_ready)
+            # an event batch reads what the watcher marked; the start, the rescans and a watcher that cannot be
+            # relied on check every file
+            marks = self.feed.collect(barrier=False) if reason == "events" and self.feed is not None else None
+            try:
+                report = self.vault.catch_up(load=self._model_ready, marks=marks)
+            except BaseException:
+                if marks is not None:
+                    self.feed.requeue(marks)  # type: ignore[union-attr]
+                raise
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad batch
             self.log(f"sync failed ({reason}): {describe(exc)[0]}; will retry on the next change or rescan")
             return None
@@ -262,34 +250,24 @@ def describe_report(report: SyncReport, reason: str) -> str:
     return line
 
 
-def _schedule(observer: Any, handler: Any, root: Path) -> None:
-    """Watch ``root`` recursively, asking the kernel only for the events that matter when watchdog can."""
-    from watchdog import events as ev
+def _plain_observer(watcher: Watcher) -> Any:
+    """Where inotify does not exist (macOS, BSD): watchdog's own observer, only to wake the worker; each batch then
+    checks every file."""
+    from watchdog.observers import Observer
 
-    wanted = [getattr(ev, name) for name in (
-        "FileCreatedEvent", "FileDeletedEvent", "FileModifiedEvent", "FileMovedEvent", "FileClosedEvent",
-        "DirCreatedEvent", "DirDeletedEvent", "DirMovedEvent") if hasattr(ev, name)]
-    try:
-        observer.schedule(handler, str(root), recursive=True, event_filter=wanted)
-    except TypeError:  # watchdog < 4.0 has no event_filter; the handler filters instead
-        observer.schedule(handler, str(root), recursive=True)
+    class Handler:
+        def dispatch(self, event: Any) -> None:
+            if event.event_type not in RELEVANT_EVENTS or (event.is_directory and event.event_type == "modified"):
+                return
+            paths = [os.fsdecode(event.src_path)] + ([os.fsdecode(event.dest_path)] if getattr(
+                event, "dest_path", "") else [])
+            if any(is_relevant(watcher.vault.root, p) for p in paths):
+                watcher.notify(*paths)
 
-
-class _Handler:
-    """The watchdog event handler: forwards relevant paths to the watcher, nothing else."""
-
-    def __init__(self, watcher: Watcher) -> None:
-        self.watcher = watcher
-
-    def dispatch(self, event: Any) -> None:
-        if event.event_type not in RELEVANT_EVENTS:
-            return
-        if event.is_directory and event.event_type == "modified":
-            return  # a directory's mtime changes with every file event inside it: the file event is enough
-        paths = [os.fsdecode(event.src_path)]
-        if getattr(event, "dest_path", ""):
-            paths.append(os.fsdecode(event.dest_path))
-        self.watcher.notify(*paths)
+    observer = Observer()
+    observer.schedule(Handler(), str(watcher.vault.root), recursive=True)
+    observer.start()
+    return observer
 
 
 def serve(vault: Vault, *, debounce: float = 1.0, log: Log | None = None, **options: Any) -> Watcher:

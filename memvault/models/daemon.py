@@ -1,116 +1,130 @@
-"""A warm embedder for cold CLI calls: one background process per model, reached over a unix socket.
+"""The warm process's embedding side: one background process per user and install serves query and document
+vectors to every short-lived memvault process, over the private channel of :mod:`memvault.models.channel`.
 
-An agent that shells out ``memvault recall "..." --json`` pays for a new process every time, and importing
-torch and sentence-transformers alone costs about 5 s here. So the CLI asks a warm process for the query
-vector instead: the first call starts it (and waits for it once), later calls pay a process start and one
-socket round trip. The daemon runs the very same :class:`~memvault.models.embeddings.SentenceTransformerEmbedder` code
-as the in-process path, so vectors — and rankings — are identical.
+An agent that shells out ``memvault recall "..." --json`` pays for a new process every time; loading a model there
+would cost seconds. So the CLI asks the warm process for the query vector instead: the first call starts it,
+later calls pay one socket round trip. The warm process loads each model it is asked for once, with the very same
+:func:`~memvault.models.embeddings.load_embedder` as the in-process path, so vectors — and rankings — are the same.
+It also serves whole read-only vault calls to hooks (:mod:`memvault.interfaces.warm`, the process's entry point).
 
-Safety: the socket lives in ``$XDG_RUNTIME_DIR/memvault`` (or ``/tmp/memvault-<uid>``), a directory that must
-be owned by the user with mode 0700; the socket is 0600, and the daemon also checks the peer's uid
-(SO_PEERCRED) on every connection. A stale socket or a dead daemon is detected on connect and the caller
-falls back to loading the model in-process. The daemon exits after ``idle`` seconds without a request.
+The process exits after ``idle`` seconds without a request, and gives freed memory back to the system after a
+minute without one. A client whose process went away (idled out, killed) starts a new one and asks again: a
+long-lived caller such as the MCP server never fails because its model process idled out. Every reply names the
+model revision that made it, so a process restarted with other weights never hands out vectors that would be mixed
+with the old ones.
 
-Wire format: one JSON request line; the reply is one JSON header line, followed for vectors by
-``rows * dims * 4`` bytes of little-endian float32.
+Wire format (see :mod:`~memvault.models.channel`): requests ``{"op": ..., "model": ..., "prefix": ...}``; vectors
+come back as ``rows * dims * 4`` bytes of little-endian float32 after the header line.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import fcntl
+import gc
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import DaemonUnavailable, ModelUnavailable
+from . import channel
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .embeddings import Embedder
+    from .embeddings import Embedder, ModelIdentity
 
 DEFAULT_IDLE = 900.0  # seconds
-START_TIMEOUT = 120.0
-
-
+#: How long a starting process may take to listen (it loads no model before it listens).
+START_TIMEOUT = 30.0
+#: How long a client waits for one reply; loading a model on first use is the longest one.
+CALL_TIMEOUT = 180.0
+#: After this long without a request the process returns freed memory to the system (malloc_trim).
+TRIM_AFTER = 60.0
 #: Texts per embed_documents request: a bulk reindex sends many small requests, so a recall's query vector waits
 #: for one of them at most, not for the whole bulk.
 REQUEST_TEXTS = 64
+#: The module the warm process runs. It serves whole vault calls too, so it lives with the interfaces; it is
+#: started by name here, never imported.
+SERVER_MODULE = "memvault.interfaces.warm"
+LOG_NAME = "warm.log"
+#: What a warm process must not inherit from whoever happened to start it: it serves every caller, each of which
+#: names its own source and vault.
+_SCRUBBED_ENV = ("MEMVAULT_SOURCE", "MEMVAULT_DIR", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 
-
-def runtime_dir() -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base):
-        return Path(base) / "memvault"
-    return Path(f"/tmp/memvault-{os.getuid()}")
-
-
-# AF_UNIX paths are limited to 108 bytes (including the temporary name the daemon binds first).
-_MAX_SOCKET_PATH = 100
-
-
-def secure_dir() -> Path:
-    """The socket directory, created 0700; refused if another user owns it or others can enter it."""
-    path = runtime_dir()
-    if len(str(path)) + 30 > _MAX_SOCKET_PATH:
-        path = Path(f"/tmp/memvault-{os.getuid()}")
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.stat()
-    except OSError as exc:
-        raise DaemonUnavailable(f"{path}: {exc.strerror}") from None
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise DaemonUnavailable(f"{path} is not private to this user (owner {st.st_uid}, mode {st.st_mode & 0o777:o})")
-    return path
-
-
-def socket_path(model: str, query_prefix: str | None) -> Path:
-    """One socket per (model, query prefix): every vault of the user using that model shares the daemon."""
-    digest = hashlib.sha256(f"{model}\0{query_prefix}".encode()).hexdigest()[:16]
-    return secure_dir() / f"embed-{digest}.sock"
+Handler = Callable[[dict[str, Any]], "tuple[dict[str, Any], bytes]"]
 
 
 # ------------------------------------------------------------------------------------------------ client
 class RemoteEmbedder:
-    """An :class:`~memvault.models.embeddings.Embedder` whose model lives in the daemon."""
+    """An :class:`~memvault.models.embeddings.Embedder` whose model lives in the warm process.
 
-    def __init__(self, path: Path, timeout: float = 60.0) -> None:
-        self.path = path
+    ``start``: start the process and load the model if need be (else only a process already holding the model
+    is taken). Once connected, a process that went away (idled out, killed) is started again and asked again,
+    once per call: a long-lived client never fails because its model process idled out.
+    """
+
+    def __init__(self, model: str, query_prefix: str | None, *, idle: float = DEFAULT_IDLE, start: bool = True,
+                 timeout: float = CALL_TIMEOUT, backend: str = "auto") -> None:
+        self.model = model
+        self.query_prefix = query_prefix
+        self.backend = backend
+        self.idle = idle
         self.timeout = timeout
-        header, _ = self._call({"op": "identity"})
+        self.restarts = 0
+        self.restart = start
+        #: Loads the model in this process when the warm process is gone for good (set by the engine).
+        self.fallback: Callable[[], Embedder] | None = None
+        self._local: Embedder | None = None
         from .embeddings import ModelIdentity
 
+        header, _ = self._call({"op": "load", "load": start})
         self.identity: ModelIdentity = ModelIdentity.from_dict(header["identity"])
+        self.restart = True
+
+    def __repr__(self) -> str:
+        return f"RemoteEmbedder({self.model!r})"
 
     def _call(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        request = {**request, "model": self.model, "prefix": self.query_prefix, "backend": self.backend}
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(self.timeout)
-                sock.connect(str(self.path))
-                sock.sendall(json.dumps(request).encode() + b"\n")
-                reader = sock.makefile("rb")
-                line = reader.readline()
-                if not line:
-                    raise DaemonUnavailable("the embedder daemon closed the connection")
-                header = json.loads(line)
-                payload = b""
-                if header.get("bytes"):
-                    payload = reader.read(header["bytes"])
-                    if len(payload) != header["bytes"]:
-                        raise DaemonUnavailable("short reply from the embedder daemon")
-        except (OSError, ValueError) as exc:
-            raise DaemonUnavailable(f"embedder daemon at {self.path}: {exc}") from None
+            header, payload = channel.call(request, self.timeout)
+        except DaemonUnavailable:
+            if not self.restart:
+                raise
+            start(self.idle)  # gone since the last call (idled out, killed): a new one, then once more
+            self.restarts += 1
+            header, payload = channel.call(request, self.timeout)
         if not header.get("ok"):
-            raise DaemonUnavailable(header.get("error", "the embedder daemon failed"))
+            if header.get("kind") == "model":
+                raise ModelUnavailable(self.model, header.get("reason", "the warm process could not load it"))
+            raise DaemonUnavailable(header.get("error", "the warm process failed"))
+        revision = header.get("revision")
+        identity = getattr(self, "identity", None)
+        if revision is not None and identity is not None and revision != identity.revision:
+            raise DaemonUnavailable(f"the warm process now has {self.model} at revision {revision}, not "
+                                    f"{identity.revision}: its vectors would not match; run the command again")
         return header, payload
+
+    def _local_or(self, remote: Callable[[], Any], local: Callable[[Embedder], Any]) -> Any:
+        """``remote()``; when the warm process is gone and cannot be started again, ``local`` on the model loaded
+        in this process (``fallback``), which must make the same vectors."""
+        if self._local is None:
+            try:
+                return remote()
+            except DaemonUnavailable:
+                if self.fallback is None:
+                    raise
+                embedder = self.fallback()
+                if not embedder.identity.same_vectors(self.identity):
+                    raise
+                self._local = embedder
+        return local(self._local)
 
     def _matrix(self, request: dict[str, Any]) -> np.ndarray:
         import numpy as np
@@ -120,174 +134,175 @@ class RemoteEmbedder:
         return np.frombuffer(payload, dtype="<f4").reshape(rows, dims)
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        import numpy as np
-
         texts = list(texts)
-        parts = [self._matrix({"op": "embed_documents", "texts": texts[i : i + REQUEST_TEXTS],
-                               "batch_size": batch_size}) for i in range(0, len(texts), REQUEST_TEXTS)]
-        if not parts:
-            return np.zeros((0, self.identity.dims), dtype=np.float32)
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+        def remote() -> np.ndarray:
+            import numpy as np
+
+            parts = [self._matrix({"op": "embed_documents", "texts": texts[i : i + REQUEST_TEXTS],
+                                   "batch_size": batch_size}) for i in range(0, len(texts), REQUEST_TEXTS)]
+            if not parts:
+                return np.zeros((0, self.identity.dims), dtype=np.float32)
+            return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+        return self._local_or(remote, lambda e: e.embed_documents(texts, batch_size))
 
     def embed_query(self, text: str) -> Any:
         """The query vector as ``array('f')``: the index takes it as is, so a cold CLI never imports numpy."""
-        import array
+        def remote() -> Any:
+            import array
 
-        header, payload = self._call({"op": "embed_query", "text": text})
-        vector = array.array("f")
-        vector.frombytes(payload)
-        if sys.byteorder != "little":
-            vector.byteswap()
-        return vector
+            _header, payload = self._call({"op": "embed_query", "text": text})
+            vector = array.array("f")
+            vector.frombytes(payload)
+            if sys.byteorder != "little":
+                vector.byteswap()
+            return vector
+
+        return self._local_or(remote, lambda e: e.embed_query(text))
 
     def count_tokens(self, text: str) -> int:
-        return int(self._call({"op": "count_tokens", "text": text})[0]["count"])
+        return int(self._local_or(lambda: self._call({"op": "count_tokens", "text": text})[0]["count"],
+                                  lambda e: e.count_tokens(text)))
 
     def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
-        header, _ = self._call({"op": "split", "text": text, "max_tokens": max_tokens, "overlap": overlap})
-        return list(header["chunks"])
+        request = {"op": "split", "text": text, "max_tokens": max_tokens, "overlap": overlap}
+        return list(self._local_or(lambda: self._call(request)[0]["chunks"],
+                                   lambda e: e.split(text, max_tokens, overlap)))
 
 
-def connect(model: str, query_prefix: str | None, *, start: bool = True, idle: float = DEFAULT_IDLE) -> RemoteEmbedder:
-    """A client of the warm embedder for ``model``, starting the daemon (and waiting for it) if needed.
+def connect(model: str, query_prefix: str | None, *, start: bool = True, idle: float = DEFAULT_IDLE,
+            backend: str = "auto") -> RemoteEmbedder:
+    """A client of the warm process for ``model``. With ``start`` the process is started if need be and loads the
+    model (waiting for both); without, only a process that already holds the model answers.
 
-    Raises :class:`ModelUnavailable` when the daemon reports that the model cannot be loaded, and
-    :class:`DaemonUnavailable` when no daemon can be reached or started (the caller then loads in-process).
+    Raises :class:`ModelUnavailable` when the model cannot be loaded, and :class:`DaemonUnavailable` when no warm
+    process can be reached or started (the caller then loads the model itself).
     """
-    path = socket_path(model, query_prefix)
-    try:
-        return RemoteEmbedder(path)
-    except DaemonUnavailable:
-        if not start:
-            raise
-    error_file = path.with_suffix(".err")
-    with contextlib.suppress(FileNotFoundError):
-        error_file.unlink()
-    lock = path.with_suffix(".lock")
-    from ..rules.fsutil import locked
+    return RemoteEmbedder(model, query_prefix, idle=idle, start=start, backend=backend)
 
-    with locked(lock):  # two cold CLIs at once start one daemon
-        with contextlib.suppress(DaemonUnavailable):
-            return RemoteEmbedder(path)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # a stale socket of a dead daemon
-        args = [sys.executable, "-m", "memvault.models.daemon", "--model", model, "--idle", str(idle)]
-        if query_prefix is not None:
-            args += ["--query-prefix", query_prefix]
-        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True, close_fds=True)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if error_file.exists():
-                time.sleep(0.05)  # the daemon writes the file in one small write; let it land
-                try:
-                    failure = json.loads(error_file.read_text())
-                except ValueError:
-                    failure = {"kind": "daemon", "message": "the embedder daemon failed to start"}
-                with contextlib.suppress(FileNotFoundError):
-                    error_file.unlink()
-                if failure.get("kind") == "model":
-                    raise ModelUnavailable(model, failure.get("reason", "the daemon could not load it"))
-                raise DaemonUnavailable(failure.get("message", "the embedder daemon failed to start"))
-            if path.exists():
+
+def start(idle: float = DEFAULT_IDLE) -> None:
+    """Start this install's warm process unless one answers, and wait until it listens. Two callers at once start
+    one (an flock in the private directory). Raises :class:`DaemonUnavailable` with the reason when it cannot."""
+    with channel.opened_dir() as fd:
+        lock = os.open("start.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with contextlib.suppress(DaemonUnavailable):
+                channel.call({"op": "hello"}, 5.0)
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(channel.socket_name(), dir_fd=fd)  # a dead process's socket
+            log = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=fd)
+            env = {"OPENBLAS_NUM_THREADS": "1",  # see single_thread_blas
+                   **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
+            try:
+                proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "--idle", str(idle)],
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
+                                        start_new_session=True, close_fds=True)
+            finally:
+                os.close(log)
+            deadline = time.monotonic() + START_TIMEOUT
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise DaemonUnavailable(f"the warm process exited at start ({_log_tail(fd)})")
                 with contextlib.suppress(DaemonUnavailable):
-                    return RemoteEmbedder(path)
-            time.sleep(0.05)
-    raise DaemonUnavailable(f"the embedder daemon for {model} did not start within {START_TIMEOUT:.0f} s")
+                    channel.call({"op": "hello"}, 5.0)
+                    return
+                time.sleep(0.02)
+            raise DaemonUnavailable(f"the warm process did not listen within {START_TIMEOUT:.0f} s")
+        finally:
+            os.close(lock)
 
 
-def stop(model: str, query_prefix: str | None) -> bool:
-    """Ask the daemon for ``model`` to exit. True when one was running."""
+def _log_tail(fd: int) -> str:
     try:
-        RemoteEmbedder(socket_path(model, query_prefix))._call({"op": "stop"})
+        log = os.open(LOG_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return "no log"
+    with os.fdopen(log, "rb") as f:
+        lines = f.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else "no output"
+
+
+def status() -> dict[str, Any] | None:
+    """What this install's warm process holds (pid, resident memory, models, vaults), or None when none runs.
+    Never starts one."""
+    try:
+        header, _ = channel.call({"op": "status"}, 5.0)
+    except DaemonUnavailable:
+        return None
+    return {k: v for k, v in header.items() if k not in ("ok", "key")}
+
+
+def stop() -> bool:
+    """Ask this install's warm process to exit. True when one was running."""
+    try:
+        channel.call({"op": "stop"}, 10.0)
         return True
     except DaemonUnavailable:
         return False
 
 
-# ------------------------------------------------------------------------------------------------ server
-def serve(model: str, query_prefix: str | None, idle: float = DEFAULT_IDLE) -> int:
-    """Load ``model`` and answer embedding requests on its socket until idle for ``idle`` seconds."""
-    path = socket_path(model, query_prefix)
-    error_file = path.with_suffix(".err")
-    try:
-        from .embeddings import load_embedder
+# ------------------------------------------------------------------------------------------------ server: models
+class Models:
+    """The models a warm process holds, each loaded once on first request; one request per model at a time."""
 
-        embedder = load_embedder(model, query_prefix=query_prefix)
-    except ModelUnavailable as exc:
-        error_file.write_text(json.dumps({"kind": "model", "reason": exc.reason}))
-        return 1
-    except Exception as exc:  # noqa: BLE001 - any load failure must reach the waiting client as one line
-        error_file.write_text(json.dumps({"kind": "model", "reason": f"{type(exc).__name__}: {exc}"}))
-        return 1
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    tmp = path.with_name(f".{os.getpid()}.s")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    old_umask = os.umask(0o177)
-    try:
-        server.bind(str(tmp))
-        os.chmod(tmp, 0o600)
-        server.listen(16)
-        os.replace(tmp, path)  # appear atomically, already listening
-    except OSError as exc:
-        error_file.write_text(json.dumps({"kind": "daemon", "message": f"cannot listen on {path}: {exc.strerror or exc}"}))
-        return 1
-    finally:
-        os.umask(old_umask)
-    mine = os.stat(path).st_ino
-    server.settimeout(1.0)
-    lock = threading.Lock()
-    last = [time.monotonic()]
-    stopping = threading.Event()
+    def __init__(self, loader: Callable[[str, str | None, str], Embedder] | None = None) -> None:
+        self._loader = loader
+        self._models: dict[tuple[str, str | None, str], Embedder] = {}
+        self._locks: dict[tuple[str, str | None, str], threading.Lock] = {}
+        self._guard = threading.Lock()
 
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            try:
-                if not peer_allowed(conn):
-                    return
-                reader = conn.makefile("rb")
-                request = json.loads(reader.readline() or b"{}")
-                with lock:
-                    header, payload = _answer(embedder, request)
-                if request.get("op") == "stop":
-                    stopping.set()
-                conn.sendall(json.dumps(header).encode() + b"\n" + payload)
-            except Exception as exc:  # noqa: BLE001 - one bad request never kills the daemon
-                with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
-            finally:
-                last[0] = time.monotonic()
+    def names(self) -> list[dict[str, Any]]:
+        return [{"model": model, "backend": getattr(e, "backend", backend), "revision": e.identity.revision}
+                for (model, _prefix, backend), e in self._models.items()]
 
-    try:
-        while not stopping.is_set() and time.monotonic() - last[0] < idle:
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            last[0] = time.monotonic()
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-    finally:
-        server.close()
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == mine:  # not a newer daemon's socket
-                path.unlink()
-    return 0
+    def lock(self, key: tuple[str, str | None, str]) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
 
+    def get(self, model: str, query_prefix: str | None, backend: str = "auto", *, load: bool = True) -> Embedder | None:
+        """The embedder of ``model``, loaded now if ``load`` (raises ModelUnavailable), else None if not held."""
+        key = (model, query_prefix, backend)
+        with self.lock(key):
+            embedder = self._models.get(key)
+            if embedder is None and load:
+                if self._loader is not None:
+                    embedder = self._loader(model, query_prefix, backend)
+                else:
+                    from .embeddings import load_embedder
 
-def peer_allowed(conn: Any) -> bool:
-    """Only processes of this user may use the daemon (SO_PEERCRED: the uid the kernel recorded at connect),
-    checked on every connection, on top of the socket's 0600 mode and its private directory."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return bool(uid == os.getuid())
+                    embedder = load_embedder(model, query_prefix=query_prefix, backend=backend)
+                self._models[key] = embedder
+            return embedder
+
+    def answer(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        model, prefix, backend = request.get("model"), request.get("prefix"), request.get("backend", "auto")
+        if not isinstance(model, str) or not (prefix is None or isinstance(prefix, str)) or \
+                backend not in ("auto", "onnx", "torch"):
+            return {"ok": False, "error": "a model request needs a model name and a backend"}, b""
+        try:
+            embedder = self.get(model, prefix, backend, load=bool(request.get("load", True)))
+        except ModelUnavailable as exc:
+            return {"ok": False, "kind": "model", "reason": exc.reason}, b""
+        except Exception as exc:  # noqa: BLE001 - any load failure reaches the client as one line
+            return {"ok": False, "kind": "model", "reason": f"{type(exc).__name__}: {exc}"}, b""
+        if embedder is None:
+            return {"ok": False, "error": f"{model} is not loaded in the warm process"}, b""
+        with self.lock((model, prefix, backend)):
+            header, payload = _answer(embedder, request)
+        header.setdefault("revision", embedder.identity.revision)
+        return header, payload
 
 
 def _answer(embedder: Embedder, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     import numpy as np
 
     op = request.get("op")
-    if op == "identity" or op == "stop":
+    if op == "load":
         return {"ok": True, "identity": embedder.identity.to_dict()}, b""
     if op == "embed_query":
         matrix = np.asarray(embedder.embed_query(request["text"]), dtype="<f4").reshape(1, -1)
@@ -304,16 +319,147 @@ def _answer(embedder: Embedder, request: dict[str, Any]) -> tuple[dict[str, Any]
     return {"ok": True, "shape": list(matrix.shape), "bytes": len(payload)}, payload
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m memvault.models.daemon", description="memvault's warm embedder")
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--query-prefix", default=None)
-    parser.add_argument("--idle", type=float, default=DEFAULT_IDLE, help="exit after this many idle seconds")
-    args = parser.parse_args(argv)
-    return serve(args.model, args.query_prefix, args.idle)
+MODEL_OPS = frozenset({"load", "embed_query", "embed_documents", "count_tokens", "split"})
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# ------------------------------------------------------------------------------------------------ server: the loop
+class Server:
+    """The warm process's socket loop: checks each caller (uid, install key), dispatches its request by ``op``,
+    exits after ``idle`` seconds without one. ``handlers`` maps ops to functions of the request."""
+
+    def __init__(self, handlers: dict[str, Handler], *, idle: float = DEFAULT_IDLE,
+                 describe: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.handlers = handlers
+        self.idle = idle
+        self.describe = describe
+        self.started = time.time()
+        self.last = time.monotonic()
+        self.stopping = threading.Event()
+        self.listening = threading.Event()
+        self._trimmed = True
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+
+    def serve(self) -> int:
+        """Listen until idle or stopped. Returns 0, or 1 when the socket could not be bound."""
+        try:
+            fd = channel.private_dir()
+        except DaemonUnavailable as exc:
+            print(f"memvault warm process: {exc}", file=sys.stderr, flush=True)
+            return 1
+        name = channel.socket_name()
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        tmp = f".{os.getpid()}.s"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=fd)
+        old_umask = os.umask(0o177)
+        try:
+            server.bind(channel.at(fd, tmp))
+            server.listen(64)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # appears atomically, already listening
+            mine = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ino
+        except OSError as exc:
+            print(f"memvault warm process: cannot listen ({exc.strerror or exc})", file=sys.stderr, flush=True)
+            os.close(fd)
+            return 1
+        finally:
+            os.umask(old_umask)
+        server.settimeout(1.0)
+        self.listening.set()
+        try:
+            while not self.stopping.is_set():
+                idle_for = time.monotonic() - self.last
+                if idle_for >= self.idle and not self._busy:
+                    break
+                if idle_for >= TRIM_AFTER and not self._trimmed and not self._busy:
+                    trim_memory()
+                    self._trimmed = True
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                with self._busy_lock:
+                    self._busy += 1
+                threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+        finally:
+            server.close()
+            with contextlib.suppress(OSError):
+                if os.stat(name, dir_fd=fd, follow_symlinks=False).st_ino == mine:  # not a newer process's socket
+                    os.unlink(name, dir_fd=fd)
+            os.close(fd)
+        return 0
+
+    def _handle(self, conn: socket.socket) -> None:
+        key = channel.install_key()
+        work = False
+        with conn:
+            try:
+                if not channel.peer_allowed(conn):
+                    return
+                conn.settimeout(CALL_TIMEOUT)
+                request = json.loads(conn.makefile("rb").readline() or b"{}")
+                # asking whether the process is there (status, hello) is not using it: it still idles out
+                work = request.get("op") not in ("status", "hello")
+                if request.get("key") != key:
+                    header, payload = {"ok": False, "error": "another memvault install or version"}, b""
+                else:
+                    header, payload = self.dispatch(request)
+                conn.sendall(json.dumps({**header, "key": key}).encode() + b"\n" + payload)
+            except Exception as exc:  # noqa: BLE001 - one bad request never kills the process
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                                             "key": key}).encode() + b"\n")
+            finally:
+                if work:
+                    self.last = time.monotonic()
+                    self._trimmed = False
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def dispatch(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        op = request.get("op")
+        if op == "hello":
+            return {"ok": True, "pid": os.getpid()}, b""
+        if op == "stop":
+            self.stopping.set()
+            return {"ok": True}, b""
+        if op == "status":
+            info = {"ok": True, "pid": os.getpid(), "rss_bytes": resident_bytes(), "started": self.started,
+                    "idle_after": self.idle, "idle_for": round(time.monotonic() - self.last, 1),
+                    "version": channel.version()}
+            if self.describe is not None:
+                info.update(self.describe())
+            return info, b""
+        handler = self.handlers.get(op) if isinstance(op, str) else None
+        if handler is None:
+            return {"ok": False, "error": f"unknown op {op!r}"}, b""
+        return handler(request)
+
+
+def single_thread_blas() -> None:
+    """memvault's own processes run numpy's small matrix products (a query against the vectors in memory: 10k x 384)
+    on one thread: on a busy 2-core machine two spinning BLAS threads made one 5x slower (1.9 against 9.8 ms p50,
+    measured side by side). Effective only before numpy is first imported; a program that imports memvault as a
+    library keeps its own setting."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (VmRSS), or None where /proc cannot say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def trim_memory() -> None:
+    """Give freed memory back to the system: a batch of long texts leaves the allocator holding tens of MB."""
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

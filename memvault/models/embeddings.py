@@ -13,17 +13,13 @@ re-embed (another model, another revision of the same model, another query prefi
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
-import logging
 import os
 import threading
-import warnings
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from ..rules.errors import InvalidValue, ModelUnavailable
 
@@ -46,9 +42,9 @@ __all__ = [
 
 from ..rules.config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
 
-# Measured with MiniLM on a 2-core CPU, 2,000 texts of ~40 words: 16, 32 and 64 are within noise of each other
-# (~85-105 texts/s) while 128 is 10-20 % slower (more padding per batch, worse cache use). 32 was never worse.
-DEFAULT_BATCH_SIZE = 32
+from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, quiet_loading, window_spans  # noqa: E402
+
+_quiet_loading = quiet_loading
 #: Batches of at most this many texts run on one thread, as a query does.
 SMALL_BATCH = 8
 QUERY_THREADS = 1
@@ -85,134 +81,6 @@ _MIB = 1 << 20
 # Seconds to wait for the hub before giving up on a model that is not cached; huggingface_hub itself retries
 # unreachable hosts for over a minute, which is far too long for a CLI command.
 _HUB_PROBE_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    """What made a vector: stored next to every vector so stale ones can be found and re-embedded.
-
-    ``revision`` is the HF snapshot commit when the model came from the HF cache, otherwise a fingerprint of
-    the weight files (see :func:`weights_fingerprint`).
-    """
-
-    name: str
-    revision: str
-    dims: int
-    query_prefix: str
-    max_tokens: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelIdentity:
-        """Rebuild an identity written by :meth:`to_dict`; unknown keys are ignored (written by newer code)."""
-        try:
-            ident = cls(name=d["name"], revision=d["revision"], dims=d["dims"],
-                        query_prefix=d.get("query_prefix", ""), max_tokens=d["max_tokens"])
-        except (KeyError, TypeError) as e:
-            raise InvalidValue("model identity", f"missing or bad field {e}") from None
-        if not (isinstance(ident.name, str) and isinstance(ident.revision, str)
-                and isinstance(ident.query_prefix, str) and isinstance(ident.dims, int)
-                and isinstance(ident.max_tokens, int)):
-            raise InvalidValue("model identity", f"a field has the wrong type: {d!r}")
-        return ident
-
-    def same_vectors(self, other: ModelIdentity) -> bool:
-        """True when vectors made under ``other`` can be compared with ours without re-embedding."""
-        return (self.name == other.name and self.revision == other.revision and self.dims == other.dims
-                and self.query_prefix == other.query_prefix)
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """What the index and recall need from a model. The real one and the tests' fake both implement it."""
-
-    identity: ModelIdentity
-
-    def embed_documents(self, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
-        """(len(texts), dims) float32, each row L2-normalised. No prefix is added."""
-        ...
-
-    def embed_query(self, text: str) -> np.ndarray:
-        """(dims,) float32, L2-normalised, with ``identity.query_prefix`` prepended."""
-        ...
-
-    def count_tokens(self, text: str) -> int:
-        """Tokens of the model's tokenizer, without special tokens."""
-        ...
-
-    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
-        """Cut ``text`` into exact substrings of at most ``max_tokens`` tokens each (see :func:`window_spans`)."""
-        ...
-
-
-# --------------------------------------------------------------------------------------------- splitting
-
-_SENTENCE_END = frozenset(".!?;:。！？")
-
-
-def window_spans(text: str, offsets: Sequence[tuple[int, int]], max_tokens: int,
-                 overlap: int = 32) -> list[tuple[int, int]]:
-    """Group tokens into overlapping windows and return each window's ``(start, end)`` character span.
-
-    ``offsets`` are the tokens' character spans in ``text`` (a fast tokenizer's offset mapping, or words for
-    a fake). Each window holds at most ``max_tokens`` tokens; the next one starts ``overlap`` tokens before
-    the previous one ended. A window prefers to end at a paragraph break, then a line break, then a sentence
-    end found in its last ~15 %; failing that it ends before a token that follows whitespace, so no word is cut.
-    Shared by the real embedder and the tests' fake so both split with the same rules.
-    """
-    if max_tokens < 1:
-        raise InvalidValue("max_tokens", f"must be at least 1, not {max_tokens}")
-    if overlap < 0:
-        raise InvalidValue("overlap", f"must be 0 or more, not {overlap}")
-    offs = [(s, e) for s, e in offsets if e > s]  # special/empty tokens carry no text
-    n = len(offs)
-    if n <= max_tokens:
-        return [(0, len(text))]
-    overlap = min(overlap, max_tokens // 2)  # an overlap near the window size would crawl one token at a time
-
-    def starts_word(k: int) -> bool:  # token k is separated from token k-1 by at least one character
-        return k == 0 or offs[k][0] > offs[k - 1][1]
-
-    def break_score(k: int) -> int:  # quality of cutting between token k-1 and token k
-        gap = text[offs[k - 1][1]:offs[k][0]]
-        if gap.count("\n") >= 2:
-            return 3
-        if "\n" in gap:
-            return 2
-        if gap and text[offs[k - 1][1] - 1] in _SENTENCE_END:
-            return 1
-        return 0
-
-    spans: list[tuple[int, int]] = []
-    i = 0
-    look_back = max(1, (max_tokens * 15 + 99) // 100)
-    while True:
-        end = min(i + max_tokens, n)
-        if end < n:
-            best_k, best = end, 0
-            for k in range(end, max(i + 1, end - look_back) - 1, -1):
-                score = break_score(k)
-                if score > best:
-                    best_k, best = k, score
-            if best == 0:
-                # No natural break: at least avoid splitting a word into two chunks.
-                for k in range(end, i + max(1, max_tokens // 2), -1):
-                    if starts_word(k):
-                        best_k = k
-                        break
-            end = best_k
-        spans.append((offs[i][0], offs[end - 1][1]))
-        if end >= n:
-            break
-        nxt = max(end - overlap, i + 1)
-        # Start the next window on a word boundary too (moving back only adds overlap, never size).
-        k = nxt
-        while k > i + 1 and not starts_word(k):
-            k -= 1
-        i = k if starts_word(k) else nxt
-    return spans
 
 
 # --------------------------------------------------------------------------------------------- resolution
@@ -382,36 +250,6 @@ def _known_prefix(name: str) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """Silence the warnings, log lines and progress bars transformers and sentence-transformers print on load."""
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    progress_was_enabled: bool | None = None
-    try:  # imported first: transformers resets its logger's level when it is first imported
-        from transformers.utils import logging as tf_logging
-
-        progress_was_enabled = tf_logging.is_progress_bar_enabled()
-        tf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover - transformers internals moved; the bars are cosmetic
-        tf_logging = None  # type: ignore[assignment]
-    names = ("transformers", "sentence_transformers", "huggingface_hub", "torch")
-    levels = {n: logging.getLogger(n).level for n in names}
-    for n in names:
-        logging.getLogger(n).setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for n, level in levels.items():
-            logging.getLogger(n).setLevel(level)
-        if tf_logging is not None and progress_was_enabled:
-            tf_logging.enable_progress_bar()
-
-
 # --------------------------------------------------------------------------------------------- the embedder
 
 class SentenceTransformerEmbedder:
@@ -424,6 +262,7 @@ class SentenceTransformerEmbedder:
     """
 
     identity: ModelIdentity
+    backend = "torch"
 
     def __init__(self, name: str, *, query_prefix: str | None = None, device: str = "cpu") -> None:
         if not name or not name.strip():
@@ -520,19 +359,52 @@ class SentenceTransformerEmbedder:
         return [text[s:e] for s, e in window_spans(text, self._offsets(text), limit, overlap)]
 
 
-_cache: dict[tuple[str, str | None], SentenceTransformerEmbedder] = {}
+_cache: dict[tuple[str, str | None, str], Embedder] = {}
 _cache_lock = threading.Lock()
+BACKENDS = ("auto", "onnx", "torch")
 
 
-def load_embedder(name: str = DEFAULT_MODEL, *, query_prefix: str | None = None) -> Embedder:
-    """A :class:`SentenceTransformerEmbedder`, loaded once per (name, query_prefix) in this process.
+def load_embedder(name: str = DEFAULT_MODEL, *, query_prefix: str | None = None, backend: str = "auto") -> Embedder:
+    """The embedder of ``name``, loaded once per (name, query_prefix, backend) in this process.
 
-    Failures are not remembered, so installing the model and calling again works.
+    ``backend``: ``onnx`` runs the model with ONNX Runtime, without torch (:mod:`memvault.models.onnx`: a graph
+    exported once and checked to give the same vectors); ``torch`` with sentence-transformers; ``auto`` takes ONNX
+    when it can run the model and torch otherwise. Failures are not remembered, so installing the model and calling
+    again works.
     """
-    key = (name, query_prefix)
+    if backend not in BACKENDS:
+        raise InvalidValue("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    key = (name, query_prefix, backend)
     with _cache_lock:
         embedder = _cache.get(key)
         if embedder is None:
-            embedder = SentenceTransformerEmbedder(name, query_prefix=query_prefix)
+            embedder = _load(name, query_prefix, backend)
             _cache[key] = embedder
         return embedder
+
+
+def _load(name: str, query_prefix: str | None, backend: str) -> Embedder:
+    if backend != "torch":
+        from . import onnx
+
+        local = resolve_model_path(name) if name and name.strip() else None
+        why = "onnxruntime or tokenizers is not installed"
+        if local is not None and onnx.available():
+            model_dir = Path(local)
+            why = "its pipeline is not a transformer with mean or CLS pooling"
+            if onnx.pipeline(model_dir) is not None:
+                revision = _snapshot_revision(model_dir) or weights_fingerprint(model_dir)
+                graph = onnx.exported(model_dir, revision)
+                why = "its ONNX export did not give the same vectors as torch"
+                if graph is not None:
+                    try:
+                        return onnx.OnnxEmbedder(name, model_dir, graph, revision=revision,
+                                                 query_prefix=query_prefix, known_prefix=_known_prefix(name))
+                    except Exception as e:  # noqa: BLE001 - a graph ONNX Runtime cannot open: torch instead
+                        why = f"ONNX Runtime cannot run it ({_one_line(e)})"
+        elif local is None:
+            why = "it is not on this machine yet"
+        if backend == "onnx":
+            raise ModelUnavailable(name, f"the ONNX backend cannot run it: {why}; set [embedding] backend = "
+                                         "\"auto\" or \"torch\"")
+    return SentenceTransformerEmbedder(name, query_prefix=query_prefix)

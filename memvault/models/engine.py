@@ -1,10 +1,11 @@
-"""Where vectors come from: one warm model per user and model, shared by every process that embeds.
+"""Where vectors come from: one warm process per user and install holds the models, shared by every process
+that embeds.
 
-Loading a model costs 5-10 s (importing torch alone about 5 s here), far more than any recall or small reindex.
-So by default no short-lived process loads one: the CLI, the git hooks, ``watch`` and the MCP server all talk to
-the warm embedder daemon (:mod:`memvault.models.daemon`), starting it when none is running. The model is loaded in this
-process only when the daemon is turned off (``[embedding] daemon = false`` or ``MEMVAULT_NO_DAEMON=1``) or cannot
-be started. A test passes its own ``factory``.
+Loading a model costs 1-10 s, far more than any recall or small reindex. So by default no short-lived process
+loads one: the CLI, the git hooks, ``watch`` and the MCP server all talk to the warm process
+(:mod:`memvault.models.daemon`), starting it when none is running, and starting it again when it went away
+(idled out) while they held it. The model is loaded in this process only when the warm process is turned off
+(``[embedding] daemon = false`` or ``MEMVAULT_NO_DAEMON=1``) or cannot be started. A test passes its own ``factory``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import DaemonUnavailable, ModelUnavailable
 
@@ -35,9 +36,11 @@ class Engine:
     """The embedder of one model: obtained once per process, from the daemon or loaded here."""
 
     def __init__(self, model: str, query_prefix: str | None = None, *, daemon: bool = True, idle: float = 900.0,
-                 factory: Callable[[], Embedder] | None = None, status: Status | None = None) -> None:
+                 factory: Callable[[], Embedder] | None = None, status: Status | None = None,
+                 backend: str = "auto") -> None:
         self.model = model
         self.query_prefix = query_prefix
+        self.backend = backend
         self.daemon = daemon and not os.environ.get("MEMVAULT_NO_DAEMON")
         self.idle = idle
         self.factory = factory
@@ -65,7 +68,8 @@ class Engine:
         from . import daemon
 
         try:
-            self._embedder = daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle)
+            self._embedder = self._fallback_to_process(
+                daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle, backend=self.backend))
         except (DaemonUnavailable, ModelUnavailable):
             return None
         self.source = "daemon"
@@ -98,26 +102,40 @@ class Engine:
             from . import daemon
 
             try:
-                embedder = daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle)
+                embedder = daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle, backend=self.backend)
                 self.source = "daemon"
-                return embedder
+                return self._fallback_to_process(embedder)
             except DaemonUnavailable:
                 pass
             if self.status is not None:
                 self.status(f"loading embedding model {self.model} in a background process (once; later commands "
                             "reuse it)...")
             try:
-                embedder = daemon.connect(self.model, self.query_prefix, start=True, idle=self.idle)
+                embedder = daemon.connect(self.model, self.query_prefix, start=True, idle=self.idle, backend=self.backend)
                 self.source = "daemon"
-                return embedder
-            except DaemonUnavailable:
-                pass  # cannot start one here: load in this process instead
+                return self._fallback_to_process(embedder)
+            except DaemonUnavailable as exc:
+                if self.status is not None:
+                    self.status(f"no warm process ({exc}); loading the model here")
         elif self.status is not None:
             self.status(f"loading embedding model {self.model}...")
         from .embeddings import load_embedder
 
         self.source = "process"
-        return load_embedder(self.model, query_prefix=self.query_prefix)
+        return load_embedder(self.model, query_prefix=self.query_prefix, backend=self.backend)
+
+    def _fallback_to_process(self, remote: Any) -> Any:
+        """A remote embedder that, should the warm process go away and not start again, loads the model here."""
+        def load() -> Embedder:
+            from .embeddings import load_embedder
+
+            if self.status is not None:
+                self.status(f"the warm process is gone and cannot be started again; loading {self.model} here")
+            self.source = "process"
+            return load_embedder(self.model, query_prefix=self.query_prefix, backend=self.backend)
+
+        remote.fallback = load
+        return remote
 
     def use(self, embedder: Embedder) -> None:
         """Take an embedder already obtained (a model just checked by ``reindex --model``)."""

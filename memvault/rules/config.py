@@ -181,9 +181,12 @@ class EmbeddingSettings:
                                         "makes recall keyword-only until `memvault reindex`", _str)
     query_prefix: str | None = setting(None, "text put before every query (default: known per model, e.g. bge's "
                                              "instruction)", _opt_str, shown="per model", template=False)
-    daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm embedder process per user and "
-                                 "model instead of loading the model themselves", _bool)
-    daemon_idle: float = setting("15m", "the warm embedder stops after this long without a request", _age)
+    daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm process per user and memvault "
+                                 "install, which holds the models, instead of loading a model themselves", _bool)
+    daemon_idle: float = setting("15m", "the warm process stops after this long without a request", _age)
+    backend: str = setting("auto", "how a model runs: onnx (ONNX Runtime, no torch: a third of the memory, the same "
+                                   "vectors), torch (sentence-transformers), or auto (onnx when it can run the model)",
+                           _choice("auto", "onnx", "torch"), template=False)
 
 
 @dataclass(frozen=True)

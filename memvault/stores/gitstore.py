@@ -1,9 +1,11 @@
 """Git as the history of the vault: commits that touch only the vault's own paths, and provenance look-ups.
 
 Commands run through the ``git`` executable directly; gitpython (about 0.1 s to import) is used only to
-create repositories, so a recall from a cold CLI that looks up a procedure's commit never pays for it. Every
-commit is made with ``git commit --only -- <paths>`` so whatever else the user has staged or changed in the
-repository (the vault may live in ``infra/memory/`` of a bigger repo) is neither committed nor unstaged.
+create repositories, so a recall from a cold CLI that looks up a procedure's commit never pays for it. A commit
+holds the named paths and nothing else: whatever else the user has staged or changed in the repository (the vault
+may live in ``infra/memory/`` of a bigger repo) is neither committed nor unstaged. It is made with git's plumbing
+(:mod:`memvault.stores.gittree`: blobs, the trees on the paths, commit-tree, update-ref) — or, when a hook must
+run or a merge is in progress, with ``git commit --only -- <paths>``.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import GitError
+from . import gittree
 
 
 def blob_id(data: bytes) -> str:
@@ -46,6 +49,10 @@ class GitStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
         self._identity_env: dict[str, str] | None = None
+        self._repo: gittree.Repo | None = None
+        #: Commit with git's plumbing (:mod:`memvault.stores.gittree`) when it can: a write then costs what it
+        #: changes, not a temporary index of the whole repository. False: always ``git commit --only``.
+        self.plumbing = True
 
     # -- discovery ---------------------------------------------------------------------------------------
     @classmethod
@@ -130,13 +137,17 @@ class GitStore:
         Returns the new commit id, or None when those paths hold no change. Retries briefly while another
         git process holds the index lock.
         """
-        rels = [self.rel(p) for p in paths if p.exists() or self._tracked(p)]
-        if not rels:
-            return None
         body = message
         if trailers:
             body += "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailers.items())
         env = self._env(author)
+        if self.plumbing:
+            made = self._commit_plumbing(paths, body, env)
+            if made is not gittree.DECLINED:
+                return made  # type: ignore[return-value]
+        rels = [self.rel(p) for p in paths if p.exists() or self._tracked(p)]
+        if not rels:
+            return None
         for attempt in range(50):
             saved = self._index_entries(rels)
             try:
@@ -156,6 +167,34 @@ class GitStore:
                     continue
                 raise
         return None  # pragma: no cover
+
+    def _commit_plumbing(self, paths: list[Path], body: str, env: dict[str, str]) -> str | None | object:
+        """:func:`memvault.stores.gittree.commit`: the same commit without a temporary index of the whole
+        repository; tried again from the new HEAD when another commit landed meanwhile."""
+        if self._repo is None:
+            self._repo = gittree.Repo(self.root, self._git)
+        rels = [self.rel(p) for p in paths]
+        for attempt in range(50):
+            try:
+                return gittree.commit(self.root, self._repo, rels, body, {**os.environ, **env}, self._run)
+            except GitError as exc:
+                if ("index.lock" in str(exc) or "cannot lock ref" in str(exc)) and attempt < 49:
+                    time.sleep(0.1)  # another git process holds the index, or HEAD moved: again from the top
+                    continue
+                raise
+        return gittree.DECLINED  # pragma: no cover
+
+    def _run(self, args: list[str], data: bytes | None, env: dict[str, str] | None = None) -> bytes:
+        """git ``args`` in the work tree's root with ``data`` on stdin; its stdout as bytes (GitError on failure)."""
+        try:
+            out = subprocess.run(["git", *args], cwd=self.root, input=data, capture_output=True, check=False,
+                                 env=env)
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc.strerror}") from None
+        if out.returncode != 0:
+            detail = " ".join(out.stderr.decode("utf-8", "replace").split()) or f"exit {out.returncode}"
+            raise GitError(f"git {args[0]} failed: {detail}")
+        return out.stdout
 
     def _index_entries(self, rels: list[str]) -> dict[str, str]:
         """The git index entries of ``rels`` as ``update-index --index-info`` lines."""
@@ -181,14 +220,7 @@ class GitStore:
             pass
 
     def _git_input(self, *args: str, data: str) -> str:
-        try:
-            out = subprocess.run(["git", *args], cwd=self.root, input=data, capture_output=True, text=True,
-                                 check=False)
-        except OSError as exc:
-            raise GitError(f"cannot run git: {exc.strerror}") from None
-        if out.returncode != 0:
-            raise GitError(f"git {args[0]} failed: {' '.join(out.stderr.split())}")
-        return out.stdout
+        return self._run(list(args), data.encode()).decode()
 
     def _tracked(self, path: Path) -> bool:
         return bool(self._git("ls-files", "--", self.rel(path)))

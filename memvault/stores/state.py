@@ -155,6 +155,9 @@ class State:
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
+        # As the index: a commit does not wait for the disk (WAL stays consistent; a power cut may lose the last
+        # usage counts and recall-log lines). A warm recall spent 35 ms of 80 in the log line's fsync under load.
+        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA secure_delete=ON")
         return conn
 

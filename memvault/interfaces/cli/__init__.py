@@ -11,6 +11,7 @@ import os
 import sys
 
 from . import live, memory, search, upkeep  # noqa: F401 - importing a module registers its commands
+from ...models.daemon import single_thread_blas
 from .base import Context, Failure, Group, Out, cli, output, pass_ctx, read_text_arg
 
 __all__ = ["cli", "main", "Context", "Out", "Failure", "Group", "output", "pass_ctx", "read_text_arg"]
@@ -19,6 +20,7 @@ __all__ = ["cli", "main", "Context", "Out", "Failure", "Group", "output", "pass_
 # -- entry point ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Errors are mapped by :class:`Group`; here only the pipe and ^C are handled."""
+    single_thread_blas()
     try:
         cli.main(args=argv, prog_name="memvault", obj=Context())
     except BrokenPipeError:

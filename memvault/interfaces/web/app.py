@@ -123,11 +123,15 @@ class WebApp:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            with contextlib.suppress(Exception):
+                await self.on_vault(self.web.vault.close)  # the file watcher stops with the view
             self.on_vault.shutdown()
 
     def _prepare(self) -> None:
-        """An index to list from (keyword rows at once; vectors come with recall or reindex)."""
+        """An index to list from (keyword rows at once; vectors come with recall or reindex), and a file watcher on
+        the vault for as long as the view runs: its refreshes and recalls check what changed, not every directory."""
         vault = self.web.vault
+        vault.follow()
         with contextlib.suppress(MemvaultError):
             if not vault.index.exists():
                 vault.index.sync(splitter=vault.engine.warm())

@@ -1,0 +1,325 @@
+"""The light backend: a sentence-transformers model run by ONNX Runtime and the Rust tokenizer, without torch.
+
+Importing torch and sentence-transformers costs 400+ MB of resident memory and seconds before a model is even
+read; ONNX Runtime with ``tokenizers`` and numpy costs about 50 MB and a third of a second. So the warm process
+(and a process that loads a model itself) runs the model here when it can (``[embedding] backend = "auto"``).
+
+The ONNX graph is exported once per model revision from the model's own weights, in a separate process (it needs
+torch, which then leaves with that process), into ``$XDG_CACHE_HOME/memvault/onnx/`` (else ``~/.cache``). The
+export is checked before it is used: the same probe texts through sentence-transformers (torch) and through the
+exported graph must give the same vectors (every component within 1e-5, as float32 sums in another order do).
+A graph that passes makes the same vectors as the torch path, so it keeps the model's identity and the two never
+need telling apart in an index; one that fails is recorded as such and the torch backend is used. Pipelines other
+than a transformer, mean or CLS pooling and an optional normalisation (for example a Dense layer) stay on torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..rules.errors import InvalidValue, ModelUnavailable
+from .base import ModelIdentity, quiet_loading, window_spans
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Bump when the export or its check changes: older exports are then made again.
+EXPORT_VERSION = "2"
+#: Seconds before an export that failed is tried again.
+RETRY_FAILED = 86400.0
+#: The largest difference allowed between a component of the torch vector and the ONNX one.
+TOLERANCE = 1e-5
+PROBES = [
+    "The primary database listens on 10.8.0.4 port 5432.",
+    "how do I drain a web host before maintenance",
+    "Runbook: rotate the TLS certificate on the load balancer; reload nginx afterwards and check expiry dates.",
+    "x",
+    "Ünïcödé, emoji 🚀 and tabs\tand\nnew lines",
+    " ".join(["a long text that the model truncates"] * 60),
+]
+_SUPPORTED = {"sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
+              "sentence_transformers.models.Normalize"}
+_export_lock = threading.Lock()
+#: Intra-op threads of a session. One: on a busy 2-core machine a second thread made both a query and a batch
+#: slower (query p50 29 against 34 ms, 30 against 26 texts/s, measured side by side), as it did with torch.
+THREADS = 1
+#: Texts per run at most: a run's working memory grows with batch x longest text, and resident memory with it
+#: (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16, the same throughput within noise).
+MAX_BATCH = 16
+
+
+def available() -> bool:
+    """Whether ONNX Runtime and tokenizers can be imported here (without importing them)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "memvault" / "onnx"
+
+
+def pipeline(model_dir: Path) -> dict[str, Any] | None:
+    """The model's sentence-transformers pipeline when this backend can run it: transformer subfolder, pooling
+    mode, whether it normalises, max_seq_length, its own query prompt. None for anything else."""
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(modules, list) or {m.get("type") for m in modules} - _SUPPORTED:
+        return None
+    transformer = [m for m in modules if m.get("type", "").endswith(".Transformer")]
+    pooling = [m for m in modules if m.get("type", "").endswith(".Pooling")]
+    if len(transformer) != 1 or len(pooling) != 1:
+        return None
+    try:
+        pool = json.loads((model_dir / pooling[0]["path"] / "config.json").read_text())
+        bert = json.loads((model_dir / transformer[0]["path"] / "sentence_bert_config.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return None
+    modes = [k for k, v in pool.items() if k.startswith("pooling_mode") and v]
+    if modes not in (["pooling_mode_mean_tokens"], ["pooling_mode_cls_token"]):
+        return None
+    prompts: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        prompts = json.loads((model_dir / "config_sentence_transformers.json").read_text()).get("prompts") or {}
+    return {"transformer": transformer[0]["path"], "pooling": "mean" if "mean" in modes[0] else "cls",
+            "max_seq_length": int(bert.get("max_seq_length") or 512), "query": prompts.get("query")}
+
+
+def exported(model_dir: Path, revision: str) -> Path | None:
+    """The checked ONNX graph of this model revision, exported now (in a child process) if need be; None when this
+    backend cannot run the model or the export did not pass its check (recorded: not tried again)."""
+    target = cache_dir() / f"{hashlib.sha256(f'{model_dir}|{revision}|{EXPORT_VERSION}'.encode()).hexdigest()[:24]}"
+    meta = target / "meta.json"
+    with _export_lock:
+        target.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # two processes starting at once export once
+            if meta.exists() and _failed_long_ago(meta):
+                meta.unlink()  # a failure is retried a day later (onnx installed since, say)
+            if not meta.exists():
+                proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
+                                       str(target)], capture_output=True, text=True, check=False)
+                if not meta.exists():
+                    detail = (proc.stderr or proc.stdout).strip().splitlines()
+                    _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}",
+                                         "at": time.time()})
+        finally:
+            os.close(fd)
+    try:
+        record = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    return target / "model.onnx" if record.get("ok") and (target / "model.onnx").is_file() else None
+
+
+def _failed_long_ago(meta: Path) -> bool:
+    try:
+        record = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return True
+    return not record.get("ok") and time.time() - float(record.get("at", 0)) > RETRY_FAILED
+
+
+def _write_meta(target: Path, record: dict[str, Any]) -> None:
+    tmp = target / f".meta.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, target / "meta.json")
+
+
+def export(model_dir: Path, target: Path) -> dict[str, Any]:
+    """Export the transformer of ``model_dir`` to ``target/model.onnx`` and check it against sentence-transformers
+    (see the module doc). Runs in its own process: it imports torch."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    spec = pipeline(model_dir)
+    if spec is None:
+        return {"ok": False, "reason": "a pipeline this backend does not run", "at": time.time()}
+    model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    transformer = model[0].auto_model.eval()
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    sample = model.tokenizer(["a probe", "another probe text"], padding=True, return_tensors="pt")
+    names = [n for n in names if n in sample]
+
+    class Graph(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(**dict(zip(names, inputs))).last_hidden_state
+
+    tmp = target / f".model.{os.getpid()}.onnx"
+    axes = {n: {0: "batch", 1: "tokens"} for n in names}
+    axes["last_hidden_state"] = {0: "batch", 1: "tokens"}
+    with torch.no_grad():
+        torch.onnx.export(Graph(transformer), tuple(sample[n] for n in names), str(tmp), input_names=names,
+                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
+    expected = model.encode(PROBES, normalize_embeddings=True, convert_to_numpy=True)
+    got = OnnxEmbedder(str(model_dir), model_dir, tmp, revision="check").embed_documents(PROBES)
+    worst = float(np.abs(expected - got).max())
+    if worst > TOLERANCE:
+        tmp.unlink()
+        return {"ok": False, "reason": f"the exported graph differs from torch by {worst:.2e}", "worst": worst,
+                "at": time.time()}
+    os.replace(tmp, target / "model.onnx")
+    record = {"ok": True, "worst": worst, "export_version": EXPORT_VERSION}
+    # ONNX Runtime optimises a graph each time it opens it (about half a second of a cold start here): do it once,
+    # keep the result beside the graph, and use it only if it too gives the torch vectors.
+    import onnxruntime as ort
+
+    optimized = target / optimized_name(ort.__version__)
+    tmp = target / f".opt.{os.getpid()}.onnx"
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp)
+    ort.InferenceSession(str(target / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    got = OnnxEmbedder(str(model_dir), model_dir, target / "model.onnx", revision="check",
+                       optimized=tmp).embed_documents(PROBES)
+    if float(np.abs(expected - got).max()) <= TOLERANCE:
+        os.replace(tmp, optimized)
+        record["optimized"] = optimized.name
+    else:
+        tmp.unlink()
+    return record
+
+
+def optimized_name(ort_version: str) -> str:
+    """The file of the graph as ONNX Runtime ``ort_version`` optimised it (another version optimises again)."""
+    return f"model.opt-{ort_version}.onnx"
+
+
+class OnnxEmbedder:
+    """An :class:`~memvault.models.embeddings.Embedder` running an exported graph with ONNX Runtime. Vectors equal
+    the sentence-transformers ones (checked at export), so the identity is the model's own."""
+
+    identity: ModelIdentity
+
+    def __init__(self, name: str, model_dir: Path, graph: Path, *, revision: str, query_prefix: str | None = None,
+                 known_prefix: str | None = None, optimized: Path | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        spec = pipeline(model_dir)
+        if spec is None:
+            raise ModelUnavailable(name, "its pipeline is not one the ONNX backend runs")
+        self.spec = spec
+        self.model_dir = model_dir
+        self.graph = graph
+        tokenizer_file = model_dir / spec["transformer"] / "tokenizer.json"
+        # Two copies: one cut and padded as the model takes its input, one whole for counting and splitting.
+        self._inputs = Tokenizer.from_file(str(tokenizer_file))
+        self._inputs.enable_truncation(spec["max_seq_length"])
+        pad = self._inputs.token_to_id("[PAD]") or 0
+        self._inputs.enable_padding(pad_id=pad, pad_token=self._inputs.id_to_token(pad) or "[PAD]")
+        self._whole = Tokenizer.from_file(str(tokenizer_file))
+        self._whole.no_truncation()
+        self._whole.no_padding()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = THREADS
+        options.inter_op_num_threads = 1
+        # Threads that spin while waiting for work steal the CPU from everything else on a small busy machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        if optimized is None and (graph.parent / optimized_name(ort.__version__)).is_file():
+            optimized = graph.parent / optimized_name(ort.__version__)
+        if optimized is not None:  # optimised once at export (and checked): opened as it is
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            graph = optimized
+        self._session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        # A batch's working memory goes back to the system after the run (a query's stays: it is small and next).
+        self._shrink = ort.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        self._input_names = [i.name for i in self._session.get_inputs()]
+        dims = int(self._session.get_outputs()[0].shape[-1]) if isinstance(
+            self._session.get_outputs()[0].shape[-1], int) else 0
+        if query_prefix is None:
+            query_prefix = spec["query"] or known_prefix or ""
+        self.identity = ModelIdentity(name=name, revision=revision, dims=dims or self._probe_dims(),
+                                      query_prefix=query_prefix, max_tokens=spec["max_seq_length"])
+        self.backend = "onnx"
+
+    def __repr__(self) -> str:
+        return f"OnnxEmbedder({self.identity.name!r}, revision={self.identity.revision!r})"
+
+    def _probe_dims(self) -> int:
+        return int(self._run(["x"]).shape[1])
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
+        encodings = self._inputs.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._input_names},
+                                   self._shrink if len(texts) > 1 else None)[0]
+        if self.spec["pooling"] == "cls":
+            pooled = hidden[:, 0]
+        else:
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return np.ascontiguousarray(pooled / np.clip(norms, 1e-12, None), dtype=np.float32)
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """(len(texts), dims) float32, L2-normalised, in batches of ``batch_size`` (at most :data:`MAX_BATCH`)
+        sorted by length (less padding)."""
+        import numpy as np
+
+        if isinstance(texts, str):
+            raise InvalidValue("texts", "expected a sequence of strings, not one string")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.identity.dims), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batch_size = max(1, min(batch_size, MAX_BATCH))
+        out = np.empty((len(texts), self.identity.dims), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            part = order[start:start + batch_size]
+            out[part] = self._run([texts[i] for i in part])
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._run([self.identity.query_prefix + text])[0]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._whole.encode(text, add_special_tokens=False).ids)
+
+    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
+        limit = max_tokens if max_tokens is not None else self.identity.max_tokens - 2
+        offsets = self._whole.encode(text, add_special_tokens=False).offsets
+        return [text[s:e] for s, e in window_spans(text, offsets, limit, overlap)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m memvault.models.onnx export MODEL_DIR TARGET``: the child process of :func:`exported`."""
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 3 or args[0] != "export":
+        print("usage: python -m memvault.models.onnx export MODEL_DIR TARGET", file=sys.stderr)
+        return 2
+    with quiet_loading():
+        record = export(Path(args[1]), Path(args[2]))
+    _write_meta(Path(args[2]), record)
+    return 0 if record.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
