@@ -127,7 +127,7 @@ def _read_pool(root: Path) -> dict[str, Any]:
 
     vault = Vault.open(root, daemon=False)
     conn = vault.index.connection()
-    rows = conn.execute("SELECT c.text, v.embedding FROM chunks c JOIN chunks_vec v ON v.rowid = c.rowid").fetchall()
+    rows = conn.execute("SELECT c.text, v.embedding FROM chunk_texts c JOIN chunks_vec v ON v.rowid = c.rowid").fetchall()
     vault.index.close()
     return {text: np.frombuffer(blob, dtype=np.float32).copy() for text, blob in rows}
 
@@ -294,7 +294,7 @@ def bench_reindex(n: int, rounds: int = 2) -> dict[str, Any]:
             else:
                 if not vault.index.exists():
                     vault.reindex(full=True)
-                texts = [t for (t,) in vault.index.connection().execute("SELECT text FROM chunks ORDER BY rowid")]
+                texts = [t for (t,) in vault.index.connection().execute("SELECT text FROM chunk_texts ORDER BY rowid")]
                 s = time.perf_counter()
                 emb.embed_documents(texts)
                 encode_s.append(time.perf_counter() - s)

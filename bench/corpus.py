@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "data"
+# ../shared/eval/data beside the checkout (a worktree in /work/wt/NAME looks further up).
+DATA = next((p / "shared" / "eval" / "data" for p in Path(__file__).resolve().parents
+             if (p / "shared" / "eval" / "data").is_dir()), Path(__file__).resolve().parents[2] / "shared" / "eval" / "data")
 VERSION = "1"  # bump when the generated text changes (cached vaults are rebuilt)
 SEED = 20261202
 HELD_OUT_EVERY = 97  # one tldr example in 97 is held out for queries (≈ 470)

@@ -63,7 +63,8 @@ def assert_no_table_scan(lines: list[str]) -> None:
 @pytest.mark.parametrize("kinds", [["fact"], ["fact", "episode"], ["fact", "episode", "procedure"]])
 def test_keyword_search_is_one_fts_query(conn, kinds):
     sql, _filtered = search.keyword_sql(kinds)
-    lines = plan(conn, sql, ('text : ("host" OR "port") AND kind : ("fact")', 100))
+    expr = search.match_expression('"host" OR "port"', kinds)
+    lines = plan(conn, sql, (*search.DEFAULT_FIELD_WEIGHTS.params(), expr, 100))
     assert_no_table_scan(lines)
     assert any("chunks_fts VIRTUAL TABLE" in line for line in lines)
     assert not any("docs" in line or "SEARCH c " in line for line in lines)  # no join at all

@@ -23,7 +23,7 @@ from ..rules.errors import ConfigError, FactParseError, GitError, MemvaultError,
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write
 from ..stores.gitstore import GitStore, LogEntry
-from ..index import Index, Progress, Sources, SyncReport
+from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from .recall import Parts, RecallResult
 from ..rules.trust import Op, Policy
@@ -108,7 +108,7 @@ class Vault:
         self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
         self.index = Index(self.state_dir, Sources(self.root, self._facts, self._episodes, self._procedures,
                                                    limits.fact_bytes, limits.episode_bytes, limits.procedure_bytes),
-                           cache=self._cache())
+                           cache=self._cache(), field_weights=FieldWeights(**self.config.recall.field_weights))
         if self.config.index.backend == "postgres":
             self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
         for name in ("gate", "shared"):

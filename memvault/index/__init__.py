@@ -25,7 +25,7 @@ from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
-from .search import fts_exact_query, fts_phrase_query, fts_query
+from .search import DEFAULT_FIELD_WEIGHTS, FieldWeights, fts_exact_query, fts_phrase_query, fts_query
 from .update import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..models.embeddings import Embedder, ModelIdentity
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
-           "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
+           "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
 
 INDEX_NAME = "index.db"
 DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
@@ -44,9 +44,12 @@ EmbedderProvider = Callable[[], "Embedder | None"]
 class Index:
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
-    def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None) -> None:
+    def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None,
+                 field_weights: FieldWeights | None = None) -> None:
         self.dir = state_dir
         self.sources = sources
+        #: How a query word counts in a chunk's key, category, tags and body (``[recall] field_weights``).
+        self.field_weights = field_weights or DEFAULT_FIELD_WEIGHTS
         #: A team's shared embedding cache (memvault.index.postgres.EmbeddingCache), or None.
         self.cache = cache
         self.link = self.dir / INDEX_NAME
@@ -387,18 +390,22 @@ class Index:
                 self._remove_generation(path)
 
     # -- queries -----------------------------------------------------------------------------------------
-    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25)."""
-        return search.match(self.connection(), fts_query(query), kinds, limit)
+    def search_keywords(self, query: str, kinds: Sequence[str], limit: int,
+                        weights: FieldWeights | None = None) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25), and a term counts
+        in each field (key, category, tags, body) by ``weights`` (default: this index's :attr:`field_weights`)."""
+        return search.match(self.connection(), fts_query(query), kinds, limit, weights or self.field_weights)
 
-    def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """(chunk rowid, bm25) of chunks holding two consecutive query words in order: the proximity signal
-        that tells the page with the exact line from pages that only share its words."""
-        return search.match(self.connection(), fts_phrase_query(query), kinds, limit)
+    def search_phrases(self, query: str, kinds: Sequence[str], limit: int,
+                       weights: FieldWeights | None = None) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of chunks holding two consecutive query words in order (within one field): the
+        proximity signal that tells the page with the exact line from pages that only share its words."""
+        return search.match(self.connection(), fts_phrase_query(query), kinds, limit, weights or self.field_weights)
 
     def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
         """Chunks that contain the whole query, word for word (three words or more): a quoted memory."""
-        return [rowid for rowid, _ in search.match(self.connection(), fts_exact_query(query), kinds, limit)]
+        return [rowid for rowid, _ in search.match(self.connection(), fts_exact_query(query), kinds, limit,
+                                                   self.field_weights)]
 
     def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, cosine similarity) best first.

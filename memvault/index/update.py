@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..rules.errors import MemvaultError
-from .db import batches, marks, transaction
-from .documents import CHUNKING, Doc, Sources, Splitter, cut, read_docs, text_hash
+from .db import CHUNK_TEXT, batches, marks, transaction
+from .documents import CHUNKING, Doc, Sources, Splitter, chunk_text, cut_spans, read_docs
 
 if TYPE_CHECKING:
     import sqlite3
@@ -229,8 +229,9 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             conn.execute("UPDATE meta SET value = ? WHERE key = 'chunking'", (CHUNKING,))
     elif row is None:
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('chunking', ?)", (CHUNKING,))
-    changed = [rel for rel, (kind, size, mtime, ino) in disk.items()
-               if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino)]
+    # in path order: the rows of a full build go into every index on paths and keys in order (fuller pages)
+    changed = sorted(rel for rel, (kind, size, mtime, ino) in disk.items()
+                     if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino))
     removed = [rel for rel in known if rel not in disk]
     if not changed and not removed:
         return report
@@ -310,7 +311,7 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
     # Only docs of ``replaced`` files can be missing from ``docs`` (the other rows looked up are docs' own keys).
     gone = [row[0] for key, row in existing.items() if key not in seen]
     report.docs_removed = len(gone)
-    cuts = cut([d for d, _ in to_cut], splitter, max_tokens)
+    cuts = cut_spans([d for d, _ in to_cut], splitter, max_tokens)
     has_vec = _has_vectors(conn)
 
     with transaction(conn):
@@ -321,28 +322,36 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             conn.execute(f"DELETE FROM docs WHERE doc IN ({marks(batch)})", tuple(batch))
         conn.executemany(
             """UPDATE docs SET path = ?, header = ?, importance = ?, confidence = ?, source = ?, created = ?,
-                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?
+                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?,
+                              category = ?, tags = ?
                WHERE kind = ? AND item_id = ?""",
             [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
-              d.review_after, d.ekind, d.ref, d.meta, d.context, d.kind, d.item_id) for d in meta_updates])
-        for (d, doc_id), (texts, how) in zip(to_cut, cuts):
+              d.review_after, d.ekind, d.ref, d.meta, d.context, d.category, d.tags, d.kind, d.item_id)
+             for d in meta_updates])
+        for (d, doc_id), (spans, how) in zip(to_cut, cuts):
             values = (d.path, d.header, d.body, d.hash, how, d.importance, d.confidence, d.source, d.created,
-                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context)
+                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context, d.category, d.tags)
             if doc_id is None:
                 doc_id = conn.execute(
                     """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
-                                        updated, valid_until, review_after, ekind, ref, meta, context, kind, item_id)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
+                                        updated, valid_until, review_after, ekind, ref, meta, context, category, tags,
+                                        kind, item_id)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
             else:
+                # the old chunks go first: their keyword rows are deleted by rowid, never from the new text
+                _drop_chunks(conn, [doc_id], has_vec)
                 conn.execute(
                     """UPDATE docs SET path = ?, header = ?, body = ?, hash = ?, cut = ?, importance = ?,
                                        confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
-                                       review_after = ?, ekind = ?, ref = ?, meta = ?, context = ? WHERE doc = ?""",
+                                       review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?, category = ?,
+                                       tags = ? WHERE doc = ?""",
                     (*values, doc_id))
-                _drop_chunks(conn, [doc_id], has_vec)
-            conn.executemany("INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
-                             [(doc_id, j, d.kind, text, text_hash(text)) for j, text in enumerate(texts)])
+            conn.executemany(INSERT_CHUNK, [(doc_id, j, start, end - start) for j, (start, end) in enumerate(spans)])
     report.chunks_pending = pending_count(conn)
+
+
+#: A chunk as a span of its doc's body, pending (no vector yet); the keyword index learns it by trigger.
+INSERT_CHUNK = "INSERT INTO chunks(doc, chunk, start, len, model) VALUES (?,?,?,?,NULL)"
 
 
 def _has_vectors(conn: sqlite3.Connection) -> bool:
@@ -367,6 +376,18 @@ def pending_count(conn: sqlite3.Connection) -> int:
 # ------------------------------------------------------------------------------------------------ phase 2: vectors
 def model_key(identity: ModelIdentity) -> str:
     return f"{identity.name}@{identity.revision}"
+
+
+def model_id(conn: sqlite3.Connection, identity: ModelIdentity) -> int:
+    """The id in ``models`` of the model whose vectors are stored (what ``chunks.model`` holds)."""
+    key = model_key(identity)
+    conn.execute("INSERT OR IGNORE INTO models(key) VALUES (?)", (key,))
+    return int(conn.execute("SELECT id FROM models WHERE key = ?", (key,)).fetchone()[0])
+
+
+#: Pending chunks, oldest first: rowid, kind, the text to embed, the turn before (a raw episode's context).
+PENDING_SQL = (f"SELECT c.rowid, d.kind, {CHUNK_TEXT.format(c='c')}, d.context FROM chunks c JOIN docs d "
+               "ON d.doc = c.doc WHERE c.model IS NULL ORDER BY c.rowid LIMIT ?")
 
 
 def vector_blob(vector: Any) -> bytes:
@@ -421,6 +442,11 @@ def mean_vector(a: bytes, b: bytes) -> bytes:
     return (v / norm if norm else v).astype(np.float32).tobytes()
 
 
+#: The texts of one doc's chunks, in order (what its vectors were computed from).
+DOC_CHUNK_TEXTS = (f"SELECT {CHUNK_TEXT.format(c='c')} FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.doc = ? "
+                   "ORDER BY c.chunk")
+
+
 def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) -> int:
     """Re-cut docs that were cut by words while no model was at hand; chunks whose text does not change keep their
     vectors. Returns the number of docs re-cut."""
@@ -433,19 +459,17 @@ def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) 
             return done
         docs = [Doc(kind=r[4], item_id="", path="", header=r[2], body=r[3], importance=0, confidence=0, source=None,
                     created=None, updated=None) for r in rows]
-        cuts = cut(docs, splitter, None)
+        cuts = cut_spans(docs, splitter, None)
         with transaction(conn):
-            for (doc_id, h, _header, _body, kind), (texts, _how) in zip(rows, cuts):
+            for (doc_id, h, header, body, _kind), (spans, how) in zip(rows, cuts):
                 current = conn.execute("SELECT hash FROM docs WHERE doc = ?", (doc_id,)).fetchone()
                 if current is None or current[0] != h:
                     continue  # changed meanwhile: its new text was cut by whoever wrote it
-                old = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE doc = ? ORDER BY chunk", (doc_id,))]
-                if old != texts:
+                old = [r[0] for r in conn.execute(DOC_CHUNK_TEXTS, (doc_id,))]
+                if old != [chunk_text(header, body, s, e) for s, e in spans]:
                     _drop_chunks(conn, [doc_id], has_vec)
-                    conn.executemany(
-                        "INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
-                        [(doc_id, j, kind, text, text_hash(text)) for j, text in enumerate(texts)])
-                conn.execute("UPDATE docs SET cut = 'model' WHERE doc = ?", (doc_id,))
+                    conn.executemany(INSERT_CHUNK, [(doc_id, j, s, e - s) for j, (s, e) in enumerate(spans)])
+                conn.execute("UPDATE docs SET cut = ? WHERE doc = ?", (how, doc_id))
         done += len(rows)
 
 
@@ -463,22 +487,21 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
     With a ``cache`` (a team's shared embedding cache), vectors it holds are taken, not computed, and the ones
     computed here are added to it."""
     recut_words(conn, embedder)
-    mkey = model_key(identity)
+    model = model_id(conn, identity)
     total = conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NULL").fetchone()[0]
     goal = total if limit is None else min(limit, total)
     done = 0
     while done < goal:
         size = min(EMBED_GROUP, goal - done)
-        rows = conn.execute("SELECT c.rowid, c.kind, c.text, c.hash, d.context FROM chunks c JOIN docs d "
-                            "ON d.doc = c.doc WHERE c.model IS NULL ORDER BY c.rowid LIMIT ?", (size,)).fetchall()
+        rows = conn.execute(PENDING_SQL, (size,)).fetchall()
         if not rows:
             break
-        texts = [r[2] for r in rows] + [with_context(r[2], r[4]) for r in rows if r[4]]
+        texts = [r[2] for r in rows] + [with_context(r[2], r[3]) for r in rows if r[3]]
         vectors = _vectors(embedder, identity, texts, cache, report)
         with transaction(conn):
-            for (rowid, kind, text, h, context) in rows:
-                cur = conn.execute("UPDATE chunks SET model = ? WHERE rowid = ? AND hash = ? AND model IS NULL",
-                                   (mkey, rowid, h))
+            for (rowid, kind, text, context) in rows:
+                # a rowid is never reused and its text never changes: if it is still pending, this is its vector
+                cur = conn.execute("UPDATE chunks SET model = ? WHERE rowid = ? AND model IS NULL", (model, rowid))
                 if cur.rowcount:
                     blob = vectors[text] if not context else mean_vector(vectors[text],
                                                                          vectors[with_context(text, context)])

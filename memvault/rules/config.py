@@ -24,6 +24,9 @@ CONFIG_NAME = "memvault.toml"
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
 FACTORS = ("relevance", "importance", "confidence", "recency", "frequency")
 DEFAULT_WEIGHTS = {"relevance": 0.50, "importance": 0.15, "confidence": 0.15, "recency": 0.10, "frequency": 0.10}
+#: The fields of a memory the keyword search weighs apart (a runbook's description counts as its category).
+FIELDS = ("key", "category", "tags", "body")
+DEFAULT_FIELD_WEIGHTS = {"key": 1.0, "category": 1.0, "tags": 1.0, "body": 1.0}
 DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}
 BACKENDS = ("sqlite", "postgres")
 
@@ -145,6 +148,21 @@ def _weights(value: Any, _: str) -> dict[str, float]:
     return out
 
 
+def _field_weights(value: Any, _: str) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise _invalid("must be a table like { key = 2.0, category = 1.0, tags = 1.0, body = 1.0 }")
+    out = dict(DEFAULT_FIELD_WEIGHTS)
+    for name, weight in value.items():
+        if name not in FIELDS:
+            raise _invalid(f"unknown field {name!r} (known: {', '.join(FIELDS)})")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise _invalid(f"{name} must be a number >= 0, not {weight!r}")
+        out[name] = float(weight)
+    if sum(out.values()) <= 0:
+        raise _invalid("must not all be zero")
+    return out
+
+
 def setting(default: Any, help: str, convert: Convert, *, shown: str | None = None,
             template: bool = True) -> Any:
     """A field of a section: ``default`` is in file form (``"30d"``), ``convert`` validates and converts.
@@ -195,6 +213,10 @@ class RecallSettings:
     half_life: float = setting("30d", "recency halves every half_life since the last update or use", _age)
     semantic_weight: float = setting(0.5, "within relevance: the share of the semantic score (the rest is keyword "
                                           "BM25)", _float(0.0, 1.0))
+    field_weights: dict[str, float] = setting(dict(DEFAULT_FIELD_WEIGHTS), "how much a query word counts in a "
+                                              "memory's key, category (a runbook's description), tags and text in "
+                                              "the keyword search (BM25 column weights)", _field_weights,
+                                              shown="1/1/1/1")
     phrase_weight: float = setting(0.5, "within keyword: weight of consecutive query-word pairs matched as phrases",
                                    _float(0.0))
     exact_boost: float = setting(0.2, "when a memory quotes the whole query word for word, the others' relevance is "
