@@ -6,7 +6,7 @@ generation beside the old one and swaps the symlink with an atomic rename, so re
 meanwhile and a crash leaves it in place. A generation that turns out to be damaged is moved aside and rebuilt.
 
 Modules: :mod:`.db` (connection, migrations), :mod:`.documents` (what a memory becomes, how text is cut),
-:mod:`.search` (the queries), :mod:`.sync` (the two phases that keep it in step with the files).
+:mod:`.search` (the queries), :mod:`.update` and :mod:`.vectors` (the two phases that keep it in step with the files).
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .search import DEFAULT_FIELD_WEIGHTS, FieldWeights, fts_exact_query, fts_phrase_query, fts_query
-from .update import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
+from .update import Progress, SyncReport, model_key, pending_count, scan, sync_text, vector_blob
+from .vectors import TextFeed, embed_pending
 
 if TYPE_CHECKING:
     import sqlite3
@@ -38,6 +39,8 @@ __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "P
 
 INDEX_NAME = "index.db"
 DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
+#: Files a rebuild reads and writes per transaction while the model encodes the previous ones.
+TEXT_BATCH = 256
 EmbedderProvider = Callable[[], "Embedder | None"]
 
 
@@ -329,8 +332,8 @@ class Index:
     def rebuild(self, embedder: EmbedderProvider | None = None, *, progress: Progress | None = None) -> SyncReport:
         """Build a whole new generation beside the current one, then swap it in with an atomic rename.
 
-        Recall keeps reading the old generation until the swap; a crash leaves the old one in place (the
-        half-built file is removed by the next rebuild). With no model available the new index is keyword-only
+        Recall keeps reading the old generation until the swap; a failure leaves the old one in place and removes
+        the half-built file (after a crash, the next rebuild removes it). With no model available the new index is keyword-only
         and says so.
         """
         started = time.perf_counter()
@@ -353,16 +356,44 @@ class Index:
                     if emb is not None:
                         self._set_identity(conn, emb.identity)
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('built_at', ?)", (format_time(now()),))
-                identity = emb.identity if emb is not None else None
-                sync_text(conn, self.sources, only=None, identity=identity, splitter=emb, report=report)
-                if emb is not None and identity is not None:
-                    embed_pending(conn, emb, identity, limit=None, progress=progress, report=report, cache=self.cache)
+                if emb is None:
+                    sync_text(conn, self.sources, only=None, identity=None, splitter=None, report=report)
+                else:
+                    self._build(conn, target, emb, progress, report)
+                conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")  # one segment: smaller
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
+            except BaseException:
                 conn.close()
+                self._remove_generation(target)  # the old generation keeps serving; nothing half-built is left
+                raise
+            conn.close()
             self._swap(target)
         report.seconds = time.perf_counter() - started
         return report
+
+    def _build(self, conn: sqlite3.Connection, target: Path, emb: Embedder, progress: Progress | None,
+               report: SyncReport) -> None:
+        """Text and vectors of a new generation at once: phase 1 runs in a thread (a batch of files at a time,
+        cut without the model: a body too long for one window is re-cut by the encoder's thread), and the model
+        encodes what each batch committed while the next is read (:mod:`memvault.index.vectors`)."""
+        text = SyncReport()
+
+        def write_text(committed: Callable[[], None], stop: Any) -> None:
+            tconn = connect(target)
+            try:
+                sync_text(tconn, self.sources, only=None, identity=emb.identity, splitter=None, report=text,
+                          batch_files=TEXT_BATCH, on_batch=committed, stop=stop)
+            finally:
+                tconn.close()
+
+        feed = TextFeed(write_text).start()
+        try:
+            embed_pending(conn, emb, emb.identity, limit=None, progress=progress, report=report, cache=self.cache,
+                          feed=feed)
+        finally:
+            feed.close()
+        report.merge(text)
+        report.chunks_pending = pending_count(conn)
 
     def _swap(self, target: Path) -> None:
         old = self.current_target()

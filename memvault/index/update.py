@@ -1,19 +1,19 @@
 """Keeping the index in step with the files, in two phases that never hold a lock while a model works.
 
-1. **Text** (:func:`sync_text`): stat the files (all of them, or only the ones a write named), re-read those whose
-   (size, mtime, inode) changed, diff their docs by (kind, id) and hash, and write the difference in one short
-   transaction: metadata refreshed in place, changed text re-cut with its vectors dropped (pending), gone docs
-   deleted. Keyword search sees the change as soon as it commits. An episode file that only grew (same inode, the
-   indexed tail unchanged) is read from where the index stopped, not from the start.
-2. **Vectors** (:func:`embed_pending`): docs cut by words are re-cut by the model's tokenizer, then pending chunks
-   are embedded in batches, each batch written in its own short transaction (a chunk whose text changed meanwhile is
-   skipped by its hash). Work done is kept: a later call starts where this one stopped, so pending work shrinks
-   every time it is touched.
+1. **Text** (:func:`sync_text`, here): stat the files (all of them, or only the ones a write named), re-read those
+   whose (size, mtime, inode) changed, diff their docs by (kind, id) and hash, and write the difference in short
+   transactions (one, or one per batch of files): metadata refreshed in place, changed text re-cut with its vectors
+   dropped (pending), gone docs deleted. Keyword search sees the change as soon as it commits. An episode file that
+   only grew (same inode, the indexed tail unchanged) is read from where the index stopped, not from the start.
+2. **Vectors** (:func:`memvault.index.vectors.embed_pending`): docs cut by words are re-cut by the model's
+   tokenizer, then pending chunks are embedded a group at a time, each group written in its own short transaction.
+   Work done is kept: a later call starts where this one stopped, so pending work shrinks every time it is touched.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +51,9 @@ class SyncReport:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Seconds spent in each stage (read, write text, cut, encode, write vectors, wait for text): where a
+    #: reindex's time goes beside the model's own.
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -63,6 +66,8 @@ class SyncReport:
         self.files_seen = max(self.files_seen, other.files_seen)
         self.chunks_pending = other.chunks_pending
         self.model_loaded = self.model_loaded or other.model_loaded
+        for stage, seconds in other.timings.items():
+            self.timings[stage] = self.timings.get(stage, 0.0) + seconds
         self.warnings += [w for w in other.warnings if w not in self.warnings]
         self.problems += [p for p in other.problems if p not in self.problems]
         return self
@@ -195,8 +200,13 @@ def _tail_hash(path: Path, size: int) -> str | None:
 # ------------------------------------------------------------------------------------------------ phase 1: text
 def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str] | None,
               identity: ModelIdentity | None, splitter: Splitter | None, report: SyncReport,
-              full_scan_record: bool = True) -> SyncReport:
-    """Phase 1 (see the module doc): bring the text rows of the index in step with the files."""
+              full_scan_record: bool = True, batch_files: int | None = None, on_batch: Callable[[], None] | None = None,
+              stop: threading.Event | None = None) -> SyncReport:
+    """Phase 1 (see the module doc): bring the text rows of the index in step with the files.
+
+    With ``batch_files``, the changed files are written that many at a time, each batch in its own transaction,
+    ``on_batch`` called after each commit (a rebuild embeds what is written while the next batch is read); ``stop``
+    ends it between two batches."""
     problems: list[str] = []
     if only is not None:
         wanted = sorted(set(only))
@@ -236,31 +246,43 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
     if not changed and not removed:
         return report
     report.files_changed, report.files_removed = len(changed), len(removed)
-
-    docs: list[Doc] = []
-    replaced: set[str] = set(removed)  # files whose docs are all known here (others only grew)
-    tails: dict[str, str | None] = {}
-    for rel in changed:
-        kind, size, _mtime_ns, ino = disk[rel]
-        start = 0
-        old = known.get(rel)
-        if kind == "episode" and old is not None and old[3] == ino and size > old[1] and old[4]:
-            if _tail_hash(sources.root / rel, old[1]) == old[4]:
-                start = old[1]  # an append: read only the new lines
-        if start == 0:
-            replaced.add(rel)
-        previous = _last_episode(conn, rel) if start else None
-        docs.extend(read_docs(sources, rel, kind, report.problems, start=start, previous=previous))
-        if kind == "episode":
-            tails[rel] = _tail_hash(sources.root / rel, size)
     max_tokens = identity.max_tokens if identity is not None else None
-    _write_text(conn, docs, replaced, splitter, max_tokens, report)
-    with transaction(conn):
-        conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in removed])
-        conn.executemany(
-            "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
-            [(rel, *disk[rel], tails.get(rel)) for rel in changed])
+    # One transaction per batch of files, each file's row written with its docs: a crash loses at most the batch
+    # in progress (its files are read again next time). Files that are gone come last, so a doc that moved from
+    # one of them into a file read in an earlier batch is found there, not deleted.
+    groups = [changed[i:i + batch_files] for i in range(0, len(changed), batch_files)] if batch_files else [changed]
+    seen: set[tuple[str, str]] = set()
+    for n, group in enumerate(groups or [[]]):
+        if stop is not None and stop.is_set():
+            break
+        started = time.perf_counter()
+        docs: list[Doc] = []
+        replaced: set[str] = set()  # files whose docs are all read here (others only grew)
+        rows = []
+        for rel in group:
+            kind, size, _mtime_ns, ino = disk[rel]
+            start = 0
+            old = known.get(rel)
+            if kind == "episode" and old is not None and old[3] == ino and size > old[1] and old[4]:
+                if _tail_hash(sources.root / rel, old[1]) == old[4]:
+                    start = old[1]  # an append: read only the new lines
+            if start == 0:
+                replaced.add(rel)
+            previous = _last_episode(conn, rel) if start else None
+            docs.extend(read_docs(sources, rel, kind, report.problems, start=start, previous=previous))
+            rows.append((rel, *disk[rel], _tail_hash(sources.root / rel, size) if kind == "episode" else None))
+        gone_files = removed if n == len(groups) - 1 or not groups else []
+        _time(report, "read", started)
+        started = time.perf_counter()
+        _write_text(conn, docs, replaced | set(gone_files), splitter, max_tokens, report, seen, rows, gone_files)
+        _time(report, "write text", started)
+        if on_batch is not None:
+            on_batch()
     return report
+
+
+def _time(report: SyncReport, stage: str, started: float) -> None:
+    report.timings[stage] = report.timings.get(stage, 0.0) + time.perf_counter() - started
 
 
 def _last_episode(conn: sqlite3.Connection, rel: str) -> Doc | None:
@@ -273,9 +295,12 @@ def _last_episode(conn: sqlite3.Connection, rel: str) -> Doc | None:
 
 
 def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
-                max_tokens: int | None, report: SyncReport) -> None:
-    """Diff ``docs`` against the index and write the difference. ``replaced`` are the files whose docs are all in
-    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones."""
+                max_tokens: int | None, report: SyncReport, seen: set[tuple[str, str]],
+                file_rows: Sequence[tuple[Any, ...]], gone_files: Sequence[str]) -> None:
+    """Diff ``docs`` against the index and write the difference, with the rows of the files read (``file_rows``)
+    and without those of ``gone_files``, in one transaction. ``replaced`` are the files whose docs are all in
+    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones. ``seen``
+    holds the docs written by earlier batches of the same sync (a second copy of one is a duplicate)."""
     existing: dict[tuple[str, str], tuple[int, str]] = {}
     for path_batch in batches(sorted(replaced), 500):
         for doc_id, kind, item_id, h in conn.execute(
@@ -289,7 +314,6 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
                 f"SELECT doc, kind, item_id, hash FROM docs WHERE {clauses}", tuple(x for pair in batch for x in pair)):
             existing[(kind, item_id)] = (doc_id, h)
 
-    seen: set[tuple[str, str]] = set()
     to_cut: list[tuple[Doc, int | None]] = []
     meta_updates = []
     for d in docs:
@@ -310,7 +334,7 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             report.docs_changed += 1
     # Only docs of ``replaced`` files can be missing from ``docs`` (the other rows looked up are docs' own keys).
     gone = [row[0] for key, row in existing.items() if key not in seen]
-    report.docs_removed = len(gone)
+    report.docs_removed += len(gone)
     cuts = cut_spans([d for d, _ in to_cut], splitter, max_tokens)
     has_vec = _has_vectors(conn)
 
@@ -347,6 +371,10 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
                                        tags = ? WHERE doc = ?""",
                     (*values, doc_id))
             conn.executemany(INSERT_CHUNK, [(doc_id, j, start, end - start) for j, (start, end) in enumerate(spans)])
+        conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in gone_files])
+        conn.executemany(
+            "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
+            file_rows)
     report.chunks_pending = pending_count(conn)
 
 
@@ -385,11 +413,6 @@ def model_id(conn: sqlite3.Connection, identity: ModelIdentity) -> int:
     return int(conn.execute("SELECT id FROM models WHERE key = ?", (key,)).fetchone()[0])
 
 
-#: Pending chunks, oldest first: rowid, kind, the text to embed, the turn before (a raw episode's context).
-PENDING_SQL = (f"SELECT c.rowid, d.kind, {CHUNK_TEXT.format(c='c')}, d.context FROM chunks c JOIN docs d "
-               "ON d.doc = c.doc WHERE c.model IS NULL ORDER BY c.rowid LIMIT ?")
-
-
 def vector_blob(vector: Any) -> bytes:
     """float32 bytes as sqlite-vec takes them. Bytes and ``array('f')`` pass through without numpy."""
     import array
@@ -401,31 +424,6 @@ def vector_blob(vector: Any) -> bytes:
     import numpy as np
 
     return np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def _vectors(embedder: Embedder, identity: ModelIdentity, texts: list[str], cache: VectorCache | None,
-             report: SyncReport) -> dict[str, bytes]:
-    """text -> vector bytes: from the cache where it has them, embedded (and given to the cache) otherwise."""
-    found: dict[str, bytes] = {}
-    if cache is not None:
-        try:
-            found = cache.get(identity, texts)
-        except MemvaultError as exc:  # the shared cache is a saving, never a reason to fail
-            report.warnings.append(f"embedding cache unavailable ({exc}); embedding here")
-            cache = None
-    todo = sorted({t for t in texts if t not in found}, key=len)  # similar lengths in one encode call pad less
-    if todo:
-        matrix = embedder.embed_documents(todo)
-        made = {t: vector_blob(v) for t, v in zip(todo, matrix)}
-        found.update(made)
-        report.chunks_embedded += len(made)
-        if cache is not None:
-            try:
-                cache.put(identity, list(made.items()))
-            except MemvaultError as exc:
-                report.warnings.append(f"embedding cache not updated ({exc})")
-    report.chunks_from_cache += len(texts) - len(todo)
-    return found
 
 
 def with_context(text: str, context: str) -> str:
@@ -440,74 +438,3 @@ def mean_vector(a: bytes, b: bytes) -> bytes:
     v = np.frombuffer(a, dtype=np.float32) + np.frombuffer(b, dtype=np.float32)
     norm = float(np.linalg.norm(v))
     return (v / norm if norm else v).astype(np.float32).tobytes()
-
-
-#: The texts of one doc's chunks, in order (what its vectors were computed from).
-DOC_CHUNK_TEXTS = (f"SELECT {CHUNK_TEXT.format(c='c')} FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.doc = ? "
-                   "ORDER BY c.chunk")
-
-
-def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) -> int:
-    """Re-cut docs that were cut by words while no model was at hand; chunks whose text does not change keep their
-    vectors. Returns the number of docs re-cut."""
-    done = 0
-    has_vec = _has_vectors(conn)
-    while True:
-        rows = conn.execute("SELECT doc, hash, header, body, kind FROM docs WHERE cut = 'words' LIMIT ?",
-                            (batch,)).fetchall()
-        if not rows:
-            return done
-        docs = [Doc(kind=r[4], item_id="", path="", header=r[2], body=r[3], importance=0, confidence=0, source=None,
-                    created=None, updated=None) for r in rows]
-        cuts = cut_spans(docs, splitter, None)
-        with transaction(conn):
-            for (doc_id, h, header, body, _kind), (spans, how) in zip(rows, cuts):
-                current = conn.execute("SELECT hash FROM docs WHERE doc = ?", (doc_id,)).fetchone()
-                if current is None or current[0] != h:
-                    continue  # changed meanwhile: its new text was cut by whoever wrote it
-                old = [r[0] for r in conn.execute(DOC_CHUNK_TEXTS, (doc_id,))]
-                if old != [chunk_text(header, body, s, e) for s, e in spans]:
-                    _drop_chunks(conn, [doc_id], has_vec)
-                    conn.executemany(INSERT_CHUNK, [(doc_id, j, s, e - s) for j, (s, e) in enumerate(spans)])
-                conn.execute("UPDATE docs SET cut = ? WHERE doc = ?", (how, doc_id))
-        done += len(rows)
-
-
-class VectorCache(Protocol):
-    """Vectors other processes (other hosts of a team) already computed: text -> float32 bytes, per model."""
-
-    def get(self, identity: Any, texts: Sequence[str]) -> dict[str, bytes]: ...
-
-    def put(self, identity: Any, items: Sequence[tuple[str, bytes]]) -> None: ...
-
-
-def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelIdentity, *, limit: int | None,
-                  progress: Progress | None, report: SyncReport, cache: VectorCache | None = None) -> SyncReport:
-    """Phase 2 (see the module doc). ``limit`` caps the chunks embedded by this call; the rest stay pending.
-    With a ``cache`` (a team's shared embedding cache), vectors it holds are taken, not computed, and the ones
-    computed here are added to it."""
-    recut_words(conn, embedder)
-    model = model_id(conn, identity)
-    total = conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NULL").fetchone()[0]
-    goal = total if limit is None else min(limit, total)
-    done = 0
-    while done < goal:
-        size = min(EMBED_GROUP, goal - done)
-        rows = conn.execute(PENDING_SQL, (size,)).fetchall()
-        if not rows:
-            break
-        texts = [r[2] for r in rows] + [with_context(r[2], r[3]) for r in rows if r[3]]
-        vectors = _vectors(embedder, identity, texts, cache, report)
-        with transaction(conn):
-            for (rowid, kind, text, context) in rows:
-                # a rowid is never reused and its text never changes: if it is still pending, this is its vector
-                cur = conn.execute("UPDATE chunks SET model = ? WHERE rowid = ? AND model IS NULL", (model, rowid))
-                if cur.rowcount:
-                    blob = vectors[text] if not context else mean_vector(vectors[text],
-                                                                         vectors[with_context(text, context)])
-                    conn.execute("INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,?)", (rowid, kind, blob))
-        done += len(rows)
-        if progress is not None:
-            progress(done, goal)
-    report.chunks_pending = pending_count(conn)
-    return report
