@@ -120,9 +120,11 @@ def test_after_the_migration_the_keyword_index_has_the_fields_and_agrees_with_th
     fresh = Vault.open(v.root, embedder_factory=models)
     fresh.reindex()
     conn = fresh.index.connection()
-    assert conn.execute("SELECT category, tags FROM docs WHERE item_id = 'db/primary'").fetchone() == (
-        "database", "postgres, critical")
-    assert conn.execute("SELECT category, tags FROM docs WHERE item_id = 'net/vpn'").fetchone() == (None, "access")
+    fields = "SELECT f.key, f.category, f.tags FROM chunk_fields f JOIN chunk_texts t ON t.rowid = f.rowid WHERE t.id = ?"
+    assert conn.execute(fields, ("db/primary",)).fetchone() == ("db/primary", "database", '["postgres","critical"]')
+    assert conn.execute(fields, ("net/vpn",)).fetchone() == ("net/vpn", "", '["access"]')
+    assert conn.execute(fields, ("edge/rotate-certs",)).fetchone() == (
+        "edge/rotate-certs", "Rotate the TLS certificates of the edge proxies", '["tls","edge"]')
     check_keywords(conn)
     for words, key in (("critical", "db/primary"), ("access", "net/vpn"), ("rotate certs", "edge/rotate-certs")):
         hits = fresh.recall(words, mode="keyword", k=1, min_relevance=0)
@@ -174,7 +176,7 @@ def test_every_kind_of_change_keeps_the_keyword_rows_those_of_the_chunks(fv, mod
     assert fv.recall("frontend", mode="keyword", k=1, min_relevance=0)[0].id == "web/haproxy"
     assert not fv.recall("wireguard", mode="keyword", min_relevance=0)
     with conn:  # a doc's fields changed under its chunks (no code path does it; the triggers still follow)
-        conn.execute("UPDATE docs SET tags = 'zebra' WHERE item_id = 'db/primary'")
+        conn.execute("""UPDATE docs SET meta = '{"category": "x", "tags": ["zebra"]}' WHERE item_id = 'db/primary'""")
         conn.execute("UPDATE docs SET body = 'Another text altogether.' WHERE item_id = 'web/haproxy'")
         conn.execute("DELETE FROM docs WHERE item_id = 'edge/rotate-certs'")
     check_keywords(conn)
@@ -216,3 +218,10 @@ def test_field_weights_come_from_the_recall_settings(fv, models):
     toml.write_text(text)
     v = Vault.open(fv.root, embedder_factory=models)
     assert v.index.field_weights == FieldWeights(key=3.0, category=1.0, tags=0.5, body=1.0)
+
+
+def test_a_tag_or_category_in_any_script_is_a_keyword_of_its_memory(fv):
+    fv.facts.set("ops/paris", "The office printer is on the second floor.", category="bureau", tags=["café", "étage"])
+    fv.reindex()
+    for word in ("café", "etage", "bureau"):  # diacritics folded as in the text
+        assert fv.recall(word, mode="keyword", k=1, min_relevance=0)[0].id == "ops/paris", word

@@ -4,15 +4,15 @@ Tables (see :mod:`memvault.index` for how they are used):
 
 - ``docs``: one row per memory with the fields recall ranks on, its whole text (``body``, the only copy of it in
   the index), the header put before every chunk when it is embedded, the fields the keyword index weighs apart
-  (``item_id`` as the key, ``category``, ``tags``), the hash of what was cut and embedded, and how it was cut
-  (``cut``: by the model's tokenizer or, while no model was at hand, by words; word cuts are re-cut before they
-  are embedded).
+  (``item_id`` as the key; the category or description and the tags in ``meta``), the hash of what was cut and
+  embedded (8 bytes: :func:`hash_key`), and how it was cut (``cut``: by the model's tokenizer or, while no
+  model was at hand, by words; word cuts are re-cut before they are embedded).
 - ``chunks``: where each chunk lies in its doc's body (``start``, ``len``, in characters) and which model's vector
   is stored for it (``model``, an id in ``models``; NULL while the vector is pending). A chunk's text is the
   header, a newline, and that piece of the body (:data:`CHUNK_TEXT`; the ``chunk_texts`` view shows it). Rowids
   are never reused (AUTOINCREMENT): a chunk's text never changes under its rowid, so a vector computed for a rowid
   is written only if that rowid still exists and is pending.
-- ``chunks_fts``: FTS5 over (key, category, tags, body, kind) whose external content is the ``chunk_fields``
+- ``chunks_fts``: FTS5 over (body, key, category, tags, kind) whose external content is the ``chunk_fields``
   view over chunks and docs: it keeps the words, not the text. ``chunks_vec``: a vec0 table of one model's
   vectors, cosine distance.
 - ``files``: the stat of every vault file as last indexed; ``dirs``: directory mtimes; ``meta``: the model
@@ -38,21 +38,27 @@ if TYPE_CHECKING:
 CHUNK_TEXT = ("CASE WHEN d.header = '' THEN '' ELSE d.header || char(10) END || substr(d.body, {c}.start + 1, "
               "{c}.len)")
 #: The keyword index's columns. A query's words are matched in the first four (:data:`FTS_SEARCHED`), each
-#: weighed on its own by BM25; ``kind`` is only a filter.
-FTS_COLUMNS = ("key", "category", "tags", "body", "kind")
-FTS_SEARCHED = "{key category tags body}"
-#: What the keyword index holds of chunk ``{c}`` (alias) of doc ``{d}``: its key (a fact's key, a runbook's name;
-#: an episode's id is no word), its category (a fact's category, a runbook's description line), its tags, its own
-#: piece of the body (the header's words are in the fields, not repeated) and its kind. The ``chunk_fields`` view
-#: is these values; FTS5 reads it as its external content (to rebuild), never as a copy of the text.
-_FTS_EXPRESSIONS = ("CASE WHEN {d}.kind = 'episode' THEN '' ELSE {d}.item_id END", "coalesce({d}.category, '')",
-                    "coalesce({d}.tags, '')", "substr({d}.body, {c}.start + 1, {c}.len)", "{d}.kind")
+#: weighed on its own by BM25; ``kind`` is only a filter. The body comes first: FTS5 marks the column of every
+#: position outside the first, and most words are in the body (31 bytes a row less at 10k facts).
+FTS_COLUMNS = ("body", "key", "category", "tags", "kind")
+FTS_SEARCHED = "{body key category tags}"
+#: What the keyword index holds of chunk ``{c}`` (alias) of doc ``{d}``: its own piece of the body (the header's
+#: words are in the fields, not repeated), its key (a fact's key, a runbook's name; an episode's id is no word), its
+#: category (a fact's category, a runbook's description line) and tags (the JSON array's text: the tokenizer keeps
+#: the words), both from the doc's ``meta`` JSON (json_each would be simpler, but FTS5 cannot read a view that calls
+#: a table-valued function), and its kind. The ``chunk_fields`` view is these values; FTS5 reads it as its external content (to rebuild), never as
+#: a copy of the text.
+_FTS_EXPRESSIONS = ("substr({d}.body, {c}.start + 1, {c}.len)",
+                    "CASE WHEN {d}.kind = 'episode' THEN '' ELSE {d}.item_id END",
+                    "coalesce(json_extract({d}.meta, '$.category'), json_extract({d}.meta, '$.description'), '')",
+                    "coalesce(json_extract({d}.meta, '$.tags'), '')",
+                    "{d}.kind")
 FTS_VALUES = ", ".join(_FTS_EXPRESSIONS)
 _COLS = ", ".join(FTS_COLUMNS)
 _ADD = f"INSERT INTO chunks_fts(rowid, {_COLS})"
 _DEL = f"INSERT INTO chunks_fts(chunks_fts, rowid, {_COLS})"
 #: A doc's fields that its keyword rows are made of.
-_DOC_FIELDS = ("item_id", "kind", "category", "tags", "body")
+_DOC_FIELDS = ("item_id", "kind", "meta", "body")
 _CHANGED = " OR ".join(f"old.{f} IS NOT new.{f}" for f in _DOC_FIELDS)
 
 _TEXT_ONCE_SCHEMA = """
@@ -67,8 +73,6 @@ _TEXT_ONCE_SCHEMA = """
         path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
         ino INTEGER NOT NULL, pending INTEGER NOT NULL DEFAULT 0, tail TEXT) WITHOUT ROWID;
     CREATE TABLE dirs_new(path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;
-    ALTER TABLE docs ADD COLUMN category TEXT;
-    ALTER TABLE docs ADD COLUMN tags TEXT;
 """
 # The keyword rows follow the chunks and their docs by trigger, whatever the order of the writes: a row is deleted
 # with exactly the values it was added with (FTS5 needs them, and keeps its row count and lengths for BM25 right),
@@ -83,13 +87,12 @@ _TEXT_ONCE_SWAP = f"""
     DROP TABLE chunks;
     ALTER TABLE chunks_new RENAME TO chunks;
     CREATE INDEX chunks_pending ON chunks(model) WHERE model IS NULL;
-    INSERT INTO files_new SELECT path, kind, size, -1, ino, pending, tail FROM files;
+    INSERT INTO files_new SELECT path, kind, size, mtime_ns, ino, pending, tail FROM files;
     DROP TABLE files;
     ALTER TABLE files_new RENAME TO files;
     INSERT INTO dirs_new SELECT path, mtime_ns FROM dirs;
     DROP TABLE dirs;
     ALTER TABLE dirs_new RENAME TO dirs;
-    DELETE FROM meta WHERE key = 'last_scan';
     CREATE VIEW chunk_fields AS
         SELECT c.rowid AS rowid, {", ".join(f"{e} AS {n}" for e, n in zip(_FTS_EXPRESSIONS, FTS_COLUMNS)).format(
             c="c", d="d")} FROM chunks c JOIN docs d ON d.doc = c.doc;
@@ -125,6 +128,12 @@ _TEXT_ONCE_SWAP = f"""
 """
 
 
+def hash_key(text_hash: str) -> bytes:
+    """A doc's hash as the index stores it: the first 8 bytes of the digest, as a blob (a column of TEXT affinity
+    keeps a blob as it is) instead of 32 hex characters; it only tells whether one doc's text changed."""
+    return bytes.fromhex(text_hash[:16])
+
+
 def _locate(header: str, body: str, text: str, after: int) -> tuple[int, int] | None:
     """(start, len) of the piece of ``body`` that, after ``header``, is exactly ``text``; None if there is none."""
     head = header + "\n" if header else ""
@@ -145,22 +154,15 @@ def _text_once(conn: sqlite3.Connection) -> None:
 
     No vector is computed again: a chunk whose text its span reproduces keeps its vector. One that cannot be
     reproduced (cut by a memvault that did it otherwise) loses its vector and its doc is re-cut before the next
-    embedding. Every file is re-read once at the next sync (``files.mtime_ns = -1``), which fills the category and
-    tags exactly (guessed from the header until then) and re-embeds nothing (the doc hashes do not change).
+    embedding. The category, description and tags come from the docs' ``meta``, which the next full sync fills
+    (``documents.FIELDS``) without embedding anything again. A doc's hash becomes 8 bytes (:func:`hash_key`).
     """
     for statement in statements(_TEXT_ONCE_SCHEMA):
         conn.execute(statement)
     conn.execute("INSERT INTO models(key) SELECT DISTINCT model FROM chunks WHERE model IS NOT NULL ORDER BY 1")
     models = {key: id_ for id_, key in conn.execute("SELECT id, key FROM models")}
-    fields = []
-    for doc, kind, item_id, header in conn.execute("SELECT doc, kind, item_id, header FROM docs WHERE header != ''"):
-        if kind == "fact":  # "key words · category · tag · tag": the first field after the key may be either
-            rest = header.split(" · ")[1:]
-            fields.append((rest[0] if rest else None, ", ".join(rest[1:]) or None, doc))
-        elif kind == "procedure":  # "name — description (tag, tag)"
-            rest = header[len(item_id):].removeprefix(" — ")
-            fields.append((rest or None, None, doc))
-    conn.executemany("UPDATE docs SET category = ?, tags = ? WHERE doc = ?", fields)
+    conn.executemany("UPDATE docs SET hash = ? WHERE doc = ?",
+                     [(hash_key(h), doc) for doc, h in conn.execute("SELECT doc, hash FROM docs").fetchall()])
     has_vec = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone() is not None
     rows, lost, recut = [], [], set()
     current, header, body, after = None, "", "", 0

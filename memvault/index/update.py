@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..rules.errors import MemvaultError
-from .db import CHUNK_TEXT, batches, marks, transaction
-from .documents import CHUNKING, Doc, Sources, Splitter, chunk_text, cut_spans, read_docs
+from .db import batches, hash_key, marks, transaction
+from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs
 
 if TYPE_CHECKING:
     import sqlite3
@@ -239,6 +239,13 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             conn.execute("UPDATE meta SET value = ? WHERE key = 'chunking'", (CHUNKING,))
     elif row is None:
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('chunking', ?)", (CHUNKING,))
+    row = conn.execute("SELECT value FROM meta WHERE key = 'fields'").fetchone()
+    if only is None and (row is None or row[0] != FIELDS):
+        # memvault now records other fields of a doc (Doc.meta): every file is read again, once, by this sync.
+        with transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('fields', ?)", (FIELDS,))
+            conn.execute("UPDATE files SET mtime_ns = -1")
+        known = {rel: (k, size, -1, ino, tail) for rel, (k, size, _mtime, ino, tail) in known.items()}
     # in path order: the rows of a full build go into every index on paths and keys in order (fuller pages)
     changed = sorted(rel for rel, (kind, size, mtime, ino) in disk.items()
                      if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino))
@@ -323,7 +330,7 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             continue
         seen.add(key)
         row = existing.get(key)
-        if row is not None and row[1] == d.hash:
+        if row is not None and row[1] == hash_key(d.hash):
             meta_updates.append(d)
             report.metadata_only += 1
             continue
@@ -346,29 +353,25 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             conn.execute(f"DELETE FROM docs WHERE doc IN ({marks(batch)})", tuple(batch))
         conn.executemany(
             """UPDATE docs SET path = ?, header = ?, importance = ?, confidence = ?, source = ?, created = ?,
-                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?,
-                              category = ?, tags = ?
+                              updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?
                WHERE kind = ? AND item_id = ?""",
             [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
-              d.review_after, d.ekind, d.ref, d.meta, d.context, d.category, d.tags, d.kind, d.item_id)
-             for d in meta_updates])
+              d.review_after, d.ekind, d.ref, d.meta, d.context, d.kind, d.item_id) for d in meta_updates])
         for (d, doc_id), (spans, how) in zip(to_cut, cuts):
-            values = (d.path, d.header, d.body, d.hash, how, d.importance, d.confidence, d.source, d.created,
-                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context, d.category, d.tags)
+            values = (d.path, d.header, d.body, hash_key(d.hash), how, d.importance, d.confidence, d.source,
+                      d.created, d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context)
             if doc_id is None:
                 doc_id = conn.execute(
                     """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
-                                        updated, valid_until, review_after, ekind, ref, meta, context, category, tags,
-                                        kind, item_id)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
+                                        updated, valid_until, review_after, ekind, ref, meta, context, kind, item_id)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
             else:
                 # the old chunks go first: their keyword rows are deleted by rowid, never from the new text
                 _drop_chunks(conn, [doc_id], has_vec)
                 conn.execute(
                     """UPDATE docs SET path = ?, header = ?, body = ?, hash = ?, cut = ?, importance = ?,
                                        confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
-                                       review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?, category = ?,
-                                       tags = ? WHERE doc = ?""",
+                                       review_after = ?, ekind = ?, ref = ?, meta = ?, context = ? WHERE doc = ?""",
                     (*values, doc_id))
             conn.executemany(INSERT_CHUNK, [(doc_id, j, start, end - start) for j, (start, end) in enumerate(spans)])
         conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in gone_files])
