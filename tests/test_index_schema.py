@@ -105,6 +105,7 @@ def test_an_index_of_schema_0004_migrates_keeping_every_vector_and_text(old, mod
     fresh = Vault.open(v.root, embedder_factory=models)
     conn = fresh.index.connection()  # migrates
     assert "0005_index_text_once" in {r[0] for r in conn.execute("SELECT name FROM migrations")}
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # compacted once: the copies' pages given back
     after = {r[0]: r[1:] for r in conn.execute("SELECT rowid, text, model FROM chunk_texts")}
     assert after == before and len(before) > 8  # same rowids, texts and model, the runbook in several chunks
     assert dict(conn.execute("SELECT rowid, embedding FROM chunks_vec")) == before_vectors

@@ -39,6 +39,8 @@ __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "P
 
 INDEX_NAME = "index.db"
 DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
+#: The migration after which the file is compacted once (it frees about a tenth of it).
+SHRINKING_MIGRATION = "0005_index_text_once"
 #: Files a rebuild reads and writes per transaction while the model encodes the previous ones.
 TEXT_BATCH = 256
 EmbedderProvider = Callable[[], "Embedder | None"]
@@ -92,12 +94,15 @@ class Index:
             self.close()
             conn = connect(target)
             try:
-                migrate(conn, MIGRATIONS)
+                applied = migrate(conn, MIGRATIONS)
             except Exception as exc:
                 conn.close()
                 if is_corruption(exc):
                     self.quarantine(target, exc)
                 raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
+            if SHRINKING_MIGRATION in applied:
+                with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
+                    conn.execute("VACUUM")  # give the freed pages back once (the text it held twice)
             self._conn, self._conn_target = conn, target
         return self._conn
 
