@@ -226,3 +226,13 @@ def test_a_tag_or_category_in_any_script_is_a_keyword_of_its_memory(fv):
     fv.reindex()
     for word in ("café", "etage", "bureau"):  # diacritics folded as in the text
         assert fv.recall(word, mode="keyword", k=1, min_relevance=0)[0].id == "ops/paris", word
+
+
+def test_stats_give_the_whole_index_per_row_beside_4_dims(fv):
+    fv.reindex()
+    data = fv.stats()
+    per_row = data["bytes_per_row"]
+    dims = fv.index.identity().dims
+    assert per_row["theoretical_float32"] == 4 * dims
+    assert per_row["total_over_4dims"] == round(per_row["measured_total"] / (4 * dims), 3)
+    assert per_row["measured_total"] == data["index"]["used_bytes"] / data["index"]["chunks"]
