@@ -2,8 +2,8 @@
 
     python bench/bench_index.py [--sizes 1000,10000,100000] [--queries 50] [--only NAME] [--json OUT]
 
-NAME is one of ``build``, ``recall``, ``cold``, ``reindex``, ``nochange``, ``bytes``, ``bytesfresh``, ``mcp``
-(repeatable, comma list).
+NAME is one of ``build``, ``recall``, ``cold``, ``reindex``, ``nochange``, ``bytes``, ``bytesfresh``, ``keywords``,
+``mcp`` (repeatable, comma list).
 
 The machine is shared, so every figure is reported next to a baseline measured in the same run, and judged as
 a ratio: sqlite-vec KNN against a numpy brute-force scan of the same vectors, warm recall against the bare query
@@ -49,7 +49,7 @@ CACHE = HERE / ".cache"
 MODEL = "all-MiniLM-L6-v2"
 MARKER = ".bench-built.json"
 PY = sys.executable
-BENCHES = ("build", "recall", "cold", "reindex", "nochange", "bytes", "bytesfresh", "mcp")
+BENCHES = ("build", "recall", "cold", "reindex", "nochange", "bytes", "bytesfresh", "keywords", "mcp")
 POOL_NOISE = 0.025  # per-component sigma on a unit 384-d vector: cosine to the source ≈ 1/sqrt(1+384σ²) ≈ 0.9
 
 
@@ -444,6 +444,50 @@ def bench_bytes(sizes: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+#: Words in almost every fact of the corpus (each has a host and a port), as bench_writes uses them.
+COMMON_QUERIES = ["which host and port", "server port", "the host listens on port", "port of the server host",
+                  "which server is the host", "host port server", "what port does the server use",
+                  "host and server names", "port forwarding on the host", "server host port mapping"]
+
+
+def bench_keywords(sizes: list[int], rounds: int = 3) -> list[dict[str, Any]]:
+    """The keyword queries themselves (words, word pairs), with words found in almost every row, without and with
+    the kind filter, with the default field weights and with the key weighed 3x: p50 in ms, and the plan."""
+    from memvault import Vault
+    from memvault.index import FieldWeights, KINDS, search
+
+    out = []
+    for n in sizes:
+        vault = Vault.open(vault_dir(n), daemon=False)
+        index = vault.index
+        conn = index.connection()
+        for q in COMMON_QUERIES[:3]:  # page cache
+            index.search_keywords(q, list(KINDS), 100)
+        cases = {"words": lambda q, k, w: index.search_keywords(q, k, 100, w),
+                 "pairs": lambda q, k, w: index.search_phrases(q, k, 100, w)}
+        row: dict[str, Any] = {"n": n, "queries": len(COMMON_QUERIES) * rounds}
+        for name, run in cases.items():
+            for label, kinds in (("all", list(KINDS)), ("fact", ["fact"])):
+                for wname, weights in (("default", None), ("key3", FieldWeights(key=3.0))):
+                    t = []
+                    for _ in range(rounds):
+                        for q in COMMON_QUERIES:
+                            s = time.perf_counter()
+                            run(q, kinds, weights)
+                            t.append(time.perf_counter() - s)
+                    row[f"{name}_{label}_{wname}_p50_ms"] = ms(pct(t, 50))
+        expr = search.match_expression(search.fts_query(COMMON_QUERIES[0]), ["fact"])
+        row["plan"] = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + search.KEYWORD_SQL,
+                                                  (*search.DEFAULT_FIELD_WEIGHTS.params(), expr, 100))]
+        row["rows_matching"] = conn.execute("SELECT COUNT(*) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                            (search.match_expression('"host" OR "port" OR "server"',
+                                                                     list(KINDS)),)).fetchone()[0]
+        index.close()
+        log(f"keywords {n}: {row}")
+        out.append(row)
+    return out
+
+
 class FixedVectors:
     """The real model's identity, no model: every text gets the same unit vector (what a vector says does not change
     its size), words for tokens. A build with it costs everything a reindex does beside the model."""
@@ -573,6 +617,16 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"| {r['n']:,} | {r['queries']} | {r['mcp_p50_ms']:.1f} | {r['mcp_p95_ms']:.1f} | "
                          f"{r['library_p50_ms']:.1f} | {r['mcp_over_library_p50']}x |")
         lines.append("")
+    if results.get("keywords"):
+        lines += ["### Keyword queries with common words (ms p50; 100 best; key3 = key weighed 3x)", "",
+                  "| facts | rows matching | words, all kinds | words, facts only | words, key3 | pairs, all kinds | "
+                  "pairs, facts only | facts only / all (words) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in results["keywords"]:
+            lines.append(f"| {r['n']:,} | {r['rows_matching']:,} | {r['words_all_default_p50_ms']} | "
+                         f"{r['words_fact_default_p50_ms']} | {r['words_all_key3_p50_ms']} | "
+                         f"{r['pairs_all_default_p50_ms']} | {r['pairs_fact_default_p50_ms']} | "
+                         f"{r['words_fact_default_p50_ms'] / r['words_all_default_p50_ms']:.2f}x |")
+        lines += ["", f"Plan (facts only): {'; '.join(results['keywords'][-1]['plan'])}", ""]
     if results.get("bytesfresh"):
         lines += ["### Index bytes per row, rebuilt by this schema (vectors of the model's size; no model)", "",
                   "| facts | rows | used bytes | file bytes | total/row | vector store/row | 4·dims | total / 4·dims | "
@@ -627,6 +681,8 @@ def main() -> None:
         results["mcp"] = [bench_mcp(n, args.queries) for n in sizes if n <= 10000]
     if "bytes" in only:
         results["bytes"] = bench_bytes(sizes)
+    if "keywords" in only:
+        results["keywords"] = bench_keywords(sizes)
     if "bytesfresh" in only:
         results["bytesfresh"] = bench_bytes_fresh(sizes)
     results["load_avg_end"] = os.getloadavg()

@@ -236,3 +236,47 @@ def test_stats_give_the_whole_index_per_row_beside_4_dims(fv):
     assert per_row["theoretical_float32"] == 4 * dims
     assert per_row["total_over_4dims"] == round(per_row["measured_total"] / (4 * dims), 3)
     assert per_row["measured_total"] == data["index"]["used_bytes"] / data["index"]["chunks"]
+
+
+def test_a_sync_that_rewrites_many_docs_merges_the_keyword_index(fv, monkeypatch):
+    fv.reindex()
+    monkeypatch.setattr("memvault.index.OPTIMIZE_AFTER", 3)
+    one = fv.index.sync([fv.root / "facts/db/primary.md"])
+    assert "optimize" not in one.timings
+    for path in (fv.root / "facts").rglob("*.md"):
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    report = fv.index.sync()
+    assert report.metadata_only >= 3 and "optimize" in report.timings
+    check_keywords(fv.index.connection())
+
+
+def test_the_kind_filter_takes_the_shorter_list_and_never_lets_another_kind_through(fv, models):
+    from memvault.index.search import match_expression
+
+    assert match_expression('"x"', ["fact"], {"fact": 90, "episode": 10}) == \
+        '{body key category tags} : ("x") NOT kind : ("episode" OR "procedure")'
+    assert match_expression('"x"', ["episode"], {"fact": 90, "episode": 10}) == \
+        '{body key category tags} : ("x") AND kind : ("episode")'
+    assert match_expression('"x"', ["fact"], {"fact": 90}) == '{body key category tags} : ("x")'
+    fv.reindex()
+    other = Vault.open(fv.root, embedder_factory=models)
+    kinds = lambda rows: {d["kind"] for d in fv.index.chunk_docs([r for r, _ in rows]).values()}  # noqa: E731
+    assert kinds(fv.index.search_keywords("web3 primary rotate", ["fact"], 50)) == {"fact"}
+    assert kinds(fv.index.search_keywords("backup dump replicas", ["episode"], 50)) == {"episode"}
+    other.episodes.append("The primary web3 rotation is done.", source="user:ops")  # another process writes
+    other.index.sync()
+    assert kinds(fv.index.search_keywords("web3 primary rotation", ["fact"], 50)) == {"fact"}
+    fv.facts.delete("net/vpn")  # this one writes
+    assert "episode" in kinds(fv.index.search_keywords("web3 primary rotation", ["fact", "episode"], 50))
+
+
+def test_the_docs_per_kind_follow_every_write(fv):
+    fv.reindex()
+    conn = fv.index.connection()
+    real = lambda: dict(conn.execute("SELECT kind, COUNT(*) FROM docs GROUP BY kind").fetchall())  # noqa: E731
+    kept = lambda: {k: n for k, n in conn.execute("SELECT kind, docs FROM kinds") if n}  # noqa: E731
+    assert kept() == real() and real()["fact"] == 3
+    fv.facts.delete("net/vpn")
+    fv.episodes.append("Another turn.", source="user:ops")
+    fv.index.sync()
+    assert kept() == real() and real()["fact"] == 2 and real()["episode"] == 4

@@ -15,8 +15,9 @@ Tables (see :mod:`memvault.index` for how they are used):
 - ``chunks_fts``: FTS5 over (body, key, category, tags, kind) whose external content is the ``chunk_fields``
   view over chunks and docs: it keeps the words, not the text. ``chunks_vec``: a vec0 table of one model's
   vectors, cosine distance.
-- ``files``: the stat of every vault file as last indexed; ``dirs``: directory mtimes; ``meta``: the model
-  identity, the chunking version, the time of the last full scan.
+- ``files``: the stat of every vault file as last indexed; ``dirs``: directory mtimes; ``kinds``: docs per kind
+  (kept by trigger: the keyword search's kind filter takes the shorter list); ``meta``: the model identity, the
+  chunking version, the time of the last full scan.
 """
 from __future__ import annotations
 
@@ -73,6 +74,14 @@ _TEXT_ONCE_SCHEMA = """
         path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
         ino INTEGER NOT NULL, pending INTEGER NOT NULL DEFAULT 0, tail TEXT) WITHOUT ROWID;
     CREATE TABLE dirs_new(path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE kinds(kind TEXT PRIMARY KEY, docs INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO kinds SELECT kind, COUNT(*) FROM docs GROUP BY kind;
+    CREATE TRIGGER docs_ai_kinds AFTER INSERT ON docs BEGIN
+        INSERT INTO kinds(kind, docs) VALUES (new.kind, 1) ON CONFLICT(kind) DO UPDATE SET docs = docs + 1;
+    END;
+    CREATE TRIGGER docs_ad_kinds AFTER DELETE ON docs BEGIN
+        UPDATE kinds SET docs = docs - 1 WHERE kind = old.kind;
+    END;
 """
 # The keyword rows follow the chunks and their docs by trigger, whatever the order of the writes: a row is deleted
 # with exactly the values it was added with (FTS5 needs them, and keeps its row count and lengths for BM25 right),

@@ -169,25 +169,43 @@ def keyword_sql(kinds: Sequence[str]) -> tuple[str, bool]:
     return KEYWORD_SQL, set(kinds) != set(KINDS)
 
 
-def match_expression(expr: str, kinds: Sequence[str]) -> str:
-    """An FTS5 expression over the searched fields, with the kind filter as a column filter."""
+def match_expression(expr: str, kinds: Sequence[str], counts: dict[str, int] | None = None) -> str:
+    """An FTS5 expression over the searched fields, with the kind filter as a column filter.
+
+    With ``counts`` (rows per kind), the filter takes the shorter list: the kinds wanted (``AND kind : ...``) or
+    the kinds not wanted (``NOT kind : ...``), none at all when no row is of an unwanted kind. Intersecting with the
+    posting list of a kind costs as many steps as it has rows: "facts only" in a vault of facts read every row's
+    kind (1.7x the unfiltered search at 100k), where leaving out the few episodes costs nothing."""
     full = f"{FTS_SEARCHED} : ({expr})"
-    if set(kinds) != set(KINDS):
-        full += " AND kind : (" + " OR ".join(f'"{k}"' for k in kinds) + ")"
-    return full
+    wanted = [k for k in KINDS if k in set(kinds)]
+    if len(wanted) == len(KINDS):
+        return full
+    others = [k for k in KINDS if k not in wanted]
+    if counts is not None:
+        inside, outside = sum(counts.get(k, 0) for k in wanted), sum(counts.get(k, 0) for k in others)
+        if outside == 0:
+            return full
+        if outside < inside:
+            return full + " NOT kind : (" + " OR ".join(f'"{k}"' for k in others) + ")"
+    return full + " AND kind : (" + " OR ".join(f'"{k}"' for k in wanted) + ")"
 
 
 def match(conn: sqlite3.Connection, expr: str, kinds: Sequence[str], limit: int,
-          weights: FieldWeights | None = None) -> list[tuple[int, float]]:
+          weights: FieldWeights | None = None, counts: dict[str, int] | None = None) -> list[tuple[int, float]]:
     """(chunk rowid, BM25 as a positive score) of chunks of ``kinds`` matching an FTS5 expression, best first.
 
-    The words are matched in the key, category, tags and body fields, each weighed by ``weights``; the kind filter
-    is a second column filter in the same FTS5 query, so the cost follows the matches, not the number of docs of
-    that kind."""
+    The words are matched in the body, key, category and tags fields, each weighed by ``weights``; the kind filter
+    is a column filter in the same FTS5 query (the shorter way round when ``counts``, the rows per kind, are
+    given), so the cost follows the matches, not the number of docs of that kind."""
     if not expr:
         return []
     params = (weights or DEFAULT_FIELD_WEIGHTS).params()
-    return [(r[0], -r[1]) for r in conn.execute(KEYWORD_SQL, (*params, match_expression(expr, kinds), limit))]
+    return [(r[0], -r[1]) for r in conn.execute(KEYWORD_SQL, (*params, match_expression(expr, kinds, counts),
+                                                             limit))]
+
+
+#: Docs per kind, kept by trigger (three rows at most).
+KIND_COUNTS_SQL = "SELECT kind, docs FROM kinds"
 
 
 def vector_sql(kinds: Sequence[str]) -> str:
