@@ -214,11 +214,12 @@ def test_a_word_counts_by_the_field_it_is_in(fv):
 
 def test_field_weights_come_from_the_recall_settings(fv, models):
     toml = fv.root / "memvault.toml"
-    text, n = re.subn(r"(?m)^field_weights = .*$", "field_weights = { key = 3.0, tags = 0.5 }", toml.read_text())
+    text, n = re.subn(r"(?m)^field_weights = .*$", "field_weights = { key = 4.0, tags = 0.5 }", toml.read_text())
     assert n == 1
     toml.write_text(text)
     v = Vault.open(fv.root, embedder_factory=models)
-    assert v.index.field_weights == FieldWeights(key=3.0, category=1.0, tags=0.5, body=1.0)
+    assert v.index.field_weights == FieldWeights(key=4.0, category=1.0, tags=0.5, body=1.0)
+    assert fv.index.field_weights == FieldWeights() and FieldWeights().key == 3.0  # the measured default
 
 
 def test_a_tag_or_category_in_any_script_is_a_keyword_of_its_memory(fv):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
 from .db import FTS_SEARCHED, batches, marks
 from .documents import KINDS
 
@@ -143,13 +144,14 @@ def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cach
 class FieldWeights:
     """How much a query word counts in each field of a chunk, the body's count being the unit: BM25's term
     frequency is the weighted sum over the fields (FTS5's ``bm25()`` column weights), so a word in a memory's key
-    can count more than the same word in its text. Defaults measured on the eval dev sets (docs/benchmarks.md,
-    "Issue 17: fields")."""
+    can count more than the same word in its text. The key's 3 was chosen on the eval dev sets, every set left out
+    in turn scoring as well or better than with 1 (docs/benchmarks.md, "Issue 17: fields"); no dev item has a
+    category or tags that tell items apart, so those stay at the body's 1."""
 
-    key: float = 1.0
-    category: float = 1.0
-    tags: float = 1.0
-    body: float = 1.0
+    key: float = DEFAULT_FIELDS["key"]
+    category: float = DEFAULT_FIELDS["category"]
+    tags: float = DEFAULT_FIELDS["tags"]
+    body: float = DEFAULT_FIELDS["body"]
 
     def params(self) -> tuple[float, float, float, float, float]:
         """The arguments of ``bm25(chunks_fts, ...)``, one per FTS5 column in its order (body, key, category, tags,

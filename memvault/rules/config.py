@@ -26,7 +26,7 @@ FACTORS = ("relevance", "importance", "confidence", "recency", "frequency")
 DEFAULT_WEIGHTS = {"relevance": 0.50, "importance": 0.15, "confidence": 0.15, "recency": 0.10, "frequency": 0.10}
 #: The fields of a memory the keyword search weighs apart (a runbook's description counts as its category).
 FIELDS = ("key", "category", "tags", "body")
-DEFAULT_FIELD_WEIGHTS = {"key": 1.0, "category": 1.0, "tags": 1.0, "body": 1.0}
+DEFAULT_FIELD_WEIGHTS = {"key": 3.0, "category": 1.0, "tags": 1.0, "body": 1.0}
 DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}
 BACKENDS = ("sqlite", "postgres")
 
@@ -216,7 +216,7 @@ class RecallSettings:
     field_weights: dict[str, float] = setting(dict(DEFAULT_FIELD_WEIGHTS), "how much a query word counts in a "
                                               "memory's key, category (a runbook's description), tags and text in "
                                               "the keyword search (BM25 column weights)", _field_weights,
-                                              shown="1/1/1/1")
+                                              shown="3/1/1/1")
     phrase_weight: float = setting(0.5, "within keyword: weight of consecutive query-word pairs matched as phrases",
                                    _float(0.0))
     exact_boost: float = setting(0.2, "when a memory quotes the whole query word for word, the others' relevance is "
