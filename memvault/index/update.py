@@ -18,19 +18,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import MemvaultError
 from .db import batches, hash_key, marks, transaction
 from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from ..models.embeddings import Embedder, ModelIdentity
+    from ..models.embeddings import ModelIdentity
 
 Progress = Callable[[int, int], None]
-#: Texts per encode call: large enough for full length-sorted batches, small enough for a live progress bar.
+#: Texts per encode call (a group, sorted by length): large enough for full length-sorted batches, small enough for
+#: a live progress bar and for text still being written in a rebuild.
 EMBED_GROUP = 512
 TAIL_BYTES = 4096
 
