@@ -44,7 +44,7 @@ SHRINKING_MIGRATION = "0005_index_text_once"
 #: A sync that rewrites at least this many docs merges the keyword index afterwards.
 OPTIMIZE_AFTER = 1000
 #: Files a rebuild reads and writes per transaction while the model encodes the previous ones.
-TEXT_BATCH = 256
+TEXT_BATCH = 64
 EmbedderProvider = Callable[[], "Embedder | None"]
 
 

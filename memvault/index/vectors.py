@@ -41,6 +41,8 @@ DOC_CHUNK_TEXTS = (f"SELECT {CHUNK_TEXT.format(c='c')} FROM chunks c JOIN docs d
                    "ORDER BY c.chunk")
 #: Seconds the encoder waits for the next batch of text before it looks again.
 TEXT_WAIT = 0.05
+#: The smallest group the encoder takes rather than wait for text (one batch of the model's).
+MIN_GROUP = 32
 
 Row = tuple[int, str, str, "str | None"]  # rowid, kind, text, context
 
@@ -225,7 +227,10 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
             buffer += fresh[:room]
             taken.update(r[0] for r in fresh[:room])
             full = len(buffer) >= EMBED_GROUP or (goal is not None and done + len(buffer) >= goal)
-            if buffer and (full or (finished and not fresh)):
+            # Nothing new yet: encode what there is rather than wait (one model batch at least), the model idle is
+            # the one cost a pipeline cannot win back.
+            idle = not fresh and len(buffer) >= MIN_GROUP
+            if buffer and (full or idle or (finished and not fresh)):
                 started = time.perf_counter()
                 texts = [r[2] for r in buffer] + [with_context(r[2], r[3]) for r in buffer if r[3]]
                 vectors = _vectors(embedder, identity, texts, cache, report)
