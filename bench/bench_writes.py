@@ -227,7 +227,7 @@ def bench_kind(n: int, rounds: int = 5) -> dict[str, Any]:
                 matched[q] = len(hits)
     conn = vault.index.connection()
     matching = conn.execute("SELECT COUNT(*) FROM chunks_fts WHERE chunks_fts MATCH ?",
-                            ('text : ("host" OR "port" OR "server")',)).fetchone()[0]
+                            ('{key category tags body} : ("host" OR "port" OR "server")',)).fetchone()[0]
     vault.index.close()
     row = {"n": n, "queries": len(COMMON_QUERIES) * rounds, "rows_matching_host_port_server": matching,
            "all_kinds_p50_ms": ms(pct(times["all"], 50)), "fact_only_p50_ms": ms(pct(times["fact"], 50)),
@@ -264,7 +264,7 @@ def bench_hook(n: int, runs: int) -> dict[str, Any]:
         wall = time.perf_counter() - s
         vault = Vault.open(root, daemon=False)
         row = vault.index.connection().execute(
-            "SELECT c.model FROM chunks c JOIN docs d ON d.doc = c.doc WHERE d.item_id = 'bench/hooked'").fetchone()
+            "SELECT model FROM chunk_texts WHERE id = 'bench/hooked'").fetchone()
         vault.index.close()
         assert row is not None and row[0] is not None, "the hook reindex did not embed the fact"
         # baseline, same round: a bare commit of a file outside the vault's kinds, memvault's hooks skipped

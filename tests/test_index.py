@@ -69,7 +69,7 @@ def test_fact_edited_in_place_never_comes_back_with_old_text(fv, models):
             assert "5432" not in hit.text
     hit = other.recall("primary database port 6543")[0]
     assert hit.id == "db/primary" and "6543" in hit.text
-    rows = other.index.connection().execute("SELECT text FROM chunks").fetchall()
+    rows = other.index.connection().execute("SELECT text FROM chunk_texts").fetchall()
     assert not any("5432" in r[0] for r in rows)
 
 
@@ -126,7 +126,7 @@ def test_appended_episode_is_embedded_alone(fv, models):
 def test_library_write_updates_the_index_at_once(fv, models):
     fv.reindex()
     fv.facts.set("db/primary", "The primary database listens on port 7777.")
-    rows = fv.index.connection().execute("SELECT text FROM chunks").fetchall()
+    rows = fv.index.connection().execute("SELECT text FROM chunk_texts").fetchall()
     assert any("7777" in r[0] for r in rows) and not any("5432" in r[0] for r in rows)
     fv.facts.delete("web/haproxy")
     assert fv.index.connection().execute("SELECT COUNT(*) FROM docs WHERE item_id='web/haproxy'").fetchone()[0] == 0
@@ -145,7 +145,7 @@ def test_model_change_never_mixes_vectors_and_keeps_serving(fv, models):
     ident = v.index.identity()
     assert (ident.name, ident.dims) == ("fake-other", 16)
     conn = v.index.connection()
-    assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunks")} == {"fake-other@1"}
+    assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunk_texts")} == {"fake-other@1"}
     hits = v.recall("primary database port")
     assert hits.mode == "hybrid" and hits[0].id == "db/primary" and not hits.warnings
     assert len(list(fv.state_dir.glob("index-*.db"))) == 1  # the old generation is gone
@@ -279,14 +279,15 @@ def test_a_new_chunking_re_cuts_everything_once_and_re_embeds_what_it_changes(fv
     # what an index built by a memvault that cut text another way looks like: another version, and one fact's
     # chunk cut differently (its text differs from what this version cuts)
     conn.execute("UPDATE meta SET value = 'v0:other' WHERE key = 'chunking'")
-    conn.execute("UPDATE chunks SET text = 'cut the old way' WHERE doc = (SELECT doc FROM docs "
+    conn.execute("UPDATE chunks SET start = 0, len = 12 WHERE doc = (SELECT doc FROM docs "
                  "WHERE item_id = 'db/primary')")
+    old = conn.execute("SELECT text FROM chunk_texts WHERE id = 'db/primary'").fetchone()[0]
     fake = models.instances["fake-hash"]
     fake.reset_counts()
     Vault.open(fv.root, embedder_factory=models).reindex()
     assert fake.embedded == 1 and total > 1  # every doc re-cut; only the chunk whose text changed embedded again
-    texts = [r[0] for r in conn.execute("SELECT text FROM chunks")]
-    assert "cut the old way" not in texts and any("10.8.0.4" in t for t in texts)
+    texts = [r[0] for r in conn.execute("SELECT text FROM chunk_texts")]
+    assert old not in texts and any("10.8.0.4" in t for t in texts)
     fake.reset_counts()
     assert not Vault.open(fv.root, embedder_factory=models).reindex().changed and fake.embedded == 0
 
@@ -301,7 +302,7 @@ def test_loaded_model_with_other_weights_than_the_index_is_keyword_only_then_reb
     v.reindex()  # sees the other revision once the model is loaded: a full rebuild, not a mix
     assert v.index.identity().revision == "2"
     conn = v.index.connection()
-    assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunks")} == {"fake-hash@2"}
+    assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunk_texts")} == {"fake-hash@2"}
     assert Vault.open(fv.root, embedder_factory=models).recall("primary database port").mode == "hybrid"
 
 

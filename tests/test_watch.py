@@ -119,8 +119,9 @@ def test_first_batch_builds_the_index_and_an_atomic_save_is_indexed(wv, reader, 
     os.replace(tmp, wv.facts.dir / "db" / "primary.md")
     poll(lambda: "10.8.0.9" in (reader.body("db/primary") or ""), what="the saved text in the index")
     assert watcher.batches >= 1
-    # embedded with the (fake) model, not only keywords (by this batch, or by the next one once the model is ready)
-    poll(lambda: reader.rows("SELECT COUNT(*) FROM chunks WHERE model IS NOT NULL")[0][0] >= 1, what="its vector")
+    # embedded with the (fake) model, not only keywords (the vector is committed after the text: wait for it)
+    poll(lambda: reader.rows("SELECT COUNT(*) FROM chunks WHERE model IS NOT NULL")[0][0] >= 1,
+         what="the saved text's vector")
     assert any("1 files changed" in line for line in watcher.lines)
 
 

@@ -9,7 +9,6 @@ import json
 import re
 import time
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient

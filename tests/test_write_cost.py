@@ -62,7 +62,7 @@ def test_a_one_file_write_stats_that_file_only(big, monkeypatch):
     # the file itself, and the folders on its way (resolving the key's path): nothing else of the 300 facts
     allowed = {target, str(big.root / "facts/host3"), str(big.root / "facts")}
     assert target in calls["stat"] and set(calls["stat"]) <= allowed, calls["stat"]
-    rows = big.index.connection().execute("SELECT text FROM chunks WHERE text LIKE '%9170%'").fetchall()
+    rows = big.index.connection().execute("SELECT text FROM chunk_texts WHERE text LIKE '%9170%'").fetchall()
     assert rows  # and the index has it
 
 

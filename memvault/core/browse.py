@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..index.db import FTS_SEARCHED
+from ..index.documents import meta_json
 from ..index.search import query_terms
 from ..rules.freshness import stale_doc_reason
 from ..rules.timeutil import format_time, now
@@ -223,9 +225,9 @@ class Browse:
         """The SQL of :meth:`facts` (without order and page), for its plan to be read."""
         # instr() on the JSON text first: a cheap test that spares parsing the fields of every other fact.
         sql, args = _where(FACTS_SQL, list(prefix_range(prefix)), [
-            ("instr(meta, ?) > 0", json.dumps(tag) if tag else None),
+            ("instr(meta, ?) > 0", meta_json(tag) if tag else None),
             ("EXISTS (SELECT 1 FROM json_each(docs.meta, '$.tags') WHERE value = ?)", tag),
-            ("instr(meta, ?) > 0", json.dumps(category) if category else None),
+            ("instr(meta, ?) > 0", meta_json(category) if category else None),
             ("json_extract(meta, '$.category') = ?", category), ("source = ?", source)],
             self._sources("fact", trust))
         if stale:
@@ -263,10 +265,10 @@ class Browse:
         terms = query_terms(text) if text else []
         sql, args = _where(EPISODES_SQL if terms else EPISODES_BY_TIME_SQL, [], [
             ("created < ?", before), ("created > ?", after), ("source = ?", source), ("ekind = ?", kind),
-            ("instr(meta, ?) > 0", json.dumps(session) if session else None),
+            ("instr(meta, ?) > 0", meta_json(session) if session else None),
             ("json_extract(meta, '$.session') = ?", session)], self._sources("episode", trust))
         if terms:
-            expr = "text : (" + " AND ".join(f'"{t}"' for t in terms) + ') AND kind : "episode"'
+            expr = f"{FTS_SEARCHED} : (" + " AND ".join(f'"{t}"' for t in terms) + ') AND kind : "episode"'
             sql += (" AND doc IN (SELECT c.doc FROM chunks c WHERE c.rowid IN "
                     "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?))")
             args.append(expr)

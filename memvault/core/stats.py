@@ -75,16 +75,17 @@ def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config)
             per_row = index["used_bytes"] / rows if rows else 0.0
             vec_per_row = (index["vector_store_bytes"] or 0) / index["vectors"] if index["vectors"] else 0.0
             data["bytes_per_row"] = {"measured_total": per_row, "measured_vector_store": vec_per_row,
-                                     "theoretical_float32": 4 * dims, "pgvector": 4 * dims + PGVECTOR_OVERHEAD}
+                                     "theoretical_float32": 4 * dims, "pgvector": 4 * dims + PGVECTOR_OVERHEAD,
+                                     "total_over_4dims": round(per_row / (4 * dims), 3)}
             summary.append(f"model: {model['name']} @ {model['revision'][:12]}, {dims} dims"
                            + ("" if model["name"] == config.model else
                               f" (memvault.toml says {config.model}: run memvault reindex)"))
             projected = projected_bytes(index, 100_000)
             if projected is not None:
                 data["projected_bytes_at_100k_rows"] = projected
-                summary.append(f"bytes per row: {per_row:.0f} in all (text, keywords, vector), {vec_per_row:.0f} "
-                               f"in the vector store; theoretical 4·dims = {4 * dims}, pgvector "
-                               f"{4 * dims + PGVECTOR_OVERHEAD}")
+                summary.append(f"bytes per row: {per_row:.0f} in all (text, keywords, vector: "
+                               f"{per_row / (4 * dims):.2f} x 4·dims), {vec_per_row:.0f} in the vector store; "
+                               f"theoretical 4·dims = {4 * dims}, pgvector {4 * dims + PGVECTOR_OVERHEAD}")
                 summary.append(f"projected index size at 100k rows: {_human(projected)} "
                                f"({projected / 100_000:.0f} bytes per row)")
             else:

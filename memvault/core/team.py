@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..index import Index, Sources, SyncReport
+from ..index import FieldWeights, Index, Sources, SyncReport
 from ..rules.config import CONFIG_NAME, Config
 from ..rules.errors import ConfigError, SearchIndexError
 from ..stores.gitstore import GitStore
@@ -599,8 +599,9 @@ def team_index(state_dir: Path, sources: Sources, config: Config, git: Callable[
 
         return SharedIndex(url, vault_name(git(), sources.root, config.index.name), cache=cache)
 
-    team = TeamIndex(overlay=Index(state_dir, replace(sources, keep=set()), cache=cache),
-                     fallback=Index(state_dir / FALLBACK_DIR, replace(sources, keep=None)),
+    weights = FieldWeights(**config.recall.field_weights)
+    team = TeamIndex(overlay=Index(state_dir, replace(sources, keep=set()), cache=cache, field_weights=weights),
+                     fallback=Index(state_dir / FALLBACK_DIR, replace(sources, keep=None), field_weights=weights),
                      open_shared=open_shared, git=git, track_episodes=config.track_episodes, splitter=splitter,
                      cache=cache)
 

@@ -24,7 +24,7 @@ from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, check_private_dir
 from ..stores.gitstore import GitStore, LogEntry
-from ..index import Index, Progress, Sources, SyncReport
+from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..index.changes import ChangeFeed, follow
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from .recall import Parts, RecallResult
@@ -227,7 +227,8 @@ class Vault:
 
             return team_index(self.state_dir, sources, self.config, lambda: self.git, cache,
                               splitter=lambda: self.engine.warm())
-        return Index(self.state_dir, sources, cache=cache), lambda: self.local_state
+        return (Index(self.state_dir, sources, cache=cache,
+                      field_weights=FieldWeights(**self.config.recall.field_weights)), lambda: self.local_state)
 
     # -- shared parts ------------------------------------------------------------------------------------
     @property

@@ -6,7 +6,7 @@ generation beside the old one and swaps the symlink with an atomic rename, so re
 meanwhile and a crash leaves it in place. A generation that turns out to be damaged is moved aside and rebuilt.
 
 Modules: :mod:`.db` (connection, migrations), :mod:`.documents` (what a memory becomes, how text is cut),
-:mod:`.search` (the queries), :mod:`.sync` (the two phases that keep it in step with the files).
+:mod:`.search` (the queries), :mod:`.update` and :mod:`.vectors` (the two phases that keep it in step with the files).
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
-from .search import fts_exact_query, fts_phrase_query, fts_query
-from .update import (Progress, SyncReport, embed_pending, model_key, pending_count, scan, stored_problems,
-                     sync_text, vector_blob)
+from .search import DEFAULT_FIELD_WEIGHTS, FieldWeights, fts_exact_query, fts_phrase_query, fts_query
+from .update import Progress, SyncReport, model_key, pending_count, scan, stored_problems, sync_text, vector_blob
+from .vectors import TextFeed, embed_pending
 
 if TYPE_CHECKING:
     import sqlite3
@@ -37,21 +37,30 @@ if TYPE_CHECKING:
     from .changes import ChangeFeed, Marks
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
-           "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
+           "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
 
 INDEX_NAME = "index.db"
 #: What ``index.db`` may point at: a generation file beside it, named by memvault.
 _GENERATION = re.compile(r"index-\d+\.db")
 DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
+#: The migration after which the file is compacted once (it frees about a tenth of it).
+SHRINKING_MIGRATION = "0005_index_text_once"
+#: A sync that rewrites at least this many docs merges the keyword index afterwards.
+OPTIMIZE_AFTER = 1000
+#: Files a rebuild reads and writes per transaction while the model encodes the previous ones.
+TEXT_BATCH = 64
 EmbedderProvider = Callable[[], "Embedder | None"]
 
 
 class Index:
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
-    def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None) -> None:
+    def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None,
+                 field_weights: FieldWeights | None = None) -> None:
         self.dir = state_dir
         self.sources = sources
+        #: How a query word counts in a chunk's key, category, tags and body (``[recall] field_weights``).
+        self.field_weights = field_weights or DEFAULT_FIELD_WEIGHTS
         #: A team's shared embedding cache (memvault.index.postgres.EmbeddingCache), or None.
         self.cache = cache
         self.link = self.dir / INDEX_NAME
@@ -121,12 +130,15 @@ class Index:
                 self.warnings.append(f"{link} was a symlink, not SQLite's own file: removed, never written through")
             conn = connect(target)
             try:
-                migrate(conn, MIGRATIONS)
+                applied = migrate(conn, MIGRATIONS)
             except Exception as exc:
                 conn.close()
                 if is_corruption(exc):
                     self.quarantine(target, exc)
                 raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
+            if SHRINKING_MIGRATION in applied:
+                with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
+                    conn.execute("VACUUM")  # give the freed pages back once (the text it held twice)
             self._conn, self._conn_target = conn, target
         return self._conn
 
@@ -211,6 +223,12 @@ class Index:
                 self.writes += 1
             sync_text(conn, self.sources, only=rels, identity=self.identity(conn), splitter=splitter, report=report,
                       reread=reread)
+            if report.docs_added + report.docs_changed + report.docs_removed + report.metadata_only >= OPTIMIZE_AFTER:
+                # Many rows rewritten (a checkout, a new field): merge the keyword index into one segment, or every
+                # search reads the old and new rows' segments (2-3x slower at 100k after a full re-read).
+                started = time.perf_counter()
+                conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+                report.timings["optimize"] = time.perf_counter() - started
         except Exception as exc:
             if self.guard(exc):
                 return self.sync(paths, splitter=splitter, reread=reread)
@@ -402,8 +420,8 @@ class Index:
     def rebuild(self, embedder: EmbedderProvider | None = None, *, progress: Progress | None = None) -> SyncReport:
         """Build a whole new generation beside the current one, then swap it in with an atomic rename.
 
-        Recall keeps reading the old generation until the swap; a crash leaves the old one in place (the
-        half-built file is removed by the next rebuild). With no model available the new index is keyword-only
+        Recall keeps reading the old generation until the swap; a failure leaves the old one in place and removes
+        the half-built file (after a crash, the next rebuild removes it). With no model available the new index is keyword-only
         and says so.
         """
         started = time.perf_counter()
@@ -426,16 +444,47 @@ class Index:
                     if emb is not None:
                         self._set_identity(conn, emb.identity)
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('built_at', ?)", (format_time(now()),))
-                identity = emb.identity if emb is not None else None
-                sync_text(conn, self.sources, only=None, identity=identity, splitter=emb, report=report)
-                if emb is not None and identity is not None:
-                    embed_pending(conn, emb, identity, limit=None, progress=progress, report=report, cache=self.cache)
+                if emb is None:
+                    sync_text(conn, self.sources, only=None, identity=None, splitter=None, report=report)
+                else:
+                    self._build(conn, target, emb, progress, report)
+                conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")  # one segment: smaller
+                # Every b-tree rewritten full (indexes filled in key order keep 13-16% of their pages empty): about
+                # 30 bytes a row, for 0.3 s at 10k chunks, against minutes of the model's time.
+                conn.execute("VACUUM")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
+            except BaseException:
                 conn.close()
+                self._remove_generation(target)  # the old generation keeps serving; nothing half-built is left
+                raise
+            conn.close()
             self._swap(target)
         report.seconds = time.perf_counter() - started
         return report
+
+    def _build(self, conn: sqlite3.Connection, target: Path, emb: Embedder, progress: Progress | None,
+               report: SyncReport) -> None:
+        """Text and vectors of a new generation at once: phase 1 runs in a thread (a batch of files at a time,
+        cut without the model: a body too long for one window is re-cut by the encoder's thread), and the model
+        encodes what each batch committed while the next is read (:mod:`memvault.index.vectors`)."""
+        text = SyncReport()
+
+        def write_text(committed: Callable[[], None], stop: Any) -> None:
+            tconn = connect(target)
+            try:
+                sync_text(tconn, self.sources, only=None, identity=emb.identity, splitter=None, report=text,
+                          batch_files=TEXT_BATCH, on_batch=committed, stop=stop)
+            finally:
+                tconn.close()
+
+        feed = TextFeed(write_text).start()
+        try:
+            embed_pending(conn, emb, emb.identity, limit=None, progress=progress, report=report, cache=self.cache,
+                          feed=feed)
+        finally:
+            feed.close()
+        report.merge(text)
+        report.chunks_pending = pending_count(conn)
 
     def _swap(self, target: Path) -> None:
         old = self.current_target()
@@ -463,18 +512,27 @@ class Index:
                 self._remove_generation(path)
 
     # -- queries -----------------------------------------------------------------------------------------
-    def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25)."""
-        return search.match(self.connection(), fts_query(query), kinds, limit)
+    def search_keywords(self, query: str, kinds: Sequence[str], limit: int,
+                        weights: FieldWeights | None = None) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25), and a term counts
+        in each field (key, category, tags, body) by ``weights`` (default: this index's :attr:`field_weights`)."""
+        return self._match(fts_query(query), kinds, limit, weights)
 
-    def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """(chunk rowid, bm25) of chunks holding two consecutive query words in order: the proximity signal
-        that tells the page with the exact line from pages that only share its words."""
-        return search.match(self.connection(), fts_phrase_query(query), kinds, limit)
+    def search_phrases(self, query: str, kinds: Sequence[str], limit: int,
+                       weights: FieldWeights | None = None) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of chunks holding two consecutive query words in order (within one field): the
+        proximity signal that tells the page with the exact line from pages that only share its words."""
+        return self._match(fts_phrase_query(query), kinds, limit, weights)
 
     def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
         """Chunks that contain the whole query, word for word (three words or more): a quoted memory."""
-        return [rowid for rowid, _ in search.match(self.connection(), fts_exact_query(query), kinds, limit)]
+        return [rowid for rowid, _ in self._match(fts_exact_query(query), kinds, limit, None)]
+
+    def _match(self, expr: str, kinds: Sequence[str], limit: int,
+               weights: FieldWeights | None) -> list[tuple[int, float]]:
+        conn = self.connection()
+        counts = dict(conn.execute(search.KIND_COUNTS_SQL).fetchall()) if expr and set(kinds) != set(KINDS) else None
+        return search.match(conn, expr, kinds, limit, weights or self.field_weights, counts)
 
     def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, cosine similarity) best first.

@@ -2,14 +2,22 @@
 
 Tables (see :mod:`memvault.index` for how they are used):
 
-- ``docs``: one row per memory with the fields recall ranks on, its whole text (``body``), the header joined to
-  every chunk, the hash of what was cut and embedded, and how it was cut (``cut``: by the model's tokenizer or,
-  while no model was at hand, by words; word cuts are re-cut before they are embedded).
-- ``chunks``: the exact text embedded for each chunk, its hash, its kind (for the keyword filter), and the
-  identity of the model whose vector is stored for it (NULL while the vector is pending).
-- ``chunks_fts``: FTS5 over (text, kind); ``chunks_vec``: a vec0 table of one model's vectors, cosine distance.
-- ``files``: the stat of every vault file as last indexed; ``dirs``: directory mtimes; ``meta``: the model
-  identity, the chunking version, the time of the last full scan.
+- ``docs``: one row per memory with the fields recall ranks on, its whole text (``body``, the only copy of it in
+  the index), the header put before every chunk when it is embedded, the fields the keyword index weighs apart
+  (``item_id`` as the key; the category or description and the tags in ``meta``), the hash of what was cut and
+  embedded (8 bytes: :func:`hash_key`), and how it was cut (``cut``: by the model's tokenizer or, while no
+  model was at hand, by words; word cuts are re-cut before they are embedded).
+- ``chunks``: where each chunk lies in its doc's body (``start``, ``len``, in characters) and which model's vector
+  is stored for it (``model``, an id in ``models``; NULL while the vector is pending). A chunk's text is the
+  header, a newline, and that piece of the body (:data:`CHUNK_TEXT`; the ``chunk_texts`` view shows it). Rowids
+  are never reused (AUTOINCREMENT): a chunk's text never changes under its rowid, so a vector computed for a rowid
+  is written only if that rowid still exists and is pending.
+- ``chunks_fts``: FTS5 over (body, key, category, tags, kind) whose external content is the ``chunk_fields``
+  view over chunks and docs: it keeps the words, not the text. ``chunks_vec``: a vec0 table of one model's
+  vectors, cosine distance.
+- ``files``: the stat of every vault file as last indexed; ``dirs``: directory mtimes; ``kinds``: docs per kind
+  (kept by trigger: the keyword search's kind filter takes the shorter list); ``meta``: the model identity, the
+  chunking version, the time of the last full scan.
 """
 from __future__ import annotations
 
@@ -20,12 +28,179 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import SearchIndexError
-from ..rules.migrations import migrate, transaction
+from ..rules.migrations import Step, migrate, statements, transaction
 
 if TYPE_CHECKING:
     import sqlite3
 
-MIGRATIONS: list[tuple[str, str]] = [
+# ------------------------------------------------------------------------------------------------ schema
+#: The text of chunk ``c`` of doc ``d`` as it is embedded: the header and a newline (when there is a header), then
+#: the chunk's piece of the body. :func:`memvault.index.documents.chunk_text` is the same in Python.
+CHUNK_TEXT = ("CASE WHEN d.header = '' THEN '' ELSE d.header || char(10) END || substr(d.body, {c}.start + 1, "
+              "{c}.len)")
+#: The keyword index's columns. A query's words are matched in the first four (:data:`FTS_SEARCHED`), each
+#: weighed on its own by BM25; ``kind`` is only a filter. The body comes first: FTS5 marks the column of every
+#: position outside the first, and most words are in the body (31 bytes a row less at 10k facts).
+FTS_COLUMNS = ("body", "key", "category", "tags", "kind")
+FTS_SEARCHED = "{body key category tags}"
+#: What the keyword index holds of chunk ``{c}`` (alias) of doc ``{d}``: its own piece of the body (the header's
+#: words are in the fields, not repeated), its key (a fact's key, a runbook's name; an episode's id is no word), its
+#: category (a fact's category, a runbook's description line) and tags (the JSON array's text: the tokenizer keeps
+#: the words), both from the doc's ``meta`` JSON (json_each would be simpler, but FTS5 cannot read a view that calls
+#: a table-valued function), and its kind. The ``chunk_fields`` view is these values; FTS5 reads it as its external content (to rebuild), never as
+#: a copy of the text.
+_FTS_EXPRESSIONS = ("substr({d}.body, {c}.start + 1, {c}.len)",
+                    "CASE WHEN {d}.kind = 'episode' THEN '' ELSE {d}.item_id END",
+                    "coalesce(json_extract({d}.meta, '$.category'), json_extract({d}.meta, '$.description'), '')",
+                    "coalesce(json_extract({d}.meta, '$.tags'), '')",
+                    "{d}.kind")
+FTS_VALUES = ", ".join(_FTS_EXPRESSIONS)
+_COLS = ", ".join(FTS_COLUMNS)
+_ADD = f"INSERT INTO chunks_fts(rowid, {_COLS})"
+_DEL = f"INSERT INTO chunks_fts(chunks_fts, rowid, {_COLS})"
+#: A doc's fields that its keyword rows are made of.
+_DOC_FIELDS = ("item_id", "kind", "meta", "body")
+_CHANGED = " OR ".join(f"old.{f} IS NOT new.{f}" for f in _DOC_FIELDS)
+
+_TEXT_ONCE_SCHEMA = """
+    CREATE TABLE models(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE);
+    CREATE TABLE chunks_new(
+        rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+        doc INTEGER NOT NULL REFERENCES docs(doc) ON DELETE CASCADE,
+        chunk INTEGER NOT NULL, start INTEGER NOT NULL, len INTEGER NOT NULL,
+        model INTEGER REFERENCES models(id),
+        UNIQUE(doc, chunk));
+    CREATE TABLE files_new(
+        path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+        ino INTEGER NOT NULL, pending INTEGER NOT NULL DEFAULT 0, tail TEXT) WITHOUT ROWID;
+    CREATE TABLE dirs_new(path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE kinds(kind TEXT PRIMARY KEY, docs INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO kinds SELECT kind, COUNT(*) FROM docs GROUP BY kind;
+    CREATE TRIGGER docs_ai_kinds AFTER INSERT ON docs BEGIN
+        INSERT INTO kinds(kind, docs) VALUES (new.kind, 1) ON CONFLICT(kind) DO UPDATE SET docs = docs + 1;
+    END;
+    CREATE TRIGGER docs_ad_kinds AFTER DELETE ON docs BEGIN
+        UPDATE kinds SET docs = docs - 1 WHERE kind = old.kind;
+    END;
+"""
+# The keyword rows follow the chunks and their docs by trigger, whatever the order of the writes: a row is deleted
+# with exactly the values it was added with (FTS5 needs them, and keeps its row count and lengths for BM25 right),
+# read before they change. A doc deleted takes its rows first (its chunks go after it, by cascade, when the doc
+# is no longer there to read: their own trigger then finds nothing to do).
+_TEXT_ONCE_SWAP = f"""
+    DROP TRIGGER chunks_ai;
+    DROP TRIGGER chunks_ad;
+    DROP TRIGGER chunks_au;
+    DROP TABLE chunks_fts;
+    DROP VIEW items;
+    DROP TABLE chunks;
+    ALTER TABLE chunks_new RENAME TO chunks;
+    CREATE INDEX chunks_pending ON chunks(model) WHERE model IS NULL;
+    INSERT INTO files_new SELECT path, kind, size, mtime_ns, ino, pending, tail FROM files;
+    DROP TABLE files;
+    ALTER TABLE files_new RENAME TO files;
+    INSERT INTO dirs_new SELECT path, mtime_ns FROM dirs;
+    DROP TABLE dirs;
+    ALTER TABLE dirs_new RENAME TO dirs;
+    CREATE VIEW chunk_fields AS
+        SELECT c.rowid AS rowid, {", ".join(f"{e} AS {n}" for e, n in zip(_FTS_EXPRESSIONS, FTS_COLUMNS)).format(
+            c="c", d="d")} FROM chunks c JOIN docs d ON d.doc = c.doc;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        {_COLS}, content='chunk_fields', content_rowid='rowid',
+        tokenize='porter unicode61 remove_diacritics 2');
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        {_ADD} SELECT new.rowid, {FTS_VALUES.format(c="new", d="d")} FROM docs d WHERE d.doc = new.doc;
+    END;
+    CREATE TRIGGER chunks_bd BEFORE DELETE ON chunks BEGIN
+        {_DEL} SELECT 'delete', old.rowid, {FTS_VALUES.format(c="old", d="d")} FROM docs d WHERE d.doc = old.doc;
+    END;
+    CREATE TRIGGER chunks_bu BEFORE UPDATE OF doc, start, len ON chunks BEGIN
+        {_DEL} SELECT 'delete', old.rowid, {FTS_VALUES.format(c="old", d="d")} FROM docs d WHERE d.doc = old.doc;
+    END;
+    CREATE TRIGGER chunks_au AFTER UPDATE OF doc, start, len ON chunks BEGIN
+        {_ADD} SELECT new.rowid, {FTS_VALUES.format(c="new", d="d")} FROM docs d WHERE d.doc = new.doc;
+    END;
+    CREATE TRIGGER docs_bd BEFORE DELETE ON docs BEGIN
+        {_DEL} SELECT 'delete', c.rowid, {FTS_VALUES.format(c="c", d="old")} FROM chunks c WHERE c.doc = old.doc;
+    END;
+    CREATE TRIGGER docs_bu BEFORE UPDATE OF {", ".join(_DOC_FIELDS)} ON docs WHEN {_CHANGED} BEGIN
+        {_DEL} SELECT 'delete', c.rowid, {FTS_VALUES.format(c="c", d="old")} FROM chunks c WHERE c.doc = old.doc;
+    END;
+    CREATE TRIGGER docs_au AFTER UPDATE OF {", ".join(_DOC_FIELDS)} ON docs WHEN {_CHANGED} BEGIN
+        {_ADD} SELECT c.rowid, {FTS_VALUES.format(c="c", d="new")} FROM chunks c WHERE c.doc = new.doc;
+    END;
+    CREATE VIEW chunk_texts AS
+        SELECT c.rowid AS rowid, d.kind AS kind, d.item_id AS id, c.chunk AS chunk,
+               {CHUNK_TEXT.format(c="c")} AS text, m.key AS model
+        FROM chunks c JOIN docs d ON d.doc = c.doc LEFT JOIN models m ON m.id = c.model;
+"""
+
+
+def hash_key(text_hash: str) -> bytes:
+    """A doc's hash as the index stores it: the first 8 bytes of the digest, as a blob (a column of TEXT affinity
+    keeps a blob as it is) instead of 32 hex characters; it only tells whether one doc's text changed."""
+    return bytes.fromhex(text_hash[:16])
+
+
+def _locate(header: str, body: str, text: str, after: int) -> tuple[int, int] | None:
+    """(start, len) of the piece of ``body`` that, after ``header``, is exactly ``text``; None if there is none."""
+    head = header + "\n" if header else ""
+    if not text.startswith(head):
+        return None
+    piece = text[len(head):]
+    at = body.find(piece, after)
+    if at < 0:
+        at = body.find(piece)
+    return None if at < 0 else (at, len(piece))
+
+
+def _text_once(conn: sqlite3.Connection) -> None:
+    """0005: every text once. Chunks become spans of their doc's body (the text was kept in the doc and in the
+    chunk), the keyword index reads its external content through a view of both and has the key, category and
+    tags as fields BM25 weighs apart, a chunk's model becomes an id, and files and dirs lose their rowid (their path
+    is their key).
+
+    No vector is computed again: a chunk whose text its span reproduces keeps its vector. One that cannot be
+    reproduced (cut by a memvault that did it otherwise) loses its vector and its doc is re-cut before the next
+    embedding. The category, description and tags come from the docs' ``meta``, which the next full sync fills
+    (``documents.FIELDS``) without embedding anything again. A doc's hash becomes 8 bytes (:func:`hash_key`).
+    """
+    for statement in statements(_TEXT_ONCE_SCHEMA):
+        conn.execute(statement)
+    conn.execute("INSERT INTO models(key) SELECT DISTINCT model FROM chunks WHERE model IS NOT NULL ORDER BY 1")
+    models = {key: id_ for id_, key in conn.execute("SELECT id, key FROM models")}
+    conn.executemany("UPDATE docs SET hash = ? WHERE doc = ?",
+                     [(hash_key(h), doc) for doc, h in conn.execute("SELECT doc, hash FROM docs").fetchall()])
+    has_vec = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone() is not None
+    rows, lost, recut = [], [], set()
+    current, header, body, after = None, "", "", 0
+    for rowid, doc, chunk, text, model in conn.execute(
+            "SELECT rowid, doc, chunk, text, model FROM chunks ORDER BY doc, chunk").fetchall():
+        if doc != current:
+            current, after = doc, 0
+            header, body = conn.execute("SELECT header, body FROM docs WHERE doc = ?", (doc,)).fetchone()
+        span = _locate(header, body, text, after)
+        if span is None:
+            recut.add(doc)
+            span = (0, 0)
+        else:
+            after = span[0]
+        rows.append((rowid, doc, chunk, *span, models.get(model)))
+    for i, row in enumerate(rows):
+        if row[1] in recut:
+            if row[5] is not None:
+                lost.append(row[0])
+            rows[i] = (*row[:5], None)
+    conn.executemany("INSERT INTO chunks_new(rowid, doc, chunk, start, len, model) VALUES (?,?,?,?,?,?)", rows)
+    conn.executemany("UPDATE docs SET cut = 'words' WHERE doc = ?", [(d,) for d in sorted(recut)])
+    if has_vec:
+        conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", [(r,) for r in lost])
+    for statement in statements(_TEXT_ONCE_SWAP):
+        conn.execute(statement)
+
+
+MIGRATIONS: list[tuple[str, Step]] = [
     (
         "0001_core",
         """
@@ -120,6 +295,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         UPDATE files SET mtime_ns = -1;
         """,
     ),
+    ("0005_index_text_once", _text_once),
 ]
 
 

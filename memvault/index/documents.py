@@ -1,10 +1,12 @@
 """What the index holds of each memory (a :class:`Doc`), read from the vault's files, and how its text is cut.
 
-A fact is one doc (its key, category and tags form the header joined to every chunk), an episode line is one doc,
-a procedure is one doc whose body may be cut into several chunks. Chunks are windows of the model's own tokens,
-each an exact substring of the body; a body that surely fits one window (fewer bytes than tokens allowed: no
-tokenizer makes more tokens than bytes) is one chunk without asking the tokenizer. While no model is at hand,
-longer bodies are cut by words (``cut = "words"``) and re-cut by the model before they are embedded.
+A fact is one doc (its key, category and tags form the header put before every chunk when it is embedded, and
+are fields of their own in the keyword index), an episode line is one doc, a procedure is one doc whose body may
+be cut into several chunks. Chunks are windows of the model's own tokens, each an exact span of the body (the
+index stores the span, not the text: :func:`chunk_text`); a body that surely fits one window (fewer bytes than
+tokens allowed: no tokenizer makes more tokens than bytes) is one chunk without asking the tokenizer. While no
+model is at hand, longer bodies are cut by words (``cut = "words"``) and re-cut by the model before they are
+embedded.
 """
 from __future__ import annotations
 
@@ -35,9 +37,15 @@ FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
 CHUNKING = "v1:model-window/32"
 #: What a doc records besides its text (``Doc.meta``): when a release changes it, the next full sync re-reads every
 #: file once to fill it in (the text hashes do not change, so nothing is embedded again).
-FIELDS = "v1:meta-browse"
+FIELDS = "v2:meta-browse-procedure"
 #: Consecutive raw episodes of one source at most this many seconds apart are one conversation.
 NEIGHBOUR_GAP = 600.0
+
+
+def meta_json(value: Any) -> str:
+    """A doc's ``meta`` as stored: JSON with every character as it is (the keyword index reads the tags' text, and a
+    listing that looks for a value in it must write it the same way)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def text_hash(text: str) -> str:
@@ -62,9 +70,11 @@ class Doc:
     review_after: float | None = None
     ekind: str | None = None  # an episode's kind (raw, summary, procedure_run, ...)
     ref: str | None = None    # what a procedure_run episode ran (the procedure's name)
-    #: Fields people browse by, as JSON (never embedded, never searched as words): a fact's category and tags; an
-    #: episode's tags and the agent session it was captured from (session, runtime); a procedure_run's record
-    #: (commit, blob, exit_code, duration_ms, dirty), shown with the runbook.
+    #: Fields people browse by, as JSON (never embedded): a fact's category and tags; a runbook's description and
+    #: tags; an episode's tags and the agent session it was captured from (session, runtime); a procedure_run's
+    #: record (commit, blob, exit_code, duration_ms, dirty), shown with the runbook. The category (or description)
+    #: and the tags are also fields of the keyword index, weighed apart (:data:`memvault.index.db.FTS_VALUES`),
+    #: which reads the tags as the JSON array's text: non-ASCII is kept as it is (``ensure_ascii=False``).
     meta: str | None = None
     #: A raw episode's previous line (same source, at most NEIGHBOUR_GAP before): a turn of a conversation is
     #: embedded with the turn before it as well as alone (stored text, keywords and what recall returns stay the
@@ -109,7 +119,7 @@ def fact_doc(fact: Fact, rel: str) -> Doc:
         created=format_time(fact.created) if fact.created else None,
         updated=format_time(fact.updated) if fact.updated else None,
         valid_until=fact.valid_until.isoformat() if fact.valid_until else None, review_after=fact.review_after,
-        meta=json.dumps({"category": fact.category, "tags": list(fact.tags)}),
+        meta=meta_json({"category": fact.category, "tags": list(fact.tags)}),
     )
 
 
@@ -118,7 +128,8 @@ def procedure_doc(name: str, data: bytes, path: Path, rel: str, mtime: float) ->
     description, tags = parse_metadata(path, text)
     header = name + (f" — {description}" if description else "") + (f" ({', '.join(tags)})" if tags else "")
     stamp = format_time(datetime.fromtimestamp(mtime, timezone.utc).replace(microsecond=0))
-    return Doc("procedure", name, rel, header, text, 0.5, 1.0, None, stamp, stamp)
+    meta = meta_json({"description": description, "tags": list(tags)}) if description or tags else None
+    return Doc("procedure", name, rel, header, text, 0.5, 1.0, None, stamp, stamp, meta=meta)
 
 
 def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, start: int = 0,
@@ -200,7 +211,7 @@ def _episode_fields(e: Any, ref: str | None) -> str | None:
             out[field_name] = str(value)[:200]
     if e.tags:
         out["tags"] = list(e.tags)
-    return json.dumps(out) if out else None
+    return meta_json(out) if out else None
 
 
 #: What a procedure_run episode's record keeps in the index (shown with its runbook).
@@ -230,40 +241,76 @@ class Splitter(Protocol):
     def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]: ...
 
 
-def fallback_split(text: str, words: int = FALLBACK_WORDS, overlap: int = FALLBACK_OVERLAP) -> list[str]:
-    """Word windows (exact substrings) for when no tokenizer is loaded; replaced once the model is there."""
+def chunk_text(header: str, body: str, start: int, end: int) -> str:
+    """The text a chunk is embedded as: the header and a newline (when there is a header), then its span of the
+    body. The index computes the same in SQL (:data:`memvault.index.db.CHUNK_TEXT`)."""
+    return (header + "\n" if header else "") + body[start:end]
+
+
+def fallback_spans(text: str, words: int = FALLBACK_WORDS, overlap: int = FALLBACK_OVERLAP) -> list[tuple[int, int]]:
+    """Word windows for when no tokenizer is loaded; replaced once the model is there."""
     spans = [m.span() for m in re.finditer(r"\S+", text)]
     if len(spans) <= words:
-        return [text]
+        return [(0, len(text))]
     out = []
     start = 0
     while start < len(spans):
         end = min(start + words, len(spans))
-        out.append(text[spans[start][0] : spans[end - 1][1]])
+        out.append((spans[start][0], spans[end - 1][1]))
         if end == len(spans):
             break
         start = end - overlap
     return out
 
 
-def cut(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None) -> list[tuple[list[str], str]]:
-    """The chunk texts of each doc, and how they were cut (``"model"`` or ``"words"``).
+def fallback_split(text: str, words: int = FALLBACK_WORDS, overlap: int = FALLBACK_OVERLAP) -> list[str]:
+    """:func:`fallback_spans` as texts."""
+    return [text[s:e] for s, e in fallback_spans(text, words, overlap)]
+
+
+def _spans_of(body: str, pieces: list[str]) -> list[tuple[int, int]] | None:
+    """Where each piece (exact substrings of ``body``, in order) lies; None if one is not found."""
+    out, after = [], 0
+    for piece in pieces:
+        at = body.find(piece, after)
+        if at < 0:
+            return None
+        out.append((at, at + len(piece)))
+        after = at
+    return out
+
+
+Spans = list[tuple[int, int]]
+
+
+def cut_spans(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None) -> list[tuple[Spans, str]]:
+    """The chunks of each doc as spans of its body, and how they were cut (``"model"`` or ``"words"``).
 
     ``max_tokens`` is the model's window when it is known (from the index's model identity) even if no model is
     loaded: a body of fewer bytes than that is one chunk, exactly as the model would cut it.
     """
-    out: list[tuple[list[str], str]] = []
+    out: list[tuple[Spans, str]] = []
     if splitter is not None:
         max_tokens = splitter.identity.max_tokens
     for d in docs:
         head = d.header + "\n" if d.header else ""
+        whole = [(0, len(d.body))]
         if max_tokens is not None and len(head.encode()) + len(d.body.encode()) <= max_tokens - 2:
-            out.append(([head + d.body], "model"))
+            out.append((whole, "model"))
             continue
         if splitter is None:
-            out.append(([head + p for p in fallback_split(d.body)] or [head + d.body], "words"))
+            out.append((fallback_spans(d.body), "words"))
             continue
         window = splitter.identity.max_tokens - 2 - (splitter.count_tokens(head) if head else 0)
-        pieces = splitter.split(d.body, max(16, window), CHUNK_OVERLAP)
-        out.append(([head + p for p in pieces] or [head.strip() or d.body], "model"))
+        spans = _spans_of(d.body, splitter.split(d.body, max(16, window), CHUNK_OVERLAP))
+        if spans is None:  # a splitter that did not return substrings: words, re-cut at the next embedding
+            out.append((fallback_spans(d.body), "words"))
+        else:
+            out.append((spans or whole, "model"))
     return out
+
+
+def cut(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None) -> list[tuple[list[str], str]]:
+    """:func:`cut_spans` as the chunk texts to embed (header included)."""
+    return [([chunk_text(d.header, d.body, s, e) for s, e in spans], how)
+            for d, (spans, how) in zip(docs, cut_spans(docs, splitter, max_tokens))]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .db import batches, marks
+from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
+from .db import FTS_SEARCHED, batches, marks
 from .documents import KINDS
 
 if TYPE_CHECKING:
@@ -133,30 +135,79 @@ def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cach
         idf = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
         weight += idf
         if df and conn.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
-                               (f'text : "{term}"', rowid)).fetchone():
+                               (f'{FTS_SEARCHED} : "{term}"', rowid)).fetchone():
             held += idf
     return held / weight if weight else 0.0
 
 
+@dataclass(frozen=True)
+class FieldWeights:
+    """How much a query word counts in each field of a chunk, the body's count being the unit: BM25's term
+    frequency is the weighted sum over the fields (FTS5's ``bm25()`` column weights), so a word in a memory's key
+    can count more than the same word in its text. The key's 3 was chosen on the eval dev sets, every set left out
+    in turn scoring as well or better than with 1 (docs/benchmarks.md, "Issue 17: fields"); no dev item has a
+    category or tags that tell items apart, so those stay at the body's 1."""
+
+    key: float = DEFAULT_FIELDS["key"]
+    category: float = DEFAULT_FIELDS["category"]
+    tags: float = DEFAULT_FIELDS["tags"]
+    body: float = DEFAULT_FIELDS["body"]
+
+    def params(self) -> tuple[float, float, float, float, float]:
+        """The arguments of ``bm25(chunks_fts, ...)``, one per FTS5 column in its order (body, key, category, tags,
+        kind; ``kind`` never counts)."""
+        return (self.body, self.key, self.category, self.tags, 0.0)
+
+
+DEFAULT_FIELD_WEIGHTS = FieldWeights()
+#: The keyword search: one FTS5 query (the kind filter is a column filter inside the MATCH expression); the
+#: parameters are the five column weights of :meth:`FieldWeights.params`, the expression and the limit.
+KEYWORD_SQL = ("SELECT rowid, bm25(chunks_fts, ?, ?, ?, ?, ?) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
+               "ORDER BY s LIMIT ?")
+
+
 def keyword_sql(kinds: Sequence[str]) -> tuple[str, bool]:
     """The FTS5 query of :func:`match` and whether it filters by kind."""
-    filtered = set(kinds) != set(KINDS)
-    return ("SELECT rowid, bm25(chunks_fts, 1.0, 0.0) AS s FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY s LIMIT ?", filtered)
+    return KEYWORD_SQL, set(kinds) != set(KINDS)
 
 
-def match(conn: sqlite3.Connection, expr: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+def match_expression(expr: str, kinds: Sequence[str], counts: dict[str, int] | None = None) -> str:
+    """An FTS5 expression over the searched fields, with the kind filter as a column filter.
+
+    With ``counts`` (rows per kind), the filter takes the shorter list: the kinds wanted (``AND kind : ...``) or
+    the kinds not wanted (``NOT kind : ...``), none at all when no row is of an unwanted kind. Intersecting with the
+    posting list of a kind costs as many steps as it has rows: "facts only" in a vault of facts read every row's
+    kind (1.7x the unfiltered search at 100k), where leaving out the few episodes costs nothing."""
+    full = f"{FTS_SEARCHED} : ({expr})"
+    wanted = [k for k in KINDS if k in set(kinds)]
+    if len(wanted) == len(KINDS):
+        return full
+    others = [k for k in KINDS if k not in wanted]
+    if counts is not None:
+        inside, outside = sum(counts.get(k, 0) for k in wanted), sum(counts.get(k, 0) for k in others)
+        if outside == 0:
+            return full
+        if outside < inside:
+            return full + " NOT kind : (" + " OR ".join(f'"{k}"' for k in others) + ")"
+    return full + " AND kind : (" + " OR ".join(f'"{k}"' for k in wanted) + ")"
+
+
+def match(conn: sqlite3.Connection, expr: str, kinds: Sequence[str], limit: int,
+          weights: FieldWeights | None = None, counts: dict[str, int] | None = None) -> list[tuple[int, float]]:
     """(chunk rowid, BM25 as a positive score) of chunks of ``kinds`` matching an FTS5 expression, best first.
 
-    The words are matched in the ``text`` column only; the kind filter is a second column filter in the same
-    FTS5 query, so the cost follows the matches, not the number of docs of that kind."""
+    The words are matched in the body, key, category and tags fields, each weighed by ``weights``; the kind filter
+    is a column filter in the same FTS5 query (the shorter way round when ``counts``, the rows per kind, are
+    given), so the cost follows the matches, not the number of docs of that kind."""
     if not expr:
         return []
-    sql, filtered = keyword_sql(kinds)
-    full = f"text : ({expr})"
-    if filtered:
-        full += " AND kind : (" + " OR ".join(f'"{k}"' for k in kinds) + ")"
-    return [(r[0], -r[1]) for r in conn.execute(sql, (full, limit))]
+    params = (weights or DEFAULT_FIELD_WEIGHTS).params()
+    return [(r[0], -r[1]) for r in conn.execute(KEYWORD_SQL, (*params, match_expression(expr, kinds, counts),
+                                                             limit))]
+
+
+#: Docs per kind, kept by trigger (three rows at most).
+KIND_COUNTS_SQL = "SELECT kind, docs FROM kinds"
 
 
 def vector_sql(kinds: Sequence[str]) -> str:

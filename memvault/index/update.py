@@ -1,37 +1,37 @@
 """Keeping the index in step with the files, in two phases that never hold a lock while a model works.
 
-1. **Text** (:func:`sync_text`): stat the files (all of them, or only the ones a write named), re-read those whose
-   (size, mtime, inode) changed, diff their docs by (kind, id) and hash, and write the difference in one short
-   transaction: metadata refreshed in place, changed text re-cut with its vectors dropped (pending), gone docs
-   deleted. Keyword search sees the change as soon as it commits. An episode file that only grew (same inode, the
-   indexed tail unchanged) is read from where the index stopped, not from the start.
-2. **Vectors** (:func:`embed_pending`): docs cut by words are re-cut by the model's tokenizer, then pending chunks
-   are embedded in batches, each batch written in its own short transaction (a chunk whose text changed meanwhile is
-   skipped by its hash). Work done is kept: a later call starts where this one stopped, so pending work shrinks
-   every time it is touched.
+1. **Text** (:func:`sync_text`, here): stat the files (all of them, or only the ones a write named), re-read those
+   whose (size, mtime, inode) changed, diff their docs by (kind, id) and hash, and write the difference in short
+   transactions (one, or one per batch of files): metadata refreshed in place, changed text re-cut with its vectors
+   dropped (pending), gone docs deleted. Keyword search sees the change as soon as it commits. An episode file that
+   only grew (same inode, the indexed tail unchanged) is read from where the index stopped, not from the start.
+2. **Vectors** (:func:`memvault.index.vectors.embed_pending`): docs cut by words are re-cut by the model's
+   tokenizer, then pending chunks are embedded a group at a time, each group written in its own short transaction.
+   Work done is kept: a later call starts where this one stopped, so pending work shrinks every time it is touched.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import MemvaultError
-from .db import batches, marks, transaction
-from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut, read_docs, text_hash
+from .db import batches, hash_key, marks, transaction
+from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from ..models.embeddings import Embedder, ModelIdentity
+    from ..models.embeddings import ModelIdentity
 
 Progress = Callable[[int, int], None]
-#: Texts per encode call: large enough for full length-sorted batches, small enough for a live progress bar.
+#: Texts per encode call (a group, sorted by length): large enough for full length-sorted batches, small enough for
+#: a live progress bar and for text still being written in a rebuild.
 EMBED_GROUP = 512
 TAIL_BYTES = 4096
 
@@ -52,6 +52,9 @@ class SyncReport:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Seconds spent in each stage (read, write text, cut, encode, write vectors, wait for text): where a
+    #: reindex's time goes beside the model's own.
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -64,6 +67,8 @@ class SyncReport:
         self.files_seen = max(self.files_seen, other.files_seen)
         self.chunks_pending = other.chunks_pending
         self.model_loaded = self.model_loaded or other.model_loaded
+        for stage, seconds in other.timings.items():
+            self.timings[stage] = self.timings.get(stage, 0.0) + seconds
         self.warnings += [w for w in other.warnings if w not in self.warnings]
         self.problems += [p for p in other.problems if p not in self.problems]
         return self
@@ -188,9 +193,14 @@ def _tail_hash(path: Path, size: int) -> str | None:
 # ------------------------------------------------------------------------------------------------ phase 1: text
 def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str] | None,
               identity: ModelIdentity | None, splitter: Splitter | None, report: SyncReport,
-              full_scan_record: bool = True, reread: bool = False) -> SyncReport:
+              full_scan_record: bool = True, reread: bool = False, batch_files: int | None = None,
+              on_batch: Callable[[], None] | None = None, stop: threading.Event | None = None) -> SyncReport:
     """Phase 1 (see the module doc): bring the text rows of the index in step with the files. ``reread`` (with
-    ``only``): read those files even when ``stat`` says they are as indexed; unchanged docs cost a hash compare."""
+    ``only``): read those files even when ``stat`` says they are as indexed; unchanged docs cost a hash compare.
+
+    With ``batch_files``, the changed files are written that many at a time, each batch in its own transaction,
+    ``on_batch`` called after each commit (a rebuild embeds what is written while the next batch is read); ``stop``
+    ends it between two batches."""
     problems: list[str] = []
     if only is not None:
         wanted = sorted(set(only))
@@ -232,42 +242,55 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('fields', ?)", (FIELDS,))
             conn.execute("UPDATE files SET mtime_ns = -1")
         known = {rel: (k, size, -1, ino, tail) for rel, (k, size, _mtime, ino, tail) in known.items()}
-    changed = [rel for rel, (kind, size, mtime, ino) in disk.items()
-               if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino) or (reread and only is not None)]
+    # in path order: the rows of a full build go into every index on paths and keys in order (fuller pages)
+    changed = sorted(rel for rel, (kind, size, mtime, ino) in disk.items()
+                     if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino) or (reread and only is not None))
     removed = [rel for rel in known if rel not in disk]
     if not changed and not removed:
         return report
     report.files_changed, report.files_removed = len(changed), len(removed)
-
-    docs: list[Doc] = []
-    read_problems: dict[str, tuple[list[str], bool]] = {}  # rel -> (its problems, read from where it stopped)
-    replaced: set[str] = set(removed)  # files whose docs are all known here (others only grew)
-    tails: dict[str, str | None] = {}
-    for rel in changed:
-        kind, size, _mtime_ns, ino = disk[rel]
-        start = 0
-        old = known.get(rel)
-        if kind == "episode" and old is not None and old[3] == ino and size > old[1] and old[4]:
-            if _tail_hash(sources.root / rel, old[1]) == old[4]:
-                start = old[1]  # an append: read only the new lines
-        if start == 0:
-            replaced.add(rel)
-        previous = _last_episode(conn, rel) if start else None
-        found: list[str] = []
-        docs.extend(read_docs(sources, rel, kind, found, start=start, previous=previous))
-        report.problems.extend(found)
-        read_problems[rel] = (found, start > 0)
-        if kind == "episode":
-            tails[rel] = _tail_hash(sources.root / rel, size)
     max_tokens = identity.max_tokens if identity is not None else None
-    _write_text(conn, docs, replaced, splitter, max_tokens, report)
-    remember_problems(conn, files=read_problems, gone=removed)
-    with transaction(conn):
-        conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in removed])
-        conn.executemany(
-            "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
-            [(rel, *disk[rel], tails.get(rel)) for rel in changed])
+    # One transaction per batch of files, each file's row written with its docs: a crash loses at most the batch
+    # in progress (its files are read again next time). Files that are gone come last, so a doc that moved from
+    # one of them into a file read in an earlier batch is found there, not deleted.
+    groups = [changed[i:i + batch_files] for i in range(0, len(changed), batch_files)] if batch_files else [changed]
+    seen: set[tuple[str, str]] = set()
+    for n, group in enumerate(groups or [[]]):
+        if stop is not None and stop.is_set():
+            break
+        started = time.perf_counter()
+        docs: list[Doc] = []
+        replaced: set[str] = set()  # files whose docs are all read here (others only grew)
+        read_problems: dict[str, tuple[list[str], bool]] = {}  # rel -> (its problems, read from where it stopped)
+        rows = []
+        for rel in group:
+            kind, size, _mtime_ns, ino = disk[rel]
+            start = 0
+            old = known.get(rel)
+            if kind == "episode" and old is not None and old[3] == ino and size > old[1] and old[4]:
+                if _tail_hash(sources.root / rel, old[1]) == old[4]:
+                    start = old[1]  # an append: read only the new lines
+            if start == 0:
+                replaced.add(rel)
+            previous = _last_episode(conn, rel) if start else None
+            found: list[str] = []
+            docs.extend(read_docs(sources, rel, kind, found, start=start, previous=previous))
+            report.problems.extend(found)
+            read_problems[rel] = (found, start > 0)
+            rows.append((rel, *disk[rel], _tail_hash(sources.root / rel, size) if kind == "episode" else None))
+        gone_files = removed if n == len(groups) - 1 or not groups else []
+        _time(report, "read", started)
+        started = time.perf_counter()
+        _write_text(conn, docs, replaced | set(gone_files), splitter, max_tokens, report, seen, rows, gone_files)
+        remember_problems(conn, files=read_problems, gone=gone_files)
+        _time(report, "write text", started)
+        if on_batch is not None:
+            on_batch()
     return report
+
+
+def _time(report: SyncReport, stage: str, started: float) -> None:
+    report.timings[stage] = report.timings.get(stage, 0.0) + time.perf_counter() - started
 
 
 def remember_problems(conn: sqlite3.Connection, *, scan: list[str] | None = None,
@@ -313,9 +336,12 @@ def _last_episode(conn: sqlite3.Connection, rel: str) -> Doc | None:
 
 
 def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
-                max_tokens: int | None, report: SyncReport) -> None:
-    """Diff ``docs`` against the index and write the difference. ``replaced`` are the files whose docs are all in
-    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones."""
+                max_tokens: int | None, report: SyncReport, seen: set[tuple[str, str]],
+                file_rows: Sequence[tuple[Any, ...]], gone_files: Sequence[str]) -> None:
+    """Diff ``docs`` against the index and write the difference, with the rows of the files read (``file_rows``)
+    and without those of ``gone_files``, in one transaction. ``replaced`` are the files whose docs are all in
+    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones. ``seen``
+    holds the docs written by earlier batches of the same sync (a second copy of one is a duplicate)."""
     existing: dict[tuple[str, str], tuple[int, str]] = {}
     for path_batch in batches(sorted(replaced), 500):
         for doc_id, kind, item_id, h in conn.execute(
@@ -329,7 +355,6 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
                 f"SELECT doc, kind, item_id, hash FROM docs WHERE {clauses}", tuple(x for pair in batch for x in pair)):
             existing[(kind, item_id)] = (doc_id, h)
 
-    seen: set[tuple[str, str]] = set()
     to_cut: list[tuple[Doc, int | None]] = []
     meta_updates = []
     for d in docs:
@@ -339,7 +364,7 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             continue
         seen.add(key)
         row = existing.get(key)
-        if row is not None and row[1] == d.hash:
+        if row is not None and row[1] == hash_key(d.hash):
             meta_updates.append(d)
             report.metadata_only += 1
             continue
@@ -350,8 +375,8 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
             report.docs_changed += 1
     # Only docs of ``replaced`` files can be missing from ``docs`` (the other rows looked up are docs' own keys).
     gone = [row[0] for key, row in existing.items() if key not in seen]
-    report.docs_removed = len(gone)
-    cuts = cut([d for d, _ in to_cut], splitter, max_tokens)
+    report.docs_removed += len(gone)
+    cuts = cut_spans([d for d, _ in to_cut], splitter, max_tokens)
     has_vec = _has_vectors(conn)
 
     with transaction(conn):
@@ -366,24 +391,32 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
                WHERE kind = ? AND item_id = ?""",
             [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
               d.review_after, d.ekind, d.ref, d.meta, d.context, d.kind, d.item_id) for d in meta_updates])
-        for (d, doc_id), (texts, how) in zip(to_cut, cuts):
-            values = (d.path, d.header, d.body, d.hash, how, d.importance, d.confidence, d.source, d.created,
-                      d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context)
+        for (d, doc_id), (spans, how) in zip(to_cut, cuts):
+            values = (d.path, d.header, d.body, hash_key(d.hash), how, d.importance, d.confidence, d.source,
+                      d.created, d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context)
             if doc_id is None:
                 doc_id = conn.execute(
                     """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
                                         updated, valid_until, review_after, ekind, ref, meta, context, kind, item_id)
                        VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""", (*values, d.kind, d.item_id)).lastrowid
             else:
+                # the old chunks go first: their keyword rows are deleted by rowid, never from the new text
+                _drop_chunks(conn, [doc_id], has_vec)
                 conn.execute(
                     """UPDATE docs SET path = ?, header = ?, body = ?, hash = ?, cut = ?, importance = ?,
                                        confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
                                        review_after = ?, ekind = ?, ref = ?, meta = ?, context = ? WHERE doc = ?""",
                     (*values, doc_id))
-                _drop_chunks(conn, [doc_id], has_vec)
-            conn.executemany("INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
-                             [(doc_id, j, d.kind, text, text_hash(text)) for j, text in enumerate(texts)])
+            conn.executemany(INSERT_CHUNK, [(doc_id, j, start, end - start) for j, (start, end) in enumerate(spans)])
+        conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in gone_files])
+        conn.executemany(
+            "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
+            file_rows)
     report.chunks_pending = pending_count(conn)
+
+
+#: A chunk as a span of its doc's body, pending (no vector yet); the keyword index learns it by trigger.
+INSERT_CHUNK = "INSERT INTO chunks(doc, chunk, start, len, model) VALUES (?,?,?,?,NULL)"
 
 
 def _has_vectors(conn: sqlite3.Connection) -> bool:
@@ -410,6 +443,13 @@ def model_key(identity: ModelIdentity) -> str:
     return f"{identity.name}@{identity.revision}"
 
 
+def model_id(conn: sqlite3.Connection, identity: ModelIdentity) -> int:
+    """The id in ``models`` of the model whose vectors are stored (what ``chunks.model`` holds)."""
+    key = model_key(identity)
+    conn.execute("INSERT OR IGNORE INTO models(key) VALUES (?)", (key,))
+    return int(conn.execute("SELECT id FROM models WHERE key = ?", (key,)).fetchone()[0])
+
+
 def vector_blob(vector: Any) -> bytes:
     """float32 bytes as sqlite-vec takes them. Bytes and ``array('f')`` pass through without numpy."""
     import array
@@ -421,31 +461,6 @@ def vector_blob(vector: Any) -> bytes:
     import numpy as np
 
     return np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def _vectors(embedder: Embedder, identity: ModelIdentity, texts: list[str], cache: VectorCache | None,
-             report: SyncReport) -> dict[str, bytes]:
-    """text -> vector bytes: from the cache where it has them, embedded (and given to the cache) otherwise."""
-    found: dict[str, bytes] = {}
-    if cache is not None:
-        try:
-            found = cache.get(identity, texts)
-        except MemvaultError as exc:  # the shared cache is a saving, never a reason to fail
-            report.warnings.append(f"embedding cache unavailable ({exc}); embedding here")
-            cache = None
-    todo = sorted({t for t in texts if t not in found}, key=len)  # similar lengths in one encode call pad less
-    if todo:
-        matrix = embedder.embed_documents(todo)
-        made = {t: vector_blob(v) for t, v in zip(todo, matrix)}
-        found.update(made)
-        report.chunks_embedded += len(made)
-        if cache is not None:
-            try:
-                cache.put(identity, list(made.items()))
-            except MemvaultError as exc:
-                report.warnings.append(f"embedding cache not updated ({exc})")
-    report.chunks_from_cache += len(texts) - len(todo)
-    return found
 
 
 def with_context(text: str, context: str) -> str:
@@ -460,72 +475,3 @@ def mean_vector(a: bytes, b: bytes) -> bytes:
     v = np.frombuffer(a, dtype=np.float32) + np.frombuffer(b, dtype=np.float32)
     norm = float(np.linalg.norm(v))
     return (v / norm if norm else v).astype(np.float32).tobytes()
-
-
-def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) -> int:
-    """Re-cut docs that were cut by words while no model was at hand; chunks whose text does not change keep their
-    vectors. Returns the number of docs re-cut."""
-    done = 0
-    has_vec = _has_vectors(conn)
-    while True:
-        rows = conn.execute("SELECT doc, hash, header, body, kind FROM docs WHERE cut = 'words' LIMIT ?",
-                            (batch,)).fetchall()
-        if not rows:
-            return done
-        docs = [Doc(kind=r[4], item_id="", path="", header=r[2], body=r[3], importance=0, confidence=0, source=None,
-                    created=None, updated=None) for r in rows]
-        cuts = cut(docs, splitter, None)
-        with transaction(conn):
-            for (doc_id, h, _header, _body, kind), (texts, _how) in zip(rows, cuts):
-                current = conn.execute("SELECT hash FROM docs WHERE doc = ?", (doc_id,)).fetchone()
-                if current is None or current[0] != h:
-                    continue  # changed meanwhile: its new text was cut by whoever wrote it
-                old = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE doc = ? ORDER BY chunk", (doc_id,))]
-                if old != texts:
-                    _drop_chunks(conn, [doc_id], has_vec)
-                    conn.executemany(
-                        "INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,NULL)",
-                        [(doc_id, j, kind, text, text_hash(text)) for j, text in enumerate(texts)])
-                conn.execute("UPDATE docs SET cut = 'model' WHERE doc = ?", (doc_id,))
-        done += len(rows)
-
-
-class VectorCache(Protocol):
-    """Vectors other processes (other hosts of a team) already computed: text -> float32 bytes, per model."""
-
-    def get(self, identity: Any, texts: Sequence[str]) -> dict[str, bytes]: ...
-
-    def put(self, identity: Any, items: Sequence[tuple[str, bytes]]) -> None: ...
-
-
-def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelIdentity, *, limit: int | None,
-                  progress: Progress | None, report: SyncReport, cache: VectorCache | None = None) -> SyncReport:
-    """Phase 2 (see the module doc). ``limit`` caps the chunks embedded by this call; the rest stay pending.
-    With a ``cache`` (a team's shared embedding cache), vectors it holds are taken, not computed, and the ones
-    computed here are added to it."""
-    recut_words(conn, embedder)
-    mkey = model_key(identity)
-    total = conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NULL").fetchone()[0]
-    goal = total if limit is None else min(limit, total)
-    done = 0
-    while done < goal:
-        size = min(EMBED_GROUP, goal - done)
-        rows = conn.execute("SELECT c.rowid, c.kind, c.text, c.hash, d.context FROM chunks c JOIN docs d "
-                            "ON d.doc = c.doc WHERE c.model IS NULL ORDER BY c.rowid LIMIT ?", (size,)).fetchall()
-        if not rows:
-            break
-        texts = [r[2] for r in rows] + [with_context(r[2], r[4]) for r in rows if r[4]]
-        vectors = _vectors(embedder, identity, texts, cache, report)
-        with transaction(conn):
-            for (rowid, kind, text, h, context) in rows:
-                cur = conn.execute("UPDATE chunks SET model = ? WHERE rowid = ? AND hash = ? AND model IS NULL",
-                                   (mkey, rowid, h))
-                if cur.rowcount:
-                    blob = vectors[text] if not context else mean_vector(vectors[text],
-                                                                         vectors[with_context(text, context)])
-                    conn.execute("INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,?)", (rowid, kind, blob))
-        done += len(rows)
-        if progress is not None:
-            progress(done, goal)
-    report.chunks_pending = pending_count(conn)
-    return report

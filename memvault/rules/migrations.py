@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Union
 
 from .timeutil import format_time, now
 
 
-def migrate(conn: Any, migrations: Sequence[tuple[str, str]]) -> list[str]:
+#: A migration is SQL, or a function of the connection for what SQL alone cannot do (text cut in Python, a table
+#: that may or may not exist); either runs inside the migration's transaction.
+Step = Union[str, Callable[[Any], None]]
+
+
+def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
     """Apply the named migrations this database has not recorded, in order, each in its own transaction."""
     conn.execute("CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
@@ -19,8 +24,11 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, str]]) -> list[str]:
         if name in done:
             continue
         with transaction(conn):
-            for statement in statements(sql):
-                conn.execute(statement)
+            if callable(sql):
+                sql(conn)
+            else:
+                for statement in statements(sql):
+                    conn.execute(statement)
             conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, format_time(now())))
         applied.append(name)
     return applied

@@ -80,6 +80,7 @@ def progress_bar() -> tuple[Callable[[int, int], None] | None, Callable[[], None
         if bar is None:
             bar = click.progressbar(length=total, label="embedding", file=sys.stderr)
             bar.__enter__()
+        bar.length = total  # a rebuild learns its total as it reads the files
         bar.update(done - bar.pos)
 
     def close() -> None:

@@ -1,0 +1,126 @@
+"""A reindex as a pipeline (text written a batch of files at a time while the model encodes what was written, vectors
+committed by a writer of their own): the same index as the two phases one after the other, no lock held while the
+model works, pending work that only shrinks, and nothing lost when the model fails half way."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memvault import Vault
+from memvault.index import vectors
+from fake_embedder import set_model
+
+RUNBOOK = "#!/bin/sh\n# description: Rotate the TLS certificates\n" + "".join(
+    f"echo step {i}: renew certificate {i} on edge{i % 4} and reload haproxy\n" for i in range(40))
+
+
+@pytest.fixture
+def pv(vault, models, tmp_path):
+    set_model(vault.root, "fake-hash")
+    v = Vault.open(vault.root, embedder_factory=models)
+    for i in range(12):
+        v.facts.set(f"hosts/web{i:02d}", f"web{i:02d} serves the shop on port {8000 + i}.", category="web")
+    script = tmp_path / "rotate.sh"
+    script.write_text(RUNBOOK)
+    script.chmod(0o755)
+    v.procedures.add("edge/rotate-certs", script)
+    for i, text in enumerate(["Is the backup done?", "Yes, it finished at 03:15.", "Then rotate the replicas."]):
+        v.episodes.append(text, source="user:ops", at=f"2026-11-20T10:0{i}:00Z")
+    return v
+
+
+def snapshot(v: Vault) -> dict[str, tuple[str | None, bytes]]:
+    conn = v.index.connection()
+    return {text: (model, vec) for text, model, vec in conn.execute(
+        "SELECT t.text, t.model, v.embedding FROM chunk_texts t JOIN chunks_vec v ON v.rowid = t.rowid")}
+
+
+def test_a_rebuild_makes_the_index_the_two_phases_make_one_after_the_other(pv, models, monkeypatch):
+    pv.index.sync()  # phase 1 whole, then phase 2: the long runbook is cut by the model's tokenizer at once
+    pv.index.embed(models(pv.config), wait=True)
+    before = snapshot(pv)
+    assert len(before) > 16 and pv.index.pending() == 0
+    monkeypatch.setattr("memvault.index.TEXT_BATCH", 3)
+    monkeypatch.setattr("memvault.index.vectors.EMBED_GROUP", 4)
+    report = pv.reindex(full=True)
+    assert snapshot(pv) == before and pv.index.pending() == 0
+    assert report.chunks_embedded == len(before) + 2  # and two turns embedded beside the turn before them
+    assert {"read", "write text", "encode", "write vectors"} <= set(report.timings)
+
+
+def test_the_model_encodes_a_batch_of_text_while_the_next_is_read(pv, models, monkeypatch):
+    from memvault.index import update
+
+    fake = models(pv.config)
+    read, reads = update.read_docs, []
+
+    def slow_read(*args, **kwargs):
+        time.sleep(0.02)
+        reads.append(args[1])
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(update, "read_docs", slow_read)
+    monkeypatch.setattr("memvault.index.TEXT_BATCH", 2)
+    monkeypatch.setattr("memvault.index.vectors.EMBED_GROUP", 2)
+    read_at_encode, embed = [], fake.embed_documents
+
+    def watching(texts, *args, **kwargs):
+        read_at_encode.append(len(reads))
+        return embed(texts, *args, **kwargs)
+
+    monkeypatch.setattr(fake, "embed_documents", watching)
+    report = pv.reindex(full=True)
+    files = len(pv.index.scan())
+    assert len(reads) == files and pv.index.pending() == 0 and report.chunks_embedded > files
+    assert read_at_encode[0] < files / 2  # the first texts were encoded long before the last file was read
+    assert {"read", "write text", "encode", "write vectors"} <= set(report.timings)
+
+
+def test_a_model_that_fails_during_a_rebuild_leaves_the_old_index_serving(pv, models):
+    pv.reindex()
+    target = pv.index.current_target()
+    fake = models(pv.config)
+
+    def broken(texts, *args, **kwargs):
+        raise RuntimeError("the model broke")
+
+    fake.embed_documents = broken
+    with pytest.raises(RuntimeError, match="the model broke"):
+        pv.reindex(full=True)
+    assert pv.index.current_target() == target and target.exists()
+    assert len(list(pv.state_dir.glob("index-*.db"))) == 1  # the half-built generation is removed
+    assert Vault.open(pv.root, embedder_factory=models).recall("web03 port", mode="keyword", k=1)[0].id == "hosts/web03"
+
+
+def test_vectors_written_before_the_model_failed_are_kept_and_never_computed_again(pv, models, monkeypatch):
+    pv.index.sync()
+    fake = models(pv.config)
+    monkeypatch.setattr(vectors, "EMBED_GROUP", 4)
+    embed, calls = fake.embed_documents, []
+
+    def failing_third(texts, *args, **kwargs):
+        calls.append(list(texts))
+        if len(calls) == 3:
+            raise RuntimeError("out of memory")
+        return embed(texts, *args, **kwargs)
+
+    fake.embed_documents = failing_third
+    with pytest.raises(RuntimeError):
+        pv.index.embed(fake, wait=True)
+    conn = pv.index.connection()
+    assert conn.execute("SELECT COUNT(*) FROM chunks WHERE model IS NOT NULL").fetchone()[0] == 8  # two groups
+    fake.embed_documents = embed
+    fake.reset_counts()
+    pv.index.embed(fake, wait=True)
+    assert pv.index.pending() == 0
+    done = {t for group in calls[:2] for t in group}
+    assert done and not done & set(fake.texts)  # what was written is never computed again
+
+
+def test_a_limited_embed_takes_the_oldest_pending_chunks_only(pv, models):
+    pv.index.sync()
+    fake = models(pv.config)
+    pending = pv.index.pending()
+    report = pv.index.embed(fake, limit=5, wait=True)
+    assert pv.index.pending() == pending - 5 and report.chunks_pending == pending - 5
