@@ -94,16 +94,70 @@ def write_config(vault_dir: Path, recall: dict[str, Any] | None = None) -> None:
 
 
 class _CachedQueries:
-    """The real embedder, with query vectors memoised: each query is recalled in several modes and settings,
-    and encoding it again each time would dominate the run (about 0.1 s per encode on a busy 2-core box)."""
+    """The real embedder, with vectors memoised on disk (``bench/.cache/vectors-<model>.db``, keyed by the model's
+    identity and the text's sha256): each query is recalled in several modes and settings, and a vault rebuilt by
+    a schema change or a merge re-embeds the same texts; encoding them again would dominate every run on a busy
+    2-core box (tldr alone is ~12 minutes of MiniLM)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, path: Path | None = None) -> None:
+        import sqlite3
+
         self._inner = inner
         self._queries: dict[str, Any] = {}
+        ident = inner.identity
+        self._key = f"{ident.name}@{ident.revision}/{ident.dims}/{ident.query_prefix}"
+        path = path or DEFAULT_CACHE.parent / "vectors.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._db.execute("CREATE TABLE IF NOT EXISTS vec (model TEXT, kind TEXT, hash TEXT, v BLOB, "
+                         "PRIMARY KEY (model, kind, hash))")
+
+    def _get(self, kind: str, texts: Sequence[str]) -> dict[str, bytes]:
+        import hashlib
+
+        out: dict[str, bytes] = {}
+        hashes = {hashlib.sha256(t.encode()).hexdigest(): t for t in texts}
+        keys = list(hashes)
+        for i in range(0, len(keys), 500):
+            batch = keys[i:i + 500]
+            for h, v in self._db.execute(f"SELECT hash, v FROM vec WHERE model = ? AND kind = ? AND hash IN "
+                                         f"({','.join('?' * len(batch))})", (self._key, kind, *batch)):
+                out[hashes[h]] = v
+        return out
+
+    def _put(self, kind: str, items: dict[str, bytes]) -> None:
+        import hashlib
+
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?)",
+                                 [(self._key, kind, hashlib.sha256(t.encode()).hexdigest(), v)
+                                  for t, v in items.items()])
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> Any:
+        import numpy as np
+
+        texts = list(texts)
+        found = self._get("doc", texts)
+        todo = [t for t in dict.fromkeys(texts) if t not in found]
+        if todo:
+            made = self._inner.embed_documents(todo, batch_size)
+            new = {t: np.asarray(v, dtype=np.float32).tobytes() for t, v in zip(todo, made)}
+            self._put("doc", new)
+            found.update(new)
+        return np.stack([np.frombuffer(found[t], dtype=np.float32) for t in texts]) if texts else \
+            np.zeros((0, self._inner.identity.dims), dtype=np.float32)
 
     def embed_query(self, text: str) -> Any:
+        import numpy as np
+
         if text not in self._queries:
-            self._queries[text] = self._inner.embed_query(text)
+            found = self._get("query", [text])
+            if text in found:
+                self._queries[text] = np.frombuffer(found[text], dtype=np.float32)
+            else:
+                v = np.asarray(self._inner.embed_query(text), dtype=np.float32)
+                self._put("query", {text: v.tobytes()})
+                self._queries[text] = v
         return self._queries[text]
 
     def __getattr__(self, name: str) -> Any:
