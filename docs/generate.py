@@ -10,13 +10,55 @@ import re
 
 import click
 
-from memvault.rules import config, trust
+from memvault.rules import config, errors, trust
 from memvault.interfaces.cli import cli
 
 TARGET = Path(__file__).resolve().parent / "cli.md"
 README = Path(__file__).resolve().parent.parent / "README.md"
+def metavar(option: click.Option) -> str:
+    """What an option's value is, in README's short form: its own metavar, the choices, N or F, else its name."""
+    if option.metavar:
+        return option.metavar
+    kind = option.type
+    if isinstance(kind, click.Choice):
+        return "|".join(map(str, kind.choices))
+    if isinstance(kind, (click.types.IntParamType, click.IntRange)):
+        return "N"
+    if isinstance(kind, (click.types.FloatParamType, click.FloatRange)):
+        return "F"
+    return (option.name or "value").upper()
+
+
+def synopsis() -> str:
+    """One line per command, with its arguments and options, as a fenced block: README's command list."""
+    lines: list[str] = []
+
+    def usage(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name in sorted(command.commands):
+                usage(command.commands[name], [*path, name])
+            return
+        words = list(path)
+        for param in command.params:
+            if getattr(param, "hidden", False) or param.name == "help":
+                continue
+            if isinstance(param, click.Argument):
+                word = param.human_readable_name + ("..." if param.nargs == -1 else "")
+                words.append(word if param.required else f"[{word}]")
+                continue
+            assert isinstance(param, click.Option)
+            name = max(param.opts, key=len)
+            word = name if param.is_flag else f"{name} {metavar(param)}"
+            word = word if param.required else f"[{word}]"
+            words.append(word + ("..." if param.multiple else ""))
+        lines.append(" ".join(words))
+
+    usage(cli, ["memvault"])
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
 #: README sections generated from the code.
-SECTIONS = {"config": config.readme_table, "trust": trust.table}
+SECTIONS = {"config": config.readme_table, "trust": trust.table, "commands": synopsis, "exit-codes": errors.exit_table}
 
 
 def readme(text: str) -> str:

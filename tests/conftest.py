@@ -12,6 +12,7 @@ from memvault import Vault
 from memvault.interfaces.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["ci_guard"]
 
 
 @pytest.fixture(autouse=True)

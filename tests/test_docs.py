@@ -32,6 +32,19 @@ def test_readme_tables_are_generated_from_the_code():
         assert f"`[{section}] {key}`" in text
 
 
+def test_every_exit_code_a_command_can_end_with_is_documented():
+    from memvault.interfaces.cli import cli
+    from memvault.rules.errors import EXIT_CODES, InvalidValue, describe
+
+    codes = {describe(InvalidValue("x", "bad"))[1], describe(OSError(2, "gone", "f"))[1],
+             describe(KeyboardInterrupt())[1], describe(RuntimeError("bug"))[1]}
+    from click.testing import CliRunner
+
+    codes.add(CliRunner().invoke(cli, ["no-such-command"]).exit_code)  # a usage error
+    codes.add(0)
+    assert codes <= set(EXIT_CODES), codes - set(EXIT_CODES)
+
+
 def test_readme_starts_with_two_setup_commands_and_ci_runs_the_second():
     text = (REPO_ROOT / "README.md").read_text()
     block = text.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()

@@ -29,7 +29,7 @@ from ..stores.checks import check_file, episode_secrets
 from ..rules.config import CONFIG_NAME, Config
 from ..rules.dedup import compare
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
-from ..rules.errors import MemvaultError, SecretRefused, UntrustedSource
+from ..rules.errors import MemvaultError, SecretRefused, UnsafePath, UntrustedSource
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked
 from ..stores.gitstore import GitStore
@@ -394,16 +394,25 @@ class WriteGate:
         self.tell_index([c.path for c in changes], [])
         return commit
 
-    def set_model(self, model: str, *, source: str) -> None:
-        """Set ``[embedding] model`` in memvault.toml and commit it."""
-        from ..rules.config import set_model
+    def set_model(self, model: str, *, source: str, this_host: bool = False) -> None:
+        """Set ``[embedding] model``: in memvault.toml, committed (a name every host can load), or with
+        ``this_host`` in ``.memvault/local.toml``, never committed (a directory of this machine). Setting a name
+        for the vault drops this host's override, which would otherwise still win."""
+        from ..rules.config import local_path, set_local_model, set_model
 
         self.require(Op.CONFIGURE, source)
         path = self.root / CONFIG_NAME
+        local = local_path(path)
         with self.lock():
-            before = path.read_bytes() if path.exists() else None
-            change = FileChange(path, before, set_model(path, model).encode("utf-8"))
-            self.apply([change], message=f"embedding model {model}", source=source)
+            if this_host or local.is_file():
+                data = set_local_model(path, model if this_host else None).encode("utf-8")
+                if local.is_symlink():
+                    raise UnsafePath(local, "is a symlink; not written through")
+                atomic_write(local, data)
+            if not this_host:
+                before = path.read_bytes() if path.exists() else None
+                change = FileChange(path, before, set_model(path, model).encode("utf-8"))
+                self.apply([change], message=f"embedding model {model}", source=source)
 
     def state(self) -> State:
         return self._state()

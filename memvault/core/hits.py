@@ -6,6 +6,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def against(value: float, floor: float, *, percent: bool = False) -> str:
+    """``value`` beside the ``floor`` it was compared with, in as many digits as it takes for the printed figures
+    to show which side it is on ("cosine 0.3879 (floor 0.388)", never "0.39 (floor 0.388)")."""
+    scale, unit = (100.0, "%") if percent else (1.0, "")
+    for digits in range(2 if not percent else 0, 7):
+        a, b = f"{value * scale:.{digits}f}", f"{floor * scale:.{digits}f}"
+        if (float(a) < float(b)) == (value < floor) and (a != b or value == floor):
+            return f"{a}{unit} (floor {b}{unit})"
+    return f"{value * scale!r}{unit} (floor {floor * scale!r}{unit})"
+
+
 @dataclass
 class Hit:
     """One recalled memory, whole. ``factors`` are the five inputs of ``score``, each in 0..1."""

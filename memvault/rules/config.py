@@ -408,20 +408,70 @@ def from_dict(raw: dict[str, Any], path: Path | None = None) -> Config:
     return Config(path=path, **sections)
 
 
-def load(path: Path) -> Config:
-    """Read and validate ``path`` (a memvault.toml). A missing file gives the defaults."""
+#: This host's own settings, beside the vault's index and never committed: ``.memvault/local.toml``. Only the
+#: sections that may differ between hosts without changing what the vault holds (where this host's model is).
+LOCAL_NAME = "local.toml"
+LOCAL_SECTIONS = ("embedding",)
+
+
+def _read_toml(path: Path) -> dict[str, Any] | None:
     try:
         text = path.read_bytes().decode("utf-8")
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except FileNotFoundError:
-        return Config(path=path)
+        return None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read: {exc.strerror}") from None
+
+
+def local_path(path: Path) -> Path:
+    """Where this host's overrides of the vault whose memvault.toml is ``path`` live."""
+    return path.parent / ".memvault" / LOCAL_NAME
+
+
+def local_overrides(path: Path) -> dict[str, Any]:
+    """This host's settings (``.memvault/local.toml``), read only when ``.memvault`` is a real directory of the
+    vault: a ``.memvault`` symlink (committed by someone else) never chooses this host's model."""
+    state = path.parent / ".memvault"
+    if state.is_symlink() or not state.is_dir():
+        return {}
+    local = local_path(path)
+    if local.is_symlink():
+        raise ConfigError(local, "is a symlink; this host's settings are read only from a regular file")
+    raw = _read_toml(local) or {}
+    for name in raw:
+        if name not in LOCAL_SECTIONS:
+            raise ConfigError(local, f"[{name}] cannot be set for one host; only [{'], ['.join(LOCAL_SECTIONS)}] "
+                                     "can (the rest belongs in memvault.toml)")
+    return raw
+
+
+def load(path: Path) -> Config:
+    """Read and validate ``path`` (a memvault.toml), with this host's overrides (``.memvault/local.toml``) on top.
+    A missing file gives the defaults."""
+    raw = _read_toml(path)
+    if raw is None:
+        raw = {}
+    local = local_overrides(path)
+    if local:
+        from_dict(local, local_path(path))  # reported against the file that holds the mistake
+        for name, table in local.items():
+            raw[name] = {**raw.get(name, {}), **table}
     return from_dict(raw, path)
+
+
+def set_local_model(path: Path, model: str | None) -> str:
+    """The text of this host's ``local.toml`` with ``[embedding] model`` set to ``model`` (None: removed)."""
+    local = local_path(path)
+    current = local.read_text(encoding="utf-8") if local.exists() else ""
+    if model is not None:
+        return set_model(local, model) if current else f"# this host's settings (never committed)\n[embedding]\nmodel = {json.dumps(model)}\n"
+    lines = [ln for ln in current.splitlines() if not (ln.strip().split("=", 1)[0].strip() == "model" and "=" in ln)]
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 # ------------------------------------------------------------------------------------------------ generated text
@@ -487,6 +537,12 @@ def readme_table() -> str:
 def set_model(path: Path, model: str) -> str:
     """Return the text of ``path`` with ``[embedding] model`` set to ``model``, every other line untouched."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
+    return set_model_text(text, model, path)
+
+
+def set_model_text(text: str, model: str, path: Path | None = None) -> str:
+    """``text`` (a memvault.toml) with ``[embedding] model`` set to ``model``, every other line untouched."""
+    path = path or Path(CONFIG_NAME)
     line = f"model = {json.dumps(model)}"
     lines = text.splitlines()
     section = None

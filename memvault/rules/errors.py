@@ -202,6 +202,23 @@ class HookConflict(MemvaultError):
         super().__init__(f"{path}: {reason}")
 
 
+#: Every exit code memvault's commands use, and what it means (README's table is generated from this).
+EXIT_CODES: dict[int, str] = {
+    0: "success (also `recall` that finds nothing: `nothing_found` says why)",
+    1: "an error: one line on stderr, `memvault: error: ...`, naming the file, key or argument at fault",
+    2: "a usage error: an unknown command or option, a missing or malformed argument",
+    INTERNAL_EXIT: "a bug: `internal error, please report it: ...` (`MEMVAULT_DEBUG=1` shows the traceback)",
+    130: "interrupted (Ctrl-C)",
+}
+
+
+def exit_table() -> str:
+    """EXIT_CODES as a markdown table."""
+    rows = ["| code | meaning |", "|---|---|"] + [f"| `{code}` | {text} |" for code, text in EXIT_CODES.items()]
+    rows.append("| other | `proc run` exits with the procedure's own exit code |")
+    return "\n".join(rows)
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """The one-line message and the exit code of ``exc``: the only mapping from exceptions to what a person or an
     agent reads. Used by the CLI, the MCP server, the git hooks and the watcher alike.

@@ -29,14 +29,14 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, str]]) -> list[str]:
 def statements(sql: str) -> list[str]:
     """Split a migration script on ';' outside trigger bodies (sqlite3.complete_statement does the parsing)."""
     out, buf = [], ""
-    for line in sql.splitlines(keepends=True):
-        buf += line
+    for piece in sql.split(";"):  # each ';' may end a statement: two on one line are two
+        buf += piece + ";"
         if sqlite3.complete_statement(buf):
-            if buf.strip():
+            if buf.strip(" \t\r\n;"):
                 out.append(buf.strip())
             buf = ""
-    if buf.strip():
-        out.append(buf.strip())
+    if buf.strip(" \t\r\n;"):
+        out.append(buf.strip().removesuffix(";"))
     return out
 
 

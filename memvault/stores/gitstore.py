@@ -36,6 +36,10 @@ class LogEntry:
 _SAFE_EMAIL = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
+#: The first branch of a repository memvault creates, unless the user's git configures another.
+DEFAULT_BRANCH = "main"
+
+
 class GitStore:
     """The git repository that holds a vault (possibly as a subdirectory of a larger work tree)."""
 
@@ -59,10 +63,14 @@ class GitStore:
 
     @classmethod
     def init(cls, path: Path) -> GitStore:
+        """``git init`` on the branch the user's git is configured to start with (``init.defaultBranch``), else
+        ``main`` (what README says; git itself would still say ``master`` without that setting)."""
         import git
 
         try:
-            repo = git.Repo.init(path)
+            configured = subprocess.run(["git", "config", "--get", "init.defaultBranch"], capture_output=True,
+                                        text=True, check=False).stdout.strip()
+            repo = git.Repo.init(path, initial_branch=configured or DEFAULT_BRANCH)
         except git.GitCommandError as exc:
             raise GitError(f"git init {path} failed: {_stderr(exc)}") from None
         return cls(Path(repo.working_tree_dir))  # type: ignore[arg-type]

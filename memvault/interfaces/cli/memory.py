@@ -22,13 +22,19 @@ from .base import Out, cli, output, pass_ctx, read_text_arg
 @cli.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--track-episodes", is_flag=True, help="Commit episodes to git too (default: git-ignored).")
-def init(directory: str, track_episodes: bool) -> None:
+@click.option("--model", metavar="NAME|DIR", help="The embedding model: a name written to memvault.toml, or a "
+              "directory of this host (kept in .memvault/local.toml, never committed). Default: "
+              "BAAI/bge-small-en-v1.5.")
+def init(directory: str, track_episodes: bool, model: str | None) -> None:
     """Create a vault in DIRECTORY (default: here), with git init when it is not in a git work tree.
 
-    Idempotent: existing files are never overwritten.
+    Idempotent: existing files are never overwritten. Says so when the model is not on this machine.
     """
-    vault = Vault.init(Path(directory), track_episodes=track_episodes)
+    vault = Vault.init(Path(directory), track_episodes=track_episodes, model=model)
     click.echo(f"vault ready at {vault.root}")
+    note = vault.model_note()
+    if note:
+        click.echo(f"memvault: note: {note}", err=True)
 
 
 # -- facts ---------------------------------------------------------------------------------------------------
