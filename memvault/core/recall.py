@@ -46,6 +46,7 @@ from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
 
 if TYPE_CHECKING:
+    from .calibration import Calibration
     from ..models.engine import Engine
     from ..stores.facts import FactStore
     from ..stores.procedures import ProcedureStore
@@ -55,7 +56,6 @@ MODES = ("hybrid", "keyword", "vector")
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
 RUNS_SHOWN = 3
-_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -198,7 +198,11 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         return RecallResult([], mode="vector", warnings=warnings)
 
     floor = settings.relative_floor if min_relevance is None else min_relevance
-    ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+    calibration, holder = (_calibration(parts, embedder, warnings)
+                           if used_mode != "keyword" and (min_relevance is None or min_relevance > 0) else (None, None))
+    evidence: dict[str, Any] = {}
+    ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance, calibration,
+                        evidence, holder)
     checked: set[str] = set()
     if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
@@ -209,9 +213,11 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
-            ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+            ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance,
+                                calibration, evidence, holder)
     result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
     result.nothing_found = why
+    result.evidence = evidence or None
     if window is not None:
         result.window = {"since": format_time(window.since) if window.since else None,
                          "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
@@ -264,6 +270,27 @@ def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
     return embedder
 
 
+def _calibration(parts: Parts, embedder: Any, warnings: list[str]) -> tuple[Calibration | None, Any]:
+    """The calibrated scale of this vault and model (see :mod:`memvault.core.calibration`): from the index that
+    holds the vault's vectors (a team's shared one when it can keep it, else this host's), measured there when it
+    is missing, of another model, or the vault has grown by a quarter since; and the index that holds it.
+    (None, None) without vectors."""
+    from . import calibration
+
+    holders = ([parts.shared] if parts.shared is not None and parts.shared_vectors else []) + [parts.index]
+    for holder in holders:
+        if not all(hasattr(holder, m) for m in ("meta_get", "meta_set", "sample_chunks", "last_chunk_id")):
+            continue
+        if not holder.exists() or holder.identity() is None:
+            continue
+        try:
+            return calibration.current(holder, embedder, KINDS), holder
+        except MemvaultError as exc:
+            warnings.append(f"the relevance scale could not be measured ({exc}); every candidate is returned")
+            return None, None
+    return None, None
+
+
 def _content(query: str) -> bool:
     """Whether a query has words worth searching for (not only stop words like "what happened")."""
     return bool([t for t in query_terms(query) if t not in _VAGUE])
@@ -305,9 +332,12 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
 
 # ------------------------------------------------------------------------------------------------ ranking
 def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qvec: Any,
-          window: timeq.Window | None, floor: float, min_relevance: float | None) -> tuple[list[Candidate], str | None]:
+          window: timeq.Window | None, floor: float, min_relevance: float | None,
+          calibration: Calibration | None = None, evidence: dict[str, Any] | None = None,
+          holder: Any = None) -> tuple[list[Candidate], str | None]:
     """Candidates from both searches, each with both scores; runs attached to their procedures; the time window,
-    the floors; ranked on the five factors. Returns the ranked candidates and, when none is left, why."""
+    the floors; ranked on the five factors. Returns the ranked candidates and, when none is left, why (the
+    figures the "nothing known" test read go into ``evidence``)."""
     candidates = _candidates(parts, query, k, kinds, used_mode, qvec)
     if window is not None:
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
@@ -317,23 +347,97 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
         return [], "no memory matches the query" + (f" in that time ({window.phrase})" if window and window.phrase
                                                     else "")
     best = max(c.relevance for c in candidates.values())
-    settings = parts.config.recall
     if min_relevance is None or min_relevance > 0:
-        if used_mode != "keyword":
-            # "Nothing known" unless something is close in meaning (the best cosine anywhere in the vault), or the
-            # top candidate holds most of the query's weight in words, or quotes it. Keyword-only recall has no
-            # cosine, and coverage alone would cost too many answers: it skips this test (docs/benchmarks.md).
-            top = max(candidates.values(), key=lambda c: c.relevance)
-            best_cos = max(c.cosine for c in candidates.values())
-            if not top.exact and not any(c.exact for c in candidates.values()) and best_cos < settings.min_cosine:
-                held = top.index.coverage(query, top.rowid) if top.index is not None else 0.0
-                if held < settings.min_coverage:
-                    return [], (f"nothing relevant enough: the closest memory in meaning has cosine "
-                                f"{against(best_cos, settings.min_cosine)} and the best match holds "
-                                f"{against(held, settings.min_coverage, percent=True)} of the query's weight in words")
+        if used_mode != "keyword" and calibration is not None:
+            # Keyword-only recall has no cosine, and coverage alone would cost too many answers: it skips this
+            # test (docs/benchmarks.md).
+            why = _nothing_known(parts, query, candidates, calibration, evidence)
+            if why is not None:
+                return [], why
         candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
     _score(parts, candidates.values())
-    return sorted(candidates.values(), key=lambda c: (-c.score, c.key)), None
+    ranked = sorted(candidates.values(), key=lambda c: (-c.score, c.key))
+    if holder is not None and parts.config.recall.hub_share < 1:
+        ranked = _without_hubs(parts, ranked, k, holder, evidence)
+    return ranked, None
+
+
+def _without_hubs(parts: Parts, ranked: list[Candidate], k: int, holder: Any,
+                  evidence: dict[str, Any] | None) -> list[Candidate]:
+    """Leave out untrusted memories that "match every question": ones that come closer to the pieces of text of
+    at least ``[recall] hub_share`` of the vault's other memories (and to three at least) than those memories' own
+    nearest neighbours do — a keyword-stuffed episode, written to reach every prompt. Such a memory is evidence for
+    no question in particular; it is returned only when it is the best hit of all."""
+    from . import calibration
+
+    policy = Policy(parts.config.trust.trusted)
+    suspects = [c for c in ranked[1: 2 * k + 5] if c.key[0] == "episode" and c.index is not None
+                and not policy.is_trusted(c.doc.get("source") or "") and hasattr(c.index, "vectors")]
+    if not suspects:
+        return ranked
+    pieces = calibration.stored_fragments(holder)
+    if pieces is None:
+        return ranked
+    dropped = set()
+    for c in suspects:
+        vector = c.index.vectors([c.rowid]).get(c.rowid)
+        if vector is None:
+            continue
+        share, count = pieces.share(f"{c.key[0]}:{c.key[1]}", vector)
+        if share >= parts.config.recall.hub_share and count >= 3:
+            dropped.add(c.key)
+    if dropped and evidence is not None:
+        evidence["hubs_left_out"] = sorted(f"{kind}:{item}" for kind, item in dropped)
+    return [c for c in ranked if c.key not in dropped]
+
+
+_NAME = re.compile(r"[^\W\d_][\w'-]*")
+
+
+def named_words(query: str) -> list[str]:
+    """The words a question names things with: capitalised words other than the first ("Oracle" in "what is our
+    Oracle license count"), all-capital ones excepted (acronyms are written both ways)."""
+    words = _NAME.findall(query)
+    return list(dict.fromkeys(w for w in words[1:] if len(w) > 1 and w[0].isupper() and not w.isupper()))
+
+
+def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], Candidate], calibration: Calibration,
+                   evidence: dict[str, Any] | None) -> str | None:
+    """Why nothing should be returned, or None when something stands out from what unrelated text gets here.
+
+    Something stands out when a memory quotes the query, or the best **semantic evidence** of any kind (its best
+    cosine on that kind's calibrated scale: 0 = what unrelated questions get in this vault with this model, 1 =
+    what a piece of one of its memories gets) reaches ``[recall] min_evidence``, or the best match holds
+    ``min_coverage`` of the query's weight in words. A question that names something no memory mentions
+    ("Oracle", "France") must clear both by ``unknown_name_penalty`` more: it is most likely about something else."""
+    settings = parts.config.recall
+    if any(c.exact for c in candidates.values()):
+        if evidence is not None:
+            evidence["exact"] = True
+        return None
+    by_kind: dict[str, float] = {}
+    for c in candidates.values():
+        e = calibration.evidence(c.key[0], c.cosine) if c.cosine > 0 else None
+        if e is not None and e > by_kind.get(c.key[0], float("-inf")):
+            by_kind[c.key[0]] = e
+    semantic = max(by_kind.values(), default=float("-inf"))
+    words = max(candidates.values(), key=lambda c: (c.keyword, c.relevance))
+    names = named_words(query)
+    unknown = (words.index.unknown_words(names) if names and hasattr(words.index, "unknown_words") else [])
+    penalty = settings.unknown_name_penalty if unknown else 0.0
+    held = words.index.coverage(query, words.rowid) if words.index is not None and words.keyword > 0 else 0.0
+    if evidence is not None:
+        evidence.update(exact=False, semantic=None if semantic == float("-inf") else round(semantic, 4), by_kind=by_kind,
+                        coverage=round(held, 4), unknown_names=unknown, penalty=penalty)
+    if semantic - penalty >= settings.min_evidence or held - penalty >= settings.min_coverage:
+        return None
+    unknown_note = (f"; the question names {', '.join(unknown)}, which no memory mentions (both floors "
+                    f"{penalty:g} higher)" if unknown else "")
+    shown = f"{semantic:.2f}" if semantic != float("-inf") else "none (no vectors)"
+    return (f"nothing relevant enough: the closest memory in meaning has evidence {shown} (floor "
+            f"{settings.min_evidence:g}; 0 is what unrelated questions get in this vault, 1 what a piece of one of "
+            f"its memories gets) and the best match holds "
+            f"{against(held, settings.min_coverage, percent=True)} of the query's weight in words{unknown_note}")
 
 
 def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
@@ -447,15 +551,6 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
                                                           reverse=True)[:RUNS_SHOWN]
 
 
-def _coverage(query: str, doc: dict[str, Any]) -> float:
-    """The share of the query's content words that the memory contains (a crude stem: the first five letters)."""
-    terms = {t[:5] for t in query_terms(query) if len(t) > 1}
-    if not terms:
-        return 0.0
-    words = {w.lower()[:5] for w in _WORD.findall(doc.get("body", "") + " " + doc.get("id", ""))}
-    return len(terms & words) / len(terms)
-
-
 def _score(parts: Parts, candidates: Any) -> None:
     """score = (w_rel·relevance + band·Σ w_f·f) / (w_rel + band·Σ w_f), f over the four other factors.
 
@@ -469,6 +564,7 @@ def _score(parts: Parts, candidates: Any) -> None:
     current = now()
     weights = settings.weights
     others = [f for f in FACTORS if f != "relevance"]
+    policy = Policy(config.trust.trusted)
     w_rel, band = weights["relevance"], settings.band
     norm = w_rel + band * sum(weights[f] for f in others) or 1.0
     for c in candidates:
@@ -488,6 +584,8 @@ def _score(parts: Parts, candidates: Any) -> None:
                                        config.facts.review_after, current)
             if c.stale is not None:
                 penalty = config.facts.stale_penalty
+        elif c.key[0] == "episode" and not policy.is_trusted(c.doc.get("source") or ""):
+            penalty = settings.untrusted_penalty
         c.score = (w_rel * (c.relevance - penalty) + band * sum(weights[f] * c.factors[f] for f in others)) / norm
 
 

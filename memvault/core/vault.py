@@ -381,15 +381,15 @@ class Vault:
             self.engine.use(embedder)
             if self.team:  # the team's index moves to the new model beside the old one, then flips
                 return self.publish(progress=progress)
-            return self.index.rebuild(lambda: embedder, progress=progress)
+            return self._calibrated(self.index.rebuild(lambda: embedder, progress=progress))
         index = self.index
         identity = index.identity() if index.exists() else None
         if full or identity is None or not self.config.wants_model(identity):
-            return index.rebuild(self.engine.get, progress=progress)
+            return self._calibrated(index.rebuild(self.engine.get, progress=progress))
         report = index.sync(splitter=self.engine.warm())
         loaded = self.engine.loaded()
         if loaded is not None and not loaded.identity.same_vectors(identity):
-            return index.rebuild(lambda: loaded, progress=progress)  # same name, other weights or prefix
+            return self._calibrated(index.rebuild(lambda: loaded, progress=progress))  # other weights or prefix
         if index.pending():
             try:
                 embedder = self.engine.get()
@@ -399,9 +399,27 @@ class Vault:
                 report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
                 return report
             if not embedder.identity.same_vectors(identity):
-                return index.rebuild(lambda: embedder, progress=progress)  # same name, other weights or prefix
+                return self._calibrated(index.rebuild(lambda: embedder, progress=progress))  # other weights
             index.embed(embedder, progress=progress, report=report, wait=True)
             report.model_loaded = True
+            return self._calibrated(report)
+        return report
+
+    def _calibrated(self, report: SyncReport) -> SyncReport:
+        """After vectors were written: measure the relevance scale of this vault and model again (see
+        :mod:`memvault.core.calibration`), so that no recall has to. Needs the model this reindex loaded."""
+        from ..index import KINDS
+        from . import calibration
+
+        embedder = self.engine.loaded()
+        index = self.index
+        if embedder is None or not index.exists() or index.identity() is None \
+                or not embedder.identity.same_vectors(index.identity()):
+            return report
+        try:
+            calibration.current(index, embedder, KINDS, remeasure=True)
+        except MemvaultError as exc:
+            report.warnings.append(f"the relevance scale was not measured ({exc}); the next recall measures it")
         return report
 
     def model_note(self) -> str | None:

@@ -455,6 +455,47 @@ class Index:
             self._df = (version, {})
         return search.coverage(conn, search.stems(query), rowid, self._df[1])
 
+    def unknown_words(self, words: Sequence[str]) -> list[str]:
+        """Those of ``words`` that no chunk of the index contains (compared as the keyword index stores them)."""
+        if not words:
+            return []
+        conn = self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._df[0] != version:
+            self._df = (version, {})
+        return search.unknown_words(conn, words, self._df[1])
+
+    # -- calibration (see memvault.core.calibration) ------------------------------------------------------
+    def meta_get(self, key: str) -> str | None:
+        """A value kept in the index beside the model identity (derived data: it goes with the index)."""
+        row = self.connection().execute(search.META_GET_SQL, (key,)).fetchone()
+        return row[0] if row else None
+
+    def meta_set(self, key: str, value: str) -> None:
+        conn = self.connection()
+        with transaction(conn):
+            conn.execute(search.META_SET_SQL, (key, value))
+
+    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
+        """("kind:id", text) of ``n`` embedded chunks of ``kind``, the same ones for the same vault (ordered by
+        their hash, a sample that depends on the text only)."""
+        return search.sample_chunks(self.connection(), kind, n)
+
+    def vectors(self, rowids: Sequence[int]) -> dict[int, Any]:
+        """The stored vectors of some chunks (float32 arrays), from this process's matrix when it holds one."""
+        import numpy as np
+
+        if self._vector_searches > 1:
+            cached = self._vectors_in_memory()
+            if cached is not None:
+                rows = self._row_index(cached)
+                return {r: cached[2][rows[r]] for r in rowids if r in rows}
+        return {r: np.frombuffer(b, dtype=np.float32) for r, b in search.vectors(self.connection(), rowids).items()}
+
+    def last_chunk_id(self) -> int:
+        """The newest chunk's rowid (grows as the vault grows)."""
+        return search.last_chunk_id(self.connection())
+
     def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
         """For the raw episodes among ``docs`` (chunk rowid -> fields), the turns just before and after each."""
         from .documents import NEIGHBOUR_GAP

@@ -317,3 +317,49 @@ def episode_neighbours(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]]
         if found:
             out[rowid] = found
     return out
+
+
+def unknown_words(conn: sqlite3.Connection, words: Sequence[str], df_cache: dict[str, int]) -> list[str]:
+    """Those of ``words`` whose stem no chunk holds (one fts5vocab lookup per new stem, cached with the df)."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    out = []
+    for word in words:
+        found = stems(word)
+        if not found:
+            continue
+        term = found[0]
+        if term not in df_cache:
+            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (term,)).fetchone()
+            df_cache[term] = row[0] if row else 0
+        if not df_cache[term]:
+            out.append(word)
+    return out
+
+
+META_GET_SQL = "SELECT value FROM meta WHERE key = ?"
+META_SET_SQL = "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)"
+#: A sample of a kind's embedded chunks that depends on their text only (a scan and a sort: once per calibration).
+SAMPLE_SQL = ("SELECT d.kind || ':' || d.item_id, c.text FROM chunks c JOIN docs d ON d.doc = c.doc "
+              "WHERE c.kind = ? AND c.model IS NOT NULL ORDER BY c.hash LIMIT ?")
+LAST_CHUNK_SQL = "SELECT MAX(rowid) FROM chunks"
+
+
+def sample_chunks(conn: sqlite3.Connection, kind: str, n: int) -> list[tuple[str, str]]:
+    """("kind:id", chunk text) of ``n`` embedded chunks of ``kind``, chosen by their hash."""
+    return [(r[0], r[1]) for r in conn.execute(SAMPLE_SQL, (kind, n))]
+
+
+VECTORS_SQL = "SELECT rowid, embedding FROM chunks_vec WHERE rowid IN ({})"
+
+
+def vectors(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, bytes]:
+    """The stored vectors (float32 bytes) of ``rowids``."""
+    out = {}
+    for batch in batches(list(rowids), 500):
+        out.update(conn.execute(VECTORS_SQL.format(marks(batch)), tuple(batch)).fetchall())
+    return out
+
+
+def last_chunk_id(conn: sqlite3.Connection) -> int:
+    row = conn.execute(LAST_CHUNK_SQL).fetchone()
+    return int(row[0] or 0)

@@ -78,6 +78,14 @@ def _float(lo: float = 0.0, hi: float | None = None, *, open_hi: bool = False) -
     return convert
 
 
+def _opt_float(lo: float = 0.0, hi: float | None = None) -> Convert:
+    inner = _float(lo, hi)
+
+    def convert(value: Any, name: str) -> float | None:
+        return None if value is None else inner(value, name)
+    return convert
+
+
 def _str(value: Any, _: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _invalid(f"must be a non-empty string, not {value!r}")
@@ -212,12 +220,25 @@ class RecallSettings:
     relative_floor: float = setting(0.3, "a candidate whose relevance is below this share of the best one's is not "
                                          "returned (0: no floor; `recall --min-relevance` overrides it)",
                                     _float(0.0, 1.0))
-    min_cosine: float = setting(0.388, "\"nothing known\" unless the closest memory in meaning has at least this "
-                                       "cosine, or the best match holds min_coverage of the query's words, or quotes "
-                                       "it (calibrated for all-MiniLM-L6-v2; another model has its own scale)",
-                                _float(0.0, 1.0))
-    min_coverage: float = setting(0.45, "see min_cosine: the share of the query's IDF weight the best match must "
-                                        "hold when nothing is close in meaning", _float(0.0, 1.0))
+    min_evidence: float = setting(0.3, "\"nothing known\" unless a memory quotes the query, or the closest one in "
+                                        "meaning reaches this evidence (its cosine on the scale measured for this vault "
+                                        "and model: 0 = what unrelated questions get, 1 = what a piece of a memory "
+                                        "gets), or the best match holds min_coverage of the query's words",
+                                  _float(-1.0, 2.0))
+    min_coverage: float = setting(0.35, "see min_evidence: the share of the query's IDF weight the best match holds "
+                                        "that is enough by itself", _float(0.0, 1.0))
+    unknown_name_penalty: float = setting(0.5, "a question that names something no memory mentions (a capitalised "
+                                               "word other than the first, like \"Oracle\") must clear min_evidence "
+                                               "and min_coverage by this much more", _float(0.0, 2.0))
+    hub_share: float = setting(0.4, "an untrusted memory that comes closer to the pieces of text of this share of "
+                                     "the other memories than their own nearest neighbours do (a keyword-stuffed "
+                                     "episode: it matches every question) is returned only as the best hit; 1: off",
+                               _float(0.0, 1.0))
+    untrusted_penalty: float = setting(0.05, "taken off an untrusted episode's relevance when it is ranked: it never "
+                                             "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
+    min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
+                                             "vault and model); still accepted so older files load",
+                                       _opt_float(0.0, 1.0), shown="unused", template=False)
     exposure_weight: float = setting(0.1, "how much being returned by recall counts towards frequency, times the "
                                           "hit's relevance divided by its rank (a use counts 1)", _float(0.0, 1.0))
     frequency_cap: int = setting(50, "frequency = log(1 + uses) / log(1 + frequency_cap), at most 1", _int(1))
