@@ -40,6 +40,8 @@ MIN_SPREAD = 0.05
 #: A kind with fewer chunks than this is read on the scale of all kinds together (a median of three is noise).
 MIN_CHUNKS = 8
 FRAGMENTS_KEY = "calibration:fragments"
+#: A memory "near" a piece of another one is among that piece's NEIGHBOURS closest other memories.
+NEIGHBOURS = 3
 
 #: Questions about nothing any vault of an ops team, a project or a person's notes is likely to hold. Only their
 #: number and variety matter: the median of their best scores is the "unrelated" level (a few that happen to hit
@@ -146,20 +148,24 @@ class Fragments:
 
     vectors: Any  # (n, dims) float32
     sources: list[str]  # "kind:id" of the memory each piece was cut from
-    thresholds: list[float]  # the cosine of the closest other memory to each piece
-    nearest: list[str]  # that memory
+    thresholds: list[float]  # the cosine of the NEIGHBOURS-th closest other memory to each piece
+    nearest: list[list[str]]  # the NEIGHBOURS closest other memories
 
-    def share(self, key: str, vector: Any) -> tuple[float, int]:
-        """The share (and number) of the other memories' pieces whose closest other memory is ``key``, or to
-        which ``vector`` (one of its chunks; a memory written since) is at least as close as that memory is."""
+    def share(self, key: str, vectors: Sequence[Any]) -> tuple[float, float]:
+        """The share of the other memories' pieces that have ``key`` among their NEIGHBOURS closest other
+        memories, or to which one of ``vectors`` (its chunks; a memory written since) is at least as close as the
+        NEIGHBOURS-th of them; and the share a memory would have by chance (NEIGHBOURS in the others)."""
         import numpy as np
 
-        sims = self.vectors @ np.asarray(vector, dtype=np.float32)
+        if not len(vectors):
+            return 0.0, 1.0
+        sims = (self.vectors @ np.asarray(np.stack(vectors), dtype=np.float32).T).max(axis=1)
         mine = [i for i, s in enumerate(self.sources) if s != key]
-        if not mine:
-            return 0.0, 0
-        count = sum(1 for i in mine if self.nearest[i] == key or sims[i] >= self.thresholds[i] - 1e-6)
-        return count / len(mine), count
+        others = len(set(self.sources) - {key})
+        if not mine or others < 1:
+            return 0.0, 1.0
+        count = sum(1 for i in mine if key in self.nearest[i] or sims[i] >= self.thresholds[i] - 1e-6)
+        return count / len(mine), min(1.0, NEIGHBOURS / others)
 
     def to_json(self) -> str:
         import base64
@@ -185,7 +191,8 @@ class Fragments:
             vectors = vectors.reshape(-1, int(data["dims"]))
             if not len(vectors) == len(data["sources"]) == len(data["thresholds"]) == len(data["nearest"]):
                 return None
-            return cls(vectors, list(data["sources"]), [float(t) for t in data["thresholds"]], list(data["nearest"]))
+            return cls(vectors, list(data["sources"]), [float(t) for t in data["thresholds"]],
+                       [list(n) for n in data["nearest"]])
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -240,17 +247,24 @@ def measure(index: Calibrated, embedder: Any, kinds: Sequence[str]) -> tuple[Cal
             Fragments(own, sources, thresholds, nearest))
 
 
-def _best_and_other(index: Calibrated, vector: Any, kinds: Sequence[str], source: str) -> tuple[float, float, str]:
-    """The best cosine of a piece anywhere, and the closest memory other than the one it was cut from (cosine
-    and key)."""
-    found = index.search_vectors(vector, kinds, 16)
+def _best_and_other(index: Calibrated, vector: Any, kinds: Sequence[str],
+                    source: str) -> tuple[float, float, list[str]]:
+    """The best cosine of a piece anywhere; the NEIGHBOURS closest memories other than the one it was cut from,
+    and the cosine of the last of them (their best chunk)."""
+    found = index.search_vectors(vector, kinds, 8 * NEIGHBOURS)
     docs = index.chunk_docs([r for r, _ in found])
     best = float(found[0][1]) if found else 0.0
+    others: dict[str, float] = {}
     for rowid, cosine in found:
         doc = docs.get(rowid)
-        if doc is not None and f"{doc['kind']}:{doc['id']}" != source:
-            return best, float(cosine), f"{doc['kind']}:{doc['id']}"
-    return best, 1.0, ""  # every neighbour is a piece of itself: nothing to come closer than
+        key = f"{doc['kind']}:{doc['id']}" if doc is not None else None
+        if key is not None and key != source and key not in others:
+            others[key] = float(cosine)
+            if len(others) == NEIGHBOURS:
+                break
+    if len(others) < NEIGHBOURS:
+        return best, 1.0, list(others)  # too few other memories: nothing new can come that close
+    return best, min(others.values()), list(others)
 
 
 def _best(index: Calibrated, vector: Any, kinds: Sequence[str]) -> float:

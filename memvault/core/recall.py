@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from ..stores.state import State
 
 MODES = ("hybrid", "keyword", "vector")
+#: A suspected hub must be near at least this many times the share of pieces chance gives (see _without_hubs).
+HUB_OVER_CHANCE = 2.0
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
 RUNS_SHOWN = 3
@@ -364,27 +366,28 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
 
 def _without_hubs(parts: Parts, ranked: list[Candidate], k: int, holder: Any,
                   evidence: dict[str, Any] | None) -> list[Candidate]:
-    """Leave out untrusted memories that "match every question": ones that come closer to the pieces of text of
-    at least ``[recall] hub_share`` of the vault's other memories (and to three at least) than those memories' own
-    nearest neighbours do — a keyword-stuffed episode, written to reach every prompt. Such a memory is evidence for
-    no question in particular; it is returned only when it is the best hit of all."""
+    """Leave out untrusted memories that "match every question": ones among the three closest other memories of
+    the pieces of text (see :mod:`memvault.core.calibration`) of at least ``[recall] hub_share`` of the vault's
+    other memories, and of twice the share chance would give in a small vault — a keyword-stuffed episode,
+    written to reach every prompt. Such a memory is evidence for no question in particular; it is returned only
+    when it is the best hit of all."""
     from . import calibration
 
     policy = Policy(parts.config.trust.trusted)
     suspects = [c for c in ranked[1: 2 * k + 5] if c.key[0] == "episode" and c.index is not None
-                and not policy.is_trusted(c.doc.get("source") or "") and hasattr(c.index, "vectors")]
+                and not policy.is_trusted(c.doc.get("source") or "") and hasattr(c.index, "doc_vectors")]
     if not suspects:
         return ranked
     pieces = calibration.stored_fragments(holder)
     if pieces is None:
         return ranked
     dropped = set()
+    limit = parts.config.recall.hub_share
     for c in suspects:
-        vector = c.index.vectors([c.rowid]).get(c.rowid)
-        if vector is None:
-            continue
-        share, count = pieces.share(f"{c.key[0]}:{c.key[1]}", vector)
-        if share >= parts.config.recall.hub_share and count >= 3:
+        vectors = c.index.doc_vectors(c.rowid)
+        share, chance = pieces.share(f"{c.key[0]}:{c.key[1]}", vectors)
+        # near the pieces of at least hub_share of the others, and of twice the share chance gives a small vault
+        if share >= max(limit, HUB_OVER_CHANCE * chance):
             dropped.add(c.key)
     if dropped and evidence is not None:
         evidence["hubs_left_out"] = sorted(f"{kind}:{item}" for kind, item in dropped)

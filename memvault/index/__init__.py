@@ -481,16 +481,11 @@ class Index:
         their hash, a sample that depends on the text only)."""
         return search.sample_chunks(self.connection(), kind, n)
 
-    def vectors(self, rowids: Sequence[int]) -> dict[int, Any]:
-        """The stored vectors of some chunks (float32 arrays), from this process's matrix when it holds one."""
+    def doc_vectors(self, rowid: int) -> list[Any]:
+        """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to."""
         import numpy as np
 
-        if self._vector_searches > 1:
-            cached = self._vectors_in_memory()
-            if cached is not None:
-                rows = self._row_index(cached)
-                return {r: cached[2][rows[r]] for r in rowids if r in rows}
-        return {r: np.frombuffer(b, dtype=np.float32) for r, b in search.vectors(self.connection(), rowids).items()}
+        return [np.frombuffer(b, dtype=np.float32) for b in search.doc_vectors(self.connection(), rowid)]
 
     def last_chunk_id(self) -> int:
         """The newest chunk's rowid (grows as the vault grows)."""

@@ -349,15 +349,13 @@ def sample_chunks(conn: sqlite3.Connection, kind: str, n: int) -> list[tuple[str
     return [(r[0], r[1]) for r in conn.execute(SAMPLE_SQL, (kind, n))]
 
 
-VECTORS_SQL = "SELECT rowid, embedding FROM chunks_vec WHERE rowid IN ({})"
+DOC_VECTORS_SQL = ("SELECT v.embedding FROM chunks c1 JOIN chunks c2 ON c2.doc = c1.doc "
+                   "JOIN chunks_vec v ON v.rowid = c2.rowid WHERE c1.rowid = ?")
 
 
-def vectors(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, bytes]:
-    """The stored vectors (float32 bytes) of ``rowids``."""
-    out = {}
-    for batch in batches(list(rowids), 500):
-        out.update(conn.execute(VECTORS_SQL.format(marks(batch)), tuple(batch)).fetchall())
-    return out
+def doc_vectors(conn: sqlite3.Connection, rowid: int) -> list[bytes]:
+    """The stored vectors (float32 bytes) of every chunk of the doc that chunk ``rowid`` belongs to."""
+    return [r[0] for r in conn.execute(DOC_VECTORS_SQL, (rowid,))]
 
 
 def last_chunk_id(conn: sqlite3.Connection) -> int:
