@@ -217,6 +217,8 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
                 index.embed(embedder, limit=settings.embed_at_recall)
             ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance,
                                 calibration, evidence, holder)
+    if settings.reranker and ranked:
+        ranked = _rerank(parts, search_query, ranked, warnings)
     result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
     result.nothing_found = why
     result.evidence = evidence or None
@@ -362,6 +364,24 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     if holder is not None and parts.config.recall.hub_share < 1:
         ranked = _without_hubs(parts, ranked, k, holder, evidence)
     return ranked, None
+
+
+def _rerank(parts: Parts, query: str, ranked: list[Candidate], warnings: list[str]) -> list[Candidate]:
+    """The first ``[recall] rerank_candidates`` re-read by the cross-encoder ``[recall] reranker``: its score (0..1)
+    becomes their relevance, they are scored again on the five factors and put in that order; the rest follow."""
+    from ..models.reranker import load_reranker
+
+    settings = parts.config.recall
+    try:
+        reranker = load_reranker(settings.reranker)
+    except ModelUnavailable as exc:
+        warnings.append(f"{exc}; results not reranked")
+        return ranked
+    head, tail = ranked[: settings.rerank_candidates], ranked[settings.rerank_candidates:]
+    for c, score in zip(head, reranker.score(query, [c.doc["body"] for c in head])):
+        c.relevance = score
+    _score(parts, head)
+    return sorted(head, key=lambda c: (-c.score, c.key)) + tail
 
 
 def _without_hubs(parts: Parts, ranked: list[Candidate], k: int, holder: Any,

@@ -86,6 +86,12 @@ def _opt_float(lo: float = 0.0, hi: float | None = None) -> Convert:
     return convert
 
 
+def _any_str(value: Any, _: str) -> str:
+    if not isinstance(value, str):
+        raise _invalid(f"must be a string, not {value!r}")
+    return value.strip()
+
+
 def _str(value: Any, _: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _invalid(f"must be a non-empty string, not {value!r}")
@@ -236,6 +242,10 @@ class RecallSettings:
                                _float(0.0, 1.0))
     untrusted_penalty: float = setting(0.05, "taken off an untrusted episode's relevance when it is ranked: it never "
                                              "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
+    reranker: str = setting("", "a sentence-transformers CrossEncoder (a local directory or a Hugging Face name in the "
+                                "local cache) that re-reads the best candidates with the query; \"\" (the default): "
+                                "none is loaded", _any_str)
+    rerank_candidates: int = setting(20, "how many of the best candidates the reranker re-reads", _int(1, 200))
     min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
                                              "vault and model); still accepted so older files load",
                                        _opt_float(0.0, 1.0), shown="unused", template=False)
