@@ -9,9 +9,18 @@ Relevance decides what is a candidate; the other factors order comparable candid
   consecutive word pairs taken as phrases, each divided by the best candidate's. A memory that quotes the whole
   query word for word has relevance 1. Candidates are the union of FTS5 BM25 (any query term may match) and the
   vector search; each gets both scores.
-- **the floor**: a candidate whose relevance is below ``[recall] relative_floor`` of the best one's is not
-  returned, and when even the best candidate is weak in absolute terms (its cosine below ``min_cosine`` and its
-  keyword coverage below ``min_coverage``) recall returns nothing and says why: "nothing known" is an answer.
+- **"nothing known"**: unless a memory quotes the query, or the best **semantic evidence** of any kind reaches
+  ``[recall] min_evidence``, or the best keyword match holds ``min_coverage`` of the query's IDF weight, recall
+  returns nothing and says why. Evidence is a cosine on the scale measured for this vault and model, per kind
+  (:mod:`memvault.core.calibration`: 0 = what unrelated questions get, 1 = what a piece of one of its memories
+  gets), so no cosine of one model is written here. A question naming something no memory mentions clears both
+  by ``unknown_name_penalty`` more. Keyword-only recall (no model) skips this test.
+- **the relative floor**: a candidate whose relevance is below ``[recall] relative_floor`` of the best one's is
+  not returned. An untrusted episode that "matches every question" (a hub of the vault's pieces of text, see
+  :func:`_without_hubs`) is returned only as the best hit; an untrusted episode's relevance counts
+  ``untrusted_penalty`` less in its score, so it never outranks trusted text of comparable relevance.
+- **reranker** (optional, ``[recall] reranker``): a cross-encoder re-reads the best ``rerank_candidates`` with the
+  query; its score becomes their relevance.
 - importance, confidence: as stored. recency: ``0.5 ** (age / half_life)`` since the later of the last update
   and the last use. frequency: uses (a fact fetched by key, a procedure run, a ``used`` report) plus a small
   share of being shown, decaying (see :mod:`memvault.stores.state`).

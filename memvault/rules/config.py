@@ -207,9 +207,9 @@ class RecallSettings:
     weights: dict[str, float] = setting(dict(DEFAULT_WEIGHTS), "weights of the five factors",
                                         _weights, shown="0.50/0.15/0.15/0.10/0.10")
     half_life: float = setting("30d", "recency halves every half_life since the last update or use", _age)
-    semantic_weight: float = setting(0.5, "within relevance: the share of the semantic score (the rest is keyword "
+    semantic_weight: float = setting(0.6, "within relevance: the share of the semantic score (the rest is keyword "
                                           "BM25)", _float(0.0, 1.0))
-    phrase_weight: float = setting(0.5, "within keyword: weight of consecutive query-word pairs matched as phrases",
+    phrase_weight: float = setting(0.25, "within keyword: weight of consecutive query-word pairs matched as phrases",
                                    _float(0.0))
     exact_boost: float = setting(0.2, "when a memory quotes the whole query word for word, the others' relevance is "
                                       "cut by this", _float(0.0, 1.0, open_hi=True))
