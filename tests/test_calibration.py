@@ -162,3 +162,25 @@ def test_the_old_cosine_floor_still_loads_and_does_nothing(vault):
     toml = vault.root / "memvault.toml"
     toml.write_text(toml.read_text().replace("[recall]\n", "[recall]\nmin_cosine = 0.388\n", 1))
     assert Vault.open(vault.root).config.recall.min_cosine == 0.388
+
+
+def test_pseudo_relevance_feedback_adds_the_words_the_best_memories_share(vault, models):
+    from fake_embedder import set_model
+
+    set_model(vault.root, "fake-hash")
+    v = Vault.open(vault.root, embedder_factory=models)
+    for key, text in {"pg/primary": "The postgres primary db01 takes writes on port 5432.",
+                      "pg/replica": "The postgres replica db02 streams from db01.",
+                      "pg/backup": "Postgres backups of db01 run nightly.",
+                      "disk/layout": "Disk layout of db01: the data lives on the nvme volume."}.items():
+        v.facts.set(key, text)
+    v.reindex()
+    question = "where does the postgres primary take writes"
+    before = {h.id: h.factors["relevance"] for h in v.recall(question, k=4, min_relevance=0)}
+    toml = v.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace("prf_weight = 0.0", "prf_weight = 0.3"))
+    v = Vault.open(vault.root, embedder_factory=models)
+    assert v.index.expansion_terms(["The postgres replica db02 streams from db01.",
+                                    "Postgres backups of db01 run nightly."], question, 5) == ["db01"]
+    after = {h.id: h.factors["relevance"] for h in v.recall(question, k=4, min_relevance=0)}
+    assert after["disk/layout"] > before["disk/layout"]  # it shares db01 with the best memories, not the query

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from ..stores.state import State
 
 MODES = ("hybrid", "keyword", "vector")
+#: Pseudo-relevance feedback: the best memories it reads, and the words it adds (see _feedback).
+PRF_DOCS, PRF_TERMS = 3, 5
 #: A suspected hub must be near at least this many times the share of pieces chance gives (see _without_hubs).
 HUB_OVER_CHANCE = 2.0
 FORMATS = ("text", "json", "prompt")
@@ -540,7 +542,34 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
                                      rowid in exact, rowid, index)
             else:
                 current.cosine = max(current.cosine, cos)
+    if settings.prf_weight and used_mode != "vector" and out:
+        _feedback(parts, query, kinds, n, out)
     return out
+
+
+def _feedback(parts: Parts, query: str, kinds: list[str], n: int, out: dict[tuple[str, str], Candidate]) -> None:
+    """Pseudo-relevance feedback: the words the best ``PRF_DOCS`` facts and procedures share (and the query lacks,
+    rare in the vault) searched as a second keyword query; a candidate's relevance gains ``[recall] prf_weight``
+    times that search's BM25 / best. Conversation turns give no words: their chat drifts (docs/benchmarks.md)."""
+    weight = parts.config.recall.prf_weight
+    top = sorted((c for c in out.values() if c.key[0] != "episode"), key=lambda c: -c.relevance)[:PRF_DOCS]
+    for index in parts.indexes():
+        bodies = [c.doc["body"] for c in top if c.index is index]
+        if not bodies or not hasattr(index, "expansion_terms"):
+            continue
+        stems = index.expansion_terms(bodies, query, PRF_TERMS)
+        found = index.search_terms(stems, kinds, n) if stems else []
+        best = max((s for _, s in found), default=0.0) or 1.0
+        docs = index.chunk_docs([r for r, _ in found if r]) if found else {}
+        gain: dict[tuple[str, str], float] = {}
+        for rowid, value in found:
+            doc = docs.get(rowid)
+            if doc is not None:
+                key = (doc["kind"], doc["id"])
+                gain[key] = max(gain.get(key, 0.0), value / best)
+        for key, value in gain.items():
+            if key in out and out[key].index is index:
+                out[key].relevance = min(1.0, out[key].relevance + weight * value)
 
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:

@@ -465,6 +465,18 @@ class Index:
             self._df = (version, {})
         return search.unknown_words(conn, words, self._df[1])
 
+    def expansion_terms(self, bodies: Sequence[str], query: str, terms: int) -> list[str]:
+        """Stems the best memories share and the query lacks (see :func:`search.expansion_terms`)."""
+        conn = self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._df[0] != version:
+            self._df = (version, {})
+        return search.expansion_terms(conn, bodies, query, terms, self._df[1])
+
+    def search_terms(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""
+        return search.match(self.connection(), " OR ".join(f'"{s}"' for s in stems), kinds, limit)
+
     # -- calibration (see memvault.core.calibration) ------------------------------------------------------
     def meta_get(self, key: str) -> str | None:
         """A value kept in the index beside the model identity (derived data: it goes with the index)."""

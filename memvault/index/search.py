@@ -363,3 +363,32 @@ def doc_vectors(conn: sqlite3.Connection, rowid: int) -> list[bytes]:
 def last_chunk_id(conn: sqlite3.Connection) -> int:
     row = conn.execute(LAST_CHUNK_SQL).fetchone()
     return int(row[0] or 0)
+
+
+def expansion_terms(conn: sqlite3.Connection, bodies: Sequence[str], query: str, terms: int,
+                    df_cache: dict[str, int]) -> list[str]:
+    """Pseudo-relevance feedback: the ``terms`` stems that the best memories' ``bodies`` share most and the vault
+    holds rarely (memories holding it x IDF), not in the query; a stem in only one of several bodies is not
+    shared and left out."""
+    import math
+
+    asked = set(stems(query))
+    counts: dict[str, int] = {}
+    for body in bodies:
+        for stem in set(stems(body)):
+            counts[stem] = counts.get(stem, 0) + 1
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    total = df_cache.get("\0n")
+    if total is None:
+        total = df_cache["\0n"] = fts_rows(conn)
+    scored = []
+    for stem, count in counts.items():
+        if stem in asked or len(stem) < 3 or (count < 2 and len(bodies) > 1):
+            continue
+        if stem not in df_cache:
+            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (stem,)).fetchone()
+            df_cache[stem] = row[0] if row else 0
+        df = df_cache[stem]
+        if df:
+            scored.append((count * math.log((total - df + 0.5) / (df + 0.5) + 1.0), stem))
+    return [stem for _, stem in sorted(scored, reverse=True)[:terms]]

@@ -211,6 +211,10 @@ class RecallSettings:
                                           "BM25)", _float(0.0, 1.0))
     phrase_weight: float = setting(0.25, "within keyword: weight of consecutive query-word pairs matched as phrases",
                                    _float(0.0))
+    prf_weight: float = setting(0.0, "pseudo-relevance feedback: the words the best three facts and procedures share "
+                                     "(and the query lacks) are searched too, and add this times their BM25 / best to "
+                                     "relevance (0: off; measured on the dev sets: no gain across them)",
+                                _float(0.0, 1.0))
     exact_boost: float = setting(0.2, "when a memory quotes the whole query word for word, the others' relevance is "
                                       "cut by this", _float(0.0, 1.0, open_hi=True))
     candidates: int = setting(100, "candidates taken from each of keyword and vector search", _int(1, 4096))
