@@ -27,14 +27,9 @@ FACTS = {
 
 @pytest.fixture
 def fv(vault, models):
-    from fake_embedder import set_model
+    from fake_embedder import fake_vault
 
-    set_model(vault.root, "fake-hash")
-    v = Vault.open(vault.root, embedder_factory=models)
-    for key, text in FACTS.items():
-        v.facts.set(key, text)
-    v.reindex()
-    return v
+    return fake_vault(vault, models, FACTS)
 
 
 def stored(v):
