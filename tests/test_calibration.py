@@ -179,3 +179,11 @@ def test_pseudo_relevance_feedback_adds_the_words_the_best_memories_share(vault,
                                     "Postgres backups of db01 run nightly."], question, 5) == ["db01"]
     after = {h.id: h.factors["relevance"] for h in v.recall(question, k=4, min_relevance=0)}
     assert after["disk/layout"] > before["disk/layout"]  # it shares db01 with the best memories, not the query
+
+
+def test_measuring_again_embeds_only_the_vaults_own_pieces(fv):
+    embedder = fv.engine.get()
+    embedder.reset_counts()
+    calibration.current(fv.index, embedder, KINDS, remeasure=True)
+    assert embedder.embedded == len(FACTS)  # the questions about nothing were kept with the model's identity
+    assert not any(t in calibration.PROBES for t in embedder.texts)

@@ -40,6 +40,7 @@ MIN_SPREAD = 0.05
 #: A kind with fewer chunks than this is read on the scale of all kinds together (a median of three is noise).
 MIN_CHUNKS = 8
 FRAGMENTS_KEY = "calibration:fragments"
+PROBES_KEY = "calibration:probes"
 #: A memory "near" a piece of another one is among that piece's NEIGHBOURS closest other memories.
 NEIGHBOURS = 3
 
@@ -225,9 +226,10 @@ def measure(index: Calibrated, embedder: Any, kinds: Sequence[str]) -> tuple[Cal
     sources = [k for ks, _ in samples.values() for k in ks]
     if not pieces:
         return Calibration(embedder.identity.to_dict(), {}, index.last_chunk_id()), None
-    # Asked as queries (with the model's query prefix), in one batch: a second or two on a CPU.
-    vectors = np.asarray(embedder.embed_documents([prefix + t for t in list(PROBES) + pieces]), dtype=np.float32)
-    probes, own = vectors[:len(PROBES)], vectors[len(PROBES):]
+    # Asked as queries (with the model's query prefix), in one batch; the probes' vectors depend on the model
+    # only and are kept in the index for the next measurement.
+    probes = _probe_vectors(index, embedder)
+    own = np.asarray(embedder.embed_documents([prefix + t for t in pieces]), dtype=np.float32)
     scales: dict[str, KindScale] = {}
     at = 0
     for kind, (_keys, texts) in samples.items():
@@ -245,6 +247,27 @@ def measure(index: Calibrated, embedder: Any, kinds: Sequence[str]) -> tuple[Cal
     scales[ALL] = KindScale(round(_median(null), 4), round(_median(ref), 4), len(pieces))
     return (Calibration(embedder.identity.to_dict(), scales, index.last_chunk_id()),
             Fragments(own, sources, thresholds, nearest))
+
+
+def _probe_vectors(index: Calibrated, embedder: Any) -> Any:
+    """The vectors of :data:`PROBES` for this model: from the index when it kept them, else embedded and kept."""
+    import base64
+
+    import numpy as np
+
+    identity = embedder.identity.to_dict()
+    try:
+        kept = json.loads(index.meta_get(PROBES_KEY) or "{}")
+        if _same_model(kept.get("model", {}), embedder.identity) and kept.get("probes") == len(PROBES) \
+                and kept.get("version") == VERSION:
+            vectors = np.frombuffer(base64.b64decode(kept["vectors"]), dtype=np.float32)
+            return vectors.reshape(len(PROBES), -1)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    vectors = np.asarray(embedder.embed_documents([identity["query_prefix"] + t for t in PROBES]), dtype=np.float32)
+    index.meta_set(PROBES_KEY, json.dumps({"version": VERSION, "model": identity, "probes": len(PROBES),
+                                           "vectors": base64.b64encode(vectors.tobytes()).decode()}))
+    return vectors
 
 
 def _best_and_other(index: Calibrated, vector: Any, kinds: Sequence[str],
