@@ -14,9 +14,10 @@ A candidate's **semantic evidence** is where its cosine falls on that scale, ``(
 0 for what an unrelated question gets, 1 for what a piece of a memory gets. Recall compares evidence, not
 cosines, with ``[recall] min_evidence`` (see :mod:`memvault.core.recall`).
 
-The calibration is stored in the index (``meta``, beside the model identity) and measured again when the model
-changes, on every ``reindex``, and at recall when the kind has grown by a quarter since it was measured. It costs
-one embedding of ~100 short texts and one vector search per text (a second or two; nothing at later recalls).
+The calibration is stored in the index (``meta``, beside the model identity), measured by the reindex that builds
+an index (a rebuild, a model change), again when the index has grown by a quarter since (at a reindex or a
+recall), and by the first recall of an index that has none. It costs an embedding of the vault's pieces (the
+probes' vectors are kept per model) and one vector search per text; nothing at later recalls.
 """
 from __future__ import annotations
 

@@ -462,8 +462,9 @@ class Vault:
         return report
 
     def _calibrated(self, report: SyncReport) -> SyncReport:
-        """After vectors were written: measure the relevance scale of this vault and model again (see
-        :mod:`memvault.core.calibration`), so that no recall has to. Needs the model this reindex loaded."""
+        """After vectors were written: the relevance scale of this vault and model (see
+        :mod:`memvault.core.calibration`) measured when the index has none (a rebuild, a model change) or the vault
+        has grown by a quarter since, so that no recall has to. Needs the model this reindex loaded."""
         from ..index import KINDS
         from . import calibration
 
@@ -473,7 +474,7 @@ class Vault:
                 or not embedder.identity.same_vectors(index.identity()):
             return report
         try:
-            calibration.current(index, embedder, KINDS, remeasure=True)
+            calibration.current(index, embedder, KINDS)
         except MemvaultError as exc:
             report.warnings.append(f"the relevance scale was not measured ({exc}); the next recall measures it")
         return report
