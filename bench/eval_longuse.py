@@ -220,6 +220,7 @@ def abstains(row: dict[str, Any], min_evidence: float, min_coverage: float, pena
     return semantic - pen < min_evidence and row["coverage"] - pen < min_coverage
 
 
+#: min_evidence stays below the shipped one + recall's COVERAGE_MARGIN: above it recall does not read the words.
 GRID = {"min_evidence": [round(0.05 * i, 2) for i in range(0, 15)],
         "min_coverage": [0.35, 0.45, 0.55, 0.65, 0.8, 1.01],
         "unknown_name_penalty": [round(0.1 * i, 1) for i in range(0, 11)]}

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from ..stores.state import State
 
 MODES = ("hybrid", "keyword", "vector")
+#: Semantic evidence this far above min_evidence answers without reading the words (see _nothing_known).
+COVERAGE_MARGIN = 0.5
 #: Pseudo-relevance feedback: the best memories it reads, and the words it adds (see _feedback).
 PRF_DOCS, PRF_TERMS = 3, 5
 #: A suspected hub must be near at least this many times the share of pieces chance gives (see _without_hubs).
@@ -459,7 +461,10 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
     names = named_words(query)
     unknown = (words.index.unknown_words(names) if names and hasattr(words.index, "unknown_words") else [])
     penalty = settings.unknown_name_penalty if unknown else 0.0
-    held = words.index.coverage(query, words.rowid) if words.index is not None and words.keyword > 0 else 0.0
+    # the words are read only when the meaning alone is not clearly enough (they cost an FTS lookup per term)
+    held = (words.index.coverage(query, words.rowid)
+            if words.index is not None and words.keyword > 0
+            and semantic - penalty < settings.min_evidence + COVERAGE_MARGIN else 0.0)
     if evidence is not None:
         evidence.update(exact=False, semantic=None if semantic == float("-inf") else round(semantic, 4), by_kind=by_kind,
                         coverage=round(held, 4), unknown_names=unknown, penalty=penalty)
