@@ -55,14 +55,15 @@ def test_answerable_questions_are_answered_with_the_right_fact(ops):
               if key not in [h.id for h in ask(v, q)][:3]]
     if name == "minilm":
         assert nothing == []
-        assert len(missed) <= 0.1 * len(DATA["answerable"]), missed  # measured: 2 of 32 (docs/benchmarks.md)
+        assert len(missed) <= 0.1 * len(DATA["answerable"]), missed  # measured: 1 of 32 (docs/benchmarks.md)
     else:  # a projection to 256 dimensions loses detail: more misses, still few false "nothing known"
         assert len(nothing) <= 0.2 * len(DATA["answerable"]), nothing
         assert len(missed) <= 0.25 * len(DATA["answerable"]), missed
-    for question, key in (("which machine serves payments", "payments/api"),):  # the issue's own example
-        assert key in [h.id for h in ask(v, question)][:3]
+    examples = [("which machine serves payments", "payments/api")]  # the issue's own two examples
     if name == "minilm":
-        assert ask(v, "how do I connect to prod from home")  # the other one: answered (the VPN fact is 4th)
+        examples.append(("how do I connect to prod from home", "vpn/access"))
+    for question, key in examples:
+        assert key in [h.id for h in ask(v, question)][:3]
 
 
 def test_unrelated_questions_get_nothing_and_say_why(ops):
