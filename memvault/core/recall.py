@@ -312,7 +312,9 @@ def _calibration(parts: Parts, embedder: Any, warnings: list[str]) -> tuple[Cali
     holders = ([parts.shared] if parts.shared is not None and parts.shared_vectors else []) + [parts.index]
     for holder in holders:
         if not all(hasattr(holder, m) for m in ("meta_get", "meta_set", "sample_chunks", "last_chunk_id")):
-            continue
+            # A shared index that cannot keep a scale: this host's overlay holds too few memories to measure
+            # one, so the test is skipped (as without a model) rather than read on a scale of a handful.
+            return None, None
         if not holder.exists() or holder.identity() is None:
             continue
         try:
@@ -485,13 +487,14 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
                         coverage=round(held, 4), unknown_names=unknown, penalty=penalty)
     if semantic - penalty >= settings.min_evidence or held - penalty >= settings.min_coverage:
         return None
-    unknown_note = (f"; the question names {', '.join(unknown)}, which no memory mentions (both floors "
-                    f"{penalty:g} higher)" if unknown else "")
-    shown = f"{semantic:.2f}" if semantic != float("-inf") else "none (no vectors)"
-    return (f"nothing relevant enough: the closest memory in meaning has evidence {shown} (floor "
-            f"{settings.min_evidence:g}; 0 is what unrelated questions get in this vault, 1 what a piece of one of "
-            f"its memories gets) and the best match holds "
-            f"{against(held, settings.min_coverage, percent=True)} of the query's weight in words{unknown_note}")
+    unknown_note = (f"; the question names {', '.join(unknown)}, which no memory mentions (both floors are "
+                    f"{penalty:g} higher for it)" if unknown else "")
+    shown = (against(semantic, settings.min_evidence + penalty) if semantic != float("-inf")
+             else f"none (no vectors; floor {settings.min_evidence + penalty:g})")
+    return (f"nothing relevant enough: the closest memory in meaning has evidence {shown} (0 is what unrelated "
+            f"questions get in this vault, 1 what a piece of one of its memories gets) and the best match holds "
+            f"{against(held, settings.min_coverage + penalty, percent=True)} of the query's weight in words"
+            f"{unknown_note}")
 
 
 def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
