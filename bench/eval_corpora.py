@@ -47,7 +47,11 @@ __all__ = [
     "main",
 ]
 
-DEFAULT_EVAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "eval"
+#: ``shared/eval`` beside the checkout (``/work/main`` and the worktrees in ``/work/wt/<name>`` alike), or
+#: ``MEMVAULT_EVAL_DIR``.
+DEFAULT_EVAL_DIR = Path(os.environ.get("MEMVAULT_EVAL_DIR") or next(
+    (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
+    Path(__file__).resolve().parents[2] / "shared" / "eval"))
 
 #: Bump when the on-disk layout or mappings change (the module source is hashed too).
 FORMAT_VERSION = "1"

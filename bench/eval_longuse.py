@@ -1,13 +1,17 @@
 """Recall in long use, on the eval dev sets (MiniLM): session replay, negative questions, stale answers, run logs.
 
-    python bench/eval_longuse.py [--only replay,negatives,stale,runs] [--cache DIR] [--json OUT]
+    python bench/eval_longuse.py [--only replay,negatives,fit,stale,runs] [--cache DIR] [--json OUT] [--from JSON]
 
 1. **replay**: each dev query stream is asked twice, in order, with usage recording ON (as an agent runs), on a
    copy of the vault with an empty state; R@5/R@10 of the second pass against recording OFF.
-2. **negatives**: questions whose answer is not in the vault — LoCoMo questions of conversation i asked of
+2. **negatives**: on every set, the share of *answerable* questions answered with nothing (false abstention) beside
+   the share of *unanswerable* ones answered with nothing — LoCoMo questions of conversation i asked of
    conversation i+1's vault (facts, turns, summaries), and alert descriptions asked of a vault holding only the
-   other half of the runbooks (runbooks split by alert group) — share answered with no hits; and the R@5 cost of
-   the floor on the positive questions (shipped against ``min_relevance=0``).
+   other half of the runbooks (runbooks split by alert group); cheat→tldr has answerable questions only — and the
+   R@5 cost of the floors on the answerable questions (shipped against ``min_relevance=0``).
+   **fit**: the floor's three settings (``min_evidence``, ``min_coverage``, ``unknown_name_penalty``) chosen by
+   leaving one set out (LoCoMo's three together: they share their questions), from the evidence each question's
+   recall logged: the folds, and the choice on all sets.
 3. **stale**: the LoCoMo facts vault with the relevant fact of every question marked stale (``valid_until`` in
    2020): where the stale right answer ranks (goal: top 3, with its mark).
 4. **runs**: the alert-runbook vault with ten ``procedure_run`` episodes per runbook; "how do I …" questions (the
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,27 +85,99 @@ def replay(cache: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ 2. negatives
-def negatives(cache: Path) -> dict[str, Any]:
+def _ask(vault: Vault, query: str) -> tuple[list[str], dict[str, Any]]:
+    """The hits with the shipped floors, and what the "nothing known" test read (for the threshold fit)."""
+    hits = vault.recall(query, k=10, record_access=False, sync=False)
+    return ids(hits), dict(hits.evidence or {})
+
+
+def _side(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    return {"questions": n, "answered_with_nothing": round(sum(not r["got"] for r in rows) / n, 4) if n else None}
+
+
+OPS = Path(__file__).resolve().parents[1] / "tests" / "data" / "ops_vault.json"
+
+
+def ops_vault(cache: Path) -> tuple[Vault, dict[str, Any]]:
+    """The ops vault of issue 17 (tests/data/ops_vault.json: 24 facts, questions in other words, unrelated ones),
+    built once in the cache with the eval's model."""
+    data = json.loads(OPS.read_text("utf-8"))
+    root = cache / "ops_vault"
+    stamp = root / ".built"
+    if not stamp.exists() or stamp.read_text() != json.dumps(data["facts"], sort_keys=True):
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        # its own repository (the cache sits inside this checkout's), committed as a bench user
+        subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+        for name, value in (("user.name", "memvault bench"), ("user.email", "bench@memvault.invalid")):
+            subprocess.run(["git", "-C", str(root), "config", name, value], check=True)
+        Vault.init(root, daemon=False)
+        write_config(root)
+        vault = open_vault(root)
+        for key, text in data["facts"].items():
+            vault.facts.set(key, text, source="user:eval")
+        stamp.write_text(json.dumps(data["facts"], sort_keys=True))
+    write_config(root)
+    vault = open_vault(root)
+    vault.reindex()
+    return vault, data
+
+
+def ops_negatives(cache: Path) -> dict[str, Any]:
+    vault, data = ops_vault(cache)
+    pos, neg = [], []
+    on, off = Score(), Score()
+    for question, key in data["answerable"]:
+        got, ev = _ask(vault, question)
+        pos.append({"qid": question, "got": bool(got), "hit5": f"fact:{key}" in got[:5],
+                    "hit3": f"fact:{key}" in got[:3], **ev})
+        on.add(got, {f"fact:{key}"})
+        off.add(ids(vault.recall(question, k=10, record_access=False, sync=False, min_relevance=0)), {f"fact:{key}"})
+    for question in data["unanswerable"]:
+        got, ev = _ask(vault, question)
+        neg.append({"qid": question, "got": bool(got), **ev})
+    result = _summary(pos, neg, on, off)
+    result["answerable_right_fact_in_top3"] = round(sum(r["hit3"] for r in pos) / len(pos), 4)
+    log(f"negatives ops: { {k: v for k, v in result.items() if k != 'rows'} }")
+    return result
+
+
+def negatives(cache: Path, sets: tuple[str, ...] = (*LOCOMO, "cheat_to_tldr", "alert_to_runbook", "ops")
+              ) -> dict[str, Any]:
+    """Per set: answerable questions answered with nothing (false abstention) beside unanswerable ones answered with
+    nothing, the R@5 the floors cost, and every question's evidence (``rows``: what ``--only fit`` reads)."""
     out: dict[str, Any] = {}
-    for set_name in LOCOMO:
+    for set_name in sets:
+        if set_name == "ops":
+            out["ops"] = ops_negatives(cache)
+            continue
         corpora = ec.build(set_name, cache)
         vaults = [indexed(c) for c in corpora]
-        none, asked = 0, 0
-        pos_on, pos_off = Score(), Score()
+        pos: list[dict[str, Any]] = []
+        neg: list[dict[str, Any]] = []
+        on, off = Score(), Score()
         for i, corpus in enumerate(corpora):
-            other = vaults[(i + 1) % len(vaults)]
             for q in corpus.queries:
-                asked += 1
-                none += not other.recall(q.query, k=10, record_access=False, sync=False)
-                pos_on.add(ids(vaults[i].recall(q.query, k=10, record_access=False, sync=False)), q.relevant)
-                pos_off.add(ids(vaults[i].recall(q.query, k=10, record_access=False, sync=False, min_relevance=0)),
-                            q.relevant)
-        out[set_name] = {"negatives": asked, "answered_with_nothing": round(none / asked, 3),
-                         "positive_R@5_floor": round(pos_on.r(5), 4), "positive_R@5_no_floor": round(pos_off.r(5), 4),
-                         "R@5_cost": round(pos_off.r(5) - pos_on.r(5), 4)}
-        log(f"negatives {set_name}: {out[set_name]}")
-    out["alert_to_runbook"] = alert_negatives(cache)
+                got, ev = _ask(vaults[i], q.query)
+                pos.append({"qid": q.qid, "got": bool(got), "hit5": bool(q.relevant.intersection(got[:5])), **ev})
+                on.add(got, q.relevant)
+                off.add(ids(vaults[i].recall(q.query, k=10, record_access=False, sync=False, min_relevance=0)),
+                        q.relevant)
+                if set_name in LOCOMO:  # asked of the next conversation's vault, which holds no answer
+                    got, ev = _ask(vaults[(i + 1) % len(vaults)], q.query)
+                    neg.append({"qid": q.qid, "got": bool(got), **ev})
+        out[set_name] = _summary(pos, neg, on, off)
+        log(f"negatives {set_name}: { {k: v for k, v in out[set_name].items() if k != 'rows'} }")
+        if set_name == "alert_to_runbook":
+            out["alert_half"] = alert_negatives(cache)
     return out
+
+
+def _summary(pos: list[dict[str, Any]], neg: list[dict[str, Any]], on: Score, off: Score) -> dict[str, Any]:
+    return {"answerable": _side(pos), "unanswerable": _side(neg), "positive_R@5_floor": round(on.r(5), 4),
+            "positive_R@5_no_floor": round(off.r(5), 4), "R@5_cost": round(off.r(5) - on.r(5), 4),
+            "rows": {"pos": pos, "neg": neg}}
 
 
 def alert_negatives(cache: Path) -> dict[str, Any]:
@@ -117,20 +194,79 @@ def alert_negatives(cache: Path) -> dict[str, Any]:
         if path.is_dir() and path.name not in keep:
             shutil.rmtree(path)
     vault = indexed(ec.Corpus("alert_half", half, [], 0))
-    none = asked = 0
-    pos_on, pos_off = Score(), Score()
+    pos: list[dict[str, Any]] = []
+    neg: list[dict[str, Any]] = []
+    on, off = Score(), Score()
     for q in corpus.queries:
-        inside = any(r.split(":", 1)[1].split("/")[0] in keep for r in q.relevant)
-        if inside:
-            pos_on.add(ids(vault.recall(q.query, k=10, record_access=False, sync=False)), q.relevant)
-            pos_off.add(ids(vault.recall(q.query, k=10, record_access=False, sync=False, min_relevance=0)), q.relevant)
+        got, ev = _ask(vault, q.query)
+        if any(r.split(":", 1)[1].split("/")[0] in keep for r in q.relevant):
+            pos.append({"qid": q.qid, "got": bool(got), "hit5": bool(q.relevant.intersection(got[:5])), **ev})
+            on.add(got, q.relevant)
+            off.add(ids(vault.recall(q.query, k=10, record_access=False, sync=False, min_relevance=0)), q.relevant)
         else:
-            asked += 1
-            none += not vault.recall(q.query, k=10, record_access=False, sync=False)
-    result = {"negatives": asked, "answered_with_nothing": round(none / asked, 3) if asked else None,
-              "positives": pos_on.n, "positive_R@5_floor": round(pos_on.r(5), 4),
-              "positive_R@5_no_floor": round(pos_off.r(5), 4), "R@5_cost": round(pos_off.r(5) - pos_on.r(5), 4)}
-    log(f"negatives alert_to_runbook: {result}")
+            neg.append({"qid": q.qid, "got": bool(got), **ev})
+    result = _summary(pos, neg, on, off)
+    log(f"negatives alert_half: { {k: v for k, v in result.items() if k != 'rows'} }")
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ 2b. the fit
+def abstains(row: dict[str, Any], min_evidence: float, min_coverage: float, penalty: float) -> bool:
+    """Whether recall would answer ``row``'s question with nothing under these settings (as recall decides)."""
+    if row.get("exact") or "coverage" not in row:
+        return False
+    pen = penalty if row.get("unknown_names") else 0.0
+    semantic = row["semantic"] if row.get("semantic") is not None else float("-inf")
+    return semantic - pen < min_evidence and row["coverage"] - pen < min_coverage
+
+
+#: min_evidence stays below the shipped one + recall's COVERAGE_MARGIN: above it recall does not read the words.
+GRID = {"min_evidence": [round(0.05 * i, 2) for i in range(0, 15)],
+        "min_coverage": [0.35, 0.45, 0.55, 0.65, 0.8, 1.01],
+        "unknown_name_penalty": [round(0.1 * i, 1) for i in range(0, 11)]}
+
+
+def fit(negatives_out: dict[str, Any], max_false: float = 0.02) -> dict[str, Any]:
+    """Leave one set out: on the other sets, the settings that abstain on the most unanswerable questions (the
+    worst set counts) while answering with nothing at most ``max_false`` of the answerable ones on every set;
+    scored on the set left out. LoCoMo's three sets share their questions, so they are left out together."""
+    import itertools
+
+    sets = {k: v["rows"] for k, v in negatives_out.items() if isinstance(v, dict) and "rows" in v}
+    folds = {"locomo": [s for s in sets if s.startswith("locomo")],
+             "alert": [s for s in sets if s.startswith("alert")],
+             **{s: [s] for s in sets if not s.startswith(("locomo", "alert"))}}
+    folds = {k: v for k, v in folds.items() if v}
+
+    def rates(names: list[str], params: tuple[float, float, float]) -> tuple[list[float], list[float]]:
+        false = [sum(abstains(r, *params) for r in sets[n]["pos"]) / max(1, len(sets[n]["pos"])) for n in names]
+        true = [sum(abstains(r, *params) for r in sets[n]["neg"]) / len(sets[n]["neg"]) for n in names
+                if sets[n]["neg"]]
+        return false, true
+
+    grid = list(itertools.product(GRID["min_evidence"], GRID["min_coverage"], GRID["unknown_name_penalty"]))
+    result: dict[str, Any] = {"folds": {}}
+    for held, names in [*folds.items(), ("none", [])]:
+        train = [n for n in sets if n not in names]
+        best = None
+        for params in grid:
+            false, true = rates(train, params)
+            if max(false, default=0.0) > max_false:
+                continue
+            key = (min(true, default=0.0), sum(true), -params[0])
+            if best is None or key > best[0]:
+                best = (key, params)
+        if best is None:
+            continue
+        params = best[1]
+        entry = {"settings": dict(zip(GRID, params))}
+        if names:
+            false, true = rates(names, params)
+            entry["held_out"] = {n: {"answerable_answered_with_nothing": round(f, 4)} for n, f in zip(names, false)}
+            for n in names:
+                if sets[n]["neg"]:
+                    entry["held_out"][n]["unanswerable_answered_with_nothing"] = round(rates([n], params)[1][0], 4)
+        result["folds" if names else "all_sets"] = (result["folds"] | {held: entry}) if names else entry
     return result
 
 
@@ -207,14 +343,24 @@ def runs(cache: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="replay,negatives,stale,runs")
+    ap.add_argument("--only", default="replay,negatives,fit,stale,runs",
+                    help="replay, negatives, fit (of the floor's settings; needs negatives, or --from), stale, runs")
+    ap.add_argument("--from", dest="from_json", type=Path, help="a JSON of an earlier run to take negatives from")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args(argv)
     out: dict[str, Any] = {}
+    if args.from_json:
+        out.update({k: v for k, v in json.loads(args.from_json.read_text()).items() if k == "negatives"})
     for name in args.only.split(","):
+        if name == "fit":
+            out["fit"] = fit(out["negatives"])
+            continue
+        if name == "negatives" and "negatives" in out:
+            continue
         out[name] = {"replay": replay, "negatives": negatives, "stale": stale, "runs": runs}[name](args.cache)
-    print(json.dumps(out, indent=2))
+    print(json.dumps({k: v for k, v in out.items() if k != "negatives"} | {"negatives": {
+        s: {k: v for k, v in r.items() if k != "rows"} for s, r in out.get("negatives", {}).items()}}, indent=2))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=2))
     return 0

@@ -94,16 +94,70 @@ def write_config(vault_dir: Path, recall: dict[str, Any] | None = None) -> None:
 
 
 class _CachedQueries:
-    """The real embedder, with query vectors memoised: each query is recalled in several modes and settings,
-    and encoding it again each time would dominate the run (about 0.1 s per encode on a busy 2-core box)."""
+    """The real embedder, with vectors memoised on disk (``bench/.cache/vectors-<model>.db``, keyed by the model's
+    identity and the text's sha256): each query is recalled in several modes and settings, and a vault rebuilt by
+    a schema change or a merge re-embeds the same texts; encoding them again would dominate every run on a busy
+    2-core box (tldr alone is ~12 minutes of MiniLM)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, path: Path | None = None) -> None:
+        import sqlite3
+
         self._inner = inner
         self._queries: dict[str, Any] = {}
+        ident = inner.identity
+        self._key = f"{ident.name}@{ident.revision}/{ident.dims}/{ident.query_prefix}"
+        path = path or DEFAULT_CACHE.parent / "vectors.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._db.execute("CREATE TABLE IF NOT EXISTS vec (model TEXT, kind TEXT, hash TEXT, v BLOB, "
+                         "PRIMARY KEY (model, kind, hash))")
+
+    def _get(self, kind: str, texts: Sequence[str]) -> dict[str, bytes]:
+        import hashlib
+
+        out: dict[str, bytes] = {}
+        hashes = {hashlib.sha256(t.encode()).hexdigest(): t for t in texts}
+        keys = list(hashes)
+        for i in range(0, len(keys), 500):
+            batch = keys[i:i + 500]
+            for h, v in self._db.execute(f"SELECT hash, v FROM vec WHERE model = ? AND kind = ? AND hash IN "
+                                         f"({','.join('?' * len(batch))})", (self._key, kind, *batch)):
+                out[hashes[h]] = v
+        return out
+
+    def _put(self, kind: str, items: dict[str, bytes]) -> None:
+        import hashlib
+
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?)",
+                                 [(self._key, kind, hashlib.sha256(t.encode()).hexdigest(), v)
+                                  for t, v in items.items()])
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> Any:
+        import numpy as np
+
+        texts = list(texts)
+        found = self._get("doc", texts)
+        todo = [t for t in dict.fromkeys(texts) if t not in found]
+        if todo:
+            made = self._inner.embed_documents(todo, batch_size)
+            new = {t: np.asarray(v, dtype=np.float32).tobytes() for t, v in zip(todo, made)}
+            self._put("doc", new)
+            found.update(new)
+        return np.stack([np.frombuffer(found[t], dtype=np.float32) for t in texts]) if texts else \
+            np.zeros((0, self._inner.identity.dims), dtype=np.float32)
 
     def embed_query(self, text: str) -> Any:
+        import numpy as np
+
         if text not in self._queries:
-            self._queries[text] = self._inner.embed_query(text)
+            found = self._get("query", [text])
+            if text in found:
+                self._queries[text] = np.frombuffer(found[text], dtype=np.float32)
+            else:
+                v = np.asarray(self._inner.embed_query(text), dtype=np.float32)
+                self._put("query", {text: v.tobytes()})
+                self._queries[text] = v
         return self._queries[text]
 
     def __getattr__(self, name: str) -> Any:
@@ -271,11 +325,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 got = {m: recall_ids(vault, q.query, m) for m in MODES}
                 for m, ids in got.items():
                     res.setdefault(m, Score()).add(ids, q.relevant)
+                log[q.qid] = dict(got)
+                if args.no_prototypes:
+                    continue
                 cands[q.qid] = c = candidates(vault, q.query, emb.embed_query(q.query), max(CANDIDATE_SWEEP))
                 mine = fuse_convex_max(c, CANDIDATES, args.semantic_weight)
                 mismatch["queries"] += 1
                 mismatch["hybrid"] += mine != got["hybrid"]
-                log[q.qid] = dict(got)
                 for name, fuse in FUSIONS.items():
                     for n in CANDIDATE_SWEEP:
                         ids = fuse(c, n)
@@ -303,7 +359,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for q in corpus.queries:
                 got = log[q.qid]
                 hy5 = bool(q.relevant.intersection(got["hybrid"][:5]))
-                if not hy5 and len(ex) < args.examples and any(
+                if not hy5 and q.qid in cands and len(ex) < args.examples and any(
                         q.relevant.intersection(got[m][:5]) for m in ("keyword", "vector")):
                     c = cands[q.qid]
                     rel_rows = [r for r, d in c.doc.items() if d in q.relevant]
@@ -363,7 +419,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> str:
         lines.append(f"| {set_name} | {_f(a.r(5))} / {_f(a.r(10))} | {_f(b.r(5))} / {_f(b.r(10))} | "
                      f"{diff_h} / {diff_k} of {len(ranked)} |")
     names = list(FUSIONS)
-    for n in CANDIDATE_SWEEP:
+    for n in CANDIDATE_SWEEP if out["mismatch"]["queries"] else ():
         lines += ["", f"## Fusion prototypes on the shipped candidates, {n} per side (R@5 / R@10)", "",
                   "| fusion | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
         for name in names:
@@ -371,7 +427,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> str:
                      for res in results.values()]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     mm = out["mismatch"]
-    lines += ["", f"Re-implemented shipped fusion (s={args.semantic_weight}, n={CANDIDATES}) vs shipped hybrid: "
+    lines += [] if not mm["queries"] else ["", f"Re-implemented shipped fusion (s={args.semantic_weight}, n={CANDIDATES}) vs shipped hybrid: "
               f"top 10 differs on {mm['hybrid']} of {mm['queries']} queries."]
     lines += ["", "## Index builds", "", "| vault | seconds | chunks embedded | items | chunks |",
               "|---|---|---|---|---|"]
@@ -385,7 +441,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", default="all", help=f"comma-separated: {', '.join(ec.CORPUS_NAMES)}, locomo, all")
     ap.add_argument("--limit-queries", type=int, default=None, help="first N queries of each corpus")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    ap.add_argument("--semantic-weight", type=float, default=0.5)
+    from memvault.rules.config import RecallSettings
+
+    ap.add_argument("--semantic-weight", type=float, default=RecallSettings().semantic_weight,
+                    help="the shipped [recall] semantic_weight by default")
+    ap.add_argument("--no-prototypes", action="store_true",
+                    help="skip the fusion prototypes (they re-implement an older fusion; see docs/benchmarks.md)")
     ap.add_argument("--sweep", type=lambda s: [float(x) for x in s.split(",") if x], default=[0.3, 0.5, 0.7],
                     help="semantic weights for the shipped-hybrid sweep")
     ap.add_argument("--examples", type=int, default=5, help="failing hybrid queries kept per set (JSON)")

@@ -102,3 +102,15 @@ def set_model(vault_root, name):
     text = re.sub(r'model = "fake-[a-z]+"', f'model = "{name}"', text)
     path.write_text(text)
 
+
+
+def fake_vault(vault, models, facts: dict[str, str]):
+    """``vault`` reopened on the fake model ``fake-hash``, holding ``facts``, indexed."""
+    from memvault import Vault
+
+    set_model(vault.root, "fake-hash")
+    v = Vault.open(vault.root, embedder_factory=models)
+    for key, text in facts.items():
+        v.facts.set(key, text)
+    v.reindex()
+    return v

@@ -161,3 +161,22 @@ def test_the_keyword_index_counts_its_rows_without_walking_them(conn, traced_vau
     assert total > 3 and search.fts_rows(conn) == total
     traced_vault.facts.delete("web/lb")
     assert search.fts_rows(conn) == conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == total - 1
+
+
+def test_the_relevance_scale_reads_by_index_but_for_its_one_sample(conn, traced_vault):
+    """Measuring the scale (once per reindex, model change or growth) samples each kind's chunks by hash: one scan
+    and sort of that kind, by design. Every other statement it and the hub check send starts from an index."""
+    from memvault.core import calibration
+    from memvault.index import KINDS
+
+    v = traced_vault
+    v.episodes.append("An untrusted note about the primary database host and port.", source="web:forum.example")
+    with traced(conn, v.state.connection()) as seen:
+        calibration.current(v.index, v.engine.get(), KINDS, remeasure=True)
+        v.recall("which host listens on port 5432", k=5)
+        v.index.doc_vectors(conn.execute("SELECT MAX(rowid) FROM chunks").fetchone()[0])
+    sample = search.SAMPLE_SQL.split(" ORDER BY")[0]
+    bad = {sql: lines for sql, lines in scans(seen).items() if not sql.startswith(sample.split(" WHERE")[0])}
+    assert not bad, bad
+    text = "\n".join(sql for _, sql in seen)
+    assert "ORDER BY c.hash" in text and "JOIN chunks_vec v" in text and "MAX(rowid)" in text

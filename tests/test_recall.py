@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -143,7 +144,7 @@ def test_keyword_settings_are_validated(vault):
     from memvault.rules.errors import ConfigError
 
     toml = vault.root / "memvault.toml"
-    toml.write_text(toml.read_text().replace("phrase_weight = 0.5", "phrase_weight = -1"))
+    toml.write_text(re.sub(r"(?m)^phrase_weight = .*$", "phrase_weight = -1", toml.read_text()))
     with pytest.raises(ConfigError, match="phrase_weight"):
         load(toml)
 

@@ -69,6 +69,9 @@ class RecallResult(list):  # type: ignore[type-arg]
         self.window: dict[str, Any] | None = None
         #: What the token budget left out (``dropped``, ``best_dropped``, ``best_dropped_tokens``), or None.
         self.budget: dict[str, Any] | None = None
+        #: What the "nothing known" test read (``semantic``, ``by_kind``, ``coverage``, ``unknown_names``,
+        #: ``penalty``), or None when it did not run (keyword-only, ``min_relevance=0``, no candidates).
+        self.evidence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The whole answer as JSON: the hits and what to know about them."""

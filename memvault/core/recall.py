@@ -9,9 +9,18 @@ Relevance decides what is a candidate; the other factors order comparable candid
   consecutive word pairs taken as phrases, each divided by the best candidate's. A memory that quotes the whole
   query word for word has relevance 1. Candidates are the union of FTS5 BM25 (any query term may match) and the
   vector search; each gets both scores.
-- **the floor**: a candidate whose relevance is below ``[recall] relative_floor`` of the best one's is not
-  returned, and when even the best candidate is weak in absolute terms (its cosine below ``min_cosine`` and its
-  keyword coverage below ``min_coverage``) recall returns nothing and says why: "nothing known" is an answer.
+- **"nothing known"**: unless a memory quotes the query, or the best **semantic evidence** of any kind reaches
+  ``[recall] min_evidence``, or the best keyword match holds ``min_coverage`` of the query's IDF weight, recall
+  returns nothing and says why. Evidence is a cosine on the scale measured for this vault and model, per kind
+  (:mod:`memvault.core.calibration`: 0 = what unrelated questions get, 1 = what a piece of one of its memories
+  gets), so no cosine of one model is written here. A question naming something no memory mentions clears both
+  by ``unknown_name_penalty`` more. Keyword-only recall (no model) skips this test.
+- **the relative floor**: a candidate whose relevance is below ``[recall] relative_floor`` of the best one's is
+  not returned. An untrusted episode that "matches every question" (a hub of the vault's pieces of text, see
+  :func:`_without_hubs`) is returned only as the best hit; an untrusted episode's relevance counts
+  ``untrusted_penalty`` less in its score, so it never outranks trusted text of comparable relevance.
+- **reranker** (optional, ``[recall] reranker``): a cross-encoder re-reads the best ``rerank_candidates`` with the
+  query; its score becomes their relevance.
 - importance, confidence: as stored. recency: ``0.5 ** (age / half_life)`` since the later of the last update
   and the last use. frequency: uses (a fact fetched by key, a procedure run, a ``used`` report) plus a small
   share of being shown, decaying (see :mod:`memvault.stores.state`).
@@ -47,12 +56,19 @@ from ..rules.trust import Policy
 
 if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
+    from .calibration import Calibration
     from ..models.engine import Engine
     from ..stores.facts import FactStore
     from ..stores.procedures import ProcedureStore
     from ..stores.state import State
 
 MODES = ("hybrid", "keyword", "vector")
+#: Semantic evidence this far above min_evidence answers without reading the words (see _nothing_known).
+COVERAGE_MARGIN = 0.5
+#: Pseudo-relevance feedback: the best memories it reads, and the words it adds (see _feedback).
+PRF_DOCS, PRF_TERMS = 3, 5
+#: A suspected hub must be near at least this many times the share of pieces chance gives (see _without_hubs).
+HUB_OVER_CHANCE = 2.0
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
 RUNS_SHOWN = 3
@@ -196,7 +212,11 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         return RecallResult([], mode="vector", warnings=warnings)
 
     floor = settings.relative_floor if min_relevance is None else min_relevance
-    ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+    calibration, holder = (_calibration(parts, embedder, warnings)
+                           if used_mode != "keyword" and (min_relevance is None or min_relevance > 0) else (None, None))
+    evidence: dict[str, Any] = {}
+    ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance, calibration,
+                        evidence, holder)
     checked: set[str] = set()
     if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
@@ -207,10 +227,14 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
-            ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance)
+            ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance,
+                                calibration, evidence, holder)
         checked = index.as_on_disk(paths)
+    if settings.reranker and ranked:
+        ranked = _rerank(parts, search_query, ranked, warnings)
     result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
     result.nothing_found = why
+    result.evidence = evidence or None
     if window is not None:
         result.window = {"since": format_time(window.since) if window.since else None,
                          "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
@@ -263,6 +287,26 @@ def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
     return embedder
 
 
+def _calibration(parts: Parts, embedder: Any, warnings: list[str]) -> tuple[Calibration | None, Any]:
+    """The calibrated scale of this vault and model (see :mod:`memvault.core.calibration`), kept in the index,
+    measured there when it is missing, of another model, or the vault has grown by a quarter since; and the index
+    that holds it. (None, None) without vectors."""
+    from . import calibration
+
+    holder = parts.index
+    if not all(hasattr(holder, m) for m in ("meta_get", "meta_set", "sample_chunks", "last_chunk_id")):
+        # A team's index cannot keep a scale yet: this host's overlay holds too few memories to measure one, so
+        # the test is skipped (as without a model) rather than read on a scale of a handful.
+        return None, None
+    if not holder.exists() or holder.identity() is None:
+        return None, None
+    try:
+        return calibration.current(holder, embedder, KINDS), holder
+    except MemvaultError as exc:
+        warnings.append(f"the relevance scale could not be measured ({exc}); every candidate is returned")
+        return None, None
+
+
 def _content(query: str) -> bool:
     """Whether a query has words worth searching for (not only stop words like "what happened")."""
     return bool([t for t in query_terms(query) if t not in _VAGUE])
@@ -304,9 +348,12 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
 
 # ------------------------------------------------------------------------------------------------ ranking
 def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qvec: Any,
-          window: timeq.Window | None, floor: float, min_relevance: float | None) -> tuple[list[Candidate], str | None]:
+          window: timeq.Window | None, floor: float, min_relevance: float | None,
+          calibration: Calibration | None = None, evidence: dict[str, Any] | None = None,
+          holder: Any = None) -> tuple[list[Candidate], str | None]:
     """Candidates from both searches, each with both scores; runs attached to their procedures; the time window,
-    the floors; ranked on the five factors. Returns the ranked candidates and, when none is left, why."""
+    the floors; ranked on the five factors. Returns the ranked candidates and, when none is left, why (the
+    figures the "nothing known" test read go into ``evidence``)."""
     candidates = _candidates(parts, query, k, kinds, used_mode, qvec)
     if window is not None:
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
@@ -316,23 +363,120 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
         return [], "no memory matches the query" + (f" in that time ({window.phrase})" if window and window.phrase
                                                     else "")
     best = max(c.relevance for c in candidates.values())
-    settings = parts.config.recall
     if min_relevance is None or min_relevance > 0:
-        if used_mode != "keyword":
-            # "Nothing known" unless something is close in meaning (the best cosine anywhere in the vault), or the
-            # top candidate holds most of the query's weight in words, or quotes it. Keyword-only recall has no
-            # cosine, and coverage alone would cost too many answers: it skips this test (docs/benchmarks.md).
-            top = max(candidates.values(), key=lambda c: c.relevance)
-            best_cos = max(c.cosine for c in candidates.values())
-            if not top.exact and not any(c.exact for c in candidates.values()) and best_cos < settings.min_cosine:
-                held = top.index.coverage(query, top.rowid) if top.index is not None else 0.0
-                if held < settings.min_coverage:
-                    return [], (f"nothing relevant enough: the closest memory in meaning has cosine "
-                                f"{against(best_cos, settings.min_cosine)} and the best match holds "
-                                f"{against(held, settings.min_coverage, percent=True)} of the query's weight in words")
+        if used_mode != "keyword" and calibration is not None:
+            # Keyword-only recall has no cosine, and coverage alone would cost too many answers: it skips this
+            # test (docs/benchmarks.md).
+            why = _nothing_known(parts, query, candidates, calibration, evidence)
+            if why is not None:
+                return [], why
         candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
     _score(parts, candidates.values())
-    return sorted(candidates.values(), key=lambda c: (-c.score, c.key)), None
+    ranked = sorted(candidates.values(), key=lambda c: (-c.score, c.key))
+    if holder is not None and parts.config.recall.hub_share < 1:
+        ranked = _without_hubs(parts, ranked, k, holder, evidence)
+    return ranked, None
+
+
+def _rerank(parts: Parts, query: str, ranked: list[Candidate], warnings: list[str]) -> list[Candidate]:
+    """The first ``[recall] rerank_candidates`` re-read by the cross-encoder ``[recall] reranker``: its score (0..1)
+    becomes their relevance, they are scored again on the five factors and put in that order; the rest follow."""
+    from ..models.reranker import load_reranker
+
+    settings = parts.config.recall
+    try:
+        reranker = load_reranker(settings.reranker)
+    except ModelUnavailable as exc:
+        warnings.append(f"{exc}; results not reranked")
+        return ranked
+    head, tail = ranked[: settings.rerank_candidates], ranked[settings.rerank_candidates:]
+    for c, score in zip(head, reranker.score(query, [c.doc["body"] for c in head])):
+        c.relevance = score
+    _score(parts, head)
+    return sorted(head, key=lambda c: (-c.score, c.key)) + tail
+
+
+def _without_hubs(parts: Parts, ranked: list[Candidate], k: int, holder: Any,
+                  evidence: dict[str, Any] | None) -> list[Candidate]:
+    """Leave out untrusted memories that "match every question": ones among the three closest other memories of
+    the pieces of text (see :mod:`memvault.core.calibration`) of at least ``[recall] hub_share`` of the vault's
+    other memories, and of twice the share chance would give in a small vault — a keyword-stuffed episode,
+    written to reach every prompt. Such a memory is evidence for no question in particular; it is returned only
+    when it is the best hit of all."""
+    from . import calibration
+
+    policy = Policy(parts.config.trust.trusted)
+    suspects = [c for c in ranked[1: 2 * k + 5] if c.key[0] == "episode" and c.index is not None
+                and not policy.is_trusted(c.doc.get("source") or "") and hasattr(c.index, "doc_vectors")]
+    if not suspects:
+        return ranked
+    pieces = calibration.stored_fragments(holder)
+    if pieces is None:
+        return ranked
+    dropped = set()
+    limit = parts.config.recall.hub_share
+    for c in suspects:
+        vectors = c.index.doc_vectors(c.rowid)
+        share, chance = pieces.share(f"{c.key[0]}:{c.key[1]}", vectors)
+        # near the pieces of at least hub_share of the others, and of twice the share chance gives a small vault
+        if share >= max(limit, HUB_OVER_CHANCE * chance):
+            dropped.add(c.key)
+    if dropped and evidence is not None:
+        evidence["hubs_left_out"] = sorted(f"{kind}:{item}" for kind, item in dropped)
+    return [c for c in ranked if c.key not in dropped]
+
+
+_NAME = re.compile(r"[^\W\d_][\w'-]*")
+
+
+def named_words(query: str) -> list[str]:
+    """The words a question names things with: capitalised words other than the first ("Oracle" in "what is our
+    Oracle license count"), all-capital ones excepted (acronyms are written both ways)."""
+    words = _NAME.findall(query)
+    return list(dict.fromkeys(w for w in words[1:] if len(w) > 1 and w[0].isupper() and not w.isupper()))
+
+
+def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], Candidate], calibration: Calibration,
+                   evidence: dict[str, Any] | None) -> str | None:
+    """Why nothing should be returned, or None when something stands out from what unrelated text gets here.
+
+    Something stands out when a memory quotes the query, or the best **semantic evidence** of any kind (its best
+    cosine on that kind's calibrated scale: 0 = what unrelated questions get in this vault with this model, 1 =
+    what a piece of one of its memories gets) reaches ``[recall] min_evidence``, or the best match holds
+    ``min_coverage`` of the query's weight in words. A question that names something no memory mentions
+    ("Oracle", "France") must clear both by ``unknown_name_penalty`` more: it is most likely about something else."""
+    settings = parts.config.recall
+    if any(c.exact for c in candidates.values()):
+        if evidence is not None:
+            evidence["exact"] = True
+        return None
+    by_kind: dict[str, float] = {}
+    for c in candidates.values():
+        e = calibration.evidence(c.key[0], c.cosine) if c.cosine > 0 else None
+        if e is not None and e > by_kind.get(c.key[0], float("-inf")):
+            by_kind[c.key[0]] = e
+    semantic = max(by_kind.values(), default=float("-inf"))
+    words = max(candidates.values(), key=lambda c: (c.keyword, c.relevance))
+    names = named_words(query)
+    unknown = (words.index.unknown_words(names) if names and hasattr(words.index, "unknown_words") else [])
+    penalty = settings.unknown_name_penalty if unknown else 0.0
+    # the words are read only when the meaning alone is not clearly enough (they cost an FTS lookup per term)
+    held = (words.index.coverage(query, words.rowid)
+            if words.index is not None and words.keyword > 0
+            and semantic - penalty < settings.min_evidence + COVERAGE_MARGIN else 0.0)
+    if evidence is not None:
+        evidence.update(exact=False, semantic=None if semantic == float("-inf") else round(semantic, 4), by_kind=by_kind,
+                        coverage=round(held, 4), unknown_names=unknown, penalty=penalty)
+    if semantic - penalty >= settings.min_evidence or held - penalty >= settings.min_coverage:
+        return None
+    unknown_note = (f"; the question names {', '.join(unknown)}, which no memory mentions (both floors are "
+                    f"{penalty:g} higher for it)" if unknown else "")
+    shown = (against(semantic, settings.min_evidence + penalty) if semantic != float("-inf")
+             else f"none (no vectors; floor {settings.min_evidence + penalty:g})")
+    return (f"nothing relevant enough: the closest memory in meaning has evidence {shown} (0 is what unrelated "
+            f"questions get in this vault, 1 what a piece of one of its memories gets) and the best match holds "
+            f"{against(held, settings.min_coverage + penalty, percent=True)} of the query's weight in words"
+            f"{unknown_note}")
 
 
 def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
@@ -395,7 +539,34 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
                                  rowid in exact, rowid, index)
         else:
             current.cosine = max(current.cosine, cos)
+    if settings.prf_weight and used_mode != "vector" and out:
+        _feedback(parts, query, kinds, n, out)
     return out
+
+
+def _feedback(parts: Parts, query: str, kinds: list[str], n: int, out: dict[tuple[str, str], Candidate]) -> None:
+    """Pseudo-relevance feedback: the words the best ``PRF_DOCS`` facts and procedures share (and the query lacks,
+    rare in the vault) searched as a second keyword query; a candidate's relevance gains ``[recall] prf_weight``
+    times that search's BM25 / best. Conversation turns give no words: their chat drifts (docs/benchmarks.md)."""
+    weight = parts.config.recall.prf_weight
+    top = sorted((c for c in out.values() if c.key[0] != "episode"), key=lambda c: -c.relevance)[:PRF_DOCS]
+    index = parts.index
+    bodies = [c.doc["body"] for c in top]
+    if not bodies or not hasattr(index, "expansion_terms"):  # a team's index offers no feedback (yet)
+        return
+    stems = index.expansion_terms(bodies, query, PRF_TERMS)
+    found = index.search_terms(stems, kinds, n) if stems else []
+    best = max((s for _, s in found), default=0.0) or 1.0
+    docs = index.chunk_docs([r for r, _ in found if r]) if found else {}
+    gain: dict[tuple[str, str], float] = {}
+    for rowid, value in found:
+        doc = docs.get(rowid)
+        if doc is not None:
+            key = (doc["kind"], doc["id"])
+            gain[key] = max(gain.get(key, 0.0), value / best)
+    for key, value in gain.items():
+        if key in out:
+            out[key].relevance = min(1.0, out[key].relevance + weight * value)
 
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
@@ -441,6 +612,7 @@ def _score(parts: Parts, candidates: Any) -> None:
     current = now()
     weights = settings.weights
     others = [f for f in FACTORS if f != "relevance"]
+    policy = Policy(config.trust.trusted)
     w_rel, band = weights["relevance"], settings.band
     norm = w_rel + band * sum(weights[f] for f in others) or 1.0
     for c in candidates:
@@ -460,6 +632,8 @@ def _score(parts: Parts, candidates: Any) -> None:
                                        config.facts.review_after, current)
             if c.stale is not None:
                 penalty = config.facts.stale_penalty
+        elif c.key[0] == "episode" and not policy.is_trusted(c.doc.get("source") or ""):
+            penalty = settings.untrusted_penalty
         c.score = (w_rel * (c.relevance - penalty) + band * sum(weights[f] * c.factors[f] for f in others)) / norm
 
 

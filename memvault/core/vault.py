@@ -354,8 +354,8 @@ class Vault:
             self.gate.set_model(model, source=source, this_host=this_host)
             self.reload()
             self.engine.use(embedder)
-        return catch_up(self.index, self.engine, self.config, load=True, rebuild=True, full=full, publish=True,
-                        progress=progress)
+        return self._calibrated(catch_up(self.index, self.engine, self.config, load=True, rebuild=True, full=full,
+                                         publish=True, progress=progress))
 
     def catch_up(self, *, load: bool = True, marks: Any = None) -> SyncReport:
         """The index in step with the files after changes made behind memvault's back (an editor, a pull), what was
@@ -364,6 +364,24 @@ class Vault:
         from .catchup import catch_up
 
         return catch_up(self.index, self.engine, self.config, load=load, publish=True, marks=marks)
+
+    def _calibrated(self, report: SyncReport) -> SyncReport:
+        """After a reindex: the relevance scale of this vault and model (see :mod:`memvault.core.calibration`)
+        measured when the index has none (a rebuild, a model change) or the vault has grown by a quarter since, so
+        that no recall has to. Needs the model this reindex loaded; an index that keeps no scale is left alone."""
+        from ..index import KINDS
+        from . import calibration
+
+        embedder = self.engine.loaded()
+        index = self.index
+        if embedder is None or not hasattr(index, "meta_get") or not index.exists() or index.identity() is None \
+                or not embedder.identity.same_vectors(index.identity()):
+            return report
+        try:
+            calibration.current(index, embedder, KINDS)  # type: ignore[arg-type]
+        except MemvaultError as exc:
+            report.warnings.append(f"the relevance scale was not measured ({exc}); the next recall measures it")
+        return report
 
     def model_note(self) -> str | None:
         """One line when the configured model is not on this machine (it would be downloaded on first use, which

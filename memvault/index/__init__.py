@@ -589,6 +589,54 @@ class Index:
             self._df = (version, {})
         return search.coverage(conn, search.stems(query), rowid, self._df[1])
 
+    def unknown_words(self, words: Sequence[str]) -> list[str]:
+        """Those of ``words`` that no chunk of the index contains (compared as the keyword index stores them)."""
+        if not words:
+            return []
+        conn = self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._df[0] != version:
+            self._df = (version, {})
+        return search.unknown_words(conn, words, self._df[1])
+
+    def expansion_terms(self, bodies: Sequence[str], query: str, terms: int) -> list[str]:
+        """Stems the best memories share and the query lacks (see :func:`search.expansion_terms`)."""
+        conn = self.connection()
+        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._df[0] != version:
+            self._df = (version, {})
+        return search.expansion_terms(conn, bodies, query, terms, self._df[1])
+
+    def search_terms(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""
+        return search.match(self.connection(), " OR ".join(f'"{s}"' for s in stems), kinds, limit)
+
+    # -- calibration (see memvault.core.calibration) ------------------------------------------------------
+    def meta_get(self, key: str) -> str | None:
+        """A value kept in the index beside the model identity (derived data: it goes with the index)."""
+        row = self.connection().execute(search.META_GET_SQL, (key,)).fetchone()
+        return row[0] if row else None
+
+    def meta_set(self, key: str, value: str) -> None:
+        conn = self.connection()
+        with transaction(conn):
+            conn.execute(search.META_SET_SQL, (key, value))
+
+    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
+        """("kind:id", text) of ``n`` embedded chunks of ``kind``, the same ones for the same vault (ordered by
+        their hash, a sample that depends on the text only)."""
+        return search.sample_chunks(self.connection(), kind, n)
+
+    def doc_vectors(self, rowid: int) -> list[Any]:
+        """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to."""
+        import numpy as np
+
+        return [np.frombuffer(b, dtype=np.float32) for b in search.doc_vectors(self.connection(), rowid)]
+
+    def last_chunk_id(self) -> int:
+        """The newest chunk's rowid (grows as the vault grows)."""
+        return search.last_chunk_id(self.connection())
+
     def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
         """For the raw episodes among ``docs`` (chunk rowid -> fields), the turns just before and after each."""
         from .documents import NEIGHBOUR_GAP

@@ -370,3 +370,76 @@ def episode_neighbours(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]]
         if found:
             out[rowid] = found
     return out
+
+
+def unknown_words(conn: sqlite3.Connection, words: Sequence[str], df_cache: dict[str, int]) -> list[str]:
+    """Those of ``words`` whose stem no chunk holds (one fts5vocab lookup per new stem, cached with the df)."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    out = []
+    for word in words:
+        found = stems(word)
+        if not found:
+            continue
+        term = found[0]
+        if term not in df_cache:
+            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (term,)).fetchone()
+            df_cache[term] = row[0] if row else 0
+        if not df_cache[term]:
+            out.append(word)
+    return out
+
+
+META_GET_SQL = "SELECT value FROM meta WHERE key = ?"
+META_SET_SQL = "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)"
+#: A sample of a kind's embedded chunks that depends on their text only (a scan and a sort: once per calibration).
+SAMPLE_SQL = ("SELECT d.kind || ':' || d.item_id, c.text FROM chunks c JOIN docs d ON d.doc = c.doc "
+              "WHERE c.kind = ? AND c.model IS NOT NULL ORDER BY c.hash LIMIT ?")
+LAST_CHUNK_SQL = "SELECT MAX(rowid) FROM chunks"
+
+
+def sample_chunks(conn: sqlite3.Connection, kind: str, n: int) -> list[tuple[str, str]]:
+    """("kind:id", chunk text) of ``n`` embedded chunks of ``kind``, chosen by their hash."""
+    return [(r[0], r[1]) for r in conn.execute(SAMPLE_SQL, (kind, n))]
+
+
+DOC_VECTORS_SQL = ("SELECT v.embedding FROM chunks c1 JOIN chunks c2 ON c2.doc = c1.doc "
+                   "JOIN chunks_vec v ON v.rowid = c2.rowid WHERE c1.rowid = ?")
+
+
+def doc_vectors(conn: sqlite3.Connection, rowid: int) -> list[bytes]:
+    """The stored vectors (float32 bytes) of every chunk of the doc that chunk ``rowid`` belongs to."""
+    return [r[0] for r in conn.execute(DOC_VECTORS_SQL, (rowid,))]
+
+
+def last_chunk_id(conn: sqlite3.Connection) -> int:
+    row = conn.execute(LAST_CHUNK_SQL).fetchone()
+    return int(row[0] or 0)
+
+
+def expansion_terms(conn: sqlite3.Connection, bodies: Sequence[str], query: str, terms: int,
+                    df_cache: dict[str, int]) -> list[str]:
+    """Pseudo-relevance feedback: the ``terms`` stems that the best memories' ``bodies`` share most and the vault
+    holds rarely (memories holding it x IDF), not in the query; a stem in only one of several bodies is not
+    shared and left out."""
+    import math
+
+    asked = set(stems(query))
+    counts: dict[str, int] = {}
+    for body in bodies:
+        for stem in set(stems(body)):
+            counts[stem] = counts.get(stem, 0) + 1
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    total = df_cache.get("\0n")
+    if total is None:
+        total = df_cache["\0n"] = fts_rows(conn)
+    scored = []
+    for stem, count in counts.items():
+        if stem in asked or len(stem) < 3 or (count < 2 and len(bodies) > 1):
+            continue
+        if stem not in df_cache:
+            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (stem,)).fetchone()
+            df_cache[stem] = row[0] if row else 0
+        df = df_cache[stem]
+        if df:
+            scored.append((count * math.log((total - df + 0.5) / (df + 0.5) + 1.0), stem))
+    return [stem for _, stem in sorted(scored, reverse=True)[:terms]]

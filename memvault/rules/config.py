@@ -81,6 +81,20 @@ def _float(lo: float = 0.0, hi: float | None = None, *, open_hi: bool = False) -
     return convert
 
 
+def _opt_float(lo: float = 0.0, hi: float | None = None) -> Convert:
+    inner = _float(lo, hi)
+
+    def convert(value: Any, name: str) -> float | None:
+        return None if value is None else inner(value, name)
+    return convert
+
+
+def _any_str(value: Any, _: str) -> str:
+    if not isinstance(value, str):
+        raise _invalid(f"must be a string, not {value!r}")
+    return value.strip()
+
+
 def _str(value: Any, _: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _invalid(f"must be a non-empty string, not {value!r}")
@@ -208,14 +222,18 @@ class RecallSettings:
     weights: dict[str, float] = setting(dict(DEFAULT_WEIGHTS), "weights of the five factors",
                                         _weights, shown="0.50/0.15/0.15/0.10/0.10")
     half_life: float = setting("30d", "recency halves every half_life since the last update or use", _age)
-    semantic_weight: float = setting(0.5, "within relevance: the share of the semantic score (the rest is keyword "
+    semantic_weight: float = setting(0.6, "within relevance: the share of the semantic score (the rest is keyword "
                                           "BM25)", _float(0.0, 1.0))
     field_weights: dict[str, float] = setting(dict(DEFAULT_FIELD_WEIGHTS), "how much a query word counts in a "
                                               "memory's key, category (a runbook's description), tags and text in "
                                               "the keyword search (BM25 column weights)", _field_weights,
                                               shown="3/1/1/1")
-    phrase_weight: float = setting(0.5, "within keyword: weight of consecutive query-word pairs matched as phrases",
+    phrase_weight: float = setting(0.25, "within keyword: weight of consecutive query-word pairs matched as phrases",
                                    _float(0.0))
+    prf_weight: float = setting(0.0, "pseudo-relevance feedback: the words the best three facts and procedures share "
+                                     "(and the query lacks) are searched too, and add this times their BM25 / best to "
+                                     "relevance (0: off; measured on the dev sets: no gain across them)",
+                                _float(0.0, 1.0))
     exact_boost: float = setting(0.2, "when a memory quotes the whole query word for word, the others' relevance is "
                                       "cut by this", _float(0.0, 1.0, open_hi=True))
     candidates: int = setting(100, "candidates taken from each of keyword and vector search", _int(1, 4096))
@@ -231,12 +249,29 @@ class RecallSettings:
     relative_floor: float = setting(0.3, "a candidate whose relevance is below this share of the best one's is not "
                                          "returned (0: no floor; `recall --min-relevance` overrides it)",
                                     _float(0.0, 1.0))
-    min_cosine: float = setting(0.388, "\"nothing known\" unless the closest memory in meaning has at least this "
-                                       "cosine, or the best match holds min_coverage of the query's words, or quotes "
-                                       "it (calibrated for all-MiniLM-L6-v2; another model has its own scale)",
-                                _float(0.0, 1.0))
-    min_coverage: float = setting(0.45, "see min_cosine: the share of the query's IDF weight the best match must "
-                                        "hold when nothing is close in meaning", _float(0.0, 1.0))
+    min_evidence: float = setting(0.3, "\"nothing known\" unless a memory quotes the query, or the closest one in "
+                                        "meaning reaches this evidence (its cosine on the scale measured for this vault "
+                                        "and model: 0 = what unrelated questions get, 1 = what a piece of a memory "
+                                        "gets), or the best match holds min_coverage of the query's words",
+                                  _float(-1.0, 2.0))
+    min_coverage: float = setting(0.35, "see min_evidence: the share of the query's IDF weight the best match holds "
+                                        "that is enough by itself", _float(0.0, 1.0))
+    unknown_name_penalty: float = setting(0.5, "a question that names something no memory mentions (a capitalised "
+                                               "word other than the first, like \"Oracle\") must clear min_evidence "
+                                               "and min_coverage by this much more", _float(0.0, 2.0))
+    hub_share: float = setting(0.4, "an untrusted memory that comes closer to the pieces of text of this share of "
+                                     "the other memories than their own nearest neighbours do (a keyword-stuffed "
+                                     "episode: it matches every question) is returned only as the best hit; 1: off",
+                               _float(0.0, 1.0))
+    untrusted_penalty: float = setting(0.05, "taken off an untrusted episode's relevance when it is ranked: it never "
+                                             "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
+    reranker: str = setting("", "a sentence-transformers CrossEncoder (a local directory or a Hugging Face name in the "
+                                "local cache) that re-reads the best candidates with the query; \"\" (the default): "
+                                "none is loaded", _any_str)
+    rerank_candidates: int = setting(20, "how many of the best candidates the reranker re-reads", _int(1, 200))
+    min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
+                                             "vault and model); still accepted so older files load",
+                                       _opt_float(0.0, 1.0), shown="unused", template=False)
     exposure_weight: float = setting(0.1, "how much being returned by recall counts towards frequency, times the "
                                           "hit's relevance divided by its rank (a use counts 1)", _float(0.0, 1.0))
     frequency_cap: int = setting(50, "frequency = log(1 + uses) / log(1 + frequency_cap), at most 1", _int(1))

@@ -1,0 +1,122 @@
+"""Dump what recall sees for every dev query (and negative question) so that ranking and abstention rules can be
+studied offline in numpy: per vault the chunk matrix and the chunk -> doc map, per query its vector and its keyword,
+phrase and quote matches.
+
+    python bench/rank_lab.py dump [--sets ...] [--out bench/.cache/lab]
+"""
+from __future__ import annotations
+
+import argparse
+import pickle
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import eval_corpora as ec  # noqa: E402
+from eval_recall import DEFAULT_CACHE, open_vault, write_config  # noqa: E402
+
+from memvault.index import KINDS  # noqa: E402
+from memvault.index import search  # noqa: E402
+
+N = 100
+
+
+def vault_dump(vault: Any) -> dict[str, Any]:
+    index = vault.index
+    conn = index.connection()
+    rowids, kinds, matrix = search.load_matrix(conn)
+    all_rows = [r[0] for r in conn.execute("SELECT rowid FROM chunks")]
+    docs = index.chunk_docs(all_rows)
+    neighbours = index.episode_neighbours(docs) if any(d["kind"] == "episode" for d in docs.values()) else {}
+    slim = {r: {k: d[k] for k in ("kind", "id", "ekind", "source", "created", "ref", "importance", "confidence")}
+            for r, d in docs.items()}
+    for r, d in docs.items():
+        slim[r]["len"] = len(d["body"])
+    return {"rowids": rowids, "kinds": kinds, "matrix": matrix, "docs": slim, "neighbours": neighbours,
+            "bodies": {r: d["body"] for r, d in docs.items()}}
+
+
+def query_dump(vault: Any, query: str) -> dict[str, Any]:
+    index = vault.index
+    emb = vault.engine.get()
+    kinds = list(KINDS)
+    kw = index.search_keywords(query, kinds, 300)
+    ph = index.search_phrases(query, kinds, 300)
+    ex = index.search_exact(query, kinds, 300)
+    qvec = emb.embed_query(query)
+    cov = {}
+    for r, _ in kw[:15]:
+        cov[r] = index.coverage(query, r)
+    return {"query": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov}
+
+
+def dump(sets: list[str], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for set_name in sets:
+        target = out / f"{set_name}.pkl"
+        if target.exists():
+            continue
+        corpora = ec.build(set_name, DEFAULT_CACHE)
+        vaults = []
+        for c in corpora:
+            write_config(c.vault)
+            v = open_vault(c.vault)
+            v.reindex()
+            vaults.append(v)
+        data: dict[str, Any] = {"vaults": {}, "queries": []}
+        for c, v in zip(corpora, vaults):
+            data["vaults"][c.name] = vault_dump(v)
+        for i, (c, v) in enumerate(zip(corpora, vaults)):
+            for q in c.queries:
+                d = query_dump(v, q.query)
+                d.update(qid=q.qid, relevant=q.relevant, vault=c.name, label="pos", meta=q.meta)
+                data["queries"].append(d)
+            if set_name.startswith("locomo"):
+                other = corpora[(i + 1) % len(corpora)]
+                ov = vaults[(i + 1) % len(vaults)]
+                for q in c.queries:
+                    d = query_dump(ov, q.query)
+                    d.update(qid=q.qid, relevant=set(), vault=other.name, label="neg", meta=q.meta)
+                    data["queries"].append(d)
+            print(set_name, c.name, len(data["queries"]), file=sys.stderr, flush=True)
+        if set_name == "alert_to_runbook":
+            (corpus,) = corpora
+            groups = sorted({p.relative_to(corpus.vault / "procedures").parts[0]
+                             for p in (corpus.vault / "procedures").rglob("*") if p.is_file()})
+            keep = set(groups[0::2])
+            half = DEFAULT_CACHE / "alert_half"
+            if not (half / ".memvault").exists():
+                shutil.rmtree(half, ignore_errors=True)
+                shutil.copytree(corpus.vault, half, ignore=shutil.ignore_patterns(".memvault"))
+                for path in list((half / "procedures").iterdir()):
+                    if path.is_dir() and path.name not in keep:
+                        shutil.rmtree(path)
+            write_config(half)
+            hv = open_vault(half)
+            hv.reindex()
+            data["vaults"]["alert_half"] = vault_dump(hv)
+            for q in corpus.queries:
+                inside = any(r.split(":", 1)[1].split("/")[0] in keep for r in q.relevant)
+                d = query_dump(hv, q.query)
+                d.update(qid=q.qid, relevant=q.relevant if inside else set(), vault="alert_half",
+                         label="halfpos" if inside else "neg", meta=q.meta)
+                data["queries"].append(d)
+        with open(target, "wb") as fh:
+            pickle.dump(data, fh)
+        print("wrote", target, file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd")
+    ap.add_argument("--sets", default="alert_to_runbook,locomo_facts,locomo_summaries,locomo_turns,cheat_to_tldr,"
+                                      "tldr_self")
+    ap.add_argument("--out", type=Path, default=DEFAULT_CACHE.parent / "lab")
+    args = ap.parse_args()
+    dump(args.sets.split(","), args.out)
+
+
+if __name__ == "__main__":
+    main()
