@@ -142,14 +142,14 @@ def test_min_relevance_zero_turns_every_floor_off(fv):
     assert len(hits) == 3 and hits.evidence is None
 
 
-def test_an_untrusted_episode_never_outranks_a_trusted_fact_of_the_same_relevance(fv):
-    # the fact loses on every other factor (importance and confidence 0), which would put the episode first
-    fv.facts.set("backup/nightly", FACTS["backup/nightly"], importance=0.0, confidence=0.0)
-    chunk = fv.index.connection().execute(
-        "SELECT c.text FROM chunks c JOIN docs d ON d.doc = c.doc WHERE d.item_id = 'backup/nightly'").fetchone()[0]
-    fv.episodes.append(chunk, source="web:forum.example")  # word for word what the fact's chunk holds
-    hits = fv.recall("when do nightly backups run", k=3, min_relevance=0)
-    assert [h.kind for h in hits[:2]] == ["fact", "episode"]
+def test_an_untrusted_episode_never_outranks_trusted_text_of_the_same_relevance(fv):
+    # the same words from a trusted and an untrusted source: equal relevance; the trusted line loses on importance
+    # (0 against 1), which would put the untrusted one first
+    text = "The nightly backup of every database runs at 02:00 UTC and is kept for thirty days."
+    fv.episodes.append(text, source="user:ops", meta={"importance": 0.0})
+    fv.episodes.append(text, source="web:forum.example", meta={"importance": 1.0})
+    hits = [h for h in fv.recall("when do nightly backups run", k=5, min_relevance=0) if h.kind == "episode"]
+    assert [h.source for h in hits[:2]] == ["user:ops", "web:forum.example"]
     assert hits[0].factors["relevance"] == pytest.approx(hits[1].factors["relevance"])
 
 

@@ -179,4 +179,4 @@ def test_the_relevance_scale_reads_by_index_but_for_its_one_sample(conn, traced_
     bad = {sql: lines for sql, lines in scans(seen).items() if not sql.startswith(sample.split(" WHERE")[0])}
     assert not bad, bad
     text = "\n".join(sql for _, sql in seen)
-    assert "ORDER BY c.hash" in text and "JOIN chunks_vec v" in text and "MAX(rowid)" in text
+    assert "ORDER BY d.hash, c.chunk" in text and "JOIN chunks_vec v" in text and "MAX(rowid)" in text

@@ -583,29 +583,28 @@ class Index:
 
     def coverage(self, query: str, rowid: int) -> float:
         """The share of the query's IDF weight the chunk ``rowid`` holds (recall's "nothing known" test)."""
+        conn, df = self._df_cache()
+        return search.coverage(conn, search.stems(query), rowid, df)
+
+    def _df_cache(self) -> tuple[sqlite3.Connection, dict[str, int]]:
+        """The connection, and the document frequencies read from it so far (reset when the file changed)."""
         conn = self.connection()
         version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
         if self._df[0] != version:
             self._df = (version, {})
-        return search.coverage(conn, search.stems(query), rowid, self._df[1])
+        return conn, self._df[1]
 
     def unknown_words(self, words: Sequence[str]) -> list[str]:
         """Those of ``words`` that no chunk of the index contains (compared as the keyword index stores them)."""
         if not words:
             return []
-        conn = self.connection()
-        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
-        if self._df[0] != version:
-            self._df = (version, {})
-        return search.unknown_words(conn, words, self._df[1])
+        conn, df = self._df_cache()
+        return search.unknown_words(conn, words, df)
 
     def expansion_terms(self, bodies: Sequence[str], query: str, terms: int) -> list[str]:
         """Stems the best memories share and the query lacks (see :func:`search.expansion_terms`)."""
-        conn = self.connection()
-        version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
-        if self._df[0] != version:
-            self._df = (version, {})
-        return search.expansion_terms(conn, bodies, query, terms, self._df[1])
+        conn, df = self._df_cache()
+        return search.expansion_terms(conn, bodies, query, terms, df)
 
     def search_terms(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""

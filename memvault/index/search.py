@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
-from .db import FTS_SEARCHED, batches, marks
+from .db import CHUNK_TEXT, FTS_SEARCHED, batches, marks
 from .documents import KINDS
 
 if TYPE_CHECKING:
@@ -392,8 +392,8 @@ def unknown_words(conn: sqlite3.Connection, words: Sequence[str], df_cache: dict
 META_GET_SQL = "SELECT value FROM meta WHERE key = ?"
 META_SET_SQL = "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)"
 #: A sample of a kind's embedded chunks that depends on their text only (a scan and a sort: once per calibration).
-SAMPLE_SQL = ("SELECT d.kind || ':' || d.item_id, c.text FROM chunks c JOIN docs d ON d.doc = c.doc "
-              "WHERE c.kind = ? AND c.model IS NOT NULL ORDER BY c.hash LIMIT ?")
+SAMPLE_SQL = (f"SELECT d.kind || ':' || d.item_id, {CHUNK_TEXT.format(c='c')} FROM chunks c "
+              "JOIN docs d ON d.doc = c.doc WHERE d.kind = ? AND c.model IS NOT NULL ORDER BY d.hash, c.chunk LIMIT ?")
 LAST_CHUNK_SQL = "SELECT MAX(rowid) FROM chunks"
 
 
