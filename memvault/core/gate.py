@@ -321,6 +321,45 @@ class WriteGate:
         episode.warnings = warnings
         return episode
 
+    def append_episodes(self, items: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Episode]:
+        """Append several episodes at once (a captured session, an import): each is validated and checked for
+        secrets exactly as :meth:`append_episode` does, and one refusal refuses them all before anything is
+        written; then one write and one fsync per month file, and the index told once.
+
+        Each item holds ``text`` and optionally ``kind``, ``at``, ``tags``, ``meta``, ``id`` and ``source`` (an
+        item's own source is allowed only for a restore by a trusted ``source``; by default every item gets
+        ``source``)."""
+        made: list[tuple[Episode, bytes]] = []
+        for item in items:
+            own = item.get("source")
+            if own is not None and own != source:
+                if source is None or not self.policy.is_trusted(source):
+                    raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")
+            writer = own if own is not None else source
+            if writer is None:
+                raise UntrustedSource("none", "an episode needs a source")
+            self.require(Op.APPEND_EPISODE, writer)
+            episode, line = self.episodes.make(item["text"], source=writer, kind=item.get("kind") or "raw",
+                                               at=item.get("at"), tags=item.get("tags"), meta=item.get("meta"),
+                                               id=item.get("id"))
+            findings = episode_secrets(episode.to_dict())
+            if findings:
+                raise SecretRefused(f"episode {len(made) + 1} of {len(items)}", describe(findings))
+            made.append((episode, line))
+        by_file: dict[Path, list[bytes]] = {}
+        for episode, line in made:
+            assert episode.path is not None
+            by_file.setdefault(episode.path, []).append(line)
+        for path, lines in by_file.items():
+            self.episodes.append_line(path, b"".join(lines))
+        warnings: list[str] = []
+        if by_file:
+            self.tell_index(list(by_file), warnings)
+        episodes = [e for e, _ in made]
+        for e in episodes:
+            e.warnings = warnings
+        return episodes
+
     def rewrite_episodes(self, report: RewriteReport, *, message: str, source: str) -> RewriteReport:
         """Apply a planned rewrite (prune, purge) made under the episode lock the caller still holds."""
         if report.changes:
