@@ -177,7 +177,9 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
 
 
 def _episode_draft(item: Item, fmt: str) -> dict[str, Any]:
-    digest = hashlib.sha1(f"{fmt}\0{item.origin}\0{item.text}".encode()).hexdigest()[:16]
+    # What it says and when it happened identify it, wherever the file was read from: the same export read from
+    # another folder is the same memory.
+    digest = hashlib.sha1(f"{fmt}\0{item.at}\0{item.text}".encode()).hexdigest()[:16]
     meta = {**item.meta, "import_id": digest, "imported_from": item.origin[:300]}
     return {"text": item.text, "kind": item.episode_kind, "at": item.at, "tags": list(item.tags), "meta": meta}
 

@@ -19,6 +19,7 @@ _CHECKBOX = re.compile(r"^\s*[-*]\s+\[[ xX\-]\]\s")
 _LINK = re.compile(r"^\s*[-*]\s+\[[^\]]*\]\(")
 _RELATION = re.compile(r"^\s*[-*]\s+(?P<type>\"[^\"]+\"|'[^']+'|[\w.-]+)\s+\[\[(?P<target>[^\]]+)\]\]")
 _TAG = re.compile(r"(?:^|\s)#([\w/-]+)")
+_CONTEXT = re.compile(r"\s*\([^()]*\)\s*$")
 
 
 def read(path: Path) -> Iterator[Item]:
@@ -38,7 +39,8 @@ def read(path: Path) -> Iterator[Item]:
                 text = m.group("body").strip()
                 inline = _TAG.findall(text)
                 content = _TAG.sub("", text).strip()
-                name = f"{slug(m.group('cat'), 20)}-{slug(content, 40)}"
+                statement = _CONTEXT.sub("", content).strip() or content
+                name = f"{slug(m.group('cat'), 20)}-{slug(statement, 50)}"
                 used[name] = used.get(name, 0) + 1
                 yield Item("fact", f"{title}: {content}", f"{file}:{m.group('cat')}",
                            key=f"{prefix}/{name}" + (f"-{used[name]}" if used[name] > 1 else ""),

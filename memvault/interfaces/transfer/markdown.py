@@ -21,7 +21,10 @@ SPLIT_ABOVE = 48 * 1024
 def slug(text: str, limit: int = 60) -> str:
     """A key segment: lower case, ``[a-z0-9-]``, at most ``limit`` characters (never empty)."""
     words = _SLUG.sub("-", text.lower()).strip("-")
-    return words[:limit].strip("-") or "untitled"
+    if len(words) > limit:  # cut between words when there is one to cut at
+        cut = words[:limit + 1].rfind("-")
+        words = words[:cut] if cut > limit // 2 else words[:limit]
+    return words.strip("-") or "untitled"
 
 
 def key_of(*parts: str) -> str:
