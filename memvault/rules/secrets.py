@@ -330,7 +330,19 @@ def find_secrets(text: str) -> list[SecretFinding]:
 
     ``line`` in each finding is the line of the original ``text``, whatever normalisation did.
     """
+    if len(text) <= SHORT_TEXT:
+        return list(_find_short(text))
     return _find(text, decode=True)
+
+
+#: Texts up to this long are remembered with their findings: the fields of a batch of writes (a session's
+#: episodes: the same source, kind, tags, meta keys, session id and directory in every one) are scanned once.
+SHORT_TEXT = 256
+
+
+@lru_cache(maxsize=8192)
+def _find_short(text: str) -> tuple[SecretFinding, ...]:
+    return tuple(_find(text, decode=True))
 
 
 def _find(text: str, decode: bool) -> list[SecretFinding]:

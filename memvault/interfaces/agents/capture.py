@@ -37,6 +37,7 @@ from .transcripts import Turn
 if TYPE_CHECKING:
     from ...core.vault import Vault
 
+_SEPARATOR = "\n\x00\n"
 _PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
 #: Bytes kept free in an episode line for its JSON envelope (id, times, source, tags, meta).
 ENVELOPE = 2048
@@ -164,20 +165,19 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
              cap: int, report: CaptureReport) -> tuple[dict[str, Any], int]:
     """The episode of one turn (private spans dropped, secrets redacted, cut to ``cap`` bytes) and its size."""
     counts = {"private": 0, "redacted": 0}
-
-    def clean(text: str) -> str:
-        text, n = _PRIVATE.subn("[private: not stored]", text)
-        counts["private"] += n
-        text, findings = redact(text)
-        counts["redacted"] += len(findings)
-        return _scrub(text, counts).strip()
-
-    parts = {
-        "prompt": clean(turn.prompt),
-        "answer": clean(turn.answer) if turn.answer else "",
-        "commands": "\n".join(f"- `{clean(c.command)}` ({c.status()})" for c in turn.commands),
-        "files": ", ".join(clean(f) for f in turn.files),
+    raw = {
+        "prompt": turn.prompt,
+        "answer": turn.answer,
+        "commands": "\n".join(f"- `{c.command}` ({c.status()})" for c in turn.commands),
+        "files": ", ".join(turn.files),
     }
+    for name, text in raw.items():
+        raw[name], n = _PRIVATE.subn("[private: not stored]", text)
+        counts["private"] += n
+    # One pass of the detector over the whole turn (parts joined by a separator no secret can span).
+    joined, findings = redact(_SEPARATOR.join(raw.values()))
+    counts["redacted"] += len(findings)
+    parts = {name: text.strip() for name, text in zip(raw, joined.split(_SEPARATOR))}
     parts, cut = _fit(parts, cap)
     lines = [f"User: {parts['prompt']}"]
     if parts["answer"]:
@@ -189,7 +189,7 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
     if cut:
         lines.append("[memvault: cut to the [capture] episode_bytes cap: "
                      + ", ".join(f"{n} bytes of the {name}" for name, n in cut.items()) + "]")
-    text = "\n\n".join(lines)
+    text = _scrub("\n\n".join(lines), counts)
     meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "turn_id": turn.id}
     if cwd or turn.cwd:
         meta["cwd"] = turn.cwd or cwd

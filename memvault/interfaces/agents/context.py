@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,9 @@ CODEX_TOKEN_LIMIT = 2500
 EPISODE_TAIL = 1 << 20
 #: Facts read from the project's own key folders (facts/<slug>/, facts/projects/<slug>/).
 PROJECT_FACTS = 30
+#: Seconds between the full scans a session start asks of the index (recall's own default is 30 s).
+FULL_SCAN_EVERY = 86400.0
+_TAGS = re.compile(r"(?m)^tags:[ \t]*((?:\[[^\]]*\])|.*(?:\n[ \t]*-[^\n]*)*)")
 
 
 @dataclass
@@ -93,6 +97,10 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str) -> Con
     own = _project_facts(vault, project)
     recalled: list[Hit] = []
     query = project.query()
+    if vault.index.exists():
+        # Between full scans, a new, removed or renamed file shows in its directory's mtime and recall stats the
+        # files it returns: enough for a session's first look, which then skips the periodic full scan (10k stats).
+        vault.index.refresh(FULL_SCAN_EVERY)
     if query:
         try:
             result = vault.recall(query, k=15, kinds=["fact", "procedure"], mode=mode)
@@ -102,7 +110,7 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str) -> Con
                 notices.append("keyword-only recall: the model is not available")
         except MemvaultError as exc:
             notices.append(f"recall failed: {describe(exc)[0]}")
-    tagged = [h for h in recalled if h.kind == "fact" and project.slug in _tags_of(vault, h)]
+    tagged = [h for h in recalled if h.kind == "fact" and _tagged(vault.root / h.path, project.slug)]
     add(own + tagged)
     add([h for h in recalled if h.kind == "fact"])
     add(_project_episodes(vault, project, settings.episodes))
@@ -217,11 +225,22 @@ def _fact_hit(vault: Vault, fact: Any) -> Hit:
                path=fact.path.relative_to(vault.root).as_posix(), extra=extra)
 
 
-def _tags_of(vault: Vault, hit: Hit) -> list[str]:
+def _tagged(path: Path, tag: str) -> bool:
+    """Whether the fact file at ``path`` lists ``tag`` in its front matter's ``tags`` (read from the file's head
+    without parsing its YAML: this runs for every fact recalled at each session start)."""
     try:
-        return list(vault.facts.get(hit.id).tags)
-    except MemvaultError:
-        return []
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if not head.startswith("---"):
+        return False
+    end = head.find("\n---", 3)
+    front = head[3:end if end > 0 else len(head)]
+    m = _TAGS.search(front)
+    if m is None:
+        return False
+    return tag in {t.strip(" \t'\"-") for t in re.split(r"[,\[\]\n]", m.group(1))}
 
 
 def _project_episodes(vault: Vault, project: project_mod.Project, limit: int) -> list[Hit]:
