@@ -17,7 +17,12 @@ pytest_plugins = ["ci_guard"]
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory, monkeypatch):
-    home = tmp_path_factory.mktemp("home")
+    return isolate(tmp_path_factory.mktemp("home"), monkeypatch)
+
+
+def isolate(home: Path, monkeypatch) -> Path:
+    """Point HOME, git's config and the temp folder into ``home`` and clear memvault's variables (also used by
+    session-scoped fixtures that build a vault once, with a ``pytest.MonkeyPatch.context()``)."""
     gitconfig = home / ".gitconfig"
     gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.setenv("HOME", str(home))

@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..stores.checks import check_file, episode_secrets
 from ..rules.config import CONFIG_NAME, Config
-from ..rules.dedup import compare
+from ..rules.dedup import compare_keywords, keywords
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import MemvaultError, SecretRefused, UnsafePath, UntrustedSource
 from ..stores.facts import Fact, FactStore
@@ -292,10 +292,12 @@ class WriteGate:
                 return []
             candidates = [(f.key, f.text) for f in self.facts.iter([])]
         out = []
+        mine = keywords(text)  # once, not once per candidate
         for other_key, other_text in candidates:
             if other_key == key:
                 continue
-            match = compare(text, other_text, threshold=life.duplicate_jaccard, min_shared=life.duplicate_min_shared)
+            match = compare_keywords(mine, keywords(other_text), threshold=life.duplicate_jaccard,
+                                     min_shared=life.duplicate_min_shared)
             if match is not None:
                 out.append({"key": other_key, "kind": match.kind, "jaccard": round(match.jaccard, 3),
                             "shared": list(match.shared), "differing": list(match.differing)})

@@ -33,6 +33,9 @@ class Hit:
     commit: str | None = None
     blob: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What relevance was made of (``keyword``, ``semantic`` cosine, ``exact``): shown by explaining interfaces,
+    #: not part of the JSON answer.
+    parts: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

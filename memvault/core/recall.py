@@ -576,7 +576,8 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
     for c, fact in chosen:
         doc = c.doc
         base = dict(kind=doc["kind"], id=doc["id"], score=c.score, factors=c.factors, source=doc["source"],
-                    created=doc["created"], updated=doc["updated"], path=doc["path"])
+                    created=doc["created"], updated=doc["updated"], path=doc["path"],
+                    parts={"keyword": c.keyword, "semantic": c.cosine, "exact": c.exact})
         if doc["kind"] == "fact":
             extra: dict[str, Any] = {"trusted": True, "stale": c.stale is not None}
             if c.stale is not None:

@@ -32,6 +32,8 @@ from ..rules.validation import Problem, validate_source
 if TYPE_CHECKING:
     from . import lifecycle
     from ..stores.captures import CaptureLog
+    from .browse import Browse
+    from .history import Growth
     from .gate import WriteGate
     from ..index.postgres import SharedIndex
     from ..stores.state import State
@@ -112,7 +114,7 @@ class Vault:
                            cache=self._cache())
         if self.config.index.backend == "postgres":
             self.index.sources.keep = set()  # the overlay: what this host has not pushed (see memvault.core.team)
-        for name in ("gate", "shared"):
+        for name in ("gate", "shared", "browse"):
             self.__dict__.pop(name, None)
         self.facts = Facts(self)
         self.episodes = Episodes(self)
@@ -337,19 +339,47 @@ class Vault:
     def _parts(self, **team: Any) -> Parts:
         return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine, **team)
 
-    def git_log(self, path: Path) -> list[LogEntry]:
+    @cached_property
+    def browse(self) -> Browse:
+        """Listings for people (facts by key, tag, source, trust, staleness; episodes by time and session), SQL
+        over the index: see :mod:`memvault.core.browse`."""
+        from .browse import Browse
+
+        return Browse(self.index, self.config)
+
+    def growth(self) -> Growth:
+        """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""
+        from .history import growth
+
+        return growth(self.git, self.root, self.state_dir)
+
+    def git_log(self, path: Path, *, follow: bool = True) -> list[LogEntry]:
+        """``path``'s history, newest first, with diffs. ``follow`` tracks renames (git then reads every commit:
+        seconds at 10k commits, where git's changed-path filters answer in milliseconds without it)."""
         if self.git is None:
             raise GitError(f"{self.root} is not in a git repository: no history")
-        return self.git.log(path)
+        return self.git.log(path, follow=follow)
 
     # -- recall and the index ----------------------------------------------------------------------------
-    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
-               **options: Any) -> RecallResult:
+    def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, *,
+               source: str | None = None, log: bool = True, **options: Any) -> RecallResult:
         """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.core.recall.Hit`, best first,
-        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens."""
-        from .recall import check_arguments, recall
+        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens. Every recall is written to
+        the local recall log under ``source`` (who asked; default as for writes) unless ``log`` is false."""
+        from .recall import check_arguments
 
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
+        asker = self._source(source) if log else ""
+        started = time.perf_counter()
+        result = self._recall(query, k, kinds, budget, **options)
+        if log:
+            self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
+        return result
+
+    def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
+                **options: Any) -> RecallResult:
+        from .recall import recall
+
         if self.team:
             warnings: list[str] = []
             result = recall(self._team_parts(warnings), query, k, kinds, budget, **options)
@@ -364,6 +394,32 @@ class Vault:
                     splitter = None
             self.index.sync(splitter=splitter)
         return recall(self._parts(), query, k, kinds, budget, **options)
+
+    @cached_property
+    def recall_log(self) -> State:
+        """The local recall log's database (``.memvault/state.db``; a team's usage counts live elsewhere, the log
+        stays on this host)."""
+        if not self.team:
+            return self.state  # type: ignore[return-value]
+        from ..stores.state import State
+
+        return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
+
+    def _log_recall(self, source: str, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
+                    options: dict[str, Any], result: RecallResult, seconds: float) -> None:
+        """What this recall told its caller, in the recall log; a log that cannot be written is a warning."""
+        from ..stores.state import RecallLogEntry
+
+        shown = {"k": k, **({"kinds": list(kinds)} if kinds else {}), **({"budget": budget} if budget else {}),
+                 **{name: str(options[name]) for name in ("mode", "fmt", "since", "until", "min_relevance")
+                    if options.get(name) is not None}}
+        entry = RecallLogEntry(time.time(), source, query, shown,
+                               [[h.kind, h.id, round(h.score, 4), h.extra.get("trusted", True)] for h in result],
+                               result.nothing_found, len(result.warnings), seconds * 1000)
+        try:
+            self.recall_log.log_recall(entry)
+        except MemvaultError as exc:
+            result.warnings.append(f"recall not logged: {exc}")
 
     def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
                 source: str | None = None) -> SyncReport:
@@ -473,9 +529,19 @@ class Vault:
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
     def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+        """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
+        kind ``recall_log``)."""
         from . import lifecycle
 
-        return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        before = (at or datetime.now().astimezone()).timestamp() - self.config.retention.max_age("raw")
+        try:
+            kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
+        except MemvaultError:
+            return report
+        if kept or removed:
+            report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
+        return report
 
     def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
         from . import lifecycle
@@ -626,9 +692,9 @@ class Facts:
     def similar(self, key: str, text: str) -> list[dict[str, Any]]:
         return self._vault.gate.similar_facts(key, text)
 
-    def history(self, key: str) -> list[LogEntry]:
-        """The fact's git history, newest first, each entry with its diff."""
-        return self._vault.git_log(self.store.path_for(key))
+    def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
+        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""
+        return self._vault.git_log(self.store.path_for(key), follow=follow)
 
 
 class Episodes:

@@ -33,6 +33,9 @@ FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
 # file and re-embeds the docs whose chunks change. (128-token windows for procedures were measured and rejected:
 # tldr_self R@5 +0.009, cheat_to_tldr R@10 -0.031, alert_to_runbook R@10 -0.009; docs/benchmarks.md.)
 CHUNKING = "v1:model-window/32"
+#: What a doc records besides its text (``Doc.meta``): when a release changes it, the next full sync re-reads every
+#: file once to fill it in (the text hashes do not change, so nothing is embedded again).
+FIELDS = "v1:meta-browse"
 #: Consecutive raw episodes of one source at most this many seconds apart are one conversation.
 NEIGHBOUR_GAP = 600.0
 
@@ -59,7 +62,10 @@ class Doc:
     review_after: float | None = None
     ekind: str | None = None  # an episode's kind (raw, summary, procedure_run, ...)
     ref: str | None = None    # what a procedure_run episode ran (the procedure's name)
-    meta: str | None = None   # a procedure_run's record as JSON: commit, exit_code, dirty (shown with the runbook)
+    #: Fields people browse by, as JSON (never embedded, never searched as words): a fact's category and tags; an
+    #: episode's tags and the agent session it was captured from (session, runtime); a procedure_run's record
+    #: (commit, blob, exit_code, duration_ms, dirty), shown with the runbook.
+    meta: str | None = None
     #: A raw episode's previous line (same source, at most NEIGHBOUR_GAP before): a turn of a conversation is
     #: embedded with the turn before it as well as alone (stored text, keywords and what recall returns stay the
     #: turn). Measured: LoCoMo turns R@10 .746 -> .804 with the neighbour smoothing of recall.
@@ -103,6 +109,7 @@ def fact_doc(fact: Fact, rel: str) -> Doc:
         created=format_time(fact.created) if fact.created else None,
         updated=format_time(fact.updated) if fact.updated else None,
         valid_until=fact.valid_until.isoformat() if fact.valid_until else None, review_after=fact.review_after,
+        meta=json.dumps({"category": fact.category, "tags": list(fact.tags)}),
     )
 
 
@@ -156,7 +163,7 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
             meta_importance = e.meta.get("importance") if isinstance(e.meta, dict) else None
             importance = float(meta_importance) if isinstance(meta_importance, (int, float)) else 0.5
             ref = e.meta.get("name") if e.kind == "procedure_run" and isinstance(e.meta.get("name"), str) else None
-            record = json.dumps({k: e.meta.get(k) for k in ("commit", "exit_code", "dirty")}) if ref else None
+            record = _episode_fields(e, ref)
             doc = Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
                       default_confidence(e.source), e.source, e.created_at, e.created_at, ekind=e.kind, ref=ref,
                       meta=record)
@@ -181,6 +188,23 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
     except (MemvaultError, OSError) as exc:
         problems.append(f"{rel}: {exc}")
         return []
+
+
+def _episode_fields(e: Any, ref: str | None) -> str | None:
+    """The browsing fields of an episode as JSON (see :attr:`Doc.meta`), or None when it has none."""
+    meta = e.meta if isinstance(e.meta, dict) else {}
+    out: dict[str, Any] = {k: meta.get(k) for k in RUN_FIELDS} if ref else {}
+    for field_name, key in (("session", "session_id"), ("runtime", "runtime")):
+        value = meta.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            out[field_name] = str(value)[:200]
+    if e.tags:
+        out["tags"] = list(e.tags)
+    return json.dumps(out) if out else None
+
+
+#: What a procedure_run episode's record keeps in the index (shown with its runbook).
+RUN_FIELDS = ("commit", "blob", "exit_code", "duration_ms", "dirty")
 
 
 def _follows(previous: Doc, doc: Doc) -> bool:

@@ -286,13 +286,15 @@ def episodes_between(conn: sqlite3.Connection, since: str, until: str, limit: in
     return [dict(zip(DOC_FIELDS, row[1:])) for row in conn.execute(EPISODES_SQL, (since, until, limit))]
 
 
+#: A row value, not "created < ? OR (created = ? AND item_id < ?)": the OR kept SQLite from a range on the index and
+#: it read every episode of the source (3-5 ms a query, hundreds per recall at 100k episodes; now 0.1 ms).
 NEIGHBOUR_SQL = {
     "before": ("SELECT c.rowid, d.created FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 "
-               "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created < ? OR "
-               "(d.created = ? AND d.item_id < ?)) ORDER BY d.created DESC, d.item_id DESC LIMIT 1"),
+               "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created, d.item_id) < (?, ?) "
+               "ORDER BY d.created DESC, d.item_id DESC LIMIT 1"),
     "after": ("SELECT c.rowid, d.created FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0 "
-              "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created > ? OR "
-              "(d.created = ? AND d.item_id > ?)) ORDER BY d.created, d.item_id LIMIT 1"),
+              "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = ? AND (d.created, d.item_id) > (?, ?) "
+              "ORDER BY d.created, d.item_id LIMIT 1"),
 }
 
 
@@ -311,7 +313,7 @@ def episode_neighbours(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]]
         here = seconds(doc["created"])
         found = []
         for sql in NEIGHBOUR_SQL.values():
-            row = conn.execute(sql, (doc["source"], doc["created"], doc["created"], doc["id"])).fetchone()
+            row = conn.execute(sql, (doc["source"], doc["created"], doc["id"])).fetchone()
             if row is not None and abs(seconds(row[1]) - here) <= gap:
                 found.append(row[0])
         if found:

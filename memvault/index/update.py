@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..rules.errors import MemvaultError
 from .db import batches, marks, transaction
-from .documents import CHUNKING, Doc, Sources, Splitter, cut, read_docs, text_hash
+from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut, read_docs, text_hash
 
 if TYPE_CHECKING:
     import sqlite3
@@ -229,6 +229,13 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             conn.execute("UPDATE meta SET value = ? WHERE key = 'chunking'", (CHUNKING,))
     elif row is None:
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('chunking', ?)", (CHUNKING,))
+    row = conn.execute("SELECT value FROM meta WHERE key = 'fields'").fetchone()
+    if only is None and (row is None or row[0] != FIELDS):
+        # memvault now records other fields of a doc (Doc.meta): every file is read again, once, by this sync.
+        with transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('fields', ?)", (FIELDS,))
+            conn.execute("UPDATE files SET mtime_ns = -1")
+        known = {rel: (k, size, -1, ino, tail) for rel, (k, size, _mtime, ino, tail) in known.items()}
     changed = [rel for rel, (kind, size, mtime, ino) in disk.items()
                if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino)]
     removed = [rel for rel in known if rel not in disk]

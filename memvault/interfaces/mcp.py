@@ -123,7 +123,7 @@ class _Tools:
             options["since"] = parse_time_or_age(since, "since")
         if until:
             options["until"] = parse_time_or_age(until, "until")
-        result = self.vault.recall(query, k=k, kinds=kinds, budget=budget, **options)
+        result = self.vault.recall(query, k=k, kinds=kinds, budget=budget, source=self.source, **options)
         if self.warmup.error and not any(w.startswith(self.warmup.error) for w in result.warnings):
             result.warnings.insert(0, f"{self.warmup.error}; keyword-only results")
         return result_json(result)
@@ -326,15 +326,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_token(host: str, token: str | None) -> str | None:
-    """The bearer token to require: ``token``, else ``MEMVAULT_MCP_TOKEN``. Required off loopback."""
-    token = token or os.environ.get(TOKEN_ENV) or None
+def resolve_token(host: str, token: str | None, *, env: str = TOKEN_ENV, what: str = "MCP") -> str | None:
+    """The bearer token to require: ``token``, else the environment variable ``env`` (``MEMVAULT_MCP_TOKEN``).
+    Required off loopback."""
+    token = token or os.environ.get(env) or None
     if token is not None and not token.strip():
         token = None
     if token is None and not is_loopback(host):
         raise MemvaultError(
-            f"refusing to serve MCP on {host}, which is not a loopback address, without a bearer token: "
-            f"pass --token or set {TOKEN_ENV} (or bind 127.0.0.1)"
+            f"refusing to serve {what} on {host}, which is not a loopback address, without a bearer token: "
+            f"pass --token or set {env} (or bind 127.0.0.1)"
         )
     return token
 

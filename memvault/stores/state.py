@@ -1,4 +1,5 @@
-"""Local state that is not derived from the vault: how much each memory has been used, and what recall returned.
+"""Local state that is not derived from the vault: how much each memory has been used, what recall returned, and
+the log of recalls (who asked what, and what they were told).
 
 Kept in ``.memvault/state.db``, apart from the index, so deleting or rebuilding the index never loses it. A damaged
 file is moved aside and a fresh one started (usage is a ranking hint, not memory): recall goes on, with a warning.
@@ -7,6 +8,11 @@ Usage is two decaying counters per memory: ``uses`` (a fact fetched by key, a pr
 report) and ``shown`` (recall returned it, weighted by rank and relevance). Each is stored as its value at its
 last update and decays with a half-life when read, so an unused memory's count fades without any job rewriting
 rows. An untrusted source's use reports count at most once per memory per day.
+
+The recall log (``recall_log``) keeps one row per recall made through the facade, from any interface: when, the
+asking source, the question, what came back (kind, id, score, trusted — not the text, which the vault and its git
+history keep) or why nothing did, and how long it took. It is local (never pushed) and pruned with the retention
+of raw episodes (``memvault prune``).
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..rules.errors import SearchIndexError
@@ -55,7 +61,27 @@ MIGRATIONS = [
         CREATE INDEX recalled_item ON recalled(kind, item_id);
         """,
     ),
+    (
+        # What the agents were told: one row per recall, from every interface (the web view's audit log).
+        "0004_web_recall_log",
+        """
+        CREATE TABLE recall_log(
+            id INTEGER PRIMARY KEY,
+            at REAL NOT NULL,
+            source TEXT NOT NULL,
+            query TEXT NOT NULL,
+            options TEXT NOT NULL DEFAULT '{}',
+            hits TEXT NOT NULL DEFAULT '[]',
+            nothing_found TEXT,
+            warnings INTEGER NOT NULL DEFAULT 0,
+            ms REAL NOT NULL);
+        CREATE INDEX recall_log_at ON recall_log(at);
+        CREATE INDEX recall_log_source ON recall_log(source, at);
+        """,
+    ),
 ]
+#: The newest recall log entries a page asks for at most.
+RECALL_LOG_PAGE_MAX = 500
 
 Key = tuple[str, str]
 
@@ -219,8 +245,11 @@ class State:
         return self._guarded(write)
 
     def forget(self, keys: Iterable[Key]) -> None:
-        """Drop every row about these memories (a purge): counters, reports, recalled texts; then checkpoint, so
-        nothing about them is left in the file or its WAL (``secure_delete`` zeroes the freed pages)."""
+        """Drop every row about these memories (a purge): counters, reports, recalled texts, and the recall-log
+        entries that returned one of them (their question may quote it); then checkpoint, so nothing about them is
+        left in the file or its WAL (``secure_delete`` zeroes the freed pages)."""
+        import json
+
         keys = list(keys)
         if not keys or not self.path.exists():
             return
@@ -230,6 +259,9 @@ class State:
             try:
                 for table in ("usage", "reports", "recalled"):
                     conn.executemany(f"DELETE FROM {table} WHERE kind = ? AND item_id = ?", keys)
+                # hits are stored as [kind, id, score, trusted]: "[kind, id" is in the JSON text exactly so
+                conn.executemany("DELETE FROM recall_log WHERE instr(hits, ?) > 0",
+                                 [(json.dumps([kind, item])[:-1],) for kind, item in keys])
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -238,10 +270,91 @@ class State:
 
         self._guarded(write)
 
+    # -- the recall log ----------------------------------------------------------------------------------
+    def log_recall(self, entry: RecallLogEntry) -> None:
+        """Append one recall to the log (one short autocommit insert)."""
+        import json
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO recall_log(at, source, query, options, hits, nothing_found, warnings, ms) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (entry.at, entry.source, entry.query, json.dumps(entry.options, sort_keys=True),
+                          json.dumps(entry.hits), entry.nothing_found, entry.warnings, entry.ms))
+
+        self._guarded(write)
+
+    def recalls(self, *, limit: int = 100, before: int | None = None,
+                source: str | None = None) -> list[RecallLogEntry]:
+        """The newest log entries first (``before``: only entries with a smaller id, for paging)."""
+        if not self.path.exists():
+            return []
+        limit = max(1, min(limit, RECALL_LOG_PAGE_MAX))
+        where, args = [], []
+        if before is not None:
+            where.append("id < ?")
+            args.append(before)
+        if source is not None:
+            where.append("source = ?")
+            args.append(source)
+        sql = ("SELECT id, at, source, query, options, hits, nothing_found, warnings, ms FROM recall_log"
+               + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT ?")
+        rows = self._guarded(lambda conn: conn.execute(sql, (*args, limit)).fetchall())
+        return [RecallLogEntry.from_row(row) for row in rows]
+
+    def recall_times(self, since: float) -> list[tuple[float, float]]:
+        """(time, milliseconds) of every recall since ``since`` (unix seconds), oldest first: volume and latency."""
+        if not self.path.exists():
+            return []
+        return self._guarded(lambda conn: conn.execute(
+            "SELECT at, ms FROM recall_log WHERE at >= ? ORDER BY at", (since,)).fetchall())
+
+    def prune_recalls(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+        """Drop log entries older than ``before`` (unix seconds). Returns (kept, removed)."""
+        if not self.path.exists():
+            return 0, 0
+
+        def run(conn: sqlite3.Connection) -> tuple[int, int]:
+            total, old = conn.execute("SELECT COUNT(*), COALESCE(SUM(at < ?), 0) FROM recall_log",
+                                      (before,)).fetchone()
+            if old and not dry_run:
+                conn.execute("DELETE FROM recall_log WHERE at < ?", (before,))
+            return total - old, old
+
+        return self._guarded(run)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+@dataclass
+class RecallLogEntry:
+    """One recall as the log keeps it. ``hits`` are ``[kind, id, score, trusted]``; ``at`` is unix seconds."""
+
+    at: float
+    source: str
+    query: str
+    options: dict[str, object]
+    hits: list[list[object]]
+    nothing_found: str | None
+    warnings: int
+    ms: float
+    id: int | None = None
+
+    @classmethod
+    def from_row(cls, row: tuple[object, ...]) -> RecallLogEntry:
+        import json
+
+        id_, at, source, query, options, hits, nothing, warnings, ms = row
+        return cls(float(at), str(source), str(query), json.loads(str(options)), json.loads(str(hits)),
+                   nothing if nothing is None else str(nothing), int(warnings), float(ms), int(id_))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "at": format_time(datetime.fromtimestamp(self.at, timezone.utc)), "source": self.source, "query": self.query,
+                "options": self.options, "nothing_found": self.nothing_found, "warnings": self.warnings,
+                "ms": round(self.ms, 3),
+                "hits": [{"kind": h[0], "id": h[1], "score": h[2], "trusted": h[3]} for h in self.hits]}
 
 
 def _from_ts(value: float | None) -> datetime | None:

@@ -72,13 +72,14 @@ def build(vault: Vault, *, kind: str = "session", cwd: str | None = None, start:
           prompt: str | None = None, runtime: str | None = None, mode: str = "keyword") -> Context:
     """The block for a session start (``kind="session"``) or a prompt (``kind="prompt"``), recalled in ``mode``
     (``keyword`` never loads a model)."""
+    asker = f"agent:{runtime}" if runtime else None  # who asked, in the recall log
     if kind == "prompt":
-        return _prompt(vault, prompt or "", mode)
-    return _session(vault, cwd, start, mode)
+        return _prompt(vault, prompt or "", mode, asker)
+    return _session(vault, cwd, start, mode, asker)
 
 
 # ------------------------------------------------------------------------------------------------ session start
-def _session(vault: Vault, cwd: str | None, start: str | None, mode: str) -> Context:
+def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, asker: str | None) -> Context:
     settings = vault.config.agents
     project = project_mod.detect(cwd)
     notices: list[str] = []
@@ -103,7 +104,7 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str) -> Con
         vault.index.refresh(FULL_SCAN_EVERY)
     if query:
         try:
-            result = vault.recall(query, k=15, kinds=["fact", "procedure"], mode=mode)
+            result = vault.recall(query, k=15, kinds=["fact", "procedure"], mode=mode, source=asker)
             recalled = list(result)
             notices += _short(result.warnings)
             if result.mode == "keyword" and mode != "keyword":
@@ -302,12 +303,13 @@ def _short(warnings: list[str], limit: int = 2) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ per prompt
-def _prompt(vault: Vault, prompt: str, mode: str) -> Context:
+def _prompt(vault: Vault, prompt: str, mode: str, asker: str | None) -> Context:
     """What recall finds for one prompt above its floors, budgeted: an empty text when nothing is relevant."""
     if not prompt.strip():
         return Context("")
     budget = vault.config.agents.prompt_budget
-    result = vault.recall(prompt, k=8, budget=min(budget, CONTEXT_HARD_BYTES // 4 - 50), fmt="prompt", mode=mode)
+    result = vault.recall(prompt, k=8, budget=min(budget, CONTEXT_HARD_BYTES // 4 - 50), fmt="prompt", mode=mode,
+                          source=asker)
     if not len(result):
         return Context("", counts={"hits": 0})
     text = render(list(result), "prompt")

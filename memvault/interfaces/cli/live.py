@@ -1,4 +1,4 @@
-"""Commands that keep the vault live and connected: watch, hooks, sync, mcp."""
+"""Commands that keep the vault live and connected: watch, hooks, sync, mcp, ui."""
 from __future__ import annotations
 
 import click
@@ -101,3 +101,28 @@ def mcp_command(ctx, source, http, token_file, token, allow_run):
                    "or MEMVAULT_MCP_TOKEN", err=True)
     serve(ctx.vault, source=source, allow_run=allow_run, http=http,
           token=token if token is not None else read_token(token_file))
+
+
+@cli.command("ui")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
+              help="The port to listen on (0: any free one).")
+@click.option("--host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="The address to listen on. Any but a loopback address needs a token (--token-file or "
+                   "MEMVAULT_UI_TOKEN).")
+@click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Read the token a browser or script must present from FILE (default: MEMVAULT_UI_TOKEN, else a "
+                   "new one for this run).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the view in the default browser.")
+@pass_ctx
+def ui(ctx, port, host, token_file, open_browser):
+    """Serve a local web view of the vault until stopped: overview and growth, facts with their git history and
+    diffs, inbox review, timeline and agent sessions, procedures and their runs, the recall playground, and the
+    log of what agents were told.
+
+    Changes made in the view go through the same write gate as the CLI, as the local user. The address printed
+    carries a token the browser swaps for a cookie; without it the view answers nobody.
+    """
+    from ..mcp import read_token
+    from ..web import serve
+
+    serve(ctx.vault, host=host, port=port, token=read_token(token_file), open_browser=open_browser)

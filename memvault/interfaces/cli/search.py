@@ -30,8 +30,10 @@ from .base import Out, cli, output, pass_ctx
 @click.option("--min-relevance", type=click.FloatRange(0, 1), metavar="R",
               help="Keep candidates whose relevance is at least R of the best one's ([recall] relative_floor); "
                    "0 also returns weak guesses when nothing is relevant.")
+@click.option("--source", "-s", metavar="KIND:NAME",
+              help="Who asks, as the recall log records it. Default: $MEMVAULT_SOURCE, else user:$USER.")
 @pass_ctx
-def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record, since, until, min_relevance):
+def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record, since, until, min_relevance, source):
     """Find the memories that best answer QUERY: hybrid keyword + semantic search over facts, episodes and
     procedures, ranked by relevance, importance, confidence, recency and frequency.
 
@@ -45,7 +47,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
     fmt = "json" if as_json else (fmt or "text")
     vault = ctx.vault
     result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt,
-                          record_access=not no_record, min_relevance=min_relevance,
+                          record_access=not no_record, min_relevance=min_relevance, source=source,
                           since=parse_time_or_age(since, "--since") if since else None,
                           until=parse_time_or_age(until, "--until") if until else None)
     for warning in result.warnings:

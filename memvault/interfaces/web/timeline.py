@@ -1,0 +1,79 @@
+"""Episodes by time (filters: source, kind, agent session, words, trust), captured agent sessions grouped by
+session, one episode, and the procedures: each runbook whole, its versions (git) and its runs (commit, blob,
+exit code, duration) on a timeline."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...core.history import entry_dict
+from ...rules.errors import EpisodeError, MemvaultError
+from ...rules.validation import validate_name
+from .page import Page, Req, Web, route
+
+#: Runs of one procedure shown (and plotted).
+RUNS_SHOWN = 200
+
+
+@route("/timeline", "timeline", nav="Timeline")
+def timeline(web: Web, req: Req) -> Page:
+    browse = web.vault.browse
+    filters = {"source": req.arg("source"), "kind": req.arg("kind"), "session": req.arg("session"),
+               "text": req.arg("text"), "trust": req.arg("trust")}
+    limit = req.int_arg("limit", 100, 1, 500)
+    before = req.arg("before")
+    rows = browse.episodes(**filters, before=before, limit=limit)
+    data = {"filters": filters, "before": before, "limit": limit, "episodes": [r.to_dict() for r in rows],
+            "next": rows[-1].created if len(rows) == limit else None,
+            "sources": [{"source": s or None, "count": n, "trusted": browse.trusted(s or None)}
+                        for s, n in browse.sources("episode")][:50],
+            "kinds": browse.episode_kinds()}
+    return Page("timeline.html", data)
+
+
+@route("/sessions", "sessions", nav="Sessions")
+def sessions(web: Web, req: Req) -> Page:
+    """Agent sessions captured as episodes (``meta.session_id``, ``meta.runtime``), latest activity first."""
+    return Page("sessions.html", {"sessions": web.vault.browse.sessions(req.int_arg("limit", 100, 1, 500))})
+
+
+@route("/episode/{id}", "episode")
+def episode(web: Web, req: Req) -> Page:
+    row = web.vault.browse.episode(req.params["id"])
+    if row is None:
+        raise EpisodeError(f"no episode {req.params['id']!r} in the index")
+    return Page("episode.html", {"episode": row.to_dict()})
+
+
+@route("/procedures", "procedures", nav="Procedures")
+def procedures(web: Web, req: Req) -> Page:
+    from ...rules.validation import Problem
+
+    problems: list[Problem] = []
+    items = web.vault.procedures.list(problems)
+    browse = web.vault.browse
+    rows = []
+    for proc in items:
+        runs = browse.runs(proc.name, 1)
+        rows.append({**{k: v for k, v in proc.to_dict(web.vault.root).items() if k != "text"},
+                     "last_run": runs[0] if runs else None})
+    return Page("procedures.html", {"procedures": rows, "problems": [str(p) for p in problems]})
+
+
+@route("/procedure/{name:path}", "procedure")
+def procedure(web: Web, req: Req) -> Page:
+    vault = web.vault
+    name = validate_name(req.params["name"])
+    proc = vault.procedures.get(name)
+    history: list[dict[str, Any]] = []
+    history_error = None
+    try:
+        history = [entry_dict(e) for e in vault.git_log(proc.path, follow=False)]
+    except MemvaultError as exc:
+        history_error = str(exc)
+    runs = vault.browse.runs(name, RUNS_SHOWN)
+    plot = {"at": [r["at"] for r in reversed(runs)],
+            "seconds": [round((r["duration_ms"] or 0) / 1000, 3) for r in reversed(runs)],
+            "exit_code": [r["exit_code"] for r in reversed(runs)]}
+    data = {"procedure": proc.to_dict(vault.root), "history": history, "history_error": history_error,
+            "runs": runs, "plot": plot}
+    return Page("procedure.html", data)

@@ -1,0 +1,101 @@
+"""A vault for the web view's tests: facts, a proposal, episodes of an agent session, a procedure and its runs,
+and stored text written to attack the page (script tags, event handlers, ``javascript:`` links, the
+fence-escape variants of test_attacks.py and test_markup.py)."""
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from memvault import Vault
+
+from conftest import git, isolate
+from fake_embedder import set_model
+from test_attacks import CLOSERS
+from test_markup import variants
+
+#: What an attacker writes into memory, hoping a page will run it.
+XSS = [
+    "<script>document.title='pwned';alert('xss')</script>",
+    "<img src=x onerror=\"document.title='pwned';alert(1)\">",
+    "<a href=\"javascript:alert(1)\">click me</a>",
+    "javascript:alert(document.cookie)",
+    "<svg onload=alert(1)><circle r=1></svg>",
+    "\"><script src=http://evil.example/x.js></script>",
+    "<iframe src=\"http://evil.example/\"></iframe>",
+    "<img src=\"http://evil.example/beacon.gif\">",
+    "<style>@import url(http://evil.example/x.css);</style>",
+    "{{ 7*7 }} {% raw %}${7*7}{% endraw %}",
+    "</textarea><script>alert('textarea')</script>",
+    "</pre></div><script>alert('pre')</script>",
+]
+
+
+def payloads() -> list[str]:
+    """The XSS strings plus a sample of the prompt-fence escapes (closers and generated variants)."""
+    return XSS + CLOSERS + random.Random(11).sample(variants(extra=40), 40)
+
+
+def seed(root: Path, models: object, tmp_path: Path) -> Vault:
+    """A vault (fake model) with one of everything the pages show; returns it opened with the fake model."""
+    v = Vault.init(root)
+    set_model(v.root, "fake-hash")
+    toml = v.root / "memvault.toml"
+    # The fake model's cosines have their own scale (hashed words): "nothing known" takes more than a shared word.
+    toml.write_text(re.sub(r"(?m)^min_cosine = .*$", "min_cosine = 0.8", toml.read_text()))
+    git(v.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+    v = Vault.open(v.root, embedder_factory=models, daemon=False)
+    v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", category="database",
+                importance=0.9, tags=["postgres"], source="user:admin")
+    v.facts.set("db/replica", "The replica database listens on 10.8.0.5 port 5432.", category="database",
+                tags=["postgres"], source="user:admin")
+    v.facts.set("web/haproxy", "HAProxy balances web1 web2 web3 with health checks.", category="web",
+                source="user:admin")
+    v.facts.set("net/gateway", "The VPN gateway is vpn.example.net on UDP 1195.", source="user:admin")
+    v.facts.set("db/primary", "The primary database moved to 10.8.0.9 port 5432.", source="agent:scraper")
+    v.facts.set("net/vpn", "The VPN gateway is vpn.example.net on UDP 1194.", source="agent:scraper",
+                tags=["vpn"])
+    for i, text in enumerate(payloads()):
+        v.episodes.append(f"attack {i}: {text}", source="web:evil.example", kind="raw")
+    v.facts.set("evil/note", "payload: " + " ".join(XSS), source="user:admin", tags=["payload"])
+    for turn, text in enumerate(["user asked to rotate the postgres logs", "agent ran the rotation runbook",
+                                 "logs older than a day were compressed"]):
+        v.episodes.append(text, source="agent:claude-code", kind="raw",
+                          meta={"session_id": "sess-42", "runtime": "claude-code", "turn": turn})
+    script = tmp_path / "rotate.sh"
+    script.write_text("#!/usr/bin/env bash\n# description: Rotate and compress PostgreSQL logs\n"
+                      "# tags: postgres, logs\necho rotated \"$@\"\n")
+    script.chmod(0o755)
+    v.procedures.add("db/rotate-logs", script, source="user:admin")
+    v.procedures.run("db/rotate-logs", ["1"], source="user:admin", stdout=-3, stderr=-3)
+    v.recall("which port does the primary database use", k=3, source="agent:claude-code")
+    v.recall("zebra quantum marmalade", k=3, source="agent:codex")
+    return v
+
+
+@pytest.fixture(scope="session")
+def seeded_template(tmp_path_factory) -> Path:
+    """The seeded vault, built once per test session (in an isolated HOME, like every test)."""
+    from fake_embedder import Models
+
+    base = tmp_path_factory.mktemp("web-seed")
+    with pytest.MonkeyPatch.context() as mp:
+        isolate(tmp_path_factory.mktemp("web-home"), mp)
+        seed(base / "vault", Models(), base)
+    return base / "vault"
+
+
+@pytest.fixture
+def seeded_copy(seeded_template, tmp_path, models) -> Callable[[], Vault]:
+    """A fresh copy of the seeded vault for one test, opened with the test's fake models."""
+
+    def make() -> Vault:
+        root = tmp_path / "vault"
+        shutil.copytree(seeded_template, root, symlinks=True)
+        return Vault.open(root, embedder_factory=models, daemon=False)
+
+    return make
