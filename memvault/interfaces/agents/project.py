@@ -32,7 +32,7 @@ class Project:
         """The name as a key segment and a tag: lower case, ``[a-z0-9._-]``."""
         return _SLUG.sub("-", self.name.lower()).strip("-.") or "project"
 
-    def query(self, max_words: int = 60) -> str:
+    def query(self, max_words: int = 32) -> str:
         """The question a session starts with: name, branch words, README title, last commit subjects."""
         parts = [self.name.replace("-", " ").replace("_", " ")]
         if self.branch and self.branch.lower() not in _PLAIN_BRANCHES:
@@ -67,7 +67,7 @@ def detect(cwd: str | None, *, commits: int = 5, timeout: float = 0.5) -> Projec
         project.name = _origin_name(gitdir) or project.name
         project.branch = _branch(gitdir)
         if commits:
-            project.subjects = _subjects(top, commits, timeout)
+            project.subjects = _reflog_subjects(gitdir, commits) or _subjects(top, commits, timeout)
     project.title = _readme_title(top)
     return project
 
@@ -127,6 +127,27 @@ def _branch(gitdir: Path) -> str | None:
     if head.startswith("ref: refs/heads/"):
         return head[len("ref: refs/heads/"):]
     return None  # detached
+
+
+def _reflog_subjects(gitdir: Path, n: int) -> list[str]:
+    """The last ``n`` commit subjects made in this work tree, from the reflog (no git process: a session start
+    pays for every millisecond); [] when it has fewer (a fresh clone), and ``git log`` answers instead."""
+    try:
+        with open(gitdir / "logs" / "HEAD", "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65536))
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in reversed(lines):
+        message = line.partition("\t")[2]
+        action, _, subject = message.partition(": ")
+        if action.startswith("commit") and subject.strip() and subject.strip() not in found:
+            found.append(subject.strip()[:200])
+            if len(found) == n:
+                return found
+    return []
 
 
 def _subjects(top: Path, n: int, timeout: float) -> list[str]:
