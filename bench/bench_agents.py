@@ -153,28 +153,20 @@ def warm_ready(root: Path) -> str | None:
     return None
 
 
-def bench_warm(root: Path, runs: int) -> dict[str, Any]:
+def bench_warm_hook(root: Path, action: str, payloads: list[dict[str, Any]]) -> dict[str, Any]:
     why = warm_ready(root)
     if why:
         return {"skipped": why}
     env = {k: v for k, v in os.environ.items() if k != "MEMVAULT_NO_DAEMON"}
-    out = series([*HOOK, "session-start", "--runtime", "claude-code", "--vault", str(root)],
-                 [start_payload(i) for i in range(runs)], env)
-    log(f"start (warm): {out}")
+    out = series([*HOOK, action, "--runtime", "claude-code", "--vault", str(root)], payloads, env)
+    log(f"{action} (warm): {out}")
     return out
 
 
-def bench_prompt(root: Path, runs: int) -> dict[str, Any]:
-    why = warm_ready(root)
-    if why:
-        return {"skipped": why}
-    env = {k: v for k, v in os.environ.items() if k != "MEMVAULT_NO_DAEMON"}
-    payloads = [{"session_id": "bench", "transcript_path": "/tmp/none.jsonl", "cwd": str(REPO),
-                 "permission_mode": "default", "hook_event_name": "UserPromptSubmit", "prompt": q}
-                for q in corpus.queries(runs)]
-    out = series([*HOOK, "prompt", "--runtime", "claude-code", "--vault", str(root)], payloads, env)
-    log(f"prompt (warm): {out}")
-    return out
+def prompt_payloads(runs: int) -> list[dict[str, Any]]:
+    return [{"session_id": "bench", "transcript_path": "/tmp/none.jsonl", "cwd": str(REPO),
+             "permission_mode": "default", "hook_event_name": "UserPromptSubmit", "prompt": q}
+            for q in corpus.queries(runs)]
 
 
 def transcript(path: Path, turns: int) -> Path:
@@ -250,9 +242,9 @@ def main() -> None:
     if "start" in only:
         results["start"] = bench_start(root, args.runs)
     if "warm" in only:
-        results["warm"] = bench_warm(root, args.runs)
+        results["warm"] = bench_warm_hook(root, "session-start", [start_payload(i) for i in range(args.runs)])
     if "prompt" in only:
-        results["prompt"] = bench_prompt(root, args.runs)
+        results["prompt"] = bench_warm_hook(root, "prompt", prompt_payloads(args.runs))
     if "capture" in only:
         results["capture"] = bench_capture(root, args.turns)
     results["load_avg_end"] = os.getloadavg()

@@ -167,3 +167,37 @@ def test_the_warm_call_is_the_same_block_with_meaning_based_recall(memory, proje
     cold = context_mod.build(vault, kind="session", cwd=str(project), start="startup", mode="keyword")
     assert "keyword-only" not in warm["context"] and "keyword-only" in cold.text
     assert "idempotency key" in warm["context"] and warm["counts"]["fact"] >= 3
+
+
+def test_the_project_is_read_without_running_git(project):
+    from memvault.interfaces.agents.project import detect
+
+    found = detect(str(project))
+    assert (found.name, found.branch, found.title) == ("shopfront", "feature/checkout", "Shopfront: the Django shop")
+    assert found.subjects == ["checkout test runs five times", "payments retry with an idempotency key"]
+    assert found.query().startswith("shopfront feature checkout Shopfront: the Django shop checkout test")
+
+
+WARM_PROBE = """
+import json, sys, types
+fake = types.ModuleType("memvault.interfaces.warm_client")
+fake.call = lambda root, name, args, timeout=2.0: {"context": "WARM BLOCK " + name + " " + args["mode"], "notices": []}
+sys.modules["memvault.interfaces.warm_client"] = fake
+import memvault
+before = set(sys.modules)
+from memvault.interfaces.agents import hook
+sys.argv = ["hook", "session-start", "--runtime", "codex", "--vault", sys.argv[1]]
+code = hook.main()
+sys.stderr.write(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("memvault"))))
+"""
+
+
+def test_with_a_warm_process_the_hook_imports_no_vault_code(memory, project):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WARM_PROBE, str(memory.root)], capture_output=True, text=True,
+                          input=json.dumps(payload("codex", "SessionStart", cwd=project)), timeout=60)
+    assert context_of(done.stdout) == "WARM BLOCK agent_context hybrid"
+    assert json.loads(done.stderr) == ["memvault.interfaces", "memvault.interfaces.agents",
+                                       "memvault.interfaces.agents.hook"]

@@ -95,7 +95,7 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, asker:
                 seen.add((hit.kind, hit.id))
                 hits.append(hit)
 
-    own = _project_facts(vault, project)
+    own = _project_facts(vault, project, settings.budget)
     recalled: list[Hit] = []
     query = project.query()
     if vault.index.exists():
@@ -185,18 +185,30 @@ def codex_tokens(text: str) -> int:
     return max(by_bytes, lexical)
 
 
-def _project_facts(vault: Vault, project: project_mod.Project) -> list[Hit]:
+def _project_facts(vault: Vault, project: project_mod.Project, budget: int) -> list[Hit]:
     """Facts keyed for the project: ``facts/<slug>/...`` and ``facts/projects/<slug>/...``, most important and
-    most recently updated first."""
+    most recently updated first. Only the most recently changed files that could fit the budget are read."""
     slug = project.slug
-    facts = []
-    for base in (vault.facts.dir / slug, vault.facts.dir / "projects" / slug):
-        for path in _md_files(base, PROJECT_FACTS - len(facts)):
-            key = path.relative_to(vault.facts.dir).as_posix()[:-3]
-            try:
-                facts.append(vault.facts.get(key))
-            except MemvaultError:
-                continue
+    paths = [p for base in (vault.facts.dir / slug, vault.facts.dir / "projects" / slug)
+             for p in _md_files(base, 10 * PROJECT_FACTS)]
+    stats = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        stats.append((-st.st_mtime_ns, st.st_size, path))
+    stats.sort()
+    facts, room = [], budget * 4 * 2  # bytes of files, front matter included, that could fill the budget
+    for _, size, path in stats[:PROJECT_FACTS]:
+        if room <= 0:
+            break
+        room -= size
+        key = path.relative_to(vault.facts.dir).as_posix()[:-3]
+        try:
+            facts.append(vault.facts.get(key))
+        except MemvaultError:
+            continue
     facts.sort(key=lambda f: (-f.importance, -(f.updated.timestamp() if f.updated else 0.0)))
     return [_fact_hit(vault, f) for f in facts]
 
