@@ -274,8 +274,11 @@ def _warm_up(root: str | None, payload: dict[str, Any]) -> None:
         return
     from ...models import daemon
 
-    daemon.start()
-    _warm(root, {"kind": "session", "cwd": root, "start": "warm-up", "runtime": "claude-code"}, 120.0)
+    start = getattr(daemon, "start", None)  # the warm process of memvault.interfaces.warm
+    if start is None:
+        return
+    start()
+    _warm(root, {"kind": "session", "cwd": root, "start": "warm-up"}, 120.0)
 
 
 # ------------------------------------------------------------------------------------------------ output
