@@ -67,6 +67,8 @@ def test_session_start_prints_exactly_the_json_each_runtime_expects_for_every_st
                         payload(runtime, "SessionStart", cwd=project, source=start))
         text = context_of(out)  # Codex: hookSpecificOutput.additionalContext, never raw text
         assert "Acme PSP" in text and f"session {start}" in text
+    asked = {e.source for e in Vault.open(memory.root).recall_log.recalls()}
+    assert asked == {f"agent:{runtime}"}  # the recall log names the hook's runtime as who asked
 
 
 def test_the_installed_command_runs_as_a_process_and_exits_0_with_json_only(memory, project):

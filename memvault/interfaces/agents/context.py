@@ -64,22 +64,24 @@ class Context:
 def serve(vault: Vault, *, kind: str = "session", cwd: str | None = None, start: str | None = None,
           prompt: str | None = None, runtime: str | None = None, mode: str = "hybrid") -> dict[str, Any]:
     """The warm process's call ``agent_context``: :func:`build` on its warm vault (hybrid recall, the model
-    already loaded), as JSON."""
-    return build(vault, kind=kind, cwd=cwd, start=start, prompt=prompt, runtime=runtime, mode=mode).to_dict()
+    already loaded), as JSON. A call without a runtime (the hook warming the process up) is not logged."""
+    return build(vault, kind=kind, cwd=cwd, start=start, prompt=prompt, runtime=runtime, mode=mode,
+                 log=runtime is not None).to_dict()
 
 
 def build(vault: Vault, *, kind: str = "session", cwd: str | None = None, start: str | None = None,
-          prompt: str | None = None, runtime: str | None = None, mode: str = "keyword") -> Context:
+          prompt: str | None = None, runtime: str | None = None, mode: str = "keyword", log: bool = True) -> Context:
     """The block for a session start (``kind="session"``) or a prompt (``kind="prompt"``), recalled in ``mode``
-    (``keyword`` never loads a model)."""
-    asker = f"agent:{runtime}" if runtime else None  # who asked, in the recall log
+    (``keyword`` never loads a model). The recall is logged as asked by ``agent:<runtime>`` unless ``log`` is
+    false."""
+    ask = {"source": f"agent:{runtime}" if runtime else None, "log": log}  # who asked, in the recall log
     if kind == "prompt":
-        return _prompt(vault, prompt or "", mode, asker)
-    return _session(vault, cwd, start, mode, asker)
+        return _prompt(vault, prompt or "", mode, ask)
+    return _session(vault, cwd, start, mode, ask)
 
 
 # ------------------------------------------------------------------------------------------------ session start
-def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, asker: str | None) -> Context:
+def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: dict[str, Any]) -> Context:
     settings = vault.config.agents
     project = project_mod.detect(cwd)
     notices: list[str] = []
@@ -104,7 +106,7 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, asker:
         vault.index.refresh(FULL_SCAN_EVERY)
     if query:
         try:
-            result = vault.recall(query, k=15, kinds=["fact", "procedure"], mode=mode, source=asker)
+            result = vault.recall(query, k=15, kinds=["fact", "procedure"], mode=mode, **ask)
             recalled = list(result)
             notices += _short(result.warnings)
             if result.mode == "keyword" and mode != "keyword":
@@ -315,13 +317,13 @@ def _short(warnings: list[str], limit: int = 2) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ per prompt
-def _prompt(vault: Vault, prompt: str, mode: str, asker: str | None) -> Context:
+def _prompt(vault: Vault, prompt: str, mode: str, ask: dict[str, Any]) -> Context:
     """What recall finds for one prompt above its floors, budgeted: an empty text when nothing is relevant."""
     if not prompt.strip():
         return Context("")
     budget = vault.config.agents.prompt_budget
     result = vault.recall(prompt, k=8, budget=min(budget, CONTEXT_HARD_BYTES // 4 - 50), fmt="prompt", mode=mode,
-                          source=asker)
+                          **ask)
     if not len(result):
         return Context("", counts={"hits": 0})
     text = render(list(result), "prompt")
