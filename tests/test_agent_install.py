@@ -127,6 +127,7 @@ def test_install_into_nothing_creates_files_and_uninstall_takes_them_away(runtim
     assert created
     runtimes.uninstall(runtime)
     assert not any(p.exists() for p in created)
+    assert not any(p.parent.exists() for p in created if p.parent != home)  # the folders it made go too
 
 
 def test_project_scope_writes_the_projects_files(home, vault, tmp_path):

@@ -207,6 +207,7 @@ class _Files:
         self.report = report
         self.first: dict[Path, str | None] = {}
         self.texts: dict[Path, str | None] = {}
+        self.made: list[str] = []  # folders this command created
         self.record = _Record()
 
     def read(self, path: Path) -> str | None:
@@ -225,6 +226,7 @@ class _Files:
         self.texts[_target(path)] = text
 
     def flush(self) -> None:
+        emptied: list[str] = []
         for path, text in self.texts.items():
             original = self.first[path]
             if text == original:
@@ -237,11 +239,7 @@ class _Files:
                 self.report.backups.append(str(backup))
             if text is None:
                 path.unlink(missing_ok=True)
-                for folder in self.record.get(path).get("created_dirs", []):
-                    try:
-                        Path(folder).rmdir()
-                    except OSError:
-                        pass
+                emptied += self.record.get(path).get("created_dirs", [])
                 self.report.changed.append(f"removed {path}")
                 continue
             created = []
@@ -250,11 +248,18 @@ class _Files:
                 created.append(str(parent))
                 parent = parent.parent
             path.parent.mkdir(parents=True, exist_ok=True)
-            if created:
-                self.record.get(path)["created_dirs"] = created
+            made = [d for d in self.made if path.parent == Path(d) or Path(d) in path.parents]
+            if created or made:
+                self.record.get(path)["created_dirs"] = created + made
+            self.made += created
             mode = path.stat().st_mode & 0o777 if path.exists() else None
             atomic_write(path, text.encode("utf-8"), mode=mode)
             self.report.changed.append(f"{'updated' if original is not None else 'created'} {path}")
+        for folder in sorted(set(emptied), key=len, reverse=True):  # the folders install made, once empty
+            try:
+                Path(folder).rmdir()
+            except OSError:
+                pass
         self.record.save()
 
 
