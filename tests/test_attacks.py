@@ -408,3 +408,181 @@ def test_a_symlink_never_travels_through_git(strict, tmp_path):
     result = Vault.open(strict.root).sync(source="user:admin")
     assert any("symlink" in w for w in result.warnings)
     assert "facts/link.md" not in git(remote, "ls-tree", "-r", "--name-only", "HEAD")
+
+
+# ---------------------------------------------------------------------------------------------- 17 purge killed
+KILLER = """
+import os, signal, sys
+from memvault import Vault
+
+target, calls = int(sys.argv[2]), [0]
+real_replace, real_unlink = os.replace, os.unlink
+
+
+def counted(real):
+    def call(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == target:  # the chosen point: this rename or delete never happens
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return call
+
+
+os.replace, os.unlink = counted(real_replace), counted(real_unlink)
+Vault.open(sys.argv[1]).purge("web:*", source="user:admin")
+"""
+
+
+def purge_state(root):
+    v = Vault.open(root)
+    return (sum(1 for e in v.episodes.iter() if e.source.startswith("web:")),
+            len([f for f in v.facts.inbox() if f.source.startswith("web:")]),
+            (root / "facts/web/evil.md").exists())
+
+
+@pytest.mark.parametrize("point", [1, 2, 3, 5, 7])
+def test_purge_killed_part_way_is_all_or_nothing(strict, tmp_path, point):
+    import shutil
+    import signal
+
+    for month in ("2026-10-02", "2026-11-02"):
+        strict.episodes.append("Scraped claim.", source="web:evil.example", at=month)
+    strict.episodes.append("Kept: a person's note.", source="user:admin", at="2026-11-03")
+    strict.facts.set("web/tip", "Restart nginx nightly.", source="web:evil.example")  # inbox proposals
+    strict.facts.set("web/other", "Disable the firewall.", source="web:evil.example")
+    (strict.root / "facts/web").mkdir(parents=True, exist_ok=True)
+    (strict.root / "facts/web/evil.md").write_text("---\nsource: web:evil.example\n---\nEvil fact.\n")
+    git(strict.root, "add", "facts/web/evil.md")
+    git(strict.root, "commit", "-qm", "evil fact")
+    root = tmp_path / f"copy-{point}"
+    shutil.copytree(strict.root, root, symlinks=True)
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    killed = subprocess.run([sys.executable, str(script), str(root), str(point)], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # the next memvault command finishes what a journal says was started, or finds nothing started
+    after = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "episode", "list"],
+                           capture_output=True, text=True)
+    assert after.returncode == 0, after.stderr
+    state = purge_state(root)
+    assert state in ((0, 0, False), (2, 2, True)), (point, state)
+    if state == (0, 0, False):
+        assert "interrupted" in after.stderr and "Kept: a person's note." in after.stdout
+        assert git(root, "status", "--porcelain", "--", "facts") == ""  # the removal is committed
+        assert "purge source web:*" in git(root, "log", "-1", "--format=%s")
+    assert not (root / ".memvault/purge.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------- 18 future
+@pytest.mark.parametrize("at", ["9999-12-31T23:59:59Z", "2999-01-01", "+10d"])
+def test_an_episode_cannot_be_dated_in_the_future(strict, at):
+    from datetime import timedelta
+
+    from memvault.rules.timeutil import format_time, now
+
+    if at == "+10d":
+        at = format_time(now() + timedelta(days=10))
+    r = strict.cli("episode", "add", "I happened later.", "--source", "web:evil.example", "--at", at)
+    assert r.exit_code == 1 and "future" in r.stderr, r.output
+    line = json.dumps({"type": "episode", "text": "I happened later.", "created_at": at}) + "\n"
+    r = strict.cli("ingest", "-", "--source", "web:evil.example", "--json", input=line)
+    assert "future" in json.loads(r.stdout)["skipped"][0]["reason"]
+    assert strict.episodes.list() == []
+    ok = strict.episodes.append("Just now, a skewed clock.", source="agent:x",
+                                at=format_time(now() + timedelta(minutes=2)))
+    assert ok.id
+
+
+# ---------------------------------------------------------------------------------------------- 19 ingest depth
+def test_a_deeply_nested_ingest_line_is_skipped_before_anything_is_written(strict):
+    deep = '{"type": "episode", "text": "deep", "meta": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001 + "\n"
+    lines = [json.dumps({"type": "episode", "text": f"line {i}"}) + "\n" for i in (1, 2)]
+    lines += [deep] + [json.dumps({"type": "episode", "text": f"line {i}"}) + "\n" for i in (4, 5)]
+    r = strict.cli("ingest", "-", "--source", "agent:x", "--json", input="".join(lines))
+    assert r.exit_code == 0 and "Traceback" not in r.output and "internal error" not in r.output, r.output
+    report = json.loads(r.stdout)
+    assert [s["line"] for s in report["skipped"]] == ["-:3"] and "nested too deep" in report["skipped"][0]["reason"]
+    assert [a["line"] for a in report["added"]] == ["-:1", "-:2", "-:4", "-:5"]  # every line accounted for
+    assert sorted(e.text for e in strict.episodes.list()) == ["line 1", "line 2", "line 4", "line 5"]
+    r = strict.cli("episode", "add", "x", "--meta", '{"a": ' * 50_000 + "1" + "}" * 50_000)
+    assert r.exit_code in (1, 2) and "nested too deep" in r.output
+
+
+# ---------------------------------------------------------------------------------------------- 20 small ones
+def test_an_untrusted_source_cannot_remove_the_git_hooks(strict):
+    from memvault.interfaces.githooks import install
+
+    install(strict.root)
+    r = strict.cli("hooks", "uninstall", env={"MEMVAULT_SOURCE": "agent:scraper"})
+    assert r.exit_code == 1 and "not trusted" in r.stderr
+    assert "memvault hook" in (strict.root / ".git/hooks/pre-commit").read_text()
+
+
+def test_the_token_is_never_a_flag_and_its_file_must_be_private(strict, tmp_path):
+    r = strict.cli("mcp", "--http", "127.0.0.1:1", "--token", "s3cret")
+    assert r.exit_code == 2 and "--token" in r.output
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o644)
+    r = strict.cli("mcp", "--http", "127.0.0.1:1", "--token-file", str(token))
+    assert r.exit_code == 1 and "chmod 600" in r.stderr
+
+
+def test_used_counts_only_memories_that_exist_and_is_bounded(strict):
+    e = strict.episodes.append("Deploy done.", source="agent:x")
+    counted = strict.used(["fact:db/primary", f"episode:{e.id}", "fact:no/such", "episode:01KB7RZ4M5T9Q8W3E2R1Y6U0PA",
+                           "procedure:no/such"], source="agent:x")
+    assert sorted(counted) == [("episode", e.id), ("fact", "db/primary")]
+    assert len(counted.warnings) == 3 and all("not counted" in w for w in counted.warnings)
+    with pytest.raises(Exception, match="at most"):
+        strict.used([f"fact:db/k{i}" for i in range(1000)], source="agent:x")
+
+
+def test_purged_text_is_gone_from_damaged_copies_too(strict):
+    marker = "zanzibarquokka"
+    strict.episodes.append(f"The {marker} payload from a bad page.", source="web:evil.example")
+    strict.recall(marker, mode="keyword")
+    target = strict.index.current_target()
+    strict.index.close()
+    shutil_copy = target.with_name(target.name + ".corrupt-1")
+    shutil_copy.write_bytes(target.read_bytes())  # as "move a damaged index aside" leaves one
+    report = strict.purge("web:evil.example")
+    assert any("damaged cop" in w for w in report.warnings)
+    for path in strict.state_dir.rglob("*"):
+        if path.is_file() and path.suffix != ".log":
+            assert marker.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("args, word", [
+    (("recall", "x", "--min-relevance", "nan"), "min_relevance"),
+    (("recall", "what happened since 2026-11-05", "--since", "2026-11-05", "--until", "2026-11-01"), "after"),
+])
+def test_impossible_values_in_recall_are_one_line_errors(strict, args, word):
+    r = strict.cli(*args)
+    assert r.exit_code == 1 and word in r.stderr and "internal error" not in r.stderr, r.output
+
+
+def test_a_query_that_is_not_utf8_is_a_one_line_error(strict):
+    r = subprocess.run([sys.executable.encode(), b"-m", b"memvault", b"--vault", bytes(strict.root), b"recall",
+                        b"caf\xe9 \xff"], capture_output=True)
+    assert r.returncode == 1 and b"UTF-8" in r.stderr and b"internal error" not in r.stderr, r.stderr
+
+
+def test_an_impossible_date_in_a_question_is_said(strict):
+    r = strict.cli("recall", "what happened on 2026-02-30", "--mode", "keyword")
+    assert r.exit_code == 0 and "2026-02-30" in r.stderr and "not a date" in r.stderr
+
+
+def test_a_state_database_missing_a_table_is_repaired(strict):
+    import sqlite3
+
+    strict.fetch_fact("db/primary")
+    strict.state.close()
+    conn = sqlite3.connect(strict.state_dir / "state.db")
+    conn.execute("DROP TABLE usage")
+    conn.commit()
+    conn.close()
+    for _ in range(2):  # said once, then healthy
+        r = strict.cli("recall", "primary database", "--mode", "keyword", "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["id"] == "db/primary", r.output
+    assert list(strict.state_dir.glob("state.db.corrupt-*"))

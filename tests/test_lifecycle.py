@@ -283,7 +283,10 @@ def test_ingest_runs_candidates_through_every_gate(strict_vault, models):
     reasons = {s["line"]: s["reason"] for s in report.skipped}
     assert "secret" in reasons["cands.jsonl:4"] and "recall returned" in reasons["cands.jsonl:5"]
     assert "type" in reasons["cands.jsonl:8"] and "JSON" in reasons["cands.jsonl:9"]
-    assert report.quarantined == [] and v.facts.inbox() == []
+    # the conflicting candidate is not lost and changes nothing: it waits in the inbox for a person
+    assert report.quarantined == [] and [f.key for f in v.facts.inbox()] == [report.conflicts[0]["key"]]
+    assert report.conflicts[0]["proposed"] == f"inbox/{report.conflicts[0]['key']}.md"
+    assert "6432" not in v.facts.get("db/primary").text
 
 
 def test_prune_with_tracked_episodes_commits_the_rewrite(tmp_path, monkeypatch):

@@ -360,6 +360,7 @@ def test_http_with_a_token_refuses_requests_without_it(http_server, tmp_path):
 
     token_file = tmp_path / "token"
     token_file.write_text("s3cret\n")
+    token_file.chmod(0o600)
     url = http_server("--token-file", str(token_file))
     assert post(url) == 401
     assert post(url, {"authorization": "Bearer wrong"}) == 401

@@ -99,7 +99,12 @@ def test_a_memvault_symlink_never_chooses_this_hosts_model(vault, tmp_path):
     state = vault.root / ".memvault"
     state.rename(tmp_path / "moved-state")
     state.symlink_to(elsewhere)
-    assert Vault.open(vault.root).config.model != "/tmp/attacker-model"
+    from memvault.rules import config as config_mod
+    from memvault.rules.errors import UnsafePath
+
+    assert config_mod.load(vault.root / "memvault.toml").model != "/tmp/attacker-model"
+    with pytest.raises(UnsafePath, match="symlink"):  # and the vault is not used through the link at all
+        Vault.open(vault.root)
 
 
 def test_local_settings_hold_only_what_may_differ_between_hosts(vault):

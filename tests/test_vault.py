@@ -12,7 +12,7 @@ def test_init_creates_layout_gitignore_and_repo(tmp_path):
     for name in ("facts", "procedures", "episodes", ".memvault"):
         assert (v.root / name).is_dir()
     ignore = (v.root / ".gitignore").read_text()
-    assert ".memvault/" in ignore and "episodes/" in ignore
+    assert ".memvault\n" in ignore and "episodes/" in ignore
     assert "track_in_git = false" in (v.root / "memvault.toml").read_text()
     assert git(v.root, "rev-parse", "--show-toplevel") == str(v.root)
     assert git(v.root, "ls-files").split() == [".gitignore", "memvault.toml"]

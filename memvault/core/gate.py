@@ -6,33 +6,42 @@ dedup, expire, verify, a model change) goes through the same steps, in this orde
 1. **Trust**: the caller's source may do this (:mod:`memvault.rules.trust`); an untrusted fact write becomes a proposal.
 2. **Validation**: the store plans the change and validates every field before anything is written.
 3. **Secrets**: the exact bytes to be committed are checked by the function the pre-commit hook runs
-   (:func:`memvault.stores.checks.check_file`), every field included; ``--allow-secret`` is itself a trusted operation.
-4. **Apply and commit**: all files written atomically, then one commit of exactly those paths; if the commit is
-   refused (a hook, a broken repository) every file and the git index are put back as they were
-   (:meth:`WriteGate.apply`). Proposals are not committed unless ``[trust] share_inbox``.
+   (:func:`memvault.stores.checks.check_file`), every field included, the key itself too; ``--allow-secret`` is
+   itself a trusted operation (and never lets a secret into a key: the key is a path and a commit subject).
+4. **Apply and commit**: a file about to be replaced that holds an uncommitted edit made by hand is committed first,
+   as the person's change, when it passes the same checks (else the write is refused, naming the file: nothing a
+   person wrote is thrown away). Then all files are written atomically (never through a symlink), then one commit
+   of exactly those paths; if the commit is refused (a hook, a broken repository) every file and the git index are
+   put back as they were (:meth:`WriteGate.apply`). Proposals are not committed unless ``[trust] share_inbox``.
 5. **Index**: the index is told which files changed (phase 1 at once, so keyword recall sees the change; vectors
    now only if a warm model is at hand, else at the next recall or reindex). An index problem never undoes a
    committed write: it becomes a warning.
+
+Files a person (or another tool) changed behind memvault's back reach git through the same checks:
+:meth:`WriteGate.commit_edits` commits the ones that pass and keeps the others out, each named with its reason
+(``sync`` runs it first). Every operation returns what the caller should know (``.warnings``): an interface shows
+them and never has to look anywhere else.
 
 The stores plan, this module applies; nothing here is called back by the stores or the index.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ..stores.checks import check_file, episode_secrets
+from ..stores.checks import check_file, commit_refusal, episode_secrets, is_memory_file
 from ..rules.config import CONFIG_NAME, Config
 from ..rules.dedup import compare_keywords, keywords
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
-from ..rules.errors import MemvaultError, SecretRefused, UnsafePath, UntrustedSource
+from ..rules.errors import GitError, InvalidKey, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import FileChange, atomic_write, locked
-from ..stores.gitstore import GitStore
+from ..rules.fsutil import FileChange, atomic_write, check_dir, locked
+from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from ..rules.secrets import describe, find_secrets
 from ..rules.timeutil import now
@@ -48,14 +57,32 @@ INBOX_IGNORE = (b"# memvault: proposals from untrusted sources stay local until 
                 b"# ([trust] share_inbox = true commits them)\n*\n")
 #: Cap on the facts read from files for the duplicate check when there is no index to ask.
 DEDUP_FALLBACK_MAX = 1000
+#: At most this many memories in one ``used`` report.
+MAX_USED = 100
+
+
+class Counted(list):  # type: ignore[type-arg]
+    """The uses that counted (``(kind, id)``), and what the caller should know (``warnings``)."""
+
+    def __init__(self, items: Sequence[tuple[str, str]] = (), warnings: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.warnings = list(warnings)
 
 
 @dataclass
-class Written:
-    """What a write did: the commit (None when nothing was committed) and what the caller should know."""
+class Committed:
+    """What :meth:`WriteGate.commit_edits` did: the commit (None when nothing was committed), the files in it,
+    the files kept out of it with the reason (they stay in the work tree, uncommitted), and the warnings."""
 
     commit: str | None = None
+    paths: list[Path] = field(default_factory=list)
+    refused: dict[Path, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self, root: Path) -> dict[str, Any]:
+        return {"commit": self.commit, "paths": [p.relative_to(root).as_posix() for p in self.paths],
+                "refused": {p.relative_to(root).as_posix(): r for p, r in self.refused.items()},
+                "warnings": list(self.warnings)}
 
 
 class WriteGate:
@@ -77,6 +104,8 @@ class WriteGate:
         self._state = state
         self.engine = engine
         self.lock_path = lock_path
+        #: ``.memvault/``: this host's index, state and locks (the write lock lives in its ``locks/``).
+        self.state_dir = lock_path.parent.parent
         self.clock = clock
         #: A team's shared index (None: this host's index holds every fact): duplicates are looked for there too.
         self._shared = shared or (lambda: None)
@@ -97,38 +126,62 @@ class WriteGate:
         self.policy.require(op, source)
         return source
 
-    def check_secrets(self, changes: Sequence[FileChange], *, what: str, allow_secret: bool, source: str) -> None:
-        """Refuse bytes the pre-commit hook would refuse for a secret (same function), unless ``allow_secret``."""
+    def check_changes(self, changes: Sequence[FileChange], *, what: str, allow_secret: bool, source: str) -> None:
+        """Refuse bytes the pre-commit hook would refuse (same function, every field and the key itself): a secret
+        unless ``allow_secret`` (a trusted operation), anything else (a secret in a key) always."""
         if allow_secret:
             self.require(Op.ALLOW_SECRET, source)
-            return
         for change in changes:
             if change.after is None:
                 continue
             rel = change.path.relative_to(self.root).as_posix()
             area, _, inner = rel.partition("/")
-            problems = [p for p in check_file(area, inner, change.after) if p.reason.startswith("looks like a secret")]
-            if problems:
-                raise SecretRefused(what, "; ".join(p.reason for p in problems))
+            if not is_memory_file(area, inner):
+                continue
+            problems = check_file(area, inner, change.after)
+            secrets = [p.reason for p in problems if p.reason.startswith("looks like a secret")]
+            others = [p.reason for p in problems if not p.reason.startswith("looks like a secret")]
+            if others:
+                raise InvalidKey(inner, "; ".join(others))
+            if secrets and not allow_secret:
+                raise SecretRefused(what, "; ".join(secrets))
+
+    def refusal(self, path: Path, data: bytes | None) -> str | None:
+        """Why the vault file ``path`` must not be committed with the bytes ``data`` (None: a deletion), or None:
+        the one check of :func:`memvault.stores.checks.commit_refusal`, with this vault's limits."""
+        if path.is_symlink():
+            return (f"a symlink (to {os.readlink(path)}): memvault never commits a link, which would point at "
+                    "whatever each host that pulls it has there; commit the file itself")
+        limits = self.config.limits
+        return commit_refusal(path.relative_to(self.root).as_posix(), data,
+                              limits={"facts": limits.fact_bytes, "inbox": limits.fact_bytes,
+                                      "procedures": limits.procedure_bytes})
 
     def apply(self, changes: Sequence[FileChange], *, message: str, source: str, key: str | None = None,
-              commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None) -> str | None:
-        """Write every change atomically, then commit exactly those paths (those ``commit`` selects) as
-        ``source``. When anything fails (a refused commit above all), every file is put back as it was, and the
-        git index with it (GitStore): all or nothing."""
+              commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None,
+              warnings: list[str] | None = None, also: Sequence[Path] = ()) -> str | None:
+        """Write every change atomically, then commit exactly those paths (those ``commit`` selects, and the
+        already changed ``also``) as ``source``. When anything fails (a refused commit above all), every file is
+        put back as it was, and the git index with it (GitStore): all or nothing. A committed file that holds an
+        uncommitted hand edit is committed first, as the person's change (see :meth:`_hand_edits_first`);
+        ``warnings`` hears of it."""
+        selected = [c for c in changes if c.changed and (commit(c.path) if callable(commit) else commit)]
+        self._hand_edits_first(selected, before=message.split("\n", 1)[0], warnings=warnings)
         done: list[FileChange] = []
         try:
             for change in changes:
                 if not change.changed:
                     continue
                 if change.after is None:
+                    check_dir(change.path.parent)  # unlinking removes a link itself, never what it points to
                     with contextlib.suppress(FileNotFoundError):
                         change.path.unlink()
                     _prune_empty_dirs(change.path.parent, self.root)
                 else:
                     atomic_write(change.path, change.after, mode=(modes or {}).get(change.path))
                 done.append(change)
-            paths = [c.path for c in done if (commit(c.path) if callable(commit) else commit)]
+            paths = [c.path for c in done if c in selected]
+            paths += [p for p in also if p not in paths and (commit(p) if callable(commit) else commit)]
             if not paths:
                 return None
             return self._commit(paths, message, source=source, key=key)
@@ -136,9 +189,41 @@ class WriteGate:
             self._restore(done)
             raise
 
+    def _hand_edits_first(self, changes: Sequence[FileChange], *, before: str, warnings: list[str] | None) -> None:
+        """Nothing a person wrote is lost: a file about to be replaced or removed whose working copy differs from
+        HEAD (an edit made in an editor, not yet committed) is committed first, as the person's change (author:
+        the repository's user), when it passes the checks every commit passes; else the write is refused with a
+        one-line reason naming the file. Without autocommit (commits are the person's business) nothing is done."""
+        git = self.git
+        if not changes or not self.config.autocommit or git is None:
+            return
+        # Files whose whole text a write replaces; episode files are only ever appended to, or rewritten keeping
+        # every line not asked for (their uncommitted appends are not hand edits and are never lost).
+        areas = ("facts", "procedures") + (("inbox",) if self.config.trust.share_inbox else ())
+        replaced = [c for c in changes if c.before is not None and (
+            c.path.relative_to(self.root).parts[0] in areas or c.path == self.root / CONFIG_NAME)]
+        heads = git.head_blobs([c.path for c in replaced])
+        edited = [c for c in replaced if blob_id(c.before) != heads.get(c.path)]  # type: ignore[arg-type]
+        if not edited:
+            return
+        for change in edited:
+            reason = self.refusal(change.path, change.before)
+            if reason is not None:
+                rel = change.path.relative_to(self.root).as_posix()
+                raise GitError(f"{rel} holds an edit made by hand that is not committed, and it cannot be committed "
+                               f"({reason}); this write would throw it away: fix the file, or commit or discard "
+                               "the edit yourself, then try again")
+        rels = [c.path.relative_to(self.root).as_posix() for c in edited]
+        subject = f"hand edit of {', '.join(rels[:3])}" + (f" and {len(rels) - 3} more" if len(rels) > 3 else "")
+        commit = git.commit([c.path for c in edited], f"{subject} (committed before: {before})",
+                            trailers={"Memvault-Hand-Edit": ", ".join(rels)})
+        if commit and warnings is not None:
+            warnings.append(f"{', '.join(rels)} held an uncommitted edit made by hand: committed first, in "
+                            f"{commit[:12]}, so it stays in the history")
+
     def _restore(self, done: list[FileChange]) -> None:
         for change in reversed(done):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, MemvaultError):
                 if change.before is None:
                     change.path.unlink(missing_ok=True)
                     _prune_empty_dirs(change.path.parent, self.root)
@@ -155,18 +240,51 @@ class WriteGate:
         trailers["Memvault-Source"] = source
         return self.git.commit(paths, f"{message} ({source})", author=source, trailers=trailers)
 
-    def tell_index(self, paths: Sequence[Path], warnings: list[str]) -> None:
-        """Phase 1 for ``paths`` (keyword-visible at once); their vectors too when a warm model is at hand."""
+    def commit_edits(self, paths: Sequence[Path], *, source: str, message: str) -> Committed:
+        """Commit files changed behind memvault's back (an editor, a script, another tool) through the same checks
+        as every write: each file that passes goes into one commit authored by ``source``; each that does not (a
+        secret, a symlink, a temp file, front matter that does not parse, ...) stays in the work tree, uncommitted,
+        named in ``refused`` and ``warnings`` with its reason. The caller holds :meth:`lock`."""
+        self.require(Op.COMMIT_EDITS, source)
+        out = Committed()
+        for path in dict.fromkeys(paths):
+            data = None
+            if not path.is_symlink() and path.exists():
+                try:
+                    data = path.read_bytes()
+                except OSError as exc:
+                    out.refused[path] = f"cannot be read ({exc.strerror})"
+                    continue
+            elif not path.is_symlink() and (self.git is None or not self.git.head_blobs([path])):
+                continue  # neither here nor in HEAD: nothing to commit
+            reason = self.refusal(path, data)
+            if reason is None:
+                out.paths.append(path)
+            else:
+                out.refused[path] = reason
+        out.warnings += [f"{p.relative_to(self.root).as_posix()}: not committed, kept here as it is: {r}"
+                         for p, r in out.refused.items()]
+        if out.paths and self.git is not None:
+            out.commit = self.git.commit(out.paths, message, author=source, trailers={"Memvault-Source": source})
+        return out
+
+    def tell_index(self, paths: Sequence[Path]) -> list[str]:
+        """Phase 1 for ``paths`` (keyword-visible at once); their vectors too when a warm model is at hand. Returns
+        what the caller should know: an index that could not be told, a file the index cannot read."""
+        warnings: list[str] = []
         index = self.index
         try:
-            if not index.exists():
-                return
-            index.sync(list(paths), splitter=self.engine.loaded())
-            embedder = self.engine.warm()
-            if embedder is not None:
-                index.embed(embedder, limit=self.config.recall.embed_at_recall)
+            if index.exists():
+                report = index.sync(list(paths), splitter=self.engine.loaded())
+                warnings += report.warnings + report.problems
+                embedder = self.engine.warm()
+                if embedder is not None:
+                    warnings += index.embed(embedder, limit=self.config.recall.embed_at_recall).warnings
         except MemvaultError as exc:
             warnings.append(f"the index was not updated ({exc}); the next recall or reindex catches up")
+        warnings += [w for w in index.warnings if w not in warnings]
+        index.warnings.clear()
+        return warnings
 
     def _inbox_local(self) -> None:
         """Proposals stay on this host until a person accepts them: ``inbox/`` ignores itself in git. With
@@ -183,33 +301,41 @@ class WriteGate:
     def set_fact(self, key: str, text: str, *, source: str, category: str | None = None,
                  importance: float | None = None, confidence: float | None = None, tags: list[str] | None = None,
                  valid_until: date | str | None = None, allow_secret: bool = False, message: str | None = None,
-                 extra: dict[str, Any] | None = None, check_similar: bool = True) -> Fact:
-        """Create or replace fact ``key``; from an untrusted source, propose it in ``inbox/`` instead. The fact
-        returned carries ``similar`` (near-duplicates and conflicts found among the facts) and ``warnings``."""
+                 extra: dict[str, Any] | None = None, check_similar: bool = True, propose: bool = False) -> Fact:
+        """Create or replace fact ``key``; from an untrusted source (or with ``propose``), propose it in ``inbox/``
+        instead, beside any other proposal for ``key`` that waits, never over it. The fact returned carries
+        ``similar`` (near-duplicates and conflicts found among the facts) and ``warnings``."""
         validate_source(source)
-        proposal = not self.policy.is_trusted(source)
+        proposal = propose or not self.policy.is_trusted(source)
         self.require(Op.PROPOSE_FACT if proposal else Op.WRITE_FACT, source)
         self.facts.path_for(key, inbox=proposal)
         similar = self.similar_facts(key, text) if check_similar and isinstance(text, str) else []
-        written = Written()
+        warnings: list[str] = []
         with self.lock():
+            slot = None
+            if proposal and isinstance(text, str):
+                slot, waiting = self.facts.proposal_slot(key, text)
+                if waiting is not None:
+                    warnings.append(f"another proposal for {key} waits in inbox/ (from {waiting.source}) with other "
+                                    f"text: this one is kept beside it as inbox/{slot}.md, not over it ('memvault "
+                                    f"accept {slot}' takes this one)")
             change = self.facts.plan_set(key, text, source=source, at=self.clock(), proposal=proposal,
                                          category=category, importance=importance, confidence=confidence, tags=tags,
-                                         valid_until=valid_until, extra=extra)
-            self.check_secrets([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
+                                         valid_until=valid_until, extra=extra, slot=slot)
+            self.check_changes([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
             if not change.changed:
-                fact = self.facts.read_file(key, change.path)
+                fact = self.facts.read_file(slot or key, change.path)
                 fact.similar = similar
                 return fact
             if proposal:
                 self._inbox_local()
             action = "propose" if proposal else ("set" if change.before is None else "update")
-            written.commit = self.apply([change], message=message or f"fact {action} {key}", source=source, key=key,
-                                        commit=not proposal or self.config.trust.share_inbox)
+            self.apply([change], message=message or f"fact {action} {key}", source=source, key=key,
+                       commit=not proposal or self.config.trust.share_inbox, warnings=warnings)
         if not proposal:
-            self.tell_index([change.path], written.warnings)
-        fact = self.facts.read_file(key, change.path)
-        fact.similar, fact.warnings = similar, written.warnings
+            warnings += self.tell_index([change.path])
+        fact = self.facts.read_file(slot or key, change.path)
+        fact.similar, fact.warnings = similar, warnings
         return fact
 
     def replace_fact(self, key: str, text: str, *, source: str, allow_secret: bool = False,
@@ -218,46 +344,61 @@ class WriteGate:
         validate_source(source)
         if not self.policy.is_trusted(source):
             raise UntrustedSource(source, f"cannot edit facts/{key}.md directly; write with 'fact set' to propose")
-        written = Written()
+        warnings: list[str] = []
         with self.lock():
             change = self.facts.plan_replace(key, text)
-            self.check_secrets([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
+            self.check_changes([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
             if change.changed:
-                written.commit = self.apply([change], message=message or f"fact edit {key}", source=source, key=key)
+                self.apply([change], message=message or f"fact edit {key}", source=source, key=key,
+                           warnings=warnings)
         if change.changed:
-            self.tell_index([change.path], written.warnings)
-        return self.facts.read_file(key, change.path)
+            warnings += self.tell_index([change.path])
+        fact = self.facts.read_file(key, change.path)
+        fact.warnings = warnings
+        return fact
 
     def delete_fact(self, key: str, *, source: str, message: str | None = None) -> Fact:
-        """Remove fact ``key`` and commit the removal. Returns the fact as it was."""
+        """Remove fact ``key`` and commit the removal. Returns the fact as it was (with ``warnings``)."""
         self.require(Op.DELETE_FACT, source)
         self.facts.path_for(key)
+        warnings: list[str] = []
         with self.lock():
             change, old = self.facts.plan_delete(key)
-            self.apply([change], message=message or f"fact rm {key}", source=source, key=key)
-        self.tell_index([change.path], [])
+            self.apply([change], message=message or f"fact rm {key}", source=source, key=key, warnings=warnings)
+        old.warnings = warnings + self.tell_index([change.path])
         return old
 
     def accept(self, key: str, *, source: str) -> Fact:
-        """Promote ``inbox/KEY.md`` to ``facts/KEY.md`` in one commit; the acceptor must be trusted."""
+        """Promote ``inbox/KEY.md`` to ``facts/KEY.md`` (or to the fact an alternative proposal names) in one
+        commit; the acceptor must be trusted."""
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
         with self.lock():
             changes, proposal = self.facts.plan_accept(key)
-            self.check_secrets(changes, what=f"fact {key}", allow_secret=False, source=source)
-            self.apply(changes, message=f"fact accept {key} (proposed by {proposal.source})", source=source, key=key)
-        self.tell_index([changes[0].path], warnings)
-        return self.facts.read_file(key, changes[0].path)
+            target = self.facts.key_for(changes[0].path) or key
+            self.check_changes(changes, what=f"fact {target}", allow_secret=False, source=source)
+            self.apply(changes, message=f"fact accept {target} (proposed by {proposal.source})", source=source,
+                       key=target, warnings=warnings)
+        warnings += self.tell_index([changes[0].path])
+        others = [f.key for f in self.facts.inbox() if (f.extra.get("proposes") or f.key) == target]
+        if others:
+            warnings.append(f"{len(others)} other proposal{'s' if len(others) > 1 else ''} for {target} still "
+                            f"wait{'' if len(others) > 1 else 's'} in the inbox: {', '.join(others)}")
+        fact = self.facts.read_file(target, changes[0].path)
+        fact.warnings = warnings
+        return fact
 
     def reject(self, key: str, *, source: str) -> Fact:
         """Drop ``inbox/KEY.md`` (committed only when proposals are shared)."""
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
+        warnings: list[str] = []
         with self.lock():
             change, proposal = self.facts.plan_delete(key, inbox=True)
             self.apply([change], message=f"fact reject {key} (proposed by {proposal.source})", source=source,
-                       key=key, commit=self.config.trust.share_inbox)
+                       key=key, commit=self.config.trust.share_inbox, warnings=warnings)
+        proposal.warnings = warnings
         return proposal
 
     def verify(self, key: str, *, source: str) -> Fact:
@@ -267,9 +408,11 @@ class WriteGate:
         warnings: list[str] = []
         with self.lock():
             change = self.facts.plan_update(fact, {"updated": self.clock().replace(microsecond=0)})
-            self.apply([change], message=f"fact verify {key}", source=source, key=key)
-        self.tell_index([change.path], warnings)
-        return self.facts.read_file(key, change.path)
+            self.apply([change], message=f"fact verify {key}", source=source, key=key, warnings=warnings)
+        warnings += self.tell_index([change.path])
+        fact = self.facts.read_file(key, change.path)
+        fact.warnings = warnings
+        return fact
 
     def similar_facts(self, key: str, text: str) -> list[dict[str, Any]]:
         """Existing facts that ``text`` duplicates or contradicts, compared with the index's rows (one keyword
@@ -304,59 +447,62 @@ class WriteGate:
         return out
 
     # -- episodes ----------------------------------------------------------------------------------------
-    def append_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
-                       tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                       allow_secret: bool = False) -> Episode:
-        """Append one episode; keyword recall finds it at once (the index reads only the new line)."""
+    def check_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
+                      tags: list[str] | None = None, meta: dict[str, Any] | None = None,
+                      allow_secret: bool = False, id: str | None = None) -> tuple[Episode, bytes]:
+        """Every check of :meth:`append_episode` (trust, fields, time, size, secrets), nothing written: the
+        episode and the line it would append (``id``: an existing episode's, restored)."""
         self.require(Op.APPEND_EPISODE, source)
-        episode, line = self.episodes.make(text, source=source, kind=kind, at=at, tags=tags, meta=meta)
+        episode, line = self.episodes.make(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
+                                           now=self.clock(), id=id)
         if allow_secret:
             self.require(Op.ALLOW_SECRET, source)
         else:
             findings = episode_secrets(episode.to_dict())
             if findings:
                 raise SecretRefused("episode", describe(findings))
+        return episode, line
+
+    def append_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
+                       tags: list[str] | None = None, meta: dict[str, Any] | None = None,
+                       allow_secret: bool = False) -> Episode:
+        """Append one episode; keyword recall finds it at once (the index reads only the new line)."""
+        episode, line = self.check_episode(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
+                                           allow_secret=allow_secret)
         assert episode.path is not None
         self.episodes.append_line(episode.path, line)
-        warnings: list[str] = []
-        self.tell_index([episode.path], warnings)
-        episode.warnings = warnings
+        episode.warnings = self.tell_index([episode.path])
         return episode
 
     def append_episodes(self, items: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Episode]:
-        """Append several episodes at once (a captured session, an import): each is validated and checked for
-        secrets exactly as :meth:`append_episode` does, and one refusal refuses them all before anything is
-        written; then one write and one fsync per month file, and the index told once.
+        """Append several episodes at once (a captured session, an import): each goes through every check of
+        :meth:`append_episode`, and one refusal refuses them all before anything is written; then one write and
+        one fsync per month file, and the index told once.
 
         Each item holds ``text`` and optionally ``kind``, ``at``, ``tags``, ``meta``, ``id`` and ``source`` (an
         item's own source is allowed only for a restore by a trusted ``source``; by default every item gets
         ``source``)."""
         made: list[tuple[Episode, bytes]] = []
-        for item in items:
+        for n, item in enumerate(items, 1):
             own = item.get("source")
-            if own is not None and own != source:
-                if source is None or not self.policy.is_trusted(source):
-                    raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")
+            if own is not None and own != source and (source is None or not self.policy.is_trusted(source)):
+                raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")
             writer = own if own is not None else source
             if writer is None:
                 raise UntrustedSource("none", "an episode needs a source")
-            self.require(Op.APPEND_EPISODE, writer)
-            episode, line = self.episodes.make(item["text"], source=writer, kind=item.get("kind") or "raw",
+            try:
+                made.append(self.check_episode(item["text"], source=writer, kind=item.get("kind") or "raw",
                                                at=item.get("at"), tags=item.get("tags"), meta=item.get("meta"),
-                                               id=item.get("id"))
-            findings = episode_secrets(episode.to_dict())
-            if findings:
-                raise SecretRefused(f"episode {len(made) + 1} of {len(items)}", describe(findings))
-            made.append((episode, line))
+                                               id=item.get("id")))
+            except SecretRefused as exc:
+                raise SecretRefused(f"episode {n} of {len(items)}", exc.findings) from None
         by_file: dict[Path, list[bytes]] = {}
         for episode, line in made:
             assert episode.path is not None
             by_file.setdefault(episode.path, []).append(line)
         for path, lines in by_file.items():
             self.episodes.append_line(path, b"".join(lines))
-        warnings: list[str] = []
-        if by_file:
-            self.tell_index(list(by_file), warnings)
+        warnings = self.tell_index(list(by_file)) if by_file else []
         episodes = [e for e, _ in made]
         for e in episodes:
             e.warnings = warnings
@@ -365,8 +511,9 @@ class WriteGate:
     def rewrite_episodes(self, report: RewriteReport, *, message: str, source: str) -> RewriteReport:
         """Apply a planned rewrite (prune, purge) made under the episode lock the caller still holds."""
         if report.changes:
-            self.apply(report.changes, message=message, source=source, commit=self.config.track_episodes)
-            self.tell_index(report.files_changed, [])
+            self.apply(report.changes, message=message, source=source, commit=self.config.track_episodes,
+                       warnings=report.warnings)
+            report.warnings += self.tell_index(report.files_changed)
         return report
 
     # -- procedures --------------------------------------------------------------------------------------
@@ -377,11 +524,13 @@ class WriteGate:
         warnings: list[str] = []
         with self.lock():
             change, mode = self.procedures.plan_add(name, source_file, force=force)
-            self.check_secrets([change], what=f"procedure {name}", allow_secret=allow_secret, source=source)
+            self.check_changes([change], what=f"procedure {name}", allow_secret=allow_secret, source=source)
             self.apply([change], message=f"proc add {name}", source=source, key=f"procedure:{name}",
-                       modes={change.path: mode})
-        self.tell_index([change.path], warnings)
-        return self.procedures.get(name, path=change.path)
+                       modes={change.path: mode}, warnings=warnings)
+        warnings += self.tell_index([change.path])
+        procedure = self.procedures.get(name, path=change.path)
+        procedure.warnings = warnings
+        return procedure
 
     def run_procedure(self, name: str, args: Sequence[str] = (), *, source: str, allow_dirty: bool = False,
                       stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
@@ -406,61 +555,101 @@ class WriteGate:
                   "duration_ms": outcome.duration_ms, "dirty": proc.dirty},
             allow_secret=False)
         try:  # running a procedure is using it: what recall's frequency counts
-            self._state().record_use([("procedure", name)], source=source,
-                                     limited=not self.policy.is_trusted(source))
+            self.record_use([("procedure", name)], source=source, warnings=episode.warnings)
         except MemvaultError as exc:
             episode.warnings.append(f"use not recorded: {exc}")
         return RunResult(proc, list(outcome.args), code, outcome.duration_ms, episode)
 
     # -- whole-vault operations --------------------------------------------------------------------------
-    def remove_facts(self, facts: Sequence[Fact], *, op: Op, message: str, source: str) -> str | None:
-        """Remove several facts (expire) in one commit."""
+    def remove_facts(self, facts: Sequence[Fact], *, op: Op, message: str, source: str,
+                     warnings: list[str] | None = None) -> str | None:
+        """Remove several facts (expire) in one commit; ``warnings`` hears what the caller should know."""
         self.require(op, source)
+        warnings = warnings if warnings is not None else []
         with self.lock():
             changes = [self.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts]
-            commit = self.apply(changes, message=message, source=source)
-        self.tell_index([c.path for c in changes], [])
+            commit = self.apply(changes, message=message, source=source, warnings=warnings)
+        warnings += self.tell_index([c.path for c in changes])
         return commit
 
     def merge_facts(self, plans: Sequence[tuple[Fact, dict[str, Any], Sequence[Fact]]], *, message: str,
-                    source: str) -> str | None:
+                    source: str, warnings: list[str] | None = None) -> str | None:
         """Dedup: each (survivor, its new fields, the members merged into it), all in one commit."""
         self.require(Op.DEDUP, source)
+        warnings = warnings if warnings is not None else []
         with self.lock():
             changes: list[FileChange] = []
             for survivor, fields, others in plans:
                 changes.append(self.facts.plan_update(survivor, fields))
                 changes += [self.facts.plan_delete(f.key)[0] for f in others]
-            commit = self.apply(changes, message=message, source=source)
-        self.tell_index([c.path for c in changes], [])
+            commit = self.apply(changes, message=message, source=source, warnings=warnings)
+        warnings += self.tell_index([c.path for c in changes])
         return commit
 
-    def set_model(self, model: str, *, source: str, this_host: bool = False) -> None:
+    def set_model(self, model: str, *, source: str, this_host: bool = False) -> list[str]:
         """Set ``[embedding] model``: in memvault.toml, committed (a name every host can load), or with
         ``this_host`` in ``.memvault/local.toml``, never committed (a directory of this machine). Setting a name
-        for the vault drops this host's override, which would otherwise still win."""
+        for the vault drops this host's override, which would otherwise still win. Returns what the caller should
+        know."""
         from ..rules.config import local_path, set_local_model, set_model
 
         self.require(Op.CONFIGURE, source)
         path = self.root / CONFIG_NAME
         local = local_path(path)
+        warnings: list[str] = []
         with self.lock():
             if this_host or local.is_file():
-                data = set_local_model(path, model if this_host else None).encode("utf-8")
-                if local.is_symlink():
-                    raise UnsafePath(local, "is a symlink; not written through")
-                atomic_write(local, data)
+                atomic_write(local, set_local_model(path, model if this_host else None).encode("utf-8"))
             if not this_host:
                 before = path.read_bytes() if path.exists() else None
                 change = FileChange(path, before, set_model(path, model).encode("utf-8"))
-                self.apply([change], message=f"embedding model {model}", source=source)
+                self.apply([change], message=f"embedding model {model}", source=source, warnings=warnings)
+        return warnings
 
     def state(self) -> State:
         return self._state()
 
-    def record_use(self, keys: Sequence[tuple[str, str]], *, source: str) -> list[tuple[str, str]]:
+    def used(self, refs: Sequence[str], *, source: str) -> Counted:
+        """Count a use of each memory named (``fact:KEY`` or a bare key, ``procedure:NAME``, ``episode:ID``) that
+        exists; a ref to nothing is named in ``warnings`` and not counted, and one report holds at most
+        :data:`MAX_USED` refs (frequency is a ranking signal, not a counter to pump)."""
+        from ..rules.errors import InvalidValue, ProcedureError, ProcedureNotFound
+
+        if len(refs) > MAX_USED:
+            raise InvalidValue("refs", f"at most {MAX_USED} memories per report, not {len(refs)}")
+        keys, missing = [], []
+        for ref in dict.fromkeys(refs):
+            kind, sep, item = ref.partition(":")
+            if not sep:
+                kind, item = "fact", ref
+            if kind not in ("fact", "episode", "procedure") or not item:
+                raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
+            if kind == "fact":
+                exists = self.facts.exists(item)
+            elif kind == "procedure":
+                try:
+                    exists = bool(self.procedures.path_of(item))
+                except (ProcedureNotFound, ProcedureError):
+                    exists = False
+            else:
+                exists = self.episodes.has(item)
+            (keys if exists else missing).append((kind, item))
+        warnings = [f"{kind}:{item}: no such memory here: not counted" for kind, item in missing]
+        counted = self.record_use(keys, source=source, warnings=warnings) if keys else []
+        return Counted(counted, warnings)
+
+    def record_use(self, keys: Sequence[tuple[str, str]], *, source: str,
+                   warnings: list[str] | None = None) -> list[tuple[str, str]]:
+        """Count a use of each memory; the usage state's own news (a damaged file moved aside) go to ``warnings``."""
         self.require(Op.RECORD_USE, source)
-        return self._state().record_use(keys, source=source, limited=not self.policy.is_trusted(source))
+        state = self._state()
+        try:
+            return state.record_use(keys, source=source, limited=not self.policy.is_trusted(source))
+        finally:
+            if warnings is not None:
+                warnings += getattr(state, "warnings", [])
+            if getattr(state, "warnings", None):
+                state.warnings.clear()
 
 
 def _prune_empty_dirs(start: Path, stop: Path) -> None:

@@ -1,4 +1,4 @@
-"""Keeping a vault healthy: retention, purge by source, staleness, duplicates, expiry and ingest.
+"""Keeping a vault healthy: retention, purge by source, staleness, duplicates and expiry (ingest: :mod:`.ingest`).
 
 Every cleanup is a command a person can run, review (``--dry-run`` or no ``--apply``) and undo: fact changes are
 git commits, episode removals are reported line counts and bytes per kind. Each function plans here and changes
@@ -7,22 +7,21 @@ nothing itself: every change goes through the write gate (:mod:`memvault.core.ga
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..rules.dedup import groups
-from ..rules.freshness import stale_reason, text_hash
+from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
-from ..rules.errors import InvalidKey, InvalidValue, MemvaultError
+from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete
 from ..stores.facts import Fact
 from .gate import WriteGate
+from ..rules.fsutil import atomic_write
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
-from ..rules.validation import validate_key, validate_tags
+from ..rules.validation import Problem
 
 
 # ------------------------------------------------------------------------------------------------ retention
@@ -44,12 +43,18 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
 
 
 # ------------------------------------------------------------------------------------------------ purge
+#: Written in ``.memvault/`` before a purge changes a file and removed once it is committed: a purge that was
+#: killed part-way is finished by the next memvault command (see :func:`finish_purge`).
+PURGE_JOURNAL = "purge.json"
+
+
 @dataclass
 class PurgeReport:
     source: str
     episodes: RewriteReport
     facts: list[Fact] = field(default_factory=list)
     commit: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self, root: Path) -> dict[str, Any]:
         return {
@@ -59,49 +64,122 @@ class PurgeReport:
             "episodes_removed": [e.id for e in self.episodes.removed],
             "episodes": self.episodes.to_dict(root),
             "commit": self.commit,
+            "warnings": list(self.warnings),
         }
 
 
 def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) -> PurgeReport:
     """Remove every episode, fact and inbox proposal whose source matches ``pattern`` (exact, or a prefix ending
-    in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all. Then the
-    index rows go, the keyword index is merged and the WAL truncated, and the usage rows are dropped, so the
-    purged text is not left readable in ``.memvault/``."""
+    in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all; a purge
+    killed part-way is finished by the next memvault command, from its journal. Then the index rows go, the
+    keyword index is merged and the WAL truncated, the usage rows are dropped and damaged copies of the index
+    and state removed, so the purged text is not left readable in ``.memvault/``; a step of that which fails is
+    an error (raised after the files and git are purged), never a silence."""
     if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
     if not dry_run:
         gate.require(Op.PURGE, source)
     with gate.lock(), gate.episodes.lock():
-        episodes = gate.episodes.plan_rewrite(lambda e: source_matches(pattern, e.source))
-        facts = [f for f in gate.facts.iter() if source_matches(pattern, f.source)]
-        facts += [f for f in gate.facts.inbox() if source_matches(pattern, f.source)]
-        report = PurgeReport(pattern, episodes, facts)
-        if dry_run or not (facts or episodes.changes):
-            return report
-        changes = [gate.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts] + episodes.changes
-        inbox, episodes_dir = gate.facts.inbox_dir, gate.episodes.dir
+        report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run)
+    if paths:
+        _scrub(gate, report, paths)
+    return report
 
-        def committed(path: Path) -> bool:
-            if episodes_dir in path.parents:
-                return gate.config.track_episodes
-            if inbox in path.parents:
-                return gate.config.trust.share_inbox
-            return True
 
-        listing = [f"- fact {f.key}" + (" (inbox)" if f.quarantined else "") for f in facts]
+def finish_purge(gate: WriteGate) -> list[str]:
+    """Finish a purge that was killed part-way (its journal is still in ``.memvault/``): what it had not removed
+    yet is removed, and everything is committed as that purge's one commit. What to tell the person."""
+    journal = gate.state_dir / PURGE_JOURNAL
+    if not journal.is_file():
+        return []
+    with gate.lock(), gate.episodes.lock():
+        try:
+            planned = json.loads(journal.read_text(encoding="utf-8"))
+            pattern, source = planned["pattern"], planned["source"]
+            already = [gate.root / rel for rel in planned["paths"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidValue(str(journal), f"an interrupted purge left a journal that cannot be read ({exc}); "
+                                             "look at it, then remove it") from None
+        report, paths = _purge_files(gate, pattern, source=source, already=already)
+    if paths:
+        _scrub(gate, report, paths)
+    return [f"a purge of {pattern} by {source} was interrupted; it is finished now"
+            + (f" (commit {report.commit[:12]})" if report.commit else "")] + report.warnings
+
+
+def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
+                 already: list[Path] | None = None) -> tuple[PurgeReport, list[Path]]:
+    """Plan and apply a purge under the locks the caller holds; the report and every path it changed."""
+    episodes = gate.episodes.plan_rewrite(lambda e: source_matches(pattern, e.source))
+    problems: list[Problem] = []
+    facts = [f for f in gate.facts.iter(problems) if source_matches(pattern, f.source)]
+    facts += [f for f in gate.facts.inbox(problems) if source_matches(pattern, f.source)]
+    report = PurgeReport(pattern, episodes, facts)
+    report.warnings += [f"{p}: cannot be read, so its source is unknown: not purged, look at it" for p in problems]
+    if episodes.unreadable:
+        report.warnings.append(f"{episodes.unreadable} episode lines cannot be read, so their source is unknown: "
+                               "kept (see 'memvault episode list')")
+    already = already or []
+    if dry_run or not (facts or episodes.changes or already):
+        return report, []
+    changes = [gate.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts] + episodes.changes
+    paths = list(dict.fromkeys([*already, *(c.path for c in changes)]))
+    journal = gate.state_dir / PURGE_JOURNAL
+    atomic_write(journal, json.dumps({"pattern": pattern, "source": source,
+                                      "paths": [p.relative_to(gate.root).as_posix() for p in paths]}).encode())
+    inbox, episodes_dir = gate.facts.inbox_dir, gate.episodes.dir
+
+    def committed(path: Path) -> bool:
+        if episodes_dir in path.parents:
+            return gate.config.track_episodes
+        if inbox in path.parents:
+            return gate.config.trust.share_inbox
+        return True
+
+    listing = [f"- fact {f.key}" + (" (inbox)" if f.quarantined else "") for f in facts]
+    try:
         report.commit = gate.apply(
-            changes, source=source, commit=committed,
+            changes, source=source, commit=committed, warnings=report.warnings, also=already,
             message=f"purge source {pattern}: {len(facts)} facts, {len(episodes.removed)} episodes\n\n"
                     + "\n".join(listing))
-    warnings: list[str] = []
-    gate.tell_index([c.path for c in changes], warnings)
+    except BaseException:
+        if not already:  # refused: every file is back as it was, so there is nothing left to finish
+            journal.unlink(missing_ok=True)
+        raise
+    journal.unlink(missing_ok=True)
+    return report, paths
+
+
+def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
+    """The purged text out of ``.memvault/``: index rows, the keyword index's segments, the WALs, usage rows, and
+    damaged copies of the index and state moved aside earlier. A step that fails is raised, not swallowed."""
+    report.warnings += gate.tell_index(paths)
+    failed = []
     try:
         if gate.index.exists():
             gate.index.scrub()
-        gate.state().forget([("fact", f.key) for f in facts] + [("episode", e.id) for e in episodes.removed])
-    except MemvaultError:
-        pass
-    return report
+    except MemvaultError as exc:
+        failed.append(f"the index ({exc})")
+    try:
+        gate.state().forget([("fact", f.key) for f in report.facts]
+                            + [("episode", e.id) for e in report.episodes.removed])
+    except MemvaultError as exc:
+        failed.append(f"the usage state ({exc})")
+    copies = [p for p in gate.state_dir.glob("*.corrupt-*") if p.is_file() or p.is_symlink()]
+    for copy in copies:
+        try:
+            copy.unlink()
+        except OSError as exc:
+            failed.append(f"{copy.name} ({exc.strerror})")
+    if copies:
+        report.warnings.append(f"removed {len(copies)} damaged cop{'ies' if len(copies) > 1 else 'y'} of the index "
+                               "or state set aside earlier, which may have held the purged text")
+    if failed:
+        done = f"commit {report.commit[:12]}" if report.commit else "not committed"
+        raise PurgeIncomplete(f"purge of {report.source}: {len(report.facts)} facts and "
+                              f"{len(report.episodes.removed)} episodes are gone from the files ({done}), but the "
+                              f"purged text may still be readable in .memvault/: scrubbing {'; '.join(failed)} "
+                              "failed; fix that, then run 'memvault reindex --full'")
 
 
 # ------------------------------------------------------------------------------------------------ staleness
@@ -128,9 +206,11 @@ class DedupReport:
     conflicts: list[dict[str, Any]]
     merged: list[dict[str, Any]] = field(default_factory=list)
     commit: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"groups": self.groups, "conflicts": self.conflicts, "merged": self.merged, "commit": self.commit}
+        return {"groups": self.groups, "conflicts": self.conflicts, "merged": self.merged, "commit": self.commit,
+                "warnings": list(self.warnings)}
 
 
 def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
@@ -138,12 +218,14 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
     if apply:
         gate.require(Op.DEDUP, source)
     settings = gate.config.facts
-    facts = {f.key: f for f in gate.facts.iter()}
+    problems: list[Problem] = []
+    facts = {f.key: f for f in gate.facts.iter(problems)}
     found, conflict_pairs = groups([(k, f.text) for k, f in facts.items()], threshold=settings.duplicate_jaccard,
                                    min_shared=settings.duplicate_min_shared)
     conflicts = [{"a": a, "b": b, "differing": list(m.differing), "shared": list(m.shared)}
                  for a, b, m in conflict_pairs]
     report = DedupReport([list(g) for g in found], conflicts)
+    report.warnings += [f"{p}: cannot be read: left out of the comparison" for p in problems]
     if not apply or not found:
         return report
     plans = []
@@ -155,7 +237,7 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
         plans.append((survivor, changes, others))
         report.merged.append({"into": survivor.key, "merged": [f.key for f in others]})
         lines.append(f"- {', '.join(f.key for f in others)} -> {survivor.key}")
-    report.commit = gate.merge_facts(plans, source=source,
+    report.commit = gate.merge_facts(plans, source=source, warnings=report.warnings,
                                      message=f"dedup: merged {sum(len(g) - 1 for g in found)} facts\n\n" + "\n".join(lines))
     return report
 
@@ -190,7 +272,8 @@ def expire(gate: WriteGate, *, source: str, apply: bool = False, at: datetime | 
         gate.require(Op.EXPIRE, source)
     settings = gate.config.facts
     current = at or now()
-    facts = [f for f in gate.facts.iter() if f.importance < settings.expire_importance]
+    problems: list[Problem] = []
+    facts = [f for f in gate.facts.iter(problems) if f.importance < settings.expire_importance]
     usage = gate.state().get([("fact", f.key) for f in facts], current)
     candidates, chosen = [], []
     for f in facts:
@@ -203,142 +286,11 @@ def expire(gate: WriteGate, *, source: str, apply: bool = False, at: datetime | 
             candidates.append({"key": f.key, "importance": f.importance, "used": round(u.uses, 3) if u else 0,
                                "last_used": format_time(last) if last else None,
                                "path": f.path.relative_to(gate.root).as_posix()})
-    result: dict[str, Any] = {"candidates": candidates, "commit": None}
+    result: dict[str, Any] = {"candidates": candidates, "commit": None,
+                              "warnings": [f"{p}: cannot be read: not considered" for p in problems]}
     if apply and chosen:
         result["commit"] = gate.remove_facts(
-            chosen, op=Op.EXPIRE, source=source,
+            chosen, op=Op.EXPIRE, source=source, warnings=result["warnings"],
             message=f"expire {len(chosen)} facts: low importance, not used\n\n"
                     + "\n".join(f"- {f.key}" for f in chosen))
     return result
-
-
-# ------------------------------------------------------------------------------------------------ ingest
-@dataclass
-class IngestReport:
-    added: list[dict[str, Any]] = field(default_factory=list)
-    merged: list[dict[str, Any]] = field(default_factory=list)
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-    quarantined: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("added", "merged", "conflicts", "skipped", "quarantined")}
-
-
-_SLUG = re.compile(r"[^a-z0-9]+")
-_FACT_FIELDS = {"type", "key", "text", "category", "tags", "importance", "confidence", "valid_until", "source"}
-_EPISODE_FIELDS = {"type", "text", "kind", "tags", "meta", "created_at", "source"}
-
-
-def slug_key(category: str | None, text: str) -> str:
-    """A key for an extracted fact that came without one: ``<category>/<first words>``."""
-    words = _SLUG.sub("-", text.lower()).strip("-").split("-")
-    slug = "-".join(w for w in words[:8] if w)[:60].strip("-") or "fact"
-    prefix = _SLUG.sub("-", (category or "extracted").lower()).strip("-") or "extracted"
-    return f"{prefix}/{slug}"
-
-
-def ingest(gate: WriteGate, lines: Iterable[bytes | str], *, source: str, name: str = "-",
-           allow_secret: bool = False) -> IngestReport:
-    """Run extracted candidates (JSONL ``{"type": "fact"|"episode", ...}``) through the same gate as any write.
-
-    The caller's ``source`` is the only authority: a candidate's own ``"source"`` is kept as ``claimed_source``
-    (front matter of a fact, meta of an episode) and never raises trust. A candidate whose text is a memory recall
-    returned is skipped, so recalled memories are never re-extracted as new ones. A bad line (not UTF-8, not JSON,
-    a field of the wrong type) is skipped with its reason; the other lines go on.
-    """
-    gate.require(Op.APPEND_EPISODE, source)
-    report = IngestReport()
-    recalled = gate.state().recalled_hashes()
-    for lineno, raw in enumerate(lines, 1):
-        where = f"{name}:{lineno}"
-        try:
-            item = _candidate(raw, recalled)
-            if item is None:
-                continue
-            bucket, entry = (_ingest_episode if item["type"] == "episode" else _ingest_fact)(
-                gate, item, source=source, allow_secret=allow_secret)
-            getattr(report, bucket).append({"line": where, **entry})
-        except MemvaultError as exc:
-            report.skipped.append({"line": where, "reason": str(exc)})
-        except (TypeError, ValueError) as exc:
-            report.skipped.append({"line": where, "reason": f"bad field: {exc}"})
-    return report
-
-
-def _candidate(raw: bytes | str, recalled: set[str]) -> dict[str, Any] | None:
-    """One line as a candidate (None for a blank line); InvalidValue says why a line is skipped."""
-    try:
-        line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError as exc:
-        raise InvalidValue("line", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if not line.strip():
-        return None
-    try:
-        item = json.loads(line, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise InvalidValue("line", f"not valid JSON ({exc.msg})") from None
-    if not isinstance(item, dict) or item.get("type") not in ("fact", "episode"):
-        raise InvalidValue("type", 'needs "type": "fact" or "episode"')
-    text = item.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidValue("text", "no text")
-    if text_hash(text) in recalled:
-        raise InvalidValue("text", "text is a memory recall returned")
-    unknown = set(item) - (_FACT_FIELDS if item["type"] == "fact" else _EPISODE_FIELDS)
-    if unknown:
-        raise InvalidValue("line", f"unknown fields: {', '.join(sorted(unknown))}")
-    if item.get("source") is not None and not isinstance(item["source"], str):
-        raise InvalidValue("source", "must be a string")
-    return item
-
-
-def _refuse_constant(name: str) -> Any:
-    raise InvalidValue("line", f"{name} is not standard JSON")
-
-
-def _claim(item: dict[str, Any], source: str) -> dict[str, Any]:
-    claimed = item.get("source")
-    return {"claimed_source": claimed} if claimed and claimed != source else {}
-
-
-def _ingest_episode(gate: WriteGate, item: dict[str, Any], *, source: str,
-                    allow_secret: bool) -> tuple[str, dict[str, Any]]:
-    meta = item.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        raise InvalidValue("meta", "must be a JSON object")
-    claim = _claim(item, source)
-    e = gate.append_episode(item["text"], source=source, kind=item.get("kind") or "raw", at=item.get("created_at"),
-                            tags=item.get("tags"), meta={**(meta or {}), **claim} or None, allow_secret=allow_secret)
-    return "added", {"episode": e.id, "trusted": gate.policy.is_trusted(source), **claim}
-
-
-def _ingest_fact(gate: WriteGate, item: dict[str, Any], *, source: str,
-                 allow_secret: bool) -> tuple[str, dict[str, Any]]:
-    text, claim = item["text"], _claim(item, source)
-    category = item.get("category") if isinstance(item.get("category"), str) else None
-    key = item.get("key") or slug_key(category, text)
-    if not isinstance(key, str):
-        raise InvalidKey(str(key), "a key must be a string")
-    validate_key(key)
-    matches = gate.similar_facts(key, text)
-    conflict = next((m for m in matches if m["kind"] == "conflict"), None)
-    if conflict is not None:
-        return "conflicts", {"key": key, "with": conflict["key"], "differing": conflict["differing"]}
-    duplicate = next((m for m in matches if m["kind"] == "duplicate"), None)
-    if duplicate is not None and gate.policy.is_trusted(source):
-        existing = gate.facts.get(duplicate["key"])
-        importance = item.get("importance")
-        more = isinstance(importance, (int, float)) and not isinstance(importance, bool)
-        gate.set_fact(existing.key, existing.text, source=source,
-                      tags=list(dict.fromkeys([*existing.tags, *validate_tags(item.get("tags"))])),
-                      importance=max(existing.importance, float(importance)) if more else None,
-                      message=f"fact merge {existing.key} (ingest)", allow_secret=allow_secret, check_similar=False)
-        return "merged", {"into": existing.key}
-    fact = gate.set_fact(key, text, source=source, category=item.get("category"), importance=item.get("importance"),
-                         confidence=item.get("confidence"), tags=item.get("tags"), valid_until=item.get("valid_until"),
-                         allow_secret=allow_secret, extra=claim or None, check_similar=False)
-    entry = {"key": fact.key, **({"duplicate_of": duplicate["key"]} if duplicate is not None else {}), **claim}
-    return ("quarantined" if fact.quarantined else "added"), entry
-
-

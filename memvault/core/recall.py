@@ -103,6 +103,10 @@ def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budge
                     fmt: str) -> list[str]:
     if not isinstance(query, str) or not query.strip():
         raise InvalidValue("query", "must not be empty")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach Python as lone surrogates
+        raise InvalidValue("query", f"not UTF-8 text (a byte that is not UTF-8 at character {exc.start})") from None
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= K_MAX:
         raise InvalidValue("k", f"must be a whole number from 1 to {K_MAX}, not {k!r}")
     kinds = list(dict.fromkeys(kinds or KINDS))
@@ -128,8 +132,12 @@ def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = 
     false). ``min_relevance`` overrides ``[recall] relative_floor``; 0 turns every floor off.
     """
     kinds = check_arguments(query, k, kinds, budget, mode, fmt)
+    if min_relevance is not None and (isinstance(min_relevance, bool) or not isinstance(min_relevance, (int, float))
+                                      or not 0.0 <= min_relevance <= 1.0):  # NaN fails the comparison too
+        raise InvalidValue("min_relevance", f"must be a number from 0 to 1, not {min_relevance!r}")
     window = _window(query, since, until, time_in_query)
-    warnings: list[str] = []
+    warnings: list[str] = [f"{day} in the question is not a date: searched as words, not as a time"
+                           for day in (timeq.impossible_dates(query) if time_in_query else [])]
     try:
         return _recall(parts, query, k, kinds, budget, mode, fmt, sync, record_access, verify, window, min_relevance,
                        warnings)
@@ -148,6 +156,9 @@ def _window(query: str, since: datetime | str | None, until: datetime | str | No
     if since is not None or until is not None:
         s = _time_or_age(since, "since") if since is not None else None
         u = _time_or_age(until, "until") if until is not None else None
+        if s is not None and u is not None and s > u:
+            raise InvalidValue("since", f"{format_time(s)} is after --until {format_time(u)}: nothing can be "
+                                        "in that window (swap them?)")
         return timeq.Window(s, u, "", query)
     return timeq.parse(query, now()) if time_in_query else None
 
@@ -174,6 +185,10 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings += report.warnings
     warnings += index.warnings
     index.warnings.clear()
+    unseen = index.problems()
+    if unseen:  # every recall says which memories it cannot see, not only the sync that first met them
+        shown = "; ".join(unseen[:3]) + (f"; and {len(unseen) - 3} more" if len(unseen) > 3 else "")
+        warnings.append(f"{len(unseen)} file{'s' if len(unseen) > 1 else ''} not searchable: {shown}")
     if embedder is not None and sync:
         pending = index.embed(embedder, limit=settings.embed_at_recall)
         warnings += pending.warnings

@@ -4,10 +4,15 @@
 
 1. Pending changes to the vault's own paths (facts/, procedures/, memvault.toml, .gitignore, episodes/ when
    ``[episodes] track_in_git``, inbox/ only when ``[trust] share_inbox``) are committed, and nothing else: the vault
-   may live in a subdirectory of a bigger repository whose other changes are not ours to commit.
+   may live in a subdirectory of a bigger repository whose other changes are not ours to commit. They are edits made
+   behind memvault's back, so each goes through the write gate's checks (:meth:`WriteGate.commit_edits`): a file
+   holding a secret, a symlink, a temp file, broken front matter... stays here uncommitted, named with its reason,
+   and the rest is committed and pushed.
 2. The remote branch is fetched. Before anything in the work tree moves, the files the remote changed are compared
    with this repository's own uncommitted changes outside the vault (staged, unstaged, untracked): if one file is in
    both, sync stops and touches nothing — a stash pop over it would write conflict markers into the user's file.
+   It also stops when the remote's commits put anything at ``.memvault`` (a link there would replace this host's
+   index and state, and send memvault's writes wherever it points).
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
    exactly as they were. Tracked episodes go to ``episodes/<host>/``, so hosts only conflict when they change the
    same fact, procedure or setting; on such a conflict the rebase is aborted at once (the work tree is back at this
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import GitError, SyncConflict
+from ..rules.fsutil import atomic_write
 from .gate import WriteGate
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
@@ -47,12 +53,14 @@ class SyncResult:
     pushed: bool = False                               # True when the remote branch moved to our HEAD
     reindexed: dict[str, Any] | None = None            # index sync summary, or None when not run
     push_attempts: int = 0
+    #: vault-relative paths of changed files kept out of the commit, with the reason (they stay uncommitted here)
+    refused: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
                 "pushed": self.pushed, "reindexed": self.reindexed, "push_attempts": self.push_attempts,
-                "warnings": list(self.warnings)}
+                "refused": dict(self.refused), "warnings": list(self.warnings)}
 
 
 def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str | None = None) -> SyncResult:
@@ -72,7 +80,12 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     touched: list[Path] = []
     try:
         with gate.lock(), gate.episodes.lock():
-            result.committed, touched = _commit_pending(gate, git, specs, source, result.warnings)
+            result.warnings += _fix_ignore_rule(gate)
+            pending = pending_edits(gate, git)
+            committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))
+            result.committed, touched = committed.commit, list(committed.paths)
+            result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
+            result.warnings += committed.warnings
             for attempt in range(1, PUSH_ATTEMPTS + 1):
                 head = git.run("rev-parse", "HEAD")
                 result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch)]))
@@ -96,7 +109,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
         touched += [gate.root / rel for rel in result.pulled]
         if touched and gate.index.exists():
             before = gate.index.pending()
-            gate.tell_index(list(dict.fromkeys(touched)), result.warnings)
+            result.warnings += gate.tell_index(list(dict.fromkeys(touched)))
             result.reindexed = {"files_changed": len(result.pulled), "pending_vectors": gate.index.pending(),
                                 "pending_before": before}
     return result
@@ -140,44 +153,36 @@ def _pathspecs(gate: WriteGate, git: GitStore) -> list[str]:
     return [":(literal)" + git.rel(gate.root / name) for name in _vault_names(gate)]
 
 
-def _commit_pending(gate: WriteGate, git: GitStore, specs: list[str], source: str,
-                    warnings: list[str]) -> tuple[str | None, list[Path]]:
-    """Commit every changed, new or deleted file under the vault's own paths, and nothing else."""
-    rels = _status_paths(git, "--", *specs)
-    paths = [git.root / rel for rel in dict.fromkeys(rels)]
-    # A symlink would travel to every host that pulls, pointing at whatever that host has there: never committed.
-    links = [p for p in paths if p.is_symlink()]
-    if links:
-        warnings.extend(f"{p.relative_to(git.root)}: a symlink, not committed (memvault does not follow symlinks)"
-                        for p in links)
-        paths = [p for p in paths if not p.is_symlink()]
-    if not paths:
-        return None, []
+def pending_edits(gate: WriteGate, git: GitStore) -> list[Path]:
+    """Every changed, new or deleted file under the vault's own paths (what sync commits first), and nothing else."""
+    return [git.root / rel for rel in git.status_paths(*_pathspecs(gate, git))]
+
+
+def _message(gate: WriteGate, count: int) -> str:
     host = gate.episodes.host or "this host"
-    message = f"sync: {len(paths)} changed file{'s' if len(paths) != 1 else ''} from {host}"
     # autocommit = false means "do not commit each write"; a sync is an explicit request to commit, and the
     # rebase below cannot run over uncommitted vault changes anyway.
-    return git.commit(paths, message, author=source, trailers={"Memvault-Source": source}), paths
+    return f"sync: {count} changed file{'s' if count != 1 else ''} from {host}"
 
 
-def _status_paths(git: GitStore, *args: str, untracked: str = "all") -> list[str]:
-    """Repository-relative paths ``git status`` reports (both sides of a rename)."""
-    out = git.run("status", "--porcelain", "-z", f"--untracked-files={untracked}", *args, strip=False)
-    entries = out.split("\0")
-    rels: list[str] = []
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        status, rel = entry[:2], entry[3:]
-        rels.append(rel)
-        if "R" in status or "C" in status:  # a staged rename: the next entry is the old path
-            if i < len(entries) and entries[i]:
-                rels.append(entries[i])
-            i += 1
-    return rels
+#: The ignore rule memvault wrote before: it matched only a folder, so a link named .memvault could be committed.
+_OLD_RULE = ".memvault/"
+
+
+def _fix_ignore_rule(gate: WriteGate) -> list[str]:
+    """An older vault's ``.gitignore`` ignores ``.memvault/`` (a folder only): rewritten to ``.memvault`` (a file or
+    a link too), so a link there is never committed by accident; the fix is committed with the sync."""
+    path = gate.root / ".gitignore"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    lines = text.split("\n")
+    if _OLD_RULE not in lines:
+        return []
+    atomic_write(path, "\n".join(".memvault" if line == _OLD_RULE else line for line in lines).encode("utf-8"))
+    return [".gitignore: the rule '.memvault/' ignored only a folder, so a link named .memvault could be committed "
+            "and replace this host's index and state; now '.memvault' (committed with this sync)"]
 
 
 def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str) -> list[str]:
@@ -220,7 +225,15 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
     base = git.run("merge-base", head, fetched)
     incoming = set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", base, fetched,
                                       strip=False).split("\0") if p)
-    local = set(_status_paths(git))
+    state = git.rel(gate.root / ".memvault")
+    taken = sorted(p for p in incoming if p == state or p.startswith(state + "/"))
+    if taken:
+        raise SyncConflict([_key_for(gate, git, p) for p in taken], taken, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote's commits put {', '.join(taken)} in the vault, "
+            f"where this host keeps its index, usage state and locks (.memvault is never committed; a link there "
+            f"would replace them and send memvault's writes wherever it points); remove it on the remote with "
+            f"'git rm -r --cached {state}', commit, push, then sync again"))
+    local = set(git.status_paths())
     overlap = sorted(incoming & local)
     if overlap:
         keys = [_key_for(gate, git, p) for p in overlap]
@@ -301,4 +314,4 @@ def _key_for(gate: WriteGate, git: GitStore, repo_rel: str) -> str:
     return rel
 
 
-__all__ = ["PUSH_ATTEMPTS", "SyncConflict", "SyncResult", "sync"]
+__all__ = ["PUSH_ATTEMPTS", "SyncConflict", "SyncResult", "pending_edits", "sync"]

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import LimitExceeded, MemvaultError, UntrustedSource, describe
+from ..rules.errors import InvalidValue, LimitExceeded, MemvaultError, UntrustedSource, describe
 from ..rules.fsutil import FileChange
 from ..rules.secrets import describe as describe_secrets
 from ..rules.secrets import scan_fields
 from ..rules.trust import Op
 from ..rules.validation import validate_key, validate_tags
-from .lifecycle import slug_key
+from .ingest import slug_key
 
 if TYPE_CHECKING:
     from .vault import Vault
@@ -232,7 +232,10 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                                      "meta": item.meta or None, "id": item.id, "source": item.source})
                     continue
                 if change is not None:
-                    gate.check_secrets([change], what=f"{item.kind} {item.key}", allow_secret=False, source=source)
+                    gate.check_changes([change], what=f"{item.kind} {item.key}", allow_secret=False, source=source)
+                    why = gate.refusal(change.path, change.after)
+                    if why is not None:
+                        raise InvalidValue(str(change.path.relative_to(vault.root)), why)
                     changes.append(change)
                     report.added.append(entry)
             except MemvaultError as exc:
@@ -241,7 +244,7 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
             gate.apply(changes, message=f"restore {len(changes)} files from a memvault export", source=source,
                        modes=modes)
     if changes and not dry_run:
-        gate.tell_index([c.path for c in changes], [])
+        report.problems += gate.tell_index([c.path for c in changes])
     for item in proposals:
         entry = {"origin": item.origin, "key": item.key}
         if vault.facts.store.exists(item.key or "", inbox=True):

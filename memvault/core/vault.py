@@ -21,7 +21,7 @@ from ..models.engine import Engine, Status
 from ..stores.episodes import Episode, EpisodeLog
 from ..rules.errors import ConfigError, FactParseError, GitError, MemvaultError, SecretRefused, VaultNotFound
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import atomic_write
+from ..rules.fsutil import atomic_write, check_private_dir
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import Index, Progress, Sources, SyncReport
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
@@ -30,11 +30,12 @@ from ..rules.trust import Op, Policy
 from ..rules.validation import Problem, validate_source
 
 if TYPE_CHECKING:
+    from . import ingest as ingest_mod
     from . import lifecycle
     from ..stores.captures import CaptureLog
     from .browse import Browse
     from .history import Growth
-    from .gate import WriteGate
+    from .gate import Committed, Counted, WriteGate
     from ..index.postgres import SharedIndex
     from ..stores.state import State
     from .team import Split
@@ -52,7 +53,9 @@ EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.mod
 
 
 def _gitignore(track_episodes: bool) -> str:
-    lines = ["# memvault: local state (the index, locks) is derived and never committed", f"{STATE_DIR}/"]
+    # No trailing slash: the rule must also match a file or a symlink named .memvault, or someone's plain
+    # `git add -A` of a link there would replace this host's index and state on the next pull.
+    lines = ["# memvault: local state (the index, locks) is derived and never committed", STATE_DIR]
     if not track_episodes:
         lines += [
             "# Episodes are high-volume and retention must really delete them: kept out of git by default.",
@@ -87,6 +90,10 @@ class Vault:
         self.root = Path(root).resolve()
         self.config: Config = config_mod.load(self.root / CONFIG_NAME)
         self.state_dir = self.root / STATE_DIR
+        # Moved, truncated and written by memvault: a link there (committed upstream under a rule that ignored only
+        # folders, or made by hand) would send all of that wherever it points, so it is refused, never followed.
+        check_private_dir(self.state_dir, f"memvault keeps its index, state and locks in a real folder of this host "
+                                          f"(git rm --cached {STATE_DIR} if git tracks it)")
         self._embedder_factory = embedder_factory
         self._daemon = daemon
         self._status = status
@@ -94,6 +101,12 @@ class Vault:
         self._split_cache: tuple[float, int, Split] | None = None
         self.engine = self._make_engine(self.config)
         self._build()
+        #: What happened on opening that the person should hear (a purge that was killed part-way, finished).
+        self.notices: list[str] = []
+        if (self.state_dir / "purge.json").exists():
+            from .lifecycle import finish_purge
+
+            self.notices += finish_purge(self.gate)
 
     def _make_engine(self, config: Config) -> Engine:
         factory = self._embedder_factory
@@ -567,35 +580,54 @@ class Vault:
         return lifecycle.expire(self.gate, source=self._source(source), apply=apply, at=at)
 
     def ingest(self, lines: Iterable[bytes | str], *, source: str | None = None, name: str = "-",
-               allow_secret: bool = False) -> lifecycle.IngestReport:
-        from . import lifecycle
+               allow_secret: bool = False) -> ingest_mod.IngestReport:
+        """Run JSONL candidates through the gate, every line checked before any is written (see
+        :mod:`memvault.core.ingest`): the batch entry point for importers too."""
+        from . import ingest
 
-        return lifecycle.ingest(self.gate, lines, source=self._source(source), name=name, allow_secret=allow_secret)
+        return ingest.ingest(self.gate, lines, source=self._source(source), name=name, allow_secret=allow_secret)
 
     def fetch_fact(self, key: str, *, source: str | None = None) -> Fact:
         """A fact fetched by key by someone who will act on it (``fact get``, MCP ``get_fact``): counted as a use.
         ``vault.facts.get`` reads without counting."""
         fact = self.facts.get(key)
         try:
-            self.gate.record_use([("fact", key)], source=self._source(source))
+            self.gate.record_use([("fact", key)], source=self._source(source), warnings=fact.warnings)
         except MemvaultError as exc:
             fact.warnings.append(f"use not recorded: {exc}")
         return fact
 
-    def used(self, refs: Sequence[str], *, source: str | None = None) -> list[tuple[str, str]]:
+    def used(self, refs: Sequence[str], *, source: str | None = None) -> Counted:
         """Report that memories were used (``fact:db/primary``, ``procedure:web/reload``, ``episode:<id>``, or
-        a bare fact key): what frequency counts. Returns the ones counted."""
-        from ..rules.errors import InvalidValue
+        a bare fact key): what frequency counts. Returns the ones counted; a ref to a memory that does not exist
+        is not counted (``warnings`` names it), and one report holds at most ``MAX_USED`` refs."""
+        return self.gate.used(refs, source=self._source(source))
 
-        keys = []
-        for ref in refs:
-            kind, sep, item = ref.partition(":")
-            if not sep:
-                kind, item = "fact", ref
-            if kind not in ("fact", "episode", "procedure") or not item:
-                raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
-            keys.append((kind, item))
-        return self.gate.record_use(keys, source=self._source(source))
+    def commit_edits(self, paths: Sequence[Path | str] | None = None, *, source: str | None = None,
+                     message: str | None = None) -> Committed:
+        """Commit files changed behind memvault's back (an editor, a script, a web view, an importer that wrote
+        files) through the checks every write passes; ``paths`` None: every changed file under the vault's own
+        paths (as ``sync`` does first). A file that does not pass stays uncommitted and is named with its reason
+        in ``refused`` and ``warnings``; the index is told about the rest."""
+        from .remote import pending_edits
+
+        source = self._source(source)
+        self.gate.require(Op.COMMIT_EDITS, source)
+        if self.git is None:
+            raise GitError(f"{self.root} is not in a git repository: nothing to commit")
+        with self.gate.lock():
+            chosen = pending_edits(self.gate, self.git) if paths is None else [
+                (self.root / p) if not Path(p).is_absolute() else Path(p) for p in paths]
+            result = self.gate.commit_edits(
+                chosen, source=source,
+                message=message or f"edits made by hand: {len(chosen)} file{'s' if len(chosen) != 1 else ''}")
+        result.warnings += self.gate.tell_index(result.paths)
+        return result
+
+    def authorize(self, op: Op, source: str | None = None) -> str:
+        """The source of a caller (``None``: this process's default) once the trust table lets it do ``op``:
+        for interfaces whose action is not a write of the vault itself (installing git hooks)."""
+        return self.gate.require(op, self._source(source))
 
     def sync(self, *, remote: str | None = None, branch: str | None = None, source: str | None = None) -> Any:
         """Commit, pull with a rebase, reindex what changed, push (see memvault.core.remote)."""
@@ -666,8 +698,13 @@ class Facts:
         return self._vault.gate.reject(key, source=self._vault._source(source))
 
     def proposals(self, problems: list[Problem] | None = None) -> list[tuple[Fact, bool]]:
-        """The inbox, each proposal with whether it would change an existing fact."""
-        return [(f, self.store.exists(f.key)) for f in self.store.inbox(problems)]
+        """The inbox, each proposal with whether it would change an existing fact (an alternative proposal names
+        the fact it is for in ``extra["proposes"]``)."""
+        out = []
+        for f in self.store.inbox(problems):
+            target = f.extra.get("proposes")
+            out.append((f, self.store.exists(target if isinstance(target, str) else f.key)))
+        return out
 
     def edit(self, key: str, editor: Callable[[str], str], *, again: Callable[[Exception], bool] | None = None,
              source: str | None = None, allow_secret: bool = False) -> Fact | None:

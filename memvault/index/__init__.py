@@ -11,22 +11,24 @@ Modules: :mod:`.db` (connection, migrations), :mod:`.documents` (what a memory b
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
+import re
+import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import ModelUnavailable, SearchIndexError
-from ..rules.fsutil import locked
+from ..rules.fsutil import drop_links, ensure_dir, locked, try_lock
 from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .search import fts_exact_query, fts_phrase_query, fts_query
-from .update import Progress, SyncReport, embed_pending, model_key, pending_count, scan, sync_text, vector_blob
+from .update import (Progress, SyncReport, embed_pending, model_key, pending_count, scan, stored_problems,
+                     sync_text, vector_blob)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -37,6 +39,8 @@ __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "P
            "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
 
 INDEX_NAME = "index.db"
+#: What ``index.db`` may point at: a generation file beside it, named by memvault.
+_GENERATION = re.compile(r"index-\d+\.db")
 DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
 EmbedderProvider = Callable[[], "Embedder | None"]
 
@@ -64,14 +68,38 @@ class Index:
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
-        """The generation file ``index.db`` points at (or ``index.db`` itself when it is a plain file)."""
+        """The generation file ``index.db`` points at (or ``index.db`` itself when it is a plain file).
+
+        Only a link to a regular ``index-<n>.db`` file beside it counts: anything else (a link to another path,
+        a generation that is itself a link) was not made by memvault, is never opened, moved or written, and is
+        replaced by a new generation, with a warning."""
         try:
-            target = self.dir / os.readlink(self.link)
+            st = os.lstat(self.link)
         except FileNotFoundError:
             return None
-        except OSError:  # not a symlink
-            return self.link if self.link.exists() else None
-        return target if target.exists() else None
+        if stat.S_ISREG(st.st_mode):
+            return self.link
+        if not stat.S_ISLNK(st.st_mode):
+            return self._not_ours(self.link, "not a file or a link")
+        name = os.readlink(self.link)
+        if not _GENERATION.fullmatch(name):
+            return self._not_ours(self.link, f"a link to {name}, not to an index generation beside it")
+        target = self.dir / name
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return self._not_ours(target, "not a regular file" + (f" (a link to {os.readlink(target)})"
+                                                                  if stat.S_ISLNK(st.st_mode) else ""))
+        return target
+
+    def _not_ours(self, path: Path, what: str) -> None:
+        warning = (f"{path} is {what}: not made by memvault, never followed; the index is rebuilt from the "
+                   "vault's files beside it")
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+        return None
 
     def exists(self) -> bool:
         return self.current_target() is not None
@@ -84,6 +112,8 @@ class Index:
             raise SearchIndexError(f"{self.link}: no index yet; run 'memvault reindex'")
         if self._conn is None or self._conn_target != target:
             self.close()
+            for link in drop_links([Path(str(target) + s) for s in ("-wal", "-shm", "-journal")]):
+                self.warnings.append(f"{link} was a symlink, not SQLite's own file: removed, never written through")
             conn = connect(target)
             try:
                 migrate(conn, MIGRATIONS)
@@ -240,20 +270,12 @@ class Index:
     def pending(self) -> int:
         return pending_count(self.connection()) if self.exists() else 0
 
-    @contextlib.contextmanager
-    def _embed_lock(self, target: Path, *, wait: bool) -> Iterator[bool]:
-        path = self.dir / "locks" / f"{target.name}.embed.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+    def problems(self) -> list[str]:
+        """Every vault file the index cannot hold, with the reason (kept since the sync that met it)."""
+        return stored_problems(self.connection()) if self.exists() else []
+
+    def _embed_lock(self, target: Path, *, wait: bool) -> Any:
+        return try_lock(self.dir / "locks" / f"{target.name}.embed.lock", wait=wait)
 
     def refresh(self, interval: float = 30.0) -> SyncReport | None:
         """Recall's cheap freshness check: phase 1 over the vault only when a directory of the vault changed (a
@@ -307,7 +329,7 @@ class Index:
     # -- full rebuild ------------------------------------------------------------------------------------
     def _create(self, identity: ModelIdentity | None) -> None:
         """An empty generation, swapped in (used when there is no index at all)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir)
         with locked(self.dir / "locks" / "rebuild.lock"):
             if self.current_target() is not None:
                 return
@@ -331,7 +353,7 @@ class Index:
         and says so.
         """
         started = time.perf_counter()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir)
         with locked(self.dir / "locks" / "rebuild.lock"):
             self._remove_stale_generations()
             target = self.dir / f"index-{time.time_ns()}.db"

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -82,48 +83,40 @@ def scan(sources: Sources, dirs: dict[str, int] | None = None, problems: list[st
     place changes its directory's mtime: what a freshness check compares between full scans). Symlinks that leave
     their folder and special files are reported in ``problems`` and left out.
     """
-    from ..rules.fsutil import entry_problem
+    from ..rules.fsutil import entry_problem, walk
 
     out: dict[str, Stat] = {}
     root = str(sources.root)
     prefix_len = len(root) + 1  # entry paths all start with the root: slice, no relpath
+
+    def report(path: Path, reason: str) -> None:
+        if problems is not None:
+            problems.append(f"{str(path)[prefix_len:]}: {reason}")
+
+    def walked(current: str) -> None:
+        if dirs is not None:
+            dirs[current[prefix_len:]] = _mtime(current)
+
     for kind, base, suffixes in sources.areas():
         if dirs is not None:
             dirs[str(base)[prefix_len:]] = _mtime(str(base))
-        if not base.is_dir():
-            continue
         real_base = os.path.realpath(base)
-        stack = [str(base)]
-        while stack:
-            current = stack.pop()
+        for entry in walk(base, report, walked):
+            name = entry.name
+            if suffixes is not None and not name.endswith(suffixes):
+                continue
+            if kind == "procedure" and name.endswith(("~", ".tmp", ".swp", ".swo", ".swx")):
+                continue
+            problem = entry_problem(entry, real_base)
+            if problem is not None:
+                report(Path(entry.path), problem)
+                continue
             try:
-                entries = list(os.scandir(current))
+                st = entry.stat()
             except OSError:
                 continue
-            if dirs is not None:
-                dirs[current[prefix_len:]] = _mtime(current)
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                    continue
-                if suffixes is not None and not name.endswith(suffixes):
-                    continue
-                if kind == "procedure" and name.endswith(("~", ".tmp", ".swp", ".swo", ".swx")):
-                    continue
-                problem = entry_problem(entry, real_base)
-                if problem is not None:
-                    if problems is not None:
-                        problems.append(f"{entry.path[prefix_len:]}: {problem}")
-                    continue
-                try:
-                    st = entry.stat()
-                except OSError:
-                    continue
-                rel = entry.path[prefix_len:]
-                out[rel if os.sep == "/" else rel.replace(os.sep, "/")] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
+            rel = entry.path[prefix_len:]
+            out[rel if os.sep == "/" else rel.replace(os.sep, "/")] = (kind, st.st_size, st.st_mtime_ns, st.st_ino)
     return out
 
 
@@ -218,6 +211,8 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
     if sources.keep is not None:  # a team's overlay: what the shared index holds is not indexed here
         disk = {rel: st for rel, st in disk.items() if rel in sources.keep}
     report.problems.extend(p for p in problems if p not in report.problems)
+    if only is None:
+        remember_problems(conn, scan=problems)
     known = {r[0]: r[1:] for r in known_rows}
     report.files_seen = len(disk)
     row = conn.execute("SELECT value FROM meta WHERE key = 'chunking'").fetchone()
@@ -244,6 +239,7 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
     report.files_changed, report.files_removed = len(changed), len(removed)
 
     docs: list[Doc] = []
+    read_problems: dict[str, tuple[list[str], bool]] = {}  # rel -> (its problems, read from where it stopped)
     replaced: set[str] = set(removed)  # files whose docs are all known here (others only grew)
     tails: dict[str, str | None] = {}
     for rel in changed:
@@ -256,17 +252,54 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
         if start == 0:
             replaced.add(rel)
         previous = _last_episode(conn, rel) if start else None
-        docs.extend(read_docs(sources, rel, kind, report.problems, start=start, previous=previous))
+        found: list[str] = []
+        docs.extend(read_docs(sources, rel, kind, found, start=start, previous=previous))
+        report.problems.extend(found)
+        read_problems[rel] = (found, start > 0)
         if kind == "episode":
             tails[rel] = _tail_hash(sources.root / rel, size)
     max_tokens = identity.max_tokens if identity is not None else None
     _write_text(conn, docs, replaced, splitter, max_tokens, report)
+    remember_problems(conn, files=read_problems, gone=removed)
     with transaction(conn):
         conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in removed])
         conn.executemany(
             "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
             [(rel, *disk[rel], tails.get(rel)) for rel in changed])
     return report
+
+
+def remember_problems(conn: sqlite3.Connection, *, scan: list[str] | None = None,
+                      files: dict[str, tuple[list[str], bool]] | None = None, gone: Sequence[str] = ()) -> None:
+    """Keep what could not be indexed (a fact with conflict markers, a file over ``[limits]``, a symlink out of
+    its folder, a folder that cannot be read) in ``meta``, so every recall can say which memories it cannot see,
+    not only the sync that first met them. ``scan`` replaces the walk's problems (a full scan); ``files`` the
+    problems of the files read (appended to, for a file read from where it stopped); ``gone`` drops files."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'problems'").fetchone()
+    stored = json.loads(row[0]) if row else {"scan": [], "files": {}}
+    before = json.dumps(stored, sort_keys=True)
+    if scan is not None:
+        stored["scan"] = list(scan)
+    for rel in gone:
+        stored["files"].pop(rel, None)
+    for rel, (found, appended) in (files or {}).items():
+        kept = stored["files"].get(rel, []) if appended else []
+        if kept + found:
+            stored["files"][rel] = kept + [p for p in found if p not in kept]
+        else:
+            stored["files"].pop(rel, None)
+    if json.dumps(stored, sort_keys=True) != before:
+        with transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('problems', ?)", (json.dumps(stored),))
+
+
+def stored_problems(conn: sqlite3.Connection) -> list[str]:
+    """What :func:`remember_problems` kept: every file the index cannot hold, with the reason."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'problems'").fetchone()
+    if row is None:
+        return []
+    stored = json.loads(row[0])
+    return list(stored.get("scan", [])) + [p for found in stored.get("files", {}).values() for p in found]
 
 
 def _last_episode(conn: sqlite3.Connection, rel: str) -> Doc | None:

@@ -10,9 +10,10 @@ The scripts call ``python -m memvault.githooks NAME --vault ROOT [ARGS]`` with t
 install time. That entry point (:func:`main`) uses argparse, not click, and imports what it needs lazily, so a
 hook costs one interpreter start:
 
-- ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the files
-  under the vault's ``facts/``, ``inbox/`` and ``procedures/``: valid keys and names, front matter that parses,
-  no secrets. Each problem is one line naming the file, the line and the reason; the commit is refused.
+- ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the vault's files
+  with the check every commit memvault makes runs: valid keys and names, front matter that parses, no conflict
+  markers, no secrets in any file (episode lines and memvault.toml too), no symlinks, temp files or ``.memvault``.
+  Each problem is one line naming the file, the line and the reason; the commit is refused.
 - ``post-commit``, ``post-merge``, ``post-checkout`` and ``post-rewrite`` start ``memvault reindex`` detached
   in the background (output in ``.memvault/hook-reindex.log``) and return at once: git is never blocked.
 
@@ -22,7 +23,6 @@ explicit ``--allow-secret``; the index was updated by the write itself).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shlex
 import subprocess
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
+from ..rules.fsutil import lock_held, open_private, try_lock
 
 MARKER = "# memvault hook"
 CHAINED_SUFFIX = ".memvault-chained"
@@ -174,13 +175,17 @@ class StagedProblem:
 
 
 def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProblem]:
-    """Problems in the staged content of the vault's facts, inbox proposals and procedures.
+    """Problems in the staged content of the vault's files.
 
     Runs git in ``cwd`` (the hook's working directory, where git's GIT_DIR / GIT_INDEX_FILE point from), so a
     ``git commit --only`` with its temporary index is checked against exactly what it will commit. Each file goes
-    through :func:`memvault.stores.checks.check_file`, the function memvault's own writes go through.
+    through :func:`memvault.stores.checks.commit_refusal`, the check every commit memvault makes runs: memory
+    files are validated (keys, front matter, conflict markers, limits) and every file is scanned for secrets;
+    symlinks, temp files and anything under ``.memvault`` are refused.
     """
-    from ..stores.checks import check_file, is_memory_file
+    from ..rules.config import CONFIG_NAME, load
+    from ..rules.errors import ConfigError
+    from ..stores.checks import commit_problems
 
     cwd = Path(cwd or os.getcwd())
     top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip()).resolve()
@@ -188,27 +193,29 @@ def check_staged(vault_root: Path, cwd: Path | None = None) -> list[StagedProble
     prefix = "" if prefix == "." else prefix + "/"
     entries = _staged(cwd, prefix)
     blobs = _read_blobs(cwd, [sha for _, sha, _ in entries])
+    try:
+        limits = load(vault_root / CONFIG_NAME).limits
+        sizes = {"facts": limits.fact_bytes, "inbox": limits.fact_bytes, "procedures": limits.procedure_bytes}
+    except ConfigError:
+        sizes = {}  # the staged memvault.toml is checked below; a broken one on disk must not hide other problems
     problems: list[StagedProblem] = []
     for path, sha, mode in entries:
-        area, _, inner = path[len(prefix):].partition("/")
-        if not is_memory_file(area, inner):
-            continue  # memvault never reads dot files, editor droppings, or non-.md files under facts/
+        rel = path[len(prefix):]
         if mode == "120000":
-            # A symlink travels to every host that pulls; memvault never follows one out of its folder, and a
-            # link that points out of the vault on the host that pulls it is a way to read that host's files.
+            # A symlink travels to every host that pulls; memvault never follows one, and a link that points out
+            # of the vault on the host that pulls it is a way to read (or, in .memvault, write) that host's files.
             target = blobs[sha].decode("utf-8", errors="replace")
             problems.append(StagedProblem(path, f"a symlink (to {target}): commit the file itself, memvault does not "
                                                 "follow symlinks"))
             continue
-        problems += [StagedProblem(path, f.reason, f.line) for f in check_file(area, inner, blobs[sha])]
+        problems += [StagedProblem(path, f.reason, f.line) for f in commit_problems(rel, blobs[sha], limits=sizes)]
     return problems
 
 
 def _staged(cwd: Path, prefix: str) -> list[tuple[str, str, str]]:
-    """(repo path, staged blob id, mode) of added or modified files and symlinks under the vault's checked areas."""
-    areas = [prefix + area for area in ("facts", "inbox", "procedures")]
+    """(repo path, staged blob id, mode) of added or modified files and symlinks in the vault."""
     out = _git(cwd, "diff", "--cached", "--raw", "-z", "--no-renames", "--diff-filter=AMT", "--no-ext-diff",
-               "--", *(f":(top){a}" for a in areas))
+               "--", f":(top,literal){prefix}" if prefix else ":(top)")
     fields = out.split(b"\0")
     entries = []
     for meta, path in zip(fields[0::2], fields[1::2]):
@@ -264,26 +271,16 @@ def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
     state = vault_root / ".memvault"
     if watcher_running(state):
         return None
-    (state / "locks").mkdir(parents=True, exist_ok=True)
-    (state / REINDEX_FLAG).touch()
-    if _locked_elsewhere(state / "locks" / REINDEX_LOCK):
+    # The flag and the log are opened without following links: a link committed or planted in .memvault would
+    # otherwise make the hook create or append to a file anywhere the user can write.
+    os.close(open_private(state / REINDEX_FLAG, os.O_WRONLY | os.O_CREAT))
+    if lock_held(state / "locks" / REINDEX_LOCK):
         return None  # the running worker will see the flag
     env = {k: v for k, v in os.environ.items() if k not in _HOOK_ENV}
-    with open(state / REINDEX_LOG, "ab") as log:
+    with os.fdopen(open_private(state / REINDEX_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True)
-
-
-def _locked_elsewhere(lock: Path) -> bool:
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def reindex_worker(vault_root: Path, out: Any = None) -> int:
@@ -297,13 +294,10 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
     flag, lock = state / REINDEX_FLAG, state / "locks" / REINDEX_LOCK
     runs = 0
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+        with try_lock(lock) as mine:
+            if not mine:
                 return 0  # another worker has it and will see the flag
-            while flag.exists():
+            while flag.exists() or flag.is_symlink():
                 flag.unlink()
                 started = time.monotonic()
                 vault = Vault.open(vault_root)
@@ -313,10 +307,8 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
                 print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} reindex: {report.files_changed} files changed, "
                       f"{report.chunks_embedded} chunks embedded, {report.chunks_pending} pending, "
                       f"{time.monotonic() - started:.2f} s{model}", file=out, flush=True)
-                for warning in report.warnings:
+                for warning in report.warnings + report.problems:
                     print(f"  warning: {warning}", file=out, flush=True)
-        finally:
-            os.close(fd)
         if not flag.exists():  # a request that came in as the lock was released is served, not lost
             return 0
 

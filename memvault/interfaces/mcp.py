@@ -108,10 +108,8 @@ class _Tools:
     warmup: _Warmup
 
     def fact_dict(self, fact: Any) -> dict[str, Any]:
-        out = {**fact.to_dict(self.vault.root), "quarantined": fact.quarantined}
-        if fact.similar or fact.warnings:
-            out.update(similar=fact.similar, warnings=fact.warnings)
-        return out
+        return {**fact.to_dict(self.vault.root), "quarantined": fact.quarantined, "similar": fact.similar,
+                "warnings": fact.warnings}
 
     def recall(self, query: str, k: int, kinds: list[str] | None, budget: int | None, since: str | None,
                until: str | None) -> dict[str, Any]:
@@ -141,6 +139,8 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> Any:
+        for notice in vault.notices:  # e.g. an interrupted purge finished on opening: said once, on the log
+            print(f"memvault mcp: warning: {notice}", file=sys.stderr, flush=True)
         if warm:
             tools.warmup.start()
         yield {}
@@ -183,7 +183,7 @@ def _recall_tools(server: MCPServer, t: _Tools) -> None:
         """Report the memories you actually relied on ("fact:db/primary", "procedure:web/reload-nginx",
         "episode:<id>"): this, not being returned by recall, is what ranks often-used memories higher."""
         counted = await t.on_vault(lambda: t.vault.used(refs, source=t.source))
-        return {"counted": [f"{kind}:{item}" for kind, item in counted]}
+        return {"counted": [f"{kind}:{item}" for kind, item in counted], "warnings": counted.warnings}
 
 
 def _fact_tools(server: MCPServer, t: _Tools) -> None:
@@ -227,8 +227,11 @@ def _episode_tools(server: MCPServer, t: _Tools) -> None:
                           meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record what happened (append-only), under this server's source. `kind` is one lower-case word:
         raw, summary, or another; `meta` is a JSON object of details."""
-        return await t.on_vault(lambda: t.vault.episodes.append(text, source=t.source, kind=kind, tags=tags,
-                                                                meta=meta).to_dict())
+        def append() -> dict[str, Any]:
+            episode = t.vault.episodes.append(text, source=t.source, kind=kind, tags=tags, meta=meta)
+            return {**episode.to_dict(), "warnings": episode.warnings}
+
+        return await t.on_vault(append)
 
     @server.tool(annotations=_annotations(read_only=True))
     async def list_episodes(since: str | None = None, until: str | None = None, source: str | None = None,
@@ -302,6 +305,7 @@ def _run_procedure(vault: Vault, name: str, args: list[str], source: str) -> dic
         "blob": result.procedure.blob,
         "episode_id": result.episode.id,
         **output,
+        "warnings": result.episode.warnings,
     }
 
 
@@ -335,7 +339,7 @@ def resolve_token(host: str, token: str | None, *, env: str = TOKEN_ENV, what: s
     if token is None and not is_loopback(host):
         raise MemvaultError(
             f"refusing to serve {what} on {host}, which is not a loopback address, without a bearer token: "
-            f"pass --token or set {env} (or bind 127.0.0.1)"
+            f"pass --token-file or set {env} (or bind 127.0.0.1)"
         )
     return token
 
@@ -377,13 +381,18 @@ def http_app(server: MCPServer, host: str, token: str | None) -> Any:
 
 # --------------------------------------------------------------------------------------------------- serve
 def read_token(path: str | None) -> str | None:
-    """The bearer token from ``path`` (first line; the file should be readable by its owner only)."""
+    """The bearer token from ``path`` (first line). The file must be readable by its owner only: a token others
+    can read is not a secret, so a group- or world-readable file (0644) is refused with the command that fixes it."""
     if path is None:
         return None
     try:
+        mode = os.stat(path).st_mode
         text = Path(path).read_text(encoding="utf-8").strip().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidValue("--token-file", f"{path}: cannot read it ({exc})") from None
+    if mode & 0o077:
+        raise InvalidValue("--token-file", f"{path} can be read by other users (mode {mode & 0o777:o}): "
+                                           f"chmod 600 {path}")
     if not text or not text[0].strip():
         raise InvalidValue("--token-file", f"{path} is empty")
     return text[0].strip()

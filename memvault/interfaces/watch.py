@@ -18,7 +18,6 @@ writes ``pid host started_at`` to ``.memvault/watch.pid`` so a second one can sa
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import socket
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import WatcherRunning, describe
+from ..rules.fsutil import atomic_write, lock_held, try_lock
 from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
@@ -212,25 +212,18 @@ class Watcher:
     # -- one watcher per vault ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _claim(self) -> Iterator[None]:
-        locks = self.vault.state_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
         pid_file = self.vault.state_dir / "watch.pid"
-        fd = os.open(locks / "watch.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise holder(self.vault.root, pid_file) from None
+        with try_lock(self.vault.state_dir / "locks" / "watch.lock") as mine:
+            if not mine:
+                raise holder(self.vault.root, pid_file)
             stamp = f"{os.getpid()} {socket.gethostname()} {format_time(now())}\n"
-            pid_file.write_text(stamp)
+            atomic_write(pid_file, stamp.encode())
             try:
                 yield
             finally:
                 with contextlib.suppress(OSError):
                     if pid_file.read_text() == stamp:
                         pid_file.unlink()
-        finally:
-            os.close(fd)  # releases the lock
 
 
 def holder(root: Path, pid_file: Path) -> WatcherRunning:
@@ -252,17 +245,7 @@ def watching(vault: Vault) -> bool:
 def watcher_running(state_dir: Path) -> bool:
     """Whether a watcher holds the vault whose state directory is ``state_dir`` (a shared, non-blocking probe
     of its lock; the lock file is never created)."""
-    try:
-        fd = os.open(state_dir / "locks" / "watch.lock", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return lock_held(state_dir / "locks" / "watch.lock")
 
 
 def describe_report(report: SyncReport, reason: str) -> str:

@@ -488,6 +488,16 @@ def local_overrides(path: Path) -> dict[str, Any]:
     return raw
 
 
+def from_text(text: str, path: Path) -> Config:
+    """Validate the text of a memvault.toml (``path`` names it in errors), without this host's overrides: what the
+    write gate and the pre-commit hook check before a hand-edited one is committed."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"invalid TOML: {exc}") from None
+    return from_dict(raw, path)
+
+
 def load(path: Path) -> Config:
     """Read and validate ``path`` (a memvault.toml), with this host's overrides (``.memvault/local.toml``) on top.
     A missing file gives the defaults."""

@@ -142,6 +142,11 @@ class SyncConflict(GitError):
         ))
 
 
+class PurgeIncomplete(MemvaultError):
+    """A purge removed the memories from the files and git, but their text may still be readable in
+    ``.memvault/`` (a step of scrubbing the index or state failed)."""
+
+
 class SearchIndexError(MemvaultError):
     """The search index (or the local state database) cannot be opened, read or rebuilt."""
 

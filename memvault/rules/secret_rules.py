@@ -103,6 +103,12 @@ _PUBLIC = (
 )
 
 
+# Public by design, but only when their checksum holds (a random token passes one by chance 1 time in 2^30 or
+# less): bech32 age recipients and Bitcoin segwit addresses, Base58Check Bitcoin addresses. Checked in secrets.py.
+_BECH32 = re.compile(r"(?<![A-Za-z0-9])(age1|bc1)[qpzry9x8gf2tvdw0s3jn54khce6mua7l]{11,90}(?![A-Za-z0-9])")
+_BASE58_ADDRESS = re.compile(r"(?<![A-Za-z0-9])[13][1-9A-HJ-NP-Za-km-z]{25,34}(?![A-Za-z0-9])")
+
+
 def _blocks(block: _Block, lower: str) -> list[tuple[int, int]]:
     """Spans of ``block`` in the lower-cased text, each searched for its footer only up to the next header."""
     headers = list(block.header.finditer(lower))
@@ -227,6 +233,21 @@ _CMDLINE = tuple(
         _command("curl") + _CMD + r"(?:-u|--user)[ \t]*['\"]?[^\s:'\"]+:(?P<v>[^\s'\"]+)",
         # docker, podman, helm, oc, cf ... login -p PASSWORD
         _command("login") + _CMD + r"(?:-p|--password)[ \t]+" + _ARG,
+        # OpenLDAP tools: -w PASSWORD (-W prompts, -y reads a file)
+        _command("ldap") + r"(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop|url)" + _CMD
+        + r"-w[ \t]*" + _ARG,
+        # MongoDB shells and tools: -p PASSWORD as its own argument (a bare -p prompts)
+        _command("mongo") + r"(?:sh|dump|restore|export|import|stat|top|files)?" + _CMD + r"-p[ \t]+" + _ARG,
+        # SQL Server: -P PASSWORD (-U is the login)
+        *(_command(tool) + _CMD + r"-P[ \t]*" + _ARG for tool in ("sqlcmd", "osql", "bcp")),
+        # htpasswd -b (batch): the password is the last argument, after the file and the user; with -n, no file
+        _command("htpasswd") + r"[ \t]+-[A-Za-z]*b[A-Za-z]*(?:[ \t]+-[A-Za-z]+)*[ \t]+[^\s-]\S*[ \t]+[^\s-]\S*[ \t]+"
+        + _ARG,
+        _command("htpasswd") + r"[ \t]+-(?=[A-Za-z]*n)(?=[A-Za-z]*b)[A-Za-z]+(?:[ \t]+-[A-Za-z]+)*[ \t]+[^\s-]\S*[ \t]+"
+        + _ARG,
+        # Samba: -U user%PASSWORD
+        *(_command(tool) + _CMD + r"(?:-U|--user(?:name)?)[ \t=]*['\"]?[^\s%'\"]+%(?P<v>[^\s'\"]+)"
+          for tool in ("smbclient", "rpcclient", "smbcacls", "smbmap", "smbget", "net")),
         r"-pass(?<=[ \t]-pass)(?:in|out)?[ \t]+['\"]?pass:(?P<v>[^\s'\"]+)",  # openssl -passin pass:PW
         r"--(?<![\w-]--)(?:[\w-]*[-_])?(?:password|passwd|passphrase|token|secret|api-?key|access-key|secret-key"
         r"|auth-token)[ \t]+" + _ARG,
@@ -295,6 +316,8 @@ _PLACEHOLDER = re.compile(
     )$""",
     re.IGNORECASE | re.VERBOSE,
 )
+# A remark in parentheses where a value would be: "password: (see 1password)", "token: (ask the on-call)".
+_REMARK = re.compile(r"^\((?:[a-z]{2,})(?:[ \t].*)?\)?$")
 # A Kubernetes object name (lower-case words joined by hyphens): under a *secret name it names a Secret object.
 _OBJECT_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 _PATHLIKE = re.compile(r"^(?:~?/|\./|\.\./|[A-Za-z]:\\)")

@@ -48,6 +48,9 @@ from itertools import compress
 
 from .secret_rules import (  # the rule tables
     _ASSIGNED,
+    _BASE58_ADDRESS,
+    _BECH32,
+    _REMARK,
     _ASSIGNMENTS,
     _BENIGN_LABEL,
     _CMDLINE,
@@ -250,7 +253,7 @@ def _looks_random(run: str, assigned: bool) -> bool:
 def _is_literal(value: str, sep: str, quoted: bool, rest_of_line: str) -> bool:
     """True if an assigned value is a literal secret rather than a placeholder, reference, path or prose."""
     value = value.strip()
-    if len(value) < 4 or _PLACEHOLDER.match(value) or _PATHLIKE.match(value):
+    if len(value) < 4 or _PLACEHOLDER.match(value) or _PATHLIKE.match(value) or _REMARK.match(value):
         return False
     # "Secret: the plan is..." is prose; "password: hunter2" (YAML) is not. An unquoted colon value counts only if
     # it is the last thing on the line or does not read as a plain word.
@@ -359,6 +362,7 @@ def _scan_text(text: str, decode: bool) -> _Scan:
     public = [span for block in _PUBLIC_BLOCKS for span in _blocks(block, scan.lower)]
     public += [(m.start() - rule.back, m.end()) for rule in _PUBLIC
                for m in rule.pattern.finditer(scan.lower if rule.lower else scan.text)]
+    public += _public_addresses(scan.text)
     scan.mask(public)
     _shaped(scan)
     _command_lines(scan)
@@ -420,6 +424,46 @@ def _original_positions(text: str) -> list[int] | None:
     if positions is not None:
         positions.append(len(text))
     return positions
+
+
+_BECH32_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def _bech32_valid(text: str) -> bool:
+    """BIP 173 checksum (bech32 or bech32m) of a lower-case ``hrp1data`` string."""
+    hrp, _, data = text.rpartition("1")
+    values = [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp] + [_BECH32_CHARSET.index(c) for c in data]
+    chk = 1
+    for value in values:
+        top = chk >> 25
+        chk = (chk & 0x1FFFFFF) << 5 ^ value
+        for i, gen in enumerate((0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)):
+            if (top >> i) & 1:
+                chk ^= gen
+    return chk in (1, 0x2BC830A3)
+
+
+def _base58check_valid(text: str) -> bool:
+    """The four checksum bytes of a Base58Check string (a Bitcoin P2PKH or P2SH address)."""
+    import hashlib
+
+    number = 0
+    for c in text:
+        number = number * 58 + _BASE58_ALPHABET.index(c)
+    raw = number.to_bytes((number.bit_length() + 7) // 8, "big")
+    raw = b"\0" * (len(text) - len(text.lstrip("1"))) + raw
+    if len(raw) < 5:
+        return False
+    body, check = raw[:-4], raw[-4:]
+    return hashlib.sha256(hashlib.sha256(body).digest()).digest()[:4] == check
+
+
+def _public_addresses(text: str) -> list[tuple[int, int]]:
+    """Spans of age recipients and Bitcoin addresses whose checksum holds: public keys and addresses, by design."""
+    spans = [(m.start(), m.end()) for m in _BECH32.finditer(text) if _bech32_valid(m.group(0))]
+    spans += [(m.start(), m.end()) for m in _BASE58_ADDRESS.finditer(text) if _base58check_valid(m.group(0))]
+    return spans
 
 
 def _shaped(scan: _Scan) -> None:

@@ -80,6 +80,18 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+def impossible_dates(query: str) -> list[str]:
+    """The ``YYYY-MM-DD`` of ``query`` that are no day of any calendar (``2026-02-30``): :func:`parse` reads them
+    as words, and the caller says so instead of silently searching all time."""
+    out = []
+    for m in re.finditer(rf"\b{_DATE}\b", query):
+        try:
+            date.fromisoformat(m.group(0))
+        except ValueError:
+            out.append(m.group(0))
+    return out
+
+
 def parse(query: str, now: datetime) -> Window | None:
     """The first time expression of ``query`` as a :class:`Window`, or None when there is none."""
     now = now.astimezone(timezone.utc)

@@ -38,6 +38,8 @@ class Op(enum.Enum):
     EXPIRE = "expire"
     CONFIGURE = "configure"
     SYNC = "sync"
+    COMMIT_EDITS = "commit_edits"
+    HOOKS = "hooks"
     ALLOW_SECRET = "allow_secret"
 
 
@@ -71,6 +73,9 @@ RULES: tuple[Rule, ...] = (
     Rule(Op.EXPIRE, "remove expired facts", "expire --apply", "no"),
     Rule(Op.CONFIGURE, "change memvault.toml", "reindex --model", "no"),
     Rule(Op.SYNC, "commit, pull and push the vault", "sync", "no"),
+    Rule(Op.COMMIT_EDITS, "commit files edited by hand (each checked like a write)", "sync, Vault.commit_edits",
+         "no"),
+    Rule(Op.HOOKS, "install or remove the git hooks", "hooks install, hooks uninstall", "no"),
     Rule(Op.ALLOW_SECRET, "store text that looks like a secret", "--allow-secret", "no"),
 )
 _BY_OP = {rule.op: rule for rule in RULES}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ SOURCE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z0-9._~:/?#@!$&()*+,
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]*")
 #: Episode ids are ULIDs: milliseconds since 1970 in 48 bits, so a time before 1970 has no id.
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: How far past this host's clock an episode may be dated: clock skew between hosts, not the future.
+MAX_FUTURE = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,16 @@ def validate_tags(tags: object, name: str = "tags") -> list[str]:
     return out
 
 
-def check_episode_time(when: datetime, name: str = "at") -> datetime:
-    """Episode times are 1970..9999 (ids are ULIDs, files are ``YYYY-MM.jsonl``)."""
+def check_episode_time(when: datetime, name: str = "at", *, now: datetime | None = None) -> datetime:
+    """Episode times are from 1970 (ids are ULIDs) up to ``now`` plus :data:`MAX_FUTURE` of clock skew: an episode
+    records what happened, and one dated in the future would outlive retention, lead every listing and look
+    recent for ever (an untrusted source's way to stay on top)."""
     if when < EARLIEST:
         raise InvalidValue(name, f"{when.isoformat()} is before 1970; episode ids count milliseconds from 1970")
+    if now is not None and when > now + MAX_FUTURE:
+        raise InvalidValue(name, f"{when.isoformat()} is in the future (more than {int(MAX_FUTURE.total_seconds() // 60)}"
+                                 f" minutes past this host's clock, {now.replace(microsecond=0).isoformat()}): an "
+                                 "episode records what happened; give the time with its zone (…Z or +02:00)")
     return when
 
 

@@ -1,9 +1,11 @@
 """The checks a vault file must pass, shared by the write gate and the git pre-commit hook.
 
 memvault's own commits skip the pre-commit hook (they were checked when written), so the gate must be at least as
-strict as the hook: both call :func:`check_file` on the exact bytes that will be committed. Secrets are looked for
-in every field — the text, each front-matter value and key (tags, category, anything a person added), each
-episode field — by :func:`memvault.rules.secrets.scan_fields`, plus the whole file text as written.
+strict as the hook: both call :func:`check_file` (a memory file) and :func:`commit_refusal` (any file of the vault,
+hand edits that ``sync`` commits included) on the exact bytes that will be committed. Secrets are looked for in
+every field — the text, each front-matter value and key (tags, category, anything a person added), each episode
+field, and the fact key or procedure name itself (it is the path and the commit subject) — by
+:func:`memvault.rules.secrets.scan_fields`, plus the whole file text as written.
 """
 from __future__ import annotations
 
@@ -68,9 +70,11 @@ def check_file(area: str, inner: str, data: bytes, *, secrets: bool = True) -> l
     """Problems of one file of ``facts/``, ``inbox/`` or ``procedures/`` (``inner`` is its path inside the
     area): a bad key or name, front matter that does not parse, and (with ``secrets``) anything like a secret."""
     problems: list[Finding] = []
+    name = PurePosixPath(inner).with_suffix("").as_posix() if area == "procedures" else inner[: -len(".md")]
+    problems += key_secrets(name, "procedure name" if area == "procedures" else "fact key")
     if area == "procedures":
         try:
-            validate_name(PurePosixPath(inner).with_suffix("").as_posix())
+            validate_name(name)
         except InvalidKey as exc:
             problems.append(Finding(f"not a valid procedure name: {exc.reason}"))
     else:
@@ -97,3 +101,87 @@ def episode_secrets(fields: dict[str, Any]) -> list[SecretFinding]:
     from ..rules.secrets import scan_fields
 
     return scan_fields(fields)
+
+
+def key_secrets(name: str, what: str = "fact key") -> list[Finding]:
+    """A secret in a fact key or procedure name (``tokens/xoxb-…``): the name is a path and the subject of a
+    commit, pushed with the vault. Never allowed, not even with ``--allow-secret`` (the reason does not start with
+    "looks like a secret", which that flag waives)."""
+    from ..rules.secrets import find_secrets
+
+    found = find_secrets(name)
+    if not found:
+        return []
+    kinds = ", ".join(dict.fromkeys(f"{f.kind} ({f.excerpt})" for f in found))
+    return [Finding(f"a {what} must not hold a secret: {kinds}; the name is a path and a commit subject")]
+
+
+def commit_problems(rel: str, data: bytes | None, *, limits: dict[str, int] | None = None) -> list[Finding]:
+    """Why the vault file ``rel`` (vault-relative, with the bytes ``data`` that would be committed; None for a
+    deletion) must not be committed; empty when it may. The one check every commit memvault makes runs — a write
+    through the gate, sync's commit of hand edits, the pre-commit hook: temp files and editor droppings, anything
+    in ``.memvault``, a fact key or procedure name that is invalid or holds a secret, front matter that does not
+    parse, conflict markers, a file over ``[limits]`` (area -> bytes), and secrets in every field of every file
+    (episode lines and memvault.toml included). Symlinks are the caller's to refuse (it knows the file, not
+    only its bytes)."""
+    if data is None:
+        return []  # a deletion carries no text
+    area, _, inner = rel.partition("/")
+    name = PurePosixPath(rel).name
+    if rel == ".memvault" or rel.startswith(".memvault/"):
+        return [Finding("memvault's local state (index, locks) of this host: never committed")]
+    if name.endswith(IGNORED_SUFFIXES) or (inner and any(part.startswith(".") and part != ".gitignore"
+                                                         for part in inner.split("/"))):
+        return [Finding("a temp file, editor dropping or hidden file: never committed by memvault")]
+    limit = (limits or {}).get(area)
+    if limit is not None and is_memory_file(area, inner) and len(data) > limit:
+        return [Finding(f"{len(data)} bytes, more than the {limit} allowed ([limits]): split it")]
+    if is_memory_file(area, inner):
+        return check_file(area, inner, data)
+    if b"\0" in data:
+        return []  # binary: nothing memvault reads, nothing to scan
+    text = data.decode("utf-8", errors="replace")
+    if area == "episodes" and rel.endswith(".jsonl"):
+        return episode_file_secrets(text)
+    if rel == "memvault.toml":
+        from ..rules.config import from_text
+        from ..rules.errors import ConfigError
+
+        try:
+            from_text(text, Path(rel))
+        except ConfigError as exc:
+            return [Finding(exc.reason)]
+    from ..rules.secrets import find_secrets
+
+    return [Finding(f"looks like a secret: {f.kind} {f.excerpt}", f.line) for f in find_secrets(text)]
+
+
+def commit_refusal(rel: str, data: bytes | None, *, limits: dict[str, int] | None = None) -> str | None:
+    """:func:`commit_problems` as one line (the first problem, and how many more), or None."""
+    problems = commit_problems(rel, data, limits=limits)
+    if not problems:
+        return None
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return (f"line {first.line}: {first.reason}" if first.line else first.reason) + more
+
+
+def episode_file_secrets(text: str) -> list[Finding]:
+    """Secrets in an episode file as a person may have edited it: every line's fields (meta keys included), and
+    the raw text of lines that are not valid JSON."""
+    import json
+
+    from ..rules.secrets import find_secrets
+
+    found: list[Finding] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            fields = json.loads(line)
+        except (ValueError, RecursionError):
+            fields = None
+        findings = episode_secrets(fields) if isinstance(fields, dict) else find_secrets(line)
+        found += [Finding(f"looks like a secret: {f.kind} {f.excerpt}" + (f" in {f.field}" if f.field else ""),
+                          lineno) for f in findings]
+    return found

@@ -15,13 +15,14 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, locked, read_inside
+from ..rules.fsutil import FileChange, entry_problem, locked, open_private, read_inside, walk
 from ..rules.timeutil import format_time, now, parse_time
+from ..rules.timeutil import now as clock
 from ..rules.validation import Problem, check_episode_time, check_json_value, validate_kind, validate_source, validate_tags
 
 KNOWN_KINDS = ("raw", "summary", "procedure_run")
@@ -134,6 +135,8 @@ class RewriteReport:
     removed: list[Episode] = field(default_factory=list)
     changes: list[FileChange] = field(default_factory=list)
     unreadable: int = 0
+    #: What the caller should know once the rewrite is applied (an index that could not be told, ...).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def files_changed(self) -> list[Path]:
@@ -159,6 +162,7 @@ class RewriteReport:
             "files_changed": [p.relative_to(root).as_posix() for p in self.files_changed],
             "files_deleted": [p.relative_to(root).as_posix() for p in self.files_deleted],
             "unreadable_lines_kept": self.unreadable,
+            "warnings": list(self.warnings),
         }
 
 
@@ -197,35 +201,23 @@ class EpisodeLog:
     def files(self, problems: list[Problem] | None = None) -> list[Path]:
         """Every episode file, in time order (``YYYY-MM.jsonl``, also in per-host sub-folders). Symlinks out
         of ``episodes/`` and special files are reported and skipped."""
-        if not self.dir.is_dir():
-            return []
         base = os.path.realpath(self.dir)
         found = []
-        stack = [str(self.dir)]
-        while stack:
-            current = stack.pop()
-            try:
-                entries = list(os.scandir(current))
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                elif entry.name.endswith(".jsonl"):
-                    problem = entry_problem(entry, base)
-                    if problem is None:
-                        found.append(Path(entry.path))
-                    else:
-                        _report(problems, Problem(Path(entry.path), problem))
+        for entry in walk(self.dir, lambda path, reason: _report(problems, Problem(path, reason))):
+            if entry.name.endswith(".jsonl"):
+                problem = entry_problem(entry, base)
+                if problem is None:
+                    found.append(Path(entry.path))
+                else:
+                    _report(problems, Problem(Path(entry.path), problem))
         return sorted(found, key=lambda p: (p.name, p.as_posix()))
 
     # -- writing -----------------------------------------------------------------------------------------
     def make(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
              tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-             id: str | None = None) -> tuple[Episode, bytes]:
+             now: datetime | None = None, id: str | None = None) -> tuple[Episode, bytes]:
         """Validate an episode and render its line; nothing is written. Raises InvalidValue naming the field.
+        ``now`` is this host's clock: an episode is what happened, so it is not dated past it (beyond skew).
         ``id`` keeps an existing episode's id (a vault restored from its export); by default a new ULID."""
         if id is not None and (not isinstance(id, str) or not _EPISODE_ID.match(id)):
             raise InvalidValue("id", f"{id!r} is not an episode id (letters, digits, '.', '_', ':', '-'; at most 100)")
@@ -233,7 +225,8 @@ class EpisodeLog:
             raise InvalidValue("text", "an episode needs some text")
         validate_source(source)
         validate_kind(kind)
-        when = check_episode_time(parse_time(at, "at") if at is not None else now())
+        current = now or clock()
+        when = check_episode_time(parse_time(at, "at") if at is not None else current, now=current)
         tags = validate_tags(tags)
         if meta is not None and not isinstance(meta, dict):
             raise InvalidValue("meta", "must be a JSON object")
@@ -253,9 +246,9 @@ class EpisodeLog:
 
     def append_line(self, path: Path, data: bytes) -> None:
         """Append one rendered line (see :meth:`make`) as one ``write(2)`` under the append lock."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock():
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            # Never through a link: not the month file, nor episodes/ or a host folder on the way to it.
+            fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -350,6 +343,28 @@ class EpisodeLog:
             _report(problems, Problem(path, exc.reason))
             return
         yield from parse_lines(data, path, problems, start=start)
+
+    def has(self, episode_id: str) -> bool:
+        """Whether an episode with this id is stored: only the month files of the time its ULID holds are read."""
+        if not isinstance(episode_id, str) or len(episode_id) != 26 or any(c not in _CROCKFORD for c in episode_id):
+            return False
+        ms = 0
+        for c in episode_id[:10]:
+            ms = ms * 32 + _CROCKFORD.index(c)
+        try:
+            at = datetime.fromtimestamp(ms / 1000, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return False
+        name = f"{at.year:04d}-{at.month:02d}.jsonl"
+        for path in self.files():
+            if path.name == name:
+                try:
+                    data = read_inside(path, self.dir).decode("utf-8", errors="replace")
+                except (OSError, UnsafePath):
+                    continue
+                if episode_id in data and any(e.id == episode_id for e in parse_lines(data.encode(), path)):
+                    return True
+        return False
 
     def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
         """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""

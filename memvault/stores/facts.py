@@ -17,12 +17,14 @@ from typing import Any
 
 from ..rules import frontmatter_edit as fm
 from ..rules.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, read_inside
+from ..rules.fsutil import FileChange, entry_problem, read_inside, walk
 from ..rules.timeutil import format_time, parse_date, parse_time
 from ..rules.validation import Problem, unit_float, validate_key, validate_tags
 
 log = logging.getLogger(__name__)
 
+#: Lines git writes into a file it could not merge.
+_CONFLICT_START, _CONFLICT_END = "<<<<<<< ", ">>>>>>> "
 KNOWN_FIELDS = ("category", "importance", "confidence", "source", "tags", "created", "updated", "valid_until")
 DEFAULT_IMPORTANCE = 0.5
 
@@ -96,8 +98,24 @@ class Fact:
         }
 
 
+def conflict_markers(text: str) -> int | None:
+    """The line of the first git conflict marker in ``text`` (a ``<<<<<<<`` line with its ``>>>>>>>``), or None.
+    A lone ``=======`` is a markdown heading underline, not a conflict."""
+    if _CONFLICT_START not in text:
+        return None
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines, 1) if line.startswith(_CONFLICT_START) or line == _CONFLICT_START.strip()]
+    if starts and any(line.startswith(_CONFLICT_END) or line == _CONFLICT_END.strip() for line in lines[starts[0]:]):
+        return starts[0]
+    return None
+
+
 def parse_fact(key: str, path: Path, text: str, mtime: float | None = None) -> Fact:
     """Build a :class:`Fact` from a file's text. Raises :class:`FactParseError` naming path and line."""
+    marker = conflict_markers(text)
+    if marker is not None:
+        raise FactParseError(path, "holds git conflict markers from an unfinished merge: keep one version, remove "
+                                   "the <<<<<<< ======= >>>>>>> lines, then commit", marker)
     try:
         doc = fm.parse(text)
     except fm.FrontMatterError as exc:
@@ -249,35 +267,21 @@ class FactStore:
         """Every fact file as (key, path), sorted by key. Names that are not valid keys, symlinks out of the
         folder and special files are reported in ``problems`` (or logged) and skipped."""
         directory = self.inbox_dir if inbox else self.dir
-        if not directory.is_dir():
-            return []
         base = os.path.realpath(directory)
         found = []
-        stack = [str(directory)]
-        while stack:
-            current = stack.pop()
-            try:
-                entries = list(os.scandir(current))
-            except OSError:
+        for entry in walk(directory, lambda path, reason: _report(problems, Problem(path, reason))):
+            if not entry.name.endswith(".md"):
                 continue
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                    continue
-                if not entry.name.endswith(".md"):
-                    continue
-                path = Path(entry.path)
-                problem = entry_problem(entry, base)
-                if problem is not None:
-                    _report(problems, Problem(path, problem))
-                    continue
-                key = self.key_for(path)
-                if key is None:
-                    _report(problems, Problem(path, "not a valid fact key (segments of [a-z0-9][a-z0-9._-]*): skipped"))
-                    continue
-                found.append((key, path))
+            path = Path(entry.path)
+            problem = entry_problem(entry, base)
+            if problem is not None:
+                _report(problems, Problem(path, problem))
+                continue
+            key = self.key_for(path)
+            if key is None:
+                _report(problems, Problem(path, "not a valid fact key (segments of [a-z0-9][a-z0-9._-]*): skipped"))
+                continue
+            found.append((key, path))
         return sorted(found)
 
     def iter(self, problems: list[Problem] | None = None, *, inbox: bool = False) -> Iterator[Fact]:
@@ -315,18 +319,44 @@ class FactStore:
                                                "([limits] fact_bytes): split it, or keep the bulk in a procedure")
         return data
 
+    def proposal_slot(self, key: str, text: str) -> tuple[str, Fact | None]:
+        """Where a proposal of ``text`` for ``key`` goes, so that no waiting proposal is replaced: ``inbox/KEY.md``
+        when it is free or holds the same text, else the first ``KEY.<n>`` that is free or holds the same text (an
+        alternative, which names ``proposes: KEY``). Returns the file's key and the proposal kept beside it."""
+        first = None
+        for n in range(1, 100):
+            slot = key if n == 1 else f"{key}.{n}"
+            validate_key(slot)
+            path = self.path_for(slot, inbox=True)
+            current = self._current(path)
+            if current is None:
+                return slot, first
+            try:
+                waiting = parse_fact(slot, path, current.decode("utf-8"))
+            except (FactParseError, UnicodeDecodeError):
+                waiting = None
+            if waiting is not None and waiting.extra.get("proposes", key) == key:
+                if waiting.text == text.strip():
+                    return slot, None  # the same proposal again: updated in place
+                first = first or waiting
+        raise InvalidValue("key", f"99 proposals for {key} already wait in inbox/: review them first")
+
     def plan_set(self, key: str, text: str, *, source: str, at: datetime, proposal: bool = False,
                  category: str | None = None, importance: float | None = None, confidence: float | None = None,
                  tags: list[str] | None = None, valid_until: date | str | None = None,
-                 extra: dict[str, Any] | None = None) -> FileChange:
+                 extra: dict[str, Any] | None = None, slot: str | None = None) -> FileChange:
         """The change that creates or replaces fact ``key`` (in ``inbox/`` for a ``proposal``).
 
         On an existing fact the body is replaced, ``updated`` is bumped, ``source`` records the writer, and
         fields not given keep their value (unknown front-matter keys and comments included). A proposal to
         change an existing fact starts from that fact's file. ``extra`` adds other front-matter keys (such as an
-        ingest candidate's ``claimed_source``). Values are validated here, before anything is written.
+        ingest candidate's ``claimed_source``). ``slot`` is the proposal's own file key when another proposal for
+        ``key`` waits (see :meth:`proposal_slot`): it then names ``proposes: KEY``. Values are validated here,
+        before anything is written.
         """
-        path = self.path_for(key, inbox=proposal)
+        path = self.path_for(slot or key, inbox=proposal)
+        if proposal and slot and slot != key:
+            extra = {**(extra or {}), "proposes": key}
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "a fact needs some text")
         changes: dict[str, Any] = {}
@@ -398,12 +428,22 @@ class FactStore:
         return FileChange(path, before, None), old
 
     def plan_accept(self, key: str) -> tuple[list[FileChange], Fact]:
-        """The changes that promote ``inbox/KEY.md`` to ``facts/KEY.md``, and the proposal."""
+        """The changes that promote ``inbox/KEY.md`` to ``facts/KEY.md`` (or, for an alternative proposal that
+        names ``proposes: OTHER``, to ``facts/OTHER.md`` without that line), and the proposal."""
         removal, proposal = self.plan_delete(key, inbox=True)
         if not proposal.text:
             raise FactParseError(removal.path, "the proposal cannot be read; fix or reject it")
-        target = self.path_for(key)
-        return [FileChange(target, self._current(target), removal.before), removal], proposal
+        data = removal.before
+        assert data is not None
+        target_key = proposal.extra.get("proposes")
+        if target_key is not None:
+            if not isinstance(target_key, str):
+                raise FactParseError(removal.path, "proposes: must be the key of the fact it changes")
+            validate_key(target_key)
+            doc = fm.parse(data.decode("utf-8"))
+            data = fm.update(doc, {"proposes": None}, list(KNOWN_FIELDS), doc.body).render().encode("utf-8")
+        target = self.path_for(target_key or key)
+        return [FileChange(target, self._current(target), data), removal], proposal
 
 
 def _report(problems: list[Problem] | None, problem: Problem) -> None:

@@ -216,15 +216,8 @@ class GitStore:
         if not paths:
             return {}
         rels = {self.rel(p): p for p in paths}
-        try:
-            tree = self._git("ls-tree", "-z", "HEAD", "--", *rels, strip=False)
-        except GitError:
-            return {}  # no commit yet
-        heads = {}
-        for record in tree.split("\0"):
-            if record:
-                info, _, rel = record.partition("\t")
-                heads[rel] = info.split()[2]
+        blobs = self.head_blobs(paths)  # {} when there is no commit yet: then git log finds nothing either
+        heads = {rel: blobs[path] for rel, path in rels.items() if path in blobs}
         commits: dict[str, str] = {}
         proc = subprocess.Popen(["git", "log", "--format=%x00%H", "--name-only", "--no-renames", "--", *rels],
                                 cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -243,6 +236,43 @@ class GitStore:
             proc.kill()
             proc.wait()
         return {path: (commits.get(rel), heads.get(rel)) for rel, path in rels.items()}
+
+    def head_blobs(self, paths: list[Path]) -> dict[Path, str]:
+        """The blob id of each of ``paths`` in HEAD (absent: not in HEAD), from one git call."""
+        if not paths:
+            return {}
+        rels = {self.rel(p): p for p in paths}
+        try:
+            tree = self._git("ls-tree", "-z", "HEAD", "--", *rels, strip=False)
+        except GitError:
+            return {}  # no commit yet
+        out = {}
+        for record in tree.split("\0"):
+            if record:
+                info, _, rel = record.partition("\t")
+                if rel in rels:
+                    out[rels[rel]] = info.split()[2]
+        return out
+
+    def status_paths(self, *pathspecs: str, untracked: str = "all") -> list[str]:
+        """Repository-relative paths ``git status`` reports as changed, new or deleted (both sides of a rename)."""
+        out = self.run("status", "--porcelain", "-z", f"--untracked-files={untracked}",
+                        *(("--", *pathspecs) if pathspecs else ()), strip=False)
+        entries = out.split("\0")
+        rels: list[str] = []
+        i = 0
+        while i < len(entries):
+            entry = entries[i]
+            i += 1
+            if len(entry) < 4:
+                continue
+            status, rel = entry[:2], entry[3:]
+            rels.append(rel)
+            if "R" in status or "C" in status:  # a staged rename: the next entry is the old path
+                if i < len(entries) and entries[i]:
+                    rels.append(entries[i])
+                i += 1
+        return list(dict.fromkeys(rels))
 
     def has_head(self) -> bool:
         try:

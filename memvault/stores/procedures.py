@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..rules import frontmatter_edit as fm
 from ..rules.errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, read_inside
+from ..rules.fsutil import FileChange, entry_problem, read_inside, walk
 from .gitstore import GitStore, blob_id
 from ..rules.validation import Problem, validate_name
 
@@ -43,6 +43,8 @@ class Procedure:
     description: str | None = None
     tags: list[str] = field(default_factory=list)
     executable: bool = False
+    #: Set by a write: what the caller should know (an index that could not be told, ...).
+    warnings: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
         path = self.path.relative_to(root) if root is not None else self.path
@@ -131,29 +133,19 @@ class ProcedureStore:
         """name -> the files that carry it (more than one means the name is ambiguous). Symlinks out of
         ``procedures/`` and special files are reported in ``problems`` (or logged) and skipped."""
         found: dict[str, list[Path]] = {}
-        if not self.dir.is_dir():
-            return found
         base = os.path.realpath(self.dir)
-        stack = [str(self.dir)]
-        while stack:
-            current = stack.pop()
-            try:
-                entries = sorted(os.scandir(current), key=lambda e: e.name)
-            except OSError:
+        for entry in walk(self.dir, lambda path, reason: _report(problems, Problem(path, reason))):
+            if entry.name.endswith(IGNORED_SUFFIXES):
                 continue
-            for entry in entries:
-                if entry.name.startswith(".") or entry.name.endswith(IGNORED_SUFFIXES):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                    continue
-                path = Path(entry.path)
-                problem = entry_problem(entry, base)
-                if problem is not None:
-                    _report(problems, Problem(path, problem))
-                    continue
-                name = path.relative_to(self.dir).with_suffix("").as_posix()
-                found.setdefault(name, []).append(path)
+            path = Path(entry.path)
+            problem = entry_problem(entry, base)
+            if problem is not None:
+                _report(problems, Problem(path, problem))
+                continue
+            name = path.relative_to(self.dir).with_suffix("").as_posix()
+            found.setdefault(name, []).append(path)
+        for paths in found.values():
+            paths.sort()
         return found
 
     def path_of(self, name: str) -> Path:

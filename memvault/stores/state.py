@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..rules.errors import SearchIndexError
+from ..rules.fsutil import drop_links, ensure_dir
 from ..rules.migrations import migrate
 from ..rules.timeutil import format_time, now
 
@@ -86,6 +87,21 @@ RECALL_LOG_PAGE_MAX = 500
 Key = tuple[str, str]
 
 
+def _tables(migrations: list[tuple[str, str]]) -> frozenset[str]:
+    """The tables the migrations leave behind (created and not dropped since)."""
+    import re
+
+    tables: set[str] = set()
+    for _name, sql in migrations:
+        for verb, table in re.findall(r"(CREATE|DROP)\s+TABLE\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?(\w+)", sql, re.I):
+            (tables.add if verb.upper() == "CREATE" else tables.discard)(table)
+    return frozenset(tables)
+
+
+#: What a state database must hold; one that lacks a table is moved aside and started afresh.
+TABLES = _tables(MIGRATIONS)
+
+
 @dataclass(frozen=True)
 class Usage:
     """Decayed counters of one memory, as of the time they were read."""
@@ -113,10 +129,14 @@ class State:
 
     def connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.path.parent)
+            for link in drop_links([self.path, *(Path(str(self.path) + s) for s in ("-wal", "-shm", "-journal"))]):
+                self.warnings.append(f"{link} was a symlink, not memvault's file: removed, never written through "
+                                     "(usage counts start afresh)")
             try:
                 self._conn = self._open()
                 migrate(self._conn, MIGRATIONS)
+                self._check_tables(self._conn)
             except sqlite3.DatabaseError as exc:
                 self.close()
                 aside = self._move_aside(exc)
@@ -128,6 +148,15 @@ class State:
                 self.warnings.append(f"{self.path.name} was damaged ({exc}); moved aside to {aside.name} and "
                                      "started afresh (usage counts restart)")
         return self._conn
+
+    @staticmethod
+    def _check_tables(conn: sqlite3.Connection) -> None:
+        """A file whose migrations are recorded but a table is gone (dropped by hand, a broken copy) is damaged:
+        every query would fail on it for ever. Raised as a DatabaseError, it is moved aside like any other."""
+        have = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted(TABLES - have)
+        if missing:
+            raise sqlite3.DatabaseError(f"table {', '.join(missing)} missing")
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
@@ -149,7 +178,7 @@ class State:
         try:
             return fn(self.connection(), *args)
         except sqlite3.DatabaseError as exc:
-            if "malformed" not in str(exc) and "not a database" not in str(exc):
+            if not any(word in str(exc) for word in ("malformed", "not a database", "no such table")):
                 raise SearchIndexError(f"{self.path}: {exc}") from None
             self.close()
             aside = self._move_aside(exc)

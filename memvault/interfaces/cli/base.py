@@ -36,6 +36,7 @@ class Context:
             from ...models.engine import terminal_status
 
             self._vault = Vault.open(self.vault_path, **{"status": terminal_status, **self.options})
+            warn(self._vault.notices)
         return self._vault
 
 
@@ -51,6 +52,12 @@ class Out:
     notes: list[str] = field(default_factory=list)
 
 
+def warn(warnings: Iterable[object]) -> None:
+    """What an operation says the person should know, one line each on stderr (stdout stays the result)."""
+    for warning in warnings:
+        click.echo(f"memvault: warning: {warning}", err=True)
+
+
 def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
     """Adds ``--json`` to a command that returns :class:`Out`, and prints it one way or the other."""
 
@@ -60,8 +67,7 @@ def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
         result = fn(*args, **kwargs)
         if result is None:
             return
-        for note in result.notes:
-            click.echo(f"memvault: warning: {note}", err=True)
+        warn(result.notes)
         if as_json:
             click.echo(json.dumps(result.data, ensure_ascii=False, indent=2))
         else:

@@ -29,8 +29,9 @@ def hooks() -> None:
 
 
 @hooks.command("install")
+@click.option("--source", "-s", help="Who installs them (must be trusted). Default: $MEMVAULT_SOURCE, else user:$USER.")
 @pass_ctx
-def hooks_install(ctx):
+def hooks_install(ctx, source):
     """Install memvault's git hooks (idempotent; core.hooksPath respected).
 
     pre-commit refuses a commit whose staged facts, inbox proposals or procedures have a bad key or name, front
@@ -38,18 +39,23 @@ def hooks_install(ctx):
     reindex in the background (one at a time: later ones coalesce). A hook already there is kept as
     <name>.memvault-chained and run first.
     """
+    from ...rules.trust import Op
     from ..githooks import install
 
+    ctx.vault.authorize(Op.HOOKS, source)
     for action in install(ctx.vault.root):
         click.echo(action)
 
 
 @hooks.command("uninstall")
+@click.option("--source", "-s", help="Who removes them (must be trusted). Default: $MEMVAULT_SOURCE, else user:$USER.")
 @pass_ctx
-def hooks_uninstall(ctx):
+def hooks_uninstall(ctx, source):
     """Remove memvault's git hooks and restore the hooks they chained."""
+    from ...rules.trust import Op
     from ..githooks import uninstall
 
+    ctx.vault.authorize(Op.HOOKS, source)
     for action in uninstall(ctx.vault.root):
         click.echo(action)
 
@@ -84,10 +90,9 @@ def sync_cmd(ctx, remote, source):
               help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs a token.")
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Read the bearer token every HTTP request must carry from FILE (or set MEMVAULT_MCP_TOKEN).")
-@click.option("--token", hidden=True, help="Deprecated: visible to every user in ps; use --token-file.")
 @click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")
 @pass_ctx
-def mcp_command(ctx, source, http, token_file, token, allow_run):
+def mcp_command(ctx, source, http, token_file, allow_run):
     """Serve the vault to agents over MCP: stdio by default, or streamable HTTP with --http.
 
     Tools: recall, get_fact, set_fact, list_facts, log_episode, list_episodes, get_procedure, list_procedures,
@@ -96,11 +101,7 @@ def mcp_command(ctx, source, http, token_file, token, allow_run):
     """
     from ..mcp import read_token, serve  # lazy: mcp is a heavy import
 
-    if token is not None:
-        click.echo("memvault: warning: --token is visible to other users in the process list; use --token-file "
-                   "or MEMVAULT_MCP_TOKEN", err=True)
-    serve(ctx.vault, source=source, allow_run=allow_run, http=http,
-          token=token if token is not None else read_token(token_file))
+    serve(ctx.vault, source=source, allow_run=allow_run, http=http, token=read_token(token_file))
 
 
 @cli.command("ui")

@@ -15,7 +15,7 @@ import click
 from ...core.vault import Vault
 from ...rules.errors import InvalidValue, describe
 from ...rules.timeutil import parse_time, parse_time_or_age
-from .base import Out, cli, output, pass_ctx, read_text_arg
+from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 
 
 # -- init ----------------------------------------------------------------------------------------------------
@@ -133,7 +133,8 @@ def fact_list(ctx, category, tag):
 @pass_ctx
 def fact_rm(ctx, key, source):
     """Remove fact KEY and commit the removal (git keeps its history)."""
-    ctx.vault.facts.delete(key, source=source)
+    old = ctx.vault.facts.delete(key, source=source)
+    warn(old.warnings)
     click.echo(f"removed {key}")
 
 
@@ -182,6 +183,8 @@ def fact_edit(ctx, key, source):
 
     try:
         f = ctx.vault.facts.edit(key, run_editor, again=again, source=source)
+        if f is not None:
+            warn(f.warnings)
         click.echo("no change" if f is None else f"saved {f.key}")
     finally:
         if not keep:
@@ -204,6 +207,7 @@ def proc() -> None:
 def proc_add(ctx, name, file, force, source, allow_secret):
     """Copy FILE in as procedure NAME and commit it."""
     p = ctx.vault.procedures.add(name, Path(file), force=force, source=source, allow_secret=allow_secret)
+    warn(p.warnings)
     click.echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
 
 
@@ -246,6 +250,7 @@ def proc_run(ctx, name, args, allow_dirty, source):
     Exits with the procedure's exit code.
     """
     result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
+    warn(result.episode.warnings)
     click.echo(
         f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
         f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms", err=True)
@@ -278,12 +283,13 @@ def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
             meta_obj = json.loads(meta, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--meta") from None
+        except RecursionError:
+            raise click.BadParameter("nested too deep (memvault takes at most 20 levels)", param_hint="--meta") from None
         if not isinstance(meta_obj, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--meta")
     e = ctx.vault.episodes.append(text, source=source, kind=kind, at=parse_time(at, "--at") if at else None,
                                   tags=list(tags), meta=meta_obj, allow_secret=allow_secret)
-    for warning in e.warnings:
-        click.echo(f"memvault: warning: {warning}", err=True)
+    warn(e.warnings)
     if as_json:
         click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
     else:
@@ -314,5 +320,4 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
             click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
             click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
-    for problem in problems:
-        click.echo(f"memvault: warning: {problem}", err=True)
+    warn(problems)

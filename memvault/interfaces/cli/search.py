@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ...rules.timeutil import parse_time_or_age
-from .base import Out, cli, output, pass_ctx
+from .base import Out, cli, output, pass_ctx, warn
 
 
 # -- index and recall ----------------------------------------------------------------------------------------
@@ -50,8 +50,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
                           record_access=not no_record, min_relevance=min_relevance, source=source,
                           since=parse_time_or_age(since, "--since") if since else None,
                           until=parse_time_or_age(until, "--until") if until else None)
-    for warning in result.warnings:
-        click.echo(f"memvault: warning: {warning}", err=True)
+    warn(result.warnings)
     click.echo(render(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))
 
 
@@ -65,8 +64,9 @@ def used(ctx, refs, source):
     This is what recall's frequency factor counts (being shown by recall is not a use).
     """
     counted = ctx.vault.used(list(refs), source=source)
-    click.echo(f"counted {len(counted)} of {len(refs)} uses" + ("" if len(counted) == len(refs) else
-                                                                " (an untrusted source counts once a day)"))
+    warn(counted.warnings)
+    click.echo(f"counted {len(counted)} of {len(refs)} uses" + ("" if len(counted) == len(refs) or counted.warnings
+                                                                else " (an untrusted source counts once a day)"))
 
 
 def progress_bar() -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .base import Out, cli, output, pass_ctx
+from .base import Out, cli, output, pass_ctx, warn
 
 
 # -- lifecycle and trust ------------------------------------------------------------------------------------
@@ -28,7 +28,8 @@ def prune(ctx, dry_run):
     report = ctx.vault.prune(dry_run=dry_run)
     notes = [f"{report.unreadable} unreadable lines kept (see 'memvault episode list')"] if report.unreadable else []
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)},
-               rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"), notes=notes)
+               rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"),
+               notes=notes + report.warnings)
 
 
 @cli.command()
@@ -46,7 +47,7 @@ def purge(ctx, pattern, dry_run):
     lines += [f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}" for e in report.episodes.removed]
     lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
                  + (f" in commit {report.commit[:12]}" if report.commit else ""))
-    return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines)
+    return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines, notes=report.warnings)
 
 
 @cli.command()
@@ -58,7 +59,10 @@ def inbox(ctx):
     proposals = ctx.vault.facts.proposals(problems)
     lines = [] if proposals else ["inbox empty"]
     for f, exists in proposals:
-        lines += [f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'})", f"    {f.text}"]
+        target = f.extra.get("proposes")
+        also = f", another proposal for {target}" if target else ""
+        lines += [f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'}{also})",
+                  f"    {f.text}"]
     data = [{**f.to_dict(ctx.vault.root), "changes_existing": exists} for f, exists in proposals]
     return Out(data, lines, notes=[str(p) for p in problems])
 
@@ -70,6 +74,7 @@ def inbox(ctx):
 def accept(ctx, key, source):
     """Promote the proposal inbox/KEY.md to facts/KEY.md (one commit)."""
     f = ctx.vault.facts.accept(key, source=source)
+    warn(f.warnings)
     click.echo(f"accepted {f.key} (from {f.source})")
 
 
@@ -80,6 +85,7 @@ def accept(ctx, key, source):
 def reject(ctx, key, source):
     """Drop the proposal inbox/KEY.md."""
     f = ctx.vault.facts.reject(key, source=source)
+    warn(f.warnings)
     click.echo(f"rejected {key} (from {f.source})")
 
 
@@ -105,6 +111,7 @@ def stale(ctx):
 def verify(ctx, key, source):
     """Confirm fact KEY still holds: bump its updated time and commit, clearing review staleness."""
     f = ctx.vault.verify(key, source=source)
+    warn(f.warnings)
     click.echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
 
 
@@ -123,7 +130,7 @@ def dedup(ctx, apply):
         lines.append("no duplicates or conflicts")
     elif report.groups and not apply:
         lines.append("run 'memvault dedup --apply' to merge the duplicate groups (conflicts are never merged)")
-    return Out(report.to_dict(), lines)
+    return Out(report.to_dict(), lines, notes=report.warnings)
 
 
 @cli.command()
@@ -139,7 +146,7 @@ def expire(ctx, apply):
                      f"{c['last_used'] or 'never used'})")
     if result["candidates"] and not apply:
         lines.append("run 'memvault expire --apply' to remove them")
-    return Out(result, lines)
+    return Out(result, lines, notes=result["warnings"])
 
 
 @cli.command()
@@ -154,10 +161,17 @@ def ingest(ctx, file, source, allow_secret):
     extractor or LLM step produces them, through trust, secrets and dedup."""
     report = ctx.vault.ingest(file, source=source, name=getattr(file, "name", "-"), allow_secret=allow_secret)
     data = report.to_dict()
-    lines = ["  ".join(f"{k} {len(v)}" for k, v in data.items())]
-    for k, items in data.items():
+    buckets = {k: v for k, v in data.items() if k != "warnings"}
+    lines = ["  ".join(f"{k} {len(v)}" for k, v in buckets.items())]
+    for k, items in buckets.items():
         for item in items:
             detail = item.get("reason") or item.get("key") or item.get("into") or item.get("episode") or ""
             extra = f" (conflicts with {item['with']}: {', '.join(item['differing'])})" if "with" in item else ""
+            if item.get("proposed"):
+                extra += f", waits in {item['proposed']}"
+            if item.get("previous"):
+                extra += f", the previous text is in commit {item['previous'][:12]}"
             lines.append(f"  {k}: {item['line']} {detail}{extra}")
-    return Out(data, lines)
+    notes = report.warnings + [f"{item['line']}: {w}" for items in buckets.values() for item in items
+                               for w in item.get("warnings", [])]
+    return Out(data, lines, notes=notes)
