@@ -442,12 +442,12 @@ class WriteGate:
     # -- episodes ----------------------------------------------------------------------------------------
     def check_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
                       tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                      allow_secret: bool = False) -> tuple[Episode, bytes]:
+                      allow_secret: bool = False, id: str | None = None) -> tuple[Episode, bytes]:
         """Every check of :meth:`append_episode` (trust, fields, time, size, secrets), nothing written: the
-        episode and the line it would append."""
+        episode and the line it would append (``id``: an existing episode's, restored)."""
         self.require(Op.APPEND_EPISODE, source)
         episode, line = self.episodes.make(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
-                                           now=self.clock())
+                                           now=self.clock(), id=id)
         if allow_secret:
             self.require(Op.ALLOW_SECRET, source)
         else:
@@ -466,6 +466,40 @@ class WriteGate:
         self.episodes.append_line(episode.path, line)
         episode.warnings = self.tell_index([episode.path])
         return episode
+
+    def append_episodes(self, items: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Episode]:
+        """Append several episodes at once (a captured session, an import): each goes through every check of
+        :meth:`append_episode`, and one refusal refuses them all before anything is written; then one write and
+        one fsync per month file, and the index told once.
+
+        Each item holds ``text`` and optionally ``kind``, ``at``, ``tags``, ``meta``, ``id`` and ``source`` (an
+        item's own source is allowed only for a restore by a trusted ``source``; by default every item gets
+        ``source``)."""
+        made: list[tuple[Episode, bytes]] = []
+        for n, item in enumerate(items, 1):
+            own = item.get("source")
+            if own is not None and own != source and (source is None or not self.policy.is_trusted(source)):
+                raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")
+            writer = own if own is not None else source
+            if writer is None:
+                raise UntrustedSource("none", "an episode needs a source")
+            try:
+                made.append(self.check_episode(item["text"], source=writer, kind=item.get("kind") or "raw",
+                                               at=item.get("at"), tags=item.get("tags"), meta=item.get("meta"),
+                                               id=item.get("id")))
+            except SecretRefused as exc:
+                raise SecretRefused(f"episode {n} of {len(items)}", exc.findings) from None
+        by_file: dict[Path, list[bytes]] = {}
+        for episode, line in made:
+            assert episode.path is not None
+            by_file.setdefault(episode.path, []).append(line)
+        for path, lines in by_file.items():
+            self.episodes.append_line(path, b"".join(lines))
+        warnings = self.tell_index(list(by_file)) if by_file else []
+        episodes = [e for e, _ in made]
+        for e in episodes:
+            e.warnings = warnings
+        return episodes
 
     def rewrite_episodes(self, report: RewriteReport, *, message: str, source: str) -> RewriteReport:
         """Apply a planned rewrite (prune, purge) made under the episode lock the caller still holds."""

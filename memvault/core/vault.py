@@ -34,6 +34,7 @@ from ..rules.validation import Problem, validate_source
 if TYPE_CHECKING:
     from . import ingest as ingest_mod
     from . import lifecycle
+    from ..stores.captures import CaptureLog
     from .browse import Browse
     from .history import Growth
     from .gate import Committed, Counted, WriteGate
@@ -249,6 +250,13 @@ class Vault:
         from ..stores.state import State
 
         return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
+
+    @cached_property
+    def captures(self) -> CaptureLog:
+        """What agent hooks have captured from sessions (``.memvault/captures.db``): turns and session cursors."""
+        from ..stores.captures import CaptureLog
+
+        return CaptureLog(self.state_dir / "captures.db")
 
     def default_source(self) -> str:
         return default_source()
@@ -674,6 +682,11 @@ class Episodes:
         """Append one episode as one whole line; keyword recall finds it at once. Returns it as stored."""
         return self._vault.gate.append_episode(text, source=self._vault._source(source), kind=kind, at=at, tags=tags,
                                                meta=meta, allow_secret=allow_secret)
+
+    def append_many(self, items: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Episode]:
+        """Append several episodes in one write per month file (see
+        :meth:`memvault.core.gate.WriteGate.append_episodes`): all of them, or none when one is refused."""
+        return self._vault.gate.append_episodes(items, source=self._vault._source(source))
 
     def iter(self, **filters: Any) -> Iterator[Episode]:
         return self.store.iter(**filters)

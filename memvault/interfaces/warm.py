@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 #: (given in ``args``, else the caller's MEMVAULT_SOURCE or user:$USER), used as the CLI would use it.
 CALLS: dict[str, str] = {
     "recall": "memvault.interfaces.warm:serve_recall",
+    "agent_context": "memvault.interfaces.agents.context:serve",
 }
 
 

@@ -376,6 +376,40 @@ class IndexSettings:
         return self.backend == "postgres"
 
 
+#: Whatever [agents] budget says, a session's context block is never larger than this many bytes (UTF-8): under
+#: Claude Code's 10,000-character cap on hook output and Codex's 2,500-token spill threshold (docs/agents.md).
+CONTEXT_HARD_BYTES = 8000
+
+
+@dataclass(frozen=True)
+class AgentsSettings:
+    """Agent runtimes wired with `memvault agent install`: what a session starts with and what a prompt gets."""
+
+    budget: int = setting(1200, "tokens (characters / 4) of context a session starts with; the block is also cut at "
+                                f"{CONTEXT_HARD_BYTES} bytes whatever this says", _int(100, 4000))
+    prompt_budget: int = setting(400, "tokens of recalled memory added to a prompt (per-prompt recall, opt-in at "
+                                      "install); nothing at all when nothing clears the relevance floor",
+                                 _int(50, 4000))
+    time_limit: float = setting("3s", "a session-start hook gives up after this long and says so (the hooks are "
+                                      "installed with a 30 s timeout)", _age)
+    prompt_time_limit: float = setting("2s", "a per-prompt hook gives up after this long, adding nothing", _age)
+    episodes: int = setting(5, "recent episodes of the working directory's project shown at session start",
+                            _int(0, 50))
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What agent hooks keep of a session: its new turns, as episodes of source agent:<runtime>."""
+
+    episode_bytes: int = setting("8KiB", "largest captured turn; what is cut is stated in the episode", _size)
+    session_bytes: int = setting("512KiB", "most text captured from one session; later turns are counted, not "
+                                           "stored", _size)
+    extractor: str | None = setting(None, "a command run over each capture's new turns (JSONL on stdin); its JSONL "
+                                          "output (as for `memvault ingest`) becomes proposals of the agent's "
+                                          "source, never trusted facts", _opt_str, shown="none", template=False)
+    extractor_timeout: float = setting("60s", "the extractor is stopped after this long", _age)
+
+
 SECTIONS: dict[str, type] = {
     "episodes": EpisodesSettings,
     "git": GitSettings,
@@ -386,6 +420,8 @@ SECTIONS: dict[str, type] = {
     "facts": FactsSettings,
     "limits": LimitsSettings,
     "index": IndexSettings,
+    "agents": AgentsSettings,
+    "capture": CaptureSettings,
 }
 
 
@@ -413,6 +449,8 @@ class Config:
     facts: FactsSettings = field(default_factory=FactsSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
+    agents: AgentsSettings = field(default_factory=AgentsSettings)
+    capture: CaptureSettings = field(default_factory=CaptureSettings)
 
     # Short names for the settings read everywhere.
     @property

@@ -333,10 +333,26 @@ def find_secrets(text: str) -> list[SecretFinding]:
 
     ``line`` in each finding is the line of the original ``text``, whatever normalisation did.
     """
+    if len(text) <= SHORT_TEXT:
+        return list(_find_short(text))
     return _find(text, decode=True)
 
 
+#: Texts up to this long are remembered with their findings: the fields of a batch of writes (a session's
+#: episodes: the same source, kind, tags, meta keys, session id and directory in every one) are scanned once.
+SHORT_TEXT = 256
+
+
+@lru_cache(maxsize=8192)
+def _find_short(text: str) -> tuple[SecretFinding, ...]:
+    return tuple(_find(text, decode=True))
+
+
 def _find(text: str, decode: bool) -> list[SecretFinding]:
+    return _scan_text(text, decode).result()
+
+
+def _scan_text(text: str, decode: bool) -> _Scan:
     scan = _Scan(text)
     for key in _PRIVATE_KEYS:
         for start, end in _blocks(key, scan.lower):
@@ -352,7 +368,62 @@ def _find(text: str, decode: bool) -> list[SecretFinding]:
     _command_lines(scan)
     _assignments(scan)
     _runs(scan, decode)
-    return scan.result()
+    return scan
+
+
+def secret_spans(text: str) -> list[tuple[int, int, SecretFinding]]:
+    """Where each secret of ``text`` is: ``(start, end, finding)`` with ``text[start:end]`` the secret itself (the
+    value, not the name it is assigned to), in text order. The same detector as :func:`find_secrets`; positions
+    are mapped back through normalisation, so they index the original text."""
+    scan = _scan_text(text, True)
+    if not scan.found:
+        return []
+    where = _original_positions(text)
+    out = []
+    for start, end, finding in sorted(scan.found, key=lambda item: (item[0], item[1])):
+        if where is not None:
+            start, end = where[start], where[max(start, end - 1)] + 1
+        out.append((start, end, finding))
+    return out
+
+
+def redact(text: str, mark: str = "<redacted:{kind}>") -> tuple[str, list[SecretFinding]]:
+    """``text`` with every secret :func:`secret_spans` finds replaced by ``mark`` (``{kind}`` is the finding's
+    kind, spaces as dashes: ``<redacted:GitHub-token>``, which reads as a placeholder to the detector itself), and
+    the findings. The rest of the text is kept as it was."""
+    spans = secret_spans(text)
+    out, last = [], 0
+    for start, end, finding in spans:
+        if start < last:
+            continue  # inside a span already replaced
+        out.append(text[last:start])
+        out.append(mark.format(kind=finding.kind.replace(" ", "-")))
+        last = end
+    out.append(text[last:])
+    return "".join(out), [f for _, _, f in spans]
+
+
+def _original_positions(text: str) -> list[int] | None:
+    """For each character of the scanned text (normalised, continuations joined), its index in ``text``; None
+    when the two are the same text."""
+    positions: list[int] | None = None
+    scanned = text
+    if not text.isascii():
+        positions = []
+        for i, ch in enumerate(text):
+            positions.extend([i] * (1 if ch.isascii() else len(_fold_char(ch))))
+        scanned = normalise(text)
+    if "\\\n" in scanned or "\\\r\n" in scanned:
+        kept: list[int] = []
+        last = 0
+        for m in _CONTINUATION.finditer(scanned):
+            kept.extend(range(last, m.start()))
+            last = m.end()
+        kept.extend(range(last, len(scanned)))
+        positions = [positions[i] for i in kept] if positions is not None else kept
+    if positions is not None:
+        positions.append(len(text))
+    return positions
 
 
 _BECH32_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"

@@ -28,6 +28,7 @@ from ..rules.validation import Problem, check_episode_time, check_json_value, va
 KNOWN_KINDS = ("raw", "summary", "procedure_run")
 log = logging.getLogger(__name__)
 _MONTH_FILE = re.compile(r"^(\d{4})-(\d{2})\.jsonl$")
+_EPISODE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _id_lock = threading.Lock()
 _last_id: tuple[int, int] = (0, 0)
@@ -214,9 +215,12 @@ class EpisodeLog:
     # -- writing -----------------------------------------------------------------------------------------
     def make(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
              tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-             now: datetime | None = None) -> tuple[Episode, bytes]:
+             now: datetime | None = None, id: str | None = None) -> tuple[Episode, bytes]:
         """Validate an episode and render its line; nothing is written. Raises InvalidValue naming the field.
-        ``now`` is this host's clock: an episode is what happened, so it is not dated past it (beyond skew)."""
+        ``now`` is this host's clock: an episode is what happened, so it is not dated past it (beyond skew).
+        ``id`` keeps an existing episode's id (a vault restored from its export); by default a new ULID."""
+        if id is not None and (not isinstance(id, str) or not _EPISODE_ID.match(id)):
+            raise InvalidValue("id", f"{id!r} is not an episode id (letters, digits, '.', '_', ':', '-'; at most 100)")
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "an episode needs some text")
         validate_source(source)
@@ -227,7 +231,7 @@ class EpisodeLog:
         if meta is not None and not isinstance(meta, dict):
             raise InvalidValue("meta", "must be a JSON object")
         check_json_value(meta or {}, "meta")
-        episode = Episode(id=new_id(when), created_at=format_time(when), source=source, kind=kind, text=text,
+        episode = Episode(id=id or new_id(when), created_at=format_time(when), source=source, kind=kind, text=text,
                           tags=tags, meta=dict(meta or {}))
         try:
             line = json.dumps(episode.to_dict(), ensure_ascii=False, allow_nan=False, separators=(", ", ": ")) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import live, memory, search, upkeep  # noqa: F401 - importing a module registers its commands
+from . import agent, live, memory, search, transfer, upkeep  # noqa: F401 - importing a module registers its commands
 from ...models.daemon import single_thread_blas
 from .base import Context, Failure, Group, Out, cli, output, pass_ctx, read_text_arg
 

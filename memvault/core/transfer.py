@@ -1,0 +1,331 @@
+"""Import and export: memory kept by other tools brought in through the write gate, and a vault written out whole.
+
+**Import.** A reader (``memvault.interfaces.transfer``) turns another tool's files into :class:`Item` s and writes
+nothing; :func:`import_items` puts each through the gate with the importer's source (``import:<tool>``): trust (an
+untrusted source proposes facts to the inbox), validation, secrets, size, and the duplicate check against the facts
+already there. The report says what came in, what was a duplicate (nothing written), what conflicts with a stored
+fact (nothing written, both named), and what was refused and why. Importing the same files again adds nothing.
+
+**Restore.** A memvault export read back (:func:`restore_items`) keeps every file byte for byte and every episode
+as it was (id, time, source): only a trusted source may do that, in one commit for the facts and procedures.
+
+**Export.** :func:`snapshot` yields everything a vault holds (facts and proposals as their files, procedures with
+their mode, episodes as stored) for the writers of the export formats.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..rules.errors import InvalidValue, LimitExceeded, MemvaultError, UntrustedSource, describe
+from ..rules.fsutil import FileChange
+from ..rules.secrets import describe as describe_secrets
+from ..rules.secrets import scan_fields
+from ..rules.trust import Op
+from ..rules.validation import validate_key, validate_tags
+from .ingest import slug_key
+
+if TYPE_CHECKING:
+    from .vault import Vault
+
+KINDS = ("fact", "episode", "procedure", "proposal")
+
+
+@dataclass
+class Item:
+    """One memory read from another tool (or from a memvault export), not yet written anywhere."""
+
+    kind: str
+    text: str
+    origin: str                      # where it came from: file, file:line, table:id
+    key: str | None = None           # a fact's key, a procedure's name
+    category: str | None = None
+    tags: list[str] = field(default_factory=list)
+    importance: float | None = None
+    confidence: float | None = None
+    at: str | None = None            # when it happened (an episode's time)
+    episode_kind: str = "raw"
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: A memvault export only: the exact file bytes, a procedure's mode, an episode's id and source.
+    content: bytes | None = None
+    mode: int | None = None
+    id: str | None = None
+    source: str | None = None
+
+
+@dataclass
+class ImportReport:
+    """What an import did (or, with ``dry_run``, would do), item by item."""
+
+    format: str
+    source: str
+    dry_run: bool = False
+    added: list[dict[str, Any]] = field(default_factory=list)
+    proposed: list[dict[str, Any]] = field(default_factory=list)
+    merged: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    BUCKETS = ("added", "proposed", "merged", "conflicts", "refused", "skipped")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "source": self.source, "dry_run": self.dry_run, "problems": self.problems,
+                **{k: getattr(self, k) for k in self.BUCKETS}}
+
+    def summary(self) -> str:
+        verb = "would import" if self.dry_run else "imported"
+        counts = ", ".join(f"{len(getattr(self, k))} {k}" for k in self.BUCKETS if getattr(self, k))
+        return f"{verb} from {self.format} as {self.source}: {counts or 'nothing'}"
+
+
+# ------------------------------------------------------------------------------------------------ import
+def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
+                 dry_run: bool = False) -> ImportReport:
+    """Bring ``items`` in as ``source`` through the gate (see the module doc). Facts first, then episodes in one
+    append; procedures only come from a memvault export (:func:`restore_items`)."""
+    gate = vault.gate
+    gate.require(Op.APPEND_EPISODE, source)
+    report = ImportReport(fmt, source, dry_run)
+    trusted = gate.policy.is_trusted(source)
+    seen_keys: dict[str, str] = {}
+    episodes: list[tuple[Item, dict[str, Any]]] = []
+    known = _imported_ids(vault, source)
+    for item in items:
+        entry = {"origin": item.origin}
+        try:
+            if item.kind in ("fact", "proposal"):
+                _import_fact(vault, item, entry, report, source, trusted, dry_run, seen_keys)
+            elif item.kind == "episode":
+                draft = _episode_draft(item, fmt)
+                if draft["meta"]["import_id"] in known:
+                    report.skipped.append({**entry, "reason": "imported before"})
+                    continue
+                known.add(draft["meta"]["import_id"])
+                findings = scan_fields({"text": draft["text"], "tags": draft["tags"], "meta": draft["meta"]})
+                if findings:
+                    report.refused.append({**entry, "reason": describe_secrets(findings)})
+                    continue
+                gate.episodes.make(draft["text"], source=source, kind=draft["kind"], at=draft["at"],
+                                   tags=draft["tags"], meta=draft["meta"])  # validates; raises with the field
+                episodes.append((item, draft))
+            else:
+                report.refused.append({**entry, "reason": f"a {item.kind} comes only from a memvault export"})
+        except MemvaultError as exc:
+            report.refused.append({**entry, "reason": describe(exc)[0]})
+    if episodes and not dry_run:
+        written = vault.episodes.append_many([d for _, d in episodes], source=source)
+        report.added += [{"origin": i.origin, "episode": e.id} for (i, _), e in zip(episodes, written)]
+    elif episodes:
+        report.added += [{"origin": i.origin, "episode": None} for i, _ in episodes]
+    return report
+
+
+def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: ImportReport, source: str, trusted: bool,
+                 dry_run: bool, seen_keys: dict[str, str]) -> None:
+    gate = vault.gate
+    text = item.text.strip()
+    if not text:
+        report.skipped.append({**entry, "reason": "empty"})
+        return
+    key = item.key or slug_key(item.category, text)
+    validate_key(key)
+    entry["key"] = key
+    tags = validate_tags(item.tags)
+    findings = scan_fields({"text": text, "tags": tags, "category": item.category})
+    if findings:
+        report.refused.append({**entry, "reason": describe_secrets(findings)})
+        return
+    if key in seen_keys:
+        bucket = report.merged if seen_keys[key] == text else report.conflicts
+        bucket.append({**entry, "with": key, "reason": "the same key earlier in this import"})
+        return
+    seen_keys[key] = text
+    if vault.facts.exists(key):
+        stored = vault.facts.get(key)
+        if " ".join(stored.text.split()) == " ".join(text.split()):
+            report.merged.append({**entry, "into": key, "reason": "already stored"})
+        else:
+            report.conflicts.append({**entry, "with": key, "reason": "a different fact is stored under this key"})
+        return
+    if vault.facts.store.exists(key, inbox=True):
+        proposal = vault.facts.store.get(key, inbox=True)
+        if " ".join(proposal.text.split()) == " ".join(text.split()):
+            report.skipped.append({**entry, "reason": "already proposed"})
+            return
+    similar = gate.similar_facts(key, text)
+    conflict = next((m for m in similar if m["kind"] == "conflict"), None)
+    if conflict is not None:
+        report.conflicts.append({**entry, "with": conflict["key"], "differing": conflict["differing"],
+                                 "reason": "same subject, different values"})
+        return
+    duplicate = next((m for m in similar if m["kind"] == "duplicate"), None)
+    if duplicate is not None:
+        report.merged.append({**entry, "into": duplicate["key"], "reason": "near-duplicate of a stored fact"})
+        return
+    if dry_run:
+        (report.added if trusted else report.proposed).append(entry)
+        return
+    fact = gate.set_fact(key, text, source=source, category=item.category, importance=item.importance,
+                         confidence=item.confidence, tags=tags or None, check_similar=False,
+                         message=f"import {key} from {report.format}")
+    (report.proposed if fact.quarantined else report.added).append(entry)
+
+
+def _episode_draft(item: Item, fmt: str) -> dict[str, Any]:
+    # What it says and when it happened identify it, wherever the file was read from: the same export read from
+    # another folder is the same memory.
+    digest = hashlib.sha1(f"{fmt}\0{item.at}\0{item.text}".encode()).hexdigest()[:16]
+    meta = {**item.meta, "import_id": digest, "imported_from": item.origin[:300]}
+    return {"text": item.text, "kind": item.episode_kind, "at": item.at, "tags": list(item.tags), "meta": meta}
+
+
+def _imported_ids(vault: Vault, source: str) -> set[str]:
+    found = set()
+    for episode in vault.episodes.iter(source=source):
+        value = episode.meta.get("import_id") if isinstance(episode.meta, dict) else None
+        if isinstance(value, str):
+            found.add(value)
+    return found
+
+
+# ------------------------------------------------------------------------------------------------ restore
+def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: bool = False) -> ImportReport:
+    """Read a memvault export back: facts and procedures byte for byte (one commit), proposals proposed again by
+    their own source, episodes with their ids, times and sources. A trusted ``source`` vouches for all of it;
+    anything already there is skipped, anything different under the same name is a conflict and stays out."""
+    gate = vault.gate
+    if not gate.policy.is_trusted(source):
+        raise UntrustedSource(source, "restoring a memvault export writes facts, runbooks and other sources' "
+                                      "episodes as they were: a trusted source only")
+    gate.require(Op.CONFIGURE, source)
+    report = ImportReport("memvault", source, dry_run)
+    items = list(items)
+    changes: list[FileChange] = []
+    modes: dict[Path, int] = {}
+    existing_ids = {e.id for e in vault.episodes.iter()}
+    episodes: list[dict[str, Any]] = []
+    proposals: list[Item] = []
+    with gate.lock():
+        for item in items:
+            entry = {"origin": item.origin, **({"key": item.key} if item.key else {})}
+            try:
+                if item.kind == "fact":
+                    change = _plan_file(vault, "fact", item, report, entry)
+                elif item.kind == "procedure":
+                    change = _plan_file(vault, "procedure", item, report, entry)
+                    if change is not None and item.mode is not None:
+                        modes[change.path] = item.mode & 0o777
+                elif item.kind == "proposal":
+                    proposals.append(item)
+                    continue
+                else:
+                    if item.id in existing_ids:
+                        report.skipped.append({**entry, "episode": item.id, "reason": "already here"})
+                        continue
+                    existing_ids.add(item.id or "")
+                    episodes.append({"text": item.text, "kind": item.episode_kind, "at": item.at, "tags": item.tags,
+                                     "meta": item.meta or None, "id": item.id, "source": item.source})
+                    continue
+                if change is not None:
+                    gate.check_changes([change], what=f"{item.kind} {item.key}", allow_secret=False, source=source)
+                    why = gate.refusal(change.path, change.after)
+                    if why is not None:
+                        raise InvalidValue(str(change.path.relative_to(vault.root)), why)
+                    changes.append(change)
+                    report.added.append(entry)
+            except MemvaultError as exc:
+                report.refused.append({**entry, "reason": describe(exc)[0]})
+        if changes and not dry_run:
+            gate.apply(changes, message=f"restore {len(changes)} files from a memvault export", source=source,
+                       modes=modes)
+    if changes and not dry_run:
+        report.problems += gate.tell_index([c.path for c in changes])
+    for item in proposals:
+        entry = {"origin": item.origin, "key": item.key}
+        if vault.facts.store.exists(item.key or "", inbox=True):
+            report.skipped.append({**entry, "reason": "already proposed"})
+        elif dry_run:
+            report.proposed.append(entry)
+        else:
+            try:
+                gate.set_fact(item.key or "", item.text, source=item.source or source, category=item.category,
+                              importance=item.importance, confidence=item.confidence, tags=item.tags or None,
+                              check_similar=False)
+                report.proposed.append(entry)
+            except MemvaultError as exc:
+                report.refused.append({**entry, "reason": describe(exc)[0]})
+    if episodes:
+        try:
+            if not dry_run:
+                vault.episodes.append_many(episodes, source=source)
+            report.added += [{"episode": e["id"]} for e in episodes]
+        except MemvaultError as exc:
+            report.refused.append({"origin": "episodes", "reason": describe(exc)[0]})
+    return report
+
+
+def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry: dict[str, Any]) -> FileChange | None:
+    """The change that writes an exported file back, or None when it is already there (or conflicts)."""
+    data = item.content if item.content is not None else item.text.encode("utf-8")
+    if kind == "fact":
+        key = item.key or ""
+        validate_key(key)
+        path = vault.facts.path_for(key)
+        if len(data) > vault.config.limits.fact_bytes:
+            raise LimitExceeded(f"fact {key}", f"{len(data)} bytes, more than the {vault.config.limits.fact_bytes} "
+                                               "allowed ([limits] fact_bytes)")
+    else:
+        name = item.key or ""
+        ext = Path(item.meta.get("path", "")).suffix if isinstance(item.meta.get("path"), str) else ""
+        from ..rules.validation import validate_name
+
+        validate_name(name)
+        path = vault.procedures.dir / f"{name}{ext}"
+        if not path.resolve().is_relative_to(vault.procedures.dir.resolve()):
+            raise UntrustedSource("export", f"{name}: a procedure path outside procedures/")
+    if path.is_symlink():
+        raise UntrustedSource("export", f"{path}: a symlink; not followed")
+    if path.exists():
+        if path.read_bytes() == data:
+            report.skipped.append({**entry, "reason": "already here"})
+        else:
+            report.conflicts.append({**entry, "reason": f"{path.relative_to(vault.root)} holds something else"})
+        return None
+    if kind == "fact":
+        from ..stores.facts import parse_fact
+
+        parse_fact(item.key or "", path, data.decode("utf-8"))  # refuses a file that does not parse
+    return FileChange(path, None, data)
+
+
+# ------------------------------------------------------------------------------------------------ export
+def snapshot(vault: Vault) -> Iterator[dict[str, Any]]:
+    """Everything the vault holds, one record at a time: facts and proposals (their files' exact text),
+    procedures (text and mode), episodes (as stored)."""
+    for kind, inbox in (("fact", False), ("proposal", True)):
+        for key, path in vault.facts.store.files(inbox=inbox, problems=[]):
+            data = path.read_bytes()
+            record: dict[str, Any] = {"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix()}
+            record.update(_content(data))
+            yield record
+    for proc in vault.procedures.list([]):
+        path = Path(proc.path)
+        data = path.read_bytes()
+        yield {"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
+               "mode": oct(path.stat().st_mode & 0o777), **_content(data)}
+    for episode in vault.episodes.iter():
+        yield {"type": "episode", "episode": episode.to_dict()}
+
+
+def _content(data: bytes) -> dict[str, Any]:
+    try:
+        return {"content": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64
+
+        return {"content_base64": base64.b64encode(data).decode("ascii")}

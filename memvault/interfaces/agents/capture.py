@@ -1,0 +1,289 @@
+"""Capture: the new turns of an agent's transcript appended as episodes, one per turn, of source ``agent:<runtime>``.
+
+What a turn keeps: the person's prompt, the agent's final answer, the commands it ran with their exit status and the
+files it changed (never tool output). ``meta`` holds ``session_id``, ``runtime``, ``cwd`` and ``turn_id``; the
+project's slug is a tag. On the way in:
+
+- text inside ``<private>...</private>`` is dropped (an unclosed ``<private>`` drops the rest of that text);
+- secrets are redacted with the detector every write goes through (:func:`memvault.rules.secrets.redact`): the
+  secret becomes ``[redacted: <kind>]``, the rest of the turn is kept, and ``meta.redacted`` counts them;
+- a turn over ``[capture] episode_bytes`` is cut, part by part, and the episode says how much was cut; a session
+  over ``[capture] session_bytes`` stops being stored, and one episode says how many turns were left out.
+
+Idempotent: the turns already captured (by the runtime's message id, in any session) are skipped, and each session
+resumes reading where the last capture stopped (:mod:`memvault.stores.captures`). Captured episodes are ``raw``:
+retention applies, and ``memvault purge --source agent:<runtime>`` removes them. Facts never come from here: an
+optional ``[capture] extractor`` turns the new turns into candidates that are ingested as the agent's proposals.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...rules.errors import InvalidValue, MemvaultError, UntrustedSource
+from ...rules.fsutil import locked
+from ...rules.secrets import redact, scan_fields
+from . import project as project_mod
+from . import transcripts
+from .transcripts import Turn
+
+if TYPE_CHECKING:
+    from ...core.vault import Vault
+
+_SEPARATOR = "\n\x00\n"
+_PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
+#: Bytes kept free in an episode line for its JSON envelope (id, times, source, tags, meta).
+ENVELOPE = 2048
+#: Shares of a turn's byte cap, in the order they are filled: what did not use its share passes it on.
+SHARES = (("prompt", 0.35), ("answer", 0.45), ("commands", 0.15), ("files", 0.05))
+
+
+@dataclass
+class CaptureReport:
+    """What one capture did."""
+
+    runtime: str
+    session_id: str
+    transcript: str
+    captured: list[str] = field(default_factory=list)     # episode ids appended
+    skipped: int = 0                                      # turns already captured
+    open_turns: int = 0                                   # turns not over yet (left for the next capture)
+    not_stored: int = 0                                   # turns past the session cap
+    redacted: int = 0
+    private: int = 0
+    cut: int = 0
+    problems: list[str] = field(default_factory=list)
+    extractor: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("runtime", "session_id", "transcript", "captured", "skipped",
+                                              "open_turns", "not_stored", "redacted", "private", "cut", "problems",
+                                              "extractor")}
+
+    def summary(self) -> str:
+        parts = [f"captured {len(self.captured)} turns of {self.runtime} session {self.session_id}"]
+        for n, what in ((self.skipped, "already captured"), (self.open_turns, "not over yet"),
+                        (self.not_stored, "past the session cap"), (self.redacted, "secrets redacted"),
+                        (self.private, "private spans dropped"), (self.cut, "turns cut to the cap")):
+            if n:
+                parts.append(f"{n} {what}")
+        return "; ".join(parts)
+
+
+def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: str | None = None,
+            cwd: str | None = None, final: bool = False) -> CaptureReport:
+    """Append the new turns of ``transcript`` (a ``runtime`` transcript file) as episodes. ``final`` (the session
+    ended) stores the last turn even if the runtime did not mark it over."""
+    if runtime not in transcripts.RUNTIMES:
+        raise InvalidValue("runtime", f"{runtime!r} is not one of {', '.join(transcripts.RUNTIMES)}")
+    path = Path(transcript).expanduser()
+    if not path.is_file():
+        raise InvalidValue("transcript", f"{path}: no such file")
+    source = f"agent:{runtime}"
+    key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode()).hexdigest()[:16]
+    with locked(vault.state_dir / "locks" / f"capture-{key}.lock"):
+        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final)
+
+
+def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: str | None, cwd: str | None,
+             final: bool) -> CaptureReport:
+    log = vault.captures
+    provisional = session_id or path.stem
+    cursor = log.cursor(runtime, provisional, str(path))
+    read = transcripts.read(runtime, path, cursor.offset)
+    session = session_id or read.session_id or path.stem
+    if session != provisional:
+        cursor = log.cursor(runtime, session, str(path))
+        if cursor.offset != 0:
+            read = transcripts.read(runtime, path, cursor.offset)
+    report = CaptureReport(runtime, session, str(path), problems=read.problems[:5])
+    done = [t for t in read.turns if t.complete or final]
+    report.open_turns = len(read.turns) - len(done)
+    seen = log.seen(runtime, [t.id for t in done])
+    new = [t for t in done if t.id not in seen]
+    report.skipped = len(done) - len(new)
+    where = cwd or read.cwd
+    project = project_mod.detect(where, commits=0) if where else None
+    settings = vault.config.capture
+    cap = max(1024, min(settings.episode_bytes, vault.config.limits.episode_bytes - ENVELOPE))
+    items: list[dict[str, Any]] = []
+    stored_ids: list[str] = []
+    for turn in new:
+        if cursor.capped:
+            report.not_stored += 1
+            stored_ids.append(turn.id)
+            continue
+        item, size = _episode(turn, runtime, session, where, project, cap, report)
+        if cursor.stored_bytes + size > settings.session_bytes:
+            cursor.capped = True
+            report.not_stored += 1
+            stored_ids.append(turn.id)
+            continue
+        cursor.stored_bytes += size
+        items.append(item)
+        stored_ids.append(turn.id)
+    if report.not_stored:
+        items.append(_cap_note(report.not_stored, settings.session_bytes, runtime, session, where, project,
+                               new[-1].at if new else None))
+    if items:
+        try:
+            report.captured = [e.id for e in vault.episodes.append_many(items, source=source)]
+        except MemvaultError:  # one turn the gate refuses must not hold the session's others back forever
+            for item in items:
+                try:
+                    report.captured += [e.id for e in vault.episodes.append_many([item], source=source)]
+                except MemvaultError as exc:
+                    report.problems.append(f"turn {item['meta'].get('turn_id')} not stored: {exc}")
+    cursor.offset = read.end if not final else max(read.end, _size(path))
+    log.record(cursor, stored_ids)
+    if settings.extractor and items:
+        try:
+            report.extractor = _extract(vault, settings.extractor, settings.extractor_timeout, source,
+                                        [i for i in items if i["meta"].get("turn_id")])
+        except MemvaultError as exc:  # the turns are stored; only the proposals are missing
+            report.extractor = {"error": str(exc)}
+            report.problems.append(f"extractor: {exc}")
+    return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+# ------------------------------------------------------------------------------------------------ one turn
+def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: project_mod.Project | None,
+             cap: int, report: CaptureReport) -> tuple[dict[str, Any], int]:
+    """The episode of one turn (private spans dropped, secrets redacted, cut to ``cap`` bytes) and its size."""
+    counts = {"private": 0, "redacted": 0}
+    raw = {
+        "prompt": turn.prompt,
+        "answer": turn.answer,
+        "commands": "\n".join(f"- `{c.command}` ({c.status()})" for c in turn.commands),
+        "files": ", ".join(turn.files),
+    }
+    for name, text in raw.items():
+        raw[name], n = _PRIVATE.subn("[private: not stored]", text)
+        counts["private"] += n
+    # One pass of the detector over the whole turn (parts joined by a separator no secret can span).
+    joined, findings = redact(_SEPARATOR.join(raw.values()))
+    counts["redacted"] += len(findings)
+    parts = {name: text.strip() for name, text in zip(raw, joined.split(_SEPARATOR))}
+    parts, cut = _fit(parts, cap)
+    lines = [f"User: {parts['prompt']}"]
+    if parts["answer"]:
+        lines.append(f"Assistant: {parts['answer']}")
+    if parts["commands"]:
+        lines.append("Commands:\n" + parts["commands"])
+    if parts["files"]:
+        lines.append(f"Files changed: {parts['files']}")
+    if cut:
+        lines.append("[memvault: cut to the [capture] episode_bytes cap: "
+                     + ", ".join(f"{n} bytes of the {name}" for name, n in cut.items()) + "]")
+    text = _scrub("\n\n".join(lines), counts)
+    meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "turn_id": turn.id}
+    if cwd or turn.cwd:
+        meta["cwd"] = turn.cwd or cwd
+    if counts["redacted"]:
+        meta["redacted"] = counts["redacted"]
+    if counts["private"]:
+        meta["private"] = counts["private"]
+    if cut:
+        meta["cut_bytes"] = cut
+    report.redacted += counts["redacted"]
+    report.private += counts["private"]
+    report.cut += bool(cut)
+    tags = [runtime] + ([project.slug] if project is not None else [])
+    return {"text": text, "kind": "raw", "at": turn.at, "tags": tags, "meta": meta}, len(text.encode("utf-8"))
+
+
+def _scrub(text: str, counts: dict[str, int]) -> str:
+    """What the write gate would still refuse after redaction (a secret only its context reveals) goes with its
+    whole line: a captured turn is kept without it rather than refused."""
+    for _ in range(3):
+        findings = scan_fields({"text": text})
+        if not findings:
+            return text
+        lines = text.split("\n")
+        for finding in findings:
+            if 0 < finding.line <= len(lines):
+                lines[finding.line - 1] = f"<redacted-line:{finding.kind.replace(' ', '-')}>"
+                counts["redacted"] += 1
+        text = "\n".join(lines)
+    return "<redacted-text>"
+
+
+def _fit(parts: dict[str, str], cap: int) -> tuple[dict[str, str], dict[str, int]]:
+    """Each part cut to its share of ``cap`` bytes (shares a part does not need go to the others); the bytes cut
+    per part."""
+    sizes = {name: len(text.encode("utf-8")) for name, text in parts.items()}
+    room = cap - 200  # the labels and the cut note
+    if sum(sizes.values()) <= room:
+        return parts, {}
+    limits = {name: int(room * share) for name, share in SHARES}
+    spare = sum(max(0, limits[n] - sizes[n]) for n in limits)
+    wanting = [n for n in limits if sizes[n] > limits[n]]
+    while spare > 0 and wanting:
+        each = spare // len(wanting) or spare
+        spare = 0
+        for n in list(wanting):
+            grant = min(each, sizes[n] - limits[n])
+            limits[n] += grant
+            spare += each - grant
+            if sizes[n] <= limits[n]:
+                wanting.remove(n)
+        if spare < len(wanting):
+            break
+    out, cut = {}, {}
+    for name, text in parts.items():
+        if sizes[name] <= limits[name]:
+            out[name] = text
+            continue
+        kept = text.encode("utf-8")[: max(0, limits[name])].decode("utf-8", errors="ignore")
+        out[name] = kept.rstrip() + " …"
+        cut[name] = sizes[name] - len(kept.encode("utf-8"))
+    return out, cut
+
+
+def _cap_note(n: int, cap: int, runtime: str, session: str, cwd: str | None,
+              project: project_mod.Project | None, at: str | None) -> dict[str, Any]:
+    text = (f"memvault stopped capturing {runtime} session {session}: it reached the [capture] session_bytes cap "
+            f"({cap} bytes); {n} later turn{'s were' if n != 1 else ' was'} not stored.")
+    meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "not_stored": n}
+    if cwd:
+        meta["cwd"] = cwd
+    return {"text": text, "kind": "raw", "at": at, "tags": [runtime] + ([project.slug] if project else []),
+            "meta": meta}
+
+
+# ------------------------------------------------------------------------------------------------ extractor
+def _extract(vault: Vault, command: str, timeout: float, source: str,
+             items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Run the user's extractor over the new turns (one JSON object per line on stdin) and ingest its JSONL
+    output as ``source``'s candidates: proposals for a person, never trusted facts."""
+    if vault.facts.is_trusted(source):
+        raise UntrustedSource(source, f"[trust] trusts {source}, so extracted facts would skip the inbox: a "
+                                      "session's facts must stay proposals; remove it from [trust] trusted")
+    stdin = "".join(json.dumps({"text": i["text"], **i["meta"], "at": i.get("at")}, ensure_ascii=False) + "\n"
+                    for i in items)
+    try:
+        done = subprocess.run(shlex.split(command), input=stdin.encode("utf-8"), capture_output=True,
+                              timeout=timeout, cwd=vault.root)
+    except (OSError, ValueError) as exc:
+        raise MemvaultError(f"[capture] extractor {command!r} could not run: {exc}") from None
+    except subprocess.TimeoutExpired:
+        raise MemvaultError(f"[capture] extractor {command!r} did not finish within {timeout:g} s") from None
+    if done.returncode != 0:
+        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        raise MemvaultError(f"[capture] extractor {command!r} exited with {done.returncode}: {tail[0][:200]}")
+    report = vault.ingest(done.stdout.splitlines(), source=source, name="extractor")
+    return report.to_dict()

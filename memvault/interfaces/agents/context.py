@@ -1,0 +1,333 @@
+"""What an agent session starts with, and what a prompt gets: one context block, built under a token budget and a
+hard byte cap, never silently empty.
+
+A **session** (any start the runtime reports: startup, resume, clear, compact) gets, in this order and as far as
+``[agents] budget`` allows: the facts keyed or tagged for the working directory's project, the trusted facts most
+relevant to the project (its name, branch, last commit subjects and README title are the question), the project's
+recent episodes, and the runbooks that match with their last runs; then one line with the number of proposals
+waiting in the inbox. Memories are rendered exactly as ``recall --format prompt`` renders them
+(:mod:`memvault.core.render`): stale facts marked, untrusted text fenced. Whatever the settings say, the block is
+cut at :data:`memvault.rules.config.CONTEXT_HARD_BYTES` bytes and under Codex's 2,500-token estimate.
+
+A **prompt** (per-prompt recall, opt-in at install) gets what recall finds above its relevance floor, budgeted;
+nothing at all when nothing is relevant.
+
+:func:`serve` is the call the warm process runs (``memvault.interfaces.warm.CALLS["agent_context"]``); a hook
+without a warm process calls :func:`build` itself, keyword-only, and says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...core.hits import Hit, count_tokens
+from ...core.render import render, render_one
+from ...rules.config import CONTEXT_HARD_BYTES
+from ...rules.errors import MemvaultError, describe
+from ...rules.freshness import stale_reason
+from ...rules.timeutil import format_time
+from ...rules.trust import Policy
+from ...stores.episodes import Episode, parse_line
+from . import project as project_mod
+
+if TYPE_CHECKING:
+    from ...core.vault import Vault
+
+#: Codex spills hook text above this many tokens of its own estimate (codex-rs/hooks/src/output_spill.rs).
+CODEX_TOKEN_LIMIT = 2500
+#: Bytes read from the end of each month file, newest first, when looking for the project's recent episodes.
+EPISODE_TAIL = 1 << 20
+#: Facts read from the project's own key folders (facts/<slug>/, facts/projects/<slug>/).
+PROJECT_FACTS = 30
+#: Seconds between the full scans a session start asks of the index (recall's own default is 30 s).
+FULL_SCAN_EVERY = 86400.0
+_TAGS = re.compile(r"(?m)^tags:[ \t]*((?:\[[^\]]*\])|.*(?:\n[ \t]*-[^\n]*)*)")
+
+
+@dataclass
+class Context:
+    """A context block and what to say about it. ``text`` is empty only for a prompt nothing is relevant to."""
+
+    text: str
+    notices: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"context": self.text, "notices": self.notices, "counts": self.counts}
+
+
+def serve(vault: Vault, *, kind: str = "session", cwd: str | None = None, start: str | None = None,
+          prompt: str | None = None, runtime: str | None = None, mode: str = "hybrid") -> dict[str, Any]:
+    """The warm process's call ``agent_context``: :func:`build` on its warm vault (hybrid recall, the model
+    already loaded), as JSON. A call without a runtime (the hook warming the process up) is not logged."""
+    return build(vault, kind=kind, cwd=cwd, start=start, prompt=prompt, runtime=runtime, mode=mode,
+                 log=runtime is not None).to_dict()
+
+
+def build(vault: Vault, *, kind: str = "session", cwd: str | None = None, start: str | None = None,
+          prompt: str | None = None, runtime: str | None = None, mode: str = "keyword", log: bool = True) -> Context:
+    """The block for a session start (``kind="session"``) or a prompt (``kind="prompt"``), recalled in ``mode``
+    (``keyword`` never loads a model). The recall is logged as asked by ``agent:<runtime>`` unless ``log`` is
+    false."""
+    ask = {"source": f"agent:{runtime}" if runtime else None, "log": log}  # who asked, in the recall log
+    if kind == "prompt":
+        return _prompt(vault, prompt or "", mode, ask)
+    return _session(vault, cwd, start, mode, ask)
+
+
+# ------------------------------------------------------------------------------------------------ session start
+def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: dict[str, Any]) -> Context:
+    settings = vault.config.agents
+    project = project_mod.detect(cwd)
+    notices: list[str] = []
+    if not vault.index.exists():
+        notices.append("the index was not built yet: it was built now for keywords (run 'memvault reindex' for "
+                       "meaning-based recall)")
+    hits: list[Hit] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(items: list[Hit]) -> None:
+        for hit in items:
+            if (hit.kind, hit.id) not in seen:
+                seen.add((hit.kind, hit.id))
+                hits.append(hit)
+
+    own = _project_facts(vault, project, settings.budget)
+    recalled: list[Hit] = []
+    query = project.query()
+    if vault.index.exists():
+        # Between full scans, a new, removed or renamed file shows in its directory's mtime and recall stats the
+        # files it returns: enough for a session's first look, which then skips the periodic full scan (10k stats).
+        vault.index.refresh(FULL_SCAN_EVERY)
+    if query:
+        try:
+            result = vault.recall(query, k=15, kinds=["fact", "procedure"], mode=mode, **ask)
+            recalled = list(result)
+            notices += _short(result.warnings)
+            if result.mode == "keyword" and mode != "keyword":
+                notices.append("keyword-only recall: the model is not available")
+        except MemvaultError as exc:
+            notices.append(f"recall failed: {describe(exc)[0]}")
+    tagged = [h for h in recalled if h.kind == "fact" and _tagged(vault.root / h.path, project.slug)]
+    add(own + tagged)
+    add([h for h in recalled if h.kind == "fact"])
+    add(_project_episodes(vault, project, settings.episodes))
+    add([h for h in recalled if h.kind == "procedure"])
+    kept = _fit(hits, settings.budget)
+    counts = {k: sum(1 for h in kept if h.kind == k) for k in ("fact", "episode", "procedure")}
+    if mode == "keyword":
+        notices.insert(0, "keyword-only recall (no warm process to embed the question; meaning-based matches may "
+                          "be missing)")
+    waiting = _inbox_count(vault)
+    head = (f"memvault memory for {project.describe()}" + (f", session {start}" if start else "") + ": "
+            + ", ".join(_plural(counts[k], word) for k, word in (("fact", "fact"), ("episode", "episode"),
+                                                                   ("procedure", "runbook")))
+            + (f" ({len(hits) - len(kept)} more left out for the budget of {settings.budget} tokens)"
+               if len(kept) < len(hits) else "") + ".")
+    tail = [f"memvault: {n} proposal{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} in the inbox for a person "
+            "('memvault inbox')." if (n := waiting) else "memvault: the inbox is empty."]
+    lines = [head] + [f"memvault: {n}" for n in notices]
+    body = render(kept, "prompt") if kept else "memvault: nothing stored yet about this project."
+    text = _cap("\n".join(lines + [body] + tail))
+    return Context(text, notices, {**counts, "inbox": waiting, "left_out": len(hits) - len(kept)})
+
+
+def _fit(hits: list[Hit], budget: int) -> list[Hit]:
+    """The hits, in order, that fit ``budget`` tokens and the hard caps once rendered (one that does not fit is
+    skipped, never cut; smaller ones after it may still fit). Room is kept for the lines around the block."""
+    room = min(budget, CONTEXT_HARD_BYTES // 4) - 120
+    kept: list[Hit] = []
+    used = count_tokens(render([], "prompt"))
+    for hit in hits:
+        cost = count_tokens(render_one(hit, "prompt")) + 1
+        if used + cost <= room:
+            kept.append(hit)
+            used += cost
+    while kept and not _within_caps(render(kept, "prompt"), reserve=600):
+        kept.pop()
+    return kept
+
+
+def _cap(text: str) -> str:
+    """The last guard: a block over the hard caps loses lines from its end (never happens when :func:`_fit` did
+    its job; a very long notice could)."""
+    if _within_caps(text):
+        return text
+    lines = text.splitlines()
+    while lines and not _within_caps("\n".join(lines) + "\n[memvault: cut to fit the hook output cap]"):
+        lines.pop()
+    return "\n".join(lines) + "\n[memvault: cut to fit the hook output cap]"
+
+
+def _within_caps(text: str, reserve: int = 0) -> bool:
+    data = text.encode("utf-8")
+    return len(data) + reserve <= CONTEXT_HARD_BYTES and codex_tokens(text) + reserve // 4 <= CODEX_TOKEN_LIMIT - 100
+
+
+def codex_tokens(text: str) -> int:
+    """Codex's estimate of a text's tokens: the larger of UTF-8 bytes / 4 and a lexical count (each word its
+    bytes / 4 rounded up, each other non-space character one), as codex-rs/utils/output-truncation counts."""
+    data = text.encode("utf-8")
+    by_bytes = (len(data) + 3) // 4
+    lexical, word = 0, 0
+    for ch in text:
+        if ch.isalnum() or ch == "_":
+            word += len(ch.encode("utf-8"))
+            continue
+        lexical += (word + 3) // 4
+        word = 0
+        if not ch.isspace():
+            lexical += 1
+    lexical += (word + 3) // 4
+    return max(by_bytes, lexical)
+
+
+def _project_facts(vault: Vault, project: project_mod.Project, budget: int) -> list[Hit]:
+    """Facts keyed for the project: ``facts/<slug>/...`` and ``facts/projects/<slug>/...``, most important and
+    most recently updated first. Only the most recently changed files that could fit the budget are read."""
+    slug = project.slug
+    paths = [p for base in (vault.facts.dir / slug, vault.facts.dir / "projects" / slug)
+             for p in _md_files(base, 10 * PROJECT_FACTS)]
+    stats = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        stats.append((-st.st_mtime_ns, st.st_size, path))
+    stats.sort()
+    facts, room = [], budget * 4 * 2  # bytes of files, front matter included, that could fill the budget
+    for _, size, path in stats[:PROJECT_FACTS]:
+        if room <= 0:
+            break
+        room -= size
+        key = path.relative_to(vault.facts.dir).as_posix()[:-3]
+        try:
+            facts.append(vault.facts.get(key))
+        except MemvaultError:
+            continue
+    facts.sort(key=lambda f: (-f.importance, -(f.updated.timestamp() if f.updated else 0.0)))
+    return [_fact_hit(vault, f) for f in facts]
+
+
+def _md_files(base: Path, limit: int) -> list[Path]:
+    found: list[Path] = []
+    if limit <= 0 or not base.is_dir() or base.is_symlink():
+        return found
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".md") and not name.startswith("."):
+                found.append(Path(dirpath) / name)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _fact_hit(vault: Vault, fact: Any) -> Hit:
+    reason = stale_reason(fact, vault.config.facts.review_after)
+    extra: dict[str, Any] = {"trusted": True, "stale": reason is not None}
+    if reason is not None:
+        extra["stale_reason"] = reason
+    return Hit(kind="fact", id=fact.key, text=fact.text, score=1.0, factors={"confidence": fact.confidence},
+               source=fact.source, created=format_time(fact.created) if fact.created else None,
+               updated=format_time(fact.updated) if fact.updated else None,
+               path=fact.path.relative_to(vault.root).as_posix(), extra=extra)
+
+
+def _tagged(path: Path, tag: str) -> bool:
+    """Whether the fact file at ``path`` lists ``tag`` in its front matter's ``tags`` (read from the file's head
+    without parsing its YAML: this runs for every fact recalled at each session start)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if not head.startswith("---"):
+        return False
+    end = head.find("\n---", 3)
+    front = head[3:end if end > 0 else len(head)]
+    m = _TAGS.search(front)
+    if m is None:
+        return False
+    return tag in {t.strip(" \t'\"-") for t in re.split(r"[,\[\]\n]", m.group(1))}
+
+
+def _project_episodes(vault: Vault, project: project_mod.Project, limit: int) -> list[Hit]:
+    """The project's most recent episodes (tagged with its slug, or captured in a directory inside it), newest
+    first, read from the end of the newest month files."""
+    if limit <= 0:
+        return []
+    policy = Policy(vault.config.trust.trusted)
+    found: list[Episode] = []
+    for path in reversed(vault.episodes.files()):
+        for episode in _tail(path):
+            meta = episode.meta if isinstance(episode.meta, dict) else {}
+            cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
+            if project.slug in episode.tags or project.contains(cwd):
+                found.append(episode)
+                if len(found) >= limit:
+                    break
+        if len(found) >= limit:
+            break
+    return [Hit(kind="episode", id=e.id, text=e.text, score=1.0, factors={}, source=e.source, created=e.created_at,
+                updated=None, path=e.path.relative_to(vault.root).as_posix() if e.path else "",
+                extra={"trusted": policy.is_trusted(e.source)}) for e in found]
+
+
+def _tail(path: Path) -> Iterator[Episode]:
+    """The episodes at the end of a month file, newest first (at most :data:`EPISODE_TAIL` bytes read)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - EPISODE_TAIL))
+            data = f.read()
+    except OSError:
+        return
+    lines = data.splitlines()
+    if size > EPISODE_TAIL and lines:
+        lines = lines[1:]  # the first one is cut
+    for raw in reversed(lines):
+        try:
+            episode = parse_line(raw.decode("utf-8"), path)
+        except (MemvaultError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        yield episode
+
+
+def _inbox_count(vault: Vault) -> int:
+    base = vault.facts.inbox_dir
+    if not base.is_dir():
+        return 0
+    return sum(1 for _, _, files in os.walk(base) for name in files if name.endswith(".md")
+               and not name.startswith("."))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _short(warnings: list[str], limit: int = 2) -> list[str]:
+    return [w if len(w) <= 300 else w[:297] + "..." for w in warnings[:limit]]
+
+
+# ------------------------------------------------------------------------------------------------ per prompt
+def _prompt(vault: Vault, prompt: str, mode: str, ask: dict[str, Any]) -> Context:
+    """What recall finds for one prompt above its floors, budgeted: an empty text when nothing is relevant."""
+    if not prompt.strip():
+        return Context("")
+    budget = vault.config.agents.prompt_budget
+    result = vault.recall(prompt, k=8, budget=min(budget, CONTEXT_HARD_BYTES // 4 - 50), fmt="prompt", mode=mode,
+                          **ask)
+    if not len(result):
+        return Context("", counts={"hits": 0})
+    text = render(list(result), "prompt")
+    while not _within_caps(text) and len(result) > 1:
+        del result[-1]
+        text = render(list(result), "prompt")
+    return Context(text if _within_caps(text) else "", counts={"hits": len(result)})

@@ -1,0 +1,349 @@
+"""The command every installed agent hook runs: ``python -m memvault.interfaces.agents.hook EVENT --runtime R``.
+
+Events: ``session-start`` (print the session's context block), ``prompt`` (print what recall finds for the
+prompt, or nothing), ``capture`` (append the transcript's new turns as episodes; ``--detach`` returns at once and
+captures in a background process, for the events a runtime does not wait for). The runtime's JSON payload arrives
+on stdin; the output is exactly the JSON that runtime expects (docs/agents.md).
+
+This module imports nothing of memvault until it has asked the warm process (stdlib only, so a warm session start
+costs a Python start-up and one socket round trip); without one, it builds the context itself, keyword-only, never
+loading a model. Whatever happens it exits 0 with a one-line notice: a hook never blocks or breaks a session.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+EVENTS = ("session-start", "prompt", "capture", "warm-up")
+RUNTIMES = ("claude-code", "codex", "gemini")
+#: hookSpecificOutput.hookEventName each runtime expects, per event.
+EVENT_NAMES = {
+    ("claude-code", "session-start"): "SessionStart", ("codex", "session-start"): "SessionStart",
+    ("gemini", "session-start"): "SessionStart", ("claude-code", "prompt"): "UserPromptSubmit",
+    ("codex", "prompt"): "UserPromptSubmit", ("gemini", "prompt"): "BeforeAgent",
+}
+#: Events after which the session is over: the last turn is stored even if not marked complete.
+FINAL_EVENTS = {"SessionEnd", "Stop"}
+DEFAULT_LIMITS = {"session-start": 3.0, "prompt": 2.0}
+CONFIG_NAME = "memvault.toml"
+LOG_NAME = "agents.log"
+WARMUP_EVERY = 60.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
+    # Nothing but the answer reaches the runtime: Gemini CLI shows a hook's stderr to the person when stdout is
+    # empty. Notes meant for people go to the vault's agents.log instead.
+    real_stderr, sys.stderr = sys.stderr, _Sink()
+    args = _args(sys.argv[1:] if argv is None else argv)
+    payload = _payload() if args.get("event") != "warm-up" else {}
+    event, runtime = args.get("event"), args.get("runtime") or "claude-code"
+    root = _root(args.get("vault"), payload.get("cwd"))
+    try:
+        if event not in EVENTS or runtime not in RUNTIMES:
+            raise ValueError(f"usage: hook {{{','.join(EVENTS)}}} --runtime {{{','.join(RUNTIMES)}}} [--vault PATH]")
+        if event == "session-start":
+            _emit(_session_start(root, runtime, payload, started))
+        elif event == "prompt":
+            _emit(_prompt(root, runtime, payload, started))
+        elif event == "capture":
+            _emit(_capture(root, runtime, payload, detach=bool(args.get("detach"))))
+        else:
+            _warm_up(root, payload)
+    except BaseException as exc:  # noqa: BLE001 - a hook never breaks a session: one line, exit 0
+        output = _failure(event, runtime, exc)
+        if root is not None:
+            _log(root, f"{event} ({runtime}): {_reason(exc)}")
+        _emit(output)
+    finally:
+        sys.stderr = real_stderr
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ input
+def _args(argv: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--runtime", "--vault"):
+            out[arg[2:]] = next(it, None)
+        elif arg == "--detach":
+            out["detach"] = True
+        elif not arg.startswith("-") and "event" not in out:
+            out["event"] = arg
+    return out
+
+
+def _payload() -> dict[str, Any]:
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return {}
+        data = json.loads(sys.stdin.buffer.read() or b"{}")
+    except (ValueError, OSError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _root(vault: str | None, cwd: Any) -> str | None:
+    """The vault: ``--vault`` (as installed), ``MEMVAULT_DIR``, else the nearest parent of the session's cwd that
+    holds memvault.toml. None when there is none (the hook then says how to make one)."""
+    for given in (vault, os.environ.get("MEMVAULT_DIR")):
+        if given:
+            path = os.path.abspath(os.path.expanduser(given))
+            return path if os.path.isfile(os.path.join(path, CONFIG_NAME)) else None
+    here = os.path.abspath(cwd if isinstance(cwd, str) and cwd else os.getcwd())
+    while True:
+        if os.path.isfile(os.path.join(here, CONFIG_NAME)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _time_limit(root: str, event: str) -> float:
+    """``[agents] time_limit`` / ``prompt_time_limit`` read from memvault.toml without importing memvault."""
+    default = DEFAULT_LIMITS.get(event, 3.0)
+    try:
+        import tomllib
+
+        with open(os.path.join(root, CONFIG_NAME), "rb") as f:
+            agents = tomllib.load(f).get("agents", {})
+        value = agents.get("time_limit" if event == "session-start" else "prompt_time_limit")
+        if not isinstance(value, str):
+            return default
+        units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+        number, unit = value.strip()[:-1], value.strip()[-1:].lower()
+        seconds = float(number) * units[unit]
+        return seconds if 0 < seconds < 3600 else default
+    except (OSError, ValueError, KeyError, AttributeError):
+        return default
+
+
+# ------------------------------------------------------------------------------------------------ events
+def _session_start(root: str | None, runtime: str, payload: dict[str, Any], started: float) -> dict[str, Any]:
+    name = EVENT_NAMES[(runtime, "session-start")]
+    if root is None:
+        return _context(name, _no_vault())
+    limit = _time_limit(root, "session-start")
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else os.getcwd()
+    start = payload.get("source") if isinstance(payload.get("source"), str) else None
+    args = {"kind": "session", "cwd": cwd, "start": start, "runtime": runtime}
+    reply = _warm(root, args, limit - (time.monotonic() - started))
+    if reply is not None and isinstance(reply.get("context"), str):
+        return _context(name, reply["context"])
+    text = _cold(root, args, started + limit, limit)
+    if reply is not None and reply.get("error"):  # the warm process failed: the block built here, and why
+        text = f"memvault: the warm process failed ({reply['error']}); keyword-only recall here\n{text}"
+    _spawn_warm_up(root, cwd)
+    return _context(name, text)
+
+
+def _prompt(root: str | None, runtime: str, payload: dict[str, Any], started: float) -> dict[str, Any] | None:
+    prompt = payload.get("prompt")
+    if root is None or not isinstance(prompt, str) or not prompt.strip():
+        return None
+    limit = _time_limit(root, "prompt")
+    args = {"kind": "prompt", "prompt": prompt, "runtime": runtime}
+    reply = _warm(root, args, limit - (time.monotonic() - started))
+    text = reply.get("context") if reply is not None else _cold(root, args, started + limit, limit, quiet=True)
+    return _context(EVENT_NAMES[(runtime, "prompt")], text) if isinstance(text, str) and text.strip() else None
+
+
+def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach: bool) -> dict[str, Any] | None:
+    transcript = payload.get("transcript_path")
+    if root is None:
+        return {"systemMessage": _no_vault()}
+    if not isinstance(transcript, str) or not transcript:
+        return None  # nothing to read (Codex may pass null before the first turn)
+    if detach:
+        _detach(root, runtime, payload)
+        return None
+    from .capture import capture  # the vault's code, now that there is work for it
+    from ...core.vault import Vault
+
+    event = payload.get("hook_event_name")
+    vault = Vault(root)
+    report = capture(vault, runtime, transcript, session_id=payload.get("session_id") or None,
+                     cwd=payload.get("cwd") if isinstance(payload.get("cwd"), str) else None,
+                     final=event in FINAL_EVENTS)
+    _log(root, report.summary() + (f" ({'; '.join(report.problems)})" if report.problems else ""))
+    return None
+
+
+def _detach(root: str, runtime: str, payload: dict[str, Any]) -> None:
+    """Capture in a process of its own (a new session, so the runtime's teardown does not kill it); this one
+    returns at once. Claude Code gives SessionEnd hooks 1.5 s and Gemini CLI does not wait for them."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "capture", "--runtime", runtime,
+                             "--vault", root], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=_log_fd(root), start_new_session=True, close_fds=True, cwd=root)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(payload).encode("utf-8"))
+    proc.stdin.close()
+
+
+# ------------------------------------------------------------------------------------------------ warm and cold
+def _warm(root: str, args: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """The warm process's answer (None when there is none, or it is not this install's, or it is too slow)."""
+    if timeout <= 0.05:
+        return None
+    try:
+        from ..warm_client import call
+    except ImportError:
+        return None
+    return call(root, "agent_context", {**args, "mode": "hybrid"}, timeout=timeout)
+
+
+def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, quiet: bool = False) -> str:
+    """Build the context here, keyword-only, on a thread: past the deadline, say so and leave."""
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            from ...core.vault import Vault
+            from .context import build
+
+            done["context"] = build(Vault(root, daemon=False), mode="keyword", **args)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            done["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        if quiet:
+            return ""
+        return (f"memvault: gave up loading memory after {limit:g} s ([agents] time_limit); nothing recalled this "
+                "time. 'memvault reindex' builds the index ahead of time, and a warm process answers in tens of "
+                "milliseconds.")
+    if "error" in done:
+        if quiet:
+            return ""
+        from ...rules.errors import describe
+
+        return f"memvault: memory could not be loaded: {describe(done['error'])[0]}"
+    return str(done["context"].text)
+
+
+def _spawn_warm_up(root: str, cwd: str) -> None:
+    """Start the warm process for the next session, in the background, when this vault wants one
+    (``[embedding] daemon``) and none answered: never waited for."""
+    if os.environ.get("MEMVAULT_NO_DAEMON"):
+        return
+    try:
+        from ..warm import CALLS
+    except ImportError:
+        return
+    if "agent_context" not in CALLS:
+        return
+    stamp = os.path.join(root, ".memvault", "agents-warm-up")
+    try:
+        if time.time() - os.stat(stamp).st_mtime < WARMUP_EVERY:
+            return
+    except OSError:
+        pass
+    try:
+        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # never through a link
+        os.utime(stamp, follow_symlinks=False)
+        import subprocess
+
+        proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault", root],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True, cwd=root)
+        assert proc.stdin is not None
+        proc.stdin.close()
+    except OSError:
+        return
+
+
+def _warm_up(root: str | None, payload: dict[str, Any]) -> None:
+    if root is None:
+        return
+    from ...core.vault import Vault
+
+    if not Vault(root).config.embedding.daemon:
+        return
+    from ...models import daemon
+
+    start = getattr(daemon, "start", None)  # the warm process of memvault.interfaces.warm
+    if start is None:
+        return
+    start()
+    _warm(root, {"kind": "session", "cwd": root, "start": "warm-up"}, 120.0)
+
+
+# ------------------------------------------------------------------------------------------------ output
+def _context(event_name: str, text: str) -> dict[str, Any]:
+    return {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": text}}
+
+
+def _no_vault() -> str:
+    where = os.environ.get("MEMVAULT_DIR") or "the path installed in this hook"
+    return (f"memvault: no vault found ({where} has no {CONFIG_NAME}); memory is off for this session. Create one "
+            "with 'memvault init ~/memory' and wire it with 'memvault agent install <runtime> --vault ~/memory'.")
+
+
+def _reason(exc: BaseException) -> str:
+    try:
+        from ...rules.errors import describe
+
+        return describe(exc)[0]
+    except Exception:  # noqa: BLE001 - even the error module may be what is broken
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _failure(event: Any, runtime: str, exc: BaseException) -> dict[str, Any] | None:
+    reason = _reason(exc)
+    line = f"memvault: the {event or 'agent'} hook failed ({reason}); 'memvault agent status' checks the install."
+    if event == "session-start":
+        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), line)
+    if event == "prompt":
+        return None  # nothing added to the prompt; the line is in agents.log
+    return {"systemMessage": line}
+
+
+class _Sink:
+    """stderr while a hook runs: written to, never shown."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _emit(output: dict[str, Any] | None) -> None:
+    if output is not None:
+        sys.stdout.write(json.dumps(output, ensure_ascii=False))
+    sys.stdout.flush()
+
+
+def _log_fd(root: str) -> Any:
+    try:
+        os.makedirs(os.path.join(root, ".memvault"), exist_ok=True)
+        return open(os.path.join(root, ".memvault", LOG_NAME), "ab")
+    except OSError:
+        return None
+
+
+def _log(root: str, line: str) -> None:
+    f = _log_fd(root)
+    if f is None:
+        return
+    with f:
+        f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {line}\n".encode("utf-8", "replace"))
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # a cold build still running on its thread is abandoned (its writes are transactions)

@@ -1,0 +1,426 @@
+"""Agent transcripts read as turns: what the person asked, what the agent answered, the commands it ran with
+their exit status, and the files it changed. One reader per runtime's format (docs/agents.md cites each):
+
+- **Claude Code**: JSONL at the hook's ``transcript_path``; ``user``/``assistant`` lines wrapping an Anthropic
+  Messages ``message``, ``tool_use`` blocks on assistant lines and ``tool_result`` blocks (paired by
+  ``tool_use_id``) on user lines, ``isCompactSummary``/``isMeta``/``isSidechain`` lines that are not prompts.
+- **Codex CLI**: the rollout JSONL (``{"timestamp", "type", "payload"}`` lines): ``turn_context`` and
+  ``event_msg``/``user_message`` open a turn, ``agent_message``/``task_complete`` carry the answer,
+  ``function_call``/``exec_command_end``/``function_call_output`` the commands, ``apply_patch`` the files.
+- **Gemini CLI**: the chat recording, JSONL (a metadata line, message records that a later record with the same
+  id replaces, ``$rewindTo`` and ``$set`` records) or the older single JSON document ``{"messages": [...]}``.
+
+A turn's ``id`` is the runtime's own id of the prompt's message (Claude Code's line ``uuid``, Codex's
+``turn_id``, Gemini's message ``id``): what makes capture idempotent. Readers parse only; nothing here writes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUNTIMES = ("claude-code", "codex", "gemini")
+_EXIT = re.compile(r"(?:^|\n)\s*(?:Exit code|Exit Code|Process exited with code)[: ]\s*(-?\d+)")
+_NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>", "<local-command-caveat>",
+                "<local-command-stderr>", "[Request interrupted by user", "<task-notification>")
+_CODEX_SCAFFOLDING = ("<environment_context>", "<user_instructions>", "<permissions instructions>", "# AGENTS.md",
+                      "<user_shell_command>", "<turn_aborted>")
+_FILE_TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "write_file", "replace", "edit"}
+_SHELL_TOOLS = {"Bash", "shell", "exec_command", "container.exec", "local_shell", "run_shell_command"}
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.MULTILINE)
+
+
+@dataclass
+class Command:
+    """A command the agent ran, and how it ended (``exit_code`` None when the transcript does not say)."""
+
+    command: str
+    exit_code: int | None = None
+    failed: bool = False
+
+    def status(self) -> str:
+        if self.exit_code is not None:
+            return f"exit {self.exit_code}"
+        return "failed" if self.failed else "status unknown"
+
+
+@dataclass
+class Turn:
+    """One exchange: a prompt and everything the agent did until the next prompt."""
+
+    id: str
+    prompt: str
+    at: str | None = None
+    answer: str = ""
+    commands: list[Command] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    cwd: str | None = None
+    #: Whether the turn is over (another prompt followed, or the runtime marked its end).
+    complete: bool = False
+    #: Byte offset of the turn's first line in the transcript (where a later capture resumes).
+    start: int = 0
+    _calls: dict[str, Command] = field(default_factory=dict, repr=False)
+    _answer_id: str | None = field(default=None, repr=False)
+
+    def add_file(self, path: Any) -> None:
+        """Note a changed file (a relative one is taken from the turn's working directory)."""
+        if not isinstance(path, str) or not path.strip():
+            return
+        path = path.strip()
+        if not os.path.isabs(path) and self.cwd:
+            path = os.path.normpath(os.path.join(self.cwd, path))
+        if path not in self.files:
+            self.files.append(path)
+
+
+@dataclass
+class Transcript:
+    """The turns read from a transcript (from a byte offset), and what it says about its session."""
+
+    turns: list[Turn]
+    session_id: str | None = None
+    cwd: str | None = None
+    #: Byte offset just past the last line read (the whole file was read when it equals its size).
+    end: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def read(runtime: str, path: Path | str, start: int = 0) -> Transcript:
+    """The turns of ``path`` from byte ``start`` (a line start) on, in the format of ``runtime``. Lines that are
+    not JSON (a half-written last line) are skipped and counted in ``problems``; a file that cannot be read
+    raises OSError."""
+    path = Path(path)
+    if runtime == "claude-code":
+        return _claude(path, start)
+    if runtime == "codex":
+        return _codex(path, start)
+    if runtime == "gemini":
+        return _gemini(path)
+    raise ValueError(f"unknown runtime {runtime!r} (known: {', '.join(RUNTIMES)})")
+
+
+# ------------------------------------------------------------------------------------------------ lines
+def _lines(path: Path, start: int, problems: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(offset, object) for each complete JSON line from ``start``; a last line without its newline is left for
+    the next read (the runtime is still writing it)."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read()
+    if path.suffix == ".zst" or data[:4] == b"\x28\xb5\x2f\xfd":
+        raise OSError(f"{path}: zstd-compressed rollout; decompress it first (zstd -d)")
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return  # unfinished: read again later
+        raw = data[pos:nl]
+        offset = start + pos
+        pos = nl + 1
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            obj = None
+        if not isinstance(obj, dict):
+            problems.append(f"{path.name}: byte {offset}: not a JSON object")
+            continue
+        yield offset, obj
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content: a string, or the text blocks/parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and isinstance(block.get("text"), str) and block.get("type") in (
+                    None, "text", "input_text", "output_text"):
+                parts.append(block["text"])
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def _exit_code(text: str) -> int | None:
+    m = _EXIT.search(text[:4000])
+    return int(m.group(1)) if m else None
+
+
+def _close(turns: list[Turn]) -> None:
+    if turns:
+        turns[-1].complete = True
+
+
+# ------------------------------------------------------------------------------------------------ Claude Code
+def _claude(path: Path, start: int) -> Transcript:
+    out = Transcript([])
+    turn: Turn | None = None
+    pos = start
+    for offset, obj in _lines(path, start, out.problems):
+        pos = offset
+        kind = obj.get("type")
+        out.session_id = out.session_id or _str(obj.get("sessionId"))
+        out.cwd = _str(obj.get("cwd")) or out.cwd
+        if obj.get("isSidechain") or kind not in ("user", "assistant"):
+            continue
+        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        content = message.get("content")
+        if kind == "user":
+            blocks = content if isinstance(content, list) else []
+            for block in blocks:
+                if isinstance(block, dict) and block.get("type") == "tool_result" and turn is not None:
+                    call = turn._calls.get(str(block.get("tool_use_id")))
+                    if call is not None:
+                        result = _text(block.get("content")) if not isinstance(block.get("content"), str) \
+                            else block["content"]
+                        call.exit_code = _exit_code(result)
+                        call.failed = bool(block.get("is_error"))
+                        if call.exit_code is None and not call.failed:
+                            call.exit_code = 0
+            if obj.get("isCompactSummary") or obj.get("isMeta"):
+                continue
+            if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+                continue  # the harness talking, not the person
+            prompt = _text(content).strip()
+            if not prompt or prompt.startswith(_NOT_PROMPTS):
+                continue
+            _close(out.turns)
+            turn = Turn(id=_str(obj.get("uuid")) or _hash(prompt, obj.get("timestamp")), prompt=prompt,
+                        at=_str(obj.get("timestamp")), cwd=_str(obj.get("cwd")), start=offset)
+            out.turns.append(turn)
+        elif turn is not None:
+            msg_id = _str(message.get("id")) or _str(obj.get("uuid"))
+            for block in content if isinstance(content, list) else [{"type": "text", "text": content}]:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"].strip():
+                    if turn._answer_id == msg_id:
+                        turn.answer += "\n" + block["text"]
+                    else:
+                        turn.answer, turn._answer_id = block["text"], msg_id
+                elif block.get("type") == "tool_use":
+                    _tool_use(turn, str(block.get("id")), block.get("name"), block.get("input"))
+    out.end = _end(path, pos, start, out)
+    return out
+
+
+def _tool_use(turn: Turn, call_id: str, name: Any, args: Any) -> None:
+    args = args if isinstance(args, dict) else {}
+    if name in _SHELL_TOOLS:
+        command = args.get("command", args.get("cmd"))
+        if isinstance(command, list):
+            command = _argv(command)
+        if isinstance(command, str) and command.strip():
+            call = Command(command.strip())
+            turn.commands.append(call)
+            turn._calls[call_id] = call
+    elif name in _FILE_TOOLS:
+        turn.add_file(args.get("file_path") or args.get("notebook_path") or args.get("path"))
+    elif name == "apply_patch":
+        patch = args.get("input") if isinstance(args.get("input"), str) else ""
+        for m in _PATCH_FILE.finditer(patch):
+            turn.add_file(m.group(1).strip())
+
+
+def _argv(argv: list[Any]) -> str:
+    """``["bash", "-lc", "cargo test"]`` -> ``cargo test``; any other argv joined by spaces."""
+    words = [str(a) for a in argv]
+    if len(words) == 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and words[1] in ("-lc", "-c"):
+        return words[2]
+    return " ".join(words)
+
+
+# ------------------------------------------------------------------------------------------------ Codex
+def _codex(path: Path, start: int) -> Transcript:
+    out = Transcript([])
+    turn: Turn | None = None
+    turn_id: str | None = None  # from turn_context/task_started, for the next prompt
+    pos = start
+    for offset, obj in _lines(path, start, out.problems):
+        pos = offset
+        kind, payload = obj.get("type"), obj.get("payload")
+        if not isinstance(payload, dict):
+            continue
+        ptype = payload.get("type")
+        if kind == "session_meta":
+            out.session_id = _str(payload.get("id")) or out.session_id
+            out.cwd = _str(payload.get("cwd")) or out.cwd
+        elif kind == "turn_context" or (kind == "event_msg" and ptype in ("task_started", "turn_started")):
+            turn_id = _str(payload.get("turn_id")) or turn_id
+            out.cwd = _str(payload.get("cwd")) or out.cwd
+        elif kind == "event_msg" and ptype == "user_message":
+            prompt = (_str(payload.get("message")) or "").strip()
+            if prompt and not prompt.startswith(_CODEX_SCAFFOLDING):
+                if turn is not None and not turn.complete and turn.prompt == prompt and turn._answer_id == "mirror":
+                    turn._answer_id = None  # the response_item mirror of this same prompt opened it already
+                    continue
+                turn = _codex_turn(out, turn_id, prompt, obj, offset)
+                turn_id = None
+        elif kind == "response_item" and ptype == "message" and payload.get("role") == "user":
+            prompt = _text(payload.get("content")).strip()
+            if prompt and not prompt.startswith(_CODEX_SCAFFOLDING) and (turn is None or turn.prompt != prompt
+                                                                         or turn.complete):
+                turn = _codex_turn(out, turn_id, prompt, obj, offset)
+                turn._answer_id = "mirror"
+        elif turn is None:
+            continue
+        elif kind == "event_msg" and ptype == "agent_message":
+            turn.answer = _str(payload.get("message")) or turn.answer
+        elif kind == "response_item" and ptype == "message" and payload.get("role") == "assistant":
+            turn.answer = _text(payload.get("content")) or turn.answer
+        elif kind == "event_msg" and ptype in ("task_complete", "turn_complete"):
+            turn.answer = _str(payload.get("last_agent_message")) or turn.answer
+            turn.complete = True
+        elif kind == "response_item" and ptype in ("function_call", "custom_tool_call"):
+            args: Any = payload.get("arguments", payload.get("input"))
+            if isinstance(args, str) and payload.get("name") != "apply_patch":
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    args = {}
+            if payload.get("name") == "apply_patch" and isinstance(args, str):
+                args = {"input": args}
+            _tool_use(turn, str(payload.get("call_id")), payload.get("name"), args)
+        elif kind == "response_item" and ptype == "local_shell_call":
+            action = payload.get("action") if isinstance(payload.get("action"), dict) else {}
+            _tool_use(turn, str(payload.get("call_id")), "local_shell", {"command": action.get("command")})
+        elif kind == "event_msg" and ptype == "exec_command_end":
+            call = turn._calls.get(str(payload.get("call_id")))
+            if call is not None and isinstance(payload.get("exit_code"), int):
+                call.exit_code = payload["exit_code"]
+        elif kind == "response_item" and ptype in ("function_call_output", "custom_tool_call_output"):
+            call = turn._calls.get(str(payload.get("call_id")))
+            if call is not None and call.exit_code is None:
+                call.exit_code = _codex_exit(payload.get("output"))
+        elif kind == "event_msg" and ptype == "patch_apply_end":
+            changes = payload.get("changes")
+            for name in changes if isinstance(changes, dict) else ():
+                turn.add_file(name)
+    out.end = _end(path, pos, start, out)
+    return out
+
+
+def _codex_turn(out: Transcript, turn_id: str | None, prompt: str, obj: dict[str, Any], offset: int) -> Turn:
+    _close(out.turns)
+    turn = Turn(id=turn_id or _hash(prompt, obj.get("timestamp")), prompt=prompt, at=_str(obj.get("timestamp")),
+                cwd=out.cwd, start=offset)
+    out.turns.append(turn)
+    return turn
+
+
+def _codex_exit(output: Any) -> int | None:
+    """The exit code in a function_call_output: ``{"metadata": {"exit_code": N}}`` (as JSON text or an object),
+    or a line "Exit code: N" / "Process exited with code N"."""
+    if isinstance(output, dict):
+        output = output.get("content", output)
+    if isinstance(output, str):
+        try:
+            parsed = json.loads(output)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            meta = parsed.get("metadata")
+            if isinstance(meta, dict) and isinstance(meta.get("exit_code"), int):
+                return int(meta["exit_code"])
+            output = str(parsed.get("output", ""))
+        return _exit_code(output)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ Gemini
+def _gemini(path: Path) -> Transcript:
+    """A Gemini chat recording, read whole (records replace earlier ones by id, and rewinds cut the tail)."""
+    out = Transcript([])
+    data = path.read_bytes()
+    messages: dict[str, dict[str, Any]] = {}
+    stripped = data.lstrip()
+    if stripped.startswith(b"{") and b"\n{" not in stripped.rstrip():
+        try:  # the older format: one JSON document
+            doc = json.loads(stripped)
+        except (ValueError, UnicodeDecodeError):
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
+            out.session_id = _str(doc.get("sessionId"))
+            messages = {str(m.get("id")): m for m in doc["messages"] if isinstance(m, dict)}
+            return _gemini_turns(out, messages, len(data))
+    for _, obj in _lines(path, 0, out.problems):
+        if isinstance(obj.get("$rewindTo"), str):
+            target, found = obj["$rewindTo"], False
+            for mid in list(messages):
+                found = found or mid == target
+                if found:
+                    del messages[mid]
+            if not found:
+                messages.clear()
+        elif isinstance(obj.get("$set"), dict):
+            if isinstance(obj["$set"].get("messages"), list):
+                messages = {str(m.get("id")): m for m in obj["$set"]["messages"] if isinstance(m, dict)}
+        elif "id" in obj and "type" in obj:
+            messages[str(obj["id"])] = obj
+        elif "sessionId" in obj:
+            out.session_id = _str(obj.get("sessionId"))
+            for m in obj.get("messages") or []:
+                if isinstance(m, dict):
+                    messages[str(m.get("id"))] = m
+    return _gemini_turns(out, messages, len(data))
+
+
+def _gemini_turns(out: Transcript, messages: dict[str, dict[str, Any]], size: int) -> Transcript:
+    turn: Turn | None = None
+    for mid, m in messages.items():
+        if m.get("type") == "user":
+            prompt = _text(m.get("content")).strip()
+            if not prompt or prompt.startswith("/"):
+                continue
+            _close(out.turns)
+            turn = Turn(id=mid, prompt=prompt, at=_str(m.get("timestamp")))
+            out.turns.append(turn)
+        elif m.get("type") == "gemini" and turn is not None:
+            text = _text(m.get("content")).strip()
+            if text:
+                turn.answer = text
+            for call in m.get("toolCalls") or []:
+                if not isinstance(call, dict):
+                    continue
+                _tool_use(turn, str(call.get("id")), call.get("name"), call.get("args"))
+                command = turn._calls.get(str(call.get("id")))
+                if command is not None:
+                    command.exit_code = _exit_code(json.dumps(call.get("result"), ensure_ascii=False)
+                                                   .replace("\\n", "\n"))
+                    command.failed = call.get("status") == "error"
+    out.end = size
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _end(path: Path, last_offset: int, start: int, out: Transcript) -> int:
+    """Where the next read starts: the first line of the last turn that is not over (it may still grow), else
+    the end of what was read."""
+    open_turns = [t for t in out.turns if not t.complete]
+    if open_turns:
+        return open_turns[0].start
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return last_offset
+    with open(path, "rb") as f:  # up to the last complete line
+        f.seek(max(start, size - 65536))
+        tail = f.read()
+    cut = tail.rfind(b"\n")
+    return size - len(tail) + cut + 1 if cut >= 0 else start
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _hash(text: str, stamp: Any) -> str:
+    return "h" + hashlib.sha1(f"{stamp}\0{text}".encode()).hexdigest()[:20]

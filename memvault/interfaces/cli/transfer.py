@@ -1,0 +1,76 @@
+"""Commands that move memory in and out: import (other tools' memory, or a memvault export) and export."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .base import Out, cli, output, pass_ctx
+
+IMPORT_FORMATS = ("claude-code", "claude-mem", "basic-memory", "mem0", "openclaw", "markdown", "memvault")
+
+
+@cli.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(IMPORT_FORMATS))
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--dry-run", is_flag=True, help="Report what would come in; write nothing.")
+@click.option("--source", "-s", help="memvault format only: who restores it (must be trusted). Default: "
+                                     "$MEMVAULT_SOURCE, else user:$USER.")
+@output
+@pass_ctx
+def import_cmd(ctx, fmt, path, dry_run, source):
+    """Bring in the memory another tool keeps, through the same gate as any write: claude-code (CLAUDE.md files,
+    auto memory folders), claude-mem (its SQLite database), basic-memory (a notes folder), mem0 (a JSON export),
+    openclaw (a workspace: MEMORY.md and memory/*.md), markdown (a folder of files), or memvault (an export).
+
+    Items are written as import:FORMAT, a source the vault does not trust unless you say so: facts wait in the
+    inbox for a person. The report says what came in, what duplicated a stored fact (nothing written), what
+    conflicts with one, and what was refused and why (a secret, a bad key, too large). Importing the same files
+    again adds nothing. A memvault export is restored as it was (files byte for byte, episodes with their ids and
+    sources), by a trusted source.
+    """
+    from ...core.transfer import import_items, restore_items
+    from ..transfer import read
+
+    vault = ctx.vault
+    items = read(fmt, Path(path))
+    if fmt == "memvault":
+        report = restore_items(vault, items, source=source or vault.default_source(), dry_run=dry_run)
+    else:
+        if source:
+            raise click.UsageError("--source is for the memvault format: other imports are always import:FORMAT")
+        report = import_items(vault, items, fmt=fmt, source=f"import:{fmt}", dry_run=dry_run)
+    lines = [report.summary()]
+    for bucket in ("conflicts", "refused"):
+        for entry in getattr(report, bucket):
+            what = entry.get("key") or entry.get("origin")
+            lines.append(f"  {bucket[:-1] if bucket == 'conflicts' else 'refused'}: {what}: {entry.get('reason')}"
+                         + (f" ({entry['with']})" if entry.get("with") else ""))
+    if report.proposed and not dry_run:
+        lines.append(f"  {len(report.proposed)} facts wait in the inbox: 'memvault inbox', then accept or reject")
+    return Out(report.to_dict(), lines, notes=report.problems)
+
+
+@cli.command("export")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "markdown"]), default="jsonl", show_default=True,
+              help="One JSONL file, or a folder of markdown a person can read.")
+@click.option("--output", "-o", metavar="PATH", help="The file (jsonl; default: stdout) or the new folder (markdown).")
+@pass_ctx
+def export_cmd(ctx, fmt, output):
+    """Write out everything the vault holds (facts, proposals, procedures with their mode, episodes as stored) so
+    that 'memvault import memvault PATH' into a new vault gives the same facts, procedures and episodes."""
+    from ...core.transfer import snapshot
+    from ..transfer.memvault import write_jsonl, write_markdown
+
+    vault = ctx.vault
+    if fmt == "markdown":
+        if not output:
+            raise click.UsageError("--format markdown writes a folder: give it with --output")
+        n = write_markdown(snapshot(vault), Path(output), vault.root.name)
+    elif output and output != "-":
+        with open(output, "w", encoding="utf-8") as f:
+            n = write_jsonl(snapshot(vault), f, vault.root.name)
+    else:
+        n = write_jsonl(snapshot(vault), sys.stdout, vault.root.name)
+    click.echo(f"memvault: exported {n} records" + (f" to {output}" if output and output != "-" else ""), err=True)

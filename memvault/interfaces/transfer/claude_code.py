@@ -1,0 +1,88 @@
+"""Claude Code's own memory: CLAUDE.md files (user ``~/.claude/CLAUDE.md``, project ``CLAUDE.md``,
+``.claude/CLAUDE.md``, ``CLAUDE.local.md``, ``.claude/rules/*.md``) and auto memory folders
+(``~/.claude/projects/<project>/memory/``: a ``MEMORY.md`` index and one topic file per memory, each with
+``name``/``description``/``type`` front matter), as documented at code.claude.com/docs/en/memory.
+
+A CLAUDE.md becomes one fact per section (``claude-code/<project>/<heading>``, category ``instructions``); a topic
+file one fact (``claude-code/<project>/<file>``, its ``type`` as category); a line of MEMORY.md that does not point
+at a topic file one fact too."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from ...core.transfer import Item
+from .markdown import note, section_facts, slug
+
+_LINK = re.compile(r"\]\(([^)]+\.md)\)")
+_PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
+
+
+def read(path: Path) -> Iterator[Item]:
+    if path.is_file():
+        if path.name == "MEMORY.md":
+            yield from _memory(path.parent)
+        else:
+            yield from _claude_md(path, _project_name(path))
+        return
+    if (path / "MEMORY.md").is_file():
+        yield from _memory(path)
+        return
+    if (path / "projects").is_dir() and (path.name == ".claude" or (path / "settings.json").exists()):
+        if (path / "CLAUDE.md").is_file():
+            yield from _claude_md(path / "CLAUDE.md", "user")
+        for memory in sorted((path / "projects").glob("*/memory")):
+            if memory.is_dir():
+                yield from _memory(memory)
+        return
+    for name in _PROJECT_FILES:
+        if (path / name).is_file():
+            yield from _claude_md(path / name, slug(path.resolve().name))
+    rules = path / ".claude" / "rules"
+    if rules.is_dir():
+        for rule in sorted(rules.rglob("*.md")):
+            yield from _claude_md(rule, slug(path.resolve().name), prefix=f"rules/{slug(rule.stem)}")
+
+
+def _project_name(path: Path) -> str:
+    folder = path.resolve().parent
+    if folder.name == ".claude":
+        folder = folder.parent
+    return "user" if folder == Path.home() else slug(folder.name)
+
+
+def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[Item]:
+    _, body = note(path)
+    key = f"claude-code/{project}" + (f"/{prefix}" if prefix else (f"/{slug(path.stem)}" if path.stem not in
+                                                                      ("CLAUDE",) else ""))
+    yield from section_facts(body, key, str(path), category="instructions", tags=["claude-code", project])
+
+
+def _memory(folder: Path) -> Iterator[Item]:
+    """An auto memory folder: its topic files, then the index lines that are memories of their own."""
+    project = slug(folder.parent.name.lstrip("-")) if folder.name == "memory" else slug(folder.name)
+    topics = sorted(p for p in folder.glob("*.md") if p.name != "MEMORY.md")
+    for topic in topics:
+        meta, body = note(topic)
+        text = body.strip() or str(meta.get("description") or "").strip()
+        if not text:
+            continue
+        name = str(meta.get("name") or "").strip()
+        description = str(meta.get("description") or "").strip()
+        header = " - ".join(x for x in (name, description) if x)
+        yield Item("fact", f"{header}\n\n{text}" if header and header not in text else text, str(topic),
+                   key=f"claude-code/{project}/{slug(topic.stem)}",
+                   category=str(meta["type"]) if isinstance(meta.get("type"), str) else "memory",
+                   tags=["claude-code", project])
+    index = folder / "MEMORY.md"
+    if index.is_file():
+        names = {t.name for t in topics}
+        _, body = note(index)
+        for n, line in enumerate(body.splitlines(), 1):
+            entry = line.strip().lstrip("-*").strip()
+            links = _LINK.findall(line)
+            if not entry or entry.startswith("#") or any(Path(link).name in names for link in links):
+                continue
+            yield Item("fact", entry, f"{index}:{n}", key=f"claude-code/{project}/memory-{slug(entry, 40)}",
+                       category="memory", tags=["claude-code", project])

@@ -1,0 +1,175 @@
+"""memvault's own export, written and read back: ``memvault export --format jsonl|markdown`` and
+``memvault import memvault PATH``.
+
+- **jsonl**: a header line, then one record per fact and proposal (its file's exact text), procedure (text and
+  mode) and episode (the stored line).
+- **markdown**: a folder a person can read: ``facts/`` and ``inbox/`` and ``procedures/`` as the vault has them
+  (byte for byte), and ``episodes/YYYY-MM.md``, each episode under a heading with its fields in an HTML comment
+  that also gives the length of its text, so any text (headings, comments of its own) reads back exactly.
+
+Importing either into a new vault gives the same facts, procedures and episodes (ids, times and sources kept).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ...core.transfer import Item
+from ...rules.errors import InvalidValue
+from ...rules.fsutil import atomic_write
+from ...rules.timeutil import format_time, now
+
+HEADER = "memvault-export"
+EPISODE_MARK = "<!-- memvault-episode "
+
+
+# ------------------------------------------------------------------------------------------------ writing
+def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], vault_name: str) -> int:
+    out.write(json.dumps({"type": HEADER, "version": 1, "vault": vault_name, "exported_at": format_time(now())})
+              + "\n")
+    n = 0
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        n += 1
+    return n
+
+
+def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
+    if folder.exists() and any(folder.iterdir()):
+        raise InvalidValue("--output", f"{folder}: not empty; give a new folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    months: dict[str, list[str]] = {}
+    n = 0
+    for record in records:
+        n += 1
+        if record["type"] == "episode":
+            e = record["episode"]
+            text = e.get("text", "")
+            fields = {k: v for k, v in e.items() if k != "text"}
+            fields["bytes"] = len(text.encode("utf-8"))
+            head = f"## {e.get('created_at')} · {e.get('source')} · {e.get('kind', 'raw')}"
+            comment = EPISODE_MARK + json.dumps(fields, ensure_ascii=True).replace(">", "\\u003e") + " -->"
+            months.setdefault(str(e.get("created_at", ""))[:7], []).append(f"{head}\n{comment}\n{text}\n")
+            continue
+        target = folder / record["path"]
+        if not target.resolve().is_relative_to(folder.resolve()):
+            raise InvalidValue("export", f"{record['path']}: outside the export folder")
+        data = _bytes(record)
+        mode = int(record["mode"], 8) if record.get("mode") else None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, data, mode=mode)
+    for month, items in sorted(months.items()):
+        text = f"# Episodes of {month}\n\n" + "\n".join(items)
+        atomic_write(folder / "episodes" / f"{month}.md", text.encode("utf-8"))
+    readme = (f"# {vault_name}: a memvault export ({format_time(now())})\n\n"
+              "facts/, inbox/ (proposals) and procedures/ hold the vault's files as they were; episodes/ holds the "
+              "episodes, one heading each. 'memvault import memvault .' reads it back into a vault.\n")
+    atomic_write(folder / "README.md", readme.encode("utf-8"))
+    return n
+
+
+def _bytes(record: dict[str, Any]) -> bytes:
+    if "content_base64" in record:
+        return base64.b64decode(record["content_base64"])
+    return str(record.get("content", "")).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def read(path: Path) -> Iterator[Item]:
+    if path.is_file():
+        yield from _read_jsonl(path)
+        return
+    yield from _read_folder(path)
+
+
+def _read_jsonl(path: Path) -> Iterator[Item]:
+    with open(path, encoding="utf-8") as f:
+        first = f.readline()
+        try:
+            header = json.loads(first)
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or header.get("type") != HEADER:
+            raise InvalidValue("PATH", f"{path}: not a memvault export (no {HEADER} header line)")
+        for n, line in enumerate(f, 2):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise InvalidValue("PATH", f"{path}:{n}: not JSON ({exc})") from None
+            yield _item(record, f"{path}:{n}")
+
+
+def _item(record: dict[str, Any], origin: str) -> Item:
+    kind = record.get("type")
+    if kind == "episode":
+        e = record.get("episode") or {}
+        return Item("episode", str(e.get("text", "")), origin, at=e.get("created_at"),
+                    episode_kind=str(e.get("kind") or "raw"), tags=list(e.get("tags") or []),
+                    meta=dict(e.get("meta") or {}), id=e.get("id"), source=e.get("source"))
+    data = _bytes(record)
+    if kind in ("fact", "proposal"):
+        return _fact_item(kind, str(record.get("key")), data, origin)
+    if kind == "procedure":
+        mode = int(record["mode"], 8) if record.get("mode") else None
+        return Item("procedure", data.decode("utf-8", "replace"), origin, key=str(record.get("name")), content=data,
+                    mode=mode, meta={"path": str(record.get("path", ""))})
+    raise InvalidValue("PATH", f"{origin}: unknown record type {kind!r}")
+
+
+def _fact_item(kind: str, key: str, data: bytes, origin: str) -> Item:
+    from ...stores.facts import parse_fact
+
+    item = Item(kind, data.decode("utf-8", "replace"), origin, key=key, content=data)
+    if kind == "proposal":  # proposed again by its own source, with its own fields
+        fact = parse_fact(key, Path(f"{key}.md"), data.decode("utf-8"))
+        item.text, item.source, item.category = fact.text, fact.source, fact.category
+        item.tags, item.importance, item.confidence = list(fact.tags), fact.importance, fact.confidence
+    return item
+
+
+def _read_folder(folder: Path) -> Iterator[Item]:
+    if not (folder / "README.md").is_file() and not (folder / "facts").is_dir():
+        raise InvalidValue("PATH", f"{folder}: not a memvault export folder (no facts/ or README.md)")
+    for area, kind in (("facts", "fact"), ("inbox", "proposal")):
+        base = folder / area
+        for path in sorted(base.rglob("*.md")) if base.is_dir() else []:
+            if path.is_symlink() or any(p.startswith(".") for p in path.relative_to(base).parts):
+                continue
+            key = path.relative_to(base).with_suffix("").as_posix()
+            yield _fact_item(kind, key, path.read_bytes(), str(path))
+    base = folder / "procedures"
+    for path in sorted(base.rglob("*")) if base.is_dir() else []:
+        if not path.is_file() or path.is_symlink() or any(p.startswith(".") for p in path.relative_to(base).parts):
+            continue
+        rel = path.relative_to(base)
+        data = path.read_bytes()
+        yield Item("procedure", data.decode("utf-8", "replace"), str(path), key=rel.with_suffix("").as_posix(),
+                   content=data, mode=os.stat(path).st_mode & 0o777,
+                   meta={"path": f"procedures/{rel.as_posix()}"})
+    for path in sorted((folder / "episodes").glob("*.md")) if (folder / "episodes").is_dir() else []:
+        yield from _read_episodes(path)
+
+
+def _read_episodes(path: Path) -> Iterator[Item]:
+    data = path.read_bytes()
+    mark = EPISODE_MARK.encode()
+    pos = 0
+    while True:
+        at = data.find(mark, pos)
+        if at < 0:
+            return
+        end = data.find(b"\n", at)
+        line = data[at + len(mark): end].decode("utf-8").rstrip()
+        if not line.endswith("-->"):
+            raise InvalidValue("PATH", f"{path}: byte {at}: an episode comment without its end")
+        fields = json.loads(line[:-3].strip())
+        size = int(fields.pop("bytes"))
+        text = data[end + 1: end + 1 + size].decode("utf-8")
+        pos = end + 1 + size
+        yield _item({"type": "episode", "episode": {**fields, "text": text}}, f"{path}:{at}")
