@@ -124,3 +124,25 @@ def test_a_limited_embed_takes_the_oldest_pending_chunks_only(pv, models):
     pending = pv.index.pending()
     report = pv.index.embed(fake, limit=5, wait=True)
     assert pv.index.pending() == pending - 5 and report.chunks_pending == pending - 5
+
+
+def test_a_new_vaults_facts_get_their_vectors_before_its_episode_lines(vault, models):
+    """Recall embeds a share of the pending vectors (oldest first, ``embed_at_recall``): the first sync writes
+    facts before runbooks and episodes, so a vault with more episode lines than that share has its facts' vectors
+    after its first recall instead of ranking them by keywords alone behind episodes."""
+    from fake_embedder import set_model
+
+    from memvault import Vault
+
+    set_model(vault.root, "fake-hash")
+    v = Vault.open(vault.root, embedder_factory=models)
+    for i in range(3):
+        (v.root / "facts" / f"db{i}.md").write_text(f"Database db{i} listens on port 54{i}2.\n")
+    lines = [f'{{"id": "01J{i:023d}", "created_at": "2026-11-01T00:00:00Z", "source": "user:ops", '
+             f'"kind": "raw", "text": "line {i} of a long log"}}' for i in range(200)]
+    (v.root / "episodes" / "2026-11.jsonl").write_text("\n".join(lines) + "\n")
+    v.recall("which port does db1 listen on", k=3)
+    conn = v.index.connection()
+    pending_facts = conn.execute("SELECT COUNT(*) FROM chunks c JOIN docs d ON d.doc = c.doc "
+                                 "WHERE d.kind = 'fact' AND c.model IS NULL").fetchone()[0]
+    assert pending_facts == 0 and v.index.pending() > 0

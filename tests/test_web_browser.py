@@ -193,7 +193,7 @@ def test_the_playground_shows_the_factors_and_why_nothing_came_back(page, served
     page.fill("input[name=q]", "zebra quantum marmalade")
     page.click("#recall-form button")
     reason = page.locator("#nothing-found").inner_text()
-    assert reason.startswith("Nothing returned:") and ("cosine" in reason or "no memory" in reason)
+    assert reason.startswith("Nothing returned:") and ("evidence" in reason or "no memory" in reason)
     assert page.locator("ol.hits li.hit").count() == 0
     assert "<nothing-found reason=" in page.locator("#prompt").inner_text()
     page.watch.assert_clean()

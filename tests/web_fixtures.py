@@ -4,7 +4,6 @@ fence-escape variants of test_attacks.py and test_markup.py)."""
 from __future__ import annotations
 
 import random
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -44,9 +43,6 @@ def seed(root: Path, models: object, tmp_path: Path) -> Vault:
     """A vault (fake model) with one of everything the pages show; returns it opened with the fake model."""
     v = Vault.init(root)
     set_model(v.root, "fake-hash")
-    toml = v.root / "memvault.toml"
-    # The fake model's cosines have their own scale (hashed words): "nothing known" takes more than a shared word.
-    toml.write_text(re.sub(r"(?m)^min_cosine = .*$", "min_cosine = 0.8", toml.read_text()))
     git(v.root, "commit", "-qm", "fake model", "--", "memvault.toml")
     v = Vault.open(v.root, embedder_factory=models, daemon=False)
     v.facts.set("db/primary", "The primary database listens on 10.8.0.4 port 5432.", category="database",

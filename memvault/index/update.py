@@ -34,6 +34,8 @@ Progress = Callable[[int, int], None]
 #: a live progress bar and for text still being written in a rebuild.
 EMBED_GROUP = 512
 TAIL_BYTES = 4096
+#: The order a sync writes the areas in (and so the order their pending vectors are embedded in).
+AREA_ORDER = {"facts": 0, "procedures": 1, "episodes": 2}
 
 
 @dataclass
@@ -242,9 +244,12 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('fields', ?)", (FIELDS,))
             conn.execute("UPDATE files SET mtime_ns = -1")
         known = {rel: (k, size, -1, ino, tail) for rel, (k, size, _mtime, ino, tail) in known.items()}
-    # in path order: the rows of a full build go into every index on paths and keys in order (fuller pages)
-    changed = sorted(rel for rel, (kind, size, mtime, ino) in disk.items()
-                     if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino) or (reread and only is not None))
+    # in path order within each area (the rows of a full build go into every index on paths and keys in order:
+    # fuller pages), facts first, then runbooks, then episodes: pending vectors are embedded oldest first, a share
+    # at each recall, and a new vault's facts must not wait behind thousands of episode lines
+    changed = sorted((rel for rel, (kind, size, mtime, ino) in disk.items()
+                      if rel not in known or tuple(known[rel][1:4]) != (size, mtime, ino)
+                      or (reread and only is not None)), key=lambda rel: (AREA_ORDER.get(rel.split("/", 1)[0], 3), rel))
     removed = [rel for rel in known if rel not in disk]
     if not changed and not removed:
         return report

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,6 @@ EPISODE_TAIL = 1 << 20
 PROJECT_FACTS = 30
 #: Seconds between the full scans a session start asks of the index (recall's own default is 30 s).
 FULL_SCAN_EVERY = 86400.0
-_TAGS = re.compile(r"(?m)^tags:[ \t]*((?:\[[^\]]*\])|.*(?:\n[ \t]*-[^\n]*)*)")
 
 
 @dataclass
@@ -113,8 +111,7 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
                 notices.append("keyword-only recall: the model is not available")
         except MemvaultError as exc:
             notices.append(f"recall failed: {describe(exc)[0]}")
-    tagged = [h for h in recalled if h.kind == "fact" and _tagged(vault.root / h.path, project.slug)]
-    add(own + tagged)
+    add(own + _tagged_facts(vault, project.slug))
     add([h for h in recalled if h.kind == "fact"])
     add(_project_episodes(vault, project, settings.episodes))
     add([h for h in recalled if h.kind == "procedure"])
@@ -240,22 +237,23 @@ def _fact_hit(vault: Vault, fact: Any) -> Hit:
                path=fact.path.relative_to(vault.root).as_posix(), extra=extra)
 
 
-def _tagged(path: Path, tag: str) -> bool:
-    """Whether the fact file at ``path`` lists ``tag`` in its front matter's ``tags`` (read from the file's head
-    without parsing its YAML: this runs for every fact recalled at each session start)."""
+def _tagged_facts(vault: Vault, tag: str) -> list[Hit]:
+    """Facts tagged for the project, whatever the question (a recall keeps only what is relevant enough to its
+    query, and a tag says the fact is about the project): found in the index by tag, most important first."""
+    if not vault.index.exists():
+        return []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    if not head.startswith("---"):
-        return False
-    end = head.find("\n---", 3)
-    front = head[3:end if end > 0 else len(head)]
-    m = _TAGS.search(front)
-    if m is None:
-        return False
-    return tag in {t.strip(" \t'\"-") for t in re.split(r"[,\[\]\n]", m.group(1))}
+        rows, _total = vault.browse.facts(tag=tag, limit=PROJECT_FACTS)
+    except MemvaultError:
+        return []
+    facts = []
+    for row in rows:
+        try:
+            facts.append(vault.facts.get(row.key))
+        except MemvaultError:
+            continue
+    facts.sort(key=lambda f: (-f.importance, -(f.updated.timestamp() if f.updated else 0.0)))
+    return [_fact_hit(vault, f) for f in facts]
 
 
 def _project_episodes(vault: Vault, project: project_mod.Project, limit: int) -> list[Hit]:

@@ -30,7 +30,8 @@ def recall(web: Web, req: Req) -> Page:
         "form": form,
         "settings": {"weights": dict(settings.weights), "band": settings.band,
                      "semantic_weight": settings.semantic_weight, "relative_floor": settings.relative_floor,
-                     "min_cosine": settings.min_cosine, "min_coverage": settings.min_coverage},
+                     "min_evidence": settings.min_evidence, "min_coverage": settings.min_coverage,
+                     "unknown_name_penalty": settings.unknown_name_penalty},
         "result": None,
     }
     if not query:
