@@ -534,3 +534,19 @@ def test_logging_an_episode_on_a_team_host_never_asks_the_team_database(team, mo
     assert not episode.warnings, episode.warnings
     monkeypatch.undo()
     assert a.recall("restarted pgbouncer", kinds=["episode"])[0].id == episode.id
+
+
+def test_a_team_host_says_nothing_known_on_a_scale_measured_once_for_the_team(team):
+    """The relevance scale of a team's vault is measured by the host that publishes (its reindex) and kept in the
+    shared index: another host answers and abstains on it without embedding anything but the question."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    assert a.vault.index.meta_get("calibration")  # kept with the team's index
+    b = clone()
+    answered = b.recall("which port does the primary database use")
+    assert answered and answered[0].id == "db/primary" and answered.evidence is not None
+    nothing = b.recall("who painted the ceiling of the sistine chapel")
+    assert list(nothing) == [] and nothing.nothing_found and "evidence" in nothing.nothing_found
+    assert b.embedded == 0, "B measured a scale the team already had"

@@ -461,6 +461,29 @@ class TeamIndex:
             out.update({sign * r: d for r, d in docs.items() if d["path"] not in shadow})
         return out
 
+    # -- calibration (memvault.core.calibration): the scale of the part that holds the vault -----------------
+    # While the shared index answers, it holds the scale (measured once for the team, like its vectors); while it
+    # does not, the fallback measures and keeps its own.
+    def _calibration_part(self) -> Any:
+        shared = self._use()
+        return self.local_index() if shared is None else shared
+
+    def meta_get(self, key: str) -> str | None:
+        part = self._calibration_part()
+        return self._call(part.meta_get, key)
+
+    def meta_set(self, key: str, value: str) -> None:
+        part = self._calibration_part()
+        self._call(part.meta_set, key, value)
+
+    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
+        part = self._calibration_part()
+        return self._call(part.sample_chunks, kind, n)
+
+    def last_chunk_id(self) -> int:
+        part = self._calibration_part()
+        return int(self._call(part.last_chunk_id))
+
     def coverage(self, query: str, rowid: int) -> float:
         for index, sign, mine in self._by_part([rowid]):
             return float(self._call(index.coverage, query, mine[0]))

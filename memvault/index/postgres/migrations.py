@@ -83,6 +83,19 @@ GLOBAL_MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX recalled_item ON memvault.recalled (vault, kind, item_id);
         """,
     ),
+    (
+        # Derived values kept with a vault's index, as the SQLite index keeps them in its meta table: the relevance
+        # scale of the vault and model (memvault.core.calibration), measured once for the team.
+        "0003_vault_meta",
+        """
+        CREATE TABLE memvault.vault_meta (
+            vault_id int NOT NULL REFERENCES memvault.vaults ON DELETE CASCADE,
+            key      text NOT NULL,
+            value    text NOT NULL,
+            PRIMARY KEY (vault_id, key)
+        );
+        """,
+    ),
 ]
 
 #: Per-vault migrations, formatted with the vault's table and index names. Braces are placeholders.

@@ -107,3 +107,19 @@ def episodes_between(conn: Any, v: int, since: datetime | None, until: datetime 
                                "AND d.created < %s ORDER BY d.created DESC LIMIT %s"),
                         (low, high, limit)).fetchall()
     return [fields(r) for r in rows]
+
+
+def sample_chunks(conn: Any, v: int, kind: str, n: int) -> list[tuple[str, str]]:
+    """("kind:id", chunk text) of ``n`` chunks of ``kind`` that have a vector, chosen by their text's hash (as the
+    SQLite index samples them: the same vault gives the same sample whatever the host)."""
+    rows = conn.execute(vsql(v, "SELECT d.kind || ':' || d.item_id, c.text FROM {chunks} c "
+                                "JOIN {docs} d ON d.doc_id = c.doc_id WHERE c.kind = %s "
+                                "AND NOT EXISTS (SELECT 1 FROM {pending} p WHERE p.chunk_id = c.chunk_id) "
+                                "ORDER BY c.hash LIMIT %s"), (kind, n)).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def last_chunk_id(conn: Any, v: int) -> int:
+    """The newest chunk's id (ids only grow: how much the vault grew since a calibration)."""
+    row = conn.execute(vsql(v, "SELECT max(chunk_id) FROM {chunks}")).fetchone()
+    return int(row[0] or 0)

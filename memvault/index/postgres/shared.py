@@ -19,8 +19,9 @@ from ..update import SyncReport
 from .cache import EmbeddingCache
 from .keywords import BUILDERS, coverage, read_terms
 from .keywords import run as run_keywords
-from .reads import chunk_docs, episode_neighbours, episodes_between, procedure_docs, runs_of
-from .connection import LOCK_WRITE, SCHEMA, Connected, setup, where
+from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk_id, procedure_docs, runs_of,
+                    sample_chunks)
+from .connection import LOCK_WRITE, SCHEMA, Connected, psycopg_module, setup, where
 from .migrations import migrate_global, migrate_vault
 from .tables import VaultState, pending_count, read_state, vec, vsql
 from .vectors import ModelVectors
@@ -231,6 +232,33 @@ class SharedIndex(Connected):
         """Episodes created in [since, until) (None for open), newest first."""
         with self._errors("episodes") as conn:
             return episodes_between(conn, self._state(conn).vault_id, since, until, limit)
+
+    def meta_get(self, key: str) -> str | None:
+        """A value kept with this vault's index (the relevance scale), or None; None too from a database whose
+        schema predates the table (the next publish adds it)."""
+        with self._errors("meta") as conn:
+            psycopg = psycopg_module()
+            try:
+                row = conn.execute("SELECT value FROM memvault.vault_meta WHERE vault_id = %s AND key = %s",
+                                   (self._state(conn).vault_id, key)).fetchone()
+            except psycopg.errors.UndefinedTable:
+                return None
+            return row[0] if row else None
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self._errors("meta") as conn:
+            conn.execute("INSERT INTO memvault.vault_meta (vault_id, key, value) VALUES (%s, %s, %s) "
+                         "ON CONFLICT (vault_id, key) DO UPDATE SET value = excluded.value",
+                         (self._state(conn).vault_id, key, value))
+
+    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
+        """("kind:id", text) of ``n`` embedded chunks of ``kind``, chosen by their hash (calibration's sample)."""
+        with self._errors("sample") as conn:
+            return sample_chunks(conn, self._state(conn).vault_id, kind, n)
+
+    def last_chunk_id(self) -> int:
+        with self._errors("last chunk") as conn:
+            return last_chunk_id(conn, self._state(conn).vault_id)
 
     # -- maintenance --------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
