@@ -303,6 +303,8 @@ def _calibration(parts: Parts, embedder: Any, warnings: list[str]) -> tuple[Cali
     try:
         return calibration.current(holder, embedder, KINDS), holder
     except MemvaultError as exc:
+        if holder.guard(exc):  # the index went away (a team's database) or is damaged: recall runs again
+            raise
         warnings.append(f"the relevance scale could not be measured ({exc}); every candidate is returned")
         return None, None
 
