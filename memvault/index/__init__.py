@@ -275,6 +275,9 @@ class Index:
             report.warnings.append(f"the index holds vectors of {identity.name}; {embedder.identity.name} is "
                                    "configured: run 'memvault reindex' to rebuild")
             return report
+        if pending_count(conn) == 0:  # every warm recall asks: nothing to do costs no lock, thread or connection
+            report.model_loaded = True
+            return report
         target = self._conn_target
         assert target is not None
         with self._embed_lock(target, wait=wait) as mine:
