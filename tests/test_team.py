@@ -439,6 +439,58 @@ def test_an_unreachable_team_index_answers_from_this_hosts_files_in_one_line(tea
     assert "\n" not in str(err.value) and "s3cret" not in str(err.value)
 
 
+def test_a_team_database_that_times_out_costs_its_timeout_once_not_in_every_new_process(team, monkeypatch):
+    """A server that takes the connection and never answers (a hung host, a black-holed route) costs its connect
+    timeout. A warm process waits once and not again for RETRY_SLOW seconds; a hook or CLI is a new process each
+    time, and each waited the whole timeout before answering from this host's files. The timeout is noted beside
+    the index (keyed by a hash of the URL, no password), so the next processes answer at once, say so, and try
+    again when the note expires; a fixed URL is tried at once."""
+    import socket
+    import time
+
+    from memvault.core import team as team_module
+
+    _remote, a, _clone = team
+    facts_of_a(a)
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)  # the kernel completes the handshake; nobody ever answers
+    try:
+        url = f"postgresql://memvault:s3cret@127.0.0.1:{hung.getsockname()[1]}/x?connect_timeout=2"
+        monkeypatch.setenv("MEMVAULT_INDEX_URL", url)
+        a.reopen()
+        started = time.monotonic()
+        result = a.recall("primary database port")
+        assert time.monotonic() - started >= 1.5  # the first process waits for the timeout
+        assert result[0].id == "db/primary"
+        one_warning_about_the_team_index(result.warnings)
+        notes = list(a.vault.index.overlay.dir.glob("team-unreachable*"))
+        assert len(notes) == 1 and "s3cret" not in notes[0].read_text()
+
+        a.reopen()  # a new process: answers at once, in one line that says why and when it tries again
+        started = time.monotonic()
+        result = a.recall("primary database port")
+        assert time.monotonic() - started < 1.5, "a new process waited for the timeout again"
+        assert result[0].id == "db/primary"
+        line = one_warning_about_the_team_index(result.warnings)
+        assert "timed out" in line and "s3cret" not in line
+
+        monkeypatch.setenv("MEMVAULT_INDEX_URL", url.replace("/x?", "/y?"))  # another URL: tried at once
+        a.reopen()
+        started = time.monotonic()
+        a.recall("primary database port")
+        assert time.monotonic() - started >= 1.5
+
+        monkeypatch.setattr(team_module, "RETRY_SLOW", 0.0)  # the note has expired: tried again
+        monkeypatch.setenv("MEMVAULT_INDEX_URL", url)
+        a.reopen()
+        started = time.monotonic()
+        a.recall("primary database port")
+        assert time.monotonic() - started >= 1.5
+    finally:
+        hung.close()
+
+
 def test_without_psycopg_recall_answers_from_files_and_reindex_is_one_line(team, monkeypatch):
     import sys
 

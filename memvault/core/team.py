@@ -37,6 +37,9 @@ SPLIT_REUSE = 1.0
 #: for RETRY_SLOW seconds: a warm process would otherwise wait for the timeout on every question.
 SLOW_FAILURE = 1.0
 RETRY_SLOW = 30.0
+#: The note of such a timeout beside the index, so that the next processes (a hook, a CLI: a new process each time)
+#: answer from this host's files at once instead of each waiting for the timeout again.
+TIMEOUT_NOTE = "team-unreachable.json"
 
 
 class SharedIndexDown(SearchIndexError):
@@ -139,6 +142,8 @@ class TeamIndex:
         started = time.monotonic()
         try:
             shared = self.shared
+            if not self._checked and self._noted_timeout(shared.url):
+                return None
             if not shared.exists() or shared.head(fresh=False) is None:
                 self._went_down(shared.vault, 0.0, unpublished=True)
                 return None
@@ -146,12 +151,54 @@ class TeamIndex:
             self._went_down(exc.reason if isinstance(exc, ConfigError) else str(exc), time.monotonic() - started,
                             config=isinstance(exc, ConfigError))
             return None
+        if self._down is not None or not self._checked:
+            self._timeout_note().unlink(missing_ok=True)  # a link is removed, never followed
         self._checked, self._down, self._unpublished = True, None, False
         return shared
+
+    def _timeout_note(self) -> Path:
+        return self.overlay.dir / TIMEOUT_NOTE
+
+    def _noted_timeout(self, url: str) -> bool:
+        """Whether another process noted, less than RETRY_SLOW seconds ago, that this URL timed out; if so the
+        shared index is taken as down until then, with a line that says so."""
+        import json
+
+        from ..rules.errors import MemvaultError
+        from ..rules.fsutil import read_inside
+
+        try:
+            note = json.loads(read_inside(self._timeout_note(), self.overlay.dir, limit=4096))
+            at, reason, key = float(note["at"]), str(note["reason"]), note["url"]
+        except FileNotFoundError:
+            return False
+        except (OSError, MemvaultError, ValueError, TypeError, KeyError):
+            return False  # unreadable or not ours: tried as if there were none (and replaced if it times out)
+        left = at + RETRY_SLOW - time.time()
+        if key != _url_key(url) or not 0 < left <= RETRY_SLOW:
+            return False
+        self._went_down(f"it timed out {time.time() - at:.0f} s ago: {reason}; tried again in {left:.0f} s", 0.0)
+        self._retry_at = time.monotonic() + left
+        return True
+
+    def _note_timeout(self, url: str, reason: str) -> None:
+        import json
+
+        from ..rules.errors import MemvaultError
+        from ..rules.fsutil import atomic_write
+
+        note = {"url": _url_key(url), "at": time.time(), "reason": reason}
+        try:
+            atomic_write(self._timeout_note(), json.dumps(note).encode(), mode=0o600)
+        except (OSError, MemvaultError) as exc:
+            self._warnings.append(f"the team index's timeout could not be noted for other processes ({exc}): "
+                                  "each will wait for it")
 
     def _went_down(self, reason: str, seconds: float, *, unpublished: bool = False, config: bool = False) -> None:
         self._checked, self._down, self._unpublished, self._config = True, reason, unpublished, config
         self._retry_at = time.monotonic() + (RETRY_SLOW if seconds > SLOW_FAILURE else 0.0)
+        if seconds > SLOW_FAILURE and not unpublished and self._shared is not None:
+            self._note_timeout(self._shared.url, reason)
         self._view = None
         if not unpublished:
             self.outages += 1
@@ -601,6 +648,13 @@ class TeamState:
     def close(self) -> None:
         if self._state is not None:
             self._state.close()
+
+
+def _url_key(url: str) -> str:
+    """Which URL a timeout note is about, without keeping the URL (it may hold a password)."""
+    import hashlib
+
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 #: Where a team host keeps its whole vault's index for when the shared index cannot be used (built on demand).
