@@ -493,6 +493,30 @@ def test_an_episode_cannot_be_dated_in_the_future(strict, at):
     assert ok.id
 
 
+def test_a_line_already_dated_in_the_future_gets_no_recency_and_prune_names_it(strict):
+    """Lines written before the check (or placed by hand, or pulled from a host whose clock is wrong) stay in the
+    file: their date is not trusted in ranking (no recency: the same line dated now outranks it) and prune, which
+    keeps them by their date, says so."""
+    from memvault.rules.timeutil import now
+
+    text = "The nightly backup of the orders database failed with a full disk on backup01."
+    lines = [{"id": "01JFUTURE0000000000000000A", "created_at": "9999-12-31T23:59:59Z", "source": "user:ops",
+              "kind": "raw", "text": text},
+             {"id": "01JNOW00000000000000000000", "created_at": now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "source": "user:ops", "kind": "raw", "text": text.replace("orders", "orders")}]
+    month = strict.root / "episodes" / "2026-11.jsonl"
+    month.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    hits = [h for h in strict.recall("nightly backup orders database failed", k=5, mode="keyword")
+            if h.kind == "episode"]
+    assert [h.factors["recency"] for h in hits] and hits[0].id == "01JNOW00000000000000000000", \
+        [(h.id, h.factors) for h in hits]
+    future = next(h for h in hits if h.id == "01JFUTURE0000000000000000A")
+    assert future.factors["recency"] == 0.0
+    r = strict.cli("prune", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "1 episode line is dated in the future" in r.stderr and "9999-12-31" in r.stderr, r.output
+
+
 # ---------------------------------------------------------------------------------------------- 19 ingest depth
 def test_a_deeply_nested_ingest_line_is_skipped_before_anything_is_written(strict):
     deep = '{"type": "episode", "text": "deep", "meta": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001 + "\n"

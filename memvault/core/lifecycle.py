@@ -21,7 +21,7 @@ from .gate import WriteGate
 from ..rules.fsutil import atomic_write
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
-from ..rules.validation import Problem
+from ..rules.validation import MAX_FUTURE, Problem
 
 
 # ------------------------------------------------------------------------------------------------ retention
@@ -31,11 +31,21 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
     retention = gate.config.retention
     current = at or now()
 
+    future: list[Episode] = []
+
     def expired(e: Episode) -> bool:
+        if e.time > current + MAX_FUTURE:
+            future.append(e)
         return (current - e.time).total_seconds() > retention.max_age(e.kind)
 
     with gate.episodes.lock():
         report = gate.episodes.plan_rewrite(expired)
+        if future:  # kept by their date, which cannot be: a person looks at them
+            last = max(future, key=lambda e: e.time)
+            report.warnings.append(
+                f"{len(future)} episode line{' is' if len(future) == 1 else 's are'} dated in the future (the latest "
+                f"{format_time(last.time)}, {last.id} from {last.source}): kept, since retention counts from the "
+                "date; correct the date or purge the source")
         if not dry_run:
             gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
                                   source=source)

@@ -53,6 +53,7 @@ from ..index.search import query_terms
 from ..rules.freshness import stale_doc_reason, text_hash
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
+from ..rules.validation import MAX_FUTURE
 
 if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
@@ -640,7 +641,13 @@ def _score(parts: Parts, candidates: Any) -> None:
 
 
 def _recency(stamp: str | None, last_use: datetime | None, current: datetime, half_life: float) -> float:
-    times = [t for t in (_parse(stamp), last_use) if t is not None]
+    """0.5 ** (age / half_life) of the later of the memory's time and its last use. A time further in the future
+    than clock skew allows (a line placed by hand, written before that was refused, or from a host whose clock is
+    wrong) is not believed: it would keep recency 1.0 for ever."""
+    written = _parse(stamp)
+    if written is not None and written > current + MAX_FUTURE:
+        written = None
+    times = [t for t in (written, last_use) if t is not None]
     if not times:
         return 0.0
     age = max(0.0, (current - max(times)).total_seconds())
