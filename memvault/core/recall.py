@@ -493,14 +493,20 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
     index = parts.index
     if not index.exists():
         return {}
+    vectors_here = qvec is not None and index.identity() is not None
+    scan = None
+    if vectors_here and isinstance(qvec, _Background):
+        # A warm process scans its vectors in the query vector's thread, while the words are searched here.
+        search = index.vector_search(kinds, n)
+        if search is not None:
+            scan = _Background(lambda pending: search(pending.result()), qvec)
     keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
     phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and p else {}
     exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
     cosine: dict[int, float] = {}
-    vectors_here = qvec is not None and index.identity() is not None
     if vectors_here:
         qvec = qvec.result() if isinstance(qvec, _Background) else qvec
-        cosine = dict(index.search_vectors(qvec, kinds, n))
+        cosine = dict(scan.result() if scan is not None else index.search_vectors(qvec, kinds, n))
         # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
         missing = (set(keyword) | set(phrases) | exact) - set(cosine)
         if missing:

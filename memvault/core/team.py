@@ -472,6 +472,10 @@ class TeamIndex:
     def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
         return [sign * r for index, sign in self._parts() for r in self._call(index.search_exact, query, kinds, limit)]
 
+    def vector_search(self, kinds: Sequence[str], limit: int) -> None:
+        """None: the parts are searched one after the other, on this thread (:meth:`search_vectors`)."""
+        return None
+
     def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(row id, cosine) best first, at most ``limit`` from each part with vectors of the team's model (an overlay
         of another model is searched by its words only until reindex rebuilds it)."""

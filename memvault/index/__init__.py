@@ -553,6 +553,18 @@ class Index:
                 return search.top_k(cached, blob, kinds, limit)
         return search.knn(self.connection(), blob, kinds, limit)
 
+    def vector_search(self, kinds: Sequence[str], limit: int) -> Callable[[Any], list[tuple[int, float]]] | None:
+        """:meth:`search_vectors` on the in-memory matrix as it is now, to run in another thread (it reads no SQLite
+        connection) once the query's vector is known; None in a process that has not searched before (a one-shot
+        process asks sqlite-vec's KNN, on its own thread)."""
+        if self._vector_searches < 1:
+            return None
+        cached = self._vectors_in_memory()
+        if cached is None:
+            return None
+        self._vector_searches += 1
+        return lambda vector: search.top_k(cached, vector_blob(vector), kinds, limit)
+
     def _vectors_in_memory(self) -> tuple[Any, Any, Any] | None:
         conn = self.connection()
         version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])

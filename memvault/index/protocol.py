@@ -61,6 +61,11 @@ class SearchIndex(Protocol):
         """(rowid, cosine similarity) best first."""
         ...
 
+    def vector_search(self, kinds: Sequence[str], limit: int) -> Callable[[Any], list[tuple[int, float]]] | None:
+        """:meth:`search_vectors` bound to the vectors as they are now, safe to run in another thread while this
+        one searches the words; None when the index cannot offer that (then :meth:`search_vectors` is called)."""
+        ...
+
     def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
         """Cosine similarity of ``vector`` to the stored vectors of ``rowids`` (those that have one)."""
         ...

@@ -184,6 +184,10 @@ class SharedIndex(Connected):
             rows = run_keywords(conn, self._state(conn).vault_id, "search_exact", query, kinds, limit)
         return [int(r[0]) for r in rows]
 
+    def vector_search(self, kinds: Sequence[str], limit: int) -> None:
+        """None: the HNSW search runs on this object's one connection, on the caller's thread."""
+        return None
+
     def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first, from the live model's HNSW graph."""
         with self._errors("vector search") as conn:
