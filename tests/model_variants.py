@@ -10,7 +10,8 @@ def projected_minilm(dest: Path, dims: int = 256, shift: float = 1.0, seed: int 
     vector, normalised again: a 256-dimension model whose cosines sit much higher than MiniLM's (unrelated texts
     around 0.5, as bge-small's do), saved as a sentence-transformers directory."""
     import torch
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules as models
 
     from memvault.models.embeddings import resolve_model_path
 

@@ -434,6 +434,39 @@ def test_the_onnx_backend_runs_only_the_pipelines_it_reproduces(tmp_path):
     assert onnx.pipeline(tmp_path) is None  # not a sentence-transformers directory
 
 
+def test_the_onnx_backend_reads_a_model_saved_by_sentence_transformers_6(tmp_path):
+    """`SentenceTransformer.save` in sentence-transformers 6 (6.3.0 here) names the modules by their new paths,
+    writes the pooling mode as one string and leaves max_seq_length to the tokenizer's config (the shape below is
+    what it wrote for all-MiniLM-L6-v2): such a model directory (`init --model ./dir`) ran on torch only."""
+    import json as _json
+
+    from memvault.models import onnx
+
+    root = _st_dir(tmp_path / "st6", [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"},
+    ], {"embedding_dimension": 384, "pooling_mode": "mean", "include_prompt": True})
+    (root / "sentence_bert_config.json").write_text(_json.dumps({
+        "transformer_task": "feature-extraction",
+        "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+        "module_output_name": "token_embeddings"}))
+    (root / "tokenizer_config.json").write_text(_json.dumps({"max_length": 128, "model_max_length": 256}))
+    assert onnx.pipeline(root) == {"transformer": "", "pooling": "mean", "max_seq_length": 256, "query": None}
+    (root / "1_Pooling" / "config.json").write_text(_json.dumps({"pooling_mode": "max"}))
+    assert onnx.pipeline(root) is None
+    modules = _json.loads((root / "modules.json").read_text())
+    modules[2]["type"] = "sentence_transformers.base.modules.dense.Dense"
+    (root / "1_Pooling" / "config.json").write_text(_json.dumps({"pooling_mode": "cls"}))
+    assert onnx.pipeline(root)["pooling"] == "cls"
+    (root / "modules.json").write_text(_json.dumps(modules))
+    assert onnx.pipeline(root) is None
+    modules[2]["type"] = "my_package.Normalize"  # not sentence-transformers' own
+    (root / "modules.json").write_text(_json.dumps(modules))
+    assert onnx.pipeline(root) is None
+
+
 def test_a_failed_export_is_recorded_and_tried_again_a_day_later(tmp_path, monkeypatch):
     import json as _json
     import subprocess as sp

@@ -47,8 +47,9 @@ PROBES = [
     "Ünïcödé, emoji 🚀 and tabs\tand\nnew lines",
     " ".join(["a long text that the model truncates"] * 60),
 ]
-_SUPPORTED = {"sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
-              "sentence_transformers.models.Normalize"}
+#: The sentence-transformers modules this backend reproduces, by class name: their module path differs by version
+#: (``sentence_transformers.models.Pooling``; 6.x ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``).
+_SUPPORTED = {"Transformer", "Pooling", "Normalize"}
 _export_lock = threading.Lock()
 #: Intra-op threads of a session. One: on a busy 2-core machine a second thread made both a query and a batch
 #: slower (query p50 29 against 34 ms, 30 against 26 texts/s, measured side by side), as it did with torch.
@@ -77,25 +78,51 @@ def pipeline(model_dir: Path) -> dict[str, Any] | None:
         modules = json.loads((model_dir / "modules.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(modules, list) or {m.get("type") for m in modules} - _SUPPORTED:
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         return None
-    transformer = [m for m in modules if m.get("type", "").endswith(".Transformer")]
-    pooling = [m for m in modules if m.get("type", "").endswith(".Pooling")]
+    names = [_module(m.get("type")) for m in modules]
+    if not set(names) <= _SUPPORTED:
+        return None
+    transformer = [m for m, name in zip(modules, names) if name == "Transformer"]
+    pooling = [m for m, name in zip(modules, names) if name == "Pooling"]
     if len(transformer) != 1 or len(pooling) != 1:
         return None
     try:
         pool = json.loads((model_dir / pooling[0]["path"] / "config.json").read_text())
         bert = json.loads((model_dir / transformer[0]["path"] / "sentence_bert_config.json").read_text())
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    modes = [k for k, v in pool.items() if k.startswith("pooling_mode") and v]
-    if modes not in (["pooling_mode_mean_tokens"], ["pooling_mode_cls_token"]):
+    modes = ([k for k, v in pool.items() if k.startswith("pooling_mode_") and v]  # 5.x and before: flags
+             or [f"pooling_mode_{pool.get('pooling_mode')}"])                     # 6.x: one name
+    if modes not in (["pooling_mode_mean_tokens"], ["pooling_mode_cls_token"], ["pooling_mode_mean"],
+                     ["pooling_mode_cls"]):
         return None
     prompts: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         prompts = json.loads((model_dir / "config_sentence_transformers.json").read_text()).get("prompts") or {}
     return {"transformer": transformer[0]["path"], "pooling": "mean" if "mean" in modes[0] else "cls",
-            "max_seq_length": int(bert.get("max_seq_length") or 512), "query": prompts.get("query")}
+            "max_seq_length": _max_seq_length(bert, model_dir / transformer[0]["path"]),
+            "query": prompts.get("query") or None}
+
+
+def _module(kind: object) -> str | None:
+    """The class name of a sentence-transformers module type (None for anything not sentence-transformers')."""
+    if not isinstance(kind, str) or not kind.startswith("sentence_transformers."):
+        return None
+    return kind.rsplit(".", 1)[-1]
+
+
+def _max_seq_length(bert: dict[str, Any], transformer_dir: Path) -> int:
+    """The transformer's max_seq_length: its sentence_bert_config.json (5.x and before) or, where 6.x keeps it, the
+    tokenizer's model_max_length; 512 when neither says. A wrong value fails the export's check (a long probe
+    text), so the model then runs on torch rather than giving other vectors."""
+    if bert.get("max_seq_length"):
+        return int(bert["max_seq_length"])
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        limit = json.loads((transformer_dir / "tokenizer_config.json").read_text()).get("model_max_length")
+        if isinstance(limit, int) and 0 < limit <= 100_000:
+            return limit
+    return 512
 
 
 def exported(model_dir: Path, revision: str) -> Path | None:
