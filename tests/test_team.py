@@ -277,7 +277,6 @@ def test_a_full_reindex_rebuilds_the_shared_index_from_git_with_the_cached_vecto
     facts_of_a(a)
     push(a)
     a.vault.reindex()
-    before = a.embedded
     report = a.vault.reindex(full=True)
     assert not report.warnings, report.warnings
     stats = a.vault.index.shared.stats()
