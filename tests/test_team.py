@@ -601,3 +601,21 @@ def test_a_team_host_says_nothing_known_on_a_scale_measured_once_for_the_team(te
     nothing = b.recall("who painted the ceiling of the sistine chapel")
     assert list(nothing) == [] and nothing.nothing_found and "evidence" in nothing.nothing_found
     assert b.embedded == 0, "B measured a scale the team already had"
+
+
+def test_a_team_host_applies_the_name_rule_with_the_words_of_every_part(team):
+    """A question naming something no memory mentions needs more evidence (recall's name rule). A team host asks
+    every part that answers: the shared index (its lexemes), this host's unpushed memories (the overlay), or the
+    fallback while the database is down. It skipped the rule on every team host."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    result = b.recall("is the Redis cache for sessions on Zorblat")
+    assert result.evidence is not None and result.evidence["unknown_names"] == ["Zorblat"], result.evidence
+    assert b.vault.index.unknown_words(["Redis", "Zorblat", "PostgreSQL"]) == ["Zorblat"]
+    # a name only this host's unpushed memory holds is known here
+    b.vault.facts.set("cache/zorblat", "Zorblat is the new cache host in fra1.", source="user:bob")
+    assert b.vault.index.unknown_words(["Redis", "Zorblat"]) == []
+    assert a.vault.index.unknown_words(["Zorblat"]) == ["Zorblat"]

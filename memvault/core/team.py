@@ -535,6 +535,16 @@ class TeamIndex:
         part = self._calibration_part()
         return int(self._call(part.last_chunk_id))
 
+    def unknown_words(self, words: Sequence[str]) -> list[str]:
+        """Those of ``words`` that no part answering now holds (the shared index and this host's overlay, or the
+        fallback while the shared index cannot be used)."""
+        unknown = list(words)
+        for index, _sign in self._parts():
+            if not unknown:
+                break
+            unknown = self._call(index.unknown_words, unknown)
+        return unknown
+
     def coverage(self, query: str, rowid: int) -> float:
         for index, sign, mine in self._by_part([rowid]):
             return float(self._call(index.coverage, query, mine[0]))

@@ -271,6 +271,21 @@ def run(conn: Any, v: int, method: str, query: str, kinds: Sequence[str], limit:
     return conn.execute(*built, prepare=False).fetchall()
 
 
+def unknown_words(conn: Any, v: int, words: Sequence[str]) -> list[str]:
+    """Those of ``words`` whose lexeme no chunk of the vault holds (its document frequency is 0), compared as the
+    stored ``tsvector`` stems them; a word that is only a stop word is never unknown. One round trip."""
+    asked = [w for w in dict.fromkeys(words) if _words(w)]
+    if not asked:
+        return []
+    rows = conn.execute(vsql(v, """
+        SELECT t.w, l.lexeme, coalesce(x.df, 0)
+        FROM unnest(%s::text[]) AS t(w)
+        LEFT JOIN LATERAL (SELECT u.lexeme FROM unnest(to_tsvector('english', t.w)) AS u LIMIT 1) l ON true
+        LEFT JOIN {lexemes} x ON x.lexeme = l.lexeme"""), (asked,)).fetchall()
+    missing = {r[0] for r in rows if r[1] is not None and not r[2]}
+    return [w for w in words if w in missing]
+
+
 def coverage(conn: Any, v: int, query: str, chunk_id: int) -> float:
     """The share of the query's IDF weight that chunk ``chunk_id`` holds (recall's "nothing known" test), with
     the same IDF as the keyword search."""

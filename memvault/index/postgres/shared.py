@@ -17,7 +17,7 @@ from ...rules.errors import InvalidValue, SearchIndexError
 from ..documents import KINDS, Doc
 from ..update import SyncReport
 from .cache import EmbeddingCache
-from .keywords import BUILDERS, coverage, read_terms
+from .keywords import BUILDERS, coverage, read_terms, unknown_words
 from .keywords import run as run_keywords
 from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk_id, procedure_docs, runs_of,
                     sample_chunks)
@@ -199,6 +199,13 @@ class SharedIndex(Connected):
             return {}
         with self._errors("similarities") as conn:
             return self.vectors.similarities(conn, vector, rowids)
+
+    def unknown_words(self, words: Sequence[str]) -> list[str]:
+        """Those of ``words`` that no chunk of the vault holds (recall's name rule)."""
+        if not words:
+            return []
+        with self._errors("unknown words") as conn:
+            return unknown_words(conn, self._state(conn).vault_id, words)
 
     def coverage(self, query: str, rowid: int) -> float:
         """The share of the query's IDF weight that chunk ``rowid`` holds (recall's "nothing known" test)."""
