@@ -535,6 +535,12 @@ class TeamIndex:
         part = self._calibration_part()
         return int(self._call(part.last_chunk_id))
 
+    def doc_vectors(self, rowid: int) -> list[Any]:
+        """The stored vectors of the doc chunk ``rowid`` belongs to, from the part that holds it."""
+        for index, _sign, mine in self._by_part([rowid]):
+            return list(self._call(index.doc_vectors, mine[0]))
+        return []
+
     def unknown_words(self, words: Sequence[str]) -> list[str]:
         """Those of ``words`` that no part answering now holds (the shared index and this host's overlay, or the
         fallback while the shared index cannot be used)."""

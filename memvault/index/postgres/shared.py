@@ -200,6 +200,13 @@ class SharedIndex(Connected):
         with self._errors("similarities") as conn:
             return self.vectors.similarities(conn, vector, rowids)
 
+    def doc_vectors(self, rowid: int) -> list[Any]:
+        """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to."""
+        import numpy as np
+
+        with self._errors("doc vectors") as conn:
+            return [np.frombuffer(b, dtype=np.float32) for b in self.vectors.doc_vectors(conn, rowid)]
+
     def unknown_words(self, words: Sequence[str]) -> list[str]:
         """Those of ``words`` that no chunk of the vault holds (recall's name rule)."""
         if not words:
