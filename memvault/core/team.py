@@ -11,6 +11,7 @@ pushed. While the shared index cannot be used, a SQLite index of this host's who
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..index import FieldWeights, Index, Sources, SyncReport
 from ..rules.config import CONFIG_NAME, Config
-from ..rules.errors import ConfigError, SearchIndexError
+from ..rules.errors import ConfigError, MemvaultError, SearchIndexError
+from ..rules.fsutil import atomic_write, read_inside
 from ..stores.gitstore import GitStore
 from .publish import publish, split, vault_name
 
@@ -162,18 +164,11 @@ class TeamIndex:
     def _noted_timeout(self, url: str) -> bool:
         """Whether another process noted, less than RETRY_SLOW seconds ago, that this URL timed out; if so the
         shared index is taken as down until then, with a line that says so."""
-        import json
-
-        from ..rules.errors import MemvaultError
-        from ..rules.fsutil import read_inside
-
         try:
             note = json.loads(read_inside(self._timeout_note(), self.overlay.dir, limit=4096))
             at, reason, key = float(note["at"]), str(note["reason"]), note["url"]
-        except FileNotFoundError:
-            return False
         except (OSError, MemvaultError, ValueError, TypeError, KeyError):
-            return False  # unreadable or not ours: tried as if there were none (and replaced if it times out)
+            return False  # none, unreadable or not ours: tried as if there were none (replaced if it times out)
         left = at + RETRY_SLOW - time.time()
         if key != _url_key(url) or not 0 < left <= RETRY_SLOW:
             return False
@@ -182,11 +177,6 @@ class TeamIndex:
         return True
 
     def _note_timeout(self, url: str, reason: str) -> None:
-        import json
-
-        from ..rules.errors import MemvaultError
-        from ..rules.fsutil import atomic_write
-
         note = {"url": _url_key(url), "at": time.time(), "reason": reason}
         try:
             atomic_write(self._timeout_note(), json.dumps(note).encode(), mode=0o600)

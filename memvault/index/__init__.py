@@ -545,13 +545,11 @@ class Index:
         product: the pip build of sqlite-vec has no SIMD and scans 4-8x slower than that. The matrix is
         reloaded when the index file changes (``PRAGMA data_version``, a generation swap, or a write here).
         """
-        blob = vector_blob(vector)
+        scan = self.vector_search(kinds, limit)
+        if scan is not None:
+            return scan(vector)
         self._vector_searches += 1
-        if self._vector_searches > 1:
-            cached = self._vectors_in_memory()
-            if cached is not None:
-                return search.top_k(cached, blob, kinds, limit)
-        return search.knn(self.connection(), blob, kinds, limit)
+        return search.knn(self.connection(), vector_blob(vector), kinds, limit)
 
     def vector_search(self, kinds: Sequence[str], limit: int) -> Callable[[Any], list[tuple[int, float]]] | None:
         """:meth:`search_vectors` on the in-memory matrix as it is now, to run in another thread (it reads no SQLite
