@@ -535,10 +535,10 @@ def test_sync_with_the_team_database_unreachable_reports_the_push_as_done(team, 
 
 # ------------------------------------------------------------------------------------------------ README
 def readme_setup_line() -> str:
-    """The README's one-time set-up command of a team's database (the first line of its Team set-up block)."""
+    """docs/team.md's one-time set-up command of a team's database (the first line of its Team set-up block)."""
     from conftest import REPO_ROOT
 
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "team.md").read_text()
     block = text[text.index("Set-up with a managed PostgreSQL"):]
     block = block[block.index("```sh\n") + len("```sh\n"):]
     line = block.splitlines()[0]

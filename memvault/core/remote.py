@@ -59,9 +59,12 @@ class SyncResult:
     #: A team's shared index, after the push: what was published to it, or why nothing could be (None: nothing
     #: to say, or no team).
     shared_index: str | None = None
+    #: True when the repository has no remote at all: the pending edits were committed and nothing was pulled or
+    #: pushed.
+    local_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
+        return {"local_only": self.local_only, "remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
                 "pushed": self.pushed, "reindexed": self.reindexed, "push_attempts": self.push_attempts,
                 "refused": dict(self.refused), "shared_index": self.shared_index, "warnings": list(self.warnings)}
 
@@ -77,8 +80,11 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     git = gate.git
     if git is None:
         raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
+    # A new vault has no remote yet: sync then commits what was edited by hand and says so, instead of failing
+    # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
+    local_only = remote is None and not _try(git, "remote")
     remote, branch = _target(git, remote, branch)
-    result = SyncResult(remote=remote, branch=branch)
+    result = SyncResult(remote=remote, branch=branch, local_only=local_only)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     try:
@@ -89,7 +95,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
             result.committed, touched = committed.commit, list(committed.paths)
             result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
             result.warnings += committed.warnings
-            for attempt in range(1, PUSH_ATTEMPTS + 1):
+            for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
                 head = git.run("rev-parse", "HEAD")
                 result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch)]))
                 if result.committed == head:

@@ -642,7 +642,7 @@ def settings() -> list[tuple[str, str, str, str]]:
 def template() -> str:
     """The memvault.toml that ``memvault init`` writes: every common setting at its default, commented."""
     lines = ["# memvault vault configuration (TOML). Every key is optional; the values shown are the defaults.",
-             "# The full list is in README.md (Configuration)."]
+             "# The full list is in docs/reference.md (Configuration)."]
     for name, cls in SECTIONS.items():
         lines += ["", f"[{name}]"]
         if name == "retention":

@@ -76,6 +76,10 @@ def sync_cmd(ctx, remote, source):
     result = ctx.vault.sync(remote=remote, source=source)
     where = f"{result.remote}/{result.branch}"
     lines = [f"committed local changes in {result.committed[:12]}"] if result.committed else []
+    if result.local_only:
+        lines.append("no remote to pull from or push to: committed here only (git remote add origin URL, then "
+                     "memvault sync shares the vault)")
+        return Out(result.to_dict(), lines, notes=list(result.warnings))
     lines.append(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
     lines += [f"    {path}" for path in result.pulled]
     lines.append(f"pushed to {where}" if result.pushed else f"{where} already up to date")
