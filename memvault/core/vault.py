@@ -19,8 +19,8 @@ from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config
 from ..models.engine import Engine, Status
 from ..stores.episodes import Episode, EpisodeLog
-from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, SearchIndexError, SecretRefused,
-                             VaultNotFound)
+from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, ModelUnavailable, SearchIndexError,
+                             SecretRefused, VaultNotFound)
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, check_private_dir
 from ..stores.gitstore import GitStore, LogEntry
@@ -399,6 +399,24 @@ class Vault:
         if resolve_model_path(self.config.model) is not None:
             return None
         return f"the embedding model {self.config.model} is not on this machine (it downloads on first use); {hint()}"
+
+    def prepare_model(self, status: Callable[[str], None]) -> float | None:
+        """Make the model ready on this machine now, where the person expects work (``init``, ``agent install``),
+        rather than inside the first recall an agent runs: its one-time preparation (an ONNX export) and, with the
+        warm process, the process holding it. ``status`` hears one line before and one after. Returns the
+        seconds it took, or None when the model is not on this machine (:meth:`model_note` says why)."""
+        if self.model_note() is not None:
+            return None
+        status(f"preparing the embedding model {self.config.model} for this machine (once; later commands reuse it)")
+        started = time.monotonic()
+        try:
+            self.engine.get().embed_query("ready")
+        except ModelUnavailable as exc:
+            status(f"the model could not be prepared: {exc}")
+            return None
+        took = time.monotonic() - started
+        status(f"model {self.config.model} ready in {took:.1f} s")
+        return took
 
     def _model_setting(self, model: str) -> tuple[str, bool]:
         """Where a model setting goes: a name every host can load goes to memvault.toml (committed); a directory

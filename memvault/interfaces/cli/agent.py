@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .base import Out, cli, output, pass_ctx
+from .base import Out, cli, output, pass_ctx, say
 
 RUNTIME_NAMES = ("claude-code", "codex", "gemini")
 
@@ -55,6 +55,7 @@ def agent_install(ctx, runtime, scope, project, vault_path, per_prompt):
     if vault.facts.is_trusted(source):
         report.notes.append(f"[trust] trusts {source}: its MCP writes would skip the inbox; remove it from "
                             f"[trust] trusted in {vault.root / 'memvault.toml'} to keep sessions' facts proposals")
+    vault.prepare_model(say)  # the first session's context must not wait for the model's one-time preparation
     lines = _report_lines(report) or [f"{runtime} ({report.scope}): already installed"]
     lines.append(f"vault: {vault.root}; sessions start with its memory and their turns are captured as episodes "
                  f"of {source}")

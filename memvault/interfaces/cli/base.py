@@ -33,9 +33,7 @@ class Context:
     @property
     def vault(self) -> Vault:
         if self._vault is None:
-            from ...models.engine import terminal_status
-
-            self._vault = Vault.open(self.vault_path, **{"status": terminal_status, **self.options})
+            self._vault = Vault.open(self.vault_path, **{"status": say, **self.options})
             warn(self._vault.notices)
         return self._vault
 
@@ -50,6 +48,12 @@ class Out:
     data: Any
     lines: Iterable[str] = ()
     notes: list[str] = field(default_factory=list)
+
+
+def say(message: str) -> None:
+    """A line about a wait (a model loading), on stderr whether or not a person watches: an agent that shells out
+    learns why the call takes seconds instead of seeing nothing."""
+    click.echo(f"memvault: {message}", err=True)
 
 
 def warn(warnings: Iterable[object]) -> None:

@@ -28,13 +28,16 @@ from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 def init(directory: str, track_episodes: bool, model: str | None) -> None:
     """Create a vault in DIRECTORY (default: here), with git init when it is not in a git work tree.
 
-    Idempotent: existing files are never overwritten. Says so when the model is not on this machine.
+    Idempotent: existing files are never overwritten. Says so when the model is not on this machine; when it is,
+    prepares it now (a one-time step of up to a minute, shown on stderr) so the first recall does not wait.
     """
     vault = Vault.init(Path(directory), track_episodes=track_episodes, model=model)
     click.echo(f"vault ready at {vault.root}")
     note = vault.model_note()
     if note:
         click.echo(f"memvault: note: {note}", err=True)
+    else:
+        vault.prepare_model(lambda line: click.echo(f"memvault: {line}", err=True))
 
 
 # -- facts ---------------------------------------------------------------------------------------------------
