@@ -144,3 +144,117 @@ def test_a_project_fact_from_an_untrusted_source_is_marked_untrusted_everywhere(
     result = asyncio.run(go())
     hits = {h["id"]: h for h in result.structured_content["hits"]}
     assert hits["shopfront/deploy"]["trusted"] is False
+
+
+# ------------------------------------------------------------------------------------------------ nothing at rest
+AWS_KEY = "AKIAJ7Q3ZTRW5LXN2KPB"
+PASSWORD = "Tr0ub4dor-and-3"
+PRIVATE_TEXT = "my manager thinks this release is doomed"
+SECRET_PROMPT = (f"why does the primary database refuse deploys with {AWS_KEY}? the db password={PASSWORD} "
+                 f"<private>{PRIVATE_TEXT}</private> thanks")
+
+
+def files_holding(roots: list[Path], needles: list[str]) -> dict[str, list[str]]:
+    """Every file under ``roots`` (WALs, journals and SQLite files included) that holds one of ``needles``."""
+    found: dict[str, list[str]] = {}
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                hits = [n for n in needles if n.encode() in data or n.encode("utf-16-le") in data]
+                if hits:
+                    found[str(path)] = hits
+    return found
+
+
+def test_a_prompt_through_the_per_prompt_hook_leaves_no_secret_or_private_text_in_any_file(strict_vault, tmp_path):
+    from click.testing import CliRunner
+
+    from memvault.interfaces.cli import cli
+
+    v = strict_vault
+    v.facts.set("db/primary", "The primary database listens on 10.8.0.4:5432.", source="user:dev")
+    done = run_hook(["prompt", "--runtime", "claude-code", "--vault", str(v.root)],
+                    payload("claude-code", "UserPromptSubmit", cwd=tmp_path, prompt=SECRET_PROMPT),
+                    env={"MEMVAULT_NO_DAEMON": "1"})
+    assert done.returncode == 0 and "10.8.0.4" in done.stdout  # the prompt was recalled for
+    vault = Vault.open(v.root)
+    [entry] = vault.recall_log.recalls(source="agent:claude-code")
+    assert "<redacted:AWS-access-key-id>" in entry.query and "[private: not stored]" in entry.query
+    assert "primary database refuse deploys" in entry.query  # the rest of the question is kept
+    needles = [AWS_KEY, PASSWORD, PRIVATE_TEXT]
+    assert files_holding([v.root, vault.state_dir], needles) == {}
+
+    result = CliRunner().invoke(cli, ["--vault", str(v.root), "purge", "--source", "agent:claude-code", "--json"])
+    assert result.exit_code == 0, result.output
+    assert Vault.open(v.root).recall_log.recalls(source="agent:claude-code") == []
+    assert json.loads(result.output)["recalls_removed"] == 1
+
+
+def test_the_recall_log_shows_an_entry_stored_before_redaction_redacted(strict_vault):
+    """A row written by an older memvault (the raw prompt) is shown redacted, and purged by its source."""
+    state = strict_vault.recall_log
+    strict_vault.recall("anything", source="agent:codex", mode="keyword")
+    conn = state.connection()
+    conn.execute("UPDATE recall_log SET query = ?", (SECRET_PROMPT,))
+    [entry] = state.recalls()
+    assert AWS_KEY not in entry.query and PASSWORD not in entry.query and PRIVATE_TEXT not in entry.query
+    assert state.forget_source("agent:*") == 1 and state.recalls() == []
+    strict_vault.recall("anything", source="agent:codex", mode="keyword")
+    assert state.forget_source("Agent:*") == 0  # a source is matched exactly as purge matches files
+
+
+# ------------------------------------------------------------------------------------------------ <private>
+SPELLINGS = {
+    "plain": f"before <private>{PRIVATE_TEXT}</private> after",
+    "nested": f"before <private>outer <private>inner</private> {PRIVATE_TEXT}</private> after",
+    "space_in_tag": f"before <private >{PRIVATE_TEXT}</private > after",
+    "attributes": f'before <private reason="x">{PRIVATE_TEXT}</private> after',
+    "newline_in_tag": f"before <private\n>{PRIVATE_TEXT}</\nprivate> after",
+    "upper_case": f"before <PRIVATE>{PRIVATE_TEXT}</Private> after",
+    "unclosed": f"before <private>{PRIVATE_TEXT}",
+    "unfinished_tag": f"before <private {PRIVATE_TEXT}",
+    "stray_close": f"{PRIVATE_TEXT}</private> after",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPELLINGS))
+def test_a_private_span_is_dropped_however_it_is_spelled(name):
+    from memvault.rules.redaction import strip_private
+
+    kept, spans = strip_private(SPELLINGS[name])
+    assert PRIVATE_TEXT not in kept and "manager" not in kept, kept
+    assert "[private: not stored]" in kept and any(PRIVATE_TEXT in s for s in spans)
+    if name not in ("unclosed", "unfinished_tag"):
+        assert kept.endswith(" after")
+    if name != "stray_close":
+        assert kept.startswith("before ")
+
+
+def _claude_transcript(path: Path, turns: list[tuple[str, str]], *, session: str = "s-fence",
+                       stamp: str = "2026-11-20T09:00:00Z") -> Path:
+    """A Claude Code transcript in its real shape (tests/fixtures/agents/claude-code): user and assistant lines."""
+    lines = []
+    for i, (prompt, answer) in enumerate(turns):
+        lines.append({"type": "user", "uuid": f"u-{session[:20]}-{i}", "sessionId": session, "timestamp": stamp,
+                      "cwd": "/home/dev/src/shopfront", "message": {"role": "user", "content": prompt}})
+        lines.append({"type": "assistant", "uuid": f"a-{session[:20]}-{i}", "sessionId": session, "timestamp": stamp,
+                      "message": {"id": f"msg-{i}", "role": "assistant",
+                                  "content": [{"type": "text", "text": answer}]}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(SPELLINGS))
+def test_capture_keeps_no_private_text_and_no_echo_of_it(name, strict_vault, tmp_path):
+    from memvault.interfaces.agents.capture import capture
+
+    path = _claude_transcript(tmp_path / "t.jsonl", [
+        (f"ship it. {SPELLINGS[name]}", f"Done. Noted that {PRIVATE_TEXT}; I will not repeat it."),
+        ("and the tests?", f"They pass. (Earlier you said: {PRIVATE_TEXT}.)"),
+    ])
+    report = capture(strict_vault, "claude-code", path, final=True)
+    assert len(report.captured) == 2 and report.private >= 3
+    stored = "".join(p.read_text() for p in (strict_vault.root / "episodes").rglob("*.jsonl"))
+    assert PRIVATE_TEXT not in stored
+    assert "They pass." in stored and ("ship it." in stored or name == "stray_close")  # a stray close: all before

@@ -4,7 +4,8 @@ What a turn keeps: the person's prompt, the agent's final answer, the commands i
 files it changed (never tool output). ``meta`` holds ``session_id``, ``runtime``, ``cwd`` and ``turn_id``; the
 project's slug is a tag. On the way in:
 
-- text inside ``<private>...</private>`` is dropped (an unclosed ``<private>`` drops the rest of that text);
+- text inside ``<private>...</private>`` is dropped however the tag is spelled, and so is its repetition elsewhere in
+  the turns captured with it (:mod:`memvault.rules.redaction`; an unclosed ``<private>`` drops the rest of that text);
 - secrets are redacted with the detector every write goes through (:func:`memvault.rules.secrets.redact`): the
   secret becomes ``[redacted: <kind>]``, the rest of the turn is kept, and ``meta.redacted`` counts them;
 - a turn over ``[capture] episode_bytes`` is cut, part by part, and the episode says how much was cut; a session
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shlex
 import subprocess
 from collections.abc import Sequence
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import InvalidValue, MemvaultError, UntrustedSource
 from ...rules.fsutil import locked
-from ...rules.secrets import redact, scan_fields
+from ...rules.redaction import drop_echoes, scrub_lines, strip_private
+from ...rules.secrets import redact
 from . import project as project_mod
 from . import transcripts
 from .transcripts import Turn
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from ...core.vault import Vault
 
 _SEPARATOR = "\n\x00\n"
-_PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
 #: Bytes kept free in an episode line for its JSON envelope (id, times, source, tags, meta).
 ENVELOPE = 2048
 #: Shares of a turn's byte cap, in the order they are filled: what did not use its share passes it on.
@@ -115,12 +115,13 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
     cap = max(1024, min(settings.episode_bytes, vault.config.limits.episode_bytes - ENVELOPE))
     items: list[dict[str, Any]] = []
     stored_ids: list[str] = []
+    echoes: list[str] = []
     for turn in new:
         if cursor.capped:
             report.not_stored += 1
             stored_ids.append(turn.id)
             continue
-        item, size = _episode(turn, runtime, session, where, project, cap, report)
+        item, size = _episode(turn, runtime, session, where, project, cap, report, echoes)
         if cursor.stored_bytes + size > settings.session_bytes:
             cursor.capped = True
             report.not_stored += 1
@@ -162,8 +163,9 @@ def _size(path: Path) -> int:
 
 # ------------------------------------------------------------------------------------------------ one turn
 def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: project_mod.Project | None,
-             cap: int, report: CaptureReport) -> tuple[dict[str, Any], int]:
-    """The episode of one turn (private spans dropped, secrets redacted, cut to ``cap`` bytes) and its size."""
+             cap: int, report: CaptureReport, echoes: list[str]) -> tuple[dict[str, Any], int]:
+    """The episode of one turn (private spans and their echoes dropped, secrets redacted, cut to ``cap`` bytes)
+    and its size. ``echoes`` holds the private spans of the turns before it, and receives this turn's."""
     counts = {"private": 0, "redacted": 0}
     raw = {
         "prompt": turn.prompt,
@@ -171,9 +173,16 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
         "commands": "\n".join(f"- `{c.command}` ({c.status()})" for c in turn.commands),
         "files": ", ".join(turn.files),
     }
+    spans: list[str] = []
     for name, text in raw.items():
-        raw[name], n = _PRIVATE.subn("[private: not stored]", text)
+        raw[name], found = strip_private(text)
+        spans += found
+        counts["private"] += len(found)
+    spans += echoes
+    for name, text in raw.items():  # the assistant (or a command) repeating what the person marked private
+        raw[name], n = drop_echoes(text, spans)
         counts["private"] += n
+    echoes.extend(s for s in spans if s not in echoes)
     # One pass of the detector over the whole turn (parts joined by a separator no secret can span).
     joined, findings = redact(_SEPARATOR.join(raw.values()))
     counts["redacted"] += len(findings)
@@ -207,19 +216,11 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
 
 
 def _scrub(text: str, counts: dict[str, int]) -> str:
-    """What the write gate would still refuse after redaction (a secret only its context reveals) goes with its
-    whole line: a captured turn is kept without it rather than refused."""
-    for _ in range(3):
-        findings = scan_fields({"text": text})
-        if not findings:
-            return text
-        lines = text.split("\n")
-        for finding in findings:
-            if 0 < finding.line <= len(lines):
-                lines[finding.line - 1] = f"<redacted-line:{finding.kind.replace(' ', '-')}>"
-                counts["redacted"] += 1
-        text = "\n".join(lines)
-    return "<redacted-text>"
+    """What the write gate would still refuse after redaction goes with its whole line: a captured turn is kept
+    without it rather than refused."""
+    text, dropped = scrub_lines(text)
+    counts["redacted"] += dropped
+    return text
 
 
 def _fit(parts: dict[str, str], cap: int) -> tuple[dict[str, str], dict[str, int]]:
