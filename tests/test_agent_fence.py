@@ -258,3 +258,36 @@ def test_capture_keeps_no_private_text_and_no_echo_of_it(name, strict_vault, tmp
     stored = "".join(p.read_text() for p in (strict_vault.root / "episodes").rglob("*.jsonl"))
     assert PRIVATE_TEXT not in stored
     assert "They pass." in stored and ("ship it." in stored or name == "stray_close")  # a stray close: all before
+
+
+# ------------------------------------------------------------------------------------------------ captures.db
+@pytest.mark.parametrize("damage", ["garbage", "table_dropped"])
+def test_a_damaged_captures_db_is_moved_aside_rebuilt_and_logged(damage, strict_vault, tmp_path, monkeypatch):
+    import sqlite3
+
+    v = strict_vault
+    path = _claude_transcript(tmp_path / "t.jsonl", [("first question", "first answer"),
+                                                      ("second question", "second answer")])
+    args = ["capture", "--runtime", "claude-code", "--vault", str(v.root)]
+    call_hook(monkeypatch, args, payload("claude-code", "SessionEnd", transcript=path, cwd=tmp_path))
+    assert len(list(Vault.open(v.root).episodes.iter(source="agent:claude-code"))) == 2
+    db = Vault.open(v.root).state_dir / "captures.db"
+    if damage == "garbage":
+        for suffix in ("-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        db.write_bytes(b"this is not a database" * 100)
+    else:
+        conn = sqlite3.connect(db)
+        conn.execute("DROP TABLE turns")
+        conn.commit()
+        conn.close()
+    call_hook(monkeypatch, args, payload("claude-code", "SessionEnd", transcript=path, cwd=tmp_path))
+    assert len(list(Vault.open(v.root).episodes.iter(source="agent:claude-code"))) == 2  # nothing stored twice
+    assert list(db.parent.glob("captures.db.corrupt-*"))
+    log = (Vault.open(v.root).state_dir / "agents.log").read_text()
+    assert "captures.db was damaged" in log and "rebuilt" in log
+    # Healed: the next turn is captured as usual.
+    _claude_transcript(path, [("first question", "first answer"), ("second question", "second answer"),
+                              ("third question", "third answer")])
+    call_hook(monkeypatch, args, payload("claude-code", "SessionEnd", transcript=path, cwd=tmp_path))
+    assert len(list(Vault.open(v.root).episodes.iter(source="agent:claude-code"))) == 3

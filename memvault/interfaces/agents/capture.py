@@ -106,7 +106,10 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
     report = CaptureReport(runtime, session, str(path), problems=read.problems[:5])
     done = [t for t in read.turns if t.complete or final]
     report.open_turns = len(read.turns) - len(done)
+    _refill(vault, log, runtime, report)  # found damaged when opened
     seen = log.seen(runtime, [t.id for t in done])
+    if _refill(vault, log, runtime, report):  # found damaged by the query, which ran on the fresh file
+        seen = log.seen(runtime, [t.id for t in done])
     new = [t for t in done if t.id not in seen]
     report.skipped = len(done) - len(new)
     where = cwd or read.cwd
@@ -152,6 +155,23 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
             report.extractor = {"error": str(exc)}
             report.problems.append(f"extractor: {exc}")
     return report
+
+
+def _refill(vault: Vault, log: Any, runtime: str, report: CaptureReport) -> bool:
+    """A captures.db found damaged was moved aside and started afresh: its turns come back from the episodes
+    they became (``meta.turn_id``), so none is stored twice; the report (and the hook's log) says so."""
+    if not log.rebuilt:
+        return False
+    log.rebuilt = False
+    turns = []
+    for episode in vault.episodes.iter(source=f"agent:{runtime}"):
+        meta = episode.meta if isinstance(episode.meta, dict) else {}
+        if isinstance(meta.get("turn_id"), str):
+            turns.append((meta["turn_id"], str(meta.get("session_id") or "")))
+    log.restore(runtime, turns)
+    report.problems += [f"{w} ({len(turns)} turns)" for w in log.warnings]
+    log.warnings.clear()
+    return True
 
 
 def _size(path: Path) -> int:
