@@ -174,6 +174,8 @@ def test_a_prompt_through_the_per_prompt_hook_leaves_no_secret_or_private_text_i
 
     v = strict_vault
     v.facts.set("db/primary", "The primary database listens on 10.8.0.4:5432.", source="user:dev")
+    toml = v.root / "memvault.toml"  # a loaded machine must not make the hook give up before it recalls
+    toml.write_text(toml.read_text().replace('prompt_time_limit = "2s"', 'prompt_time_limit = "60s"'))
     done = run_hook(["prompt", "--runtime", "claude-code", "--vault", str(v.root)],
                     payload("claude-code", "UserPromptSubmit", cwd=tmp_path, prompt=SECRET_PROMPT),
                     env={"MEMVAULT_NO_DAEMON": "1"})
@@ -291,3 +293,87 @@ def test_a_damaged_captures_db_is_moved_aside_rebuilt_and_logged(damage, strict_
                               ("third question", "third answer")])
     call_hook(monkeypatch, args, payload("claude-code", "SessionEnd", transcript=path, cwd=tmp_path))
     assert len(list(Vault.open(v.root).episodes.iter(source="agent:claude-code"))) == 3
+
+
+# ------------------------------------------------------------------------------------------------ too large to store
+def test_a_turn_with_a_huge_session_id_and_a_future_date_is_stored_clipped(strict_vault, tmp_path):
+    from memvault.interfaces.agents.capture import capture
+
+    huge = "s" * (5 * 1024 * 1024)
+    path = _claude_transcript(tmp_path / "t.jsonl", [("what time is it", "late")], session=huge,
+                              stamp="2999-01-01T00:00:00Z")
+    report = capture(strict_vault, "claude-code", path, final=True)
+    [episode] = list(Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code"))
+    assert "what time is it" in episode.text
+    assert len(episode.meta["session_id"]) <= 200 and episode.meta["session_id"].startswith("sss")
+    assert episode.meta["claimed_at"] == "2999-01-01T00:00:00Z" and not episode.created_at.startswith("2999")
+    assert any("in the future" in p and "stored with the time of capture" in p for p in report.problems)
+    [cursor] = Vault.open(strict_vault.root).captures.sessions()
+    assert len(cursor.session_id) <= 200
+    again = capture(strict_vault, "claude-code", path, final=True)  # the clipped id names the same session
+    assert again.captured == []
+
+
+def test_a_turn_the_vault_refuses_is_not_marked_captured_and_is_tried_again(strict_vault, tmp_path, monkeypatch):
+    from memvault.interfaces.agents.capture import capture
+    from memvault.rules.errors import LimitExceeded
+    from memvault.core.vault import Episodes
+
+    real = Episodes.append_many
+
+    def refusing(self, items, **kwargs):
+        if any("REFUSED" in item["text"] for item in items):
+            raise LimitExceeded("text", "refused for the test")
+        return real(self, items, **kwargs)
+
+    path = _claude_transcript(tmp_path / "t.jsonl", [("first", "ok"), ("second REFUSED", "no"), ("third", "ok")])
+    monkeypatch.setattr(Episodes, "append_many", refusing)
+    report = capture(strict_vault, "claude-code", path)
+    assert len(report.captured) == 1 and any("not stored" in p for p in report.problems)  # the third is open
+    stored = lambda: sorted(e.text.split("\n")[0] for e in  # noqa: E731
+                            Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code"))
+    monkeypatch.setattr(Episodes, "append_many", real)
+    capture(strict_vault, "claude-code", path, final=True)
+    assert stored() == ["User: first", "User: second REFUSED", "User: third"]
+
+
+# ------------------------------------------------------------------------------------------------ large transcripts
+@pytest.mark.parametrize("runtime", ["claude-code", "codex"])
+def test_a_transcript_read_in_pieces_gives_the_same_turns(runtime, tmp_path):
+    from agent_fixtures import transcript
+    from memvault.interfaces.agents import transcripts
+
+    path = transcript(tmp_path, runtime, big=False)
+    whole = transcripts.read(runtime, path)
+    turns, start, reads = [], 0, 0
+    while True:
+        piece = transcripts.read(runtime, path, start, max_bytes=1)
+        reads += 1
+        turns += [t for t in piece.turns if t.complete]
+        if not piece.more:
+            turns += [t for t in piece.turns if not t.complete]
+            break
+        assert piece.end > start
+        start = piece.end
+    assert reads == len(whole.turns)  # one turn per piece
+    key = lambda t: (t.id, t.prompt, t.answer, [c.command for c in t.commands], t.files)  # noqa: E731
+    assert [key(t) for t in turns] == [key(t) for t in whole.turns]
+
+
+def test_capture_stores_piece_by_piece_within_its_time_budget_and_resumes(strict_vault, tmp_path, monkeypatch):
+    from memvault.interfaces.agents import capture as capture_mod
+
+    turns = [(f"question number {i} about the checkout", f"answer {i}") for i in range(12)]
+    path = _claude_transcript(tmp_path / "t.jsonl", turns)
+    monkeypatch.setattr(capture_mod, "PIECE_BYTES", 1500)  # a few turns a piece
+    first = capture_mod.capture(strict_vault, "claude-code", path, budget=0.0)  # one piece, then stop
+    assert 0 < len(first.captured) < 11
+    assert any("time budget" in p and "next capture goes on" in p for p in first.problems)
+    runs = 1
+    while len(list(Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code"))) < 11:
+        capture_mod.capture(strict_vault, "claude-code", path, budget=0.0)
+        runs += 1
+        assert runs < 20
+    capture_mod.capture(strict_vault, "claude-code", path, final=True, budget=None)
+    texts = [e.text for e in Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code")]
+    assert len(texts) == 12 and len(set(texts)) == 12 and runs > 2

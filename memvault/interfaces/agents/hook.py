@@ -166,14 +166,17 @@ def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach:
     if detach:
         _detach(root, runtime, payload)
         return None
-    from .capture import capture  # the vault's code, now that there is work for it
+    from .capture import CAPTURE_SECONDS, capture  # the vault's code, now that there is work for it
     from ...core.vault import Vault
 
     event = payload.get("hook_event_name")
     vault = Vault(root)
-    report = capture(vault, runtime, transcript, session_id=payload.get("session_id") or None,
+    session = payload.get("session_id")
+    # PreCompact waits for its hook (60 s): the capture stops starting pieces after CAPTURE_SECONDS and the next one
+    # resumes. A session's end is captured detached, with nothing after it to resume: no limit then.
+    report = capture(vault, runtime, transcript, session_id=session if isinstance(session, str) and session else None,
                      cwd=payload.get("cwd") if isinstance(payload.get("cwd"), str) else None,
-                     final=event in FINAL_EVENTS)
+                     final=event in FINAL_EVENTS, budget=None if event in FINAL_EVENTS else CAPTURE_SECONDS)
     _log(root, report.summary() + (f" ({'; '.join(report.problems)})" if report.problems else ""))
     return None
 
