@@ -377,3 +377,18 @@ def test_capture_stores_piece_by_piece_within_its_time_budget_and_resumes(strict
     capture_mod.capture(strict_vault, "claude-code", path, final=True, budget=None)
     texts = [e.text for e in Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code")]
     assert len(texts) == 12 and len(set(texts)) == 12 and runs > 2
+
+
+def test_a_turn_far_over_the_cap_is_cut_before_the_detector_reads_it(strict_vault, tmp_path):
+    """A prompt pasting 5 MB of log: stored cut to the cap, the cut stated, and the secret in what is kept
+    still redacted."""
+    from memvault.interfaces.agents.capture import capture
+
+    log = "".join(f"2026-11-20T09:00:00Z INFO request {i} served\n" for i in range(120_000))
+    prompt = f"why is this slow? the key is {AWS_KEY}\n{log}"
+    path = _claude_transcript(tmp_path / "t.jsonl", [(prompt, "it is the cache")])
+    report = capture(strict_vault, "claude-code", path, final=True)
+    [episode] = list(Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code"))
+    assert AWS_KEY not in episode.text and "<redacted:AWS-access-key-id>" in episode.text
+    assert episode.meta["cut_bytes"]["prompt"] > len(log) - 10_000 and report.cut == 1
+    assert "it is the cache" in episode.text

@@ -48,6 +48,8 @@ ENVELOPE = 2048
 ID_CHARS, PATH_CHARS = 200, 1024
 #: Bytes of transcript read at a time: memory holds one piece's turns; the cursor is saved after each.
 PIECE_BYTES = 8 << 20
+#: A part of a turn longer than this many times the turn's cap is cut before redaction (what is kept is the same).
+PRECUT = 4
 #: Seconds a capture starts new pieces for by default (PreCompact hooks get 60 s; the next capture resumes).
 CAPTURE_SECONDS = 40.0
 #: Shares of a turn's byte cap, in the order they are filled: what did not use its share passes it on.
@@ -276,11 +278,23 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
         raw[name], n = drop_echoes(text, spans)
         counts["private"] += n
     echoes.extend(s for s in spans if s not in echoes)
+    # A part far over the cap (a pasted 5 MB log) is cut before the detector reads it, at a line end: at most
+    # PRECUT times the cap is kept, which still fills the cap after redaction, and the detector's time is bounded.
+    precut: dict[str, int] = {}
+    for name, text in raw.items():
+        data = text.encode("utf-8")
+        if len(data) > PRECUT * cap:
+            head = data[: PRECUT * cap]
+            head = head[: head.rfind(b"\n") + 1] or head
+            raw[name] = head.decode("utf-8", errors="ignore")
+            precut[name] = len(data) - len(raw[name].encode("utf-8"))
     # One pass of the detector over the whole turn (parts joined by a separator no secret can span).
     joined, findings = redact(_SEPARATOR.join(raw.values()))
     counts["redacted"] += len(findings)
     parts = {name: text.strip() for name, text in zip(raw, joined.split(_SEPARATOR))}
     parts, cut = _fit(parts, cap)
+    for name, n in precut.items():
+        cut[name] = cut.get(name, 0) + n
     lines = [f"User: {parts['prompt']}"]
     if parts["answer"]:
         lines.append(f"Assistant: {parts['answer']}")
