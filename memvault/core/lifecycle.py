@@ -65,6 +65,7 @@ class PurgeReport:
     facts: list[Fact] = field(default_factory=list)
     commit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    recalls_removed: int = 0
 
     def to_dict(self, root: Path) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class PurgeReport:
             "episodes_removed": [e.id for e in self.episodes.removed],
             "episodes": self.episodes.to_dict(root),
             "commit": self.commit,
+            "recalls_removed": self.recalls_removed,
             "warnings": list(self.warnings),
         }
 
@@ -93,7 +95,21 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) 
         report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run)
     if paths:
         _scrub(gate, report, paths)
+    if not dry_run:
+        _forget_questions(gate, report)
     return report
+
+
+def _forget_questions(gate: WriteGate, report: PurgeReport) -> None:
+    """The source's questions out of this host's recall log (a hook logs each prompt it recalls for), whether or
+    not it stored anything: what the source asked goes with what it wrote."""
+    from ..stores.state import State
+
+    try:
+        report.recalls_removed = State(gate.state_dir / "state.db").forget_source(report.source)
+    except MemvaultError as exc:
+        raise PurgeIncomplete(f"purge of {report.source}: the files are purged, but its questions may still be "
+                              f"in the recall log ({exc}); fix that, then purge again") from None
 
 
 def finish_purge(gate: WriteGate) -> list[str]:
@@ -217,6 +233,7 @@ class DedupReport:
     merged: list[dict[str, Any]] = field(default_factory=list)
     commit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    recalls_removed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"groups": self.groups, "conflicts": self.conflicts, "merged": self.merged, "commit": self.commit,

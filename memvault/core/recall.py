@@ -735,7 +735,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                     created=doc["created"], updated=doc["updated"], path=doc["path"],
                     parts={"keyword": c.keyword, "semantic": c.cosine, "exact": c.exact})
         if doc["kind"] == "fact":
-            extra: dict[str, Any] = {"trusted": True, "stale": c.stale is not None}
+            extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
             if c.stale is not None:
                 extra["stale_reason"] = c.stale
             hits.append(Hit(text=fact.text if fact is not None else doc["body"], extra=extra, **base))

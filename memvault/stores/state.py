@@ -10,7 +10,7 @@ last update and decays with a half-life when read, so an unused memory's count f
 rows. An untrusted source's use reports count at most once per memory per day.
 
 The recall log (``recall_log``) keeps one row per recall made through the facade, from any interface: when, the
-asking source, the question, what came back (kind, id, score, trusted — not the text, which the vault and its git
+asking source, the question (private spans dropped and secrets redacted, as capture stores a turn), what came back (kind, id, score, trusted — not the text, which the vault and its git
 history keep) or why nothing did, and how long it took. It is local (never pushed) and pruned with the retention
 of raw episodes (``memvault prune``).
 """
@@ -28,6 +28,7 @@ from pathlib import Path
 from ..rules.errors import SearchIndexError
 from ..rules.fsutil import drop_links, ensure_dir
 from ..rules.migrations import migrate
+from ..rules.redaction import clean
 from ..rules.timeutil import decayed, format_time, from_timestamp, now
 
 MIGRATIONS = [
@@ -298,16 +299,37 @@ class State:
 
     # -- the recall log ----------------------------------------------------------------------------------
     def log_recall(self, entry: RecallLogEntry) -> None:
-        """Append one recall to the log (one short autocommit insert)."""
+        """Append one recall to the log (one short autocommit insert). The question is stored as capture stores a
+        turn (:func:`memvault.rules.redaction.clean`): a prompt an agent hook passes on may hold a key, a
+        password or a private span, and this file is outside the write gate."""
         import json
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO recall_log(at, source, query, options, hits, nothing_found, warnings, ms) "
                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                         (entry.at, entry.source, entry.query, json.dumps(entry.options, sort_keys=True),
-                          json.dumps(entry.hits), entry.nothing_found, entry.warnings, entry.ms))
+                         (entry.at, entry.source, clean(entry.query), json.dumps(entry.options, sort_keys=True),
+                          json.dumps(entry.hits), None if entry.nothing_found is None else clean(entry.nothing_found),
+                          entry.warnings, entry.ms))
 
         self._guarded(write)
+
+    def forget_source(self, pattern: str) -> int:
+        """Drop the recall log's entries asked by a source matching ``pattern`` (exact, or a prefix ending in
+        ``*``: a purge by source), then checkpoint so their questions are not left in the WAL. How many went."""
+        if not self.path.exists():
+            return 0
+        if pattern.endswith("*"):  # as source_matches: case-sensitive, so not LIKE
+            where, args = "substr(source, 1, ?) = ?", (len(pattern) - 1, pattern[:-1])
+        else:
+            where, args = "source = ?", (pattern,)
+
+        def write(conn: sqlite3.Connection) -> int:
+            removed = conn.execute(f"DELETE FROM recall_log WHERE {where}", args).rowcount
+            if removed:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return int(removed)
+
+        return self._guarded(write)
 
     def recalls(self, *, limit: int = 100, before: int | None = None,
                 source: str | None = None) -> list[RecallLogEntry]:
@@ -373,7 +395,8 @@ class RecallLogEntry:
         import json
 
         id_, at, source, query, options, hits, nothing, warnings, ms = row
-        return cls(float(at), str(source), str(query), json.loads(str(options)), json.loads(str(hits)),
+        # Shown redacted too: an entry written before questions were redacted on the way in.
+        return cls(float(at), str(source), clean(str(query)), json.loads(str(options)), json.loads(str(hits)),
                    nothing if nothing is None else str(nothing), int(warnings), float(ms), int(id_))
 
     def to_dict(self) -> dict[str, object]:

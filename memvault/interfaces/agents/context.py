@@ -29,6 +29,7 @@ from ...core.render import render, render_one
 from ...rules.config import CONTEXT_HARD_BYTES
 from ...rules.errors import MemvaultError, describe
 from ...rules.freshness import stale_reason
+from ...rules.markup import escape_text
 from ...rules.timeutil import format_time
 from ...rules.trust import Policy
 from ...stores.episodes import Episode, parse_line
@@ -128,9 +129,11 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
                if len(kept) < len(hits) else "") + ".")
     tail = [f"memvault: {n} proposal{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} in the inbox for a person "
             "('memvault inbox')." if (n := waiting) else "memvault: the inbox is empty."]
-    lines = [head] + [f"memvault: {n}" for n in notices]
+    # The lines around the block carry names memvault did not choose (the branch, the origin's name, the start
+    # the runtime reports, file names in a warning): escaped as memory text is, so none of them can open a tag.
+    lines = [escape_text(line) for line in [head] + [f"memvault: {n}" for n in notices]]
     body = render(kept, "prompt") if kept else "memvault: nothing stored yet about this project."
-    text = _cap("\n".join(lines + [body] + tail))
+    text = _cap("\n".join(lines + [body] + [escape_text(line) for line in tail]))
     return Context(text, notices, {**counts, "inbox": waiting, "left_out": len(hits) - len(kept)})
 
 
@@ -228,7 +231,10 @@ def _md_files(base: Path, limit: int) -> list[Path]:
 
 def _fact_hit(vault: Vault, fact: Any) -> Hit:
     reason = stale_reason(fact, vault.config.facts.review_after)
-    extra: dict[str, Any] = {"trusted": True, "stale": reason is not None}
+    # A file under the project's key is not trusted for being there: a teammate's commit or a hand edit can
+    # name any source, and the block says which ones [trust] does not vouch for.
+    trusted = Policy(vault.config.trust.trusted).is_trusted(fact.source)
+    extra: dict[str, Any] = {"trusted": trusted, "stale": reason is not None}
     if reason is not None:
         extra["stale_reason"] = reason
     return Hit(kind="fact", id=fact.key, text=fact.text, score=1.0, factors={"confidence": fact.confidence},

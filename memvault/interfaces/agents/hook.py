@@ -141,7 +141,7 @@ def _session_start(root: str | None, runtime: str, payload: dict[str, Any], star
         return _context(name, reply["context"])
     text = _cold(root, args, started + limit, limit)
     if reply is not None and reply.get("error"):  # the warm process failed: the block built here, and why
-        text = f"memvault: the warm process failed ({reply['error']}); keyword-only recall here\n{text}"
+        text = _escaped(f"memvault: the warm process failed ({reply['error']}); keyword-only recall here") + "\n" + text
     _spawn_warm_up(root, cwd)
     return _context(name, text)
 
@@ -166,14 +166,17 @@ def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach:
     if detach:
         _detach(root, runtime, payload)
         return None
-    from .capture import capture  # the vault's code, now that there is work for it
+    from .capture import CAPTURE_SECONDS, capture  # the vault's code, now that there is work for it
     from ...core.vault import Vault
 
     event = payload.get("hook_event_name")
     vault = Vault(root)
-    report = capture(vault, runtime, transcript, session_id=payload.get("session_id") or None,
+    session = payload.get("session_id")
+    # PreCompact waits for its hook (60 s): the capture stops starting pieces after CAPTURE_SECONDS and the next one
+    # resumes. A session's end is captured detached, with nothing after it to resume: no limit then.
+    report = capture(vault, runtime, transcript, session_id=session if isinstance(session, str) and session else None,
                      cwd=payload.get("cwd") if isinstance(payload.get("cwd"), str) else None,
-                     final=event in FINAL_EVENTS)
+                     final=event in FINAL_EVENTS, budget=None if event in FINAL_EVENTS else CAPTURE_SECONDS)
     _log(root, report.summary() + (f" ({'; '.join(report.problems)})" if report.problems else ""))
     return None
 
@@ -230,7 +233,7 @@ def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, qui
             return ""
         from ...rules.errors import describe
 
-        return f"memvault: memory could not be loaded: {describe(done['error'])[0]}"
+        return _escaped(f"memvault: memory could not be loaded: {describe(done['error'])[0]}")
     return str(done["context"].text)
 
 
@@ -305,10 +308,19 @@ def _failure(event: Any, runtime: str, exc: BaseException) -> dict[str, Any] | N
     reason = _reason(exc)
     line = f"memvault: the {event or 'agent'} hook failed ({reason}); 'memvault agent status' checks the install."
     if event == "session-start":
-        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), line)
+        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), _escaped(line))
     if event == "prompt":
         return None  # nothing added to the prompt; the line is in agents.log
     return {"systemMessage": line}
+
+
+def _escaped(line: str) -> str:
+    """A line for the agent's context, escaped as memory text is (an error may quote a file name or a value)."""
+    try:
+        from ...rules.markup import escape_text
+    except Exception:  # noqa: BLE001 - even the vault's code may be what is broken: no markup character is kept
+        return "".join(ch if ch.isalnum() or ch in " .,:;()'/-_" else "?" for ch in line)
+    return escape_text(line)
 
 
 class _Sink:
