@@ -142,6 +142,36 @@ def test_library_import_never_raises_on_odd_items(strict_vault, tmp_path):
     assert len(report.refused) == len(BAD_MEM0) and len(report.proposed) == 3
 
 
+# ------------------------------------------------------------------------------------------ markdown readers
+@pytest.mark.parametrize("fmt, folder, bad", [
+    ("markdown", "markdown", "deep.md"),
+    ("basic-memory", "basic-memory", "deep.md"),
+    ("openclaw", "openclaw/workspace", "memory/2026-11-21.md"),
+    ("claude-code", "claude-code/home/.claude", "projects/-home-dev-src-shopfront/memory/deep.md"),
+])
+@pytest.mark.parametrize("depth", [30, 990, DEEP])
+def test_front_matter_nested_too_deep_is_refused_by_file(invoke, vault, tmp_path, fmt, folder, bad, depth):
+    from agent_fixtures import copy_tree
+
+    pristine = copy_tree(IMPORTS / folder, tmp_path / "pristine")
+    before = invoke("import", fmt, str(pristine), "--dry-run", "--json")
+    assert before.exit_code == 0, before.output
+    tree = copy_tree(IMPORTS / folder, tmp_path / "tree")
+    (tree / bad).parent.mkdir(parents=True, exist_ok=True)
+    (tree / bad).write_text(f"---\nname: {deep(depth)}\ndescription: {MARK}\n---\n{MARK} is the answer.\n")
+    r = invoke("import", fmt, str(tree), "--json")
+    assert r.exit_code == 0, r.output
+    report, expected = json.loads(r.stdout), json.loads(before.stdout)
+    mine = [(e["origin"], e["reason"]) for e in report["refused"] if e["origin"].startswith(str(tree / bad))]
+    if depth == DEEP:  # YAML that cannot be read at all is no front matter: the file is text, and too large
+        assert len(mine) <= 1
+    else:
+        assert mine == [(str(tree / bad), f"front matter: nested deeper than {MAX_DEPTH} levels")]
+    assert len(report["refused"]) == len(expected["refused"]) + len(mine)
+    assert MARK not in r.output
+    assert len(report["proposed"]) + len(report["added"]) == len(expected["proposed"]) + len(expected["added"])
+
+
 # -------------------------------------------------------------------------------------------------- memvault
 def test_a_memvault_export_with_a_deep_line_restores_the_rest(vault, tmp_path, models):
     from memvault import Vault

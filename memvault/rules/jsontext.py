@@ -38,6 +38,18 @@ def depth_of(text: str, start: int = 0, end: int | None = None) -> int:
     return deepest
 
 
+def value_depth(value: Any) -> int:
+    """How deep lists and dicts nest in a value already parsed (by YAML, say), without recursing."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
 
