@@ -216,3 +216,13 @@ def test_array_items_parses_each_item_on_its_own():
         list(array_items('{"results": 3}', "f", keys=("results",)))
     with pytest.raises(InvalidValue):
         list(array_items('[1, 2', "f"))
+
+
+def test_array_items_reads_a_shallow_file_whole_and_a_bad_item_in_it_alone():
+    assert list(array_items('{"results": [{"a": 1}, "b"]}', "f", keys=("results",))) == [(1, {"a": 1}), (2, "b")]
+    got = list(array_items('[{"a": NaN}, {"a": 2}, {"a": 3,}]', "f"))  # parsed whole fails: item by item says which
+    assert [n for n, _ in got] == [1, 2, 3] and got[1][1] == {"a": 2}
+    assert all(isinstance(v, InvalidValue) for _, v in (got[0], got[2]))
+    item = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert list(array_items(f"[{item}]", "f")) == [(1, loads(item, "x"))]  # the deepest allowed, either way
+    assert isinstance(list(array_items(f'{{"results": [[{item}]]}}', "f", keys=("results",)))[0][1], InvalidValue)

@@ -19,10 +19,14 @@ from .validation import check_json_value
 
 #: The deepest nesting accepted (the depth ``check_json_value`` allows, and the one ingest's lines have).
 MAX_DEPTH = 20
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string is matched "unrolled" (runs of plain characters between escapes): one alternative per character would
+# cost a second per megabyte.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SCALAR = re.compile(r'[^\s,\]}:]+')
 _SPACE = re.compile(r"\s*")
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_PAIR = re.compile(r"[\[{][\]}]")
 
 
 def depth_of(text: str, start: int = 0, end: int | None = None) -> int:
@@ -36,6 +40,18 @@ def depth_of(text: str, start: int = 0, end: int | None = None) -> int:
         elif token in "]}":
             depth -= 1
     return deepest
+
+
+def deeper_than(text: str, limit: int) -> bool:
+    """Whether the brackets of ``text`` nest deeper than ``limit``: strings and everything but brackets dropped, then
+    innermost pairs removed ``limit`` times (each pass a regular expression over the whole: linear, no recursion,
+    and fast on megabytes). Brackets that never close count as deep: such text is no JSON anyway."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = _PAIR.sub("", brackets)
+    return bool(brackets)
 
 
 def value_depth(value: Any) -> int:
@@ -57,7 +73,7 @@ def _refuse_constant(name: str) -> Any:
 def loads(text: str, name: str, *, max_depth: int = MAX_DEPTH) -> Any:
     """``text`` parsed, or InvalidValue naming ``name`` and why (too deep, not JSON, not standard JSON). The message
     never quotes the text."""
-    if depth_of(text) > max_depth:
+    if deeper_than(text, max_depth):
         raise InvalidValue(name, f"nested deeper than {max_depth} levels")
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
@@ -144,6 +160,14 @@ def array_items(text: str, name: str, *, keys: Sequence[str] = ()) -> Iterator[t
     of ``keys`` in a top-level object); an item too deep or not valid JSON is an InvalidValue in its place, and the
     items after it are read all the same. The structure around the items being broken (the list never closes,
     something after it) raises InvalidValue: nothing can be said about what follows."""
+    if not deeper_than(text, MAX_DEPTH + 1):  # the usual file: parsed whole, in C
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant)
+        except ValueError:
+            pass  # read item by item below, to say which item is at fault and keep the others
+        else:
+            yield from _parsed_items(data, name, keys)
+            return
     i = _skip(text, _list_start(text, name, keys) + 1)
     n = 0
     if i < len(text) and text[i] == "]":
@@ -162,3 +186,19 @@ def array_items(text: str, name: str, *, keys: Sequence[str] = ()) -> Iterator[t
     if not keys or text[_skip(text, 0)] == "[":
         if _skip(text, i + 1) != len(text):
             raise InvalidValue(name, f"something after the list (character {_skip(text, i + 1)})")
+
+
+def _parsed_items(data: Any, name: str, keys: Sequence[str]) -> Iterator[tuple[int, Any]]:
+    """:func:`array_items` for a document shallow enough to be parsed whole (and parsed)."""
+    if isinstance(data, dict) and keys:
+        found = next((k for k in data if k in keys), None)  # the first of them in the file, as the scan reads it
+        if found is None:
+            raise InvalidValue(name, f"no list of items (expected a top-level list or {' / '.join(keys)})")
+        data = data[found]
+        if not isinstance(data, list):
+            raise InvalidValue(f"{name}: {found}", "expected '[' (a list of items)")
+    if not isinstance(data, list):
+        raise InvalidValue(name, "expected '[' (a list of items)")
+    # Nothing in it nests deeper than the limit (the caller measured), constants were refused and JSON's keys are
+    # strings: every item is as :func:`loads` would return it.
+    yield from enumerate(data, 1)
