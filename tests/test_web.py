@@ -38,12 +38,25 @@ def app(seeded):
     return app
 
 
+class Browser(TestClient):
+    """A client that asks for pages where the view's own links put them: under the run's random root (a bare path
+    written in these tests is read under it, as the same link on a page would be)."""
+
+    root = ""
+
+    def request(self, method, url, *args, **kwargs):
+        if isinstance(url, str) and url.startswith("/") and not (url + "/").startswith(self.root + "/"):
+            url = self.root + url
+        return super().request(method, url, *args, **kwargs)
+
+
 @pytest.fixture
 def client(app):
-    with TestClient(app.asgi, base_url=BASE) as c:
+    with Browser(app.asgi, base_url=BASE) as c:
         r = c.get(f"/?token={app.token}", follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/"
-        c.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name])
+        assert r.status_code == 303 and r.headers["location"] == app.guard.root + "/"
+        c.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
+        c.root = app.guard.root
         yield c
 
 
@@ -83,10 +96,10 @@ def test_every_page_is_reachable_by_links_from_the_first_one(client):
         seen.add(path)
         r = client.get(path)
         assert r.status_code == 200, (path, r.status_code, r.text[:300])
-        pages[path.split("?")[0]] = r.text
+        pages[path.split("?")[0].removeprefix(client.root) or "/"] = r.text
         for href in parse(r.text).links:
-            assert href.startswith("/"), f"{path} links outside the view: {href}"
-            if not href.startswith("/static") and "format=json" not in href and href not in seen:
+            assert href.startswith(client.root + "/"), f"{path} links outside the view: {href}"
+            if not href.startswith(client.root + "/static") and "format=json" not in href and href not in seen:
                 queue.append(href)
     kinds = {re.sub(r"^/(\w+).*", r"\1", p) for p in pages}
     assert {"/", "facts", "fact", "inbox", "timeline", "sessions", "episode", "procedures", "procedure", "recall",
@@ -143,7 +156,7 @@ def test_without_the_token_nothing_answers(app):
         assert c.get("/?token=wrong").status_code == 401
         assert c.get("/?format=json", headers={"Authorization": f"Bearer {app.token}"}).status_code == 200
         r = c.get(f"/facts?prefix=db&token={app.token}", follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/facts?prefix=db"
+        assert r.status_code == 303 and r.headers["location"] == app.guard.root + "/facts?prefix=db"
         cookie = r.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and app.token not in cookie
 
@@ -199,7 +212,7 @@ def test_stored_markup_is_rendered_as_text(client):
                                           "/recall?q=attack+script+alert&k=50", "/facts?tag=payload"]]
     for page in pages:
         tree = parse(page)
-        assert all(s.get("src", "").startswith("/static/") or s.get("type") == "application/json"
+        assert all(s.get("src", "").startswith(client.root + "/static/") or s.get("type") == "application/json"
                    for s in tree.scripts), tree.scripts
         assert "<script>document.title" not in page and "<img src=x" not in page and "<svg" not in page
         assert not re.search(r'href="\s*javascript:', page, re.I)
@@ -248,7 +261,7 @@ def test_an_untrusted_local_user_can_only_propose(seeded, monkeypatch):
         assert r.status_code == 422 and "agent:intern" in r.text
         r = c.post("/new", data={"csrf": csrf, "key": "ops/oncall", "text": "Maria is on call."},
                    follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/inbox"
+        assert r.status_code == 303 and r.headers["location"] == app.guard.root + "/inbox"
         assert (seeded.root / "inbox/ops/oncall.md").exists() and not (seeded.root / "facts/ops/oncall.md").exists()
 
 

@@ -93,7 +93,8 @@ def sync_cmd(ctx, remote, source):
               help="Who writes, stamped on every write (e.g. agent:deployer). Default: agent:mcp (never the "
                    "environment: a model is not the person who started the server).")
 @click.option("--http", metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs a token.")
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. Every request needs a bearer token: "
+                   "on loopback one is made for the run and printed on stderr; any other HOST needs one given.")
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Read the bearer token every HTTP request must carry from FILE (or set MEMVAULT_MCP_TOKEN).")
 @click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")

@@ -18,8 +18,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ...core.transfer import Item
-from ...rules.errors import InvalidValue
+from ...core.transfer import Item, refused
+from ...rules.errors import InvalidValue, MemvaultError
+from ...rules.jsontext import loads
 from ...rules.fsutil import atomic_write
 from ...rules.timeutil import format_time, now
 
@@ -90,19 +91,23 @@ def _read_jsonl(path: Path) -> Iterator[Item]:
     with open(path, encoding="utf-8") as f:
         first = f.readline()
         try:
-            header = json.loads(first)
-        except ValueError:
+            header = loads(first, "header")
+        except InvalidValue:
             header = None
         if not isinstance(header, dict) or header.get("type") != HEADER:
             raise InvalidValue("PATH", f"{path}: not a memvault export (no {HEADER} header line)")
         for n, line in enumerate(f, 2):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise InvalidValue("PATH", f"{path}:{n}: not JSON ({exc})") from None
-            yield _item(record, f"{path}:{n}")
+            try:  # one record at a time: a line too deep or of the wrong shape is refused, the next one read
+                record = loads(line, "record")
+                if not isinstance(record, dict):
+                    raise InvalidValue("record", "must be a JSON object")
+                yield _item(record, f"{path}:{n}")
+            except MemvaultError as exc:
+                yield refused(f"{path}:{n}", exc)
+            except (TypeError, ValueError, AttributeError) as exc:
+                yield refused(f"{path}:{n}", f"record: a field of the wrong type ({type(exc).__name__})")
 
 
 def _item(record: dict[str, Any], origin: str) -> Item:
@@ -168,7 +173,9 @@ def _read_episodes(path: Path) -> Iterator[Item]:
         line = data[at + len(mark): end].decode("utf-8").rstrip()
         if not line.endswith("-->"):
             raise InvalidValue("PATH", f"{path}: byte {at}: an episode comment without its end")
-        fields = json.loads(line[:-3].strip())
+        fields = loads(line[:-3].strip(), f"{path}: byte {at}")  # no size to skip by: the rest is unreadable
+        if not isinstance(fields, dict) or not isinstance(fields.get("bytes"), int):
+            raise InvalidValue(f"{path}: byte {at}", "an episode comment without its size")
         size = int(fields.pop("bytes"))
         text = data[end + 1: end + 1 + size].decode("utf-8")
         pos = end + 1 + size
