@@ -390,6 +390,10 @@ class Index:
         """Of ``rels`` (just :meth:`verify` ed), those whose indexed text is the file as it is: all of them."""
         return set(rels)
 
+    def unwatchable(self) -> str | None:
+        """None: a file watcher may mark what changed (this index reads the files)."""
+        return None
+
     def local_index(self) -> Index:
         """This host's SQLite index of the whole vault, for listings in SQL (memvault.core.browse): this one."""
         return self
@@ -622,6 +626,13 @@ class Index:
     def search_terms(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""
         return search.match(self.connection(), " OR ".join(f'"{s}"' for s in stems), kinds, limit)
+
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback: the stems ``bodies`` share and the query lacks (:meth:`expansion_terms`),
+        searched as one keyword query (:meth:`search_terms`)."""
+        stems = self.expansion_terms(bodies, query, terms)
+        return self.search_terms(stems, kinds, limit) if stems else []
 
     # -- calibration (see memvault.core.calibration) ------------------------------------------------------
     def meta_get(self, key: str) -> str | None:

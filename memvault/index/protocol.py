@@ -14,9 +14,11 @@ Two levels, as sqlite-utils' ``Queryable`` sits under ``Table`` and ``View``:
 Ids ("rowids") are opaque integers, unique within one index; scores are comparable within one result list only
 (BM25 depends on the corpus it was computed over; cosines are comparable wherever one model made the vectors).
 
-To add a method (a per-index calibration store, say): add it here, implement it in ``Index`` and ``SharedIndex``
-(and ``TeamIndex`` when it belongs to a ``VaultIndex``); tests/test_index_protocol.py checks every implementation
-against these signatures.
+This is the one protocol: nothing outside ``memvault.index`` asks an index for anything not declared here, and no
+caller branches on which backend it holds (``hasattr``, ``isinstance``). To add a method: add it here, implement it
+in ``Index`` and ``SharedIndex`` (and ``TeamIndex`` when it belongs to a ``VaultIndex``);
+tests/test_index_protocol.py checks every implementation against these signatures, and reads the code outside
+``memvault.index`` for any attribute of an index that is not declared here.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ..models.embeddings import Embedder, ModelIdentity
     from . import Index
+    from .documents import Sources
     from .update import SyncReport
 
 Progress = Callable[[int, int], None]
@@ -94,6 +97,38 @@ class SearchIndex(Protocol):
         """Episodes created in [since, until) (None for open), newest first."""
         ...
 
+    def doc_vectors(self, rowid: int) -> list[Any]:
+        """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to (recall's test of
+        an untrusted memory that "matches every question")."""
+        ...
+
+    def unknown_words(self, words: Sequence[str]) -> list[str]:
+        """Those of ``words`` that no chunk holds, compared as the keyword index stores words (recall's name rule)."""
+        ...
+
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback: the ``terms`` words the best memories' ``bodies`` share most, that the query
+        lacks and this index holds rarely, searched as one keyword query: (rowid, BM25) best first."""
+        ...
+
+    # -- the relevance scale's store (memvault.core.calibration): derived data kept with the index -------------
+    def meta_get(self, key: str) -> str | None:
+        """A value kept with the index beside the model identity (the relevance scale), or None."""
+        ...
+
+    def meta_set(self, key: str, value: str) -> None:
+        ...
+
+    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
+        """("kind:id", chunk text) of ``n`` embedded chunks of ``kind``, chosen by their text's hash (the same
+        sample for the same vault on every host)."""
+        ...
+
+    def last_chunk_id(self) -> int:
+        """The newest chunk's id (ids only grow: how much the vault grew since the scale was measured)."""
+        ...
+
     def pending(self) -> int:
         """Chunks still waiting for a vector."""
         ...
@@ -117,6 +152,8 @@ class VaultIndex(SearchIndex, Protocol):
     warnings: list[str]
     #: A file watcher marking what changed, in a process that stays up (memvault.index.changes), or None.
     changes: Any
+    #: The vault's files as the index reads them (what a rebuild and its estimate read).
+    sources: Sources
 
     def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
         """Phase 1: the text rows in step with the files (all of them, or only ``paths``)."""
@@ -146,6 +183,19 @@ class VaultIndex(SearchIndex, Protocol):
     def local_index(self) -> Index:
         """This host's SQLite index of the whole vault, for listings that read it in SQL (memvault.core.browse):
         the index itself, or a team's fallback (built on demand)."""
+        ...
+
+    def unwatchable(self) -> str | None:
+        """Why a file watcher must not feed this index (a team's follows git, not the files), or None."""
+        ...
+
+    def scan(self) -> dict[str, tuple[str, int, int, int]]:
+        """Every vault file the index would hold: path -> (kind, size, mtime_ns, inode), from one stat each."""
+        ...
+
+    def sample_size(self, rels: Sequence[str], identity: ModelIdentity | None) -> tuple[int, int, int]:
+        """(bytes of an empty index, bytes of one holding only the files ``rels``, its chunks): what a rebuild's
+        estimate scales up."""
         ...
 
     def problems(self) -> list[str]:
