@@ -24,6 +24,7 @@ from ..rules.errors import ConfigError, MemvaultError, SearchIndexError
 from ..rules.fsutil import atomic_write, read_inside
 from ..stores.gitstore import GitStore
 from .publish import publish, split, vault_name
+from .team_listings import TeamListings
 
 if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
@@ -60,7 +61,7 @@ class _View:
     shadow: frozenset[str]
 
 
-class TeamIndex:
+class TeamIndex(TeamListings):
     """A team's index as recall, the write gate and the Vault see it: one :class:`~memvault.index.protocol.VaultIndex`.
 
     It owns three parts and decides which answers:
@@ -325,7 +326,8 @@ class TeamIndex:
         return self.overlay.verify(mine) if mine else None
 
     def local_index(self) -> Index:
-        """The fallback: this host's whole vault in SQLite (listings read it in SQL), built on demand."""
+        """The fallback: this host's whole vault in SQLite (what answers while the shared index cannot be used),
+        built on demand."""
         if not self.fallback.exists():
             self.fallback.sync(splitter=self._splitter())
         return self.fallback

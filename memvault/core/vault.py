@@ -273,7 +273,7 @@ class Vault:
         over the index: see :mod:`memvault.core.browse`."""
         from .browse import Browse
 
-        return Browse(self.index.local_index(), self.config)
+        return Browse(self.index, self.config)
 
     def growth(self) -> Growth:
         """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""

@@ -2,9 +2,10 @@
 
 Two levels, as sqlite-utils' ``Queryable`` sits under ``Table`` and ``View``:
 
-- :class:`SearchIndex` — what recall, the write gate's duplicate check, ``stats`` and ``dedup`` read: the
-  searches (words, phrases, exact quotes, vectors), the fields behind the ids they return, and the few lookups
-  recall makes around its candidates; plus its model, its pending vectors and phase 2. Both backends implement it:
+- :class:`SearchIndex` — what recall, the write gate's duplicate check, ``stats``, ``dedup`` and the web view read:
+  the searches (words, phrases, exact quotes, vectors, pseudo-relevance feedback), the fields behind the ids they
+  return, the few lookups recall makes around its candidates, the relevance scale's store, the listings people
+  browse (:mod:`memvault.index.listings`); plus its model, its pending vectors and phase 2. Both backends implement it:
   the SQLite :class:`memvault.index.Index` and the PostgreSQL :class:`memvault.index.postgres.SharedIndex`.
 - :class:`VaultIndex` — a :class:`SearchIndex` kept in step with this host's files: phase 1 (``sync``), recall's
   freshness checks (``refresh``, ``verify``), a rebuild, and the warnings gathered on the way. The SQLite index is
@@ -22,15 +23,15 @@ tests/test_index_protocol.py checks every implementation against these signature
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..models.embeddings import Embedder, ModelIdentity
-    from . import Index
     from .documents import Sources
+    from .listings import EpisodeQuery, FactQuery
     from .update import SyncReport
 
 Progress = Callable[[int, int], None]
@@ -142,6 +143,45 @@ class SearchIndex(Protocol):
         """Items per kind, chunks, vectors, pending, model, sizes."""
         ...
 
+    # -- listings for people (memvault.core.browse: the web view), in the index's own query language -------------
+    # ``hide``: paths not to list (a team's shared rows that this host's own files shadow).
+    def listing_version(self) -> tuple[Any, ...]:
+        """Changes whenever what the listings read may have (a write, a publish, a generation swap)."""
+        ...
+
+    def doc_counts(self, hide: Collection[str] = frozenset()) -> list[tuple[str, str | None, int]]:
+        """(kind, source, items) of every kind and source."""
+        ...
+
+    def fact_keys(self, prefix: str, hide: Collection[str] = frozenset()) -> list[str]:
+        """The keys of the facts under ``prefix`` ('' for all), in key order."""
+        ...
+
+    def fact_tags(self, hide: Collection[str] = frozenset()) -> list[tuple[str, int]]:
+        """(tag, facts) most used first."""
+        ...
+
+    def list_facts(self, query: FactQuery, limit: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """One page of the facts ``query`` asks for, in key order (keys :data:`memvault.index.listings.FACT_KEYS`),
+        and how many match in all (``limit`` 0: only that)."""
+        ...
+
+    def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
+        """The episodes ``query`` asks for, newest first (keys :data:`memvault.index.listings.EPISODE_KEYS`)."""
+        ...
+
+    def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
+        """(session, runtime, source, first, last, episodes) of captured agent sessions, latest activity first."""
+        ...
+
+    def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
+        """The episode kinds present, sorted."""
+        ...
+
+    def episode_days(self, since: str, hide: Collection[str] = frozenset()) -> list[tuple[str, int]]:
+        """(YYYY-MM-DD, episodes created that day) from ``since`` on."""
+        ...
+
 
 @runtime_checkable
 class VaultIndex(SearchIndex, Protocol):
@@ -180,9 +220,9 @@ class VaultIndex(SearchIndex, Protocol):
         """After a purge: no removed text left in the index's files."""
         ...
 
-    def local_index(self) -> Index:
-        """This host's SQLite index of the whole vault, for listings that read it in SQL (memvault.core.browse):
-        the index itself, or a team's fallback (built on demand)."""
+    def lag(self) -> dict[str, int]:
+        """Files the index has not caught up with: changed, new and removed since it last read them (one stat of
+        every vault file)."""
         ...
 
     def unwatchable(self) -> str | None:

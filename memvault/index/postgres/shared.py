@@ -22,6 +22,7 @@ from .keywords import run as run_keywords
 from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk_id, procedure_docs, runs_of,
                     sample_chunks)
 from .connection import LOCK_WRITE, SCHEMA, Connected, psycopg_module, setup, where
+from .listings import SharedListings
 from .migrations import migrate_global, migrate_vault
 from .tables import VaultState, pending_count, read_state, vec, vsql
 from .vectors import ModelVectors
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 STATE_TTL = 2.0
 
 
-class SharedIndex(Connected):
+class SharedIndex(SharedListings, Connected):
     """The index of one vault in PostgreSQL: what the team has pushed, searched by every host.
 
     One connection per object, opened on first use and reopened after it breaks; the methods of one object are
