@@ -384,17 +384,21 @@ def test_hand_edits_reach_the_listings_through_the_background_check(seeded):
 
 # ---------------------------------------------------------------------------------------------- queries
 def test_listing_queries_start_from_an_index(seeded):
+    from memvault.index.listings import episodes_sql, facts_sql
+
     browse = seeded.browse
     conn = seeded.index.connection()
-    queries = [browse.facts_query(prefix="db"), browse.facts_query(source="user:admin"),
-               browse.facts_query(tag="postgres", trust="trusted"), browse.facts_query(stale=True),
-               browse.episodes_query(), browse.episodes_query(source="agent:claude-code", kind="raw"),
-               browse.episodes_query(session="sess-42"), browse.episodes_query(before="2030-01-01")]
+    queries = [facts_sql(browse.fact_query(prefix="db")), facts_sql(browse.fact_query(source="user:admin")),
+               facts_sql(browse.fact_query(tag="postgres", trust="trusted")),
+               facts_sql(browse.fact_query(stale=True)), episodes_sql(browse.episode_query()),
+               episodes_sql(browse.episode_query(source="agent:claude-code", kind="raw")),
+               episodes_sql(browse.episode_query(session="sess-42")),
+               episodes_sql(browse.episode_query(before="2030-01-01"))]
     for sql, args in queries:
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql + " ORDER BY item_id", args)]
         assert any("USING" in line and "docs" in line for line in plan), (sql, plan)
         assert not [line for line in plan if line.startswith("SCAN docs") and "USING" not in line], (sql, plan)
-    sql, args = browse.episodes_query(text="rotation runbook")
+    sql, args = episodes_sql(browse.episode_query(text="rotation runbook"))
     plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args)]
     assert any("chunks_fts VIRTUAL TABLE" in line for line in plan), plan
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..rules.config import Config
     from ..models.engine import Engine
     from ..stores.episodes import EpisodeLog
-    from ..index import Index
+    from ..index.protocol import VaultIndex
 
 PGVECTOR_OVERHEAD = 8  # pgvector stores 4·dims + 8 bytes per vector
 #: sqlite-vec allocates vector storage 1,024 rows at a time (vec0's default chunk_size): a 25-row index holds
@@ -49,7 +49,7 @@ def episode_files(root: Path, episodes: EpisodeLog) -> list[dict[str, Any]]:
     return out
 
 
-def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config) -> dict[str, Any]:
+def vault_stats(root: Path, index_: VaultIndex, episodes: EpisodeLog, config: Config) -> dict[str, Any]:
     """Everything ``memvault stats`` prints."""
     index = index_.stats()
     shared = index.pop("shared_index", None)  # a team's: the local index is then this host's overlay
@@ -151,7 +151,7 @@ def warm_process_line(status: dict[str, Any] | None, idle: float) -> str:
             f"{'s' if vaults != 1 else ''} served; stops after {left:.0f} s more without a request")
 
 
-def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:
+def estimate_rebuild(index: VaultIndex, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:
     """What a full rebuild with model ``name`` would cost, measured on this machine: items and tokens to embed,
     the time (getting the model — a warm daemon answers at once, a cold one loads it — plus a random sample of the
     real chunks embedded and timed, then scaled to the corpus), and the disk needed while both indexes exist."""
@@ -225,7 +225,8 @@ def projected_bytes(index: dict[str, Any], rows: int) -> float | None:
     return other * rows + vector_store_bytes(rows, model["dims"])
 
 
-def _estimate_bytes(index: Index, current: dict[str, Any], identity: Any, chunks: int, rng: random.Random) -> int:
+def _estimate_bytes(index: VaultIndex, current: dict[str, Any], identity: Any, chunks: int,
+                    rng: random.Random) -> int:
     """The size of a rebuilt index of ``chunks`` chunks: the empty schema, plus text and keywords per chunk (from
     the current index when it has rows, else from a sample of the files indexed for real), plus the vectors as
     sqlite-vec allocates them."""

@@ -273,7 +273,7 @@ class Vault:
         over the index: see :mod:`memvault.core.browse`."""
         from .browse import Browse
 
-        return Browse(self.index.local_index(), self.config)
+        return Browse(self.index, self.config)
 
     def growth(self) -> Growth:
         """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""
@@ -382,11 +382,11 @@ class Vault:
 
         embedder = self.engine.loaded()
         index = self.index
-        if embedder is None or not hasattr(index, "meta_get") or not index.exists() or index.identity() is None \
+        if embedder is None or not index.exists() or index.identity() is None \
                 or not embedder.identity.same_vectors(index.identity()):
             return report
         try:
-            calibration.current(index, embedder, KINDS)  # type: ignore[arg-type]
+            calibration.current(index, embedder, KINDS)
         except MemvaultError as exc:
             report.warnings.append(f"the relevance scale was not measured ({exc}); the next recall measures it")
         return report
@@ -441,7 +441,7 @@ class Vault:
         """A file watcher on the vault until :meth:`close`, for processes that stay up: recall checks only what changed
         (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run). Idempotent."""
         return follow(self.index, self.root, self.state_dir, listener=listener,
-                      reason=None if isinstance(self.index, Index) else "a team's index follows git, not the files")
+                      reason=self.index.unwatchable())
 
     def close(self) -> None:
         """Stop the file watcher (if any) and close the index's connection."""
