@@ -12,10 +12,17 @@ its events in order, so every change made before the recall began has been marke
 the vault is the one event the watcher holds back (half a second, to pair it with a move back in); recall's own
 check of the files behind the hits it returns covers it, as it covers everything else.
 
+**Lost events** come through watchdog's public API only: its ``EventsLostEvent`` (sent once it has rebuilt its
+watches after the kernel's queue overflowed) makes the next :meth:`~ChangeFeed.collect` ask for a full check; and
+every :data:`CHECK_INTERVAL` seconds a full check is asked for anyway, healing what no event said (a watchdog that
+cannot report lost events, a directory watched too late).
+
 **When the watcher cannot be trusted** — no inotify on this system, the vault on a network file system (a change
-made on another host raises no event here), the inotify watch limit reached, the kernel's event queue overflowed,
-a marker not seen in time — :meth:`~ChangeFeed.collect` returns None or asks for a full check, and the index
-falls back to its directory check; a reason that lasts is said once.
+made on another host raises no event here), the inotify watch limit reached (watchdog says so in its log for a
+directory added later, and the feed listens there), a marker not seen in time — :meth:`~ChangeFeed.collect`
+returns None and the index falls back to its directory check. A reason that lasts is said once, in the process's
+log, and recorded in the state directory for ``stats`` and ``agent status``; never in a recall's warnings, which
+reach agents.
 """
 from __future__ import annotations
 
