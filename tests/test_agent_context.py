@@ -201,5 +201,6 @@ def test_with_a_warm_process_the_hook_imports_no_vault_code(memory, project):
     done = subprocess.run([sys.executable, "-c", WARM_PROBE, str(memory.root)], capture_output=True, text=True,
                           input=json.dumps(payload("codex", "SessionStart", cwd=project)), timeout=60)
     assert context_of(done.stdout) == "WARM BLOCK agent_context hybrid"
+    # memvault.models is the package alone (its __init__: where the interfaces name the warm process's module)
     assert json.loads(done.stderr) == ["memvault.interfaces", "memvault.interfaces.agents",
-                                       "memvault.interfaces.agents.hook"]
+                                       "memvault.interfaces.agents.hook", "memvault.models"]

@@ -130,6 +130,30 @@ def team_lines(shared: dict[str, Any]) -> list[str]:
     return lines
 
 
+def add_watchers(out: dict[str, Any], state_dir: Path) -> None:
+    """``stats``' view of the file watchers that follow the vault (``watchers``, a summary line each): the state
+    each live process recorded (memvault.index.changes.feed_states)."""
+    from ..index.changes import feed_states
+
+    out["watchers"] = states = feed_states(state_dir)
+    out["summary"] += [watcher_line(state) for state in states]
+
+
+def watcher_line(state: dict[str, Any]) -> str:
+    """One process's file watcher as ``stats`` and ``agent status`` show it."""
+    head = f"file watcher: pid {state.get('pid')} ({state.get('process') or '?'})"
+    if state.get("reason"):
+        return f"{head}: degraded ({state['reason']}); changes are found by checking the vault instead"
+    last = state.get("last_check")
+    ago = f"{max(0.0, time.time() - float(last)):.0f} s ago" if isinstance(last, (int, float)) else "not yet"
+    line = f"{head}: live; last full check {ago}, every {float(state.get('check_interval') or 0):g} s"
+    if state.get("events_lost"):
+        line += f"; events lost {state['events_lost']} times (each followed by a full check)"
+    if not state.get("lost_events_reported", True):
+        line += "; this watchdog cannot report lost events (the periodic check covers them)"
+    return line
+
+
 def add_warm_process(out: dict[str, Any], idle: float) -> None:
     """``stats``' figures of the warm process (``warm_process``, and a summary line); asked, never started."""
     from ..models import daemon

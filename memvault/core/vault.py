@@ -437,10 +437,12 @@ class Vault:
 
         return replace(self.config, embedding=replace(self.config.embedding, model=model))
 
-    def follow(self, *, listener: Callable[[str], None] | None = None) -> ChangeFeed:
+    def follow(self, *, listener: Callable[[str], None] | None = None,
+               log: Callable[[str], None] | None = None) -> ChangeFeed:
         """A file watcher on the vault until :meth:`close`, for processes that stay up: recall checks only what changed
-        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run). Idempotent."""
-        return follow(self.index, self.root, self.state_dir, listener=listener,
+        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run, in ``log`` or the
+        ``memvault.watch`` logger and in :meth:`stats`, never in a recall's warnings). Idempotent."""
+        return follow(self.index, self.root, self.state_dir, listener=listener, log=log,
                       reason=self.index.unwatchable())
 
     def close(self) -> None:
@@ -473,7 +475,10 @@ class Vault:
     def stats(self) -> dict[str, Any]:
         from .stats import vault_stats
 
+        from .stats import add_watchers
+
         out = vault_stats(self.root, self.index, self._episodes, self.config)
+        add_watchers(out, self.state_dir)
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
             out["model_set_by"] = ".memvault/local.toml (this host only)"
             out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")

@@ -80,7 +80,6 @@ class Index(Listings):
         #: A file watcher's marks (memvault.index.changes.ChangeFeed) in a process that keeps one: recall then
         #: checks only what it marked.
         self.changes: ChangeFeed | None = None
-        self._said_fallback = False
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
@@ -323,10 +322,8 @@ class Index(Listings):
                 except BaseException:
                     self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
                     raise
-            if self.changes.reason is not None and not self._said_fallback:  # for good: said once (a watcher that
-                self._said_fallback = True                                  # was only slow this time is not news)
-                self.warnings.append(f"file watcher unavailable ({self.changes.reason}); recall checks the vault's "
-                                     "directories instead")
+            # A watcher that cannot be relied on said so in its log and in stats (ChangeFeed._fail); it is the host's
+            # business, not an agent's, so it stays out of the recall's warnings.
         if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
             return None  # a warm process asking again within the second: candidates are still verified
         self._last_refresh = time.monotonic()

@@ -49,9 +49,6 @@ TRIM_AFTER = 60.0
 #: Texts per embed_documents request: a bulk reindex sends many small requests, so a recall's query vector waits
 #: for one of them at most, not for the whole bulk.
 REQUEST_TEXTS = 64
-#: The module the warm process runs. It serves whole vault calls too, so it lives with the interfaces; it is
-#: started by name here, never imported.
-SERVER_MODULE = "memvault.interfaces.warm"
 LOG_NAME = "warm.log"
 #: What a warm process must not inherit from whoever happened to start it: it serves every caller, each of which
 #: names its own source and vault.
@@ -184,7 +181,15 @@ def connect(model: str, query_prefix: str | None, *, start: bool = True, idle: f
 
 def start(idle: float = DEFAULT_IDLE) -> None:
     """Start this install's warm process unless one answers, and wait until it listens. Two callers at once start
-    one (an flock in the private directory). Raises :class:`DaemonUnavailable` with the reason when it cannot."""
+    one (an flock in the private directory). Raises :class:`DaemonUnavailable` with the reason when it cannot.
+
+    The module it runs is the one the interfaces named (:data:`memvault.models.warm_server`); where none did, there
+    is nothing to start and the caller loads the model itself."""
+    from . import warm_server
+
+    if warm_server is None:
+        raise DaemonUnavailable("no warm process is started from this process (memvault's commands, hooks and "
+                                "servers start it)")
     with channel.opened_dir() as fd:
         lock = os.open("start.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
         try:
@@ -199,7 +204,7 @@ def start(idle: float = DEFAULT_IDLE) -> None:
             env = {"OPENBLAS_NUM_THREADS": "1",  # see single_thread_blas
                    **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
             try:
-                proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "--idle", str(idle)],
+                proc = subprocess.Popen([sys.executable, "-m", warm_server, "--idle", str(idle)],
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
                                         start_new_session=True, close_fds=True)
             finally:

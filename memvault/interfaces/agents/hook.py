@@ -273,14 +273,12 @@ def _warm_up(root: str | None, payload: dict[str, Any]) -> None:
         return
     from ...core.vault import Vault
 
-    if not Vault(root).config.embedding.daemon:
+    embedding = Vault(root).config.embedding
+    if not embedding.daemon:
         return
     from ...models import daemon
 
-    start = getattr(daemon, "start", None)  # the warm process of memvault.interfaces.warm
-    if start is None:
-        return
-    start()
+    daemon.start(embedding.daemon_idle)  # the vault's [embedding] daemon_idle, as every other start passes it
     _warm(root, {"kind": "session", "cwd": root, "start": "warm-up"}, 120.0)
 
 

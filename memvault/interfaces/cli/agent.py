@@ -115,6 +115,12 @@ def agent_status(ctx, project):
         for name in RUNTIME_NAMES:
             if vault.facts.is_trusted(f"agent:{name}"):
                 notes.append(f"[trust] trusts agent:{name}: facts from its sessions would not wait for a person")
+        from ...core.stats import add_watchers
+
+        watchers: dict = {"summary": []}
+        add_watchers(watchers, vault.state_dir)  # the state of the processes that follow the vault (warm, MCP, watch)
+        data["watchers"] = watchers["watchers"]
+        lines += [f"  {line}" for line in watchers["summary"]]
         log = vault.state_dir / "agents.log"
         if log.is_file():
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-3:]

@@ -314,10 +314,11 @@ def _no_constant(name: str) -> Any:
 def episode_list(ctx, since, until, source, kind, limit, as_json):
     """List episodes, oldest first. Unreadable lines are reported on stderr with file and line."""
     problems: list = []
-    items = ctx.vault.episodes.list(
-        since=parse_time_or_age(since, "--since") if since else None,
-        until=parse_time_or_age(until, "--until") if until else None,
-        source=source, kind=kind, limit=limit, problems=problems)
+    start = parse_time_or_age(since, "--since") if since else None
+    end = parse_time_or_age(until, "--until") if until else None
+    if start is not None and end is not None and start > end:  # nothing could match: say so instead of nothing
+        raise click.UsageError(f"--since ({since}) is after --until ({until}): swap them")
+    items = ctx.vault.episodes.list(since=start, until=end, source=source, kind=kind, limit=limit, problems=problems)
     for e in items:  # streamed line by line: JSONL for agents, one line each for people
         if as_json:
             click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
