@@ -70,10 +70,13 @@ def web(vault):
     from memvault.interfaces.web import build
 
     vault.facts.set("db/replica", "The replica database listens on 10.8.0.5.", source="user:t")
+    from test_web import Browser
+
     app, token = build(vault, port=PORT, refresh=False)
-    with TestClient(app.asgi, base_url=BASE) as client:
+    with Browser(app.asgi, base_url=BASE) as client:
         r = client.get(f"/?token={token}", follow_redirects=False)
-        client.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name])
+        client.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
+        client.root = app.guard.root  # pages live under the run's random root
         client.csrf = app.guard.csrf_token()
         yield client
 
