@@ -111,6 +111,7 @@ class Vault:
         return Engine(config.model, config.query_prefix,
                       daemon=config.embedding.daemon if self._daemon is None else self._daemon,
                       idle=config.embedding.daemon_idle, status=self._status, backend=config.embedding.backend,
+                      threads=config.embedding.threads,
                       factory=(lambda: factory(config)) if factory is not None else None)
 
     def _build(self) -> None:

@@ -75,6 +75,8 @@ class RemoteEmbedder:
         self.timeout = timeout
         self.restarts = 0
         self.restart = start
+        #: Cores the warm process may use for this client's large batches (0: all); sent with each batch.
+        self.threads = 0
         #: Loads the model in this process when the warm process is gone for good (set by the engine).
         self.fallback: Callable[[], Embedder] | None = None
         self._local: Embedder | None = None
@@ -121,6 +123,7 @@ class RemoteEmbedder:
                 if not embedder.identity.same_vectors(self.identity):
                     raise
                 self._local = embedder
+                self._local.threads = self.threads  # type: ignore[attr-defined]
         return local(self._local)
 
     def _matrix(self, request: dict[str, Any]) -> np.ndarray:
@@ -137,7 +140,8 @@ class RemoteEmbedder:
             import numpy as np
 
             parts = [self._matrix({"op": "embed_documents", "texts": texts[i : i + REQUEST_TEXTS],
-                                   "batch_size": batch_size}) for i in range(0, len(texts), REQUEST_TEXTS)]
+                                   "batch_size": batch_size, "threads": self.threads})
+                     for i in range(0, len(texts), REQUEST_TEXTS)]
             if not parts:
                 return np.zeros((0, self.identity.dims), dtype=np.float32)
             return np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -312,6 +316,8 @@ def _answer(embedder: Embedder, request: dict[str, Any]) -> tuple[dict[str, Any]
     if op == "embed_query":
         matrix = np.asarray(embedder.embed_query(request["text"]), dtype="<f4").reshape(1, -1)
     elif op == "embed_documents":
+        if isinstance(request.get("threads"), int) and hasattr(embedder, "threads"):
+            embedder.threads = max(0, request["threads"])  # type: ignore[attr-defined]  # the caller's cap
         matrix = np.asarray(embedder.embed_documents(request["texts"], request.get("batch_size", 32)), dtype="<f4")
     elif op == "count_tokens":
         return {"ok": True, "count": embedder.count_tokens(request["text"])}, b""
