@@ -147,7 +147,7 @@ def test_a_failing_hook_never_breaks_the_session(memory, project, monkeypatch):
     assert call_hook(monkeypatch, ["prompt", "--runtime", "gemini", "--vault", str(memory.root)],
                      payload("gemini", "BeforeAgent", cwd=project, prompt="payments")) == ""
     done = run_hook(["capture", "--runtime", "codex", "--vault", str(memory.root)],
-                    payload("codex", "Stop", transcript="/nonexistent/rollout.jsonl", cwd=project))
+                    payload("codex", "Stop", transcript=project, cwd=project))  # a folder, not a rollout
     assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr
     assert json.loads(done.stdout)["systemMessage"].startswith("memvault: the capture hook failed")
     assert "capture (codex)" in (memory.state_dir / "agents.log").read_text()

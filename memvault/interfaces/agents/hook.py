@@ -163,6 +163,10 @@ def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach:
         return {"systemMessage": _no_vault()}
     if not isinstance(transcript, str) or not transcript:
         return None  # nothing to read (Codex may pass null before the first turn)
+    if not os.path.lexists(os.path.expanduser(transcript)):
+        # A session that wrote no transcript still ends: `claude mcp list` sends SessionEnd with the path the file
+        # would have had (anthropics/claude-code#30217). Nothing to keep, so nothing to say, and no process spawned.
+        return None
     if detach:
         _detach(root, runtime, payload)
         return None

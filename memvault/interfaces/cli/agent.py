@@ -102,9 +102,16 @@ def agent_status(ctx, project):
     if not lines:
         lines.append("no runtime is wired to memvault here; 'memvault agent install claude-code|codex|gemini'")
     try:
-        vault = ctx.vault
+        vault = ctx.vault  # --vault, MEMVAULT_DIR, the nearest parent holding memvault.toml
     except VaultNotFound:
-        vault = None
+        # A session's cwd is a project, rarely inside the vault: the vault then is the one the installs point at.
+        from ...core.vault import Vault
+
+        named = runtimes.installed_vaults(Path(project) if project else None)
+        vault = Vault.open(named[0], daemon=False) if named else None
+        if len(named) > 1:
+            notes.append("the installed hooks point at several vaults (" + ", ".join(map(str, named))
+                         + f"); shown: {named[0]} (--vault PATH for another)")
     if vault is not None:
         sessions = vault.captures.sessions()
         data["vault"] = str(vault.root)
