@@ -1,11 +1,15 @@
 """What an agent session starts with, and what a prompt gets: one context block, built under a token budget and a
 hard byte cap, never silently empty.
 
-A **session** (any start the runtime reports: startup, resume, clear, compact) gets, in this order and as far as
-``[agents] budget`` allows: the facts keyed or tagged for the working directory's project, the trusted facts most
-relevant to the project (its name, branch, last commit subjects and README title are the question), the project's
-recent episodes, and the runbooks that match with their last runs; then one line with the number of proposals
-waiting in the inbox. Memories are rendered exactly as ``recall --format prompt`` renders them
+A **session** (any start the runtime reports: startup, resume, clear, compact) gets, as far as ``[agents] budget``
+allows (each kind first within its share, :data:`SHARES`): the facts keyed or tagged for the working directory's
+project; what happened to the project lately (:mod:`.recent`: failures, incidents and deploys before chat turns,
+recent before old); the project's own runbooks with their last runs; then the facts and runbooks recall finds for
+the project (its name, branch, last commit subjects and README title are the question), less those filed under
+another project the vault knows; then one line with the number of proposals waiting in the inbox, if any.
+memvault's own notices (keyword-only recall, an index not built, a file not searchable) are returned in
+``notices`` and written to agents.log (``memvault agent status``), never into the block: they are not the model's
+business. Memories are rendered exactly as ``recall --format prompt`` renders them
 (:mod:`memvault.core.render`): stale facts marked, untrusted text fenced. Whatever the settings say, the block is
 cut at :data:`memvault.rules.config.CONTEXT_HARD_BYTES` bytes and under Codex's 2,500-token estimate.
 
@@ -139,7 +143,7 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
     # to agents.log, which 'memvault agent status' shows, never into the block. The lines around the block carry
     # names memvault did not choose (the branch, the origin's name, the start the runtime reports): escaped as
     # memory text is, so none of them can open a tag.
-    if notices and ask.get("log"):
+    if notices and ask.get("log") and ask.get("source"):  # a runtime's session (a preview prints them itself)
         log_line(vault, f"session-start ({_who(ask)}) in {project.describe()}: " + "; ".join(notices))
     body = render(kept, "prompt") if kept else "memvault: nothing stored yet about this project."
     text = _cap("\n".join([escape_text(head), body] + [escape_text(line) for line in tail]))

@@ -179,4 +179,5 @@ def agent_context(ctx, cwd, prompt, mode):
 
     result = build(ctx.vault, kind="prompt" if prompt else "session", cwd=cwd, prompt=prompt, mode=mode,
                    start="preview")
-    return Out(result.to_dict(), [result.text or "(nothing: no memory clears the relevance floor)"])
+    return Out(result.to_dict(), [result.text or "(nothing: no memory clears the relevance floor)"],
+               notes=result.notices)  # memvault's own notices: on stderr, as the hook logs them, not in the block
