@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from ...core.vault import Vault
-from ...rules.errors import InvalidValue, describe
-from ...rules.timeutil import parse_time, parse_time_or_age
+from ...rules.errors import InvalidValue, MemvaultError, describe
+from ...rules.timeutil import format_time, parse_time, parse_time_or_age
 from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 
 
@@ -303,6 +303,18 @@ def _no_constant(name: str) -> Any:
     raise click.BadParameter(f"{name} is not standard JSON (use null or a string)", param_hint="--meta")
 
 
+#: Width of a time as `episode list` shows it: UTC to the millisecond (a whole second is padded, not widened, so
+#: the columns after it stay put whatever the precision each line was stored with).
+TIME_WIDTH = len("2026-01-01T00:00:00.000Z")
+
+
+def _when(e: Any) -> str:
+    try:
+        return format_time(e.time)
+    except MemvaultError:
+        return str(e.created_at)
+
+
 @episode.command("list")
 @click.option("--since", help="From this time, or this long ago (30d, 12h, 2w).")
 @click.option("--until", help="Up to this time, or this long ago.")
@@ -323,5 +335,5 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
         if as_json:
             click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+            click.echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
     warn(problems)
