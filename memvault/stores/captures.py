@@ -1,7 +1,7 @@
 """What has been captured from agent sessions: per runtime, the turns already stored (by the runtime's own message
 id) and, per session, where in its transcript the next capture starts and how much it has stored.
 
-Kept in ``.memvault/captures.db``, local like the index (transcripts are this host's files), never derived from
+Kept in ``captures.db`` in the vault's state directory, local like the index (transcripts are this host's files), never derived from
 the vault: deleting it would make the next capture store a session's turns again. A turn id seen in any session of
 its runtime is never stored twice, so a resumed session that replays its history (same message ids in a new
 transcript) adds only its new turns.
@@ -46,7 +46,7 @@ class SessionCursor:
 
 
 class CaptureLog:
-    """``.memvault/captures.db``: the captured turns and the session cursors of one vault."""
+    """``captures.db``: the captured turns and the session cursors of one vault."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
