@@ -53,8 +53,8 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
 
 
 # ------------------------------------------------------------------------------------------------ purge
-#: Written in the vault's state directory before a purge changes a file and removed once it is committed: a purge that was
-#: killed part-way is finished by the next memvault command (see :func:`finish_purge`).
+#: Written in the vault's state directory before a purge changes a file and removed once it is committed: a purge
+#: that was killed part-way is finished by the next memvault command (see :func:`finish_purge`).
 PURGE_JOURNAL = "purge.json"
 
 

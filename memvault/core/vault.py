@@ -476,6 +476,7 @@ class Vault:
 
         out = vault_stats(self.root, self.index, self._episodes, self.config)
         out["state_dir"] = str(self.state_dir)
+        out["summary"].insert(1, f"local state: {self.state_dir} (this host's index, state, logs and local.toml)")
         local = config_mod.local_path(self.root / CONFIG_NAME)
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
             out["model_set_by"] = f"{local} (this host only)"

@@ -40,7 +40,7 @@ __all__ = [
     "weights_fingerprint",
 ]
 
-from ..rules.config import DEFAULT_MODEL, looks_like_path  # noqa: E402  (one definition; config stays light for the cold CLI)
+from ..rules.config import DEFAULT_MODEL, looks_like_path  # noqa: E402  (one definition each; config stays light)
 
 from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, quiet_loading, window_spans  # noqa: E402
 

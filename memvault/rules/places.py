@@ -25,7 +25,6 @@ import errno
 import hashlib
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -253,6 +252,8 @@ def _own_link(entry: os.DirEntry[str]) -> bool:
 
 def _merge(old: Path, new: Path) -> bool:
     """An entry both places hold: True when the old one was dropped (disposable) or folded in (a log)."""
+    import shutil
+
     from .fsutil import atomic_write
 
     if os.path.islink(new):
@@ -274,6 +275,8 @@ def _merge(old: Path, new: Path) -> bool:
 
 
 def _copy_then_remove(source: Path, target: Path) -> None:
+    import shutil
+
     partial = target.with_name(f".{target.name}.moving")
     if source.is_dir() and not source.is_symlink():
         shutil.copytree(source, partial, symlinks=True)

@@ -1,8 +1,8 @@
 """What has been captured from agent sessions: per runtime, the turns already stored (by the runtime's own message
 id) and, per session, where in its transcript the next capture starts and how much it has stored.
 
-Kept in ``captures.db`` in the vault's state directory, local like the index (transcripts are this host's files), never derived from
-the vault: deleting it would make the next capture store a session's turns again. A turn id seen in any session of
+Kept in ``captures.db`` in the vault's state directory, local like the index (transcripts are this host's files),
+never derived from the vault: deleting it would make the next capture store a session's turns again. A turn id seen in any session of
 its runtime is never stored twice, so a resumed session that replays its history (same message ids in a new
 transcript) adds only its new turns.
 """
