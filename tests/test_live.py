@@ -101,7 +101,7 @@ def test_an_event_that_arrives_after_the_change_is_waited_for(live, monkeypatch)
     real_mark = feed.mark
 
     def slow_mark(event_type, is_directory, *paths):
-        if any("/facts/" in p or "/.memvault/live/" in p for p in paths):  # not the index's own writes
+        if any("/facts/" in p or "/live/" in p for p in paths):  # not the index's own writes
             time.sleep(0.3)
         real_mark(event_type, is_directory, *paths)
 

@@ -191,8 +191,8 @@ def test_use_counts_once_for_the_team(team):
     assert usage.uses == pytest.approx(2.0, rel=1e-3)
     assert b.vault.state.get([("fact", "db/primary")])[("fact", "db/primary")].uses == pytest.approx(2.0, rel=1e-3)
     # Nothing is written to the local state file of either host.
-    assert not (a.root / ".memvault" / "state.db").exists()
-    assert not (b.root / ".memvault" / "state.db").exists()
+    assert not (a.vault.state_dir / "state.db").exists()
+    assert not (b.vault.state_dir / "state.db").exists()
 
 
 def test_a_duplicate_of_a_fact_only_the_team_index_holds_is_reported(team):

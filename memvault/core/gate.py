@@ -103,7 +103,8 @@ class WriteGate:
         self._state = state
         self.engine = engine
         self.lock_path = lock_path
-        #: ``.memvault/``: this host's index, state and locks (the write lock lives in its ``locks/``).
+        #: The vault's state directory (memvault.rules.places): this host's index, state and locks (the write lock
+        #: lives in its ``locks/``).
         self.state_dir = lock_path.parent.parent
         self.clock = clock
 
@@ -581,9 +582,9 @@ class WriteGate:
 
     def set_model(self, model: str, *, source: str, this_host: bool = False) -> list[str]:
         """Set ``[embedding] model``: in memvault.toml, committed (a name every host can load), or with
-        ``this_host`` in ``.memvault/local.toml``, never committed (a directory of this machine). Setting a name
-        for the vault drops this host's override, which would otherwise still win. Returns what the caller should
-        know."""
+        ``this_host`` in this host's ``local.toml`` (in the state directory), never committed (a directory of this
+        machine). Setting a name for the vault drops this host's override, which would otherwise still win. Returns
+        what the caller should know."""
         from ..rules.config import local_path, set_local_model, set_model
 
         self.require(Op.CONFIGURE, source)

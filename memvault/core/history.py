@@ -2,8 +2,8 @@
 
 One ``git log --name-status`` over ``facts/`` and ``procedures/`` gives, per commit, the files added and deleted;
 their running sum per day is the number of facts and procedures over time. The result is kept in
-``.memvault/growth.json`` with the commit it was computed at, and brought forward with ``git log OLD..HEAD`` when
-HEAD moves on (a rewrite of history starts again from scratch), so a page never walks the whole history twice.
+``growth.json`` (in the vault's state directory) with the commit it was computed at, and brought forward with
+``git log OLD..HEAD`` when HEAD moves on (a rewrite of history starts again from scratch), so a page never walks the whole history twice.
 """
 from __future__ import annotations
 

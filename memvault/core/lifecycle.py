@@ -53,8 +53,8 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
 
 
 # ------------------------------------------------------------------------------------------------ purge
-#: Written in ``.memvault/`` before a purge changes a file and removed once it is committed: a purge that was
-#: killed part-way is finished by the next memvault command (see :func:`finish_purge`).
+#: Written in the vault's state directory before a purge changes a file and removed once it is committed: a purge
+#: that was killed part-way is finished by the next memvault command (see :func:`finish_purge`).
 PURGE_JOURNAL = "purge.json"
 
 
@@ -85,7 +85,7 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) 
     in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all; a purge
     killed part-way is finished by the next memvault command, from its journal. Then the index rows go, the
     keyword index is merged and the WAL truncated, the usage rows are dropped and damaged copies of the index
-    and state removed, so the purged text is not left readable in ``.memvault/``; a step of that which fails is
+    and state removed, so the purged text is not left readable in the state directory; a step of that which fails is
     an error (raised after the files and git are purged), never a silence."""
     if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
@@ -113,7 +113,7 @@ def _forget_questions(gate: WriteGate, report: PurgeReport) -> None:
 
 
 def finish_purge(gate: WriteGate) -> list[str]:
-    """Finish a purge that was killed part-way (its journal is still in ``.memvault/``): what it had not removed
+    """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not removed
     yet is removed, and everything is committed as that purge's one commit. What to tell the person."""
     journal = gate.state_dir / PURGE_JOURNAL
     if not journal.is_file():
@@ -177,7 +177,7 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
 
 
 def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
-    """The purged text out of ``.memvault/``: index rows, the keyword index's segments, the WALs, usage rows, and
+    """The purged text out of the state directory: index rows, the keyword index's segments, the WALs, usage rows, and
     damaged copies of the index and state moved aside earlier. A step that fails is raised, not swallowed."""
     report.warnings += gate.tell_index(paths)
     failed = []
@@ -204,7 +204,7 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
         done = f"commit {report.commit[:12]}" if report.commit else "not committed"
         raise PurgeIncomplete(f"purge of {report.source}: {len(report.facts)} facts and "
                               f"{len(report.episodes.removed)} episodes are gone from the files ({done}), but the "
-                              f"purged text may still be readable in .memvault/: scrubbing {'; '.join(failed)} "
+                              f"purged text may still be readable in {gate.state_dir}: scrubbing {'; '.join(failed)} "
                               "failed; fix that, then run 'memvault reindex --full'")
 
 

@@ -11,8 +11,8 @@
 2. The remote branch is fetched. Before anything in the work tree moves, the files the remote changed are compared
    with this repository's own uncommitted changes outside the vault (staged, unstaged, untracked): if one file is in
    both, sync stops and touches nothing — a stash pop over it would write conflict markers into the user's file.
-   It also stops when the remote's commits put anything at ``.memvault`` (a link there would replace this host's
-   index and state, and send memvault's writes wherever it points).
+   It also stops when the remote's commits put anything at ``.memvault`` (where older memvaults kept a host's
+   index and state: nothing reads it now, but whoever commits there is up to something).
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
    exactly as they were. Tracked episodes go to ``episodes/<host>/``, so hosts only conflict when they change the
    same fact, procedure or setting; on such a conflict the rebase is aborted at once (the work tree is back at this
@@ -239,8 +239,8 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
     if taken:
         raise SyncConflict([_key_for(gate, git, p) for p in taken], taken, remote, branch, reason=(
             f"sync stopped before changing anything: the remote's commits put {', '.join(taken)} in the vault, "
-            f"where this host keeps its index, usage state and locks (.memvault is never committed; a link there "
-            f"would replace them and send memvault's writes wherever it points); remove it on the remote with "
+            f"where older memvaults kept a host's index, usage state and locks (.memvault is never committed, and "
+            f"whatever someone commits there is suspicious); remove it on the remote with "
             f"'git rm -r --cached {state}', commit, push, then sync again"))
     local = set(git.status_paths())
     overlap = sorted(incoming & local)

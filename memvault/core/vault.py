@@ -22,7 +22,8 @@ from ..stores.episodes import Episode, EpisodeLog
 from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, ModelUnavailable, SearchIndexError,
                              SecretRefused, VaultNotFound)
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import atomic_write, check_private_dir
+from ..rules.fsutil import atomic_write
+from ..rules.places import LEGACY_NAME, settle
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..index.changes import ChangeFeed, follow
@@ -41,7 +42,9 @@ if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
     from ..stores.state import State
 
-STATE_DIR = ".memvault"
+#: Where an older memvault kept its state, in the work tree: still ignored by the .gitignore memvault writes, but
+#: nothing reads it any more (see :mod:`memvault.rules.places`).
+STATE_DIR = LEGACY_NAME
 NEW_FACT_TEMPLATE = """---
 category:
 importance: 0.5
@@ -52,8 +55,8 @@ EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.mod
 
 
 def _gitignore(track_episodes: bool) -> str:
-    # No trailing slash: the rule must also match a file or a symlink named .memvault, or someone's plain
-    # `git add -A` of a link there would replace this host's index and state on the next pull.
+    # Local state lives in the git directory now (memvault.rules.places); the rule stays so an older memvault's
+    # folder is never committed by a plain `git add -A` (no trailing slash: a file or a link there too).
     lines = ["# memvault: local state (the index, locks) is derived and never committed", STATE_DIR]
     if not track_episodes:
         lines += [
@@ -87,24 +90,35 @@ class Vault:
     def __init__(self, root: Path, *, embedder_factory: EmbedderFactory | None = None, daemon: bool | None = None,
                  status: Status | None = None) -> None:
         self.root = Path(root).resolve()
+        #: This host's index, state, captures, logs, markers, locks and settings: inside the git directory (or
+        #: outside the tree when the vault is not in git), where no commit can put a link or a file of its choosing.
+        #: A ``.memvault`` in the work tree is an older memvault's, moved here once, or inert (named once).
+        self._git: GitStore | None | bool = False  # False: not looked for yet
+        self.state_dir, moved = settle(self.root, self._tracked)
         self.config: Config = config_mod.load(self.root / CONFIG_NAME)
-        self.state_dir = self.root / STATE_DIR
-        # Moved, truncated and written by memvault: a link there (committed upstream under a rule that ignored only
-        # folders, or made by hand) would send all of that wherever it points, so it is refused, never followed.
-        check_private_dir(self.state_dir, f"memvault keeps its index, state and locks in a real folder of this host "
-                                          f"(git rm --cached {STATE_DIR} if git tracks it)")
         self._embedder_factory = embedder_factory
         self._daemon = daemon
         self._status = status
-        self._git: GitStore | None | bool = False  # False: not looked for yet
         self.engine = self._make_engine(self.config)
         self._build()
-        #: What happened on opening that the person should hear (a purge that was killed part-way, finished).
-        self.notices: list[str] = []
+        #: What happened on opening that the person should hear (state moved out of the work tree, a setting of
+        #: memvault.toml ignored, a purge that was killed part-way, finished).
+        self.notices: list[str] = moved + list(self.config.ignored)
         if (self.state_dir / "purge.json").exists():
             from .lifecycle import finish_purge
 
             self.notices += finish_purge(self.gate)
+
+    def _tracked(self, rel: str) -> bool:
+        """Whether git tracks anything at ``rel`` (vault-relative); asked only when a ``.memvault`` is there."""
+        git = self.git
+        if git is None:
+            return False
+        base = git.rel(self.root)  # the vault's own path: .memvault itself may be a link, never resolved
+        try:
+            return bool(git.run("ls-files", "-z", "--", rel if base == "." else f"{base}/{rel}"))
+        except GitError:
+            return True  # unsure: leave it where it is rather than adopt what may be someone else's
 
     def _make_engine(self, config: Config) -> Engine:
         factory = self._embedder_factory
@@ -174,7 +188,7 @@ class Vault:
         root.mkdir(parents=True, exist_ok=True)
         root = root.resolve()
         created: list[Path] = []
-        for sub in ("facts", "procedures", "episodes", STATE_DIR):
+        for sub in ("facts", "procedures", "episodes"):
             (root / sub).mkdir(exist_ok=True)
         text = config_mod.template()
         if track_episodes:
@@ -192,11 +206,15 @@ class Vault:
             if not target.exists():
                 atomic_write(target, content.encode("utf-8"))
                 created.append(target)
-        if local_model is not None:
+        git = GitStore.discover(root) or GitStore.init(root)
+        if local_model is not None:  # after git init: this host's settings go to the state directory it decides
+            from ..rules.places import state_dir_for
+
+            state_dir_for(root)
             local = config_mod.local_path(root / CONFIG_NAME)
             if not local.exists():
-                atomic_write(local, config_mod.set_local_model(root / CONFIG_NAME, local_model).encode("utf-8"))
-        git = GitStore.discover(root) or GitStore.init(root)
+                atomic_write(local, config_mod.set_local_model(root / CONFIG_NAME, local_model).encode("utf-8"),
+                             mode=0o600)
         if created:
             git.commit(created, "memvault init",
                        trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
@@ -242,19 +260,19 @@ class Vault:
 
     @cached_property
     def state(self) -> State:
-        """Usage counts: this vault's ``.memvault/state.db``, or a team's shared rows beside its index."""
+        """Usage counts: this vault's ``state.db`` (in :attr:`state_dir`), or a team's shared rows beside its index."""
         return self._open_state()  # type: ignore[no-any-return]
 
     @cached_property
     def local_state(self) -> State:
-        """This host's ``.memvault/state.db`` (its usage counts unless a team's index keeps them; its recall log)."""
+        """This host's ``state.db`` (its usage counts unless a team's index keeps them; its recall log)."""
         from ..stores.state import State
 
         return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
 
     @cached_property
     def captures(self) -> CaptureLog:
-        """What agent hooks have captured from sessions (``.memvault/captures.db``): turns and session cursors."""
+        """What agent hooks have captured from sessions (``captures.db``): turns and session cursors."""
         from ..stores.captures import CaptureLog
 
         return CaptureLog(self.state_dir / "captures.db")
@@ -321,7 +339,7 @@ class Vault:
 
     @cached_property
     def recall_log(self) -> State:
-        """The local recall log's database (``.memvault/state.db``; a team's usage counts live elsewhere, the log
+        """The local recall log's database (``state.db`` in :attr:`state_dir`; a team's usage counts live elsewhere, the log
         stays on this host)."""
         return self.local_state
 
@@ -421,8 +439,8 @@ class Vault:
 
     def _model_setting(self, model: str) -> tuple[str, bool]:
         """Where a model setting goes: a name every host can load goes to memvault.toml (committed); a directory
-        of this machine is meaningless on the others, so its absolute path goes to this host's
-        ``.memvault/local.toml`` — which a team's shared index, needing one model on every host, refuses."""
+        of this machine is meaningless on the others, so its absolute path goes to this host's ``local.toml`` (in
+        :attr:`state_dir`) — which a team's shared index, needing one model on every host, refuses."""
         from ..models.embeddings import looks_like_path
 
         path = Path(model).expanduser()
@@ -457,6 +475,7 @@ class Vault:
         """Read memvault.toml again (after a change of settings) and rebuild the parts that depend on it."""
         self.index.close()
         self.config = config_mod.load(self.root / CONFIG_NAME)
+        self.notices += [line for line in self.config.ignored if line not in self.notices]
         self.__dict__.pop("state", None)
         self.engine = self._make_engine(self.config)
         self._build()
@@ -480,9 +499,12 @@ class Vault:
 
         out = vault_stats(self.root, self.index, self._episodes, self.config)
         add_watchers(out, self.state_dir)
+        out["state_dir"] = str(self.state_dir)
+        out["summary"].insert(1, f"local state: {self.state_dir} (this host's index, state, logs and local.toml)")
+        local = config_mod.local_path(self.root / CONFIG_NAME)
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
-            out["model_set_by"] = ".memvault/local.toml (this host only)"
-            out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")
+            out["model_set_by"] = f"{local} (this host only)"
+            out["summary"].insert(1, f"model {self.config.model}: set for this host only in {local}")
         if self.engine.daemon:  # the warm process that holds the models (asked, never started)
             from .stats import add_warm_process
 

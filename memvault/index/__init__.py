@@ -1,7 +1,7 @@
 """The index: a derived SQLite file (sqlite-vec vectors + FTS5 keywords) over the vault's text.
 
-The vault's files are the only truth. ``.memvault/index.db`` can be deleted and regenerated at any time with the
-same results. It is a symlink to a generation file ``index-<n>.db``: a full rebuild (a model change) writes a new
+The vault's files are the only truth. ``index.db`` (in the vault's state directory) can be deleted and regenerated
+at any time with the same results. It is a symlink to a generation file ``index-<n>.db``: a full rebuild (a model change) writes a new
 generation beside the old one and swaps the symlink with an atomic rename, so recall keeps reading the old one
 meanwhile and a crash leaves it in place. A generation that turns out to be damaged is moved aside and rebuilt.
 

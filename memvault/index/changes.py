@@ -7,8 +7,13 @@ instead of checking every directory of the vault (17-23 ms at 10k-100k facts).
 
 **No change is missed by a recall that starts after it.** inotify queues an event before the system call that
 made the change returns, but the watcher reads it on its own threads, a little later. So :meth:`ChangeFeed.collect`
-first creates a marker file in ``.memvault/live/`` and waits until the watcher has seen it: one watch delivers
-its events in order, so every change made before the recall began has been marked by then. A file moved out of
+first creates a marker file inside the watched tree and waits until the watcher has seen it: one watch delivers
+its events in order, so every change made before the recall began has been marked by then. The markers go in
+``live/`` of the vault's state directory when that is inside the vault (a vault at the top of its work tree: the
+state is in ``.git/``); otherwise in a folder of this process's own in the vault, ``.memvault-live-<pid>-<id>/``,
+removed when the watcher stops. Nothing else is ever deleted: a dead process's markers only when they are empty
+regular files of this user named like a marker in the real folder made here, and a dead process's own folder only
+by ``rmdir`` (an empty folder: git never checks one out). A file moved out of
 the vault is the one event the watcher holds back (half a second, to pair it with a move back in); recall's own
 check of the files behind the hits it returns covers it, as it covers everything else.
 
@@ -33,6 +38,8 @@ import json
 import logging
 import os
 import sys
+import re
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -54,8 +61,12 @@ IGNORED_PREFIXES = (".#",)
 #: Event types that can change what the index holds. ``opened`` and ``closed_no_write`` are excluded on
 #: purpose: a sync reads every changed file, and those reads must not wake the watcher again.
 RELEVANT_EVENTS = ("created", "deleted", "modified", "moved", "closed")
-#: Where the markers of :meth:`ChangeFeed.collect` are created (inside .memvault, so never indexed or committed).
+#: Where the markers of :meth:`ChangeFeed.collect` are created, in the state directory (never indexed or committed).
 LIVE_DIR = "live"
+#: The name of a process's own marker folder in the vault, when the state directory is outside it.
+LIVE_PREFIX = ".memvault-live-"
+#: A marker's name: the pid of the process that made it, the feed's id, the barrier's number.
+_MARKER = re.compile(r"(\d+)-[0-9a-f]+-(\d+)")
 #: How long a recall waits for its marker before it checks the directories instead (this once; the marker comes
 #: back in about a millisecond, and only a stalled watcher makes recall wait this long).
 BARRIER_TIMEOUT = 1.0
@@ -85,7 +96,7 @@ def is_relevant(root: Path, path: str) -> bool:
     if rel is None:
         return False
     parts = rel.split("/")
-    if parts[0] in IGNORED_DIRS:
+    if parts[0] in IGNORED_DIRS or parts[0].startswith(LIVE_PREFIX):
         return False
     name = parts[-1]
     return not (name.endswith(IGNORED_SUFFIXES) or name in IGNORED_NAMES or name.startswith(IGNORED_PREFIXES))
@@ -169,7 +180,12 @@ class ChangeFeed:
         self._seq = itertools.count(1)
         self._token = f"{os.getpid()}-{id(self):x}-"
         self._observer: Any = None
-        self._live = self.state_dir / LIVE_DIR
+        live = self.state_dir / LIVE_DIR
+        #: Where this feed's markers go; inside the watched tree, or its barrier would never see them.
+        self._own_live = relative(self.root, str(live)) is None
+        self._live = self.root / f"{LIVE_PREFIX}{self._token.rstrip('-')}" if self._own_live else live
+        self._live_rel = relative(self.root, str(self._live)) + "/"  # type: ignore[operator]
+        self._live_fd: int | None = None  # the marker folder, held open: markers are made through it
 
     # -- life ----------------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -185,12 +201,9 @@ class ChangeFeed:
         except ImportError:
             return self._fail("no inotify on this system")
         try:
-            self._live.mkdir(parents=True, exist_ok=True)
-            for stale in self._live.iterdir():  # markers of a process that died between create and unlink
-                if not _alive(stale.name.split("-", 1)[0]):
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
+            self._open_live()
         except OSError as exc:
+            self._close_live()
             return self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
         observer = InotifyObserver()
         self._lost_reported = _events_lost_type() is not None
@@ -202,6 +215,7 @@ class ChangeFeed:
             with contextlib.suppress(Exception):
                 observer.stop()
             self._watch_log.detach(self)
+            self._close_live()
             return self._fail(_watch_error(exc))
         self._observer = observer
         self._last_check = time.monotonic()
@@ -223,6 +237,27 @@ class ChangeFeed:
                 observer.join(timeout=5)
         with contextlib.suppress(OSError):
             self._state_file.unlink()
+        self._close_live()
+
+    def _open_live(self) -> None:
+        """Make (or, in the state directory, find) the marker folder and hold it open."""
+        if self._live_fd is not None:
+            return
+        if self._own_live:
+            _remove_dead_folders(self.root)
+            os.mkdir(self._live, 0o700)  # a new folder, made here: nothing of anyone else's is ever swept
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self._live, 0o700)
+        self._live_fd = _sweep(self._live)
+
+    def _close_live(self) -> None:
+        fd, self._live_fd = self._live_fd, None
+        if fd is not None:
+            os.close(fd)
+        if self._own_live:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._live)  # only ever an empty folder: each marker is removed as soon as it is made
 
     @property
     def running(self) -> bool:
@@ -288,7 +323,7 @@ class ChangeFeed:
             rel = relative(self.root, path)
             if rel is None:
                 continue
-            if rel.startswith(".memvault/live/"):
+            if rel.startswith(self._live_rel) or rel.startswith(LIVE_PREFIX):
                 name = rel.rsplit("/", 1)[-1]
                 if event_type == "created" and name.startswith(self._token):
                     with self._cond:
@@ -345,17 +380,56 @@ class ChangeFeed:
     def _barrier(self) -> bool:
         """Create a marker and wait until the watcher has seen it (see the module doc)."""
         seq = next(self._seq)
-        name = self._live / f"{self._token}{seq}"
+        name = f"{self._token}{seq}"
         try:
-            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+            if self._live_fd is None:
+                raise OSError(errno.EBADF, "the marker folder is not open")
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=self._live_fd))
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+                os.unlink(name, dir_fd=self._live_fd)
         except OSError as exc:
             self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
             return False
         with self._cond:
             return self._cond.wait_for(lambda: self._seen >= seq or self.reason is not None,
                                        self.barrier_timeout) and self.reason is None
+
+
+def _sweep(live: Path) -> int:
+    """The marker folder ``live``, opened (a real folder of this user: a link is never followed, and everything is
+    done through the handle returned), with the markers a dead process left between create and unlink removed:
+    only entries that are empty regular files of this user named like a marker. OSError when it is not such a
+    folder."""
+    fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        uid = os.getuid()
+        if os.fstat(fd).st_uid != uid:
+            raise OSError(errno.EPERM, "the folder belongs to another user")
+        for name in os.listdir(fd):
+            found = _MARKER.fullmatch(name)
+            if found is None or _alive(found.group(1)):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_size == 0 and st.st_uid == uid:
+                    os.unlink(name, dir_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_dead_folders(root: Path) -> None:
+    """The marker folders in the vault of processes that died without stopping their watcher, removed with
+    ``rmdir`` only: it removes nothing but an empty folder (git never checks one out), never follows a link."""
+    with contextlib.suppress(OSError), os.scandir(root) as found:
+        for entry in found:
+            if entry.name.startswith(LIVE_PREFIX):
+                pid = entry.name[len(LIVE_PREFIX):].split("-", 1)[0]
+                if not _alive(pid):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)
 
 
 def _alive(pid: str) -> bool:

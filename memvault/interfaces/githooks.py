@@ -15,7 +15,8 @@ hook costs one interpreter start:
   markers, no secrets in any file (episode lines and memvault.toml too), no symlinks, temp files or ``.memvault``.
   Each problem is one line naming the file, the line and the reason; the commit is refused.
 - ``post-commit``, ``post-merge``, ``post-checkout`` and ``post-rewrite`` start ``memvault reindex`` detached
-  in the background (output in ``.memvault/hook-reindex.log``) and return at once: git is never blocked.
+  in the background (output in ``hook-reindex.log`` in the vault's state directory) and return at once: git is
+  never blocked.
 
 memvault's own commits are skipped by both (their content was checked when it was written, and may carry an
 explicit ``--allow-secret``; the index was updated by the write itself).
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
 from ..rules.fsutil import lock_held, open_private, try_lock
+from ..rules.places import state_dir_for
 
 MARKER = "# memvault hook"
 CHAINED_SUFFIX = ".memvault-chained"
@@ -268,11 +270,11 @@ def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
     """
     from .watch import watcher_running
 
-    state = vault_root / ".memvault"
+    state = state_dir_for(vault_root)
     if watcher_running(state):
         return None
-    # The flag and the log are opened without following links: a link committed or planted in .memvault would
-    # otherwise make the hook create or append to a file anywhere the user can write.
+    # The flag and the log are opened without following links (the state directory is in the git directory, where
+    # no commit reaches; a link planted there by hand still sends nothing elsewhere).
     os.close(open_private(state / REINDEX_FLAG, os.O_WRONLY | os.O_CREAT))
     if lock_held(state / "locks" / REINDEX_LOCK):
         return None  # the running worker will see the flag
@@ -290,7 +292,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
     from ..core.vault import Vault
 
     out = out or sys.stderr
-    state = vault_root / ".memvault"
+    state = state_dir_for(vault_root)
     flag, lock = state / REINDEX_FLAG, state / "locks" / REINDEX_LOCK
     runs = 0
     while True:

@@ -13,8 +13,8 @@ The model is asked for at start, on a thread of its own (the warm process, start
 edit does not wait for it: a batch indexes the text at once (keyword recall sees it) and embeds it when the model
 is ready. No batch holds a lock while a model works, so a recall never waits behind the watcher.
 
-One watcher per vault: it holds an exclusive ``flock`` on ``.memvault/locks/watch.lock`` for its lifetime and
-writes ``pid host started_at`` to ``.memvault/watch.pid`` so a second one can say who is running.
+One watcher per vault: it holds an exclusive ``flock`` on ``locks/watch.lock`` (in the vault's state directory) for
+its lifetime and writes ``pid host started_at`` to ``watch.pid`` beside it so a second one can say who is running.
 """
 from __future__ import annotations
 

