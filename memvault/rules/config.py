@@ -267,9 +267,9 @@ class RecallSettings:
                                _float(0.0, 1.0))
     untrusted_penalty: float = setting(0.05, "taken off an untrusted episode's relevance when it is ranked: it never "
                                              "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
-    reranker: str = setting("", "a sentence-transformers CrossEncoder (a local directory or a Hugging Face name in the "
-                                "local cache) that re-reads the best candidates with the query; \"\" (the default): "
-                                "none is loaded", _any_str)
+    reranker: str = setting("", "a sentence-transformers CrossEncoder (a Hugging Face name in the local cache; a "
+                                "directory only in this host's local.toml) that re-reads the best candidates with the "
+                                "query; \"\" (the default): none is loaded", _any_str)
     rerank_candidates: int = setting(20, "how many of the best candidates the reranker re-reads", _int(1, 200))
     min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
                                              "vault and model); still accepted so older files load",
@@ -363,7 +363,7 @@ def _url(value: Any, name: str) -> str | None:
 class IndexSettings:
     """A team shares one index and one embedding cache on PostgreSQL; each host keeps its own changes locally."""
 
-    backend: str = setting("sqlite", "sqlite (a local file in .memvault/) or postgres (one index shared by a team)",
+    backend: str = setting("sqlite", "sqlite (a local file in the state directory, inside .git/) or postgres (one index shared by a team)",
                            _choice(*BACKENDS))
     url: str | None = setting(None, "the PostgreSQL URL (postgresql://user@host/db) of the team's shared index and "
                                     "embedding cache; with backend = \"sqlite\" only the cache is used. "
@@ -408,7 +408,8 @@ class CaptureSettings:
                                            "stored", _size)
     extractor: str | None = setting(None, "a command run over each capture's new turns (JSONL on stdin); its JSONL "
                                           "output (as for `memvault ingest`) becomes proposals of the agent's "
-                                          "source, never trusted facts", _opt_str, shown="none", template=False)
+                                          "source, never trusted facts. This host's local.toml only: in the shared "
+                                          "memvault.toml it is refused (a pull must never run a command)", _opt_str, shown="none", template=False)
     extractor_timeout: float = setting("60s", "the extractor is stopped after this long", _age)
 
 
