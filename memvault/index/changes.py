@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..rules.errors import UnsafePath
+from ..rules.fsutil import ensure_dir, remove, sweep, write_new_exclusive
+
 #: Directories whose changes never concern the index: git's own files and memvault's local state (the index
 #: itself lives there, so watching it would make every sync trigger the next one).
 IGNORED_DIRS = (".git", ".memvault")
@@ -150,13 +153,14 @@ class ChangeFeed:
         except ImportError:
             return self._fail("no inotify on this system")
         try:
-            self._live.mkdir(parents=True, exist_ok=True)
-            for stale in self._live.iterdir():  # markers of a process that died between create and unlink
-                if not _alive(stale.name.split("-", 1)[0]):
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
+            ensure_dir(self._live)
+            # markers of a process that died between create and unlink; never through a link (a committed
+            # live -> DIR would have emptied DIR)
+            sweep(self._live, keep=lambda name: _alive(name.split("-", 1)[0]))
         except OSError as exc:
             return self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
+        except UnsafePath as exc:
+            return self._fail(str(exc))
         observer = InotifyObserver()
         fd = getattr(observer, "_inotify_fd", None)
         if fd is None or not all(hasattr(fd, name) for name in ("add_callback", "handle_event")):
@@ -272,11 +276,13 @@ class ChangeFeed:
         seq = next(self._seq)
         name = self._live / f"{self._token}{seq}"
         try:
-            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+            write_new_exclusive(name)
+            remove(name)
         except OSError as exc:
             self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
+            return False
+        except UnsafePath as exc:
+            self._fail(str(exc))
             return False
         with self._cond:
             return self._cond.wait_for(lambda: self._seen >= seq or self.reason is not None,

@@ -22,11 +22,13 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+
+TYPE_CHECKING = False  # not typing's: a hook that logs one line does not import typing
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -208,11 +210,13 @@ def append(path: Path, data: bytes, *, mode: int = 0o600) -> None:
 
 
 def write_new_exclusive(path: Path, data: bytes = b"", *, mode: int = 0o600) -> None:
-    """Create ``path`` holding ``data``; FileExistsError when anything (a link included) is already there."""
+    """Create ``path`` holding ``data``, mode ``mode``; FileExistsError when anything (a link included) is already
+    there."""
     parent, name = _parent(path)
     with dir_handle(parent, create=True) as dfd:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode, dir_fd=dfd)
         try:
+            os.fchmod(fd, mode)  # exactly ``mode`` (a hook's 0755), whatever the umask
             _write_all(fd, data)
         finally:
             os.close(fd)
@@ -225,7 +229,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _tmp_name(name: str) -> str:
-    return f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+    return f".{name[:200]}.{os.urandom(4).hex()}.tmp"
 
 
 def _umask() -> int:
@@ -324,6 +328,25 @@ def open_output(path: Path | str, *, mode: int = 0o600, text: bool = True) -> It
                 os.unlink(tmp, dir_fd=dfd)
             raise
         _fsync_at(dfd)
+
+
+def output_folder(path: Path | str, *, mode: int = 0o700) -> Path:
+    """A folder the user named for output (``export --format markdown --output``), made ``mode`` (0700): the
+    folder above it is resolved (its links are the user's), a link at the name itself is refused, and the path
+    returned has no link on the way, so every write below it goes through the door unchanged."""
+    target = Path(path)
+    try:
+        parent = Path(os.path.dirname(os.path.abspath(target))).resolve(strict=True)
+    except (FileNotFoundError, NotADirectoryError):
+        raise _unsafe(target, "its folder does not exist") from None
+    if target.name in ("", ".", ".."):
+        raise _unsafe(target, "not a folder name")
+    with dir_handle(parent) as dfd:
+        st = _lstat_at(dfd, target.name)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise _link_refusal(target, _readlink_at(dfd, target.name), "memvault does not write through a link "
+                                                                          "the output names")
+    return ensure_dir(parent / target.name, mode=mode)
 
 
 # ------------------------------------------------------------------------------------------------ renaming
@@ -530,6 +553,34 @@ def copy_tree(src: Path, dst: Path, *, skip: frozenset[str] = frozenset()) -> No
             copy_tree(Path(entry.path), dst / entry.name, skip=skip)
         else:
             copy_file(Path(entry.path), dst / entry.name)
+
+
+# ------------------------------------------------------------------------------------------------ temporary
+def make_temp_dir(prefix: str) -> Path:
+    """A new private folder (0700) in the system's temporary folder, resolved (the door walks it without links);
+    the caller removes it with :func:`remove_tree`."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    """:func:`make_temp_dir` for the duration of the block, removed with everything in it at the end."""
+    path = make_temp_dir(prefix)
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+def temp_file(prefix: str, suffix: str = "") -> Path:
+    """A new empty private file (0600) in the system's temporary folder, resolved; the caller removes it."""
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix)
+    os.close(fd)
+    return Path(name).resolve()
 
 
 # ------------------------------------------------------------------------------------------------ SQLite

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import MemvaultError
+from ..rules.fsutil import sqlite_path
 from ..rules.migrations import migrate, transaction
 
 MIGRATIONS = [
@@ -54,9 +55,8 @@ class CaptureLog:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(sqlite_path(self.path), timeout=10.0, isolation_level=None, check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
                 migrate(conn, MIGRATIONS)
             except sqlite3.Error as exc:

@@ -251,9 +251,17 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
             return
     except OSError:
         pass
+    from pathlib import Path
+
+    from ...rules.errors import UnsafePath
+    from ...rules.fsutil import open_private
+
     try:
-        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # never through a link
-        os.utime(stamp, follow_symlinks=False)
+        fd = open_private(Path(stamp), os.O_WRONLY | os.O_CREAT, 0o600)  # never through a link
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
         import subprocess
 
         proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault", root],
@@ -261,7 +269,7 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
                                 start_new_session=True, close_fds=True, cwd=root)
         assert proc.stdin is not None
         proc.stdin.close()
-    except OSError:
+    except (OSError, UnsafePath):
         return
 
 
@@ -328,10 +336,15 @@ def _emit(output: dict[str, Any] | None) -> None:
 
 
 def _log_fd(root: str) -> Any:
-    try:
-        os.makedirs(os.path.join(root, ".memvault"), exist_ok=True)
-        return open(os.path.join(root, ".memvault", LOG_NAME), "ab")
-    except OSError:
+    from pathlib import Path
+
+    from ...rules.errors import UnsafePath
+    from ...rules.fsutil import open_private
+
+    try:  # never through a link: a committed agents.log -> FILE must not make every hook append to FILE
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        return os.fdopen(open_private(Path(root, ".memvault", LOG_NAME), flags, 0o600), "ab")
+    except (OSError, UnsafePath):
         return None
 
 
