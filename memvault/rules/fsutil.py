@@ -26,6 +26,9 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# The read side lives in fsread; its names are imported from here too (entry_problem, read_inside, read_regular, walk).
+from .fsread import entry_problem, link_refusal, open_regular, read_inside, read_regular, unsafe, walk  # noqa: F401
+
 TYPE_CHECKING = False  # not typing's: a hook that logs one line does not import typing
 if TYPE_CHECKING:
     from typing import IO, Any
@@ -36,16 +39,6 @@ CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | NOFOLLOW | CLOEXEC
 _LIST = os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC
 _SQLITE_FILES = ("", "-wal", "-shm", "-journal")
-
-
-def _unsafe(path: Path | str, reason: str) -> Exception:
-    from .errors import UnsafePath
-
-    return UnsafePath(path, reason)
-
-
-def _link_refusal(path: Path | str, target: str, what: str = "memvault does not write through symlinks") -> Exception:
-    return _unsafe(path, f"a symlink (to {target}): {what}; remove it")
 
 
 def _readlink_at(dfd: int, name: str) -> str:
@@ -83,9 +76,9 @@ def _step(fd: int, name: str, walked: str, *, create: bool, mode: int) -> int:
                 raise
             st = _lstat_at(fd, name)
             if st is not None and stat.S_ISLNK(st.st_mode):
-                raise _link_refusal(walked, _readlink_at(fd, name), "memvault does not write through symlinks; "
-                                    "replace it with a real folder") from None
-            raise _unsafe(walked, "not a folder: memvault does not write here") from None
+                raise link_refusal(walked, _readlink_at(fd, name), "memvault does not write through symlinks",
+                                   "replace it with a real folder") from None
+            raise unsafe(walked, "not a folder: memvault does not write here") from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -123,7 +116,7 @@ def _parent(path: Path | str) -> tuple[str, str]:
     absolute, _ = _split(path)
     parent, name = os.path.split(absolute)
     if not name:
-        raise _unsafe(path, "the root folder: memvault does not write here")
+        raise unsafe(path, "the root folder: memvault does not write here")
     return parent, name
 
 
@@ -145,15 +138,15 @@ def check_private_dir(path: Path, why: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        raise _unsafe(path, f"a symlink (to {os.readlink(path)}): {why}; remove the link and run memvault again")
+        raise unsafe(path, f"a symlink (to {os.readlink(path)}): {why}; remove the link and run memvault again")
     if not stat.S_ISDIR(st.st_mode):
-        raise _unsafe(path, f"not a folder: {why}; move this file away and run memvault again")
+        raise unsafe(path, f"not a folder: {why}; move this file away and run memvault again")
 
 
 def refuse_link(path: Path | str, what: str = "memvault does not write through or over symlinks") -> None:
     """Raise UnsafePath when ``path`` itself is a symlink."""
     if os.path.islink(path):
-        raise _link_refusal(path, os.readlink(path), what)
+        raise link_refusal(path, os.readlink(path), what)
 
 
 def ensure_dir(path: Path, mode: int = 0o777) -> Path:
@@ -174,13 +167,13 @@ def _open_final(dfd: int, name: str, path: Path | str, flags: int, mode: int) ->
     except OSError as exc:
         st = _lstat_at(dfd, name) if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO) else None
         if st is not None and stat.S_ISLNK(st.st_mode):
-            raise _link_refusal(path, _readlink_at(dfd, name)) from None
+            raise link_refusal(path, _readlink_at(dfd, name)) from None
         if st is not None:
-            raise _unsafe(path, "not a regular file: memvault does not write here") from None
+            raise unsafe(path, "not a regular file: memvault does not write here") from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise _unsafe(path, "not a regular file: memvault does not write here")
+        raise unsafe(path, "not a regular file: memvault does not write here")
     if not flags & os.O_NONBLOCK:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
@@ -257,9 +250,9 @@ def _write_replacing(dfd: int, name: str, path: Path | str, write: Callable[[int
     """Write a temp file in the folder ``dfd`` with ``write(fd)``, fsync it and rename it over ``name``."""
     st = _lstat_at(dfd, name)
     if st is not None and stat.S_ISLNK(st.st_mode):
-        raise _link_refusal(path, _readlink_at(dfd, name), "memvault does not write through or over symlinks")
+        raise link_refusal(path, _readlink_at(dfd, name), "memvault does not write through or over symlinks")
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise _unsafe(path, "not a regular file: memvault does not replace it")
+        raise unsafe(path, "not a regular file: memvault does not replace it")
     if mode is None:
         mode = st.st_mode & 0o7777 if st is not None else 0o644 & ~_umask()
     tmp = _tmp_name(name)
@@ -303,17 +296,17 @@ def open_output(path: Path | str, *, mode: int = 0o600, text: bool = True) -> It
     try:
         parent = parent.resolve(strict=True)
     except (FileNotFoundError, NotADirectoryError):
-        raise _unsafe(target, "its folder does not exist") from None
+        raise unsafe(target, "its folder does not exist") from None
     name = target.name
     if not name or name in (".", ".."):
-        raise _unsafe(target, "not a file name")
+        raise unsafe(target, "not a file name")
     with dir_handle(parent) as dfd:
         st = _lstat_at(dfd, name)
         if st is not None and stat.S_ISLNK(st.st_mode):
-            raise _link_refusal(target, _readlink_at(dfd, name), "memvault does not write through a link the "
-                                                                   "output names")
+            raise link_refusal(target, _readlink_at(dfd, name), "memvault does not write through a link at "
+                                                                  "the name given", "name another file")
         if st is not None and not stat.S_ISREG(st.st_mode):
-            raise _unsafe(target, "not a regular file: memvault does not write here")
+            raise unsafe(target, "not a regular file: memvault does not write here")
         tmp = _tmp_name(name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd)
         try:
@@ -338,14 +331,14 @@ def output_folder(path: Path | str, *, mode: int = 0o700) -> Path:
     try:
         parent = Path(os.path.dirname(os.path.abspath(target))).resolve(strict=True)
     except (FileNotFoundError, NotADirectoryError):
-        raise _unsafe(target, "its folder does not exist") from None
+        raise unsafe(target, "its folder does not exist") from None
     if target.name in ("", ".", ".."):
-        raise _unsafe(target, "not a folder name")
+        raise unsafe(target, "not a folder name")
     with dir_handle(parent) as dfd:
         st = _lstat_at(dfd, target.name)
         if st is not None and stat.S_ISLNK(st.st_mode):
-            raise _link_refusal(target, _readlink_at(dfd, target.name), "memvault does not write through a link "
-                                                                          "the output names")
+            raise link_refusal(target, _readlink_at(dfd, target.name), "memvault does not write through a link "
+                                                                         "at the name given", "name another folder")
     return ensure_dir(parent / target.name, mode=mode)
 
 
@@ -415,7 +408,7 @@ def unlink_at(dfd: int, name: str, *, missing_ok: bool = True, path: Path | str 
             return False
         raise
     except IsADirectoryError:
-        raise _unsafe(path or name, "a folder: memvault does not remove it here") from None
+        raise unsafe(path or name, "a folder: memvault does not remove it here") from None
     return True
 
 
@@ -530,7 +523,7 @@ def drop_links(paths: list[Path]) -> list[Path]:
 def copy_file(src: Path, dst: Path, *, mode: int | None = None) -> None:
     """Copy the regular file ``src`` (a link there is refused) to ``dst`` through :func:`atomic_write`; the
     source's mode unless ``mode`` is given."""
-    fd = _open_regular(src)
+    fd = open_regular(src)
     try:
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read()
@@ -548,7 +541,7 @@ def copy_tree(src: Path, dst: Path, *, skip: frozenset[str] = frozenset()) -> No
         if entry.name in skip:
             continue
         if entry.is_symlink():
-            raise _link_refusal(entry.path, os.readlink(entry.path), "memvault does not copy links")
+            raise link_refusal(entry.path, os.readlink(entry.path), "memvault does not copy links")
         if entry.is_dir(follow_symlinks=False):
             copy_tree(Path(entry.path), dst / entry.name, skip=skip)
         else:
@@ -595,10 +588,10 @@ def sqlite_path(path: Path) -> Path:
         for suffix in _SQLITE_FILES:
             st = _lstat_at(dfd, name + suffix)
             if st is not None and stat.S_ISLNK(st.st_mode):
-                raise _link_refusal(f"{path}{suffix}", _readlink_at(dfd, name + suffix),
-                                    "memvault does not open a database through a symlink")
+                raise link_refusal(f"{path}{suffix}", _readlink_at(dfd, name + suffix),
+                                   "memvault does not open a database through a symlink")
             if st is not None and not stat.S_ISREG(st.st_mode):
-                raise _unsafe(f"{path}{suffix}", "not a regular file: memvault does not open it as a database")
+                raise unsafe(f"{path}{suffix}", "not a regular file: memvault does not open it as a database")
         with contextlib.suppress(FileExistsError):
             os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd))
     return path
@@ -654,123 +647,6 @@ def lock_held(lock_path: Path) -> bool:
         return True
     finally:
         os.close(fd)
-
-
-# ------------------------------------------------------------------------------------------------ reading
-def _open_regular(path: Path | str, what: str = "memvault does not read through symlinks") -> int:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            try:
-                target = os.readlink(path)
-            except OSError:
-                target = "?"
-            raise _link_refusal(path, target, what) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _unsafe(path, "not a regular file: not read")
-    return fd
-
-
-def read_regular(path: Path | str, *, limit: int | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (an import source). A symlink at ``path`` is refused
-    (UnsafePath, one line naming the file), as is anything that is not a regular file (a FIFO would block);
-    ``limit`` refuses a larger file (LimitExceeded). The folders above are the caller's to resolve."""
-    from .errors import LimitExceeded
-
-    fd = _open_regular(path, "not read: memvault reads only regular files, never a link")
-    try:
-        size = os.fstat(fd).st_size
-        if limit is not None and size > limit:
-            raise LimitExceeded(str(path), f"{size} bytes, more than the {limit} allowed: not read")
-        return _read_all(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:
-    """The bytes of ``path``, which must be a regular file inside ``base`` once every symlink is resolved.
-
-    A symlink that leaves ``base`` (``procedures/leak.sh -> /etc/passwd``, ``facts/x.md -> ../.git/config``) or a
-    file that is not regular (a FIFO would block the reader forever, a device never ends) raises
-    :class:`~memvault.rules.errors.UnsafePath`: it is reported and skipped, never followed and never fatal.
-    ``limit`` refuses files larger than that many bytes the same way (raises LimitExceeded).
-    """
-    from .errors import LimitExceeded
-
-    resolved = os.path.realpath(path)
-    base_resolved = os.path.realpath(base)
-    if resolved != base_resolved and not resolved.startswith(base_resolved + os.sep):
-        kind = "a symlink" if os.path.islink(path) else "a path"
-        raise _unsafe(path, f"{kind} that leads outside {base.name}/ (to {resolved}): not followed")
-    fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _unsafe(path, "not a regular file: not read")
-        if limit is not None and st.st_size > limit:
-            raise LimitExceeded(str(path), f"{st.st_size} bytes, more than the {limit} allowed ([limits]): not read")
-        return _read_all(fd)
-    finally:
-        os.close(fd)
-
-
-def walk(base: Path, report: Callable[[Path, str], None],
-         on_dir: Callable[[str], None] | None = None) -> Iterator[os.DirEntry[str]]:
-    """Every entry under ``base`` that is not a folder (a file, a link, anything else), at any depth: the one
-    directory walk of the stores and the index. Names starting with a dot are skipped (git's and editors' files),
-    folders are entered only when they are real folders (a symlinked folder is yielded as an entry, for
-    :func:`entry_problem` to report), and a folder that cannot be read is passed to ``report`` (its files are
-    not seen, and the caller says so) instead of vanishing silently. ``on_dir`` is told each folder walked."""
-    if not os.path.isdir(base):
-        return
-    stack = [str(base)]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as found:
-                entries = list(found)
-        except FileNotFoundError:
-            continue  # removed while we walked
-        except OSError as exc:
-            report(Path(current), f"cannot read this folder ({exc.strerror or exc}): its files are skipped")
-            continue
-        if on_dir is not None:
-            on_dir(current)
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            else:
-                yield entry
-
-
-def entry_problem(entry: os.DirEntry[str], base: str) -> str | None:
-    """Why a directory entry met while walking a vault area must be skipped, or None when it is a plain file
-    (or a symlink to one inside ``base``). Costs no system call for an ordinary file."""
-    if entry.is_symlink():
-        target = os.path.realpath(entry.path)
-        if target != base and not target.startswith(base + os.sep):
-            return f"a symlink that leads outside the vault area (to {target}): not followed"
-        if not os.path.isfile(target):
-            return "a symlink to something that is not a regular file: not followed"
-        return None
-    if not entry.is_file(follow_symlinks=False):
-        return "not a regular file: not read"
-    return None
 
 
 class FileChange:

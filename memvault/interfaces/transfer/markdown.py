@@ -11,6 +11,7 @@ from typing import Any
 from ...core.transfer import Item
 from ...rules import frontmatter_edit as fm
 from ...rules.errors import FrontMatterError
+from ...rules.fsutil import read_regular
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -42,8 +43,9 @@ def walk(base: Path, suffix: str = ".md") -> Iterator[Path]:
 
 
 def note(path: Path) -> tuple[dict[str, Any], str]:
-    """A markdown file's front matter (``{}`` when it has none or it does not parse) and body."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """A markdown file's front matter (``{}`` when it has none or it does not parse) and body. A symlink is refused
+    (UnsafePath), never read: a repository can commit ``CLAUDE.md -> /etc/passwd``."""
+    text = read_regular(path).decode("utf-8", errors="replace")
     try:
         doc = fm.parse(text)
     except FrontMatterError:

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from ...core.transfer import Item
 from ...rules.errors import InvalidValue
-from ...rules.fsutil import atomic_write, output_folder
+from ...rules.fsutil import atomic_write, output_folder, read_regular
 from ...rules.timeutil import format_time, now
 
 HEADER = "memvault-export"
@@ -156,7 +156,7 @@ def _read_folder(folder: Path) -> Iterator[Item]:
 
 
 def _read_episodes(path: Path) -> Iterator[Item]:
-    data = path.read_bytes()
+    data = read_regular(path)
     mark = EPISODE_MARK.encode()
     pos = 0
     while True:
