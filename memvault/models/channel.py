@@ -117,7 +117,8 @@ def private_dir(*, create: bool = True) -> int:
         try:
             ensure_dir(path, mode=0o700)
         except UnsafePath as exc:
-            raise DaemonUnavailable(f"{exc}: the warm process is not used") from None
+            raise DaemonUnavailable(f"{path} is not a private directory ({exc.reason}): the warm process is not "
+                                    "used; remove it if you did not create it") from None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
