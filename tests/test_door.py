@@ -472,3 +472,12 @@ def test_import_claude_code_refuses_a_symlinked_claude_md_before_writing_anythin
     assert len(message) == 1 and "CLAUDE.md" in message[0] and "symlink" in message[0], r.output
     assert not list(vault.facts.dir.rglob("*.md")) and not list(vault.facts.inbox_dir.rglob("*.md"))
     assert "root:x" not in (vault.root / ".git" / "index").read_bytes().decode("latin-1")
+
+
+def test_the_lock_probe_never_follows_a_link_and_says_free(area, decoy):
+    (area / "locks").symlink_to(decoy)
+    assert fsutil.lock_held(area / "locks" / "victim.txt") is False
+    with pytest.raises(UnsafePath):
+        with fsutil.try_lock(area / "locks" / "watch.lock"):
+            pass
+    assert not (decoy / "watch.lock").exists()

@@ -632,11 +632,13 @@ def try_lock(lock_path: Path, *, wait: bool = False) -> Iterator[bool]:
 def lock_held(lock_path: Path) -> bool:
     """Whether another process holds the exclusive flock on ``lock_path`` right now: the one lock probe (a shared,
     non-blocking try; the file is never created, and no symlink is followed on the way or at the name)."""
+    from .errors import UnsafePath
+
     parent, name = _parent(lock_path)
     try:
         with dir_handle(parent) as dfd:
             fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC, dir_fd=dfd)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnsafePath):
         return False
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
