@@ -40,7 +40,7 @@ from ..rules.dedup import compare_keywords, keywords
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import FileChange, atomic_write, check_dir, locked
+from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from ..rules.secrets import describe, find_secrets
@@ -171,9 +171,7 @@ class WriteGate:
                 if not change.changed:
                     continue
                 if change.after is None:
-                    check_dir(change.path.parent)  # unlinking removes a link itself, never what it points to
-                    with contextlib.suppress(FileNotFoundError):
-                        change.path.unlink()
+                    remove(change.path)  # a link itself, never what it points to; none followed on the way
                     _prune_empty_dirs(change.path.parent, self.root)
                 else:
                     atomic_write(change.path, change.after, mode=(modes or {}).get(change.path))
@@ -223,7 +221,7 @@ class WriteGate:
         for change in reversed(done):
             with contextlib.suppress(OSError, MemvaultError):
                 if change.before is None:
-                    change.path.unlink(missing_ok=True)
+                    remove(change.path)
                     _prune_empty_dirs(change.path.parent, self.root)
                 else:
                     atomic_write(change.path, change.before)
@@ -290,7 +288,7 @@ class WriteGate:
         ignore = self.facts.inbox_dir / ".gitignore"
         if self.config.trust.share_inbox:
             if ignore.is_file() and ignore.read_bytes().startswith(INBOX_IGNORE[:40]):
-                ignore.unlink()
+                remove(ignore)
             return
         if not ignore.exists():
             atomic_write(ignore, INBOX_IGNORE)
@@ -651,8 +649,9 @@ def _prune_empty_dirs(start: Path, stop: Path) -> None:
     current = start
     while current != stop and stop in current.parents and len(current.relative_to(stop).parts) > 1:
         try:
-            current.rmdir()
-        except OSError:
+            if not remove_dir(current):
+                return
+        except (OSError, MemvaultError):
             return
         current = current.parent
 

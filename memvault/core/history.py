@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import GitError
+from ..rules.errors import GitError, UnsafePath
 from ..rules.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -70,11 +70,10 @@ def growth(git: GitStore | None, root: Path, state_dir: Path) -> Growth:
     _walk(git, root, result, f"{start}..{head}" if start else head)
     result.head = head
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(cache, json.dumps({"version": CACHE_VERSION, "root": str(root), "head": head,
                                         "days": result.days}).encode("utf-8"))
-    except OSError:
-        pass  # a read-only state folder: computed again next time
+    except (OSError, UnsafePath):
+        pass  # a read-only (or refused) state folder: computed again next time
     return result
 
 

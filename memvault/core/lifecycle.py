@@ -18,7 +18,7 @@ from ..stores.episodes import Episode, RewriteReport, source_matches
 from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete
 from ..stores.facts import Fact
 from .gate import WriteGate
-from ..rules.fsutil import atomic_write
+from ..rules.fsutil import atomic_write, remove
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
 from ..rules.validation import MAX_FUTURE, Problem
@@ -170,9 +170,9 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
                     + "\n".join(listing))
     except BaseException:
         if not already:  # refused: every file is back as it was, so there is nothing left to finish
-            journal.unlink(missing_ok=True)
+            remove(journal)
         raise
-    journal.unlink(missing_ok=True)
+    remove(journal)
     return report, paths
 
 
@@ -194,9 +194,11 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
     copies = [p for p in gate.state_dir.glob("*.corrupt-*") if p.is_file() or p.is_symlink()]
     for copy in copies:
         try:
-            copy.unlink()
+            remove(copy)
         except OSError as exc:
             failed.append(f"{copy.name} ({exc.strerror})")
+        except MemvaultError as exc:
+            failed.append(f"{copy.name} ({exc})")
     if copies:
         report.warnings.append(f"removed {len(copies)} damaged cop{'ies' if len(copies) > 1 else 'y'} of the index "
                                "or state set aside earlier, which may have held the purged text")

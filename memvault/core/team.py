@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..index import FieldWeights, Index, Sources, SyncReport
 from ..rules.config import CONFIG_NAME, Config
 from ..rules.errors import ConfigError, MemvaultError, SearchIndexError
-from ..rules.fsutil import atomic_write, read_inside
+from ..rules.fsutil import atomic_write, read_inside, remove
 from ..stores.gitstore import GitStore
 from .publish import publish, split, vault_name
 from .team_listings import TeamListings
@@ -155,7 +155,7 @@ class TeamIndex(TeamListings):
                             config=isinstance(exc, ConfigError))
             return None
         if self._down is not None or not self._checked:
-            self._timeout_note().unlink(missing_ok=True)  # a link is removed, never followed
+            remove(self._timeout_note())  # a link is removed, never followed
         self._checked, self._down, self._unpublished = True, None, False
         return shared
 

@@ -22,7 +22,7 @@ from ..stores.episodes import Episode, EpisodeLog
 from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, ModelUnavailable, SearchIndexError,
                              SecretRefused, VaultNotFound)
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import atomic_write
+from ..rules.fsutil import atomic_write, ensure_dir
 from ..rules.places import LEGACY_NAME, settle
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import FieldWeights, Index, Progress, Sources, SyncReport
@@ -184,12 +184,10 @@ class Vault:
         Runs ``git init`` when ``path`` is not inside a git work tree, and commits the files it created, and only
         those, so a vault inside a larger repository never stages anything else.
         """
-        root = Path(path).expanduser()
-        root.mkdir(parents=True, exist_ok=True)
-        root = root.resolve()
+        root = ensure_dir(Path(path).expanduser().resolve())  # the folder the user named: its links are theirs
         created: list[Path] = []
         for sub in ("facts", "procedures", "episodes"):
-            (root / sub).mkdir(exist_ok=True)
+            ensure_dir(root / sub)
         text = config_mod.template()
         if track_episodes:
             text = text.replace("track_in_git = false", "track_in_git = true")

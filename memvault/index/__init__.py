@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import ModelUnavailable, SearchIndexError
-from ..rules.fsutil import drop_links, ensure_dir, locked, try_lock
+from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
+                            try_lock)
 from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
@@ -159,13 +160,11 @@ class Index(Listings):
             return None
         aside = target.with_name(target.name + f".corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
-            os.replace(target, aside)
+            replace(target, aside)
         for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(target) + suffix).unlink()
-        with contextlib.suppress(FileNotFoundError):
-            if self.link.is_symlink():
-                self.link.unlink()
+            remove(Path(str(target) + suffix))
+        if self.link.is_symlink():
+            remove(self.link)
         self.warnings.append(f"the index {target.name} was damaged ({error or 'unreadable'}); moved aside to "
                              f"{aside.name} and rebuilt from the vault's files")
         return aside
@@ -490,22 +489,16 @@ class Index(Listings):
 
     def _swap(self, target: Path) -> None:
         old = self.current_target()
-        tmp_link = self.dir / f".{INDEX_NAME}.{os.getpid()}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            tmp_link.unlink()
-        os.symlink(target.name, tmp_link)
-        os.replace(tmp_link, self.link)
+        replace_with_link(self.link, target.name)
         self.close()
         if old is not None and old != target and old != self.link:
             self._remove_generation(old)
 
     def _remove_generation(self, target: Path) -> None:
         for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(target) + suffix).unlink()
+            remove(Path(str(target) + suffix))
         for name in (f"{target.name}.lock", f"{target.name}.embed.lock"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / "locks" / name).unlink()
+            remove(self.dir / "locks" / name)
 
     def _remove_stale_generations(self) -> None:
         current = self.current_target()
@@ -691,10 +684,9 @@ class Index(Listings):
         a temporary directory (keyword rows only: vectors are counted apart), so an estimate follows the schema
         as it is rather than constants about it."""
         import dataclasses
-        import tempfile
 
         sources = dataclasses.replace(self.sources, keep=None)  # never a team overlay's set of paths
-        with tempfile.TemporaryDirectory(prefix="memvault-estimate-") as tmp:
+        with temp_dir("memvault-estimate-") as tmp:
             empty = Index(Path(tmp) / "empty", sources)
             empty._create(identity)
             empty_bytes = empty.stats()["used_bytes"]

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..rules.errors import MemvaultError
-from ..rules.fsutil import atomic_write, ensure_dir
+from ..rules.errors import MemvaultError, UnsafePath
+from ..rules.fsutil import atomic_write, ensure_dir, remove, sweep, write_new_exclusive
 
 #: Directories whose changes never concern the index: git's own files and memvault's local state (the index
 #: itself lives there, so watching it would make every sync trigger the next one).
@@ -205,6 +205,8 @@ class ChangeFeed:
         except OSError as exc:
             self._close_live()
             return self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
+        except UnsafePath as exc:
+            return self._fail(str(exc))
         observer = InotifyObserver()
         self._lost_reported = _events_lost_type() is not None
         self._watch_log.attach(self)
@@ -390,6 +392,9 @@ class ChangeFeed:
                 os.unlink(name, dir_fd=self._live_fd)
         except OSError as exc:
             self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
+            return False
+        except UnsafePath as exc:
+            self._fail(str(exc))
             return False
         with self._cond:
             return self._cond.wait_for(lambda: self._seen >= seq or self.reason is not None,

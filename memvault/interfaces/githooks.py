@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
-from ..rules.fsutil import lock_held, open_private, try_lock
+from ..rules.fsutil import (ensure_dir, lock_held, open_private, remove, rename, replace, try_lock,
+                            write_new_exclusive)
 from ..rules.places import state_dir_for
 
 MARKER = "# memvault hook"
@@ -129,11 +130,11 @@ def install(root: Path, *, python: str | None = None) -> list[HookAction]:
             raise HookConflict(path, f"is not memvault's, and {chained.name} already holds a chained hook; "
                                "merge them by hand, then run 'memvault hooks install' again")
         plan.append((name, path, chained, exists, foreign))
-    directory.mkdir(parents=True, exist_ok=True)
+    ensure_dir(directory)
     actions = []
     for name, path, chained, exists, foreign in plan:
         if foreign:
-            os.rename(path, chained)  # keeps the bytes, the mode, and a symlink as a symlink
+            rename(path, chained)  # keeps the bytes, the mode, and a symlink as a symlink
             actions.append(HookAction(name, "chained", chained))
         _write_script(path, render(name, root, python))
         actions.append(HookAction(name, "updated" if exists and not foreign else "installed", path))
@@ -147,22 +148,22 @@ def uninstall(root: Path) -> list[HookAction]:
     for name in HOOKS:
         path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
         if is_ours(path):
-            path.unlink()
+            remove(path)
             actions.append(HookAction(name, "removed", path))
         if chained.exists() or chained.is_symlink():
             if path.exists() or path.is_symlink():
                 actions.append(HookAction(name, "kept", chained))  # someone put another hook there meanwhile
             else:
-                os.rename(chained, path)
+                rename(chained, path)
                 actions.append(HookAction(name, "restored", path))
     return actions
 
 
 def _write_script(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.memvault.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
+    remove(tmp)
+    write_new_exclusive(tmp, text.encode(), mode=0o755)
+    replace(tmp, path)  # over a link at the hook's name too: the link goes, what it pointed at is untouched
 
 
 # -- pre-commit ------------------------------------------------------------------------------------------
@@ -300,7 +301,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
             if not mine:
                 return 0  # another worker has it and will see the flag
             while flag.exists() or flag.is_symlink():
-                flag.unlink()
+                remove(flag)
                 started = time.monotonic()
                 vault = Vault.open(vault_root)
                 report = vault.reindex()

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..index.changes import RELEVANT_EVENTS, is_relevant
 from ..index.update import SyncReport
-from ..rules.errors import WatcherRunning, describe
-from ..rules.fsutil import atomic_write, lock_held, try_lock
+from ..rules.errors import UnsafePath, WatcherRunning, describe
+from ..rules.fsutil import atomic_write, lock_held, remove, try_lock
 from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
@@ -204,9 +204,9 @@ class Watcher:
             try:
                 yield
             finally:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, UnsafePath):
                     if pid_file.read_text() == stamp:
-                        pid_file.unlink()
+                        remove(pid_file)
 
 
 def holder(root: Path, pid_file: Path) -> WatcherRunning:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import DaemonUnavailable, ModelUnavailable
+from ..rules.fsutil import open_at, replace_at, unlink_at
 from . import channel
 
 if TYPE_CHECKING:
@@ -195,16 +196,14 @@ def start(idle: float = DEFAULT_IDLE) -> None:
         raise DaemonUnavailable("no warm process is started from this process (memvault's commands, hooks and "
                                 "servers start it)")
     with channel.opened_dir() as fd:
-        lock = os.open("start.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        lock = open_at(fd, "start.lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             with contextlib.suppress(DaemonUnavailable):
                 channel.call({"op": "hello"}, 5.0)
                 return
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(channel.socket_name(), dir_fd=fd)  # a dead process's socket
-            log = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                          dir_fd=fd)
+            unlink_at(fd, channel.socket_name())  # a dead process's socket
+            log = open_at(fd, LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             env = {"OPENBLAS_NUM_THREADS": "1",  # see single_thread_blas
                    **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
             try:
@@ -361,13 +360,12 @@ class Server:
         name = channel.socket_name()
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = f".{os.getpid()}.s"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=fd)
+        unlink_at(fd, tmp)
         old_umask = os.umask(0o177)
         try:
             server.bind(channel.at(fd, tmp))
             server.listen(64)
-            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # appears atomically, already listening
+            replace_at(fd, tmp, name)  # appears atomically, already listening
             mine = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ino
         except OSError as exc:
             print(f"memvault warm process: cannot listen ({exc.strerror or exc})", file=sys.stderr, flush=True)
@@ -396,7 +394,7 @@ class Server:
             server.close()
             with contextlib.suppress(OSError):
                 if os.stat(name, dir_fd=fd, follow_symlinks=False).st_ino == mine:  # not a newer process's socket
-                    os.unlink(name, dir_fd=fd)
+                    unlink_at(fd, name)
             os.close(fd)
         return 0
 

@@ -15,7 +15,6 @@ than a transformer, mean or CLS pooling and an optional normalisation (for examp
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import InvalidValue, ModelUnavailable
+from ..rules.fsutil import atomic_write, locked, remove, replace
 from .base import ModelIdentity, cores_for, quiet_loading, window_spans
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def available() -> bool:
 
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "memvault" / "onnx"
+    return Path(base).resolve() / "memvault" / "onnx"  # the user's own links (a cache moved to another disk) once
 
 
 def pipeline(model_dir: Path) -> dict[str, Any] | None:
@@ -134,22 +134,16 @@ def exported(model_dir: Path, revision: str) -> Path | None:
     backend cannot run the model or the export did not pass its check (recorded: not tried again)."""
     target = cache_dir() / f"{hashlib.sha256(f'{model_dir}|{revision}|{EXPORT_VERSION}'.encode()).hexdigest()[:24]}"
     meta = target / "meta.json"
-    with _export_lock:
-        target.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # two processes starting at once export once
-            if meta.exists() and _failed_long_ago(meta):
-                meta.unlink()  # a failure is retried a day later (onnx installed since, say)
+    with _export_lock, locked(target / ".lock"):  # two processes starting at once export once
+        if meta.exists() and _failed_long_ago(meta):
+            remove(meta)  # a failure is retried a day later (onnx installed since, say)
+        if not meta.exists():
+            proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
+                                   str(target)], capture_output=True, text=True, check=False)
             if not meta.exists():
-                proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
-                                       str(target)], capture_output=True, text=True, check=False)
-                if not meta.exists():
-                    detail = (proc.stderr or proc.stdout).strip().splitlines()
-                    _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}",
-                                         "at": time.time()})
-        finally:
-            os.close(fd)
+                detail = (proc.stderr or proc.stdout).strip().splitlines()
+                _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}",
+                                     "at": time.time()})
     try:
         record = json.loads(meta.read_text())
     except (OSError, ValueError):
@@ -166,9 +160,7 @@ def _failed_long_ago(meta: Path) -> bool:
 
 
 def _write_meta(target: Path, record: dict[str, Any]) -> None:
-    tmp = target / f".meta.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, target / "meta.json")
+    atomic_write(target / "meta.json", json.dumps(record).encode())
 
 
 def export(model_dir: Path, target: Path) -> dict[str, Any]:
@@ -205,10 +197,10 @@ def export(model_dir: Path, target: Path) -> dict[str, Any]:
     got = OnnxEmbedder(str(model_dir), model_dir, tmp, revision="check").embed_documents(PROBES)
     worst = float(np.abs(expected - got).max())
     if worst > TOLERANCE:
-        tmp.unlink()
+        remove(tmp)
         return {"ok": False, "reason": f"the exported graph differs from torch by {worst:.2e}", "worst": worst,
                 "at": time.time()}
-    os.replace(tmp, target / "model.onnx")
+    replace(tmp, target / "model.onnx")
     record = {"ok": True, "worst": worst, "export_version": EXPORT_VERSION}
     # ONNX Runtime optimises a graph each time it opens it (about half a second of a cold start here): do it once,
     # keep the result beside the graph, and use it only if it too gives the torch vectors.
@@ -223,10 +215,10 @@ def export(model_dir: Path, target: Path) -> dict[str, Any]:
     got = OnnxEmbedder(str(model_dir), model_dir, target / "model.onnx", revision="check",
                        optimized=tmp).embed_documents(PROBES)
     if float(np.abs(expected - got).max()) <= TOLERANCE:
-        os.replace(tmp, optimized)
+        replace(tmp, optimized)
         record["optimized"] = optimized.name
     else:
-        tmp.unlink()
+        remove(tmp)
     return record
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..rules.errors import MemvaultError
-from ..rules.fsutil import ensure_dir
+from ..rules.fsutil import ensure_dir, remove, replace, sqlite_path
 from ..rules.migrations import migrate, transaction
 
 MIGRATIONS = [
@@ -69,7 +69,7 @@ class CaptureLog:
         self.rebuilt = False
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(sqlite_path(self.path), timeout=10.0, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             migrate(conn, MIGRATIONS)
@@ -97,10 +97,10 @@ class CaptureLog:
         self.close()
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path, aside)
+            replace(self.path, aside)
         for suffix in ("-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
-                Path(str(self.path) + suffix).unlink()
+                remove(Path(str(self.path) + suffix))
         try:
             self._conn = self._open()
         except sqlite3.Error as again:

@@ -18,7 +18,6 @@ of raw episodes (``memvault prune``).
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -27,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..rules.errors import SearchIndexError
-from ..rules.fsutil import drop_links, ensure_dir
+from ..rules.fsutil import drop_links, ensure_dir, remove, replace, sqlite_path
 from ..rules.migrations import migrate
 from ..rules.redaction import clean
 from ..rules.timeutil import decayed, format_time, from_timestamp, now
@@ -155,7 +154,7 @@ class State:
             raise sqlite3.DatabaseError(f"table {', '.join(missing)} missing")
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(str(sqlite_path(self.path)), timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         # As the index: a commit does not wait for the disk (WAL stays consistent; a power cut may lose the last
         # usage counts and recall-log lines). A warm recall spent 35 ms of 80 in the log line's fsync under load.
@@ -166,10 +165,9 @@ class State:
     def _move_aside(self, exc: BaseException) -> Path:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path, aside)
+            replace(self.path, aside)
         for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(self.path) + suffix).unlink()
+            remove(Path(str(self.path) + suffix))
         return aside
 
     def _guarded(self, fn, *args):  # type: ignore[no-untyped-def]

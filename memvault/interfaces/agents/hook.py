@@ -265,9 +265,10 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
             return
     except OSError:
         pass
-    try:
-        from ...rules.fsutil import open_private
+    from ...rules.errors import UnsafePath
+    from ...rules.fsutil import open_private
 
+    try:
         fd = open_private(stamp, os.O_WRONLY | os.O_CREAT, 0o600)  # never through a link
         try:
             os.utime(fd)
@@ -280,7 +281,7 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
                                 start_new_session=True, close_fds=True, cwd=root)
         assert proc.stdin is not None
         proc.stdin.close()
-    except Exception:  # noqa: BLE001 - a stamp that cannot be written (a link refused): no warm-up
+    except (OSError, UnsafePath):  # a stamp that cannot be written (a link refused): no warm-up
         return
 
 
@@ -364,12 +365,13 @@ def _state_dir(root: str) -> Any:
 
 
 def _log_fd(root: str) -> Any:
-    try:
-        from ...rules.fsutil import open_private
+    from ...rules.errors import UnsafePath
+    from ...rules.fsutil import open_private
 
-        return os.fdopen(open_private(_state_dir(root) / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
-                         "ab")
-    except Exception:  # noqa: BLE001 - a log that cannot be opened (a link refused) is not written
+    try:  # never through a link: a committed agents.log -> FILE must not make every hook append to FILE
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        return os.fdopen(open_private(_state_dir(root) / LOG_NAME, flags, 0o600), "ab")
+    except (OSError, UnsafePath):
         return None
 
 

@@ -6,7 +6,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import click
 
 from ...core.vault import Vault
 from ...rules.errors import InvalidValue, MemvaultError, describe
+from ...rules.fsutil import atomic_write, remove, temp_file
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
 from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 
@@ -166,12 +166,11 @@ def fact_history(ctx, key):
 def fact_edit(ctx, key, source):
     """Open $VISUAL/$EDITOR on fact KEY; validate, then commit. The file is untouched until the edit is valid."""
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-    fd, tmp = tempfile.mkstemp(prefix=key.replace("/", "_") + ".", suffix=".md")
-    os.close(fd)
+    tmp = temp_file(prefix=key.replace("/", "_") + ".", suffix=".md")
     keep = False
 
     def run_editor(text: str) -> str:
-        Path(tmp).write_text(text, encoding="utf-8")
+        atomic_write(tmp, text.encode("utf-8"), mode=0o600)
         if subprocess.run([*shlex.split(editor), tmp]).returncode != 0:
             raise InvalidValue("EDITOR", f"{editor} failed; nothing changed")
         return Path(tmp).read_text(encoding="utf-8")
@@ -192,7 +191,7 @@ def fact_edit(ctx, key, source):
         click.echo("no change" if f is None else f"saved {f.key}")
     finally:
         if not keep:
-            os.unlink(tmp)
+            remove(tmp)
 
 
 # -- procedures ----------------------------------------------------------------------------------------------

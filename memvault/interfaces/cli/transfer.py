@@ -61,6 +61,7 @@ def export_cmd(ctx, fmt, output):
     """Write out everything the vault holds (facts, proposals, procedures with their mode, episodes as stored) so
     that 'memvault import memvault PATH' into a new vault gives the same facts, procedures and episodes."""
     from ...core.transfer import snapshot
+    from ...rules.fsutil import open_output
     from ..transfer.memvault import write_jsonl, write_markdown
 
     vault = ctx.vault
@@ -69,7 +70,7 @@ def export_cmd(ctx, fmt, output):
             raise click.UsageError("--format markdown writes a folder: give it with --output")
         n = write_markdown(snapshot(vault), Path(output), vault.root.name)
     elif output and output != "-":
-        with open(output, "w", encoding="utf-8") as f:
+        with open_output(output) as f:  # 0600, never through a link at the name, whole or not at all
             n = write_jsonl(snapshot(vault), f, vault.root.name)
     else:
         n = write_jsonl(snapshot(vault), sys.stdout, vault.root.name)

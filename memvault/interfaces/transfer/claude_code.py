@@ -21,6 +21,12 @@ _PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 
 
 def read(path: Path) -> Iterator[Item]:
+    """Every item is read before the first is given: a file refused on the way (a symlinked CLAUDE.md) stops the
+    import before anything is written, with one line naming it."""
+    return iter(list(_read(path)))
+
+
+def _read(path: Path) -> Iterator[Item]:
     if path.is_file():
         if path.name == "MEMORY.md":
             yield from _memory(path.parent)

@@ -11,6 +11,7 @@ from typing import Any
 from ...core.transfer import Item, refused
 from ...rules import frontmatter_edit as fm
 from ...rules.errors import FrontMatterError, InvalidValue
+from ...rules.fsutil import read_regular
 from ...rules.jsontext import MAX_DEPTH, value_depth
 
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -44,8 +45,9 @@ def walk(base: Path, suffix: str = ".md") -> Iterator[Path]:
 
 def note(path: Path) -> tuple[dict[str, Any], str]:
     """A markdown file's front matter (``{}`` when it has none or it does not parse) and body. InvalidValue when the
-    front matter nests deeper than :data:`~memvault.rules.jsontext.MAX_DEPTH` (the readers refuse that file)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    front matter nests deeper than :data:`~memvault.rules.jsontext.MAX_DEPTH` (the readers refuse that file). A
+    symlink is refused (UnsafePath), never read: a repository can commit ``CLAUDE.md -> /etc/passwd``."""
+    text = read_regular(path).decode("utf-8", errors="replace")
     try:
         doc = fm.parse(text)
     except FrontMatterError:

@@ -21,7 +21,7 @@ from typing import IO, Any
 from ...core.transfer import Item, refused
 from ...rules.errors import InvalidValue, MemvaultError
 from ...rules.jsontext import loads
-from ...rules.fsutil import atomic_write
+from ...rules.fsutil import atomic_write, output_folder, read_regular
 from ...rules.timeutil import format_time, now
 
 HEADER = "memvault-export"
@@ -42,7 +42,7 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], vault_name: str
 def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
     if folder.exists() and any(folder.iterdir()):
         raise InvalidValue("--output", f"{folder}: not empty; give a new folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_folder(folder)  # 0700: it holds what the vault does (a file keeps its mode for the import)
     months: dict[str, list[str]] = {}
     n = 0
     for record in records:
@@ -60,16 +60,15 @@ def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: 
         if not target.resolve().is_relative_to(folder.resolve()):
             raise InvalidValue("export", f"{record['path']}: outside the export folder")
         data = _bytes(record)
-        mode = int(record["mode"], 8) if record.get("mode") else None
-        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = int(record["mode"], 8) if record.get("mode") else 0o600  # kept: import reads it back
         atomic_write(target, data, mode=mode)
     for month, items in sorted(months.items()):
         text = f"# Episodes of {month}\n\n" + "\n".join(items)
-        atomic_write(folder / "episodes" / f"{month}.md", text.encode("utf-8"))
+        atomic_write(folder / "episodes" / f"{month}.md", text.encode("utf-8"), mode=0o600)
     readme = (f"# {vault_name}: a memvault export ({format_time(now())})\n\n"
               "facts/, inbox/ (proposals) and procedures/ hold the vault's files as they were; episodes/ holds the "
               "episodes, one heading each. 'memvault import memvault .' reads it back into a vault.\n")
-    atomic_write(folder / "README.md", readme.encode("utf-8"))
+    atomic_write(folder / "README.md", readme.encode("utf-8"), mode=0o600)
     return n
 
 
@@ -162,7 +161,7 @@ def _read_folder(folder: Path) -> Iterator[Item]:
 
 
 def _read_episodes(path: Path) -> Iterator[Item]:
-    data = path.read_bytes()
+    data = read_regular(path)
     mark = EPISODE_MARK.encode()
     pos = 0
     while True:
