@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import MemvaultError, UnsafePath
-from ..rules.fsutil import atomic_write, ensure_dir, remove, sweep, write_new_exclusive
+from ..rules.fsutil import atomic_write, ensure_dir, open_at, remove, remove_dir, unlink_at
 
 #: Directories whose changes never concern the index: git's own files and memvault's local state (the index
 #: itself lives there, so watching it would make every sync trigger the next one).
@@ -205,6 +205,9 @@ class ChangeFeed:
         except OSError as exc:
             self._close_live()
             return self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
+        except UnsafePath as exc:  # a link where the marker folder goes: never followed, never swept
+            self._close_live()
+            return self._fail(f"cannot write markers in {self._live} ({exc.reason if hasattr(exc, 'reason') else exc})")
         except UnsafePath as exc:
             return self._fail(str(exc))
         observer = InotifyObserver()
@@ -237,8 +240,8 @@ class ChangeFeed:
             with contextlib.suppress(Exception):
                 observer.stop()
                 observer.join(timeout=5)
-        with contextlib.suppress(OSError):
-            self._state_file.unlink()
+        with contextlib.suppress(OSError, UnsafePath):
+            remove(self._state_file)
         self._close_live()
 
     def _open_live(self) -> None:
@@ -247,10 +250,8 @@ class ChangeFeed:
             return
         if self._own_live:
             _remove_dead_folders(self.root)
-            os.mkdir(self._live, 0o700)  # a new folder, made here: nothing of anyone else's is ever swept
-        else:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(self._live, 0o700)
+        # made here (a name of this process's own, or the state directory's live/), never through a link
+        ensure_dir(self._live, 0o700)
         self._live_fd = _sweep(self._live)
 
     def _close_live(self) -> None:
@@ -258,8 +259,8 @@ class ChangeFeed:
         if fd is not None:
             os.close(fd)
         if self._own_live:
-            with contextlib.suppress(OSError):
-                os.rmdir(self._live)  # only ever an empty folder: each marker is removed as soon as it is made
+            with contextlib.suppress(OSError, UnsafePath):
+                remove_dir(self._live)  # only ever an empty folder: each marker is removed as soon as it is made
 
     @property
     def running(self) -> bool:
@@ -386,10 +387,8 @@ class ChangeFeed:
         try:
             if self._live_fd is None:
                 raise OSError(errno.EBADF, "the marker folder is not open")
-            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                             dir_fd=self._live_fd))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=self._live_fd)
+            os.close(open_at(self._live_fd, name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            unlink_at(self._live_fd, name)
         except OSError as exc:
             self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
             return False
@@ -418,7 +417,7 @@ def _sweep(live: Path) -> int:
             with contextlib.suppress(OSError):
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 if stat.S_ISREG(st.st_mode) and st.st_size == 0 and st.st_uid == uid:
-                    os.unlink(name, dir_fd=fd)
+                    unlink_at(fd, name)
     except BaseException:
         os.close(fd)
         raise
@@ -433,8 +432,8 @@ def _remove_dead_folders(root: Path) -> None:
             if entry.name.startswith(LIVE_PREFIX):
                 pid = entry.name[len(LIVE_PREFIX):].split("-", 1)[0]
                 if not _alive(pid):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(entry.path)
+                    with contextlib.suppress(OSError, UnsafePath):
+                        remove_dir(Path(entry.path))
 
 
 def _alive(pid: str) -> bool:

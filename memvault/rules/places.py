@@ -125,13 +125,14 @@ def state_dir_for(root: Path) -> Path:
         if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o077 == 0:
             return path  # the usual case: one system call
     base = path.parent.parent if path.parent.name == GIT_DIR_NAME else state_home()
+    from .fsutil import ensure_dir
+
     base = Path(os.path.realpath(base))
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_dir(base, 0o700)
     current = base
     for part in path.relative_to(base).parts:
         current = current / part
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(current, 0o700)
+        ensure_dir(current, 0o700)  # never through a link: one there is refused
         _private(current)
     return path
 
@@ -203,6 +204,8 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
     """Move each entry of the old folder into ``state`` (a rename on one file system, else a copy then a delete);
     links are never followed, and only memvault's own (to a sibling) are moved; what ``state`` already holds wins
     (see :func:`_merge`). The folder goes when emptied."""
+    from .fsutil import remove_dir, rename
+
     moved, left = 0, []
     with os.scandir(legacy) as found:
         entries = list(found)
@@ -216,7 +219,7 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
                 left.append(entry.name)
             continue
         try:
-            os.rename(entry.path, target)
+            rename(Path(entry.path), target)  # a link memvault made moves as a link, never followed
         except OSError as exc:
             if exc.errno != errno.EXDEV:  #: another file system (a vault outside git, state under ~/.local/state)
                 left.append(entry.name)
@@ -228,8 +231,7 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
                 continue
         moved += 1
     if not left:
-        with contextlib.suppress(OSError):
-            os.rmdir(legacy)
+        if remove_dir(legacy):
             return [f"moved this host's state from {legacy} to {state} (once: memvault now keeps it where no "
                     "commit can reach it)"]
     head = f"moved {moved} entries of this host's state from {legacy} to {state}; " if moved else ""
@@ -252,22 +254,17 @@ def _own_link(entry: os.DirEntry[str]) -> bool:
 
 def _merge(old: Path, new: Path) -> bool:
     """An entry both places hold: True when the old one was dropped (disposable) or folded in (a log)."""
-    import shutil
-
-    from .fsutil import atomic_write
+    from .fsutil import atomic_write, remove, remove_tree
 
     if os.path.islink(new):
         return False
     try:
         if old.name in _DISPOSABLE:
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                os.unlink(old)
+            remove_tree(old)  # a link is removed as a link
             return True
         if old.name.endswith(".log") and old.is_file() and new.is_file():
             atomic_write(new, old.read_bytes() + new.read_bytes(), mode=0o600)
-            os.unlink(old)
+            remove(old)
             return True
     except OSError:
         pass
@@ -275,14 +272,15 @@ def _merge(old: Path, new: Path) -> bool:
 
 
 def _copy_then_remove(source: Path, target: Path) -> None:
-    import shutil
+    """Another file system: copied (folders and regular files; a link is refused, never followed), then removed."""
+    from .fsutil import copy_file, copy_tree, remove, remove_tree, rename
 
     partial = target.with_name(f".{target.name}.moving")
     if source.is_dir() and not source.is_symlink():
-        shutil.copytree(source, partial, symlinks=True)
-        os.rename(partial, target)
-        shutil.rmtree(source)
+        copy_tree(source, partial)
+        rename(partial, target)
+        remove_tree(source)
     else:
-        shutil.copy2(source, partial, follow_symlinks=False)
-        os.rename(partial, target)
-        os.unlink(source)
+        copy_file(source, partial)
+        rename(partial, target)
+        remove(source)

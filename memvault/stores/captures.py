@@ -10,7 +10,6 @@ transcript) adds only its new turns.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
