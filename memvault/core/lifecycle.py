@@ -25,8 +25,11 @@ from ..rules.validation import MAX_FUTURE, Problem
 
 
 # ------------------------------------------------------------------------------------------------ retention
-def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None) -> RewriteReport:
-    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them."""
+def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None,
+          allow_secret: bool = False) -> RewriteReport:
+    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them. A file
+    committed ([episodes] track_in_git) passes the commit's checks with every line it keeps (``allow_secret``:
+    the one waiver, for a trusted source)."""
     gate.require(Op.PRUNE, source)
     retention = gate.config.retention
     current = at or now()
@@ -48,7 +51,7 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
                 "date; correct the date or purge the source")
         if not dry_run:
             gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
-                                  source=source)
+                                  source=source, allow_secret=allow_secret)
     return report
 
 
@@ -78,19 +81,21 @@ class PurgeReport:
         }
 
 
-def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) -> PurgeReport:
+def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
+          allow_secret: bool = False) -> PurgeReport:
     """Remove every episode, fact and inbox proposal whose source matches ``pattern`` (exact, or a prefix ending
     in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all; a purge
     killed part-way is finished by the next memvault command, from its journal. Then the index rows go, the
     keyword index is merged and the WAL truncated, the usage rows are dropped and damaged copies of the index
     and state removed, so the purged text is not left readable in ``.memvault/``; a step of that which fails is
-    an error (raised after the files and git are purged), never a silence."""
+    an error (raised after the files and git are purged), never a silence. Every file committed passes the
+    commit's checks (``allow_secret``: the one waiver, for a trusted source)."""
     if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
     if not dry_run:
         gate.require(Op.PURGE, source)
     with gate.lock(), gate.episodes.lock():
-        report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run)
+        report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
     if paths:
         _scrub(gate, report, paths)
     return report
@@ -118,7 +123,7 @@ def finish_purge(gate: WriteGate) -> list[str]:
 
 
 def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
-                 already: list[Path] | None = None) -> tuple[PurgeReport, list[Path]]:
+                 already: list[Path] | None = None, allow_secret: bool = False) -> tuple[PurgeReport, list[Path]]:
     """Plan and apply a purge under the locks the caller holds; the report and every path it changed."""
     episodes = gate.episodes.plan_rewrite(lambda e: source_matches(pattern, e.source))
     problems: list[Problem] = []
@@ -149,7 +154,7 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
     listing = [f"- fact {f.key}" + (" (inbox)" if f.quarantined else "") for f in facts]
     try:
         report.commit = gate.apply(
-            changes, source=source, commit=committed, warnings=report.warnings, also=already,
+            changes, source=source, commit=committed, warnings=report.warnings, also=already, allow_secret=allow_secret,
             message=f"purge source {pattern}: {len(facts)} facts, {len(episodes.removed)} episodes\n\n"
                     + "\n".join(listing))
     except BaseException:
@@ -223,7 +228,7 @@ class DedupReport:
                 "warnings": list(self.warnings)}
 
 
-def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
+def dedup(gate: WriteGate, *, source: str, apply: bool = False, allow_secret: bool = False) -> DedupReport:
     """Duplicate groups and conflicts over the whole vault; ``apply`` merges each group into one fact."""
     if apply:
         gate.require(Op.DEDUP, source)
@@ -247,7 +252,7 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
         plans.append((survivor, changes, others))
         report.merged.append({"into": survivor.key, "merged": [f.key for f in others]})
         lines.append(f"- {', '.join(f.key for f in others)} -> {survivor.key}")
-    report.commit = gate.merge_facts(plans, source=source, warnings=report.warnings,
+    report.commit = gate.merge_facts(plans, source=source, warnings=report.warnings, allow_secret=allow_secret,
                                      message=f"dedup: merged {sum(len(g) - 1 for g in found)} facts\n\n" + "\n".join(lines))
     return report
 

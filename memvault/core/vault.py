@@ -466,12 +466,14 @@ class Vault:
         return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
-    def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+    def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None,
+              allow_secret: bool = False) -> Any:
         """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
         kind ``recall_log``)."""
         from . import lifecycle
 
-        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at,
+                                 allow_secret=allow_secret)
         before = (at or datetime.now().astimezone()).timestamp() - self.config.retention.max_age("raw")
         try:
             kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
@@ -481,23 +483,26 @@ class Vault:
             report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
         return report
 
-    def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
+    def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None,
+              allow_secret: bool = False) -> lifecycle.PurgeReport:
         from . import lifecycle
 
-        return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run)
+        return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run,
+                               allow_secret=allow_secret)
 
     def stale(self, at: datetime | None = None) -> list[dict[str, Any]]:
         from . import lifecycle
 
         return lifecycle.stale(self.gate, at)
 
-    def verify(self, key: str, *, source: str | None = None) -> Fact:
-        return self.gate.verify(key, source=self._source(source))
+    def verify(self, key: str, *, source: str | None = None, allow_secret: bool = False) -> Fact:
+        return self.gate.verify(key, source=self._source(source), allow_secret=allow_secret)
 
-    def dedup(self, *, apply: bool = False, source: str | None = None) -> lifecycle.DedupReport:
+    def dedup(self, *, apply: bool = False, source: str | None = None,
+              allow_secret: bool = False) -> lifecycle.DedupReport:
         from . import lifecycle
 
-        return lifecycle.dedup(self.gate, source=self._source(source), apply=apply)
+        return lifecycle.dedup(self.gate, source=self._source(source), apply=apply, allow_secret=allow_secret)
 
     def expire(self, *, apply: bool = False, at: datetime | None = None, source: str | None = None) -> dict[str, Any]:
         from . import lifecycle

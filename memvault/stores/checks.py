@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 #: Areas of a vault whose files memvault reads as memories.
 CHECKED_AREAS = ("facts", "inbox", "procedures")
 IGNORED_SUFFIXES = ("~", ".tmp", ".swp", ".swo", ".swx")
+#: How every secret finding's reason starts (the refusal ``--allow-secret`` waives).
+SECRET_REASON = "looks like a secret"
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,17 @@ def commit_problems(rel: str, data: bytes | None, *, limits: dict[str, int] | No
 
 def commit_refusal(rel: str, data: bytes | None, *, limits: dict[str, int] | None = None) -> str | None:
     """:func:`commit_problems` as one line (the first problem, and how many more), or None."""
-    problems = commit_problems(rel, data, limits=limits)
+    return one_line(commit_problems(rel, data, limits=limits))
+
+
+def is_secret(problem: Finding) -> bool:
+    """Whether ``problem`` is text that looks like a secret: the one refusal ``--allow-secret`` waives (a secret
+    in a key or name is not one of them: it says so in other words)."""
+    return problem.reason.startswith(SECRET_REASON)
+
+
+def one_line(problems: list[Finding]) -> str | None:
+    """The first problem (with its line) and how many more, or None when there is none."""
     if not problems:
         return None
     first = problems[0]
