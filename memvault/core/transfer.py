@@ -253,10 +253,12 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
             report.proposed.append(entry)
         else:
             try:
-                gate.set_fact(item.key or "", item.text, source=item.source or source, category=item.category,
-                              importance=item.importance, confidence=item.confidence, tags=item.tags or None,
-                              check_similar=False)
-                report.proposed.append(entry)
+                # A proposal stays one whoever it names as its source (a trusted name in its front matter is a
+                # claim, not a review), and one without a source is the restorer's proposal: a person accepts it.
+                fact = gate.set_fact(item.key or "", item.text, source=item.source or source, category=item.category,
+                                     importance=item.importance, confidence=item.confidence,
+                                     tags=item.tags or None, check_similar=False, propose=True)
+                (report.proposed if fact.quarantined else report.added).append(entry)
             except MemvaultError as exc:
                 report.refused.append({**entry, "reason": describe(exc)[0]})
     if episodes:
