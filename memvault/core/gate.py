@@ -114,9 +114,18 @@ class WriteGate:
 
     # -- the steps ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Serialises writers of facts, proposals and procedures (read-modify-write, then commit) across processes."""
+    def lock(self, source: str | None = None, warnings: list[str] | None = None) -> Iterator[None]:
+        """Serialises writers of facts, proposals and procedures (read-modify-write, then commit) across processes.
+        A write by ``source`` (whose own trust check has passed) first finishes a purge that was killed part-way,
+        when ``source`` may purge (:func:`memvault.core.lifecycle.finish_purge`); ``warnings`` hears of it. Only a
+        write does: opening a vault, a recall, the web view or a hook reads."""
         with locked(self.lock_path):
+            if source is not None:
+                from .lifecycle import finish_purge
+
+                notices = finish_purge(self, source)
+                if warnings is not None:
+                    warnings += notices
             yield
 
     def require(self, op: Op, source: str) -> str:
@@ -344,7 +353,7 @@ class WriteGate:
         self.facts.path_for(key, inbox=proposal)
         similar = self.similar_facts(key, text) if check_similar and isinstance(text, str) else []
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             slot = None
             if proposal and isinstance(text, str):
                 slot, waiting = self.facts.proposal_slot(key, text)
@@ -379,7 +388,7 @@ class WriteGate:
         if not self.policy.is_trusted(source):
             raise UntrustedSource(source, f"cannot edit facts/{key}.md directly; write with 'fact set' to propose")
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change = self.facts.plan_replace(key, text)
             self.check_changes([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
             if change.changed:
@@ -396,7 +405,7 @@ class WriteGate:
         self.require(Op.DELETE_FACT, source)
         self.facts.path_for(key)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change, old = self.facts.plan_delete(key)
             self.apply([change], message=message or f"fact rm {key}", source=source, key=key, warnings=warnings)
         old.warnings = warnings + self.tell_index([change.path])
@@ -408,7 +417,7 @@ class WriteGate:
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             changes, proposal = self.facts.plan_accept(key)
             target = self.facts.key_for(changes[0].path) or key
             self.check_changes(changes, what=f"fact {target}", allow_secret=False, source=source)
@@ -428,7 +437,7 @@ class WriteGate:
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change, proposal = self.facts.plan_delete(key, inbox=True)
             self.apply([change], message=f"fact reject {key} (proposed by {proposal.source})", source=source,
                        key=key, commit=self.config.trust.share_inbox, warnings=warnings)
@@ -441,7 +450,7 @@ class WriteGate:
         self.require(Op.VERIFY_FACT, source)
         fact = self.facts.get(key)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change = self.facts.plan_update(fact, {"updated": self.clock().replace(microsecond=0)})
             self.apply([change], message=f"fact verify {key}", source=source, key=key, warnings=warnings,
                        allow_secret=allow_secret)
@@ -556,7 +565,7 @@ class WriteGate:
         """Copy a runbook in (keeping its mode) and commit it. Runnable code: trusted sources only."""
         self.require(Op.ADD_PROCEDURE, source)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change, mode = self.procedures.plan_add(name, source_file, force=force)
             self.check_changes([change], what=f"procedure {name}", allow_secret=allow_secret, source=source)
             self.apply([change], message=f"proc add {name}", source=source, key=f"procedure:{name}",
@@ -600,7 +609,7 @@ class WriteGate:
         """Remove several facts (expire) in one commit; ``warnings`` hears what the caller should know."""
         self.require(op, source)
         warnings = warnings if warnings is not None else []
-        with self.lock():
+        with self.lock(source, warnings):
             changes = [self.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts]
             commit = self.apply(changes, message=message, source=source, warnings=warnings)
         warnings += self.tell_index([c.path for c in changes])
@@ -611,7 +620,7 @@ class WriteGate:
         """Dedup: each (survivor, its new fields, the members merged into it), all in one commit."""
         self.require(Op.DEDUP, source)
         warnings = warnings if warnings is not None else []
-        with self.lock():
+        with self.lock(source, warnings):
             changes: list[FileChange] = []
             for survivor, fields, others in plans:
                 changes.append(self.facts.plan_update(survivor, fields))
@@ -631,7 +640,7 @@ class WriteGate:
         path = self.root / CONFIG_NAME
         local = local_path(path)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             if this_host or local.is_file():
                 atomic_write(local, set_local_model(path, model if this_host else None).encode("utf-8"))
             if not this_host:

@@ -41,8 +41,10 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
             future.append(e)
         return (current - e.time).total_seconds() > retention.max_age(e.kind)
 
-    with gate.episodes.lock():
+    warnings: list[str] = []
+    with gate.lock(None if dry_run else source, warnings), gate.episodes.lock():
         report = gate.episodes.plan_rewrite(expired)
+        report.warnings += warnings
         if future:  # kept by their date, which cannot be: a person looks at them
             last = max(future, key=lambda e: e.time)
             report.warnings.append(
@@ -56,8 +58,8 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
 
 
 # ------------------------------------------------------------------------------------------------ purge
-#: Written in ``.memvault/`` before a purge changes a file and removed once it is committed: a purge that was
-#: killed part-way is finished by the next memvault command (see :func:`finish_purge`).
+#: Written in the state directory before a purge changes a file and removed once it is committed: a purge that
+#: was killed part-way is finished by the next write, under the write lock (see :func:`finish_purge`).
 PURGE_JOURNAL = "purge.json"
 
 
@@ -94,27 +96,50 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
     if not dry_run:
         gate.require(Op.PURGE, source)
-    with gate.lock(), gate.episodes.lock():
+    warnings: list[str] = []
+    with gate.lock(None if dry_run else source, warnings), gate.episodes.lock():
         report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
+    report.warnings[:0] = warnings
     if paths:
         _scrub(gate, report, paths)
     return report
 
 
-def finish_purge(gate: WriteGate) -> list[str]:
-    """Finish a purge that was killed part-way (its journal is still in ``.memvault/``): what it had not removed
-    yet is removed, and everything is committed as that purge's one commit. What to tell the person."""
+def pending_purge(state_dir: Path) -> str | None:
+    """What to tell a person when a purge was killed part-way (its journal is still in ``state_dir``), read
+    only: the next write by a source that may purge finishes it."""
+    if not (state_dir / PURGE_JOURNAL).is_file():
+        return None
+    return ("a purge was interrupted part-way; the next write by a source that may purge (a trusted one) "
+            "finishes it, or run the same 'memvault purge --source ...' again")
+
+
+def finish_purge(gate: WriteGate, writer: str) -> list[str]:
+    """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not
+    removed yet is removed, and everything is committed as that purge's one commit, through the commit's checks.
+    Run by :meth:`WriteGate.lock` for a write by ``writer``, under the write lock the caller holds, after that
+    write's own trust check; ``writer`` and the purge's own source must both still be allowed to purge. What to
+    tell the person."""
     journal = gate.state_dir / PURGE_JOURNAL
     if not journal.is_file():
         return []
-    with gate.lock(), gate.episodes.lock():
-        try:
-            planned = json.loads(journal.read_text(encoding="utf-8"))
-            pattern, source = planned["pattern"], planned["source"]
-            already = [gate.root / rel for rel in planned["paths"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InvalidValue(str(journal), f"an interrupted purge left a journal that cannot be read ({exc}); "
-                                             "look at it, then remove it") from None
+    if not gate.policy.allows(Op.PURGE, writer):
+        return [pending_purge(gate.state_dir) or ""]
+    try:
+        planned = json.loads(journal.read_text(encoding="utf-8"))
+        pattern, source, rels = planned["pattern"], planned["source"], planned["paths"]
+        if not isinstance(pattern, str) or not isinstance(source, str) or not isinstance(rels, list):
+            raise TypeError("pattern and source must be text, paths a list")
+        if any(not isinstance(r, str) or not r or Path(r).is_absolute() or ".." in Path(r).parts for r in rels):
+            raise ValueError("a path outside the vault")
+        already = [gate.root / rel for rel in rels]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidValue(str(journal), f"an interrupted purge left a journal that cannot be read ({exc}); "
+                                         "look at it, then remove it") from None
+    if not gate.policy.allows(Op.PURGE, source):
+        raise InvalidValue(str(journal), f"an interrupted purge names {source!r}, which may not purge: look at it, "
+                                         "then remove it")
+    with gate.episodes.lock():
         report, paths = _purge_files(gate, pattern, source=source, already=already)
     if paths:
         _scrub(gate, report, paths)

@@ -210,7 +210,7 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[dict[str, Any]] = []
     proposals: list[Item] = []
-    with gate.lock():
+    with gate.lock(source, report.problems):
         for item in items:
             entry = {"origin": item.origin, **({"key": item.key} if item.key else {})}
             try:

@@ -99,12 +99,13 @@ class Vault:
         self._git: GitStore | None | bool = False  # False: not looked for yet
         self.engine = self._make_engine(self.config)
         self._build()
-        #: What happened on opening that the person should hear (a purge that was killed part-way, finished).
+        #: What the person should hear on opening (a purge that was killed part-way waits for the next write:
+        #: opening a vault only reads, whoever opens it: a recall, the web view, a hook).
         self.notices: list[str] = []
-        if (self.state_dir / "purge.json").exists():
-            from .lifecycle import finish_purge
+        if (self.state_dir / "purge.json").is_file():  # lifecycle.PURGE_JOURNAL, without importing the gate
+            from .lifecycle import pending_purge
 
-            self.notices += finish_purge(self.gate)
+            self.notices += [pending_purge(self.state_dir) or ""]
 
     def _make_engine(self, config: Config) -> Engine:
         factory = self._embedder_factory
@@ -545,12 +546,14 @@ class Vault:
         self.gate.require(Op.COMMIT_EDITS, source)
         if self.git is None:
             raise GitError(f"{self.root} is not in a git repository: nothing to commit")
-        with self.gate.lock():
+        notices: list[str] = []
+        with self.gate.lock(source, notices):
             chosen = pending_edits(self.gate, self.git) if paths is None else [
                 (self.root / p) if not Path(p).is_absolute() else Path(p) for p in paths]
             result = self.gate.commit_edits(
                 chosen, source=source,
                 message=message or f"edits made by hand: {len(chosen)} file{'s' if len(chosen) != 1 else ''}")
+        result.warnings[:0] = notices
         result.warnings += self.gate.tell_index(result.paths)
         return result
 
