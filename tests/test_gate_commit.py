@@ -297,3 +297,11 @@ def test_export_leaves_out_what_the_detector_flags(vault, tmp_path):
     done = cli(vault.root, "export", "--output", str(out2), "--allow-secret")
     assert done.exit_code == 0, done.output
     assert AWS in out2.read_text()
+
+
+def test_ingest_refusal_names_the_line_not_its_text(strict_vault):
+    lines = (json.dumps({"type": "fact", "text": "The grafana admin password is hunter2-Xq9 for now."}) + "\n"
+             + json.dumps({"type": "fact", "text": "Olga likes tea."}) + "\n")
+    done = cli(strict_vault.root, "ingest", "-", "--source", "agent:extractor", input=lines)
+    assert done.exit_code == 0, done.output
+    assert "hunter2" not in done.output and "-:1" in done.output and "looks like a secret" in done.output

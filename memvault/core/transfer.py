@@ -95,8 +95,8 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     seen_keys: dict[str, str] = {}
     episodes: list[tuple[Item, dict[str, Any]]] = []
     known = _imported_ids(vault, source)
-    for item in items:
-        entry = {"origin": item.origin}
+    for n, item in enumerate(items, 1):
+        entry: dict[str, Any] = {"item": n, "origin": item.origin}
         try:
             if item.kind in ("fact", "proposal"):
                 _import_fact(vault, item, entry, report, source, trusted, dry_run, seen_keys)
@@ -108,15 +108,15 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
                 known.add(draft["meta"]["import_id"])
                 findings = scan_fields({"text": draft["text"], "tags": draft["tags"], "meta": draft["meta"]})
                 if findings:
-                    report.refused.append({**entry, "reason": describe_secrets(findings)})
+                    _refuse(report, entry, describe_secrets(findings))
                     continue
                 gate.episodes.make(draft["text"], source=source, kind=draft["kind"], at=draft["at"],
                                    tags=draft["tags"], meta=draft["meta"])  # validates; raises with the field
                 episodes.append((item, draft))
             else:
-                report.refused.append({**entry, "reason": f"a {item.kind} comes only from a memvault export"})
+                _refuse(report, entry, f"a {item.kind} comes only from a memvault export")
         except MemvaultError as exc:
-            report.refused.append({**entry, "reason": describe(exc)[0]})
+            _refuse(report, entry, describe(exc)[0])
     if episodes and not dry_run:
         written = vault.episodes.append_many([d for _, d in episodes], source=source)
         report.added += [{"origin": i.origin, "episode": e.id} for (i, _), e in zip(episodes, written)]
@@ -138,7 +138,7 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     tags = validate_tags(item.tags)
     findings = scan_fields({"text": text, "tags": tags, "category": item.category})
     if findings:
-        report.refused.append({**entry, "reason": describe_secrets(findings)})
+        _refuse(report, entry, describe_secrets(findings))
         return
     if key in seen_keys:
         bucket = report.merged if seen_keys[key] == text else report.conflicts
@@ -176,6 +176,20 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     (report.proposed if fact.quarantined else report.added).append(entry)
 
 
+def _refuse(report: ImportReport, entry: dict[str, Any], reason: str) -> None:
+    """A refused item in the report, named by its position (``item``) and the reason: never by its key, which may
+    be made of the very text that was refused (``mem0/olga/the-grafana-admin-password-is-...``), nor by an origin
+    the detector flags (a heading, an id)."""
+    key = entry.get("key")
+    out = {k: v for k, v in entry.items() if k != "key"}
+    if isinstance(key, str) and key:
+        reason = reason.replace(key, "(its key)")
+    origin = out.get("origin")
+    if isinstance(origin, str) and scan_fields({"origin": origin}):
+        out["origin"] = f"item {out.get('item')}"
+    report.refused.append({**out, "reason": reason})
+
+
 def _episode_draft(item: Item, fmt: str) -> dict[str, Any]:
     # What it says and when it happened identify it, wherever the file was read from: the same export read from
     # another folder is the same memory.
@@ -209,10 +223,10 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
     modes: dict[Path, int] = {}
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[dict[str, Any]] = []
-    proposals: list[Item] = []
+    proposals: list[tuple[int, Item]] = []
     with gate.lock(source, report.problems):
-        for item in items:
-            entry = {"origin": item.origin, **({"key": item.key} if item.key else {})}
+        for n, item in enumerate(items, 1):
+            entry = {"item": n, "origin": item.origin, **({"key": item.key} if item.key else {})}
             try:
                 if item.kind == "fact":
                     change = _plan_file(vault, "fact", item, report, entry)
@@ -221,7 +235,7 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                     if change is not None and item.mode is not None:
                         modes[change.path] = item.mode & 0o777
                 elif item.kind == "proposal":
-                    proposals.append(item)
+                    proposals.append((n, item))
                     continue
                 else:
                     if item.id in existing_ids:
@@ -239,14 +253,14 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                     changes.append(change)
                     report.added.append(entry)
             except MemvaultError as exc:
-                report.refused.append({**entry, "reason": describe(exc)[0]})
+                _refuse(report, entry, describe(exc)[0])
         if changes and not dry_run:
             gate.apply(changes, message=f"restore {len(changes)} files from a memvault export", source=source,
                        modes=modes)
     if changes and not dry_run:
         report.problems += gate.tell_index([c.path for c in changes])
-    for item in proposals:
-        entry = {"origin": item.origin, "key": item.key}
+    for n, item in proposals:
+        entry = {"item": n, "origin": item.origin, "key": item.key}
         if vault.facts.store.exists(item.key or "", inbox=True):
             report.skipped.append({**entry, "reason": "already proposed"})
         elif dry_run:
@@ -260,7 +274,7 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                                      tags=item.tags or None, check_similar=False, propose=True)
                 (report.proposed if fact.quarantined else report.added).append(entry)
             except MemvaultError as exc:
-                report.refused.append({**entry, "reason": describe(exc)[0]})
+                _refuse(report, entry, describe(exc)[0])
     if episodes:
         try:
             if not dry_run:

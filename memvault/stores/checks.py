@@ -109,9 +109,13 @@ def key_secrets(name: str, what: str = "fact key") -> list[Finding]:
     """A secret in a fact key or procedure name (``tokens/xoxb-…``): the name is a path and the subject of a
     commit, pushed with the vault. Never allowed, not even with ``--allow-secret`` (the reason does not start with
     "looks like a secret", which that flag waives)."""
-    from ..rules.secrets import find_secrets
+    from ..rules.secrets import ENTROPY_KIND, find_secrets
 
-    found = find_secrets(name)
+    # A key is a path: the generic entropy rule reads each segment on its own, as it reads each word of a text.
+    # Joined by '/' into one long run, segments made from folder names (a project in mvbar-cm-294o41z1) read as a
+    # token; a segment that is itself a long random run still does. Every shaped rule reads the whole name.
+    found = [f for f in find_secrets(name) if f.kind != ENTROPY_KIND]
+    found += [f for segment in name.split("/") for f in find_secrets(segment) if f.kind == ENTROPY_KIND]
     if not found:
         return []
     kinds = ", ".join(dict.fromkeys(f"{f.kind} ({f.excerpt})" for f in found))

@@ -44,7 +44,10 @@ def import_cmd(ctx, fmt, path, dry_run, source):
     lines = [report.summary()]
     for bucket in ("conflicts", "refused"):
         for entry in getattr(report, bucket):
+            # a refused item by its position (its key may be made of what was refused), the rest by key
             what = entry.get("key") or entry.get("origin")
+            if bucket == "refused":
+                what = f"item {entry.get('item')}" + (f" ({what})" if what != f"item {entry.get('item')}" else "")
             lines.append(f"  {bucket[:-1] if bucket == 'conflicts' else 'refused'}: {what}: {entry.get('reason')}"
                          + (f" ({entry['with']})" if entry.get("with") else ""))
     if report.proposed and not dry_run:
