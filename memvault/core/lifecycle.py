@@ -196,8 +196,7 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
     report.warnings += gate.tell_index(paths)
     failed = []
     try:
-        if gate.index.exists():
-            gate.index.scrub()
+        gate.index.scrub()  # orphan generations go even when there is no index to merge
     except MemvaultError as exc:
         failed.append(f"the index ({exc})")
     try:
