@@ -320,22 +320,42 @@ def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry:
 
 
 # ------------------------------------------------------------------------------------------------ export
-def snapshot(vault: Vault) -> Iterator[dict[str, Any]]:
+def snapshot(vault: Vault, *, allow_secret: bool = False,
+             left_out: list[dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
     """Everything the vault holds, one record at a time: facts and proposals (their files' exact text),
-    procedures (text and mode), episodes (as stored)."""
+    procedures (text and mode), episodes (as stored). What the secret detector flags (an episode stored with
+    ``--allow-secret``, a file edited by hand) is left out unless ``allow_secret``, and named in ``left_out`` by
+    kind, key or id, and reason (never the text): an export is a file that travels."""
+    from ..stores.checks import episode_secrets, secret_findings
+
+    def flagged(what: dict[str, Any], findings: list[Any]) -> bool:
+        if not findings or allow_secret:
+            return False
+        if left_out is not None:
+            left_out.append({**what, "reason": describe_secrets(findings)})
+        return True
+
     for kind, inbox in (("fact", False), ("proposal", True)):
         for key, path in vault.facts.store.files(inbox=inbox, problems=[]):
             data = path.read_bytes()
+            if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
+                continue
             record: dict[str, Any] = {"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix()}
             record.update(_content(data))
             yield record
     for proc in vault.procedures.list([]):
         path = Path(proc.path)
         data = path.read_bytes()
+        rel = path.relative_to(vault.procedures.dir).as_posix()
+        if flagged({"type": "procedure", "name": proc.name}, secret_findings("procedures", rel, data)):
+            continue
         yield {"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
                "mode": oct(path.stat().st_mode & 0o777), **_content(data)}
     for episode in vault.episodes.iter():
-        yield {"type": "episode", "episode": episode.to_dict()}
+        fields = episode.to_dict()
+        if flagged({"type": "episode", "id": episode.id}, episode_secrets(fields)):
+            continue
+        yield {"type": "episode", "episode": fields}
 
 
 def _content(data: bytes) -> dict[str, Any]:
