@@ -92,7 +92,8 @@ class WriteGate:
     def __init__(self, *, root: Path, config: Config, git: Callable[[], GitStore | None], facts: FactStore,
                  episodes: EpisodeLog,
                  procedures: ProcedureStore, index: VaultIndex, state: Callable[[], State], engine: Engine,
-                 lock_path: Path, clock: Callable[[], datetime] = now) -> None:
+                 lock_path: Path, clock: Callable[[], datetime] = now,
+                 unfinished: Callable[[WriteGate, str], list[str]] | None = None) -> None:
         self.root = root
         self.config = config
         self.policy = Policy(config.trust.trusted)
@@ -107,6 +108,9 @@ class WriteGate:
         #: ``.memvault/``: this host's index, state and locks (the write lock lives in its ``locks/``).
         self.state_dir = lock_path.parent.parent
         self.clock = clock
+        #: Run by :meth:`lock` before a write by a source: finishes what a write killed part-way left (an
+        #: interrupted purge, :func:`memvault.core.lifecycle.finish_purge`); what to tell the person.
+        self.unfinished = unfinished
 
     @property
     def git(self) -> GitStore | None:
@@ -117,13 +121,11 @@ class WriteGate:
     def lock(self, source: str | None = None, warnings: list[str] | None = None) -> Iterator[None]:
         """Serialises writers of facts, proposals and procedures (read-modify-write, then commit) across processes.
         A write by ``source`` (whose own trust check has passed) first finishes a purge that was killed part-way,
-        when ``source`` may purge (:func:`memvault.core.lifecycle.finish_purge`); ``warnings`` hears of it. Only a
-        write does: opening a vault, a recall, the web view or a hook reads."""
+        when ``source`` may purge (:attr:`unfinished`); ``warnings`` hears of it. Only a write does: opening a vault,
+        a recall, the web view or a hook reads."""
         with locked(self.lock_path):
-            if source is not None:
-                from .lifecycle import finish_purge
-
-                notices = finish_purge(self, source)
+            if source is not None and self.unfinished is not None:
+                notices = self.unfinished(self, source)
                 if warnings is not None:
                     warnings += notices
             yield

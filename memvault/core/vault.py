@@ -206,11 +206,12 @@ class Vault:
     def gate(self) -> WriteGate:
         """The one write gate (built on the first write: a recall never pays for it)."""
         from .gate import WriteGate
+        from .lifecycle import finish_purge
 
         return WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
                          episodes=self._episodes, procedures=self._procedures, index=self.index,
                          state=lambda: self.state, engine=self.engine,
-                         lock_path=self.state_dir / "locks" / "write.lock")
+                         lock_path=self.state_dir / "locks" / "write.lock", unfinished=finish_purge)
 
     # -- the index: one object whichever backend holds it -----------------------------------------------
     def _make_index(self, sources: Sources) -> tuple[VaultIndex, Callable[[], Any]]:
