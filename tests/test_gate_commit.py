@@ -114,6 +114,12 @@ def test_purge_checks_its_extra_paths(tracked):
         tracked.purge("web:*", source="user:dev")
     assert git(tracked.root, "rev-parse", "HEAD") == head
     assert "other.md" not in git(tracked.root, "ls-files", "facts")
+    # every write waits for it, and says which purge and the way out
+    with pytest.raises(SecretRefused, match="interrupted purge of web:"):
+        Vault.open(tracked.root).facts.set("ops/x", "A note.", source="user:dev")
+    done = Vault.open(tracked.root).purge("web:*", source="user:dev", allow_secret=True)
+    assert not journal.exists() and not note.exists() and any("interrupted" in w for w in done.warnings)
+    assert "facts/ops/other.md" in git(tracked.root, "ls-files", "facts")  # waived: committed as it was
 
 
 def test_verify_commits_no_refused_key(vault):

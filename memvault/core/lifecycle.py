@@ -15,7 +15,7 @@ from typing import Any
 from ..rules.dedup import groups
 from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
-from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete
+from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
 from .gate import WriteGate
 from ..rules.fsutil import atomic_write
@@ -87,18 +87,22 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
           allow_secret: bool = False) -> PurgeReport:
     """Remove every episode, fact and inbox proposal whose source matches ``pattern`` (exact, or a prefix ending
     in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all; a purge
-    killed part-way is finished by the next memvault command, from its journal. Then the index rows go, the
-    keyword index is merged and the WAL truncated, the usage rows are dropped and damaged copies of the index
-    and state removed, so the purged text is not left readable in ``.memvault/``; a step of that which fails is
-    an error (raised after the files and git are purged), never a silence. Every file committed passes the
-    commit's checks (``allow_secret``: the one waiver, for a trusted source)."""
+    killed part-way is finished by the next write, from its journal (this one first, with its ``allow_secret``).
+    Then the index rows go, the keyword index is merged and the WAL truncated, orphan index generations removed,
+    the usage rows are dropped and damaged copies of the index and state removed, so the purged text is not left
+    readable in the state directory; a step of that which fails is an error (raised after the files and git are
+    purged), never a silence. Every file committed passes the commit's checks (``allow_secret``: the one waiver,
+    for a trusted source)."""
     if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
     if not dry_run:
         gate.require(Op.PURGE, source)
     warnings: list[str] = []
-    with gate.lock(None if dry_run else source, warnings), gate.episodes.lock():
-        report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
+    with gate.lock():
+        if not dry_run:  # with this purge's waiver: the way out when the one interrupted is refused by a check
+            warnings += finish_purge(gate, source, allow_secret=allow_secret)
+        with gate.episodes.lock():
+            report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
     report.warnings[:0] = warnings
     if paths:
         _scrub(gate, report, paths)
@@ -114,7 +118,7 @@ def pending_purge(state_dir: Path) -> str | None:
             "finishes it, or run the same 'memvault purge --source ...' again")
 
 
-def finish_purge(gate: WriteGate, writer: str) -> list[str]:
+def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) -> list[str]:
     """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not
     removed yet is removed, and everything is committed as that purge's one commit, through the commit's checks.
     Run by :meth:`WriteGate.lock` for a write by ``writer``, under the write lock the caller holds, after that
@@ -139,8 +143,12 @@ def finish_purge(gate: WriteGate, writer: str) -> list[str]:
     if not gate.policy.allows(Op.PURGE, source):
         raise InvalidValue(str(journal), f"an interrupted purge names {source!r}, which may not purge: look at it, "
                                          "then remove it")
-    with gate.episodes.lock():
-        report, paths = _purge_files(gate, pattern, source=source, already=already)
+    try:
+        with gate.episodes.lock():
+            report, paths = _purge_files(gate, pattern, source=source, already=already, allow_secret=allow_secret)
+    except SecretRefused as exc:  # every write waits for it: say which purge, and the way out
+        raise SecretRefused(f"finishing the interrupted purge of {pattern} ('memvault purge --source {pattern} "
+                            f"--allow-secret' finishes it with the waiver): {exc.what}", exc.findings) from None
     if paths:
         _scrub(gate, report, paths)
     return [f"a purge of {pattern} by {source} was interrupted; it is finished now"
