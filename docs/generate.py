@@ -1,6 +1,7 @@
-"""Generate the docs that come from the code: docs/cli.md from the CLI's own --help texts, and the tables of
-README.md between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` (the settings of memvault.toml, the trust
-table). Run: python docs/generate.py (tests/test_docs.py fails on drift)."""
+"""Generate the docs that come from the code: docs/cli.md from the CLI's own --help texts, and the sections of the
+reference pages between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` (the settings of memvault.toml, the
+trust table, the command synopsis, the exit codes). Run: python docs/generate.py (tests/test_docs.py fails on
+drift)."""
 from __future__ import annotations
 
 import sys
@@ -14,7 +15,8 @@ from memvault.rules import config, errors, trust
 from memvault.interfaces.cli import cli
 
 TARGET = Path(__file__).resolve().parent / "cli.md"
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent
+README = DOCS.parent / "README.md"
 def metavar(option: click.Option) -> str:
     """What an option's value is, in README's short form: its own metavar, the choices, N or F, else its name."""
     if option.metavar:
@@ -57,16 +59,21 @@ def synopsis() -> str:
     return "```\n" + "\n".join(lines) + "\n```"
 
 
-#: README sections generated from the code.
-SECTIONS = {"config": config.readme_table, "trust": trust.table, "commands": synopsis, "exit-codes": errors.exit_table}
+#: Sections of the docs generated from the code: the page that holds each.
+SECTIONS = {"config": ("reference.md", config.readme_table), "trust": ("lifecycle.md", trust.table),
+            "commands": ("reference.md", synopsis), "exit-codes": ("reference.md", errors.exit_table)}
+#: The pages that hold generated sections.
+PAGES = sorted({DOCS / page for page, _ in SECTIONS.values()})
 
 
-def readme(text: str) -> str:
-    """``text`` (README.md) with every generated section replaced by what the code says now."""
-    for name, make in SECTIONS.items():
+def generated(page: Path, text: str) -> str:
+    """``text`` (the page ``page``) with each of its generated sections replaced by what the code says now."""
+    for name, (where, make) in SECTIONS.items():
+        if DOCS / where != page:
+            continue
         pattern = re.compile(rf"(<!-- generated: {name} -->\n)(.*?)(<!-- end: {name} -->)", re.S)
         if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- generated: {name} --> ... <!-- end: {name} --> section")
+            raise SystemExit(f"{page.name} has no <!-- generated: {name} --> ... <!-- end: {name} --> section")
         text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(3), text)
     return text
 
@@ -95,5 +102,6 @@ def render() -> str:
 
 if __name__ == "__main__":
     TARGET.write_text(render())
-    README.write_text(readme(README.read_text()))
-    print(f"wrote {TARGET} and the generated sections of {README}", file=sys.stderr)
+    for page in PAGES:
+        page.write_text(generated(page, page.read_text()))
+    print(f"wrote {TARGET} and the generated sections of {', '.join(p.name for p in PAGES)}", file=sys.stderr)

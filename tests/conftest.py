@@ -68,6 +68,8 @@ def isolate(home: Path, monkeypatch) -> Path:
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("XDG_CACHE_HOME", str(MODEL_CACHE or RUNTIME_BASE / "model-cache"))
+    # A vault outside git keeps its state under XDG_STATE_HOME (memvault.rules.places): the test's own.
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
     # No test reaches the network: model hubs are never asked (subprocesses included), and a socket to anything
     # but this machine fails at once in this process.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

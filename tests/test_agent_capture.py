@@ -122,8 +122,9 @@ def test_the_extractor_proposes_facts_and_never_trusts_them(strict_vault, tmp_pa
                       "    if 'idempotency' in turn['text']:\n"
                       "        print(json.dumps({'type': 'fact', 'key': 'shopfront/psp-idempotency', "
                       "'text': 'The Acme PSP deduplicates charges by idempotency key.', 'source': 'user:boss'}))\n")
+    # A command to run: only this host's own settings may name one (memvault.toml is anyone's who can push).
+    (strict_vault.state_dir / "local.toml").write_text(f'[capture]\nextractor = "{sys.executable} {script}"\n')
     toml = strict_vault.root / "memvault.toml"
-    toml.write_text(toml.read_text() + f'extractor = "{sys.executable} {script}"\n')
     report = capture(Vault.open(strict_vault.root), "claude-code", transcript(tmp_path, "claude-code", big=False))
     assert report.extractor["quarantined"][0]["key"] == "shopfront/psp-idempotency"
     proposal = Vault.open(strict_vault.root).facts.inbox()[0]

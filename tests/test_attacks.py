@@ -474,7 +474,9 @@ def test_purge_killed_part_way_is_all_or_nothing(strict, tmp_path, point):
         assert "interrupted" in after.stderr and "Kept: a person's note." in listed.stdout
         assert git(root, "status", "--porcelain", "--", "facts") == ""  # the removal is committed
         assert "purge source web:*" in git(root, "log", "-2", "--format=%s")
-    assert not (root / ".memvault/purge.json").exists()
+    from memvault.rules.places import locate
+
+    assert not (locate(root) / "purge.json").exists()
 
 
 # ---------------------------------------------------------------------------------------------- 18 future

@@ -145,7 +145,7 @@ def test_post_commit_reindexes_in_the_background_without_blocking_git(hooked, mo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(hooked.root.parent / "hf-home"))  # an empty cache: nothing to load
-    index = hooked.root / ".memvault" / "index.db"
+    index = hooked.state_dir / "index.db"
     assert not index.exists()
     rel = write(hooked.root, "facts/db/primary.md", "The primary listens on 10.8.0.4 port 5432.\n")
     git(hooked.root, "add", rel)
@@ -153,13 +153,13 @@ def test_post_commit_reindexes_in_the_background_without_blocking_git(hooked, mo
     # returns proves git does not wait for the reindex (no wall-clock guess involved).
     from memvault.rules.fsutil import locked
 
-    with locked(hooked.root / ".memvault" / "locks" / "rebuild.lock"):
+    with locked(hooked.state_dir / "locks" / "rebuild.lock"):
         result = subprocess.run(["git", "commit", "-m", "primary"], cwd=hooked.root, capture_output=True, text=True,
                                 timeout=60)
         assert result.returncode == 0, result.stderr
         assert not index.exists()
     deadline = time.monotonic() + 60
-    log = hooked.root / ".memvault" / "hook-reindex.log"
+    log = hooked.state_dir / "hook-reindex.log"
     while not log.exists() or "reindex:" not in log.read_text():
         assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
         time.sleep(0.1)
@@ -209,7 +209,7 @@ def test_post_commit_reindex_uses_the_warm_daemon(tmp_path, monkeypatch):
         install(v.root)
         rel = write(v.root, "facts/db/primary.md", "The primary listens on 10.8.0.4 port 5432.\n")
         assert commit(v.root, rel).returncode == 0
-        log = v.root / ".memvault" / "hook-reindex.log"
+        log = v.state_dir / "hook-reindex.log"
         deadline = time.monotonic() + 60
         while not log.exists() or "reindex:" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"

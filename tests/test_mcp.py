@@ -7,8 +7,10 @@ unavailable offline, so recall there is keyword-only and fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,8 +28,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from memvault import Vault  # noqa: E402
 from memvault.rules.errors import InvalidValue, MemvaultError  # noqa: E402
+from memvault.interfaces.guard import BearerGuard  # noqa: E402
 from memvault.interfaces.mcp import (  # noqa: E402
-    BearerAuth, build_server, is_loopback, parse_address, resolve_token, serve)
+    TOKEN_ENV, build_server, is_loopback, parse_address, resolve_token, serve)
 from memvault.rules import frontmatter_edit as fm  # noqa: E402
 from conftest import REPO_ROOT, git  # noqa: E402
 from fake_embedder import set_model
@@ -205,13 +208,13 @@ def test_address_and_loopback_checks():
 def test_non_loopback_needs_a_token(monkeypatch, fake):
     monkeypatch.delenv("MEMVAULT_MCP_TOKEN", raising=False)
     with pytest.raises(MemvaultError, match="without a bearer token"):
-        resolve_token("0.0.0.0", None)
+        resolve_token("0.0.0.0", None, env=TOKEN_ENV, what="MCP")
     with pytest.raises(MemvaultError, match="not a loopback address"):
         serve(fake, source="agent:t", http="0.0.0.0:8765")  # refused before anything binds
-    assert resolve_token("127.0.0.1", None) is None
-    assert resolve_token("0.0.0.0", "s3cret") == "s3cret"
+    assert resolve_token("127.0.0.1", None, env=TOKEN_ENV, what="MCP") is None  # serve() then makes one
+    assert resolve_token("0.0.0.0", "s3cret", env=TOKEN_ENV, what="MCP") == "s3cret"
     monkeypatch.setenv("MEMVAULT_MCP_TOKEN", "from-env")
-    assert resolve_token("10.0.0.5", None) == "from-env"
+    assert resolve_token("10.0.0.5", None, env=TOKEN_ENV, what="MCP") == "from-env"
 
 
 def test_bearer_middleware():
@@ -226,7 +229,8 @@ def test_bearer_middleware():
         async def send(message):
             sent.append(message)
 
-        await BearerAuth(app, "s3cret")({"type": kind, "headers": headers}, None, send)
+        guard = BearerGuard(app, token="s3cret", bind="127.0.0.1", port=8765, hint="")
+        await guard({"type": kind, "method": "POST", "headers": [(b"host", b"127.0.0.1:8765"), *headers]}, None, send)
         return sent
 
     async def go():
@@ -312,6 +316,7 @@ def http_server(seeded, tmp_path):
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                log.flush()
                 return f"http://127.0.0.1:{port}/mcp"
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -319,6 +324,14 @@ def http_server(seeded, tmp_path):
                     pytest.fail((tmp_path / f"http-{port}.log").read_text())
                 time.sleep(0.1)
 
+    def token(url):
+        """The token the server printed once on stderr (made for its run)."""
+        port = url.split(":")[2].split("/")[0]
+        found = re.findall(r"Authorization: Bearer (\S+) \(made for this run", (tmp_path / f"http-{port}.log").read_text())
+        assert len(found) == 1, "the token is printed exactly once"
+        return found[0]
+
+    start.token = token
     yield start
     for proc, log in procs:
         proc.terminate()
@@ -341,11 +354,25 @@ def post(url, headers=()):
         return exc.code
 
 
+def bearer(url, token):
+    """The official MCP client over streamable HTTP, sending ``Authorization: Bearer <token>``."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    @contextlib.asynccontextmanager
+    async def connect():
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                yield client
+
+    return connect()
+
+
 def test_http_on_loopback_with_the_default_source(http_server):
     url = http_server()
 
     async def go():
-        async with Client(url) as client:
+        async with bearer(url, http_server.token(url)) as client:
             recalled = data(await client.call_tool("recall", {"query": "primary database port"}))
             logged = data(await client.call_tool("log_episode", {"text": "Checked the database port."}))
             return recalled, logged

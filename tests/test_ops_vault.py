@@ -33,10 +33,13 @@ def ops(request, tmp_path_factory):
 
         model = str(projected_minilm(base / "model"))
     root = base / "vault"
-    Vault.init(root, daemon=False)
-    toml = root / "memvault.toml"
-    toml.write_text(toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', f'model = "{model}"'))
-    git(root, "commit", "-qm", "model", "--", "memvault.toml")
+    vault = Vault.init(root, daemon=False)
+    if request.param == "minilm":
+        toml = root / "memvault.toml"
+        toml.write_text(toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', f'model = "{model}"'))
+        git(root, "commit", "-qm", "model", "--", "memvault.toml")
+    else:  # a directory of this host: only its own local.toml may name it
+        (vault.state_dir / "local.toml").write_text(f'[embedding]\nmodel = "{model}"\n')
     v = Vault.open(root, daemon=False)
     for key, text in DATA["facts"].items():
         v.facts.set(key, text, source="user:admin")

@@ -1,5 +1,5 @@
-"""No memvault operation renames, moves, truncates or writes through a symlink, in the vault or in ``.memvault``,
-whoever put it there (a person, a plain ``git pull`` of someone else's commit). Each test plants the link an
+"""No memvault operation renames, moves, truncates or writes through a symlink, in the vault or in its state
+directory, whoever put it there (a person, a plain ``git pull`` of someone else's commit). Each test plants the link an
 attacker would commit and checks that what it points at is untouched, and that memvault says so in one line."""
 from __future__ import annotations
 
@@ -119,21 +119,32 @@ def test_a_fact_folder_symlink_inside_the_vault_is_not_written_through(vault):
     assert list((vault.root / "facts/real").iterdir()) == []
 
 
-def test_a_symlinked_memvault_folder_is_refused_with_one_line(vault, tmp_path):
+def test_a_symlinked_memvault_folder_is_ignored_and_named_once(vault, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (vault.root / ".memvault").rename(tmp_path / "old-state")
     (vault.root / ".memvault").symlink_to(elsewhere)
+    r = cli(vault.root, "fact", "set", "db/x", "Some text.")
+    assert r.returncode == 0 and ".memvault" in r.stderr and "symlink" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = cli(vault.root, "recall", "x", "--mode", "keyword")
+    assert r.returncode == 0 and ".memvault" not in r.stderr, r.stderr  # said once
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_symlinked_state_directory_is_refused_with_one_line(vault, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    vault.state_dir.rename(tmp_path / "old-state")
+    vault.state_dir.symlink_to(elsewhere)
     for args in (("fact", "set", "db/x", "Some text."), ("recall", "x", "--mode", "keyword")):
         r = cli(vault.root, *args)
-        assert r.returncode == 1 and ".memvault" in r.stderr and "symlink" in r.stderr, r.stderr
+        assert r.returncode == 1 and str(vault.state_dir) in r.stderr and "symlink" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert list(elsewhere.iterdir()) == []
 
 
 def test_the_ignore_rule_covers_a_memvault_symlink_and_old_vaults_are_fixed_by_sync(tmp_path):
     v = Vault.init(tmp_path / "new")
-    (tmp_path / "new/.memvault").rename(tmp_path / "kept")
     (tmp_path / "new/.memvault").symlink_to(tmp_path)
     assert git(v.root, "check-ignore", ".memvault") == ".memvault"  # a file or a link, not only a folder
     # an older vault's rule matched only a folder: sync fixes it (and commits the fix)
@@ -164,7 +175,6 @@ def test_sync_refuses_a_remote_that_replaces_memvault_with_a_link(tmp_path, monk
     b.recall("replica", mode="keyword")
     before = sorted(p.name for p in b.state_dir.iterdir())
     # someone commits a .memvault link with plain git (the old rule did not ignore a link) and pushes
-    (a.root / ".memvault").rename(tmp_path / "a-state")
     (a.root / ".memvault").symlink_to("/etc")
     git(a.root, "add", "-f", ".memvault")
     git(a.root, "commit", "-qm", "innocent")

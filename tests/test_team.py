@@ -191,8 +191,8 @@ def test_use_counts_once_for_the_team(team):
     assert usage.uses == pytest.approx(2.0, rel=1e-3)
     assert b.vault.state.get([("fact", "db/primary")])[("fact", "db/primary")].uses == pytest.approx(2.0, rel=1e-3)
     # Nothing is written to the local state file of either host.
-    assert not (a.root / ".memvault" / "state.db").exists()
-    assert not (b.root / ".memvault" / "state.db").exists()
+    assert not (a.vault.state_dir / "state.db").exists()
+    assert not (b.vault.state_dir / "state.db").exists()
 
 
 def test_a_duplicate_of_a_fact_only_the_team_index_holds_is_reported(team):
@@ -535,10 +535,10 @@ def test_sync_with_the_team_database_unreachable_reports_the_push_as_done(team, 
 
 # ------------------------------------------------------------------------------------------------ README
 def readme_setup_line() -> str:
-    """The README's one-time set-up command of a team's database (the first line of its Team set-up block)."""
+    """docs/team.md's one-time set-up command of a team's database (the first line of its Team set-up block)."""
     from conftest import REPO_ROOT
 
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "team.md").read_text()
     block = text[text.index("Set-up with a managed PostgreSQL"):]
     block = block[block.index("```sh\n") + len("```sh\n"):]
     line = block.splitlines()[0]

@@ -9,8 +9,9 @@ from conftest import git
 
 def test_init_creates_layout_gitignore_and_repo(tmp_path):
     v = Vault.init(tmp_path / "v")
-    for name in ("facts", "procedures", "episodes", ".memvault"):
+    for name in ("facts", "procedures", "episodes"):
         assert (v.root / name).is_dir()
+    assert v.state_dir == v.root / ".git" / "memvault" / "root" and not (v.root / ".memvault").exists()
     ignore = (v.root / ".gitignore").read_text()
     assert ".memvault\n" in ignore and "episodes/" in ignore
     assert "track_in_git = false" in (v.root / "memvault.toml").read_text()

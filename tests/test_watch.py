@@ -100,7 +100,8 @@ def test_relevance_filter(tmp_path):
     root = tmp_path
     assert is_relevant(root, str(root / "facts" / "db" / "primary.md"))
     assert is_relevant(root, str(root / "procedures" / "x.sh"))
-    for ignored in (".git/index", ".memvault/index.db", "facts/db/.primary.md.swp", "facts/db/primary.md~",
+    for ignored in (".git/index", ".git/memvault/root/index.db", ".memvault/index.db", ".memvault-live-1-a/1-a-1",
+                    "facts/db/.primary.md.swp", "facts/db/primary.md~",
                     "facts/db/.primary.md.tmp", "facts/db/4913", "facts/.#primary.md", ""):
         assert not is_relevant(root, str(root / ignored) if ignored else ""), ignored
     assert not is_relevant(root, str(root))

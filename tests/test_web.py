@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from memvault import Vault
 from memvault.interfaces.web import build
 from memvault.interfaces.web.security import CSP
+from memvault.interfaces.web.facts import version_of
 from memvault.rules.errors import MemvaultError
 
 from conftest import REPO_ROOT, git
@@ -38,12 +39,25 @@ def app(seeded):
     return app
 
 
+class Browser(TestClient):
+    """A client that asks for pages where the view's own links put them: under the run's random root (a bare path
+    written in these tests is read under it, as the same link on a page would be)."""
+
+    root = ""
+
+    def request(self, method, url, *args, **kwargs):
+        if isinstance(url, str) and url.startswith("/") and not (url + "/").startswith(self.root + "/"):
+            url = self.root + url
+        return super().request(method, url, *args, **kwargs)
+
+
 @pytest.fixture
 def client(app):
-    with TestClient(app.asgi, base_url=BASE) as c:
+    with Browser(app.asgi, base_url=BASE) as c:
         r = c.get(f"/?token={app.token}", follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/"
-        c.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name])
+        assert r.status_code == 303 and r.headers["location"] == app.guard.root + "/"
+        c.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
+        c.root = app.guard.root
         yield c
 
 
@@ -83,10 +97,10 @@ def test_every_page_is_reachable_by_links_from_the_first_one(client):
         seen.add(path)
         r = client.get(path)
         assert r.status_code == 200, (path, r.status_code, r.text[:300])
-        pages[path.split("?")[0]] = r.text
+        pages[path.split("?")[0].removeprefix(client.root) or "/"] = r.text
         for href in parse(r.text).links:
-            assert href.startswith("/"), f"{path} links outside the view: {href}"
-            if not href.startswith("/static") and "format=json" not in href and href not in seen:
+            assert href.startswith(client.root + "/"), f"{path} links outside the view: {href}"
+            if not href.startswith(client.root + "/static") and "format=json" not in href and href not in seen:
                 queue.append(href)
     kinds = {re.sub(r"^/(\w+).*", r"\1", p) for p in pages}
     assert {"/", "facts", "fact", "inbox", "timeline", "sessions", "episode", "procedures", "procedure", "recall",
@@ -143,7 +157,7 @@ def test_without_the_token_nothing_answers(app):
         assert c.get("/?token=wrong").status_code == 401
         assert c.get("/?format=json", headers={"Authorization": f"Bearer {app.token}"}).status_code == 200
         r = c.get(f"/facts?prefix=db&token={app.token}", follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/facts?prefix=db"
+        assert r.status_code == 303 and r.headers["location"] == app.guard.root + "/facts?prefix=db"
         cookie = r.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and app.token not in cookie
 
@@ -199,7 +213,7 @@ def test_stored_markup_is_rendered_as_text(client):
                                           "/recall?q=attack+script+alert&k=50", "/facts?tag=payload"]]
     for page in pages:
         tree = parse(page)
-        assert all(s.get("src", "").startswith("/static/") or s.get("type") == "application/json"
+        assert all(s.get("src", "").startswith(client.root + "/static/") or s.get("type") == "application/json"
                    for s in tree.scripts), tree.scripts
         assert "<script>document.title" not in page and "<img src=x" not in page and "<svg" not in page
         assert not re.search(r'href="\s*javascript:', page, re.I)
@@ -222,8 +236,9 @@ def test_untrusted_items_are_marked_on_every_page_that_shows_them(client):
 def test_edit_goes_through_the_gate_and_names_its_commit(seeded, app, client):
     csrf = app.guard.csrf_token()
     original = (seeded.root / "facts/db/replica.md").read_text()
-    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": original.replace("10.8.0.5", "10.8.0.7")},
-                    follow_redirects=False)
+    loaded = version_of((seeded.root / "facts/db/replica.md").read_bytes())  # the form carries what it was loaded from
+    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": original.replace("10.8.0.5", "10.8.0.7"),
+                                                   "loaded": loaded}, follow_redirects=False)
     assert r.status_code == 303
     made = re.search(r"made=([0-9a-f]{40})", r.headers["location"]).group(1)
     assert made == git(seeded.root, "rev-parse", "HEAD")
@@ -231,9 +246,11 @@ def test_edit_goes_through_the_gate_and_names_its_commit(seeded, app, client):
     page = client.get(r.headers["location"]).text
     assert made[:12] in page and "+The replica database listens on 10.8.0.7" in html.unescape(page)
     secret = original + "\npassword=Zq8#kR2!vX9@mL4$\n"
-    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": secret})
+    loaded = version_of((seeded.root / "facts/db/replica.md").read_bytes())
+    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": secret, "loaded": loaded})
     assert r.status_code == 422 and "secret" in r.text and git(seeded.root, "rev-parse", "HEAD") == made
-    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\nimportance: high\n---\nx\n"})
+    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\nimportance: high\n---\nx\n",
+                                                   "loaded": loaded})
     assert r.status_code == 422 and "importance" in html.unescape(r.text)
 
 
@@ -244,11 +261,12 @@ def test_an_untrusted_local_user_can_only_propose(seeded, monkeypatch):
         csrf = app.guard.csrf_token()
         r = c.post("/inbox", data={"csrf": csrf, "action": "accept", "key": "net/vpn", "format": "json"})
         assert "only a trusted source" in r.text and (seeded.root / "inbox/net/vpn.md").exists()
-        r = c.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\n---\nnew\n"})
+        r = c.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\n---\nnew\n",
+                                                  "loaded": version_of((seeded.root / "facts/db/replica.md").read_bytes())})
         assert r.status_code == 422 and "agent:intern" in r.text
         r = c.post("/new", data={"csrf": csrf, "key": "ops/oncall", "text": "Maria is on call."},
                    follow_redirects=False)
-        assert r.status_code == 303 and r.headers["location"] == "/inbox"
+        assert r.status_code == 303 and r.headers["location"] == app.guard.root + "/inbox"
         assert (seeded.root / "inbox/ops/oncall.md").exists() and not (seeded.root / "facts/ops/oncall.md").exists()
 
 
@@ -371,17 +389,21 @@ def test_hand_edits_reach_the_listings_through_the_background_check(seeded):
 
 # ---------------------------------------------------------------------------------------------- queries
 def test_listing_queries_start_from_an_index(seeded):
+    from memvault.index.listings import episodes_sql, facts_sql
+
     browse = seeded.browse
     conn = seeded.index.connection()
-    queries = [browse.facts_query(prefix="db"), browse.facts_query(source="user:admin"),
-               browse.facts_query(tag="postgres", trust="trusted"), browse.facts_query(stale=True),
-               browse.episodes_query(), browse.episodes_query(source="agent:claude-code", kind="raw"),
-               browse.episodes_query(session="sess-42"), browse.episodes_query(before="2030-01-01")]
+    queries = [facts_sql(browse.fact_query(prefix="db")), facts_sql(browse.fact_query(source="user:admin")),
+               facts_sql(browse.fact_query(tag="postgres", trust="trusted")),
+               facts_sql(browse.fact_query(stale=True)), episodes_sql(browse.episode_query()),
+               episodes_sql(browse.episode_query(source="agent:claude-code", kind="raw")),
+               episodes_sql(browse.episode_query(session="sess-42")),
+               episodes_sql(browse.episode_query(before="2030-01-01"))]
     for sql, args in queries:
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql + " ORDER BY item_id", args)]
         assert any("USING" in line and "docs" in line for line in plan), (sql, plan)
         assert not [line for line in plan if line.startswith("SCAN docs") and "USING" not in line], (sql, plan)
-    sql, args = browse.episodes_query(text="rotation runbook")
+    sql, args = episodes_sql(browse.episode_query(text="rotation runbook"))
     plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args)]
     assert any("chunks_fts VIRTUAL TABLE" in line for line in plan), plan
 

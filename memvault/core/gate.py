@@ -41,7 +41,7 @@ from ..rules.dedup import compare_keywords, keywords
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import FileChange, atomic_write, check_dir, locked
+from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
 from ..rules.secrets import describe, find_secrets
@@ -105,7 +105,8 @@ class WriteGate:
         self._state = state
         self.engine = engine
         self.lock_path = lock_path
-        #: ``.memvault/``: this host's index, state and locks (the write lock lives in its ``locks/``).
+        #: The vault's state directory (memvault.rules.places): this host's index, state and locks (the write lock
+        #: lives in its ``locks/``).
         self.state_dir = lock_path.parent.parent
         self.clock = clock
         #: Run by :meth:`lock` before a write by a source: finishes what a write killed part-way left (an
@@ -188,9 +189,7 @@ class WriteGate:
                 if not change.changed:
                     continue
                 if change.after is None:
-                    check_dir(change.path.parent)  # unlinking removes a link itself, never what it points to
-                    with contextlib.suppress(FileNotFoundError):
-                        change.path.unlink()
+                    remove(change.path)  # a link itself, never what it points to; none followed on the way
                     _prune_empty_dirs(change.path.parent, self.root)
                 else:
                     atomic_write(change.path, change.after, mode=(modes or {}).get(change.path))
@@ -242,7 +241,7 @@ class WriteGate:
         for change in reversed(done):
             with contextlib.suppress(OSError, MemvaultError):
                 if change.before is None:
-                    change.path.unlink(missing_ok=True)
+                    remove(change.path)
                     _prune_empty_dirs(change.path.parent, self.root)
                 else:
                     atomic_write(change.path, change.before)
@@ -336,7 +335,7 @@ class WriteGate:
         ignore = self.facts.inbox_dir / ".gitignore"
         if self.config.trust.share_inbox:
             if ignore.is_file() and ignore.read_bytes().startswith(INBOX_IGNORE[:40]):
-                ignore.unlink()
+                remove(ignore)
             return
         if not ignore.exists():
             atomic_write(ignore, INBOX_IGNORE)
@@ -633,9 +632,9 @@ class WriteGate:
 
     def set_model(self, model: str, *, source: str, this_host: bool = False) -> list[str]:
         """Set ``[embedding] model``: in memvault.toml, committed (a name every host can load), or with
-        ``this_host`` in ``.memvault/local.toml``, never committed (a directory of this machine). Setting a name
-        for the vault drops this host's override, which would otherwise still win. Returns what the caller should
-        know."""
+        ``this_host`` in this host's ``local.toml`` (in the state directory), never committed (a directory of this
+        machine). Setting a name for the vault drops this host's override, which would otherwise still win. Returns
+        what the caller should know."""
         from ..rules.config import local_path, set_local_model, set_model
 
         self.require(Op.CONFIGURE, source)
@@ -713,8 +712,9 @@ def _prune_empty_dirs(start: Path, stop: Path) -> None:
     current = start
     while current != stop and stop in current.parents and len(current.relative_to(stop).parts) > 1:
         try:
-            current.rmdir()
-        except OSError:
+            if not remove_dir(current):
+                return
+        except (OSError, MemvaultError):
             return
         current = current.parent
 

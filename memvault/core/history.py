@@ -2,8 +2,8 @@
 
 One ``git log --name-status`` over ``facts/`` and ``procedures/`` gives, per commit, the files added and deleted;
 their running sum per day is the number of facts and procedures over time. The result is kept in
-``.memvault/growth.json`` with the commit it was computed at, and brought forward with ``git log OLD..HEAD`` when
-HEAD moves on (a rewrite of history starts again from scratch), so a page never walks the whole history twice.
+``growth.json`` (in the vault's state directory) with the commit it was computed at, and brought forward with
+``git log OLD..HEAD`` when HEAD moves on (a rewrite of history starts again from scratch), so a page never walks the whole history twice.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import GitError
+from ..rules.errors import GitError, UnsafePath
 from ..rules.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -70,11 +70,10 @@ def growth(git: GitStore | None, root: Path, state_dir: Path) -> Growth:
     _walk(git, root, result, f"{start}..{head}" if start else head)
     result.head = head
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(cache, json.dumps({"version": CACHE_VERSION, "root": str(root), "head": head,
                                         "days": result.days}).encode("utf-8"))
-    except OSError:
-        pass  # a read-only state folder: computed again next time
+    except (OSError, UnsafePath):
+        pass  # a read-only (or refused) state folder: computed again next time
     return result
 
 

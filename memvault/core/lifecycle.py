@@ -18,7 +18,7 @@ from ..stores.episodes import Episode, RewriteReport, source_matches
 from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
 from .gate import WriteGate
-from ..rules.fsutil import atomic_write
+from ..rules.fsutil import atomic_write, remove
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
 from ..rules.validation import MAX_FUTURE, Problem
@@ -70,6 +70,7 @@ class PurgeReport:
     facts: list[Fact] = field(default_factory=list)
     commit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    recalls_removed: int = 0
 
     def to_dict(self, root: Path) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class PurgeReport:
             "episodes_removed": [e.id for e in self.episodes.removed],
             "episodes": self.episodes.to_dict(root),
             "commit": self.commit,
+            "recalls_removed": self.recalls_removed,
             "warnings": list(self.warnings),
         }
 
@@ -106,7 +108,21 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
     report.warnings[:0] = warnings
     if paths:
         _scrub(gate, report, paths)
+    if not dry_run:
+        _forget_questions(gate, report)
     return report
+
+
+def _forget_questions(gate: WriteGate, report: PurgeReport) -> None:
+    """The source's questions out of this host's recall log (a hook logs each prompt it recalls for), whether or
+    not it stored anything: what the source asked goes with what it wrote."""
+    from ..stores.state import State
+
+    try:
+        report.recalls_removed = State(gate.state_dir / "state.db").forget_source(report.source)
+    except MemvaultError as exc:
+        raise PurgeIncomplete(f"purge of {report.source}: the files are purged, but its questions may still be "
+                              f"in the recall log ({exc}); fix that, then purge again") from None
 
 
 def pending_purge(state_dir: Path) -> str | None:
@@ -192,14 +208,14 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
                     + "\n".join(listing))
     except BaseException:
         if not already:  # refused: every file is back as it was, so there is nothing left to finish
-            journal.unlink(missing_ok=True)
+            remove(journal)
         raise
-    journal.unlink(missing_ok=True)
+    remove(journal)
     return report, paths
 
 
 def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
-    """The purged text out of ``.memvault/``: index rows, the keyword index's segments, the WALs, usage rows, and
+    """The purged text out of the state directory: index rows, the keyword index's segments, the WALs, usage rows, and
     damaged copies of the index and state moved aside earlier. A step that fails is raised, not swallowed."""
     report.warnings += gate.tell_index(paths)
     failed = []
@@ -215,9 +231,11 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
     copies = [p for p in gate.state_dir.glob("*.corrupt-*") if p.is_file() or p.is_symlink()]
     for copy in copies:
         try:
-            copy.unlink()
+            remove(copy)
         except OSError as exc:
             failed.append(f"{copy.name} ({exc.strerror})")
+        except MemvaultError as exc:
+            failed.append(f"{copy.name} ({exc})")
     if copies:
         report.warnings.append(f"removed {len(copies)} damaged cop{'ies' if len(copies) > 1 else 'y'} of the index "
                                "or state set aside earlier, which may have held the purged text")
@@ -225,7 +243,7 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
         done = f"commit {report.commit[:12]}" if report.commit else "not committed"
         raise PurgeIncomplete(f"purge of {report.source}: {len(report.facts)} facts and "
                               f"{len(report.episodes.removed)} episodes are gone from the files ({done}), but the "
-                              f"purged text may still be readable in .memvault/: scrubbing {'; '.join(failed)} "
+                              f"purged text may still be readable in {gate.state_dir}: scrubbing {'; '.join(failed)} "
                               "failed; fix that, then run 'memvault reindex --full'")
 
 
@@ -254,6 +272,7 @@ class DedupReport:
     merged: list[dict[str, Any]] = field(default_factory=list)
     commit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    recalls_removed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"groups": self.groups, "conflicts": self.conflicts, "merged": self.merged, "commit": self.commit,

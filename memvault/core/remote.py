@@ -11,8 +11,8 @@
 2. The remote branch is fetched. Before anything in the work tree moves, the files the remote changed are compared
    with this repository's own uncommitted changes outside the vault (staged, unstaged, untracked): if one file is in
    both, sync stops and touches nothing — a stash pop over it would write conflict markers into the user's file.
-   It also stops when the remote's commits put anything at ``.memvault`` (a link there would replace this host's
-   index and state, and send memvault's writes wherever it points).
+   It also stops when the remote's commits put anything at ``.memvault`` (where older memvaults kept a host's
+   index and state: nothing reads it now, but whoever commits there is up to something).
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
    exactly as they were. Tracked episodes go to ``episodes/<host>/``, so hosts only conflict when they change the
    same fact, procedure or setting; on such a conflict the rebase is aborted at once (the work tree is back at this
@@ -59,9 +59,12 @@ class SyncResult:
     #: A team's shared index, after the push: what was published to it, or why nothing could be (None: nothing
     #: to say, or no team).
     shared_index: str | None = None
+    #: True when the repository has no remote at all: the pending edits were committed and nothing was pulled or
+    #: pushed.
+    local_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
+        return {"local_only": self.local_only, "remote": self.remote, "branch": self.branch, "committed": self.committed, "pulled": list(self.pulled),
                 "pushed": self.pushed, "reindexed": self.reindexed, "push_attempts": self.push_attempts,
                 "refused": dict(self.refused), "shared_index": self.shared_index, "warnings": list(self.warnings)}
 
@@ -77,8 +80,11 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     git = gate.git
     if git is None:
         raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
+    # A new vault has no remote yet: sync then commits what was edited by hand and says so, instead of failing
+    # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
+    local_only = remote is None and not _try(git, "remote")
     remote, branch = _target(git, remote, branch)
-    result = SyncResult(remote=remote, branch=branch)
+    result = SyncResult(remote=remote, branch=branch, local_only=local_only)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     try:
@@ -89,7 +95,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
             result.committed, touched = committed.commit, list(committed.paths)
             result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
             result.warnings += committed.warnings
-            for attempt in range(1, PUSH_ATTEMPTS + 1):
+            for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
                 head = git.run("rev-parse", "HEAD")
                 result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch)]))
                 if result.committed == head:
@@ -233,8 +239,8 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
     if taken:
         raise SyncConflict([_key_for(gate, git, p) for p in taken], taken, remote, branch, reason=(
             f"sync stopped before changing anything: the remote's commits put {', '.join(taken)} in the vault, "
-            f"where this host keeps its index, usage state and locks (.memvault is never committed; a link there "
-            f"would replace them and send memvault's writes wherever it points); remove it on the remote with "
+            f"where older memvaults kept a host's index, usage state and locks (.memvault is never committed, and "
+            f"whatever someone commits there is suspicious); remove it on the remote with "
             f"'git rm -r --cached {state}', commit, push, then sync again"))
     local = set(git.status_paths())
     overlap = sorted(incoming & local)

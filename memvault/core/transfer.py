@@ -25,7 +25,7 @@ from ..rules.fsutil import FileChange
 from ..rules.secrets import describe as describe_secrets
 from ..rules.secrets import scan_fields
 from ..rules.trust import Op
-from ..rules.validation import validate_key, validate_tags
+from ..rules.validation import check_json_value, validate_key, validate_tags
 from .ingest import slug_key
 
 if TYPE_CHECKING:
@@ -54,6 +54,52 @@ class Item:
     mode: int | None = None
     id: str | None = None
     source: str | None = None
+    #: Set by a reader for an item it could not read (too deep, the wrong type): why, never quoting its text. The
+    #: item is reported as refused at its ``origin``, and the reading goes on.
+    refusal: str | None = None
+
+
+def refused(origin: str, reason: str | MemvaultError) -> Item:
+    """The place of an item a reader refuses, and why (an exception's one line, or a reason)."""
+    return Item("refused", "", origin, refusal=reason if isinstance(reason, str) else describe(reason)[0])
+
+
+#: Largest text an item may carry into the checks at all (the gate's own limits are smaller; this keeps a huge
+#: value from being scanned for secrets before it is refused for its size).
+ITEM_TEXT_MAX = 1 << 20
+
+
+def check_item(item: Item, limits: Any = None) -> None:
+    """The shape of an item, checked before anything is written: the type of each field, its size (against
+    ``limits``, the vault's ``[limits]``, when given), and the depth of its metadata. InvalidValue names the field
+    and the reason, never the value."""
+    if item.refusal is not None:
+        raise InvalidValue("item", item.refusal)
+    if item.kind not in KINDS:
+        raise InvalidValue("item", f"a {item.kind!r} is not something memvault keeps")
+    if not isinstance(item.text, str):
+        raise InvalidValue("text", f"must be text, not {type(item.text).__name__}")
+    if len(item.text) > ITEM_TEXT_MAX:
+        raise InvalidValue("text", f"{len(item.text)} characters, more than any item may hold ({ITEM_TEXT_MAX})")
+    for name in ("key", "category", "at", "id", "source"):
+        value = getattr(item, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidValue(name, f"must be text, not {type(value).__name__}")
+    for name in ("importance", "confidence"):
+        value = getattr(item, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InvalidValue(name, f"must be a number, not {type(value).__name__}")
+    if not isinstance(item.tags, list) or not all(isinstance(t, str) for t in item.tags):
+        raise InvalidValue("tags", "must be a list of words")
+    if not isinstance(item.meta, dict):
+        raise InvalidValue("meta", f"must be a JSON object, not {type(item.meta).__name__}")
+    check_json_value(item.meta, "meta")
+    limit = {"fact": "fact_bytes", "proposal": "fact_bytes", "episode": "episode_bytes",
+             "procedure": "procedure_bytes"}[item.kind]
+    size = len(item.content) if item.content is not None else len(item.text.encode("utf-8"))
+    if limits is not None and size > getattr(limits, limit):
+        raise LimitExceeded(item.kind, f"{size} bytes, more than the {getattr(limits, limit)} allowed "
+                                       f"([limits] {limit})")
 
 
 @dataclass
@@ -95,7 +141,7 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     seen_keys: dict[str, str] = {}
     episodes: list[tuple[Item, dict[str, Any]]] = []
     known = _imported_ids(vault, source)
-    for n, item in enumerate(items, 1):
+    for n, item in _checked(vault, items, report):
         entry: dict[str, Any] = {"item": n, "origin": item.origin}
         try:
             if item.kind in ("fact", "proposal"):
@@ -207,6 +253,21 @@ def _imported_ids(vault: Vault, source: str) -> set[str]:
     return found
 
 
+def _checked(vault: Vault, items: Iterable[Item], report: ImportReport) -> list[tuple[int, Item]]:
+    """Every item read and checked before the first is written (a reader that fails on its input raises here,
+    with nothing written), with its position (from 1); the ones that fail :func:`check_item` are reported as
+    refused, by position."""
+    ok = []
+    for n, item in enumerate(list(items), 1):
+        try:
+            check_item(item, vault.config.limits)
+        except MemvaultError as exc:
+            _refuse(report, {"item": n, "origin": item.origin}, item.refusal or describe(exc)[0])
+            continue
+        ok.append((n, item))
+    return ok
+
+
 # ------------------------------------------------------------------------------------------------ restore
 def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: bool = False) -> ImportReport:
     """Read a memvault export back: facts and procedures byte for byte (one commit), proposals proposed again by
@@ -218,14 +279,14 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                                       "episodes as they were: a trusted source only")
     gate.require(Op.CONFIGURE, source)
     report = ImportReport("memvault", source, dry_run)
-    items = list(items)
+    items = _checked(vault, items, report)
     changes: list[FileChange] = []
     modes: dict[Path, int] = {}
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[dict[str, Any]] = []
     proposals: list[tuple[int, Item]] = []
     with gate.lock(source, report.problems):
-        for n, item in enumerate(items, 1):
+        for n, item in items:
             entry = {"item": n, "origin": item.origin, **({"key": item.key} if item.key else {})}
             try:
                 if item.kind == "fact":

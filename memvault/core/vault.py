@@ -19,10 +19,11 @@ from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config
 from ..models.engine import Engine, Status
 from ..stores.episodes import Episode, EpisodeLog
-from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, SearchIndexError, SecretRefused,
-                             VaultNotFound)
+from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, ModelUnavailable, SearchIndexError,
+                             SecretRefused, VaultNotFound)
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import atomic_write, check_private_dir
+from ..rules.fsutil import atomic_write, ensure_dir
+from ..rules.places import LEGACY_NAME, settle
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..index.changes import ChangeFeed, follow
@@ -41,7 +42,9 @@ if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
     from ..stores.state import State
 
-STATE_DIR = ".memvault"
+#: Where an older memvault kept its state, in the work tree: still ignored by the .gitignore memvault writes, but
+#: nothing reads it any more (see :mod:`memvault.rules.places`).
+STATE_DIR = LEGACY_NAME
 NEW_FACT_TEMPLATE = """---
 category:
 importance: 0.5
@@ -52,8 +55,8 @@ EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.mod
 
 
 def _gitignore(track_episodes: bool) -> str:
-    # No trailing slash: the rule must also match a file or a symlink named .memvault, or someone's plain
-    # `git add -A` of a link there would replace this host's index and state on the next pull.
+    # Local state lives in the git directory now (memvault.rules.places); the rule stays so an older memvault's
+    # folder is never committed by a plain `git add -A` (no trailing slash: a file or a link there too).
     lines = ["# memvault: local state (the index, locks) is derived and never committed", STATE_DIR]
     if not track_episodes:
         lines += [
@@ -87,31 +90,43 @@ class Vault:
     def __init__(self, root: Path, *, embedder_factory: EmbedderFactory | None = None, daemon: bool | None = None,
                  status: Status | None = None) -> None:
         self.root = Path(root).resolve()
+        #: This host's index, state, captures, logs, markers, locks and settings: inside the git directory (or
+        #: outside the tree when the vault is not in git), where no commit can put a link or a file of its choosing.
+        #: A ``.memvault`` in the work tree is an older memvault's, moved here once, or inert (named once).
+        self._git: GitStore | None | bool = False  # False: not looked for yet
+        self.state_dir, moved = settle(self.root, self._tracked)
         self.config: Config = config_mod.load(self.root / CONFIG_NAME)
-        self.state_dir = self.root / STATE_DIR
-        # Moved, truncated and written by memvault: a link there (committed upstream under a rule that ignored only
-        # folders, or made by hand) would send all of that wherever it points, so it is refused, never followed.
-        check_private_dir(self.state_dir, f"memvault keeps its index, state and locks in a real folder of this host "
-                                          f"(git rm --cached {STATE_DIR} if git tracks it)")
         self._embedder_factory = embedder_factory
         self._daemon = daemon
         self._status = status
-        self._git: GitStore | None | bool = False  # False: not looked for yet
         self.engine = self._make_engine(self.config)
         self._build()
-        #: What the person should hear on opening (a purge that was killed part-way waits for the next write:
-        #: opening a vault only reads, whoever opens it: a recall, the web view, a hook).
-        self.notices: list[str] = []
+        #: What the person should hear on opening (state moved out of the work tree, a setting of memvault.toml
+        #: ignored, a purge killed part-way that waits for the next write: opening a vault only reads, whoever
+        #: opens it: a recall, the web view, a hook).
+        self.notices: list[str] = moved + list(self.config.ignored)
         if (self.state_dir / "purge.json").is_file():  # lifecycle.PURGE_JOURNAL, without importing the gate
             from .lifecycle import pending_purge
 
             self.notices += [pending_purge(self.state_dir) or ""]
+
+    def _tracked(self, rel: str) -> bool:
+        """Whether git tracks anything at ``rel`` (vault-relative); asked only when a ``.memvault`` is there."""
+        git = self.git
+        if git is None:
+            return False
+        base = git.rel(self.root)  # the vault's own path: .memvault itself may be a link, never resolved
+        try:
+            return bool(git.run("ls-files", "-z", "--", rel if base == "." else f"{base}/{rel}"))
+        except GitError:
+            return True  # unsure: leave it where it is rather than adopt what may be someone else's
 
     def _make_engine(self, config: Config) -> Engine:
         factory = self._embedder_factory
         return Engine(config.model, config.query_prefix,
                       daemon=config.embedding.daemon if self._daemon is None else self._daemon,
                       idle=config.embedding.daemon_idle, status=self._status, backend=config.embedding.backend,
+                      threads=config.embedding.threads,
                       factory=(lambda: factory(config)) if factory is not None else None)
 
     def _build(self) -> None:
@@ -170,12 +185,10 @@ class Vault:
         Runs ``git init`` when ``path`` is not inside a git work tree, and commits the files it created, and only
         those, so a vault inside a larger repository never stages anything else.
         """
-        root = Path(path).expanduser()
-        root.mkdir(parents=True, exist_ok=True)
-        root = root.resolve()
+        root = ensure_dir(Path(path).expanduser().resolve())  # the folder the user named: its links are theirs
         created: list[Path] = []
-        for sub in ("facts", "procedures", "episodes", STATE_DIR):
-            (root / sub).mkdir(exist_ok=True)
+        for sub in ("facts", "procedures", "episodes"):
+            ensure_dir(root / sub)
         text = config_mod.template()
         if track_episodes:
             text = text.replace("track_in_git = false", "track_in_git = true")
@@ -192,11 +205,15 @@ class Vault:
             if not target.exists():
                 atomic_write(target, content.encode("utf-8"))
                 created.append(target)
-        if local_model is not None:
+        git = GitStore.discover(root) or GitStore.init(root)
+        if local_model is not None:  # after git init: this host's settings go to the state directory it decides
+            from ..rules.places import state_dir_for
+
+            state_dir_for(root)
             local = config_mod.local_path(root / CONFIG_NAME)
             if not local.exists():
-                atomic_write(local, config_mod.set_local_model(root / CONFIG_NAME, local_model).encode("utf-8"))
-        git = GitStore.discover(root) or GitStore.init(root)
+                atomic_write(local, config_mod.set_local_model(root / CONFIG_NAME, local_model).encode("utf-8"),
+                             mode=0o600)
         if created:
             git.commit(created, "memvault init",
                        trailers={"Memvault-Vault": git.rel(root) if git.root != root else "."})
@@ -243,19 +260,19 @@ class Vault:
 
     @cached_property
     def state(self) -> State:
-        """Usage counts: this vault's ``.memvault/state.db``, or a team's shared rows beside its index."""
+        """Usage counts: this vault's ``state.db`` (in :attr:`state_dir`), or a team's shared rows beside its index."""
         return self._open_state()  # type: ignore[no-any-return]
 
     @cached_property
     def local_state(self) -> State:
-        """This host's ``.memvault/state.db`` (its usage counts unless a team's index keeps them; its recall log)."""
+        """This host's ``state.db`` (its usage counts unless a team's index keeps them; its recall log)."""
         from ..stores.state import State
 
         return State(self.state_dir / "state.db", half_life=self.config.recall.half_life)
 
     @cached_property
     def captures(self) -> CaptureLog:
-        """What agent hooks have captured from sessions (``.memvault/captures.db``): turns and session cursors."""
+        """What agent hooks have captured from sessions (``captures.db``): turns and session cursors."""
         from ..stores.captures import CaptureLog
 
         return CaptureLog(self.state_dir / "captures.db")
@@ -275,7 +292,7 @@ class Vault:
         over the index: see :mod:`memvault.core.browse`."""
         from .browse import Browse
 
-        return Browse(self.index.local_index(), self.config)
+        return Browse(self.index, self.config)
 
     def growth(self) -> Growth:
         """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""
@@ -322,7 +339,7 @@ class Vault:
 
     @cached_property
     def recall_log(self) -> State:
-        """The local recall log's database (``.memvault/state.db``; a team's usage counts live elsewhere, the log
+        """The local recall log's database (``state.db`` in :attr:`state_dir`; a team's usage counts live elsewhere, the log
         stays on this host)."""
         return self.local_state
 
@@ -384,11 +401,11 @@ class Vault:
 
         embedder = self.engine.loaded()
         index = self.index
-        if embedder is None or not hasattr(index, "meta_get") or not index.exists() or index.identity() is None \
+        if embedder is None or not index.exists() or index.identity() is None \
                 or not embedder.identity.same_vectors(index.identity()):
             return report
         try:
-            calibration.current(index, embedder, KINDS)  # type: ignore[arg-type]
+            calibration.current(index, embedder, KINDS)
         except MemvaultError as exc:
             report.warnings.append(f"the relevance scale was not measured ({exc}); the next recall measures it")
         return report
@@ -402,10 +419,28 @@ class Vault:
             return None
         return f"the embedding model {self.config.model} is not on this machine (it downloads on first use); {hint()}"
 
+    def prepare_model(self, status: Callable[[str], None]) -> float | None:
+        """Make the model ready on this machine now, where the person expects work (``init``, ``agent install``),
+        rather than inside the first recall an agent runs: its one-time preparation (an ONNX export) and, with the
+        warm process, the process holding it. ``status`` hears one line before and one after. Returns the
+        seconds it took, or None when the model is not on this machine (:meth:`model_note` says why)."""
+        if self.model_note() is not None:
+            return None
+        status(f"preparing the embedding model {self.config.model} for this machine (once; later commands reuse it)")
+        started = time.monotonic()
+        try:
+            self.engine.get().embed_query("ready")
+        except ModelUnavailable as exc:
+            status(f"the model could not be prepared: {exc}")
+            return None
+        took = time.monotonic() - started
+        status(f"model {self.config.model} ready in {took:.1f} s")
+        return took
+
     def _model_setting(self, model: str) -> tuple[str, bool]:
         """Where a model setting goes: a name every host can load goes to memvault.toml (committed); a directory
-        of this machine is meaningless on the others, so its absolute path goes to this host's
-        ``.memvault/local.toml`` — which a team's shared index, needing one model on every host, refuses."""
+        of this machine is meaningless on the others, so its absolute path goes to this host's ``local.toml`` (in
+        :attr:`state_dir`) — which a team's shared index, needing one model on every host, refuses."""
         from ..models.embeddings import looks_like_path
 
         path = Path(model).expanduser()
@@ -421,11 +456,13 @@ class Vault:
 
         return replace(self.config, embedding=replace(self.config.embedding, model=model))
 
-    def follow(self, *, listener: Callable[[str], None] | None = None) -> ChangeFeed:
+    def follow(self, *, listener: Callable[[str], None] | None = None,
+               log: Callable[[str], None] | None = None) -> ChangeFeed:
         """A file watcher on the vault until :meth:`close`, for processes that stay up: recall checks only what changed
-        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run). Idempotent."""
-        return follow(self.index, self.root, self.state_dir, listener=listener,
-                      reason=None if isinstance(self.index, Index) else "a team's index follows git, not the files")
+        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run, in ``log`` or the
+        ``memvault.watch`` logger and in :meth:`stats`, never in a recall's warnings). Idempotent."""
+        return follow(self.index, self.root, self.state_dir, listener=listener, log=log,
+                      reason=self.index.unwatchable())
 
     def close(self) -> None:
         """Stop the file watcher (if any) and close the index's connection."""
@@ -438,6 +475,7 @@ class Vault:
         """Read memvault.toml again (after a change of settings) and rebuild the parts that depend on it."""
         self.index.close()
         self.config = config_mod.load(self.root / CONFIG_NAME)
+        self.notices += [line for line in self.config.ignored if line not in self.notices]
         self.__dict__.pop("state", None)
         self.engine = self._make_engine(self.config)
         self._build()
@@ -457,10 +495,16 @@ class Vault:
     def stats(self) -> dict[str, Any]:
         from .stats import vault_stats
 
+        from .stats import add_watchers
+
         out = vault_stats(self.root, self.index, self._episodes, self.config)
+        add_watchers(out, self.state_dir)
+        out["state_dir"] = str(self.state_dir)
+        out["summary"].insert(1, f"local state: {self.state_dir} (this host's index, state, logs and local.toml)")
+        local = config_mod.local_path(self.root / CONFIG_NAME)
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
-            out["model_set_by"] = ".memvault/local.toml (this host only)"
-            out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")
+            out["model_set_by"] = f"{local} (this host only)"
+            out["summary"].insert(1, f"model {self.config.model}: set for this host only in {local}")
         if self.engine.daemon:  # the warm process that holds the models (asked, never started)
             from .stats import add_warm_process
 

@@ -1,7 +1,7 @@
 """The index: a derived SQLite file (sqlite-vec vectors + FTS5 keywords) over the vault's text.
 
-The vault's files are the only truth. ``.memvault/index.db`` can be deleted and regenerated at any time with the
-same results. It is a symlink to a generation file ``index-<n>.db``: a full rebuild (a model change) writes a new
+The vault's files are the only truth. ``index.db`` (in the vault's state directory) can be deleted and regenerated
+at any time with the same results. It is a symlink to a generation file ``index-<n>.db``: a full rebuild (a model change) writes a new
 generation beside the old one and swaps the symlink with an atomic rename, so recall keeps reading the old one
 meanwhile and a crash leaves it in place. A generation that turns out to be damaged is moved aside and rebuilt.
 
@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import ModelUnavailable, SearchIndexError
-from ..rules.fsutil import drop_links, ensure_dir, locked, try_lock
+from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
+                            try_lock)
 from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
+from .listings import EpisodeQuery, FactQuery, Listings, Stale
 from .search import DEFAULT_FIELD_WEIGHTS, FieldWeights, fts_exact_query, fts_phrase_query, fts_query
 from .update import Progress, SyncReport, model_key, pending_count, scan, stored_problems, sync_text, vector_blob
 from .vectors import TextFeed, embed_pending
@@ -37,7 +39,8 @@ if TYPE_CHECKING:
     from .changes import ChangeFeed, Marks
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
-           "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
+           "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs",
+           "FactQuery", "EpisodeQuery", "Stale"]
 
 INDEX_NAME = "index.db"
 #: What ``index.db`` may point at: a generation file beside it, named by memvault.
@@ -54,7 +57,7 @@ TEXT_BATCH = 64
 EmbedderProvider = Callable[[], "Embedder | None"]
 
 
-class Index:
+class Index(Listings):
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
     def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None,
@@ -80,7 +83,6 @@ class Index:
         #: A file watcher's marks (memvault.index.changes.ChangeFeed) in a process that keeps one: recall then
         #: checks only what it marked.
         self.changes: ChangeFeed | None = None
-        self._said_fallback = False
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
@@ -160,13 +162,11 @@ class Index:
             return None
         aside = target.with_name(target.name + f".corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
-            os.replace(target, aside)
+            replace(target, aside)
         for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(target) + suffix).unlink()
-        with contextlib.suppress(FileNotFoundError):
-            if self.link.is_symlink():
-                self.link.unlink()
+            remove(Path(str(target) + suffix))
+        if self.link.is_symlink():
+            remove(self.link)
         self.warnings.append(f"the index {target.name} was damaged ({error or 'unreadable'}); moved aside to "
                              f"{aside.name} and rebuilt from the vault's files")
         return aside
@@ -323,10 +323,8 @@ class Index:
                 except BaseException:
                     self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
                     raise
-            if self.changes.reason is not None and not self._said_fallback:  # for good: said once (a watcher that
-                self._said_fallback = True                                  # was only slow this time is not news)
-                self.warnings.append(f"file watcher unavailable ({self.changes.reason}); recall checks the vault's "
-                                     "directories instead")
+            # A watcher that cannot be relied on said so in its log and in stats (ChangeFeed._fail); it is the host's
+            # business, not an agent's, so it stays out of the recall's warnings.
         if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
             return None  # a warm process asking again within the second: candidates are still verified
         self._last_refresh = time.monotonic()
@@ -392,9 +390,9 @@ class Index:
         """Of ``rels`` (just :meth:`verify` ed), those whose indexed text is the file as it is: all of them."""
         return set(rels)
 
-    def local_index(self) -> Index:
-        """This host's SQLite index of the whole vault, for listings in SQL (memvault.core.browse): this one."""
-        return self
+    def unwatchable(self) -> str | None:
+        """None: a file watcher may mark what changed (this index reads the files)."""
+        return None
 
     def publish(self, *, splitter: Any = None) -> SyncReport:
         """Share what this host has pushed with the other hosts' indexes: a local index has nobody to share with."""
@@ -493,22 +491,16 @@ class Index:
 
     def _swap(self, target: Path) -> None:
         old = self.current_target()
-        tmp_link = self.dir / f".{INDEX_NAME}.{os.getpid()}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            tmp_link.unlink()
-        os.symlink(target.name, tmp_link)
-        os.replace(tmp_link, self.link)
+        replace_with_link(self.link, target.name)
         self.close()
         if old is not None and old != target and old != self.link:
             self._remove_generation(old)
 
     def _remove_generation(self, target: Path) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(target) + suffix).unlink()
+            remove(Path(str(target) + suffix))
         for name in (f"{target.name}.lock", f"{target.name}.embed.lock"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / "locks" / name).unlink()
+            remove(self.dir / "locks" / name)
 
     def _remove_stale_generations(self) -> None:
         """Every generation ``index.db`` does not point at, with its -wal and -shm (even one left without its
@@ -629,6 +621,13 @@ class Index:
         """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""
         return search.match(self.connection(), " OR ".join(f'"{s}"' for s in stems), kinds, limit)
 
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback: the stems ``bodies`` share and the query lacks (:meth:`expansion_terms`),
+        searched as one keyword query (:meth:`search_terms`)."""
+        stems = self.expansion_terms(bodies, query, terms)
+        return self.search_terms(stems, kinds, limit) if stems else []
+
     # -- calibration (see memvault.core.calibration) ------------------------------------------------------
     def meta_get(self, key: str) -> str | None:
         """A value kept in the index beside the model identity (derived data: it goes with the index)."""
@@ -699,10 +698,9 @@ class Index:
         a temporary directory (keyword rows only: vectors are counted apart), so an estimate follows the schema
         as it is rather than constants about it."""
         import dataclasses
-        import tempfile
 
         sources = dataclasses.replace(self.sources, keep=None)  # never a team overlay's set of paths
-        with tempfile.TemporaryDirectory(prefix="memvault-estimate-") as tmp:
+        with temp_dir("memvault-estimate-") as tmp:
             empty = Index(Path(tmp) / "empty", sources)
             empty._create(identity)
             empty_bytes = empty.stats()["used_bytes"]

@@ -27,7 +27,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import SearchIndexError
+from ..rules.errors import SearchIndexError, UnsafePath
+from ..rules.fsutil import sqlite_path
 from ..rules.migrations import Step, migrate, statements, transaction
 
 if TYPE_CHECKING:
@@ -342,8 +343,8 @@ def connect(path: Path) -> sqlite3.Connection:
     ``secure_delete`` zeroes freed pages, so text that was purged is gone from the file, not just unlinked.
     """
     module = sqlite_module()
-    try:
-        conn = module.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+    try:  # sqlite_path: no link at the file, its -wal/-shm or on the way (SQLite cannot be given O_NOFOLLOW)
+        conn = module.connect(str(sqlite_path(path)), timeout=30, isolation_level=None, check_same_thread=False)
         conn.enable_load_extension(True)
         conn.load_extension(vec_extension_path())
         conn.enable_load_extension(False)
@@ -355,6 +356,8 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA cache_size=-65536")
     except module.Error as exc:
         raise SearchIndexError(f"{path}: cannot open the index: {exc}") from None
+    except UnsafePath as exc:
+        raise SearchIndexError(f"{exc}; the index is not opened") from None
     return conn
 
 

@@ -10,13 +10,15 @@ and show the episode that recorded the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from ..rules.errors import UnsafePath
+from ..rules.fsutil import copy_tree, make_temp_dir, remove_tree
 
 REPO_VAULT = Path(__file__).resolve().parents[2] / "vault"
 
@@ -29,9 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.source / "memvault.toml").is_file():
         print(f"memvault demo: error: {args.source}: not a vault (no memvault.toml)", file=sys.stderr)
         return 1
-    workdir = Path(tempfile.mkdtemp(prefix="memvault-demo-"))
+    workdir = make_temp_dir("memvault-demo-")
     vault = workdir / "vault"
-    shutil.copytree(args.source, vault, ignore=shutil.ignore_patterns(".memvault"))
+    try:
+        copy_tree(args.source.resolve(), vault, skip=frozenset({".memvault"}))
+    except UnsafePath as exc:
+        print(f"memvault demo: error: {exc}", file=sys.stderr)
+        remove_tree(workdir)
+        return 1
     env = dict(
         os.environ,
         MEMVAULT_DIR=str(vault),
@@ -100,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep:
             print(f"\nthe demo vault is kept at {vault}")
         else:
-            shutil.rmtree(workdir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(workdir)
     print("\ndemo failed" if failed else "\ndemo finished: every step behaved as expected")
     return 1 if failed else 0
 

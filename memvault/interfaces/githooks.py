@@ -15,7 +15,8 @@ hook costs one interpreter start:
   markers, no secrets in any file (episode lines and memvault.toml too), no symlinks, temp files or ``.memvault``.
   Each problem is one line naming the file, the line and the reason; the commit is refused.
 - ``post-commit``, ``post-merge``, ``post-checkout`` and ``post-rewrite`` start ``memvault reindex`` detached
-  in the background (output in ``.memvault/hook-reindex.log``) and return at once: git is never blocked.
+  in the background (output in ``hook-reindex.log`` in the vault's state directory) and return at once: git is
+  never blocked.
 
 memvault's own commits are skipped by both (their content was checked when it was written, and may carry an
 explicit ``--allow-secret``; the index was updated by the write itself).
@@ -33,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
-from ..rules.fsutil import lock_held, open_private, try_lock
+from ..rules.fsutil import (ensure_dir, lock_held, open_private, remove, rename, replace, try_lock,
+                            write_new_exclusive)
+from ..rules.places import state_dir_for
 
 MARKER = "# memvault hook"
 CHAINED_SUFFIX = ".memvault-chained"
@@ -127,11 +130,11 @@ def install(root: Path, *, python: str | None = None) -> list[HookAction]:
             raise HookConflict(path, f"is not memvault's, and {chained.name} already holds a chained hook; "
                                "merge them by hand, then run 'memvault hooks install' again")
         plan.append((name, path, chained, exists, foreign))
-    directory.mkdir(parents=True, exist_ok=True)
+    ensure_dir(directory)
     actions = []
     for name, path, chained, exists, foreign in plan:
         if foreign:
-            os.rename(path, chained)  # keeps the bytes, the mode, and a symlink as a symlink
+            rename(path, chained)  # keeps the bytes, the mode, and a symlink as a symlink
             actions.append(HookAction(name, "chained", chained))
         _write_script(path, render(name, root, python))
         actions.append(HookAction(name, "updated" if exists and not foreign else "installed", path))
@@ -145,22 +148,22 @@ def uninstall(root: Path) -> list[HookAction]:
     for name in HOOKS:
         path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
         if is_ours(path):
-            path.unlink()
+            remove(path)
             actions.append(HookAction(name, "removed", path))
         if chained.exists() or chained.is_symlink():
             if path.exists() or path.is_symlink():
                 actions.append(HookAction(name, "kept", chained))  # someone put another hook there meanwhile
             else:
-                os.rename(chained, path)
+                rename(chained, path)
                 actions.append(HookAction(name, "restored", path))
     return actions
 
 
 def _write_script(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.memvault.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
+    remove(tmp)
+    write_new_exclusive(tmp, text.encode(), mode=0o755)
+    replace(tmp, path)  # over a link at the hook's name too: the link goes, what it pointed at is untouched
 
 
 # -- pre-commit ------------------------------------------------------------------------------------------
@@ -268,11 +271,11 @@ def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
     """
     from .watch import watcher_running
 
-    state = vault_root / ".memvault"
+    state = state_dir_for(vault_root)
     if watcher_running(state):
         return None
-    # The flag and the log are opened without following links: a link committed or planted in .memvault would
-    # otherwise make the hook create or append to a file anywhere the user can write.
+    # The flag and the log are opened without following links (the state directory is in the git directory, where
+    # no commit reaches; a link planted there by hand still sends nothing elsewhere).
     os.close(open_private(state / REINDEX_FLAG, os.O_WRONLY | os.O_CREAT))
     if lock_held(state / "locks" / REINDEX_LOCK):
         return None  # the running worker will see the flag
@@ -290,7 +293,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
     from ..core.vault import Vault
 
     out = out or sys.stderr
-    state = vault_root / ".memvault"
+    state = state_dir_for(vault_root)
     flag, lock = state / REINDEX_FLAG, state / "locks" / REINDEX_LOCK
     runs = 0
     while True:
@@ -298,7 +301,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
             if not mine:
                 return 0  # another worker has it and will see the flag
             while flag.exists() or flag.is_symlink():
-                flag.unlink()
+                remove(flag)
                 started = time.monotonic()
                 vault = Vault.open(vault_root)
                 report = vault.reindex()

@@ -9,15 +9,14 @@ connections belong to the thread that opened them, and writers are serialised an
 loaded once, in the background at start-up, so the server answers at once and recall stays warm; a file watcher
 on the vault (:meth:`Vault.follow`) tells recall what changed, so it need not check every directory.
 
-Transports: stdio (default) or streamable HTTP. HTTP binds loopback unless a bearer token is set; with a token
-every request must carry ``Authorization: Bearer <token>`` or gets 401.
+Transports: stdio (default) or streamable HTTP. HTTP is guarded as every network face is
+(:mod:`memvault.interfaces.guard`): a token for each run even on loopback (printed once on stderr, or given, which
+off loopback it must be), ``Authorization: Bearer <token>`` on every request (else 401), Host and Origin checked.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
-import ipaddress
 import os
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, describe
 from ..rules.timeutil import parse_time_or_age
 from ..rules.validation import validate_source
+from .guard import is_loopback, new_token, resolve_token  # noqa: F401 - is_loopback: part of this module's API
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -327,63 +327,14 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost. Anything else (0.0.0.0 included) reaches other machines."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def http_app(server: MCPServer, *, host: str, port: int, token: str) -> Any:
+    """The SDK's streamable HTTP app at ``/mcp`` behind the guard every network face shares: Host and Origin checked,
+    ``Authorization: Bearer <token>`` on every request (:mod:`memvault.interfaces.guard`)."""
+    from .guard import BearerGuard
 
-
-def resolve_token(host: str, token: str | None, *, env: str = TOKEN_ENV, what: str = "MCP") -> str | None:
-    """The bearer token to require: ``token``, else the environment variable ``env`` (``MEMVAULT_MCP_TOKEN``).
-    Required off loopback."""
-    token = token or os.environ.get(env) or None
-    if token is not None and not token.strip():
-        token = None
-    if token is None and not is_loopback(host):
-        raise MemvaultError(
-            f"refusing to serve {what} on {host}, which is not a loopback address, without a bearer token: "
-            f"pass --token-file or set {env} (or bind 127.0.0.1)"
-        )
-    return token
-
-
-class BearerAuth:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``, else 401."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self._expected = token.encode("utf-8")
-
-    def authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
-        for name, value in headers:
-            if name.lower() == b"authorization":
-                scheme, _, credentials = value.strip().partition(b" ")
-                if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._expected):
-                    return True
-        return False
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not self.authorized(scope.get("headers", [])):
-            body = b'{"error": "unauthorized: send Authorization: Bearer <token>"}'
-            await send({"type": "http.response.start", "status": 401, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="memvault"')]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        if scope["type"] == "websocket" and not self.authorized(scope.get("headers", [])):
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        await self.app(scope, receive, send)
-
-
-def http_app(server: MCPServer, host: str, token: str | None) -> Any:
-    """The SDK's streamable HTTP app at ``/mcp``, behind :class:`BearerAuth` when there is a token."""
     app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
-    return BearerAuth(app, token) if token else app
+    return BearerGuard(app, token=token, bind=host, port=port,
+                       hint="the token 'memvault mcp --http' printed, or the one given with --token-file")
 
 
 # --------------------------------------------------------------------------------------------------- serve
@@ -409,8 +360,9 @@ def serve(vault: Vault, *, source: str | None, allow_run: bool = False, http: st
           token: str | None = None) -> None:
     """Serve ``vault`` over MCP until the client goes away (stdio) or the process is stopped (HTTP).
 
-    ``http="HOST:PORT"`` serves streamable HTTP at ``http://HOST:PORT/mcp``. A non-loopback HOST needs a
-    bearer ``token`` (or ``MEMVAULT_MCP_TOKEN``); without one nothing is started and MemvaultError is raised.
+    ``http="HOST:PORT"`` serves streamable HTTP at ``http://HOST:PORT/mcp``; every request must carry a bearer token.
+    On loopback one is made for the run and printed on stderr unless ``token`` (or ``MEMVAULT_MCP_TOKEN``) is given;
+    a non-loopback HOST needs one given, else nothing is started and MemvaultError is raised.
     ``source`` None means ``agent:mcp``: never the environment's ``MEMVAULT_SOURCE`` (the operator's identity),
     since the writes come from a model, not from the person who started the server.
     """
@@ -419,15 +371,18 @@ def serve(vault: Vault, *, source: str | None, allow_run: bool = False, http: st
         build_server(vault, source=source, allow_run=allow_run).run("stdio")
         return
     host, port = parse_address(http)
-    token = resolve_token(host, token)
+    given = resolve_token(host, token, env=TOKEN_ENV, what="MCP")
+    token = given or new_token()
     server = build_server(vault, source=source, allow_run=allow_run)
     import anyio
     import uvicorn
 
-    app = http_app(server, host, token)
+    app = http_app(server, host=host, port=port, token=token)
     url_host = f"[{host}]" if ":" in host else host
-    print(f"memvault mcp: serving http://{url_host}:{port}{HTTP_PATH}"
-          + (" (bearer token required)" if token else ""), file=sys.stderr, flush=True)
+    # Printed once, to whoever started the server: loopback is every local user, so even there a request needs it.
+    told = "<the token given>" if given else f"{token} (made for this run; --token-file gives one)"
+    print(f"memvault mcp: serving http://{url_host}:{port}{HTTP_PATH}; every request must send "
+          f"Authorization: Bearer {told}", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     anyio.run(uvicorn.Server(config).serve)
 

@@ -13,8 +13,8 @@ The model is asked for at start, on a thread of its own (the warm process, start
 edit does not wait for it: a batch indexes the text at once (keyword recall sees it) and embeds it when the model
 is ready. No batch holds a lock while a model works, so a recall never waits behind the watcher.
 
-One watcher per vault: it holds an exclusive ``flock`` on ``.memvault/locks/watch.lock`` for its lifetime and
-writes ``pid host started_at`` to ``.memvault/watch.pid`` so a second one can say who is running.
+One watcher per vault: it holds an exclusive ``flock`` on ``locks/watch.lock`` (in the vault's state directory) for
+its lifetime and writes ``pid host started_at`` to ``watch.pid`` beside it so a second one can say who is running.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..index.changes import RELEVANT_EVENTS, is_relevant
 from ..index.update import SyncReport
-from ..rules.errors import WatcherRunning, describe
-from ..rules.fsutil import atomic_write, lock_held, try_lock
+from ..rules.errors import UnsafePath, WatcherRunning, describe
+from ..rules.fsutil import atomic_write, lock_held, remove, try_lock
 from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
@@ -101,12 +101,11 @@ class Watcher:
     def run(self, stop: threading.Event) -> None:
         """Watch until ``stop`` is set. Raises :class:`WatcherRunning` when another watcher holds the vault."""
         with self._claim():
-            self.feed = self.vault.follow(listener=lambda path: self.notify(path))
+            self.feed = self.vault.follow(listener=lambda path: self.notify(path), log=self.log)
             plain = None
-            if not self.feed.running:
-                self.log(f"warning: {self.feed.reason}; every change is found by a full check every "
-                         f"{self.rescan_interval:g} s instead" + ("" if "inotify" not in (self.feed.reason or "")
-                                                                else " and on each event"))
+            if not self.feed.running:  # the feed logged why; say what the watcher does instead
+                self.log(f"every change is found by a full check every {self.rescan_interval:g} s instead"
+                         + (" and on each event" if "no inotify" in (self.feed.reason or "") else ""))
                 plain = _plain_observer(self) if "no inotify" in (self.feed.reason or "") else None
             try:
                 self.log(f"watching {self.vault.root} (debounce {self.debounce:g} s, max delay {self.max_delay:g} s, "
@@ -176,6 +175,8 @@ class Watcher:
             # an event batch reads what the watcher marked; the start, the rescans and a watcher that cannot be
             # relied on check every file
             marks = self.feed.collect(barrier=False) if reason == "events" and self.feed is not None else None
+            if marks is None and self.feed is not None and self.feed.running:
+                self.feed.checked()  # a full check: the feed's own periodic one is not due before its interval
             try:
                 report = self.vault.catch_up(load=self._model_ready, marks=marks)
             except BaseException:
@@ -203,9 +204,9 @@ class Watcher:
             try:
                 yield
             finally:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, UnsafePath):
                     if pid_file.read_text() == stamp:
-                        pid_file.unlink()
+                        remove(pid_file)
 
 
 def holder(root: Path, pid_file: Path) -> WatcherRunning:

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
-from ..rules.errors import DaemonUnavailable
+from ..rules.errors import DaemonUnavailable, UnsafePath
+from ..rules.fsutil import ensure_dir
 
 #: Base of the socket directory when there is no XDG_RUNTIME_DIR (module level so a test can point it elsewhere).
 TMP_BASE = "/tmp"
@@ -49,9 +50,9 @@ _key: str | None = None
 # ------------------------------------------------------------------------------------------------ install
 def version() -> str:
     """memvault's version, read without importing the package's heavy parts."""
-    from .. import __version__
+    from ..rules.version import VERSION
 
-    return __version__
+    return VERSION
 
 
 def install_key() -> str:
@@ -110,10 +111,14 @@ def private_dir(*, create: bool = True) -> int:
     directory of this user that nobody else can enter. The caller closes it. Raises :class:`DaemonUnavailable`
     naming the directory and what is wrong with it."""
     path = runtime_dir()
+    path = Path(os.path.realpath(path.parent)) / path.name  # the parent is the system's (/tmp may be a link)
     _check_parent(path.parent)
     if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
+        try:
+            ensure_dir(path, mode=0o700)
+        except UnsafePath as exc:
+            raise DaemonUnavailable(f"{path} is not a private directory ({exc.reason}): the warm process is not "
+                                    "used; remove it if you did not create it") from None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:

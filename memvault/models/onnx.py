@@ -15,7 +15,6 @@ than a transformer, mean or CLS pooling and an optional normalisation (for examp
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -28,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import InvalidValue, ModelUnavailable
-from .base import ModelIdentity, quiet_loading, window_spans
+from ..rules.fsutil import atomic_write, locked, remove, replace
+from .base import ModelIdentity, cores_for, quiet_loading, window_spans
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,12 +51,16 @@ PROBES = [
 #: (``sentence_transformers.models.Pooling``; 6.x ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``).
 _SUPPORTED = {"Transformer", "Pooling", "Normalize"}
 _export_lock = threading.Lock()
-#: Intra-op threads of a session. One: on a busy 2-core machine a second thread made both a query and a batch
-#: slower (query p50 29 against 34 ms, 30 against 26 texts/s, measured side by side), as it did with torch.
+#: Intra-op threads of one run. One: a query is too small to split (on a busy 2-core machine a second intra-op
+#: thread made a query slower: p50 29 against 34 ms). A batch uses the other cores by running several runs at once
+#: (one per worker, see :meth:`OnnxEmbedder.embed_documents`): whole batches in parallel scale better than one batch
+#: split across threads, and a query never pays for thread hand-offs.
 THREADS = 1
-#: Texts per run at most: a run's working memory grows with batch x longest text, and resident memory with it
-#: (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16, the same throughput within noise).
-MAX_BATCH = 16
+#: Texts per run at most, and padded tokens per run at most: a run's working memory grows with batch x longest
+#: text, and resident memory with it (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16). Short texts go many to
+#: a run (less per-run overhead), long ones few (bounded memory per worker).
+MAX_BATCH = 64
+TOKENS_PER_RUN = 4096
 
 
 def available() -> bool:
@@ -68,7 +72,7 @@ def available() -> bool:
 
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "memvault" / "onnx"
+    return Path(base).resolve() / "memvault" / "onnx"  # the user's own links (a cache moved to another disk) once
 
 
 def pipeline(model_dir: Path) -> dict[str, Any] | None:
@@ -130,22 +134,16 @@ def exported(model_dir: Path, revision: str) -> Path | None:
     backend cannot run the model or the export did not pass its check (recorded: not tried again)."""
     target = cache_dir() / f"{hashlib.sha256(f'{model_dir}|{revision}|{EXPORT_VERSION}'.encode()).hexdigest()[:24]}"
     meta = target / "meta.json"
-    with _export_lock:
-        target.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # two processes starting at once export once
-            if meta.exists() and _failed_long_ago(meta):
-                meta.unlink()  # a failure is retried a day later (onnx installed since, say)
+    with _export_lock, locked(target / ".lock"):  # two processes starting at once export once
+        if meta.exists() and _failed_long_ago(meta):
+            remove(meta)  # a failure is retried a day later (onnx installed since, say)
+        if not meta.exists():
+            proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
+                                   str(target)], capture_output=True, text=True, check=False)
             if not meta.exists():
-                proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
-                                       str(target)], capture_output=True, text=True, check=False)
-                if not meta.exists():
-                    detail = (proc.stderr or proc.stdout).strip().splitlines()
-                    _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}",
-                                         "at": time.time()})
-        finally:
-            os.close(fd)
+                detail = (proc.stderr or proc.stdout).strip().splitlines()
+                _write_meta(target, {"ok": False, "reason": detail[-1] if detail else f"exit {proc.returncode}",
+                                     "at": time.time()})
     try:
         record = json.loads(meta.read_text())
     except (OSError, ValueError):
@@ -162,9 +160,7 @@ def _failed_long_ago(meta: Path) -> bool:
 
 
 def _write_meta(target: Path, record: dict[str, Any]) -> None:
-    tmp = target / f".meta.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, target / "meta.json")
+    atomic_write(target / "meta.json", json.dumps(record).encode())
 
 
 def export(model_dir: Path, target: Path) -> dict[str, Any]:
@@ -201,10 +197,10 @@ def export(model_dir: Path, target: Path) -> dict[str, Any]:
     got = OnnxEmbedder(str(model_dir), model_dir, tmp, revision="check").embed_documents(PROBES)
     worst = float(np.abs(expected - got).max())
     if worst > TOLERANCE:
-        tmp.unlink()
+        remove(tmp)
         return {"ok": False, "reason": f"the exported graph differs from torch by {worst:.2e}", "worst": worst,
                 "at": time.time()}
-    os.replace(tmp, target / "model.onnx")
+    replace(tmp, target / "model.onnx")
     record = {"ok": True, "worst": worst, "export_version": EXPORT_VERSION}
     # ONNX Runtime optimises a graph each time it opens it (about half a second of a cold start here): do it once,
     # keep the result beside the graph, and use it only if it too gives the torch vectors.
@@ -219,10 +215,10 @@ def export(model_dir: Path, target: Path) -> dict[str, Any]:
     got = OnnxEmbedder(str(model_dir), model_dir, target / "model.onnx", revision="check",
                        optimized=tmp).embed_documents(PROBES)
     if float(np.abs(expected - got).max()) <= TOLERANCE:
-        os.replace(tmp, optimized)
+        replace(tmp, optimized)
         record["optimized"] = optimized.name
     else:
-        tmp.unlink()
+        remove(tmp)
     return record
 
 
@@ -280,6 +276,10 @@ class OnnxEmbedder:
         self.identity = ModelIdentity(name=name, revision=revision, dims=dims or self._probe_dims(),
                                       query_prefix=query_prefix, max_tokens=spec["max_seq_length"])
         self.backend = "onnx"
+        #: Batch workers: 0 uses every core this process may run on (a setting caps it: [embedding] threads).
+        self.threads = 0
+        self._executor: Any = None
+        self._executor_size = 0
 
     def __repr__(self) -> str:
         return f"OnnxEmbedder({self.identity.name!r}, revision={self.identity.revision!r})"
@@ -287,17 +287,29 @@ class OnnxEmbedder:
     def _probe_dims(self) -> int:
         return int(self._run(["x"]).shape[1])
 
-    def _run(self, texts: list[str]) -> np.ndarray:
+    def _tokenize(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """The model's inputs for ``texts``. Called from one thread only: a fast tokenizer with truncation and
+        padding set must not be used by two threads at once."""
         import numpy as np
 
         encodings = self._inputs.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feed = {"input_ids": ids, "attention_mask": mask}
+        feed = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64)}
         if "token_type_ids" in self._input_names:
             feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        return {k: v for k, v in feed.items() if k in self._input_names or k == "attention_mask"}
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        return self._infer(self._tokenize(texts))
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """Pooled, normalised vectors of one tokenized batch. Safe to call from several threads at once (ONNX
+        Runtime's ``run`` is, and releases the GIL)."""
+        import numpy as np
+
+        mask = feed["attention_mask"]
         hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._input_names},
-                                   self._shrink if len(texts) > 1 else None)[0]
+                                   self._shrink if len(mask) > 1 else None)[0]
         if self.spec["pooling"] == "cls":
             pooled = hidden[:, 0]
         else:
@@ -317,12 +329,45 @@ class OnnxEmbedder:
         if not texts:
             return np.zeros((0, self.identity.dims), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        batch_size = max(1, min(batch_size, MAX_BATCH))
+        parts = self._parts(texts, order, max(1, min(batch_size, MAX_BATCH)))
         out = np.empty((len(texts), self.identity.dims), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            part = order[start:start + batch_size]
-            out[part] = self._run([texts[i] for i in part])
+        workers = min(cores_for(self.threads), len(parts))
+        if workers <= 1:
+            for part in parts:
+                out[part] = self._run([texts[i] for i in part])
+            return out
+        pool = self._pool(workers)
+        # Tokenized here, in order, while the pool runs the batches already handed to it.
+        runs = [(part, pool.submit(self._infer, self._tokenize([texts[i] for i in part]))) for part in parts]
+        for part, run in runs:
+            out[part] = run.result()
         return out
+
+    def _parts(self, texts: list[str], order: list[int], batch_size: int) -> list[list[int]]:
+        """``order`` (by length) cut into runs of at most ``batch_size`` texts and about :data:`TOKENS_PER_RUN`
+        padded tokens (estimated from characters: a word piece is about four)."""
+        parts: list[list[int]] = []
+        current: list[int] = []
+        limit = self.identity.max_tokens or 512
+        for i in order:
+            longest = min(limit, len(texts[i]) // 4 + 2)
+            if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN):
+                parts.append(current)
+                current = []
+            current.append(i)
+        if current:
+            parts.append(current)
+        return parts
+
+    def _pool(self, workers: int) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._executor is None or self._executor_size != workers:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+            self._executor = ThreadPoolExecutor(workers, thread_name_prefix="memvault-onnx")
+            self._executor_size = workers
+        return self._executor
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._run([self.identity.query_prefix + text])[0]

@@ -14,7 +14,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +210,8 @@ class EmbeddingSettings:
     daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm process per user and memvault "
                                  "install, which holds the models, instead of loading a model themselves", _bool)
     daemon_idle: float = setting("15m", "the warm process stops after this long without a request", _age)
+    threads: int = setting(0, "cores a large batch (a rebuild) runs on; 0: every core this host gives memvault. A "
+                              "query always runs on one", _int(0, 1024), template=False)
     backend: str = setting("auto", "how a model runs: onnx (ONNX Runtime, no torch: a third of the memory, the same "
                                    "vectors), torch (sentence-transformers), or auto (onnx when it can run the model)",
                            _choice("auto", "onnx", "torch"), template=False)
@@ -265,9 +267,9 @@ class RecallSettings:
                                _float(0.0, 1.0))
     untrusted_penalty: float = setting(0.05, "taken off an untrusted episode's relevance when it is ranked: it never "
                                              "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
-    reranker: str = setting("", "a sentence-transformers CrossEncoder (a local directory or a Hugging Face name in the "
-                                "local cache) that re-reads the best candidates with the query; \"\" (the default): "
-                                "none is loaded", _any_str)
+    reranker: str = setting("", "a sentence-transformers CrossEncoder (a Hugging Face name in the local cache; a "
+                                "directory only in this host's local.toml) that re-reads the best candidates with the "
+                                "query; \"\" (the default): none is loaded", _any_str)
     rerank_candidates: int = setting(20, "how many of the best candidates the reranker re-reads", _int(1, 200))
     min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
                                              "vault and model); still accepted so older files load",
@@ -361,7 +363,7 @@ def _url(value: Any, name: str) -> str | None:
 class IndexSettings:
     """A team shares one index and one embedding cache on PostgreSQL; each host keeps its own changes locally."""
 
-    backend: str = setting("sqlite", "sqlite (a local file in .memvault/) or postgres (one index shared by a team)",
+    backend: str = setting("sqlite", "sqlite (a local file in the state directory, inside .git/) or postgres (one index shared by a team)",
                            _choice(*BACKENDS))
     url: str | None = setting(None, "the PostgreSQL URL (postgresql://user@host/db) of the team's shared index and "
                                     "embedding cache; with backend = \"sqlite\" only the cache is used. "
@@ -406,7 +408,8 @@ class CaptureSettings:
                                            "stored", _size)
     extractor: str | None = setting(None, "a command run over each capture's new turns (JSONL on stdin); its JSONL "
                                           "output (as for `memvault ingest`) becomes proposals of the agent's "
-                                          "source, never trusted facts", _opt_str, shown="none", template=False)
+                                          "source, never trusted facts. This host's local.toml only: in the shared "
+                                          "memvault.toml it is refused (a pull must never run a command)", _opt_str, shown="none", template=False)
     extractor_timeout: float = setting("60s", "the extractor is stopped after this long", _age)
 
 
@@ -451,6 +454,9 @@ class Config:
     index: IndexSettings = field(default_factory=IndexSettings)
     agents: AgentsSettings = field(default_factory=AgentsSettings)
     capture: CaptureSettings = field(default_factory=CaptureSettings)
+    #: What :func:`load` left out of memvault.toml and why (a command or a model directory: host-only), one line
+    #: each, for the person to hear.
+    ignored: tuple[str, ...] = ()
 
     # Short names for the settings read everywhere.
     @property
@@ -532,10 +538,43 @@ def from_dict(raw: dict[str, Any], path: Path | None = None) -> Config:
     return Config(path=path, **sections)
 
 
-#: This host's own settings, beside the vault's index and never committed: ``.memvault/local.toml``. Only the
-#: sections that may differ between hosts without changing what the vault holds (where this host's model is).
+#: This host's own settings, in its state directory (:mod:`memvault.rules.places`, where no commit reaches) and
+#: never committed: ``local.toml``. Only what may differ between hosts without changing what the vault holds, and
+#: what names a command to run or a path to load, which only this host may choose: the section names whose every
+#: setting may be set here (``None``) or the settings of a section that may.
 LOCAL_NAME = "local.toml"
-LOCAL_SECTIONS = ("embedding",)
+LOCAL_SETTINGS: dict[str, tuple[str, ...] | None] = {
+    "embedding": None,
+    "recall": ("reranker", "rerank_candidates"),
+    "capture": ("extractor", "extractor_timeout"),
+}
+
+
+def looks_like_path(name: str) -> bool:
+    """A model named as a directory of this machine rather than a hub id like ``org/model``."""
+    return (name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1
+            or os.path.isabs(os.path.expanduser(name)))
+
+
+def host_only(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The settings of a parsed memvault.toml that name a command to run or a path to load, as (section, key, one
+    line why): such a file is shared by everyone who can push, so what it names would run, or be loaded, on every
+    teammate's host. They belong in this host's ``local.toml`` (as git never takes ``core.hooksPath`` from a
+    clone)."""
+    out = []
+    capture = raw.get("capture")
+    if isinstance(capture, dict) and capture.get("extractor") is not None:
+        out.append(("capture", "extractor", "[capture] extractor names a command to run: only this host's "
+                                            "local.toml may set it (in the state directory `memvault status` names), "
+                                            "never the shared memvault.toml"))
+    for section, key in (("embedding", "model"), ("recall", "reranker")):
+        table = raw.get(section)
+        value = table.get(key) if isinstance(table, dict) else None
+        if isinstance(value, str) and value.strip() and looks_like_path(value.strip()):
+            out.append((section, key, f"[{section}] {key} = {value!r} is a directory of one host to load a model "
+                                      "from: only this host's local.toml may name one (`memvault model set --model "
+                                      "DIR` puts it there), never the shared memvault.toml"))
+    return out
 
 
 def _read_toml(path: Path) -> dict[str, Any] | None:
@@ -553,24 +592,30 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
 
 
 def local_path(path: Path) -> Path:
-    """Where this host's overrides of the vault whose memvault.toml is ``path`` live."""
-    return path.parent / ".memvault" / LOCAL_NAME
+    """Where this host's settings for the vault whose memvault.toml is ``path`` live: ``local.toml`` in its state
+    directory (never in the work tree, where a commit could put one)."""
+    from .places import locate
+
+    return locate(path.parent) / LOCAL_NAME
 
 
 def local_overrides(path: Path) -> dict[str, Any]:
-    """This host's settings (``.memvault/local.toml``), read only when ``.memvault`` is a real directory of the
-    vault: a ``.memvault`` symlink (committed by someone else) never chooses this host's model."""
-    state = path.parent / ".memvault"
-    if state.is_symlink() or not state.is_dir():
-        return {}
+    """This host's settings (``local.toml`` in the vault's state directory), read only from a regular file."""
     local = local_path(path)
     if local.is_symlink():
         raise ConfigError(local, "is a symlink; this host's settings are read only from a regular file")
     raw = _read_toml(local) or {}
-    for name in raw:
-        if name not in LOCAL_SECTIONS:
-            raise ConfigError(local, f"[{name}] cannot be set for one host; only [{'], ['.join(LOCAL_SECTIONS)}] "
-                                     "can (the rest belongs in memvault.toml)")
+    allowed = ", ".join(f"[{name}]" if keys is None else ", ".join(f"[{name}] {k}" for k in keys)
+                        for name, keys in LOCAL_SETTINGS.items())
+    for name, table in raw.items():
+        if name not in LOCAL_SETTINGS:
+            raise ConfigError(local, f"[{name}] cannot be set for one host; only {allowed} can (the rest belongs in "
+                                     "memvault.toml)")
+        keys = LOCAL_SETTINGS[name]
+        for key in table if keys is not None and isinstance(table, dict) else ():
+            if key not in keys:
+                raise ConfigError(local, f"[{name}] {key} cannot be set for one host; only {allowed} can (the rest "
+                                         "belongs in memvault.toml)")
     return raw
 
 
@@ -581,21 +626,32 @@ def from_text(text: str, path: Path) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"invalid TOML: {exc}") from None
+    refused = host_only(raw)
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise ConfigError(path, refused[0][2] + more)
     return from_dict(raw, path)
 
 
 def load(path: Path) -> Config:
-    """Read and validate ``path`` (a memvault.toml), with this host's overrides (``.memvault/local.toml``) on top.
-    A missing file gives the defaults."""
+    """Read and validate ``path`` (a memvault.toml), with this host's settings (``local.toml`` in its state
+    directory) on top. A missing file gives the defaults. A command or a model directory named in memvault.toml
+    (:func:`host_only`: the gate refuses to commit one, a pull may still bring it) is left out, never run or
+    loaded, and :attr:`Config.ignored` says so: the vault still opens."""
     raw = _read_toml(path)
     if raw is None:
         raw = {}
+    ignored = []
+    for section, key, why in host_only(raw):
+        del raw[section][key]
+        ignored.append(f"{path.name}: {why}; ignored")
     local = local_overrides(path)
     if local:
         from_dict(local, local_path(path))  # reported against the file that holds the mistake
         for name, table in local.items():
             raw[name] = {**raw.get(name, {}), **table}
-    return from_dict(raw, path)
+    config = from_dict(raw, path)
+    return replace(config, ignored=tuple(ignored)) if ignored else config
 
 
 def set_local_model(path: Path, model: str | None) -> str:
@@ -642,7 +698,7 @@ def settings() -> list[tuple[str, str, str, str]]:
 def template() -> str:
     """The memvault.toml that ``memvault init`` writes: every common setting at its default, commented."""
     lines = ["# memvault vault configuration (TOML). Every key is optional; the values shown are the defaults.",
-             "# The full list is in README.md (Configuration)."]
+             "# The full list is in docs/reference.md (Configuration)."]
     for name, cls in SECTIONS.items():
         lines += ["", f"[{name}]"]
         if name == "retention":

@@ -144,7 +144,7 @@ class SyncConflict(GitError):
 
 class PurgeIncomplete(MemvaultError):
     """A purge removed the memories from the files and git, but their text may still be readable in
-    ``.memvault/`` (a step of scrubbing the index or state failed)."""
+    the vault's state directory (a step of scrubbing the index or state failed)."""
 
 
 class SearchIndexError(MemvaultError):

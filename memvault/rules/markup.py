@@ -3,59 +3,111 @@
 Recalled memories are handed to a model inside ``<memory>...</memory>``; a memory written by an untrusted source
 must not be able to close that fence and speak outside it. Rather than a list of forbidden closing tags (which
 ``</MEMORY>``, ``</ memory >`` or an attribute quote walk around), every character that can start, end or quote
-markup is replaced by an entity: ``&`` ``<`` ``>`` always, quotes and line breaks inside attributes, the
-Unicode look-alikes of angle brackets (fullwidth, small, CJK, mathematical, ornaments, vertical forms, dotted and
-circled less-than signs) that a model may read as brackets, and the invisible characters that can carry text a
-person does not see (the TAG block, bidi controls). What remains in stored text cannot open a tag, so the only
-tags in the block are memvault's own; the entities read back to exactly the stored text.
+markup is replaced by an entity: ``&`` ``<`` ``>`` always, quotes and line breaks inside attributes, and two
+*classes* of characters, decided from the Unicode database rather than from a list (a list is always one
+character short):
+
+- **look-alikes** of angle brackets, which a model may read as brackets: every character whose Unicode name says
+  angle, less-than, greater-than, precedes, succeeds, smaller/larger than, chevron, normal subgroup (``⊲ ⊳``)
+  or binding bracket, or a left/right-pointing
+  arrowhead, pointer or triangle (``〈 ⟨ ＜ ﹤ ‹ « ≺ ⊰ ⪪ ◁ ▷ ❮ ˂``...), and the Canadian syllabics that are a
+  triangle pointing left or right (``ᐊ ᐅ ᐸ ᐳ`` and their long, W and dialect forms);
+- **invisible** characters, which carry text a person reading the vault does not see: every format character
+  (category Cf: zero-width space and joiners, word joiner, BOM, bidi controls, the TAG block's invisible copy of
+  ASCII), unassigned code points (a newer Unicode may make them either), control characters other than tab and
+  line breaks, variation selectors (which can encode bytes behind one visible character) and the Hangul fillers
+  and other default-ignorable letters.
+
+What remains in stored text cannot open a tag, so the only tags in the block are memvault's own; the entities read
+back to exactly the stored text (``html.unescape``). The same two functions escape everything memvault puts in an
+agent's context from outside its own words: file names, branch and project names, keys, sources and notices.
 """
 from __future__ import annotations
 
 import re
+import unicodedata
+from functools import lru_cache
 
-#: Characters a reader (a person or a model) may take for ``<`` or ``>``: every character Unicode names an angle
-#: bracket, an angle quotation mark, a left or right arrowhead letter, or a plain, small, fullwidth, dotted,
-#: circled, nested or "much" less-than or greater-than (tests/test_markup.py checks this list against the names).
+#: Some of the look-alikes, for callers that want a quick character class (the web view's "does this text try to
+#: speak markup" check). Escaping does not use this list: :func:`markup_like` decides by class, from the names.
 ANGLE_LOOKALIKES = (
     "\u00ab\u00bb"  # double angle quotation marks
     "\u02c2\u02c3\u02f1\u02f2"  # modifier letter (low) left/right arrowhead
     "\u2039\u203a"  # single angle quotation marks
     "\u226a\u226b\u226e\u226f"  # much / not less-than, greater-than
+    "\u227a\u227b\u22b0\u22b1"  # precedes / succeeds (under relation)
     "\u22d6\u22d7\u22d8\u22d9"  # less-than / greater-than with dot, very much
     "\u2329\u232a"  # left/right-pointing angle brackets
+    "\u25c1\u25b7"  # white left/right-pointing triangles
     "\u276c\u276d\u276e\u276f\u2770\u2771"  # angle bracket and quotation ornaments
     "\u27e8\u27e9\u27ea\u27eb"  # mathematical angle brackets
     "\u2991\u2992\u2993\u2994\u2995\u2996"  # angle brackets with dot, arc less-than/greater-than brackets
     "\u29c0\u29c1"  # circled less-than / greater-than
     "\u29fc\u29fd"  # curved angle brackets
-    "\u2a79\u2a7a\u2aa1\u2aa2\u2aa6\u2aa7\u2af7\u2af8"  # with circle inside, nested, closed by curve
+    "\u2a79\u2a7a\u2aa1\u2aa2\u2aa6\u2aa7\u2aaa\u2aab\u2af7\u2af8"  # circle inside, nested, closed by curve, smaller
     "\u2e16"  # dotted right-pointing angle
     "\u3008\u3009\u300a\u300b"  # CJK angle brackets
     "\ufe3d\ufe3e\ufe3f\ufe40"  # vertical presentation forms of angle brackets
     "\ufe64\ufe65"  # small < >
     "\uff1c\uff1e"  # fullwidth < >
-    "\u1438\u1433"  # Canadian syllabics that look like < and >
+    "\u1438\u1433\u140a\u1405"  # Canadian syllabics that look like < and >
 )
-#: Characters that are there without being seen, so text could speak to a model that a person reading the vault
-#: never sees: the TAG block (U+E0000-U+E007F, an invisible copy of ASCII: "ASCII smuggling") and the bidi
-#: embedding, override and isolate controls (they reorder what is shown). They become visible entities.
-INVISIBLE = "\U000e0000-\U000e007f\u202a-\u202e\u2066-\u2069"
-_TEXT = re.compile("[&<>" + ANGLE_LOOKALIKES + INVISIBLE + "]")
-# Attributes also lose quotes, backticks, line breaks and other control characters.
-_ATTR = re.compile("[&<>\"'`\x00-\x1f\x7f\u2028\u2029" + ANGLE_LOOKALIKES + INVISIBLE + "]")
+#: Names of bracket look-alikes: words (not parts of words: TRIANGLE is not ANGLE) that say "this points left or
+#: right like < or >".
+_LOOKALIKE_NAME = re.compile(
+    r"\b(?:ANGLE|LESS-THAN|GREATER-THAN|PRECEDES|SUCCEEDS|SMALLER THAN|LARGER THAN|CHEVRON|NORMAL SUBGROUP"
+    r"|BINDING BRACKET)\b"
+    r"|\b(?:LEFT|RIGHT)(?:WARDS)?[- ].*\b(?:POINTING|ARROWHEAD|TRIANGLE)\b|\b(?:LEFT|RIGHT)[- ]POINTING\b"
+    r"|\bTRIANGLE\b.*\b(?:LEFT|RIGHT)\b")
+#: The syllabics that are a triangle pointing left (A series) or right (O series): vowels, P, W and their forms.
+_SYLLABIC_LOOKALIKE = re.compile(r"^CANADIAN SYLLABICS (?:(?:Y-CREE|WEST-CREE|NASKAPI) )?P?W?(?:O|OO|A|AA)$")
+#: Default-ignorable characters that are not format characters (Unicode's Default_Ignorable_Code_Point, by name).
+_IGNORABLE_NAME = re.compile(r"VARIATION SELECTOR|\bFILLER\b|GRAPHEME JOINER|\bINHERENT\b")
+#: Characters escaped wherever they are; any other non-ASCII run goes through :func:`markup_like`.
+_TEXT = re.compile("[&<>\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|[^\x00-\x7f]+")
+# Attributes also lose quotes, backticks, every control character and the Unicode line separators.
+_ATTR = re.compile("[&<>\"'`\x00-\x1f\x7f]|[^\x00-\x7f]+")
 _NAMED = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+_ATTR_ALSO = frozenset("\u2028\u2029\x85")
 
 
-def _entity(match: re.Match[str]) -> str:
-    char = match.group(0)
+@lru_cache(maxsize=8192)
+def markup_like(char: str) -> bool:
+    """Whether a (non-ASCII) character is escaped: a bracket look-alike or an invisible character (see the
+    module's description of both classes)."""
+    category = unicodedata.category(char)
+    if category in ("Cf", "Cn", "Cc", "Cs"):
+        return True
+    if 0xE0000 <= ord(char) <= 0xE0FFF:  # the TAG block and the variation selectors supplement, assigned or not
+        return True
+    name = unicodedata.name(char, "")
+    return bool(_LOOKALIKE_NAME.search(name) or _IGNORABLE_NAME.search(name) or _SYLLABIC_LOOKALIKE.match(name))
+
+
+def _entity(char: str) -> str:
     return _NAMED.get(char) or f"&#x{ord(char):X};"
 
 
+def _text_sub(match: re.Match[str]) -> str:
+    run = match.group(0)
+    if run[0] < "\x80":
+        return _entity(run)
+    return "".join(_entity(ch) if markup_like(ch) else ch for ch in run)
+
+
+def _attr_sub(match: re.Match[str]) -> str:
+    run = match.group(0)
+    if run[0] < "\x80":
+        return _entity(run)
+    return "".join(_entity(ch) if ch in _ATTR_ALSO or markup_like(ch) else ch for ch in run)
+
+
 def escape_text(text: str) -> str:
-    """Stored text as element content: ``&``, ``<``, ``>`` and bracket look-alikes become entities."""
-    return _TEXT.sub(_entity, text)
+    """Text as element content: ``&``, ``<``, ``>``, bracket look-alikes and invisible characters become
+    entities (tabs and line breaks stay)."""
+    return _TEXT.sub(_text_sub, text)
 
 
 def escape_attr(value: object) -> str:
     """A value as a double-quoted attribute, quotes included: ``key="db/primary"``."""
-    return '"' + _ATTR.sub(_entity, "" if value is None else str(value)) + '"'
+    return '"' + _ATTR.sub(_attr_sub, "" if value is None else str(value)) + '"'

@@ -24,12 +24,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..rules.errors import GitError
+from ..rules.fsutil import temp_dir, write_new_exclusive
 
 #: The first line of every hook ``memvault hooks install`` writes (memvault.interfaces.githooks.MARKER).
 HOOK_MARKER = "# memvault hook"
@@ -211,12 +211,11 @@ def _serialize(entries: dict[bytes, tuple[bytes, bytes]]) -> bytes:
 
 
 def _write_trees(trees: dict[str, bytes], run: Callable[..., bytes]) -> None:
-    with tempfile.TemporaryDirectory(prefix="memvault-tree-") as tmp:
+    with temp_dir("memvault-tree-") as tmp:
         paths = []
         for tree_id, data in trees.items():
             path = os.path.join(tmp, tree_id)
-            with open(path, "wb") as f:
-                f.write(data)
+            write_new_exclusive(Path(path), data, mode=0o644)
             paths.append(path)
         ids = run(["hash-object", "-w", "-t", "tree", "--no-filters", "--stdin-paths"],
                   ("\n".join(paths) + "\n").encode()).decode().split()

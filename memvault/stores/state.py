@@ -1,8 +1,9 @@
 """Local state that is not derived from the vault: how much each memory has been used, what recall returned, and
 the log of recalls (who asked what, and what they were told).
 
-Kept in ``.memvault/state.db``, apart from the index, so deleting or rebuilding the index never loses it. A damaged
-file is moved aside and a fresh one started (usage is a ranking hint, not memory): recall goes on, with a warning.
+Kept in ``state.db`` in the vault's state directory (:mod:`memvault.rules.places`), apart from the index, so deleting
+or rebuilding the index never loses it. A damaged file is moved aside and a fresh one started (usage is a ranking
+hint, not memory): recall goes on, with a warning.
 
 Usage is two decaying counters per memory: ``uses`` (a fact fetched by key, a procedure run, an explicit ``used``
 report) and ``shown`` (recall returned it, weighted by rank and relevance). Each is stored as its value at its
@@ -10,14 +11,13 @@ last update and decays with a half-life when read, so an unused memory's count f
 rows. An untrusted source's use reports count at most once per memory per day.
 
 The recall log (``recall_log``) keeps one row per recall made through the facade, from any interface: when, the
-asking source, the question, what came back (kind, id, score, trusted — not the text, which the vault and its git
+asking source, the question (private spans dropped and secrets redacted, as capture stores a turn), what came back (kind, id, score, trusted — not the text, which the vault and its git
 history keep) or why nothing did, and how long it took. It is local (never pushed) and pruned with the retention
 of raw episodes (``memvault prune``).
 """
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -26,8 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..rules.errors import SearchIndexError
-from ..rules.fsutil import drop_links, ensure_dir
+from ..rules.fsutil import drop_links, ensure_dir, remove, replace, sqlite_path
 from ..rules.migrations import migrate
+from ..rules.redaction import clean
 from ..rules.timeutil import decayed, format_time, from_timestamp, now
 
 MIGRATIONS = [
@@ -153,7 +154,7 @@ class State:
             raise sqlite3.DatabaseError(f"table {', '.join(missing)} missing")
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(str(sqlite_path(self.path)), timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         # As the index: a commit does not wait for the disk (WAL stays consistent; a power cut may lose the last
         # usage counts and recall-log lines). A warm recall spent 35 ms of 80 in the log line's fsync under load.
@@ -164,10 +165,9 @@ class State:
     def _move_aside(self, exc: BaseException) -> Path:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path, aside)
+            replace(self.path, aside)
         for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(self.path) + suffix).unlink()
+            remove(Path(str(self.path) + suffix))
         return aside
 
     def _guarded(self, fn, *args):  # type: ignore[no-untyped-def]
@@ -298,16 +298,37 @@ class State:
 
     # -- the recall log ----------------------------------------------------------------------------------
     def log_recall(self, entry: RecallLogEntry) -> None:
-        """Append one recall to the log (one short autocommit insert)."""
+        """Append one recall to the log (one short autocommit insert). The question is stored as capture stores a
+        turn (:func:`memvault.rules.redaction.clean`): a prompt an agent hook passes on may hold a key, a
+        password or a private span, and this file is outside the write gate."""
         import json
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO recall_log(at, source, query, options, hits, nothing_found, warnings, ms) "
                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                         (entry.at, entry.source, entry.query, json.dumps(entry.options, sort_keys=True),
-                          json.dumps(entry.hits), entry.nothing_found, entry.warnings, entry.ms))
+                         (entry.at, entry.source, clean(entry.query), json.dumps(entry.options, sort_keys=True),
+                          json.dumps(entry.hits), None if entry.nothing_found is None else clean(entry.nothing_found),
+                          entry.warnings, entry.ms))
 
         self._guarded(write)
+
+    def forget_source(self, pattern: str) -> int:
+        """Drop the recall log's entries asked by a source matching ``pattern`` (exact, or a prefix ending in
+        ``*``: a purge by source), then checkpoint so their questions are not left in the WAL. How many went."""
+        if not self.path.exists():
+            return 0
+        if pattern.endswith("*"):  # as source_matches: case-sensitive, so not LIKE
+            where, args = "substr(source, 1, ?) = ?", (len(pattern) - 1, pattern[:-1])
+        else:
+            where, args = "source = ?", (pattern,)
+
+        def write(conn: sqlite3.Connection) -> int:
+            removed = conn.execute(f"DELETE FROM recall_log WHERE {where}", args).rowcount
+            if removed:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return int(removed)
+
+        return self._guarded(write)
 
     def recalls(self, *, limit: int = 100, before: int | None = None,
                 source: str | None = None) -> list[RecallLogEntry]:
@@ -373,7 +394,8 @@ class RecallLogEntry:
         import json
 
         id_, at, source, query, options, hits, nothing, warnings, ms = row
-        return cls(float(at), str(source), str(query), json.loads(str(options)), json.loads(str(hits)),
+        # Shown redacted too: an entry written before questions were redacted on the way in.
+        return cls(float(at), str(source), clean(str(query)), json.loads(str(options)), json.loads(str(hits)),
                    nothing if nothing is None else str(nothing), int(warnings), float(ms), int(id_))
 
     def to_dict(self) -> dict[str, object]:

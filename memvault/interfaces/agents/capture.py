@@ -4,7 +4,8 @@ What a turn keeps: the person's prompt, the agent's final answer, the commands i
 files it changed (never tool output). ``meta`` holds ``session_id``, ``runtime``, ``cwd`` and ``turn_id``; the
 project's slug is a tag. On the way in:
 
-- text inside ``<private>...</private>`` is dropped (an unclosed ``<private>`` drops the rest of that text);
+- text inside ``<private>...</private>`` is dropped however the tag is spelled, and so is its repetition elsewhere in
+  the turns captured with it (:mod:`memvault.rules.redaction`; an unclosed ``<private>`` drops the rest of that text);
 - secrets are redacted with the detector every write goes through (:func:`memvault.rules.secrets.redact`): the
   secret becomes ``[redacted: <kind>]``, the rest of the turn is kept, and ``meta.redacted`` counts them;
 - a turn over ``[capture] episode_bytes`` is cut, part by part, and the episode says how much was cut; a session
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import InvalidValue, MemvaultError, UntrustedSource
 from ...rules.fsutil import locked
-from ...rules.secrets import redact, scan_fields
+from ...rules.redaction import drop_echoes, scrub_lines, strip_private
+from ...rules.secrets import redact
+from ...rules.timeutil import now, parse_time
+from ...rules.validation import check_episode_time
 from . import project as project_mod
 from . import transcripts
 from .transcripts import Turn
@@ -38,9 +42,16 @@ if TYPE_CHECKING:
     from ...core.vault import Vault
 
 _SEPARATOR = "\n\x00\n"
-_PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
 #: Bytes kept free in an episode line for its JSON envelope (id, times, source, tags, meta).
 ENVELOPE = 2048
+#: Longest session or turn id stored (a longer one is clipped and hashed: :func:`_bounded`), and longest cwd.
+ID_CHARS, PATH_CHARS = 200, 1024
+#: Bytes of transcript read at a time: memory holds one piece's turns; the cursor is saved after each.
+PIECE_BYTES = 8 << 20
+#: A part of a turn longer than this many times the turn's cap is cut before redaction (what is kept is the same).
+PRECUT = 4
+#: Seconds a capture starts new pieces for by default (PreCompact hooks get 60 s; the next capture resumes).
+CAPTURE_SECONDS = 40.0
 #: Shares of a turn's byte cap, in the order they are filled: what did not use its share passes it on.
 SHARES = (("prompt", 0.35), ("answer", 0.45), ("commands", 0.15), ("files", 0.05))
 
@@ -78,79 +89,164 @@ class CaptureReport:
 
 
 def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: str | None = None,
-            cwd: str | None = None, final: bool = False) -> CaptureReport:
+            cwd: str | None = None, final: bool = False, budget: float | None = CAPTURE_SECONDS) -> CaptureReport:
     """Append the new turns of ``transcript`` (a ``runtime`` transcript file) as episodes. ``final`` (the session
-    ended) stores the last turn even if the runtime did not mark it over."""
+    ended) stores the last turn even if the runtime did not mark it over.
+
+    The transcript is read in pieces of :data:`PIECE_BYTES` (memory holds one piece's turns, never the file),
+    each stored and its cursor saved before the next is read; past ``budget`` seconds (None: no limit) no new
+    piece is started, the report says where it stopped, and the next capture resumes from there."""
     if runtime not in transcripts.RUNTIMES:
         raise InvalidValue("runtime", f"{runtime!r} is not one of {', '.join(transcripts.RUNTIMES)}")
     path = Path(transcript).expanduser()
     if not path.is_file():
-        raise InvalidValue("transcript", f"{path}: no such file")
+        raise InvalidValue("transcript", f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     source = f"agent:{runtime}"
+    session_id = _bounded(session_id) if session_id else None
     key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode()).hexdigest()[:16]
+    deadline = None if budget is None else time.monotonic() + budget
     with locked(vault.state_dir / "locks" / f"capture-{key}.lock"):
-        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final)
+        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final, deadline)
 
 
 def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: str | None, cwd: str | None,
-             final: bool) -> CaptureReport:
+             final: bool, deadline: float | None) -> CaptureReport:
     log = vault.captures
     provisional = session_id or path.stem
     cursor = log.cursor(runtime, provisional, str(path))
-    read = transcripts.read(runtime, path, cursor.offset)
-    session = session_id or read.session_id or path.stem
+    read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
+    session = session_id or _bounded(read.session_id or "") or path.stem
     if session != provisional:
         cursor = log.cursor(runtime, session, str(path))
         if cursor.offset != 0:
-            read = transcripts.read(runtime, path, cursor.offset)
+            read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
     report = CaptureReport(runtime, session, str(path), problems=read.problems[:5])
-    done = [t for t in read.turns if t.complete or final]
-    report.open_turns = len(read.turns) - len(done)
-    seen = log.seen(runtime, [t.id for t in done])
-    new = [t for t in done if t.id not in seen]
-    report.skipped = len(done) - len(new)
     where = cwd or read.cwd
     project = project_mod.detect(where, commits=0) if where else None
+    echoes: list[str] = []
+    stored: list[dict[str, Any]] = []
+    while True:
+        stored += _piece(vault, log, runtime, source, path, session, where, project, cursor, read, final, report,
+                         echoes)
+        if not read.more:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            report.problems.append(f"stopped after the capture's time budget at byte {cursor.offset} of "
+                                   f"{_size(path)}: the next capture goes on from there")
+            break
+        read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
+        report.problems += read.problems[:5]
     settings = vault.config.capture
-    cap = max(1024, min(settings.episode_bytes, vault.config.limits.episode_bytes - ENVELOPE))
-    items: list[dict[str, Any]] = []
-    stored_ids: list[str] = []
-    for turn in new:
-        if cursor.capped:
-            report.not_stored += 1
-            stored_ids.append(turn.id)
-            continue
-        item, size = _episode(turn, runtime, session, where, project, cap, report)
-        if cursor.stored_bytes + size > settings.session_bytes:
-            cursor.capped = True
-            report.not_stored += 1
-            stored_ids.append(turn.id)
-            continue
-        cursor.stored_bytes += size
-        items.append(item)
-        stored_ids.append(turn.id)
     if report.not_stored:
-        items.append(_cap_note(report.not_stored, settings.session_bytes, runtime, session, where, project,
-                               new[-1].at if new else None))
-    if items:
+        note = _cap_note(report.not_stored, settings.session_bytes, runtime, session, where, project, None)
         try:
-            report.captured = [e.id for e in vault.episodes.append_many(items, source=source)]
-        except MemvaultError:  # one turn the gate refuses must not hold the session's others back forever
-            for item in items:
-                try:
-                    report.captured += [e.id for e in vault.episodes.append_many([item], source=source)]
-                except MemvaultError as exc:
-                    report.problems.append(f"turn {item['meta'].get('turn_id')} not stored: {exc}")
-    cursor.offset = read.end if not final else max(read.end, _size(path))
-    log.record(cursor, stored_ids)
-    if settings.extractor and items:
+            report.captured += [e.id for e in vault.episodes.append_many([note], source=source)]
+        except MemvaultError as exc:
+            report.problems.append(f"the session cap's note not stored: {exc}")
+    if settings.extractor and stored:
         try:
             report.extractor = _extract(vault, settings.extractor, settings.extractor_timeout, source,
-                                        [i for i in items if i["meta"].get("turn_id")])
+                                        [i for i in stored if i["meta"].get("turn_id")])
         except MemvaultError as exc:  # the turns are stored; only the proposals are missing
             report.extractor = {"error": str(exc)}
             report.problems.append(f"extractor: {exc}")
     return report
+
+
+def _piece(vault: Vault, log: Any, runtime: str, source: str, path: Path, session: str, where: str | None,
+           project: project_mod.Project | None, cursor: Any, read: transcripts.Transcript, final: bool,
+           report: CaptureReport, echoes: list[str]) -> list[dict[str, Any]]:
+    """Store the turns of one piece read, then move the cursor: past every turn stored, never past one that was
+    not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored."""
+    last = final and not read.more
+    for turn in read.turns:
+        turn.id = _bounded(turn.id)
+    done = [t for t in read.turns if t.complete or last]
+    report.open_turns = len(read.turns) - len(done)
+    _refill(vault, log, runtime, report)  # found damaged when opened
+    seen = log.seen(runtime, [t.id for t in done])
+    if _refill(vault, log, runtime, report):  # found damaged by the query, which ran on the fresh file
+        seen = log.seen(runtime, [t.id for t in done])
+    new = [t for t in done if t.id not in seen]
+    report.skipped += len(done) - len(new)
+    settings = vault.config.capture
+    cap = max(1024, min(settings.episode_bytes, vault.config.limits.episode_bytes - ENVELOPE))
+    items: list[tuple[Turn, dict[str, Any], int]] = []
+    stored_ids: list[str] = []
+    not_stored = 0
+    for turn in new:
+        if cursor.capped:
+            not_stored += 1
+            stored_ids.append(turn.id)
+            continue
+        item, size = _episode(turn, runtime, session, where, project, cap, report, echoes)
+        if cursor.stored_bytes + size > settings.session_bytes:
+            cursor.capped = True
+            not_stored += 1
+            stored_ids.append(turn.id)
+            continue
+        cursor.stored_bytes += size
+        items.append((turn, item, size))
+        stored_ids.append(turn.id)
+    report.not_stored += not_stored
+    refused: list[Turn] = []
+    if items:
+        try:
+            report.captured += [e.id for e in vault.episodes.append_many([i for _, i, _ in items], source=source)]
+        except MemvaultError:  # one turn the gate refuses must not hold the session's others back forever
+            for turn, item, size in items:
+                try:
+                    report.captured += [e.id for e in vault.episodes.append_many([item], source=source)]
+                except MemvaultError as exc:
+                    report.problems.append(f"turn {item['meta'].get('turn_id')} not stored: {exc}; left for the "
+                                           "next capture")
+                    refused.append(turn)
+                    cursor.stored_bytes -= size
+    lost = {t.id for t in refused}
+    cursor.offset = max(read.end, _size(path)) if last else read.end
+    if refused and runtime != "gemini":  # never past a turn that was not stored (Gemini's file is read whole)
+        cursor.offset = min(cursor.offset, min(t.start for t in refused))
+    log.record(cursor, [t for t in stored_ids if t not in lost])
+    return [i for t, i, _ in items if t.id not in lost]
+
+
+def _bounded(value: str, limit: int = ID_CHARS) -> str:
+    """An identifier from a transcript or a payload, kept to ``limit`` characters: a longer one (a 5 MB session
+    id) is clipped and made unique again by a hash of the whole, so it still names one session or turn."""
+    if len(value) <= limit:
+        return value
+    return value[: limit - 17] + "~" + hashlib.sha1(value.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _when(turn: Turn, meta: dict[str, Any], report: CaptureReport) -> str | None:
+    """The turn's time if the vault can store it, else None (the time of capture), the claimed time kept in
+    ``meta.claimed_at``: a turn dated in the future or unreadably was refused, and so lost, before."""
+    if turn.at is None:
+        return None
+    try:
+        check_episode_time(parse_time(turn.at, "at"), now=now())
+        return turn.at
+    except InvalidValue as exc:
+        meta["claimed_at"] = _bounded(turn.at, 64)
+        report.problems.append(f"turn {meta['turn_id']}: {exc.reason}; stored with the time of capture")
+        return None
+
+
+def _refill(vault: Vault, log: Any, runtime: str, report: CaptureReport) -> bool:
+    """A captures.db found damaged was moved aside and started afresh: its turns come back from the episodes
+    they became (``meta.turn_id``), so none is stored twice; the report (and the hook's log) says so."""
+    if not log.rebuilt:
+        return False
+    log.rebuilt = False
+    turns = []
+    for episode in vault.episodes.iter(source=f"agent:{runtime}"):
+        meta = episode.meta if isinstance(episode.meta, dict) else {}
+        if isinstance(meta.get("turn_id"), str):
+            turns.append((meta["turn_id"], str(meta.get("session_id") or "")))
+    log.restore(runtime, turns)
+    report.problems += [f"{w} ({len(turns)} turns)" for w in log.warnings]
+    log.warnings.clear()
+    return True
 
 
 def _size(path: Path) -> int:
@@ -162,8 +258,9 @@ def _size(path: Path) -> int:
 
 # ------------------------------------------------------------------------------------------------ one turn
 def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: project_mod.Project | None,
-             cap: int, report: CaptureReport) -> tuple[dict[str, Any], int]:
-    """The episode of one turn (private spans dropped, secrets redacted, cut to ``cap`` bytes) and its size."""
+             cap: int, report: CaptureReport, echoes: list[str]) -> tuple[dict[str, Any], int]:
+    """The episode of one turn (private spans and their echoes dropped, secrets redacted, cut to ``cap`` bytes)
+    and its size. ``echoes`` holds the private spans of the turns before it, and receives this turn's."""
     counts = {"private": 0, "redacted": 0}
     raw = {
         "prompt": turn.prompt,
@@ -171,14 +268,33 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
         "commands": "\n".join(f"- `{c.command}` ({c.status()})" for c in turn.commands),
         "files": ", ".join(turn.files),
     }
+    spans: list[str] = []
     for name, text in raw.items():
-        raw[name], n = _PRIVATE.subn("[private: not stored]", text)
+        raw[name], found = strip_private(text)
+        spans += found
+        counts["private"] += len(found)
+    spans += echoes
+    for name, text in raw.items():  # the assistant (or a command) repeating what the person marked private
+        raw[name], n = drop_echoes(text, spans)
         counts["private"] += n
+    echoes.extend(s for s in spans if s not in echoes)
+    # A part far over the cap (a pasted 5 MB log) is cut before the detector reads it, at a line end: at most
+    # PRECUT times the cap is kept, which still fills the cap after redaction, and the detector's time is bounded.
+    precut: dict[str, int] = {}
+    for name, text in raw.items():
+        data = text.encode("utf-8")
+        if len(data) > PRECUT * cap:
+            head = data[: PRECUT * cap]
+            head = head[: head.rfind(b"\n") + 1] or head
+            raw[name] = head.decode("utf-8", errors="ignore")
+            precut[name] = len(data) - len(raw[name].encode("utf-8"))
     # One pass of the detector over the whole turn (parts joined by a separator no secret can span).
     joined, findings = redact(_SEPARATOR.join(raw.values()))
     counts["redacted"] += len(findings)
     parts = {name: text.strip() for name, text in zip(raw, joined.split(_SEPARATOR))}
     parts, cut = _fit(parts, cap)
+    for name, n in precut.items():
+        cut[name] = cut.get(name, 0) + n
     lines = [f"User: {parts['prompt']}"]
     if parts["answer"]:
         lines.append(f"Assistant: {parts['answer']}")
@@ -192,7 +308,7 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
     text = _scrub("\n\n".join(lines), counts)
     meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "turn_id": turn.id}
     if cwd or turn.cwd:
-        meta["cwd"] = turn.cwd or cwd
+        meta["cwd"] = _bounded(turn.cwd or cwd or "", PATH_CHARS)
     if counts["redacted"]:
         meta["redacted"] = counts["redacted"]
     if counts["private"]:
@@ -203,23 +319,16 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
     report.private += counts["private"]
     report.cut += bool(cut)
     tags = [runtime] + ([project.slug] if project is not None else [])
-    return {"text": text, "kind": "raw", "at": turn.at, "tags": tags, "meta": meta}, len(text.encode("utf-8"))
+    at = _when(turn, meta, report)
+    return {"text": text, "kind": "raw", "at": at, "tags": tags, "meta": meta}, len(text.encode("utf-8"))
 
 
 def _scrub(text: str, counts: dict[str, int]) -> str:
-    """What the write gate would still refuse after redaction (a secret only its context reveals) goes with its
-    whole line: a captured turn is kept without it rather than refused."""
-    for _ in range(3):
-        findings = scan_fields({"text": text})
-        if not findings:
-            return text
-        lines = text.split("\n")
-        for finding in findings:
-            if 0 < finding.line <= len(lines):
-                lines[finding.line - 1] = f"<redacted-line:{finding.kind.replace(' ', '-')}>"
-                counts["redacted"] += 1
-        text = "\n".join(lines)
-    return "<redacted-text>"
+    """What the write gate would still refuse after redaction goes with its whole line: a captured turn is kept
+    without it rather than refused."""
+    text, dropped = scrub_lines(text)
+    counts["redacted"] += dropped
+    return text
 
 
 def _fit(parts: dict[str, str], cap: int) -> tuple[dict[str, str], dict[str, int]]:
@@ -260,7 +369,7 @@ def _cap_note(n: int, cap: int, runtime: str, session: str, cwd: str | None,
             f"({cap} bytes); {n} later turn{'s were' if n != 1 else ' was'} not stored.")
     meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "not_stored": n}
     if cwd:
-        meta["cwd"] = cwd
+        meta["cwd"] = _bounded(cwd, PATH_CHARS)
     return {"text": text, "kind": "raw", "at": at, "tags": [runtime] + ([project.slug] if project else []),
             "meta": meta}
 

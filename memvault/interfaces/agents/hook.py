@@ -139,9 +139,9 @@ def _session_start(root: str | None, runtime: str, payload: dict[str, Any], star
     reply = _warm(root, args, limit - (time.monotonic() - started))
     if reply is not None and isinstance(reply.get("context"), str):
         return _context(name, reply["context"])
-    text = _cold(root, args, started + limit, limit)
-    if reply is not None and reply.get("error"):  # the warm process failed: the block built here, and why
-        text = f"memvault: the warm process failed ({reply['error']}); keyword-only recall here\n{text}"
+    if reply is not None and reply.get("error"):  # the warm process failed: the block is built here; why is logged
+        _log(root, f"session-start ({runtime}): the warm process failed ({reply['error']}); keyword-only recall here")
+    text = _cold(root, args, started + limit, limit, runtime=runtime)
     _spawn_warm_up(root, cwd)
     return _context(name, text)
 
@@ -163,17 +163,24 @@ def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach:
         return {"systemMessage": _no_vault()}
     if not isinstance(transcript, str) or not transcript:
         return None  # nothing to read (Codex may pass null before the first turn)
+    if not os.path.lexists(os.path.expanduser(transcript)):
+        # A session that wrote no transcript still ends: `claude mcp list` sends SessionEnd with the path the file
+        # would have had (anthropics/claude-code#30217). Nothing to keep, so nothing to say, and no process spawned.
+        return None
     if detach:
         _detach(root, runtime, payload)
         return None
-    from .capture import capture  # the vault's code, now that there is work for it
+    from .capture import CAPTURE_SECONDS, capture  # the vault's code, now that there is work for it
     from ...core.vault import Vault
 
     event = payload.get("hook_event_name")
     vault = Vault(root)
-    report = capture(vault, runtime, transcript, session_id=payload.get("session_id") or None,
+    session = payload.get("session_id")
+    # PreCompact waits for its hook (60 s): the capture stops starting pieces after CAPTURE_SECONDS and the next one
+    # resumes. A session's end is captured detached, with nothing after it to resume: no limit then.
+    report = capture(vault, runtime, transcript, session_id=session if isinstance(session, str) and session else None,
                      cwd=payload.get("cwd") if isinstance(payload.get("cwd"), str) else None,
-                     final=event in FINAL_EVENTS)
+                     final=event in FINAL_EVENTS, budget=None if event in FINAL_EVENTS else CAPTURE_SECONDS)
     _log(root, report.summary() + (f" ({'; '.join(report.problems)})" if report.problems else ""))
     return None
 
@@ -203,8 +210,13 @@ def _warm(root: str, args: dict[str, Any], timeout: float) -> dict[str, Any] | N
     return call(root, "agent_context", {**args, "mode": "hybrid"}, timeout=timeout)
 
 
-def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, quiet: bool = False) -> str:
-    """Build the context here, keyword-only, on a thread: past the deadline, say so and leave."""
+#: What a session is told when no memory could be given it (why is in agents.log, for 'memvault agent status').
+NOT_LOADED = "memvault: no stored memory was loaded at the start of this session; memvault's recall tool can still look things up."
+
+
+def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, quiet: bool = False,
+          runtime: str = "") -> str:
+    """Build the context here, keyword-only, on a thread: past the deadline, log why and leave with one line."""
     done: dict[str, Any] = {}
 
     def work() -> None:
@@ -222,15 +234,14 @@ def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, qui
     if thread.is_alive():
         if quiet:
             return ""
-        return (f"memvault: gave up loading memory after {limit:g} s ([agents] time_limit); nothing recalled this "
-                "time. 'memvault reindex' builds the index ahead of time, and a warm process answers in tens of "
-                "milliseconds.")
+        _log(root, f"session-start ({runtime}): gave up loading memory after {limit:g} s ([agents] time_limit); "
+                   "'memvault reindex' builds the index ahead of time, and a warm process answers in tens of ms")
+        return NOT_LOADED
     if "error" in done:
         if quiet:
             return ""
-        from ...rules.errors import describe
-
-        return f"memvault: memory could not be loaded: {describe(done['error'])[0]}"
+        _log(root, f"session-start ({runtime}): memory could not be loaded: {_reason(done['error'])}")
+        return NOT_LOADED
     return str(done["context"].text)
 
 
@@ -245,15 +256,24 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
         return
     if "agent_context" not in CALLS:
         return
-    stamp = os.path.join(root, ".memvault", "agents-warm-up")
     try:
-        if time.time() - os.stat(stamp).st_mtime < WARMUP_EVERY:
+        stamp = _state_dir(root) / "agents-warm-up"
+    except Exception:  # noqa: BLE001 - no state directory of its own (a link refused): no warm-up from here
+        return
+    try:
+        if time.time() - os.stat(stamp, follow_symlinks=False).st_mtime < WARMUP_EVERY:
             return
     except OSError:
         pass
+    from ...rules.errors import UnsafePath
+    from ...rules.fsutil import open_private
+
     try:
-        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # never through a link
-        os.utime(stamp, follow_symlinks=False)
+        fd = open_private(stamp, os.O_WRONLY | os.O_CREAT, 0o600)  # never through a link
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
         import subprocess
 
         proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault", root],
@@ -261,7 +281,7 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
                                 start_new_session=True, close_fds=True, cwd=root)
         assert proc.stdin is not None
         proc.stdin.close()
-    except OSError:
+    except (OSError, UnsafePath):  # a stamp that cannot be written (a link refused): no warm-up
         return
 
 
@@ -270,14 +290,12 @@ def _warm_up(root: str | None, payload: dict[str, Any]) -> None:
         return
     from ...core.vault import Vault
 
-    if not Vault(root).config.embedding.daemon:
+    embedding = Vault(root).config.embedding
+    if not embedding.daemon:
         return
     from ...models import daemon
 
-    start = getattr(daemon, "start", None)  # the warm process of memvault.interfaces.warm
-    if start is None:
-        return
-    start()
+    daemon.start(embedding.daemon_idle)  # the vault's [embedding] daemon_idle, as every other start passes it
     _warm(root, {"kind": "session", "cwd": root, "start": "warm-up"}, 120.0)
 
 
@@ -304,11 +322,20 @@ def _reason(exc: BaseException) -> str:
 def _failure(event: Any, runtime: str, exc: BaseException) -> dict[str, Any] | None:
     reason = _reason(exc)
     line = f"memvault: the {event or 'agent'} hook failed ({reason}); 'memvault agent status' checks the install."
-    if event == "session-start":
-        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), line)
+    if event == "session-start":  # why is in agents.log (main wrote it): the model hears only that memory is off
+        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), NOT_LOADED)
     if event == "prompt":
         return None  # nothing added to the prompt; the line is in agents.log
     return {"systemMessage": line}
+
+
+def _escaped(line: str) -> str:
+    """A line for the agent's context, escaped as memory text is (an error may quote a file name or a value)."""
+    try:
+        from ...rules.markup import escape_text
+    except Exception:  # noqa: BLE001 - even the vault's code may be what is broken: no markup character is kept
+        return "".join(ch if ch.isalnum() or ch in " .,:;()'/-_" else "?" for ch in line)
+    return escape_text(line)
 
 
 class _Sink:
@@ -327,11 +354,24 @@ def _emit(output: dict[str, Any] | None) -> None:
     sys.stdout.flush()
 
 
+def _state_dir(root: str) -> Any:
+    """The vault's state directory (in the git directory, where no commit reaches; never the work tree's
+    ``.memvault``)."""
+    from pathlib import Path
+
+    from ...rules.places import state_dir_for
+
+    return state_dir_for(Path(root))
+
+
 def _log_fd(root: str) -> Any:
-    try:
-        os.makedirs(os.path.join(root, ".memvault"), exist_ok=True)
-        return open(os.path.join(root, ".memvault", LOG_NAME), "ab")
-    except OSError:
+    from ...rules.errors import UnsafePath
+    from ...rules.fsutil import open_private
+
+    try:  # never through a link: a committed agents.log -> FILE must not make every hook append to FILE
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        return os.fdopen(open_private(_state_dir(root) / LOG_NAME, flags, 0o600), "ab")
+    except (OSError, UnsafePath):
         return None
 
 

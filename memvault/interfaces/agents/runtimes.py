@@ -14,6 +14,7 @@ registers stamps ``agent:<runtime>`` on every write, never a trusted source.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -23,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...rules.errors import ConfigError, InvalidValue
-from ...rules.fsutil import atomic_write
+from ...rules.errors import ConfigError, InvalidValue, UnsafePath
+from ...rules.fsutil import atomic_write, check_dir, ensure_dir, read_regular, remove, remove_dir
 from .configfiles import JsonText, TomlBlock, toml_string
 
 HOOK_MODULE = "memvault.interfaces.agents.hook"
@@ -132,7 +133,7 @@ def paths(name: str, scope: str, project: Path | None = None) -> dict[str, Path]
 
 def state_dir() -> Path:
     """memvault's own per-user state (install records and backups): ``$XDG_STATE_HOME/memvault``."""
-    return Path(os.environ.get("XDG_STATE_HOME") or home() / ".local" / "state") / "memvault"
+    return Path(os.environ.get("XDG_STATE_HOME") or home() / ".local" / "state").resolve() / "memvault"
 
 
 # ------------------------------------------------------------------------------------------------ what
@@ -203,18 +204,22 @@ class _Files:
     """The settings files one command edits: each read once, edited in memory, and written once at the end (after a
     backup of what it was), with the install record."""
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self, report: Report, *, follow: bool = True) -> None:
         self.report = report
+        self.follow = follow  # a user's own links (dotfiles) are followed; a project's never (a commit can hold one)
         self.first: dict[Path, str | None] = {}
         self.texts: dict[Path, str | None] = {}
         self.made: list[str] = []  # folders this command created
         self.record = _Record()
 
+    def target(self, path: Path) -> Path:
+        return _target(path) if self.follow else path
+
     def read(self, path: Path) -> str | None:
-        path = _target(path)
+        path = self.target(path)
         if path not in self.first:
             try:
-                self.first[path] = path.read_text(encoding="utf-8")
+                self.first[path] = _read_file(path, follow=self.follow)
             except FileNotFoundError:
                 self.first[path] = None
             except UnicodeDecodeError:
@@ -223,7 +228,7 @@ class _Files:
         return self.texts[path]
 
     def write(self, path: Path, text: str | None, original: str | None = None) -> None:
-        self.texts[_target(path)] = text
+        self.texts[self.target(path)] = text
 
     def flush(self) -> None:
         emptied: list[str] = []
@@ -234,11 +239,10 @@ class _Files:
             if original is not None:
                 name = f"{str(path).strip('/').replace('/', '%')}.{time.strftime('%Y%m%dT%H%M%S')}"
                 backup = state_dir() / "backups" / name
-                backup.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(backup, original.encode("utf-8"), mode=0o600)
                 self.report.backups.append(str(backup))
             if text is None:
-                path.unlink(missing_ok=True)
+                remove(path)
                 emptied += self.record.get(path).get("created_dirs", [])
                 self.report.changed.append(f"removed {path}")
                 continue
@@ -247,7 +251,7 @@ class _Files:
             while not parent.exists():
                 created.append(str(parent))
                 parent = parent.parent
-            path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(path.parent)
             made = [d for d in self.made if path.parent == Path(d) or Path(d) in path.parents]
             if created or made:
                 self.record.get(path)["created_dirs"] = created + made
@@ -256,10 +260,8 @@ class _Files:
             atomic_write(path, text.encode("utf-8"), mode=mode)
             self.report.changed.append(f"{'updated' if original is not None else 'created'} {path}")
         for folder in sorted(set(emptied), key=len, reverse=True):  # the folders install made, once empty
-            try:
-                Path(folder).rmdir()
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                remove_dir(Path(folder))
         self.record.save()
 
 
@@ -269,7 +271,7 @@ def install(name: str, vault: Path, *, scope: str = "user", per_prompt: bool = F
     rt = runtime(name)
     where = paths(name, scope, project)
     report = Report(name, scope, {k: str(v) for k, v in where.items()})
-    files = _Files(report)
+    files = _Files(report, follow=scope == "user")
     specs = [s for s in rt.hooks if per_prompt or not s.optional]
     if name == "codex":
         _install_toml(files, where["mcp"], vault, python)
@@ -293,7 +295,7 @@ def uninstall(name: str, *, scope: str = "user", project: Path | None = None) ->
     rt = runtime(name)
     where = paths(name, scope, project)
     report = Report(name, scope, {k: str(v) for k, v in where.items()})
-    files = _Files(report)
+    files = _Files(report, follow=scope == "user")
     if name == "codex":
         _uninstall_toml(files, where["mcp"])
     else:
@@ -301,7 +303,7 @@ def uninstall(name: str, *, scope: str = "user", project: Path | None = None) ->
     _edit_json(files, where["hooks"], lambda doc, rec: _drop_hooks(doc), removing=True)
     files.flush()
     for path in {*where.values()}:
-        files.record.forget(_target(path))
+        files.record.forget(files.target(path))
     files.record.save()
     if not report.changed:
         report.notes.append(f"{rt.title}: nothing of memvault's was installed there")
@@ -315,9 +317,9 @@ def _edit_json(files: _Files, path: Path, edit: Any, *, removing: bool = False) 
     if removing and original is None:
         return
     doc = JsonText(original or "", path)
-    rec = files.record.get(_target(path))
+    rec = files.record.get(files.target(path))
     known = bool(rec)
-    if files.first[_target(path)] is None:
+    if files.first[files.target(path)] is None:
         rec["created_file"] = True
     touched = edit(doc, rec) or set()
     if touched:
@@ -326,7 +328,7 @@ def _edit_json(files: _Files, path: Path, edit: Any, *, removing: bool = False) 
     if not doc.root.members and (original is None or (removing and touched and (rec.get("created_file")
                                                                                 or not known))):
         text = None
-    files.texts[_target(path)] = text
+    files.texts[files.target(path)] = text
     files.write(path, text, original)
 
 
@@ -479,7 +481,7 @@ def _install_toml(files: _Files, path: Path, vault: Path, python: str | None) ->
         files.report.notes.append(f"[mcp_servers.{SERVER}] is already in {path} (not by this install): left as it is")
         return
     prefix = block.put(toml_block(vault, python))
-    rec = files.record.get(_target(path))
+    rec = files.record.get(files.target(path))
     rec.setdefault("toml_prefix", prefix)
     if original is None:
         rec["created_file"] = True
@@ -491,7 +493,7 @@ def _uninstall_toml(files: _Files, path: Path) -> None:
     if original is None:
         return
     block = TomlBlock(original, TOML_MARKER, path)
-    rec = files.record.get(_target(path))
+    rec = files.record.get(files.target(path))
     if not block.drop(rec.get("toml_prefix")):
         return
     text: str | None = block.text
@@ -530,7 +532,6 @@ class _Record:
         if not self.dirty:
             return
         self.data = {k: v for k, v in self.data.items() if v}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, (json.dumps(self.data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode=0o600)
 
 
@@ -544,16 +545,16 @@ def status(name: str, *, scope: str = "user", project: Path | None = None) -> Re
     state: dict[str, Any] = {"mcp": None, "hooks": {}}
     try:
         if name == "codex":
-            text = _read(where["mcp"])
+            text = _read(where["mcp"], follow=scope == "user")
             block = TomlBlock(text or "", TOML_MARKER, where["mcp"])
             server = block.data.get("mcp_servers", {}).get(SERVER)
             state["mcp"] = ("installed" if block.find() is not None else "other") if server else None
         else:
-            doc = JsonText(_read(where["mcp"]) or "", where["mcp"])
+            doc = JsonText(_read(where["mcp"], follow=scope == "user") or "", where["mcp"])
             node = doc.get(("mcpServers", SERVER))
             server = doc.value(node) if node is not None else None
             state["mcp"] = ("installed" if is_ours_server(server) else "other") if server is not None else None
-        doc = JsonText(_read(where["hooks"]) or "", where["hooks"])
+        doc = JsonText(_read(where["hooks"], follow=scope == "user") or "", where["hooks"])
         for spec in rt.hooks:
             found = _our_handlers(doc, spec.event)
             if not found:
@@ -562,22 +563,57 @@ def status(name: str, *, scope: str = "user", project: Path | None = None) -> Re
             node = doc.get(("hooks", spec.event)).items[gi].member("hooks").items[hi]  # type: ignore[union-attr]
             command = str(doc.value(node).get("command", ""))
             state["hooks"][spec.event] = _check_command(command)
+            vault = _vault_of(command)
+            if vault is not None:
+                state.setdefault("vault", str(vault))
         if name == "claude-code" and doc.get(("disableAllHooks",)) is not None and \
                 doc.value(doc.get(("disableAllHooks",))) is True:  # type: ignore[arg-type]
             report.notes.append(f"{where['hooks']} sets disableAllHooks: true, so no hook runs")
-    except ConfigError as exc:
+    except (ConfigError, UnsafePath) as exc:
         report.notes.append(str(exc))
     report.state = state
     return report
 
 
-def _read(path: Path) -> str | None:
+def _read_file(path: Path, *, follow: bool) -> str:
+    """A settings file's text. In a project (``follow`` off) nothing is followed: a folder on the way or the file
+    that is a symlink is UnsafePath (a repository can commit ``.mcp.json -> ~/.bashrc``; install would write there)."""
+    if follow:
+        return path.read_text(encoding="utf-8")
+    check_dir(path.parent)
+    return read_regular(path).decode("utf-8")
+
+
+def _read(path: Path, *, follow: bool = True) -> str | None:
     try:
-        return _target(path).read_text(encoding="utf-8")
+        return _read_file(_target(path) if follow else path, follow=follow)
     except FileNotFoundError:
         return None
     except UnicodeDecodeError:
         raise ConfigError(path, "not UTF-8 text") from None
+
+
+def _vault_of(command: str) -> Path | None:
+    """The vault an installed hook command names (``--vault PATH``), or None."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    if "--vault" in argv and argv.index("--vault") + 1 < len(argv):
+        return Path(argv[argv.index("--vault") + 1])
+    return None
+
+
+def installed_vaults(project: Path | None = None) -> list[Path]:
+    """The vaults the installed hooks point at (user settings first, then the project's), each once, those that
+    still exist: where ``memvault agent status`` looks when no vault is named and none is above the cwd."""
+    found: list[Path] = []
+    for scope in ("user", "project"):
+        for name in RUNTIMES:
+            vault = status(name, scope=scope, project=project).state.get("vault")
+            if vault and Path(vault) not in found and (Path(vault) / "memvault.toml").is_file():
+                found.append(Path(vault))
+    return found
 
 
 def _check_command(command: str) -> str:

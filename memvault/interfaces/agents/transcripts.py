@@ -88,49 +88,62 @@ class Transcript:
     #: Byte offset just past the last line read (the whole file was read when it equals its size).
     end: int = 0
     problems: list[str] = field(default_factory=list)
+    #: The read stopped at ``end`` (the first line of a turn) because it had read ``max_bytes``: read on from there.
+    more: bool = False
 
 
-def read(runtime: str, path: Path | str, start: int = 0) -> Transcript:
+def read(runtime: str, path: Path | str, start: int = 0, *, max_bytes: int | None = None) -> Transcript:
     """The turns of ``path`` from byte ``start`` (a line start) on, in the format of ``runtime``. Lines that are
     not JSON (a half-written last line) are skipped and counted in ``problems``; a file that cannot be read
-    raises OSError."""
+    raises OSError.
+
+    The file is read line by line (memory holds one line and the turns, never the file). With ``max_bytes``, a
+    JSONL transcript is read in pieces: the read stops at the first turn that starts past ``max_bytes`` from
+    ``start``, says so in ``more``, and ``end`` is where the next read starts (Gemini's recording, rewritten
+    whole by its runtime, is always read whole)."""
     path = Path(path)
     if runtime == "claude-code":
-        return _claude(path, start)
+        return _claude(path, start, max_bytes)
     if runtime == "codex":
-        return _codex(path, start)
+        return _codex(path, start, max_bytes)
     if runtime == "gemini":
         return _gemini(path)
     raise ValueError(f"unknown runtime {runtime!r} (known: {', '.join(RUNTIMES)})")
 
 
 # ------------------------------------------------------------------------------------------------ lines
-def _lines(path: Path, start: int, problems: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(offset, object) for each complete JSON line from ``start``; a last line without its newline is left for
-    the next read (the runtime is still writing it)."""
+def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(offset, object) for each complete JSON line from ``start``, read one line at a time; ``out.end`` follows
+    the end of the last complete line. A last line without its newline is left for the next read (the runtime is
+    still writing it)."""
+    out.end = start
     with open(path, "rb") as f:
         f.seek(start)
-        data = f.read()
-    if path.suffix == ".zst" or data[:4] == b"\x28\xb5\x2f\xfd":
-        raise OSError(f"{path}: zstd-compressed rollout; decompress it first (zstd -d)")
-    pos = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            return  # unfinished: read again later
-        raw = data[pos:nl]
-        offset = start + pos
-        pos = nl + 1
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            obj = None
-        if not isinstance(obj, dict):
-            problems.append(f"{path.name}: byte {offset}: not a JSON object")
-            continue
-        yield offset, obj
+        if start == 0 and (path.suffix == ".zst" or f.read(4) == b"\x28\xb5\x2f\xfd"):
+            raise OSError(f"{path}: zstd-compressed rollout; decompress it first (zstd -d)")
+        f.seek(start)
+        offset = start
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return  # unfinished: read again later
+            line_at, offset = offset, offset + len(raw)
+            out.end = offset
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                obj = None
+            if not isinstance(obj, dict):
+                out.problems.append(f"{path.name}: byte {line_at}: not a JSON object")
+                continue
+            yield line_at, obj
+
+
+def _past(out: Transcript, start: int, offset: int, max_bytes: int | None) -> bool:
+    """Whether a turn opening at ``offset`` starts past the piece this read may take (and another turn came
+    before it, so every read makes progress)."""
+    return max_bytes is not None and offset - start >= max_bytes and bool(out.turns)
 
 
 def _text(content: Any) -> str:
@@ -160,12 +173,10 @@ def _close(turns: list[Turn]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ Claude Code
-def _claude(path: Path, start: int) -> Transcript:
+def _claude(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
     out = Transcript([])
     turn: Turn | None = None
-    pos = start
-    for offset, obj in _lines(path, start, out.problems):
-        pos = offset
+    for offset, obj in _lines(path, start, out):
         kind = obj.get("type")
         out.session_id = out.session_id or _str(obj.get("sessionId"))
         out.cwd = _str(obj.get("cwd")) or out.cwd
@@ -192,6 +203,8 @@ def _claude(path: Path, start: int) -> Transcript:
             prompt = _text(content).strip()
             if not prompt or prompt.startswith(_NOT_PROMPTS):
                 continue
+            if _past(out, start, offset, max_bytes):
+                return _stop(out, offset)
             _close(out.turns)
             turn = Turn(id=_str(obj.get("uuid")) or _hash(prompt, obj.get("timestamp")), prompt=prompt,
                         at=_str(obj.get("timestamp")), cwd=_str(obj.get("cwd")), start=offset)
@@ -208,8 +221,7 @@ def _claude(path: Path, start: int) -> Transcript:
                         turn.answer, turn._answer_id = block["text"], msg_id
                 elif block.get("type") == "tool_use":
                     _tool_use(turn, str(block.get("id")), block.get("name"), block.get("input"))
-    out.end = _end(path, pos, start, out)
-    return out
+    return _finish(out)
 
 
 def _tool_use(turn: Turn, call_id: str, name: Any, args: Any) -> None:
@@ -239,13 +251,12 @@ def _argv(argv: list[Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ Codex
-def _codex(path: Path, start: int) -> Transcript:
+def _codex(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
     out = Transcript([])
     turn: Turn | None = None
     turn_id: str | None = None  # from turn_context/task_started, for the next prompt
-    pos = start
-    for offset, obj in _lines(path, start, out.problems):
-        pos = offset
+    opening: int | None = None  # where the lines that open the next turn begin (its turn_context)
+    for offset, obj in _lines(path, start, out):
         kind, payload = obj.get("type"), obj.get("payload")
         if not isinstance(payload, dict):
             continue
@@ -256,20 +267,25 @@ def _codex(path: Path, start: int) -> Transcript:
         elif kind == "turn_context" or (kind == "event_msg" and ptype in ("task_started", "turn_started")):
             turn_id = _str(payload.get("turn_id")) or turn_id
             out.cwd = _str(payload.get("cwd")) or out.cwd
+            opening = offset if opening is None else opening
         elif kind == "event_msg" and ptype == "user_message":
             prompt = (_str(payload.get("message")) or "").strip()
             if prompt and not prompt.startswith(_CODEX_SCAFFOLDING):
                 if turn is not None and not turn.complete and turn.prompt == prompt and turn._answer_id == "mirror":
                     turn._answer_id = None  # the response_item mirror of this same prompt opened it already
                     continue
+                if _past(out, start, offset, max_bytes):
+                    return _stop(out, offset if opening is None else opening)
                 turn = _codex_turn(out, turn_id, prompt, obj, offset)
-                turn_id = None
+                turn_id, opening = None, None
         elif kind == "response_item" and ptype == "message" and payload.get("role") == "user":
             prompt = _text(payload.get("content")).strip()
             if prompt and not prompt.startswith(_CODEX_SCAFFOLDING) and (turn is None or turn.prompt != prompt
                                                                          or turn.complete):
+                if _past(out, start, offset, max_bytes):
+                    return _stop(out, offset if opening is None else opening)
                 turn = _codex_turn(out, turn_id, prompt, obj, offset)
-                turn._answer_id = "mirror"
+                turn._answer_id, opening = "mirror", None
         elif turn is None:
             continue
         elif kind == "event_msg" and ptype == "agent_message":
@@ -304,8 +320,7 @@ def _codex(path: Path, start: int) -> Transcript:
             changes = payload.get("changes")
             for name in changes if isinstance(changes, dict) else ():
                 turn.add_file(name)
-    out.end = _end(path, pos, start, out)
-    return out
+    return _finish(out)
 
 
 def _codex_turn(out: Transcript, turn_id: str | None, prompt: str, obj: dict[str, Any], offset: int) -> Turn:
@@ -351,7 +366,7 @@ def _gemini(path: Path) -> Transcript:
             out.session_id = _str(doc.get("sessionId"))
             messages = {str(m.get("id")): m for m in doc["messages"] if isinstance(m, dict)}
             return _gemini_turns(out, messages, len(data))
-    for _, obj in _lines(path, 0, out.problems):
+    for _, obj in _lines(path, 0, out):
         if isinstance(obj.get("$rewindTo"), str):
             target, found = obj["$rewindTo"], False
             for mid in list(messages):
@@ -401,21 +416,21 @@ def _gemini_turns(out: Transcript, messages: dict[str, dict[str, Any]], size: in
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _end(path: Path, last_offset: int, start: int, out: Transcript) -> int:
-    """Where the next read starts: the first line of the last turn that is not over (it may still grow), else
-    the end of what was read."""
+def _finish(out: Transcript) -> Transcript:
+    """Where the next read starts: the first line of the first turn that is not over (it may still grow), else
+    the end of the last complete line read (``out.end``, kept by :func:`_lines`)."""
     open_turns = [t for t in out.turns if not t.complete]
     if open_turns:
-        return open_turns[0].start
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return last_offset
-    with open(path, "rb") as f:  # up to the last complete line
-        f.seek(max(start, size - 65536))
-        tail = f.read()
-    cut = tail.rfind(b"\n")
-    return size - len(tail) + cut + 1 if cut >= 0 else start
+        out.end = open_turns[0].start
+    return out
+
+
+def _stop(out: Transcript, offset: int) -> Transcript:
+    """A piece read: the turns before ``offset`` are over (another one starts there), and the next read starts
+    at ``offset``."""
+    _close(out.turns)
+    out.end, out.more = offset, True
+    return out
 
 
 def _str(value: Any) -> str | None:

@@ -33,9 +33,7 @@ class Context:
     @property
     def vault(self) -> Vault:
         if self._vault is None:
-            from ...models.engine import terminal_status
-
-            self._vault = Vault.open(self.vault_path, **{"status": terminal_status, **self.options})
+            self._vault = Vault.open(self.vault_path, **{"status": say, **self.options})
             warn(self._vault.notices)
         return self._vault
 
@@ -50,6 +48,12 @@ class Out:
     data: Any
     lines: Iterable[str] = ()
     notes: list[str] = field(default_factory=list)
+
+
+def say(message: str) -> None:
+    """A line about a wait (a model loading), on stderr whether or not a person watches: an agent that shells out
+    learns why the call takes seconds instead of seeing nothing."""
+    click.echo(f"memvault: {message}", err=True)
 
 
 def warn(warnings: Iterable[object]) -> None:
@@ -101,9 +105,78 @@ class Failure(click.ClickException):
         click.echo(f"memvault: error: {self.message}", err=True)
 
 
+def _owners(root: click.Command, option: str) -> list[str]:
+    """The commands (``memvault fact set``) that have ``option`` (``--tag``)."""
+    found: list[str] = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if any(option in (p.opts + p.secondary_opts) for p in command.params if isinstance(p, click.Option)):
+            found.append(" ".join(path))
+        if isinstance(command, click.Group):
+            for name in sorted(command.commands):
+                walk(command.commands[name], [*path, name])
+
+    walk(root, ["memvault"])
+    return found
+
+
+class Command(click.Command):
+    """A command whose unknown option says where that option belongs."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            owners = [o for o in _owners(ctx.find_root().command, exc.option_name) if o != ctx.command_path]
+            if owners:
+                where = ", ".join(f"'{o}'" for o in owners[:4]) + (", ..." if len(owners) > 4 else "")
+                exc.message = (f"{ctx.command_path} has no option {exc.option_name}; it belongs to {where} "
+                               f"(see memvault COMMAND --help)")
+                exc.possibilities = None
+            raise
+
+
+#: Options of the whole command line that may also be written after the subcommand (git-style habits:
+#: ``memvault recall Q --vault V``), and ``--json``, which belongs to the subcommand but may come before it.
+GLOBAL_WITH_VALUE = ("--vault",)
+
+
+def _reorder(args: list[str]) -> list[str]:
+    """``args`` with ``--vault V`` moved in front of the subcommand and ``--json`` moved after it. Nothing after
+    ``--`` is touched (a runbook's own arguments)."""
+    end = args.index("--") if "--" in args else len(args)
+    head, tail = args[:end], args[end:]
+    front: list[str] = []
+    rest: list[str] = []
+    moved_json = False
+    i = 0
+    while i < len(head):
+        arg = head[i]
+        if arg in GLOBAL_WITH_VALUE and i + 1 < len(head):
+            front += [arg, head[i + 1]]
+            i += 2
+            continue
+        if any(arg.startswith(f"{name}=") for name in GLOBAL_WITH_VALUE):
+            front.append(arg)
+        elif arg == "--json" and not rest:
+            moved_json = True  # before the subcommand: it belongs after it
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest + (["--json"] if moved_json else []) + tail
+
+
 class Group(click.Group):
     """Turns every exception into a :class:`Failure` (via :func:`memvault.rules.errors.describe`): the one place
     where errors become exits. ``MEMVAULT_DEBUG=1`` lets a bug's traceback through."""
+
+    command_class = Command
+    group_class = type  # `fact`, `agent`, ...: the same class, so their commands say where an option belongs
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:  # the whole command line, once
+            args = _reorder(list(args))
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

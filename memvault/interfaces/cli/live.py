@@ -76,6 +76,10 @@ def sync_cmd(ctx, remote, source):
     result = ctx.vault.sync(remote=remote, source=source)
     where = f"{result.remote}/{result.branch}"
     lines = [f"committed local changes in {result.committed[:12]}"] if result.committed else []
+    if result.local_only:
+        lines.append("no remote to pull from or push to: committed here only (git remote add origin URL, then "
+                     "memvault sync shares the vault)")
+        return Out(result.to_dict(), lines, notes=list(result.warnings))
     lines.append(f"pulled {len(result.pulled)} changed file{'s' if len(result.pulled) != 1 else ''} from {where}")
     lines += [f"    {path}" for path in result.pulled]
     lines.append(f"pushed to {where}" if result.pushed else f"{where} already up to date")
@@ -89,7 +93,8 @@ def sync_cmd(ctx, remote, source):
               help="Who writes, stamped on every write (e.g. agent:deployer). Default: agent:mcp (never the "
                    "environment: a model is not the person who started the server).")
 @click.option("--http", metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. A non-loopback HOST needs a token.")
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio. Every request needs a bearer token: "
+                   "on loopback one is made for the run and printed on stderr; any other HOST needs one given.")
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Read the bearer token every HTTP request must carry from FILE (or set MEMVAULT_MCP_TOKEN).")
 @click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")

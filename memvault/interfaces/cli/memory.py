@@ -6,15 +6,15 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ...core.vault import Vault
-from ...rules.errors import InvalidValue, describe
-from ...rules.timeutil import parse_time, parse_time_or_age
+from ...rules.errors import InvalidValue, MemvaultError, describe
+from ...rules.fsutil import atomic_write, remove, temp_file
+from ...rules.timeutil import format_time, parse_time, parse_time_or_age
 from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 
 
@@ -23,18 +23,22 @@ from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--track-episodes", is_flag=True, help="Commit episodes to git too (default: git-ignored).")
 @click.option("--model", metavar="NAME|DIR", help="The embedding model: a name written to memvault.toml, or a "
-              "directory of this host (kept in .memvault/local.toml, never committed). Default: "
+              "directory of this host (kept in this host's local.toml, in the state directory `memvault status` "
+              "names; never committed). Default: "
               "BAAI/bge-small-en-v1.5.")
 def init(directory: str, track_episodes: bool, model: str | None) -> None:
     """Create a vault in DIRECTORY (default: here), with git init when it is not in a git work tree.
 
-    Idempotent: existing files are never overwritten. Says so when the model is not on this machine.
+    Idempotent: existing files are never overwritten. Says so when the model is not on this machine; when it is,
+    prepares it now (a one-time step of up to a minute, shown on stderr) so the first recall does not wait.
     """
     vault = Vault.init(Path(directory), track_episodes=track_episodes, model=model)
     click.echo(f"vault ready at {vault.root}")
     note = vault.model_note()
     if note:
         click.echo(f"memvault: note: {note}", err=True)
+    else:
+        vault.prepare_model(lambda line: click.echo(f"memvault: {line}", err=True))
 
 
 # -- facts ---------------------------------------------------------------------------------------------------
@@ -162,12 +166,11 @@ def fact_history(ctx, key):
 def fact_edit(ctx, key, source):
     """Open $VISUAL/$EDITOR on fact KEY; validate, then commit. The file is untouched until the edit is valid."""
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-    fd, tmp = tempfile.mkstemp(prefix=key.replace("/", "_") + ".", suffix=".md")
-    os.close(fd)
+    tmp = temp_file(prefix=key.replace("/", "_") + ".", suffix=".md")
     keep = False
 
     def run_editor(text: str) -> str:
-        Path(tmp).write_text(text, encoding="utf-8")
+        atomic_write(tmp, text.encode("utf-8"), mode=0o600)
         if subprocess.run([*shlex.split(editor), tmp]).returncode != 0:
             raise InvalidValue("EDITOR", f"{editor} failed; nothing changed")
         return Path(tmp).read_text(encoding="utf-8")
@@ -188,7 +191,7 @@ def fact_edit(ctx, key, source):
         click.echo("no change" if f is None else f"saved {f.key}")
     finally:
         if not keep:
-            os.unlink(tmp)
+            remove(tmp)
 
 
 # -- procedures ----------------------------------------------------------------------------------------------
@@ -300,6 +303,18 @@ def _no_constant(name: str) -> Any:
     raise click.BadParameter(f"{name} is not standard JSON (use null or a string)", param_hint="--meta")
 
 
+#: Width of a time as `episode list` shows it: UTC to the millisecond (a whole second is padded, not widened, so
+#: the columns after it stay put whatever the precision each line was stored with).
+TIME_WIDTH = len("2026-01-01T00:00:00.000Z")
+
+
+def _when(e: Any) -> str:
+    try:
+        return format_time(e.time)
+    except MemvaultError:
+        return str(e.created_at)
+
+
 @episode.command("list")
 @click.option("--since", help="From this time, or this long ago (30d, 12h, 2w).")
 @click.option("--until", help="Up to this time, or this long ago.")
@@ -311,13 +326,14 @@ def _no_constant(name: str) -> Any:
 def episode_list(ctx, since, until, source, kind, limit, as_json):
     """List episodes, oldest first. Unreadable lines are reported on stderr with file and line."""
     problems: list = []
-    items = ctx.vault.episodes.list(
-        since=parse_time_or_age(since, "--since") if since else None,
-        until=parse_time_or_age(until, "--until") if until else None,
-        source=source, kind=kind, limit=limit, problems=problems)
+    start = parse_time_or_age(since, "--since") if since else None
+    end = parse_time_or_age(until, "--until") if until else None
+    if start is not None and end is not None and start > end:  # nothing could match: say so instead of nothing
+        raise click.UsageError(f"--since ({since}) is after --until ({until}): swap them")
+    items = ctx.vault.episodes.list(since=start, until=end, source=source, kind=kind, limit=limit, problems=problems)
     for e in items:  # streamed line by line: JSONL for agents, one line each for people
         if as_json:
             click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+            click.echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
     warn(problems)

@@ -92,7 +92,8 @@ def progress_bar() -> tuple[Callable[[int, int], None] | None, Callable[[], None
 
 @cli.command()
 @click.option("--model", metavar="NAME|DIR", help="Set the embedding model and rebuild for it: a name goes to "
-              "memvault.toml (committed), a directory of this host to .memvault/local.toml (this host only).")
+              "memvault.toml (committed), a directory of this host to its local.toml (in the state directory; this "
+              "host only).")
 @click.option("--full", is_flag=True, help="Rebuild the whole index even if the model did not change.")
 @click.option("--dry-run", is_flag=True, help="Print what a full rebuild would cost (items, tokens, time, disk).")
 @output

@@ -68,6 +68,7 @@ def export_cmd(ctx, fmt, output, allow_secret):
     from functools import partial
 
     from ...core.transfer import snapshot as everything
+    from ...rules.fsutil import open_output
     from ..transfer.memvault import write_jsonl, write_markdown
 
     vault = ctx.vault
@@ -78,7 +79,7 @@ def export_cmd(ctx, fmt, output, allow_secret):
             raise click.UsageError("--format markdown writes a folder: give it with --output")
         n = write_markdown(snapshot(vault), Path(output), vault.root.name)
     elif output and output != "-":
-        with open(output, "w", encoding="utf-8") as f:
+        with open_output(output) as f:  # 0600, never through a link at the name, whole or not at all
             n = write_jsonl(snapshot(vault), f, vault.root.name)
     else:
         n = write_jsonl(snapshot(vault), sys.stdout, vault.root.name)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...core.transfer import Item
-from .markdown import key_of, note, slug, tags_of, walk
+from .markdown import key_of, notes, slug, tags_of, walk
 
 _OBSERVATION = re.compile(r"^\s*[-*]\s+\[(?P<cat>[^\[\]()]+)\]\s+(?P<body>.+?)\s*$")
 _CHECKBOX = re.compile(r"^\s*[-*]\s+\[[ xX\-]\]\s")
@@ -25,8 +25,11 @@ _CONTEXT = re.compile(r"\s*\([^()]*\)\s*$")
 def read(path: Path) -> Iterator[Item]:
     files = [path] if path.is_file() else list(walk(path))
     base = path.parent if path.is_file() else path
-    for file in files:
-        meta, body = note(file)
+    for read_ in notes(files):
+        if isinstance(read_, Item):
+            yield read_
+            continue
+        file, meta, body = read_
         permalink = str(meta.get("permalink") or file.relative_to(base).with_suffix("").as_posix())
         prefix = "basic-memory/" + key_of(*permalink.split("/"))
         tags = tags_of(meta)

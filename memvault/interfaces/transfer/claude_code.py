@@ -12,14 +12,21 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...core.transfer import Item
-from .markdown import note, section_facts, slug
+from ...core.transfer import Item, refused
+from ...rules.errors import InvalidValue
+from .markdown import note, notes, section_facts, slug
 
 _LINK = re.compile(r"\]\(([^)]+\.md)\)")
 _PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 
 
 def read(path: Path) -> Iterator[Item]:
+    """Every item is read before the first is given: a file refused on the way (a symlinked CLAUDE.md) stops the
+    import before anything is written, with one line naming it."""
+    return iter(list(_read(path)))
+
+
+def _read(path: Path) -> Iterator[Item]:
     if path.is_file():
         if path.name == "MEMORY.md":
             yield from _memory(path.parent)
@@ -53,7 +60,11 @@ def _project_name(path: Path) -> str:
 
 
 def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[Item]:
-    _, body = note(path)
+    try:
+        _, body = note(path)
+    except InvalidValue as exc:
+        yield refused(str(path), exc)
+        return
     key = f"claude-code/{project}" + (f"/{prefix}" if prefix else (f"/{slug(path.stem)}" if path.stem not in
                                                                       ("CLAUDE",) else ""))
     yield from section_facts(body, key, str(path), category="instructions", tags=["claude-code", project])
@@ -63,8 +74,11 @@ def _memory(folder: Path) -> Iterator[Item]:
     """An auto memory folder: its topic files, then the index lines that are memories of their own."""
     project = slug(folder.parent.name.lstrip("-")) if folder.name == "memory" else slug(folder.name)
     topics = sorted(p for p in folder.glob("*.md") if p.name != "MEMORY.md")
-    for topic in topics:
-        meta, body = note(topic)
+    for read_ in notes(topics):
+        if isinstance(read_, Item):
+            yield read_
+            continue
+        topic, meta, body = read_
         text = body.strip() or str(meta.get("description") or "").strip()
         if not text:
             continue
@@ -78,7 +92,11 @@ def _memory(folder: Path) -> Iterator[Item]:
     index = folder / "MEMORY.md"
     if index.is_file():
         names = {t.name for t in topics}
-        _, body = note(index)
+        try:
+            _, body = note(index)
+        except InvalidValue as exc:
+            yield refused(str(index), exc)
+            return
         for n, line in enumerate(body.splitlines(), 1):
             entry = line.strip().lstrip("-*").strip()
             links = _LINK.findall(line)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ...core.transfer import Item
+from ...core.transfer import Item, refused
 from ...rules import frontmatter_edit as fm
-from ...rules.errors import FrontMatterError
+from ...rules.errors import FrontMatterError, InvalidValue
+from ...rules.fsutil import read_regular
+from ...rules.jsontext import MAX_DEPTH, value_depth
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -42,13 +44,31 @@ def walk(base: Path, suffix: str = ".md") -> Iterator[Path]:
 
 
 def note(path: Path) -> tuple[dict[str, Any], str]:
-    """A markdown file's front matter (``{}`` when it has none or it does not parse) and body."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """A markdown file's front matter (``{}`` when it has none or it does not parse) and body. InvalidValue when the
+    front matter nests deeper than :data:`~memvault.rules.jsontext.MAX_DEPTH` (the readers refuse that file). A
+    symlink is refused (UnsafePath), never read: a repository can commit ``CLAUDE.md -> /etc/passwd``."""
+    text = read_regular(path).decode("utf-8", errors="replace")
     try:
         doc = fm.parse(text)
     except FrontMatterError:
         return {}, text
-    return (doc.meta if isinstance(doc.meta, dict) else {}), doc.body
+    except RecursionError:  # YAML builds nested values by recursing
+        raise InvalidValue("front matter", f"nested deeper than {MAX_DEPTH} levels") from None
+    meta = doc.meta if isinstance(doc.meta, dict) else {}
+    if value_depth(meta) > MAX_DEPTH:
+        raise InvalidValue("front matter", f"nested deeper than {MAX_DEPTH} levels")
+    return meta, doc.body
+
+
+def notes(files: Iterable[Path]) -> Iterator[tuple[Path, dict[str, Any], str] | Item]:
+    """(file, front matter, body) for each file, or the refusal of a file whose front matter cannot be used."""
+    for file in files:
+        try:
+            meta, body = note(file)
+        except InvalidValue as exc:
+            yield refused(str(file), exc)
+            continue
+        yield file, meta, body
 
 
 def sections(body: str) -> list[tuple[str, str]]:
@@ -91,8 +111,11 @@ def section_facts(body: str, prefix: str, origin: str, *, category: str | None =
 def read(path: Path) -> Iterator[Item]:
     files = [path] if path.is_file() else list(walk(path))
     base = path.parent if path.is_file() else path
-    for file in files:
-        meta, body = note(file)
+    for read_ in notes(files):
+        if isinstance(read_, Item):
+            yield read_
+            continue
+        file, meta, body = read_
         rel = file.relative_to(base).with_suffix("").as_posix()
         key = key_of(*rel.split("/"))
         tags = tags_of(meta)

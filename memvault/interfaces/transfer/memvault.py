@@ -18,9 +18,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ...core.transfer import Item
-from ...rules.errors import InvalidValue
-from ...rules.fsutil import atomic_write
+from ...core.transfer import Item, refused
+from ...rules.errors import InvalidValue, MemvaultError
+from ...rules.jsontext import loads
+from ...rules.fsutil import atomic_write, output_folder, read_regular
 from ...rules.timeutil import format_time, now
 
 HEADER = "memvault-export"
@@ -41,7 +42,7 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], vault_name: str
 def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
     if folder.exists() and any(folder.iterdir()):
         raise InvalidValue("--output", f"{folder}: not empty; give a new folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_folder(folder)  # 0700: it holds what the vault does (a file keeps its mode for the import)
     months: dict[str, list[str]] = {}
     n = 0
     for record in records:
@@ -59,16 +60,15 @@ def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: 
         if not target.resolve().is_relative_to(folder.resolve()):
             raise InvalidValue("export", f"{record['path']}: outside the export folder")
         data = _bytes(record)
-        mode = int(record["mode"], 8) if record.get("mode") else None
-        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = int(record["mode"], 8) if record.get("mode") else 0o600  # kept: import reads it back
         atomic_write(target, data, mode=mode)
     for month, items in sorted(months.items()):
         text = f"# Episodes of {month}\n\n" + "\n".join(items)
-        atomic_write(folder / "episodes" / f"{month}.md", text.encode("utf-8"))
+        atomic_write(folder / "episodes" / f"{month}.md", text.encode("utf-8"), mode=0o600)
     readme = (f"# {vault_name}: a memvault export ({format_time(now())})\n\n"
               "facts/, inbox/ (proposals) and procedures/ hold the vault's files as they were; episodes/ holds the "
               "episodes, one heading each. 'memvault import memvault .' reads it back into a vault.\n")
-    atomic_write(folder / "README.md", readme.encode("utf-8"))
+    atomic_write(folder / "README.md", readme.encode("utf-8"), mode=0o600)
     return n
 
 
@@ -90,19 +90,23 @@ def _read_jsonl(path: Path) -> Iterator[Item]:
     with open(path, encoding="utf-8") as f:
         first = f.readline()
         try:
-            header = json.loads(first)
-        except ValueError:
+            header = loads(first, "header")
+        except InvalidValue:
             header = None
         if not isinstance(header, dict) or header.get("type") != HEADER:
             raise InvalidValue("PATH", f"{path}: not a memvault export (no {HEADER} header line)")
         for n, line in enumerate(f, 2):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise InvalidValue("PATH", f"{path}:{n}: not JSON ({exc})") from None
-            yield _item(record, f"{path}:{n}")
+            try:  # one record at a time: a line too deep or of the wrong shape is refused, the next one read
+                record = loads(line, "record")
+                if not isinstance(record, dict):
+                    raise InvalidValue("record", "must be a JSON object")
+                yield _item(record, f"{path}:{n}")
+            except MemvaultError as exc:
+                yield refused(f"{path}:{n}", exc)
+            except (TypeError, ValueError, AttributeError) as exc:
+                yield refused(f"{path}:{n}", f"record: a field of the wrong type ({type(exc).__name__})")
 
 
 def _item(record: dict[str, Any], origin: str) -> Item:
@@ -157,7 +161,7 @@ def _read_folder(folder: Path) -> Iterator[Item]:
 
 
 def _read_episodes(path: Path) -> Iterator[Item]:
-    data = path.read_bytes()
+    data = read_regular(path)
     mark = EPISODE_MARK.encode()
     pos = 0
     while True:
@@ -168,7 +172,9 @@ def _read_episodes(path: Path) -> Iterator[Item]:
         line = data[at + len(mark): end].decode("utf-8").rstrip()
         if not line.endswith("-->"):
             raise InvalidValue("PATH", f"{path}: byte {at}: an episode comment without its end")
-        fields = json.loads(line[:-3].strip())
+        fields = loads(line[:-3].strip(), f"{path}: byte {at}")  # no size to skip by: the rest is unreadable
+        if not isinstance(fields, dict) or not isinstance(fields.get("bytes"), int):
+            raise InvalidValue(f"{path}: byte {at}", "an episode comment without its size")
         size = int(fields.pop("bytes"))
         text = data[end + 1: end + 1 + size].decode("utf-8")
         pos = end + 1 + size

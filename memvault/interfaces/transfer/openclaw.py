@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...core.transfer import Item
-from .markdown import note, section_facts, sections
+from .markdown import notes, section_facts, sections
 
 _DAY = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:-(.+))?$")
 #: A daily note longer than this is stored one section per episode.
@@ -21,15 +21,20 @@ def read(path: Path) -> Iterator[Item]:
     workspace = path.parent if path.is_file() else path
     memory_md = path if path.is_file() else workspace / "MEMORY.md"
     if memory_md.is_file():
-        _, body = note(memory_md)
-        yield from section_facts(body, "openclaw", str(memory_md), category="memory", tags=["openclaw"])
+        for read_ in notes([memory_md]):
+            if isinstance(read_, Item):
+                yield read_
+            else:
+                yield from section_facts(read_[2], "openclaw", str(memory_md), category="memory", tags=["openclaw"])
     daily = workspace / "memory"
     if daily.is_dir() and not path.is_file():
-        for file in sorted(daily.glob("*.md")):
-            m = _DAY.match(file.stem)
-            if not m:
+        for read_ in notes(f for f in sorted(daily.glob("*.md")) if _DAY.match(f.stem)):
+            if isinstance(read_, Item):
+                yield read_
                 continue
-            _, body = note(file)
+            file, _, body = read_
+            m = _DAY.match(file.stem)
+            assert m is not None  # only matching files were read
             at = f"{m.group(1)}T00:00:00Z"
             chunks = [body.strip()] if len(body.encode("utf-8")) <= EPISODE_TEXT else [
                 f"{h}\n\n{t}" if h else t for h, t in sections(body) if t]

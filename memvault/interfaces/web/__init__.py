@@ -24,9 +24,9 @@ def build(vault: Vault, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, to
           refresh: bool = True) -> tuple[WebApp, str]:
     """The application and the token it requires. Off loopback a token must be given (``--token-file`` or
     ``MEMVAULT_UI_TOKEN``); on loopback one is made for this run when none is."""
-    from ..mcp import resolve_token
+    from ..guard import new_token, resolve_token
     from .app import create_app
-    from .security import TOKEN_ENV, new_token
+    from .security import TOKEN_ENV
 
     if not 0 <= port < 65536:
         raise MemvaultError(f"--port {port}: not a port number")

@@ -71,14 +71,16 @@ def status_of(exc: BaseException) -> int:
     return 400 if isinstance(exc, MemvaultError) else 500
 
 
-def templates() -> Any:
+def templates(root: str = "") -> Any:
+    """The page templates; every address they make starts with ``root`` (the run's random path, see security)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     pages = [(name, title) for _p, name, _f, _m, title in ROUTES if title]
-    env.globals.update(url=url, nav=sorted(pages, key=lambda page: NAV_ORDER.index(page[0])
-                                           if page[0] in NAV_ORDER else len(NAV_ORDER)))
+    env.globals.update(url=lambda name, /, **params: root + url(name, **params), root=root,
+                       nav=sorted(pages, key=lambda page: NAV_ORDER.index(page[0])
+                                  if page[0] in NAV_ORDER else len(NAV_ORDER)))
     env.filters["short"] = lambda value, n=12: (str(value)[:n] if value else "")
     env.filters["when"] = lambda value: (str(value).replace("T", " ").replace("Z", "") if value else "")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
@@ -97,7 +99,6 @@ class WebApp:
 
         self.web = Web(vault, vault.default_source())
         self.on_vault = VaultThread()
-        self.env = templates()
         self.refresh = refresh
         #: Set once git's commit-graph has been brought up to date (or could not be).
         self.history_ready = threading.Event()
@@ -110,6 +111,7 @@ class WebApp:
         self.starlette = Starlette(routes=routes, lifespan=self._lifespan)
         self.guard = Guard(self.starlette, token=token, bind=bind, port=port)
         self.asgi = self.guard
+        self.env = templates(self.guard.root)
 
     # -- lifespan: the index checked in the background ---------------------------------------------------
     @contextlib.asynccontextmanager
@@ -177,7 +179,7 @@ class WebApp:
                 continue
 
     def _refresh_once(self) -> None:
-        index = self.web.vault.browse.index  # what the listings read (a team host's: its fallback)
+        index = self.web.vault.browse.index  # what the listings read (a team host's: the team index)
         if index.exists():
             index.refresh(self.web.vault.config.recall.rescan_interval)
 
@@ -230,7 +232,7 @@ class WebApp:
         from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
 
         if page.redirect is not None:
-            return RedirectResponse(page.redirect, status_code=303)
+            return RedirectResponse(self.guard.root + page.redirect, status_code=303)
         if wants_json:
             return JSONResponse(page.data, status_code=page.status)
         context = await self.on_vault(self._context, req)
@@ -253,8 +255,8 @@ class WebApp:
             inbox = 0
         return {"req": req, "user": self.web.source, "user_trusted": vault.facts.is_trusted(self.web.source),
                 "csrf": self.guard.csrf_token(), "csrf_json": json.dumps({"X-CSRF-Token": self.guard.csrf_token()}),
-                "inbox_count": inbox, "vault_root": str(vault.root), "here": with_query(req),
-                "json_url": with_query(req, format="json"), "paths": PATHS}
+                "inbox_count": inbox, "vault_root": str(vault.root), "here": self.guard.root + with_query(req),
+                "json_url": self.guard.root + with_query(req, format="json"), "paths": PATHS}
 
     async def live(self, request: Any) -> Any:
         """The index's version (changes when anything in it does) and the inbox size: what pages poll."""

@@ -1,0 +1,143 @@
+"""Reading files memvault did not write (import sources, the vault's files) without being led elsewhere: the read
+side of :mod:`memvault.rules.fsutil` (which re-exports these names). A link is refused or checked against the
+folder it must stay in, and only regular files are read (a FIFO would block the reader, a device never ends)."""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def unsafe(path: Path | str, reason: str) -> Exception:
+    from .errors import UnsafePath
+
+    return UnsafePath(path, reason)
+
+
+def link_refusal(path: Path | str, target: str, what: str = "memvault does not write through symlinks",
+                 fix: str = "remove it") -> Exception:
+    return unsafe(path, f"a symlink (to {target}): {what}; {fix}")
+
+
+def open_regular(path: Path | str, what: str = "memvault does not read through symlinks",
+                 fix: str = "remove it") -> int:
+    """A read-only descriptor of the regular file ``path``, never through a link at the name (UnsafePath)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise link_refusal(path, target, what, fix) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise unsafe(path, "not a regular file: not read")
+    return fd
+
+
+def read_regular(path: Path | str, *, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (an import source). A symlink at ``path`` is refused
+    (UnsafePath, one line naming the file), as is anything that is not a regular file (a FIFO would block);
+    ``limit`` refuses a larger file (LimitExceeded). The folders above are the caller's to resolve."""
+    from .errors import LimitExceeded
+
+    fd = open_regular(path, "not read (a repository can commit a link to anywhere)",
+                      "name the file it points to if you mean that one")
+    try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise LimitExceeded(str(path), f"{size} bytes, more than the {limit} allowed: not read")
+        return _read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, which must be a regular file inside ``base`` once every symlink is resolved.
+
+    A symlink that leaves ``base`` (``procedures/leak.sh -> /etc/passwd``, ``facts/x.md -> ../.git/config``) or a
+    file that is not regular (a FIFO would block the reader forever, a device never ends) raises
+    :class:`~memvault.rules.errors.UnsafePath`: it is reported and skipped, never followed and never fatal.
+    ``limit`` refuses files larger than that many bytes the same way (raises LimitExceeded).
+    """
+    from .errors import LimitExceeded
+
+    resolved = os.path.realpath(path)
+    base_resolved = os.path.realpath(base)
+    if resolved != base_resolved and not resolved.startswith(base_resolved + os.sep):
+        kind = "a symlink" if os.path.islink(path) else "a path"
+        raise unsafe(path, f"{kind} that leads outside {base.name}/ (to {resolved}): not followed")
+    fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise unsafe(path, "not a regular file: not read")
+        if limit is not None and st.st_size > limit:
+            raise LimitExceeded(str(path), f"{st.st_size} bytes, more than the {limit} allowed ([limits]): not read")
+        return _read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def walk(base: Path, report: Callable[[Path, str], None],
+         on_dir: Callable[[str], None] | None = None) -> Iterator[os.DirEntry[str]]:
+    """Every entry under ``base`` that is not a folder (a file, a link, anything else), at any depth: the one
+    directory walk of the stores and the index. Names starting with a dot are skipped (git's and editors' files),
+    folders are entered only when they are real folders (a symlinked folder is yielded as an entry, for
+    :func:`entry_problem` to report), and a folder that cannot be read is passed to ``report`` (its files are
+    not seen, and the caller says so) instead of vanishing silently. ``on_dir`` is told each folder walked."""
+    if not os.path.isdir(base):
+        return
+    stack = [str(base)]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as found:
+                entries = list(found)
+        except FileNotFoundError:
+            continue  # removed while we walked
+        except OSError as exc:
+            report(Path(current), f"cannot read this folder ({exc.strerror or exc}): its files are skipped")
+            continue
+        if on_dir is not None:
+            on_dir(current)
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            else:
+                yield entry
+
+
+def entry_problem(entry: os.DirEntry[str], base: str) -> str | None:
+    """Why a directory entry met while walking a vault area must be skipped, or None when it is a plain file
+    (or a symlink to one inside ``base``). Costs no system call for an ordinary file."""
+    if entry.is_symlink():
+        target = os.path.realpath(entry.path)
+        if target != base and not target.startswith(base + os.sep):
+            return f"a symlink that leads outside the vault area (to {target}): not followed"
+        if not os.path.isfile(target):
+            return "a symlink to something that is not a regular file: not followed"
+        return None
+    if not entry.is_file(follow_symlinks=False):
+        return "not a regular file: not read"
+    return None
