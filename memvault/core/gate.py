@@ -34,11 +34,12 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ..stores.checks import check_file, commit_refusal, episode_secrets, is_memory_file
+from ..stores.checks import (Finding, check_file, commit_problems, episode_secrets, is_memory_file, is_secret,
+                             one_line)
 from ..rules.config import CONFIG_NAME, Config
 from ..rules.dedup import compare_keywords, keywords
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
-from ..rules.errors import GitError, InvalidKey, MemvaultError, SecretRefused, UntrustedSource
+from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
 from ..stores.gitstore import GitStore, blob_id
@@ -91,7 +92,8 @@ class WriteGate:
     def __init__(self, *, root: Path, config: Config, git: Callable[[], GitStore | None], facts: FactStore,
                  episodes: EpisodeLog,
                  procedures: ProcedureStore, index: VaultIndex, state: Callable[[], State], engine: Engine,
-                 lock_path: Path, clock: Callable[[], datetime] = now) -> None:
+                 lock_path: Path, clock: Callable[[], datetime] = now,
+                 unfinished: Callable[[WriteGate, str], list[str]] | None = None) -> None:
         self.root = root
         self.config = config
         self.policy = Policy(config.trust.trusted)
@@ -107,6 +109,9 @@ class WriteGate:
         #: lives in its ``locks/``).
         self.state_dir = lock_path.parent.parent
         self.clock = clock
+        #: Run by :meth:`lock` before a write by a source: finishes what a write killed part-way left (an
+        #: interrupted purge, :func:`memvault.core.lifecycle.finish_purge`); what to tell the person.
+        self.unfinished = unfinished
 
     @property
     def git(self) -> GitStore | None:
@@ -114,9 +119,16 @@ class WriteGate:
 
     # -- the steps ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Serialises writers of facts, proposals and procedures (read-modify-write, then commit) across processes."""
+    def lock(self, source: str | None = None, warnings: list[str] | None = None) -> Iterator[None]:
+        """Serialises writers of facts, proposals and procedures (read-modify-write, then commit) across processes.
+        A write by ``source`` (whose own trust check has passed) first finishes a purge that was killed part-way,
+        when ``source`` may purge (:attr:`unfinished`); ``warnings`` hears of it. Only a write does: opening a vault,
+        a recall, the web view or a hook reads."""
         with locked(self.lock_path):
+            if source is not None and self.unfinished is not None:
+                notices = self.unfinished(self, source)
+                if warnings is not None:
+                    warnings += notices
             yield
 
     def require(self, op: Op, source: str) -> str:
@@ -137,32 +149,38 @@ class WriteGate:
             if not is_memory_file(area, inner):
                 continue
             problems = check_file(area, inner, change.after)
-            secrets = [p.reason for p in problems if p.reason.startswith("looks like a secret")]
-            others = [p.reason for p in problems if not p.reason.startswith("looks like a secret")]
+            secrets = [p.reason for p in problems if is_secret(p)]
+            others = [p.reason for p in problems if not is_secret(p)]
             if others:
                 raise InvalidKey(inner, "; ".join(others))
             if secrets and not allow_secret:
                 raise SecretRefused(what, "; ".join(secrets))
 
-    def refusal(self, path: Path, data: bytes | None) -> str | None:
-        """Why the vault file ``path`` must not be committed with the bytes ``data`` (None: a deletion), or None:
-        the one check of :func:`memvault.stores.checks.commit_refusal`, with this vault's limits."""
+    def refusal(self, path: Path, data: bytes | None, *, allow_secret: bool = False) -> str | None:
+        """Why the vault file ``path`` must not be committed with the bytes ``data`` (None: a deletion), as one
+        line, or None (``allow_secret`` waives text that only looks like a secret)."""
+        problems = self.problems(path, data)
+        return one_line([p for p in problems if not (allow_secret and is_secret(p))])
+
+    def problems(self, path: Path, data: bytes | None) -> list[Finding]:
+        """Every reason the vault file ``path`` must not be committed with the bytes ``data``: the one check of
+        :func:`memvault.stores.checks.commit_problems`, with this vault's limits, and no link."""
         if path.is_symlink():
-            return (f"a symlink (to {os.readlink(path)}): memvault never commits a link, which would point at "
-                    "whatever each host that pulls it has there; commit the file itself")
+            return [Finding(f"a symlink (to {os.readlink(path)}): memvault never commits a link, which would "
+                            "point at whatever each host that pulls it has there; commit the file itself")]
         limits = self.config.limits
-        return commit_refusal(path.relative_to(self.root).as_posix(), data,
-                              limits={"facts": limits.fact_bytes, "inbox": limits.fact_bytes,
-                                      "procedures": limits.procedure_bytes})
+        return commit_problems(path.relative_to(self.root).as_posix(), data,
+                               limits={"facts": limits.fact_bytes, "inbox": limits.fact_bytes,
+                                       "procedures": limits.procedure_bytes})
 
     def apply(self, changes: Sequence[FileChange], *, message: str, source: str, key: str | None = None,
               commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None,
-              warnings: list[str] | None = None, also: Sequence[Path] = ()) -> str | None:
+              warnings: list[str] | None = None, also: Sequence[Path] = (), allow_secret: bool = False) -> str | None:
         """Write every change atomically, then commit exactly those paths (those ``commit`` selects, and the
-        already changed ``also``) as ``source``. When anything fails (a refused commit above all), every file is
-        put back as it was, and the git index with it (GitStore): all or nothing. A committed file that holds an
-        uncommitted hand edit is committed first, as the person's change (see :meth:`_hand_edits_first`);
-        ``warnings`` hears of it."""
+        already changed ``also``) as ``source``, each through the checks of :meth:`commit_files` (``allow_secret``:
+        the one waiver). When anything fails (a refused commit above all), every file is put back as it was, and
+        the git index with it (GitStore): all or nothing. A committed file that holds an uncommitted hand edit is
+        committed first, as the person's change (see :meth:`_hand_edits_first`); ``warnings`` hears of it."""
         selected = [c for c in changes if c.changed and (commit(c.path) if callable(commit) else commit)]
         self._hand_edits_first(selected, before=message.split("\n", 1)[0], warnings=warnings)
         done: list[FileChange] = []
@@ -176,11 +194,13 @@ class WriteGate:
                 else:
                     atomic_write(change.path, change.after, mode=(modes or {}).get(change.path))
                 done.append(change)
-            paths = [c.path for c in done if c in selected]
-            paths += [p for p in also if p not in paths and (commit(p) if callable(commit) else commit)]
-            if not paths:
+            files: dict[Path, bytes | None] = {c.path: c.after for c in done if c in selected}
+            for path in also:  # changed earlier (an interrupted purge): committed as they are now
+                if path not in files and (commit(path) if callable(commit) else commit):
+                    files[path] = _current(path)
+            if not files:
                 return None
-            return self._commit(paths, message, source=source, key=key)
+            return self._commit(files, message, source=source, key=key, allow_secret=allow_secret)
         except BaseException:
             self._restore(done)
             raise
@@ -211,8 +231,8 @@ class WriteGate:
                                "the edit yourself, then try again")
         rels = [c.path.relative_to(self.root).as_posix() for c in edited]
         subject = f"hand edit of {', '.join(rels[:3])}" + (f" and {len(rels) - 3} more" if len(rels) > 3 else "")
-        commit = git.commit([c.path for c in edited], f"{subject} (committed before: {before})",
-                            trailers={"Memvault-Hand-Edit": ", ".join(rels)})
+        commit = self.commit_files({c.path: c.before for c in edited}, f"{subject} (committed before: {before})",
+                                   author=None, trailers={"Memvault-Hand-Edit": ", ".join(rels)})
         if commit and warnings is not None:
             warnings.append(f"{', '.join(rels)} held an uncommitted edit made by hand: committed first, in "
                             f"{commit[:12]}, so it stays in the history")
@@ -226,15 +246,41 @@ class WriteGate:
                 else:
                     atomic_write(change.path, change.before)
 
-    def _commit(self, paths: list[Path], message: str, *, source: str, key: str | None) -> str | None:
-        """Commit ``paths`` (and nothing else) with the key and source as trailers and the source as author."""
+    def _commit(self, files: dict[Path, bytes | None], message: str, *, source: str, key: str | None,
+                allow_secret: bool = False) -> str | None:
+        """Commit ``files`` (and nothing else) with the key and source as trailers and the source as author."""
         if not self.config.autocommit or self.git is None:
             return None
         trailers = {}
         if key:
             trailers["Memvault-Key"] = key
         trailers["Memvault-Source"] = source
-        return self.git.commit(paths, f"{message} ({source})", author=source, trailers=trailers)
+        return self.commit_files(files, f"{message} ({source})", author=source, trailers=trailers,
+                                 allow_secret=allow_secret)
+
+    def commit_files(self, files: dict[Path, bytes | None], message: str, *, author: str | None,
+                     trailers: dict[str, str], allow_secret: bool = False) -> str | None:
+        """The commit step every commit memvault makes goes through: each file (its bytes as they will be
+        committed; None: deleted) passes the checks the pre-commit hook runs (:meth:`refusal`: secrets in every
+        field, keys, front matter, limits, links, local state) or nothing is committed, whichever operation
+        asked. ``allow_secret`` waives text that only looks like a secret, and only for a trusted ``author``
+        (the operation's source). Raises :class:`SecretRefused` or :class:`InvalidValue`, naming the file and the
+        line, never the text."""
+        git = self.git
+        if git is None:
+            return None
+        if allow_secret:
+            self.require(Op.ALLOW_SECRET, author or "none")
+        for path, data in files.items():
+            rel = path.relative_to(self.root).as_posix()
+            problems = self.problems(path, data)
+            others = one_line([p for p in problems if not is_secret(p)])
+            if others is not None:
+                raise InvalidValue(rel, f"not committed: {others}")
+            secrets = one_line([p for p in problems if is_secret(p)])
+            if secrets is not None and not allow_secret:
+                raise SecretRefused(rel, secrets)
+        return git.commit(list(files), message, author=author, trailers=trailers)
 
     def commit_edits(self, paths: Sequence[Path], *, source: str, message: str) -> Committed:
         """Commit files changed behind memvault's back (an editor, a script, another tool) through the same checks
@@ -261,7 +307,8 @@ class WriteGate:
         out.warnings += [f"{p.relative_to(self.root).as_posix()}: not committed, kept here as it is: {r}"
                          for p, r in out.refused.items()]
         if out.paths and self.git is not None:
-            out.commit = self.git.commit(out.paths, message, author=source, trailers={"Memvault-Source": source})
+            out.commit = self.commit_files({p: _current(p) for p in out.paths}, message, author=source,
+                                           trailers={"Memvault-Source": source})
         return out
 
     def tell_index(self, paths: Sequence[Path]) -> list[str]:
@@ -307,7 +354,7 @@ class WriteGate:
         self.facts.path_for(key, inbox=proposal)
         similar = self.similar_facts(key, text) if check_similar and isinstance(text, str) else []
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             slot = None
             if proposal and isinstance(text, str):
                 slot, waiting = self.facts.proposal_slot(key, text)
@@ -327,7 +374,8 @@ class WriteGate:
                 self._inbox_local()
             action = "propose" if proposal else ("set" if change.before is None else "update")
             self.apply([change], message=message or f"fact {action} {key}", source=source, key=key,
-                       commit=not proposal or self.config.trust.share_inbox, warnings=warnings)
+                       commit=not proposal or self.config.trust.share_inbox, warnings=warnings,
+                       allow_secret=allow_secret)
         if not proposal:
             warnings += self.tell_index([change.path])
         fact = self.facts.read_file(slot or key, change.path)
@@ -341,12 +389,12 @@ class WriteGate:
         if not self.policy.is_trusted(source):
             raise UntrustedSource(source, f"cannot edit facts/{key}.md directly; write with 'fact set' to propose")
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change = self.facts.plan_replace(key, text)
             self.check_changes([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
             if change.changed:
                 self.apply([change], message=message or f"fact edit {key}", source=source, key=key,
-                           warnings=warnings)
+                           warnings=warnings, allow_secret=allow_secret)
         if change.changed:
             warnings += self.tell_index([change.path])
         fact = self.facts.read_file(key, change.path)
@@ -358,7 +406,7 @@ class WriteGate:
         self.require(Op.DELETE_FACT, source)
         self.facts.path_for(key)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change, old = self.facts.plan_delete(key)
             self.apply([change], message=message or f"fact rm {key}", source=source, key=key, warnings=warnings)
         old.warnings = warnings + self.tell_index([change.path])
@@ -370,7 +418,7 @@ class WriteGate:
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             changes, proposal = self.facts.plan_accept(key)
             target = self.facts.key_for(changes[0].path) or key
             self.check_changes(changes, what=f"fact {target}", allow_secret=False, source=source)
@@ -390,21 +438,23 @@ class WriteGate:
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change, proposal = self.facts.plan_delete(key, inbox=True)
             self.apply([change], message=f"fact reject {key} (proposed by {proposal.source})", source=source,
                        key=key, commit=self.config.trust.share_inbox, warnings=warnings)
         proposal.warnings = warnings
         return proposal
 
-    def verify(self, key: str, *, source: str) -> Fact:
-        """A person confirms a fact still holds: ``updated`` is bumped and committed, clearing review staleness."""
+    def verify(self, key: str, *, source: str, allow_secret: bool = False) -> Fact:
+        """A person confirms a fact still holds: ``updated`` is bumped and committed, clearing review staleness
+        (the fact passes the commit's checks as it is: ``allow_secret`` waives what only looks like a secret)."""
         self.require(Op.VERIFY_FACT, source)
         fact = self.facts.get(key)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change = self.facts.plan_update(fact, {"updated": self.clock().replace(microsecond=0)})
-            self.apply([change], message=f"fact verify {key}", source=source, key=key, warnings=warnings)
+            self.apply([change], message=f"fact verify {key}", source=source, key=key, warnings=warnings,
+                       allow_secret=allow_secret)
         warnings += self.tell_index([change.path])
         fact = self.facts.read_file(key, change.path)
         fact.warnings = warnings
@@ -500,11 +550,13 @@ class WriteGate:
             e.warnings = warnings
         return episodes
 
-    def rewrite_episodes(self, report: RewriteReport, *, message: str, source: str) -> RewriteReport:
-        """Apply a planned rewrite (prune, purge) made under the episode lock the caller still holds."""
+    def rewrite_episodes(self, report: RewriteReport, *, message: str, source: str,
+                         allow_secret: bool = False) -> RewriteReport:
+        """Apply a planned rewrite (prune) made under the episode lock the caller still holds; with ``[episodes]
+        track_in_git`` each file rewritten is committed through the commit's checks (every line it keeps)."""
         if report.changes:
             self.apply(report.changes, message=message, source=source, commit=self.config.track_episodes,
-                       warnings=report.warnings)
+                       warnings=report.warnings, allow_secret=allow_secret)
             report.warnings += self.tell_index(report.files_changed)
         return report
 
@@ -514,11 +566,11 @@ class WriteGate:
         """Copy a runbook in (keeping its mode) and commit it. Runnable code: trusted sources only."""
         self.require(Op.ADD_PROCEDURE, source)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             change, mode = self.procedures.plan_add(name, source_file, force=force)
             self.check_changes([change], what=f"procedure {name}", allow_secret=allow_secret, source=source)
             self.apply([change], message=f"proc add {name}", source=source, key=f"procedure:{name}",
-                       modes={change.path: mode}, warnings=warnings)
+                       modes={change.path: mode}, warnings=warnings, allow_secret=allow_secret)
         warnings += self.tell_index([change.path])
         procedure = self.procedures.get(name, path=change.path)
         procedure.warnings = warnings
@@ -558,23 +610,23 @@ class WriteGate:
         """Remove several facts (expire) in one commit; ``warnings`` hears what the caller should know."""
         self.require(op, source)
         warnings = warnings if warnings is not None else []
-        with self.lock():
+        with self.lock(source, warnings):
             changes = [self.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts]
             commit = self.apply(changes, message=message, source=source, warnings=warnings)
         warnings += self.tell_index([c.path for c in changes])
         return commit
 
     def merge_facts(self, plans: Sequence[tuple[Fact, dict[str, Any], Sequence[Fact]]], *, message: str,
-                    source: str, warnings: list[str] | None = None) -> str | None:
+                    source: str, warnings: list[str] | None = None, allow_secret: bool = False) -> str | None:
         """Dedup: each (survivor, its new fields, the members merged into it), all in one commit."""
         self.require(Op.DEDUP, source)
         warnings = warnings if warnings is not None else []
-        with self.lock():
+        with self.lock(source, warnings):
             changes: list[FileChange] = []
             for survivor, fields, others in plans:
                 changes.append(self.facts.plan_update(survivor, fields))
                 changes += [self.facts.plan_delete(f.key)[0] for f in others]
-            commit = self.apply(changes, message=message, source=source, warnings=warnings)
+            commit = self.apply(changes, message=message, source=source, warnings=warnings, allow_secret=allow_secret)
         warnings += self.tell_index([c.path for c in changes])
         return commit
 
@@ -589,7 +641,7 @@ class WriteGate:
         path = self.root / CONFIG_NAME
         local = local_path(path)
         warnings: list[str] = []
-        with self.lock():
+        with self.lock(source, warnings):
             if this_host or local.is_file():
                 atomic_write(local, set_local_model(path, model if this_host else None).encode("utf-8"))
             if not this_host:
@@ -642,6 +694,17 @@ class WriteGate:
                 warnings += getattr(state, "warnings", [])
             if getattr(state, "warnings", None):
                 state.warnings.clear()
+
+
+def _current(path: Path) -> bytes | None:
+    """What a commit of ``path`` would record now: its bytes, None when it is gone (a link is not read: the
+    commit step refuses it by itself)."""
+    if path.is_symlink():
+        return b""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def _prune_empty_dirs(start: Path, stop: Path) -> None:

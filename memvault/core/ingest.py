@@ -78,13 +78,14 @@ def ingest(gate: WriteGate, lines: Iterable[bytes | str], *, source: str, name: 
     checked: list[tuple[str, dict[str, Any]]] = []
     for lineno, raw in enumerate(lines, 1):  # pass 1: nothing is written
         where = f"{name}:{lineno}"
+        item = None
         try:
             item = _candidate(raw, recalled)
             if item is not None:
                 _check(gate, item, source=source, allow_secret=allow_secret)
                 checked.append((where, item))
         except MemvaultError as exc:
-            report.skipped.append({"line": where, "reason": str(exc)})
+            report.skipped.append({"line": where, "reason": _unechoed(str(exc), item)})
         except (TypeError, ValueError) as exc:
             report.skipped.append({"line": where, "reason": f"bad field: {exc}"})
     for where, item in checked:  # pass 2: each line written, or said why not
@@ -93,11 +94,20 @@ def ingest(gate: WriteGate, lines: Iterable[bytes | str], *, source: str, name: 
                 gate, item, source=source, allow_secret=allow_secret)
             getattr(report, bucket).append({"line": where, **entry})
         except MemvaultError as exc:
-            report.skipped.append({"line": where, "reason": str(exc)})
+            report.skipped.append({"line": where, "reason": _unechoed(str(exc), item)})
         except (TypeError, ValueError, OSError) as exc:
             report.skipped.append({"line": where, "reason": f"not written: {exc}"})
     report.skipped.sort(key=lambda entry: int(entry["line"].rsplit(":", 1)[1]))
     return report
+
+
+def _unechoed(reason: str, item: dict[str, Any] | None) -> str:
+    """``reason`` without the key made of a line's text when it came without one: that text may be what was
+    refused (a report names a line by its position and the reason, never by what the detector flagged)."""
+    if isinstance(item, dict) and not item.get("key") and isinstance(item.get("text"), str):
+        category = item.get("category") if isinstance(item.get("category"), str) else None
+        reason = reason.replace(slug_key(category, item["text"]), "(its key)")
+    return reason
 
 
 def _candidate(raw: bytes | str, recalled: set[str]) -> dict[str, Any] | None:

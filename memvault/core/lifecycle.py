@@ -15,7 +15,7 @@ from typing import Any
 from ..rules.dedup import groups
 from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
-from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete
+from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
 from .gate import WriteGate
 from ..rules.fsutil import atomic_write, remove
@@ -25,8 +25,11 @@ from ..rules.validation import MAX_FUTURE, Problem
 
 
 # ------------------------------------------------------------------------------------------------ retention
-def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None) -> RewriteReport:
-    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them."""
+def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None,
+          allow_secret: bool = False) -> RewriteReport:
+    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them. A file
+    committed ([episodes] track_in_git) passes the commit's checks with every line it keeps (``allow_secret``:
+    the one waiver, for a trusted source)."""
     gate.require(Op.PRUNE, source)
     retention = gate.config.retention
     current = at or now()
@@ -38,8 +41,10 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
             future.append(e)
         return (current - e.time).total_seconds() > retention.max_age(e.kind)
 
-    with gate.episodes.lock():
+    warnings: list[str] = []
+    with gate.lock(None if dry_run else source, warnings), gate.episodes.lock():
         report = gate.episodes.plan_rewrite(expired)
+        report.warnings += warnings
         if future:  # kept by their date, which cannot be: a person looks at them
             last = max(future, key=lambda e: e.time)
             report.warnings.append(
@@ -48,13 +53,13 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
                 "date; correct the date or purge the source")
         if not dry_run:
             gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
-                                  source=source)
+                                  source=source, allow_secret=allow_secret)
     return report
 
 
 # ------------------------------------------------------------------------------------------------ purge
-#: Written in the vault's state directory before a purge changes a file and removed once it is committed: a purge
-#: that was killed part-way is finished by the next memvault command (see :func:`finish_purge`).
+#: Written in the state directory before a purge changes a file and removed once it is committed: a purge that
+#: was killed part-way is finished by the next write, under the write lock (see :func:`finish_purge`).
 PURGE_JOURNAL = "purge.json"
 
 
@@ -80,19 +85,27 @@ class PurgeReport:
         }
 
 
-def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False) -> PurgeReport:
+def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
+          allow_secret: bool = False) -> PurgeReport:
     """Remove every episode, fact and inbox proposal whose source matches ``pattern`` (exact, or a prefix ending
     in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all; a purge
-    killed part-way is finished by the next memvault command, from its journal. Then the index rows go, the
-    keyword index is merged and the WAL truncated, the usage rows are dropped and damaged copies of the index
-    and state removed, so the purged text is not left readable in the state directory; a step of that which fails is
-    an error (raised after the files and git are purged), never a silence."""
+    killed part-way is finished by the next write, from its journal (this one first, with its ``allow_secret``).
+    Then the index rows go, the keyword index is merged and the WAL truncated, orphan index generations removed,
+    the usage rows are dropped and damaged copies of the index and state removed, so the purged text is not left
+    readable in the state directory; a step of that which fails is an error (raised after the files and git are
+    purged), never a silence. Every file committed passes the commit's checks (``allow_secret``: the one waiver,
+    for a trusted source)."""
     if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
     if not dry_run:
         gate.require(Op.PURGE, source)
-    with gate.lock(), gate.episodes.lock():
-        report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run)
+    warnings: list[str] = []
+    with gate.lock():
+        if not dry_run:  # with this purge's waiver: the way out when the one interrupted is refused by a check
+            warnings += finish_purge(gate, source, allow_secret=allow_secret)
+        with gate.episodes.lock():
+            report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
+    report.warnings[:0] = warnings
     if paths:
         _scrub(gate, report, paths)
     if not dry_run:
@@ -112,21 +125,46 @@ def _forget_questions(gate: WriteGate, report: PurgeReport) -> None:
                               f"in the recall log ({exc}); fix that, then purge again") from None
 
 
-def finish_purge(gate: WriteGate) -> list[str]:
-    """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not removed
-    yet is removed, and everything is committed as that purge's one commit. What to tell the person."""
+def pending_purge(state_dir: Path) -> str | None:
+    """What to tell a person when a purge was killed part-way (its journal is still in ``state_dir``), read
+    only: the next write by a source that may purge finishes it."""
+    if not (state_dir / PURGE_JOURNAL).is_file():
+        return None
+    return ("a purge was interrupted part-way; the next write by a source that may purge (a trusted one) "
+            "finishes it, or run the same 'memvault purge --source ...' again")
+
+
+def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) -> list[str]:
+    """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not
+    removed yet is removed, and everything is committed as that purge's one commit, through the commit's checks.
+    Run by :meth:`WriteGate.lock` for a write by ``writer``, under the write lock the caller holds, after that
+    write's own trust check; ``writer`` and the purge's own source must both still be allowed to purge. What to
+    tell the person."""
     journal = gate.state_dir / PURGE_JOURNAL
     if not journal.is_file():
         return []
-    with gate.lock(), gate.episodes.lock():
-        try:
-            planned = json.loads(journal.read_text(encoding="utf-8"))
-            pattern, source = planned["pattern"], planned["source"]
-            already = [gate.root / rel for rel in planned["paths"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InvalidValue(str(journal), f"an interrupted purge left a journal that cannot be read ({exc}); "
-                                             "look at it, then remove it") from None
-        report, paths = _purge_files(gate, pattern, source=source, already=already)
+    if not gate.policy.allows(Op.PURGE, writer):
+        return [pending_purge(gate.state_dir) or ""]
+    try:
+        planned = json.loads(journal.read_text(encoding="utf-8"))
+        pattern, source, rels = planned["pattern"], planned["source"], planned["paths"]
+        if not isinstance(pattern, str) or not isinstance(source, str) or not isinstance(rels, list):
+            raise TypeError("pattern and source must be text, paths a list")
+        if any(not isinstance(r, str) or not r or Path(r).is_absolute() or ".." in Path(r).parts for r in rels):
+            raise ValueError("a path outside the vault")
+        already = [gate.root / rel for rel in rels]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidValue(str(journal), f"an interrupted purge left a journal that cannot be read ({exc}); "
+                                         "look at it, then remove it") from None
+    if not gate.policy.allows(Op.PURGE, source):
+        raise InvalidValue(str(journal), f"an interrupted purge names {source!r}, which may not purge: look at it, "
+                                         "then remove it")
+    try:
+        with gate.episodes.lock():
+            report, paths = _purge_files(gate, pattern, source=source, already=already, allow_secret=allow_secret)
+    except SecretRefused as exc:  # every write waits for it: say which purge, and the way out
+        raise SecretRefused(f"finishing the interrupted purge of {pattern} ('memvault purge --source {pattern} "
+                            f"--allow-secret' finishes it with the waiver): {exc.what}", exc.findings) from None
     if paths:
         _scrub(gate, report, paths)
     return [f"a purge of {pattern} by {source} was interrupted; it is finished now"
@@ -134,7 +172,7 @@ def finish_purge(gate: WriteGate) -> list[str]:
 
 
 def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
-                 already: list[Path] | None = None) -> tuple[PurgeReport, list[Path]]:
+                 already: list[Path] | None = None, allow_secret: bool = False) -> tuple[PurgeReport, list[Path]]:
     """Plan and apply a purge under the locks the caller holds; the report and every path it changed."""
     episodes = gate.episodes.plan_rewrite(lambda e: source_matches(pattern, e.source))
     problems: list[Problem] = []
@@ -165,7 +203,7 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
     listing = [f"- fact {f.key}" + (" (inbox)" if f.quarantined else "") for f in facts]
     try:
         report.commit = gate.apply(
-            changes, source=source, commit=committed, warnings=report.warnings, also=already,
+            changes, source=source, commit=committed, warnings=report.warnings, also=already, allow_secret=allow_secret,
             message=f"purge source {pattern}: {len(facts)} facts, {len(episodes.removed)} episodes\n\n"
                     + "\n".join(listing))
     except BaseException:
@@ -182,8 +220,7 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
     report.warnings += gate.tell_index(paths)
     failed = []
     try:
-        if gate.index.exists():
-            gate.index.scrub()
+        gate.index.scrub()  # orphan generations go even when there is no index to merge
     except MemvaultError as exc:
         failed.append(f"the index ({exc})")
     try:
@@ -242,7 +279,7 @@ class DedupReport:
                 "warnings": list(self.warnings)}
 
 
-def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
+def dedup(gate: WriteGate, *, source: str, apply: bool = False, allow_secret: bool = False) -> DedupReport:
     """Duplicate groups and conflicts over the whole vault; ``apply`` merges each group into one fact."""
     if apply:
         gate.require(Op.DEDUP, source)
@@ -266,7 +303,7 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False) -> DedupReport:
         plans.append((survivor, changes, others))
         report.merged.append({"into": survivor.key, "merged": [f.key for f in others]})
         lines.append(f"- {', '.join(f.key for f in others)} -> {survivor.key}")
-    report.commit = gate.merge_facts(plans, source=source, warnings=report.warnings,
+    report.commit = gate.merge_facts(plans, source=source, warnings=report.warnings, allow_secret=allow_secret,
                                      message=f"dedup: merged {sum(len(g) - 1 for g in found)} facts\n\n" + "\n".join(lines))
     return report
 

@@ -88,7 +88,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     try:
-        with gate.lock(), gate.episodes.lock():
+        with gate.lock(source, result.warnings), gate.episodes.lock():
             result.warnings += _fix_ignore_rule(gate)
             pending = pending_edits(gate, git)
             committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))

@@ -601,8 +601,7 @@ class TeamIndex(TeamListings):
         """After a purge: this host's SQLite files keep no removed text (the shared index drops the rows when the
         purge is published)."""
         for part in (self.overlay, self.fallback):
-            if part.exists():
-                part.scrub()
+            part.scrub()  # an orphan generation too, when there is no index
 
     def scan(self) -> dict[str, tuple[str, int, int, int]]:
         return self.fallback.scan()

@@ -141,8 +141,8 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     seen_keys: dict[str, str] = {}
     episodes: list[tuple[Item, dict[str, Any]]] = []
     known = _imported_ids(vault, source)
-    for item in _checked(vault, items, report):
-        entry = {"origin": item.origin}
+    for n, item in _checked(vault, items, report):
+        entry: dict[str, Any] = {"item": n, "origin": item.origin}
         try:
             if item.kind in ("fact", "proposal"):
                 _import_fact(vault, item, entry, report, source, trusted, dry_run, seen_keys)
@@ -154,15 +154,15 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
                 known.add(draft["meta"]["import_id"])
                 findings = scan_fields({"text": draft["text"], "tags": draft["tags"], "meta": draft["meta"]})
                 if findings:
-                    report.refused.append({**entry, "reason": describe_secrets(findings)})
+                    _refuse(report, entry, describe_secrets(findings))
                     continue
                 gate.episodes.make(draft["text"], source=source, kind=draft["kind"], at=draft["at"],
                                    tags=draft["tags"], meta=draft["meta"])  # validates; raises with the field
                 episodes.append((item, draft))
             else:
-                report.refused.append({**entry, "reason": f"a {item.kind} comes only from a memvault export"})
+                _refuse(report, entry, f"a {item.kind} comes only from a memvault export")
         except MemvaultError as exc:
-            report.refused.append({**entry, "reason": describe(exc)[0]})
+            _refuse(report, entry, describe(exc)[0])
     if episodes and not dry_run:
         written = vault.episodes.append_many([d for _, d in episodes], source=source)
         report.added += [{"origin": i.origin, "episode": e.id} for (i, _), e in zip(episodes, written)]
@@ -184,7 +184,7 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     tags = validate_tags(item.tags)
     findings = scan_fields({"text": text, "tags": tags, "category": item.category})
     if findings:
-        report.refused.append({**entry, "reason": describe_secrets(findings)})
+        _refuse(report, entry, describe_secrets(findings))
         return
     if key in seen_keys:
         bucket = report.merged if seen_keys[key] == text else report.conflicts
@@ -222,6 +222,20 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     (report.proposed if fact.quarantined else report.added).append(entry)
 
 
+def _refuse(report: ImportReport, entry: dict[str, Any], reason: str) -> None:
+    """A refused item in the report, named by its position (``item``) and the reason: never by its key, which may
+    be made of the very text that was refused (``mem0/olga/the-grafana-admin-password-is-...``), nor by an origin
+    the detector flags (a heading, an id)."""
+    key = entry.get("key")
+    out = {k: v for k, v in entry.items() if k != "key"}
+    if isinstance(key, str) and key:
+        reason = reason.replace(key, "(its key)")
+    origin = out.get("origin")
+    if isinstance(origin, str) and scan_fields({"origin": origin}):
+        out["origin"] = f"item {out.get('item')}"
+    report.refused.append({**out, "reason": reason})
+
+
 def _episode_draft(item: Item, fmt: str) -> dict[str, Any]:
     # What it says and when it happened identify it, wherever the file was read from: the same export read from
     # another folder is the same memory.
@@ -239,17 +253,18 @@ def _imported_ids(vault: Vault, source: str) -> set[str]:
     return found
 
 
-def _checked(vault: Vault, items: Iterable[Item], report: ImportReport) -> list[Item]:
+def _checked(vault: Vault, items: Iterable[Item], report: ImportReport) -> list[tuple[int, Item]]:
     """Every item read and checked before the first is written (a reader that fails on its input raises here,
-    with nothing written); the ones that fail :func:`check_item` are reported as refused, by position."""
+    with nothing written), with its position (from 1); the ones that fail :func:`check_item` are reported as
+    refused, by position."""
     ok = []
-    for item in list(items):
+    for n, item in enumerate(list(items), 1):
         try:
             check_item(item, vault.config.limits)
         except MemvaultError as exc:
-            report.refused.append({"origin": item.origin, "reason": item.refusal or describe(exc)[0]})
+            _refuse(report, {"item": n, "origin": item.origin}, item.refusal or describe(exc)[0])
             continue
-        ok.append(item)
+        ok.append((n, item))
     return ok
 
 
@@ -269,10 +284,10 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
     modes: dict[Path, int] = {}
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[dict[str, Any]] = []
-    proposals: list[Item] = []
-    with gate.lock():
-        for item in items:
-            entry = {"origin": item.origin, **({"key": item.key} if item.key else {})}
+    proposals: list[tuple[int, Item]] = []
+    with gate.lock(source, report.problems):
+        for n, item in items:
+            entry = {"item": n, "origin": item.origin, **({"key": item.key} if item.key else {})}
             try:
                 if item.kind == "fact":
                     change = _plan_file(vault, "fact", item, report, entry)
@@ -281,7 +296,7 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                     if change is not None and item.mode is not None:
                         modes[change.path] = item.mode & 0o777
                 elif item.kind == "proposal":
-                    proposals.append(item)
+                    proposals.append((n, item))
                     continue
                 else:
                     if item.id in existing_ids:
@@ -299,26 +314,28 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                     changes.append(change)
                     report.added.append(entry)
             except MemvaultError as exc:
-                report.refused.append({**entry, "reason": describe(exc)[0]})
+                _refuse(report, entry, describe(exc)[0])
         if changes and not dry_run:
             gate.apply(changes, message=f"restore {len(changes)} files from a memvault export", source=source,
                        modes=modes)
     if changes and not dry_run:
         report.problems += gate.tell_index([c.path for c in changes])
-    for item in proposals:
-        entry = {"origin": item.origin, "key": item.key}
+    for n, item in proposals:
+        entry = {"item": n, "origin": item.origin, "key": item.key}
         if vault.facts.store.exists(item.key or "", inbox=True):
             report.skipped.append({**entry, "reason": "already proposed"})
         elif dry_run:
             report.proposed.append(entry)
         else:
             try:
-                gate.set_fact(item.key or "", item.text, source=item.source or source, category=item.category,
-                              importance=item.importance, confidence=item.confidence, tags=item.tags or None,
-                              check_similar=False)
-                report.proposed.append(entry)
+                # A proposal stays one whoever it names as its source (a trusted name in its front matter is a
+                # claim, not a review), and one without a source is the restorer's proposal: a person accepts it.
+                fact = gate.set_fact(item.key or "", item.text, source=item.source or source, category=item.category,
+                                     importance=item.importance, confidence=item.confidence,
+                                     tags=item.tags or None, check_similar=False, propose=True)
+                (report.proposed if fact.quarantined else report.added).append(entry)
             except MemvaultError as exc:
-                report.refused.append({**entry, "reason": describe(exc)[0]})
+                _refuse(report, entry, describe(exc)[0])
     if episodes:
         try:
             if not dry_run:
@@ -364,22 +381,42 @@ def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry:
 
 
 # ------------------------------------------------------------------------------------------------ export
-def snapshot(vault: Vault) -> Iterator[dict[str, Any]]:
+def snapshot(vault: Vault, *, allow_secret: bool = False,
+             left_out: list[dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
     """Everything the vault holds, one record at a time: facts and proposals (their files' exact text),
-    procedures (text and mode), episodes (as stored)."""
+    procedures (text and mode), episodes (as stored). What the secret detector flags (an episode stored with
+    ``--allow-secret``, a file edited by hand) is left out unless ``allow_secret``, and named in ``left_out`` by
+    kind, key or id, and reason (never the text): an export is a file that travels."""
+    from ..stores.checks import episode_secrets, secret_findings
+
+    def flagged(what: dict[str, Any], findings: list[Any]) -> bool:
+        if not findings or allow_secret:
+            return False
+        if left_out is not None:
+            left_out.append({**what, "reason": describe_secrets(findings)})
+        return True
+
     for kind, inbox in (("fact", False), ("proposal", True)):
         for key, path in vault.facts.store.files(inbox=inbox, problems=[]):
             data = path.read_bytes()
+            if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
+                continue
             record: dict[str, Any] = {"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix()}
             record.update(_content(data))
             yield record
     for proc in vault.procedures.list([]):
         path = Path(proc.path)
         data = path.read_bytes()
+        rel = path.relative_to(vault.procedures.dir).as_posix()
+        if flagged({"type": "procedure", "name": proc.name}, secret_findings("procedures", rel, data)):
+            continue
         yield {"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
                "mode": oct(path.stat().st_mode & 0o777), **_content(data)}
     for episode in vault.episodes.iter():
-        yield {"type": "episode", "episode": episode.to_dict()}
+        fields = episode.to_dict()
+        if flagged({"type": "episode", "id": episode.id}, episode_secrets(fields)):
+            continue
+        yield {"type": "episode", "episode": fields}
 
 
 def _content(data: bytes) -> dict[str, Any]:

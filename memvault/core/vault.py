@@ -101,13 +101,14 @@ class Vault:
         self._status = status
         self.engine = self._make_engine(self.config)
         self._build()
-        #: What happened on opening that the person should hear (state moved out of the work tree, a setting of
-        #: memvault.toml ignored, a purge that was killed part-way, finished).
+        #: What the person should hear on opening (state moved out of the work tree, a setting of memvault.toml
+        #: ignored, a purge killed part-way that waits for the next write: opening a vault only reads, whoever
+        #: opens it: a recall, the web view, a hook).
         self.notices: list[str] = moved + list(self.config.ignored)
-        if (self.state_dir / "purge.json").exists():
-            from .lifecycle import finish_purge
+        if (self.state_dir / "purge.json").is_file():  # lifecycle.PURGE_JOURNAL, without importing the gate
+            from .lifecycle import pending_purge
 
-            self.notices += finish_purge(self.gate)
+            self.notices += [pending_purge(self.state_dir) or ""]
 
     def _tracked(self, rel: str) -> bool:
         """Whether git tracks anything at ``rel`` (vault-relative); asked only when a ``.memvault`` is there."""
@@ -222,11 +223,12 @@ class Vault:
     def gate(self) -> WriteGate:
         """The one write gate (built on the first write: a recall never pays for it)."""
         from .gate import WriteGate
+        from .lifecycle import finish_purge
 
         return WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
                          episodes=self._episodes, procedures=self._procedures, index=self.index,
                          state=lambda: self.state, engine=self.engine,
-                         lock_path=self.state_dir / "locks" / "write.lock")
+                         lock_path=self.state_dir / "locks" / "write.lock", unfinished=finish_purge)
 
     # -- the index: one object whichever backend holds it -----------------------------------------------
     def _make_index(self, sources: Sources) -> tuple[VaultIndex, Callable[[], Any]]:
@@ -510,12 +512,14 @@ class Vault:
         return out
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
-    def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None) -> Any:
+    def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None,
+              allow_secret: bool = False) -> Any:
         """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
         kind ``recall_log``)."""
         from . import lifecycle
 
-        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at)
+        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at,
+                                 allow_secret=allow_secret)
         before = (at or datetime.now().astimezone()).timestamp() - self.config.retention.max_age("raw")
         try:
             kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
@@ -525,23 +529,26 @@ class Vault:
             report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
         return report
 
-    def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None) -> lifecycle.PurgeReport:
+    def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None,
+              allow_secret: bool = False) -> lifecycle.PurgeReport:
         from . import lifecycle
 
-        return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run)
+        return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run,
+                               allow_secret=allow_secret)
 
     def stale(self, at: datetime | None = None) -> list[dict[str, Any]]:
         from . import lifecycle
 
         return lifecycle.stale(self.gate, at)
 
-    def verify(self, key: str, *, source: str | None = None) -> Fact:
-        return self.gate.verify(key, source=self._source(source))
+    def verify(self, key: str, *, source: str | None = None, allow_secret: bool = False) -> Fact:
+        return self.gate.verify(key, source=self._source(source), allow_secret=allow_secret)
 
-    def dedup(self, *, apply: bool = False, source: str | None = None) -> lifecycle.DedupReport:
+    def dedup(self, *, apply: bool = False, source: str | None = None,
+              allow_secret: bool = False) -> lifecycle.DedupReport:
         from . import lifecycle
 
-        return lifecycle.dedup(self.gate, source=self._source(source), apply=apply)
+        return lifecycle.dedup(self.gate, source=self._source(source), apply=apply, allow_secret=allow_secret)
 
     def expire(self, *, apply: bool = False, at: datetime | None = None, source: str | None = None) -> dict[str, Any]:
         from . import lifecycle
@@ -584,12 +591,14 @@ class Vault:
         self.gate.require(Op.COMMIT_EDITS, source)
         if self.git is None:
             raise GitError(f"{self.root} is not in a git repository: nothing to commit")
-        with self.gate.lock():
+        notices: list[str] = []
+        with self.gate.lock(source, notices):
             chosen = pending_edits(self.gate, self.git) if paths is None else [
                 (self.root / p) if not Path(p).is_absolute() else Path(p) for p in paths]
             result = self.gate.commit_edits(
                 chosen, source=source,
                 message=message or f"edits made by hand: {len(chosen)} file{'s' if len(chosen) != 1 else ''}")
+        result.warnings[:0] = notices
         result.warnings += self.gate.tell_index(result.paths)
         return result
 

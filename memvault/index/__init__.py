@@ -45,6 +45,8 @@ __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "P
 INDEX_NAME = "index.db"
 #: What ``index.db`` may point at: a generation file beside it, named by memvault.
 _GENERATION = re.compile(r"index-\d+\.db")
+#: A generation's files: the database and SQLite's companions.
+_GENERATION_FILE = re.compile(r"(index-\d+\.db)(?:-wal|-shm|-journal)?")
 DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
 #: The migration after which the file is compacted once (it frees about a tenth of it).
 SHRINKING_MIGRATION = "0005_index_text_once"
@@ -495,14 +497,18 @@ class Index(Listings):
             self._remove_generation(old)
 
     def _remove_generation(self, target: Path) -> None:
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
             remove(Path(str(target) + suffix))
         for name in (f"{target.name}.lock", f"{target.name}.embed.lock"):
             remove(self.dir / "locks" / name)
 
     def _remove_stale_generations(self) -> None:
+        """Every generation ``index.db`` does not point at, with its -wal and -shm (even one left without its
+        database file): what a rebuild killed part-way leaves. The caller holds the rebuild lock."""
         current = self.current_target()
-        for path in self.dir.glob("index-*.db"):
+        stale = {self.dir / m.group(1) for p in self.dir.glob("index-*.db*")
+                 if (m := _GENERATION_FILE.fullmatch(p.name)) is not None}
+        for path in sorted(stale):
             if path != current:
                 self._remove_generation(path)
 
@@ -670,8 +676,16 @@ class Index(Listings):
 
     # -- maintenance -------------------------------------------------------------------------------------
     def scrub(self) -> None:
-        """After a purge: merge the keyword index (deleted terms leave its segments) and truncate the WAL, so
-        removed text is gone from the file and not only unlinked (``secure_delete`` zeroes freed pages)."""
+        """After a purge: no generation left that ``index.db`` does not point at (a ``reindex --full`` killed
+        part-way leaves one, -wal and -shm with it, holding the text as it was), then merge the keyword index
+        (deleted terms leave its segments) and truncate the WAL, so removed text is gone from the file and not only
+        unlinked (``secure_delete`` zeroes freed pages). A rebuild running meanwhile is waited for."""
+        if not self.dir.is_dir():
+            return
+        with locked(self.dir / "locks" / "rebuild.lock"):
+            self._remove_stale_generations()
+        if not self.exists():
+            return
         conn = self.connection()
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

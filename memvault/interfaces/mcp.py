@@ -140,7 +140,7 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> Any:
-        for notice in vault.notices:  # e.g. an interrupted purge finished on opening: said once, on the log
+        for notice in vault.notices:  # e.g. an interrupted purge waiting for the next write: said once, on the log
             print(f"memvault mcp: warning: {notice}", file=sys.stderr, flush=True)
         if warm:
             tools.warmup.start()

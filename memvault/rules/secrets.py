@@ -85,6 +85,8 @@ from .secret_rules import (  # the rule tables
 )
 
 ENTROPY_MIN_LENGTH = 32
+#: The kind of the generic rule's findings (long high-entropy runs).
+ENTROPY_KIND = "high-entropy token"
 ENTROPY_THRESHOLD = 4.0  # bits per character; random base64/base62 sits near 4.5-5.0, hex can never exceed 4.0
 # A run with no digit is held to a higher bar: a random mixed-case 32-letter value sits near 4.5, while the
 # long words and names that reach this rule stay below 4.2.
@@ -572,7 +574,7 @@ def _runs(scan: _Scan, decode: bool) -> None:
         if _BENIGN_LABEL.search(before):
             continue
         if _looks_random(run, assigned=bool(_ASSIGNED.search(before))):
-            scan.add("high-entropy token", start, end, _excerpt(run))
+            scan.add(ENTROPY_KIND, start, end, _excerpt(run))
 
 
 def _hex_key(scan: _Scan, run: str, start: int, before: str) -> bool:
@@ -596,7 +598,7 @@ KINDS: tuple[str, ...] = tuple(
         [key.kind for key in _PRIVATE_KEYS]
         + [rule.kind for rule in _SHAPED]
         + ["pgpass entry", "password on command line", "password assignment", "generic API key assignment",
-           "password in prose", "hex key next to a key name", "high-entropy token"]
+           "password in prose", "hex key next to a key name", ENTROPY_KIND]
     )
 )
 

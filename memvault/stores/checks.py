@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 #: Areas of a vault whose files memvault reads as memories.
 CHECKED_AREAS = ("facts", "inbox", "procedures")
 IGNORED_SUFFIXES = ("~", ".tmp", ".swp", ".swo", ".swx")
+#: How every secret finding's reason starts (the refusal ``--allow-secret`` waives).
+SECRET_REASON = "looks like a secret"
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,13 @@ def key_secrets(name: str, what: str = "fact key") -> list[Finding]:
     """A secret in a fact key or procedure name (``tokens/xoxb-…``): the name is a path and the subject of a
     commit, pushed with the vault. Never allowed, not even with ``--allow-secret`` (the reason does not start with
     "looks like a secret", which that flag waives)."""
-    from ..rules.secrets import find_secrets
+    from ..rules.secrets import ENTROPY_KIND, find_secrets
 
-    found = find_secrets(name)
+    # A key is a path: the generic entropy rule reads each segment on its own, as it reads each word of a text.
+    # Joined by '/' into one long run, segments made from folder names (a project in mvbar-cm-294o41z1) read as a
+    # token; a segment that is itself a long random run still does. Every shaped rule reads the whole name.
+    found = [f for f in find_secrets(name) if f.kind != ENTROPY_KIND]
+    found += [f for segment in name.split("/") for f in find_secrets(segment) if f.kind == ENTROPY_KIND]
     if not found:
         return []
     kinds = ", ".join(dict.fromkeys(f"{f.kind} ({f.excerpt})" for f in found))
@@ -165,7 +171,17 @@ def commit_problems(rel: str, data: bytes | None, *, limits: dict[str, int] | No
 
 def commit_refusal(rel: str, data: bytes | None, *, limits: dict[str, int] | None = None) -> str | None:
     """:func:`commit_problems` as one line (the first problem, and how many more), or None."""
-    problems = commit_problems(rel, data, limits=limits)
+    return one_line(commit_problems(rel, data, limits=limits))
+
+
+def is_secret(problem: Finding) -> bool:
+    """Whether ``problem`` is text that looks like a secret: the one refusal ``--allow-secret`` waives (a secret
+    in a key or name is not one of them: it says so in other words)."""
+    return problem.reason.startswith(SECRET_REASON)
+
+
+def one_line(problems: list[Finding]) -> str | None:
+    """The first problem (with its line) and how many more, or None when there is none."""
     if not problems:
         return None
     first = problems[0]

@@ -44,7 +44,10 @@ def import_cmd(ctx, fmt, path, dry_run, source):
     lines = [report.summary()]
     for bucket in ("conflicts", "refused"):
         for entry in getattr(report, bucket):
+            # a refused item by its position (its key may be made of what was refused), the rest by key
             what = entry.get("key") or entry.get("origin")
+            if bucket == "refused":
+                what = f"item {entry.get('item')}" + (f" ({what})" if what != f"item {entry.get('item')}" else "")
             lines.append(f"  {bucket[:-1] if bucket == 'conflicts' else 'refused'}: {what}: {entry.get('reason')}"
                          + (f" ({entry['with']})" if entry.get("with") else ""))
     if report.proposed and not dry_run:
@@ -56,15 +59,21 @@ def import_cmd(ctx, fmt, path, dry_run, source):
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "markdown"]), default="jsonl", show_default=True,
               help="One JSONL file, or a folder of markdown a person can read.")
 @click.option("--output", "-o", metavar="PATH", help="The file (jsonl; default: stdout) or the new folder (markdown).")
+@click.option("--allow-secret", is_flag=True, help="Include what looks like a secret (left out by default).")
 @pass_ctx
-def export_cmd(ctx, fmt, output):
+def export_cmd(ctx, fmt, output, allow_secret):
     """Write out everything the vault holds (facts, proposals, procedures with their mode, episodes as stored) so
-    that 'memvault import memvault PATH' into a new vault gives the same facts, procedures and episodes."""
-    from ...core.transfer import snapshot
+    that 'memvault import memvault PATH' into a new vault gives the same facts, procedures and episodes. What
+    looks like a secret (an episode stored with --allow-secret) is left out and named, unless --allow-secret."""
+    from functools import partial
+
+    from ...core.transfer import snapshot as everything
     from ...rules.fsutil import open_output
     from ..transfer.memvault import write_jsonl, write_markdown
 
     vault = ctx.vault
+    left_out: list = []
+    snapshot = partial(everything, allow_secret=allow_secret, left_out=left_out)
     if fmt == "markdown":
         if not output:
             raise click.UsageError("--format markdown writes a folder: give it with --output")
@@ -75,3 +84,8 @@ def export_cmd(ctx, fmt, output):
     else:
         n = write_jsonl(snapshot(vault), sys.stdout, vault.root.name)
     click.echo(f"memvault: exported {n} records" + (f" to {output}" if output and output != "-" else ""), err=True)
+    if left_out:
+        named = "; ".join(f"{e['type']} {e.get('key') or e.get('name') or e.get('id')}: {e['reason']}"
+                          for e in left_out[:10])
+        click.echo(f"memvault: left out {len(left_out)} that look like secrets (--allow-secret includes them): "
+                   f"{named}" + (f"; and {len(left_out) - 10} more" if len(left_out) > 10 else ""), err=True)

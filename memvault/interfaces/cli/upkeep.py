@@ -18,14 +18,19 @@ def rewrite_lines(report: Any, root: Path, verb: str) -> list[str]:
     return lines
 
 
+ALLOW_SECRET = click.option("--allow-secret", is_flag=True,
+                            help="Commit files that hold text that looks like a secret (trusted sources only).")
+
+
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@ALLOW_SECRET
 @output
 @pass_ctx
-def prune(ctx, dry_run):
+def prune(ctx, dry_run, allow_secret):
     """Remove episodes older than [retention] allows for their kind (raw 30d, summary 365d, procedure_run 90d
     by default), and their index rows. Prints lines kept and removed and bytes freed per kind."""
-    report = ctx.vault.prune(dry_run=dry_run)
+    report = ctx.vault.prune(dry_run=dry_run, allow_secret=allow_secret)
     notes = [f"{report.unreadable} unreadable lines kept (see 'memvault episode list')"] if report.unreadable else []
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)},
                rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"),
@@ -36,12 +41,13 @@ def prune(ctx, dry_run):
 @click.option("--source", "-s", "pattern", required=True,
               help="The source to purge: exact, or a prefix ending in * (web:*).")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@ALLOW_SECRET
 @output
 @pass_ctx
-def purge(ctx, pattern, dry_run):
+def purge(ctx, pattern, dry_run, allow_secret):
     """Remove every episode, fact and proposal whose source matches, and their index rows, all or nothing, in one
     commit naming the source. For the day a source is found to have written poison into memory."""
-    report = ctx.vault.purge(pattern, dry_run=dry_run)
+    report = ctx.vault.purge(pattern, dry_run=dry_run, allow_secret=allow_secret)
     verb = "would remove" if dry_run else "removed"
     lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
     lines += [f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}" for e in report.episodes.removed]
@@ -107,22 +113,24 @@ def stale(ctx):
 @cli.command()
 @click.argument("key")
 @click.option("--source", "-s", help="Who verifies it.")
+@ALLOW_SECRET
 @pass_ctx
-def verify(ctx, key, source):
+def verify(ctx, key, source, allow_secret):
     """Confirm fact KEY still holds: bump its updated time and commit, clearing review staleness."""
-    f = ctx.vault.verify(key, source=source)
+    f = ctx.vault.verify(key, source=source, allow_secret=allow_secret)
     warn(f.warnings)
     click.echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
 
 
 @cli.command()
 @click.option("--apply", is_flag=True, help="Merge each duplicate group into one fact, in one commit.")
+@ALLOW_SECRET
 @output
 @pass_ctx
-def dedup(ctx, apply):
+def dedup(ctx, apply, allow_secret):
     """Near-duplicate groups and conflicts over the whole vault (keyword Jaccard >= 0.60 with 3+ shared
     keywords; numbers, IPs, ports, dates and versions must agree, else it is a conflict, never merged)."""
-    report = ctx.vault.dedup(apply=apply)
+    report = ctx.vault.dedup(apply=apply, allow_secret=allow_secret)
     lines = ["duplicates: " + ", ".join(group) for group in report.groups]
     lines += [f"conflict: {c['a']} vs {c['b']} (values {', '.join(c['differing'])})" for c in report.conflicts]
     lines += [f"merged {', '.join(m['merged'])} into {m['into']}" for m in report.merged]
