@@ -46,7 +46,7 @@ START_TIMEOUT = 30.0
 #: How long a client waits for one reply; loading a model on first use is the longest one.
 CALL_TIMEOUT = 180.0
 #: After this long without a request the process returns freed memory to the system (malloc_trim).
-TRIM_AFTER = 60.0
+TRIM_AFTER = 15.0
 #: Texts per embed_documents request: a bulk reindex sends many small requests, so a recall's query vector waits
 #: for one of them at most, not for the whole bulk.
 REQUEST_TEXTS = 64

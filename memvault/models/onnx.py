@@ -60,7 +60,11 @@ THREADS = 1
 #: text, and resident memory with it (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16). Short texts go many to
 #: a run (less per-run overhead), long ones few (bounded memory per worker).
 MAX_BATCH = 64
-TOKENS_PER_RUN = 4096
+TOKENS_PER_RUN = 1024
+#: Runs of texts up to this many tokens go in parallel; longer ones one at a time. A run's working memory grows
+#: with the square of its texts' length (attention): two parallel runs of 300-token texts took the peak from 280
+#: to 498 MB (1.2 KB texts, 1,024 tokens a run), while short texts (facts) cost little either way.
+PARALLEL_TOKENS = 128
 
 
 def available() -> bool:
@@ -331,26 +335,33 @@ class OnnxEmbedder:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         parts = self._parts(texts, order, max(1, min(batch_size, MAX_BATCH)))
         out = np.empty((len(texts), self.identity.dims), dtype=np.float32)
-        workers = min(cores_for(self.threads), len(parts))
-        if workers <= 1:
-            for part in parts:
-                out[part] = self._run([texts[i] for i in part])
-            return out
-        pool = self._pool(workers)
-        # Tokenized here, in order, while the pool runs the batches already handed to it.
-        runs = [(part, pool.submit(self._infer, self._tokenize([texts[i] for i in part]))) for part in parts]
+        short = [p for p in parts if self._tokens(texts[p[-1]]) <= PARALLEL_TOKENS]  # p[-1]: a part's longest
+        long = [p for p in parts if self._tokens(texts[p[-1]]) > PARALLEL_TOKENS]
+        workers = min(cores_for(self.threads), len(short))
+        runs = []
+        if workers > 1:
+            pool = self._pool(workers)
+            # Tokenized here, in order, while the pool runs the batches already handed to it.
+            runs = [(part, pool.submit(self._infer, self._tokenize([texts[i] for i in part]))) for part in short]
+        else:
+            long = short + long
+        for part in long:
+            out[part] = self._run([texts[i] for i in part])
         for part, run in runs:
             out[part] = run.result()
         return out
+
+    def _tokens(self, text: str) -> int:
+        """A text's length in tokens, estimated from its characters (a word piece is about four)."""
+        return min(self.identity.max_tokens or 512, len(text) // 4 + 2)
 
     def _parts(self, texts: list[str], order: list[int], batch_size: int) -> list[list[int]]:
         """``order`` (by length) cut into runs of at most ``batch_size`` texts and about :data:`TOKENS_PER_RUN`
         padded tokens (estimated from characters: a word piece is about four)."""
         parts: list[list[int]] = []
         current: list[int] = []
-        limit = self.identity.max_tokens or 512
         for i in order:
-            longest = min(limit, len(texts[i]) // 4 + 2)
+            longest = self._tokens(texts[i])
             if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN):
                 parts.append(current)
                 current = []
