@@ -411,9 +411,24 @@ class WriteGate:
         fact.warnings = warnings
         return fact
 
-    def similar_facts(self, key: str, text: str) -> list[dict[str, Any]]:
+    def similar_facts(self, key: str, text: str, *, load_model: bool = False) -> list[dict[str, Any]]:
         """Existing facts that ``text`` duplicates or contradicts, compared with the index's rows (one keyword
-        query, no file read); without an index, with the facts on disk in a small vault."""
+        query, no file read); without an index, with the facts on disk in a small vault. Contradictions in other
+        words (:mod:`memvault.core.contradictions`) join the near-identical ones, each with the ``values`` that
+        differ; the index's model adds its nearest facts when it is warm (or ``load_model``)."""
+        out = self._near_duplicates(key, text)
+        from . import contradictions
+
+        embedder = contradictions.embedder_for(self.index, self.engine, self.config, load=load_model)
+        flagged = {m["key"]: m for m in out if m["kind"] == "conflict"}
+        for found in contradictions.find(self.index, self.facts, key, text, embedder=embedder):
+            if found["key"] in flagged:
+                flagged[found["key"]]["values"] = found["values"]
+            else:
+                out = [m for m in out if m["key"] != found["key"]] + [found]
+        return out
+
+    def _near_duplicates(self, key: str, text: str) -> list[dict[str, Any]]:
         life = self.config.facts
         candidates: list[tuple[str, str]] | None = None
         try:
@@ -432,11 +447,15 @@ class WriteGate:
         for other_key, other_text in candidates:
             if other_key == key:
                 continue
-            match = compare_keywords(mine, keywords(other_text), threshold=life.duplicate_jaccard,
+            theirs = keywords(other_text)
+            match = compare_keywords(mine, theirs, threshold=life.duplicate_jaccard,
                                      min_shared=life.duplicate_min_shared)
             if match is not None:
                 out.append({"key": other_key, "kind": match.kind, "jaccard": round(match.jaccard, 3),
                             "shared": list(match.shared), "differing": list(match.differing)})
+                if match.kind == "conflict":
+                    out[-1]["values"] = {"value": {"new": sorted(mine.values - theirs.values),
+                                                   "stored": sorted(theirs.values - mine.values)}}
         return out
 
     # -- episodes ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ...core.vault import Vault
+from ...rules.contradict import describe as contradiction_text
 from ...rules.errors import InvalidValue, describe
 from ...rules.timeutil import parse_time, parse_time_or_age
 from .base import Out, cli, output, pass_ctx, read_text_arg, warn
@@ -65,8 +66,9 @@ def similar_notes(similar: list[dict[str, Any]]) -> list[str]:
     notes = []
     for m in similar:
         if m["kind"] == "conflict":
-            notes.append(f"conflicts with {m['key']}: same subject, different values ({', '.join(m['differing'])}); "
-                         "both kept, resolve by hand")
+            differs = contradiction_text(m["values"]) if m.get("values") else ", ".join(m["differing"])
+            notes.append(f"conflicts with {m['key']}: same subject, different values ({differs}); both kept, resolve "
+                         "by hand (a proposal accepted records that it supersedes it)")
         else:
             notes.append(f"near-duplicate of {m['key']} (keyword Jaccard {m['jaccard']:.2f}); "
                          "'memvault dedup --apply' merges duplicates")
