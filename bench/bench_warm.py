@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 from bench_index import CACHE, MODEL, PY, ensure_vault, log, ms, pct, vault_dir  # noqa: E402
 
-BENCHES = ("backends", "quality", "cold", "memory", "hook")
+BENCHES = ("backends", "quality", "cold", "memory", "hook", "work")
 BACKENDS = ("torch", "onnx", "onnx-int8")
 
 _PROBE = r"""
@@ -243,6 +243,76 @@ def bench_memory(n: int, idle_wait: float) -> list[dict[str, Any]]:
     return rows
 
 
+def _work_vault(n: int) -> Path:
+    """``n`` markdown runbooks of about 1.5 KB each (bench corpus facts joined into steps), no git."""
+    root = CACHE / f"work-{n}"
+    marker = root / ".bench-built.json"
+    if marker.exists() and json.loads(marker.read_text()).get("corpus_version") == corpus.VERSION:
+        return root
+    if root.exists():
+        shutil.rmtree(root)
+    (root / "procedures" / "ops").mkdir(parents=True)
+    (root / "facts").mkdir()
+    (root / "episodes").mkdir()
+    (root / "memvault.toml").write_text(f'[embedding]\nmodel = "{MODEL}"\n')
+    facts = corpus.facts(4 * n)
+    for i in range(n):
+        steps, size, j = [], 0, 0
+        while size < 1500:
+            text = facts[(i * 7 + j) % len(facts)].text
+            steps.append(f"{j + 1}. {text}")
+            size += len(text) + 4
+            j += 1
+        body = f"---\ndescription: runbook {i}\n---\n# Runbook {i}\n\n" + "\n".join(steps) + "\n"
+        (root / "procedures" / "ops" / f"runbook-{i:04d}.md").write_text(body)
+    marker.write_text(json.dumps({"corpus_version": corpus.VERSION, "n": n}))
+    return root
+
+
+def _proc_status(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def bench_work(n: int, recalls: int, idle_wait: float) -> dict[str, Any]:
+    """The warm process after real work (issue 24): a full rebuild of ``n`` runbook-sized texts embedded by it,
+    then ``recalls`` recalls served by it (warm vault calls, as hooks make them); its peak resident memory (VmHWM),
+    its resident memory right after, and after ``idle_wait`` seconds without a request."""
+    root = _work_vault(n)
+    env = _runtime()
+    queries = corpus.queries(recalls)
+    code = ("import sys, json; from memvault.interfaces.warm_client import call\n"
+            "qs = json.loads(sys.argv[2])\n"
+            "for q in qs:\n"
+            "    r = call(sys.argv[1], 'recall', {'query': q, 'k': 5, 'record': False})\n"
+            "    assert r is not None and r.get('hits') is not None, r\n")
+    try:
+        started = time.perf_counter()
+        subprocess.run([PY, "-m", "memvault", "--vault", str(root), "reindex", "--full"], env=env, cwd=REPO,
+                       capture_output=True, check=True)
+        rebuild_s = time.perf_counter() - started
+        status = _status(env) or {}
+        pid = int(status["pid"])
+        after_rebuild = _proc_status(pid, "VmRSS")
+        subprocess.run([PY, "-c", code, str(root), json.dumps(queries)], env=env, cwd=REPO, capture_output=True,
+                       check=True)
+        peak = _proc_status(pid, "VmHWM")
+        after_work = _proc_status(pid, "VmRSS")
+        time.sleep(idle_wait)
+        after_idle = _proc_status(pid, "VmRSS")
+    finally:
+        _stop(env)
+    mb = lambda b: b // 2**20  # noqa: E731
+    row = {"texts": n, "recalls": recalls, "rebuild_s": round(rebuild_s, 1), "rss_after_rebuild_mb": mb(after_rebuild),
+           "rss_peak_mb": mb(peak), "rss_after_recalls_mb": mb(after_work),
+           f"rss_after_{idle_wait:.0f}s_idle_mb": mb(after_idle), "load_avg": round(os.getloadavg()[0], 2)}
+    log(f"work: {row}")
+    return row
+
+
 def bench_hook(n: int, runs: int) -> dict[str, Any]:
     root = vault_dir(n)
     env = _runtime()
@@ -279,6 +349,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="cold starts per backend")
     ap.add_argument("--hook-runs", type=int, default=20)
     ap.add_argument("--idle-wait", type=float, default=70.0, help="seconds without a request before the last figure")
+    ap.add_argument("--work-texts", type=int, default=1500)
+    ap.add_argument("--work-recalls", type=int, default=200)
+    ap.add_argument("--work-idle", type=float, default=30.0)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -296,6 +369,8 @@ def main() -> None:
         results["memory"] = bench_memory(args.size, args.idle_wait)
     if "hook" in only:
         results["hook"] = bench_hook(args.size, args.hook_runs)
+    if "work" in only:
+        results["work"] = bench_work(args.work_texts, args.work_recalls, args.work_idle)
     results["load_avg_end"] = os.getloadavg()
     print(json.dumps(results, indent=2))
     if args.json_out:

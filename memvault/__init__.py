@@ -9,7 +9,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: a hook importing this package does not pay for typing
 
 __all__ = ["Vault", "MemvaultError"]
-__version__ = "0.1.0"
+from .rules.version import VERSION as __version__  # noqa: E402 - one place for the number
 
 if TYPE_CHECKING:
     from typing import Any

@@ -268,7 +268,8 @@ def test_apply_embed_and_every_search_round_trip(ix, url):
     runs = ix.runs_of(["restart-pgbouncer", "unknown"])
     assert runs == {"restart-pgbouncer": [{"id": "01JEP0000000000000000000A2", "created": "2026-11-22T09:00:00Z",
                                            "text": "Ran restart-pgbouncer on db1.", "path": "episodes/2026-11.jsonl",
-                                           "meta": {"commit": "abc123", "exit_code": 0}}], "unknown": []}
+                                           "meta": {"commit": "abc123", "exit_code": 0}, "source": "user:ops"}],
+                    "unknown": []}
     proc = ix.procedure_docs(["restart-pgbouncer", "unknown"])
     assert list(proc) == ["restart-pgbouncer"] and proc["restart-pgbouncer"]["chunk"] == 0
     eps = ix.episodes_between(datetime(2026, 11, 22, tzinfo=timezone.utc), None, 10)

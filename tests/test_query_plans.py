@@ -180,3 +180,43 @@ def test_the_relevance_scale_reads_by_index_but_for_its_one_sample(conn, traced_
     assert not bad, bad
     text = "\n".join(sql for _, sql in seen)
     assert "ORDER BY d.hash, c.chunk" in text and "JOIN chunks_vec v" in text and "MAX(rowid)" in text
+
+
+# -- the listings of the web view (memvault.index.listings), as the index protocol asks them -------------------------
+def _listing_queries():
+    from datetime import datetime, timezone
+
+    from memvault.index import listings as L
+
+    hide = frozenset({"facts/db/old.md", "episodes/x.jsonl"})
+    stale = L.Stale(datetime(2030, 1, 1, tzinfo=timezone.utc), 86400.0)
+    return {
+        # pages: a range or a point of UNIQUE(kind, item_id), or the partial index on episode time
+        "facts by prefix": (*L.facts_sql(L.FactQuery(prefix="db")), "SEARCH docs USING"),
+        "facts by tag and sources": (*L.facts_sql(L.FactQuery(tag="postgres", sources=("user:a",))),
+                                     "SEARCH docs USING"),
+        "stale facts": (*L.facts_sql(L.FactQuery(stale=stale)), "SEARCH docs USING"),
+        "facts a team host shadows left out": (*L.facts_sql(L.FactQuery(prefix="db", hide=hide)),
+                                               "SEARCH docs USING"),
+        "fact keys": (L.KEYS_SQL + " ORDER BY item_id", ("db/", "db0"), "SEARCH docs USING COVERING INDEX"),
+        "episodes newest first": (*L.episodes_sql(L.EpisodeQuery(source="user:ops")),
+                                  "SCAN docs USING INDEX docs_episode_time"),
+        "episodes shadowed left out": (*L.episodes_sql(L.EpisodeQuery(hide=hide)),
+                                       "SCAN docs USING INDEX docs_episode_time"),
+        "one episode": (*L.episodes_sql(L.EpisodeQuery(item_id="e1")), "SEARCH docs USING"),
+        "episodes by words": (*L.episodes_sql(L.EpisodeQuery(text="nginx reload")), "chunks_fts VIRTUAL TABLE"),
+        # aggregates over a kind (cached by the caller until the index changes): from the kind's index range
+        "tags": (L.TAGS_SQL + " GROUP BY t.value", (), "SEARCH docs USING"),
+        "sessions": (L.SESSIONS_SQL + " GROUP BY s LIMIT 5", (), "SEARCH docs USING"),
+        "episode kinds": (L.EKINDS_SQL, (), "SEARCH docs USING"),
+        "episode days": (L.EPISODE_DAYS_SQL + " GROUP BY day", ("2020-01-01",), "SEARCH docs USING"),
+        "counts": (L.COUNTS_SQL + " GROUP BY kind, source", (), "SCAN docs USING"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_listing_queries()))
+def test_every_listing_query_reads_docs_through_an_index(conn, name):
+    sql, params, expected = _listing_queries()[name]
+    lines = plan(conn, sql, tuple(params))
+    assert any(expected in line for line in lines), lines
+    assert not [line for line in lines if re.match(r"SCAN (docs|d|chunks|c)\b", line) and "USING" not in line], lines

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from memvault import Vault
 from memvault.interfaces.web import build
 from memvault.interfaces.web.security import CSP
+from memvault.interfaces.web.facts import version_of
 from memvault.rules.errors import MemvaultError
 
 from conftest import REPO_ROOT, git
@@ -235,8 +236,9 @@ def test_untrusted_items_are_marked_on_every_page_that_shows_them(client):
 def test_edit_goes_through_the_gate_and_names_its_commit(seeded, app, client):
     csrf = app.guard.csrf_token()
     original = (seeded.root / "facts/db/replica.md").read_text()
-    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": original.replace("10.8.0.5", "10.8.0.7")},
-                    follow_redirects=False)
+    loaded = version_of((seeded.root / "facts/db/replica.md").read_bytes())  # the form carries what it was loaded from
+    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": original.replace("10.8.0.5", "10.8.0.7"),
+                                                   "loaded": loaded}, follow_redirects=False)
     assert r.status_code == 303
     made = re.search(r"made=([0-9a-f]{40})", r.headers["location"]).group(1)
     assert made == git(seeded.root, "rev-parse", "HEAD")
@@ -244,9 +246,11 @@ def test_edit_goes_through_the_gate_and_names_its_commit(seeded, app, client):
     page = client.get(r.headers["location"]).text
     assert made[:12] in page and "+The replica database listens on 10.8.0.7" in html.unescape(page)
     secret = original + "\npassword=Zq8#kR2!vX9@mL4$\n"
-    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": secret})
+    loaded = version_of((seeded.root / "facts/db/replica.md").read_bytes())
+    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": secret, "loaded": loaded})
     assert r.status_code == 422 and "secret" in r.text and git(seeded.root, "rev-parse", "HEAD") == made
-    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\nimportance: high\n---\nx\n"})
+    r = client.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\nimportance: high\n---\nx\n",
+                                                   "loaded": loaded})
     assert r.status_code == 422 and "importance" in html.unescape(r.text)
 
 
@@ -257,7 +261,8 @@ def test_an_untrusted_local_user_can_only_propose(seeded, monkeypatch):
         csrf = app.guard.csrf_token()
         r = c.post("/inbox", data={"csrf": csrf, "action": "accept", "key": "net/vpn", "format": "json"})
         assert "only a trusted source" in r.text and (seeded.root / "inbox/net/vpn.md").exists()
-        r = c.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\n---\nnew\n"})
+        r = c.post("/fact/db/replica/edit", data={"csrf": csrf, "text": "---\n---\nnew\n",
+                                                  "loaded": version_of((seeded.root / "facts/db/replica.md").read_bytes())})
         assert r.status_code == 422 and "agent:intern" in r.text
         r = c.post("/new", data={"csrf": csrf, "key": "ops/oncall", "text": "Maria is on call."},
                    follow_redirects=False)
@@ -385,17 +390,21 @@ def test_hand_edits_reach_the_listings_through_the_background_check(seeded):
 
 # ---------------------------------------------------------------------------------------------- queries
 def test_listing_queries_start_from_an_index(seeded):
+    from memvault.index.listings import episodes_sql, facts_sql
+
     browse = seeded.browse
     conn = seeded.index.connection()
-    queries = [browse.facts_query(prefix="db"), browse.facts_query(source="user:admin"),
-               browse.facts_query(tag="postgres", trust="trusted"), browse.facts_query(stale=True),
-               browse.episodes_query(), browse.episodes_query(source="agent:claude-code", kind="raw"),
-               browse.episodes_query(session="sess-42"), browse.episodes_query(before="2030-01-01")]
+    queries = [facts_sql(browse.fact_query(prefix="db")), facts_sql(browse.fact_query(source="user:admin")),
+               facts_sql(browse.fact_query(tag="postgres", trust="trusted")),
+               facts_sql(browse.fact_query(stale=True)), episodes_sql(browse.episode_query()),
+               episodes_sql(browse.episode_query(source="agent:claude-code", kind="raw")),
+               episodes_sql(browse.episode_query(session="sess-42")),
+               episodes_sql(browse.episode_query(before="2030-01-01"))]
     for sql, args in queries:
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql + " ORDER BY item_id", args)]
         assert any("USING" in line and "docs" in line for line in plan), (sql, plan)
         assert not [line for line in plan if line.startswith("SCAN docs") and "USING" not in line], (sql, plan)
-    sql, args = browse.episodes_query(text="rotation runbook")
+    sql, args = episodes_sql(browse.episode_query(text="rotation runbook"))
     plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args)]
     assert any("chunks_fts VIRTUAL TABLE" in line for line in plan), plan
 

@@ -14,8 +14,9 @@ A candidate's **semantic evidence** is where its cosine falls on that scale, ``(
 0 for what an unrelated question gets, 1 for what a piece of a memory gets. Recall compares evidence, not
 cosines, with ``[recall] min_evidence`` (see :mod:`memvault.core.recall`).
 
-The calibration is stored in the index (``meta``, beside the model identity), measured by the reindex that builds
-an index (a rebuild, a model change), again when the index has grown by a quarter since (at a reindex or a
+The calibration is stored in the index (its ``meta_get``/``meta_set``, declared with everything else calibration
+reads in :class:`memvault.index.protocol.SearchIndex`, beside the model identity), measured by the reindex that
+builds an index (a rebuild, a model change), again when the index has grown by a quarter since (at a reindex or a
 recall), and by the first recall of an index that has none. It costs an embedding of the vault's pieces (the
 probes' vectors are kept per model) and one vector search per text; nothing at later recalls.
 """
@@ -25,7 +26,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..index.protocol import SearchIndex
 
 #: Bumped when what is measured changes: a stored calibration of another version is measured again.
 VERSION = 1
@@ -77,22 +81,6 @@ PROBES: tuple[str, ...] = (
 _WORDS = re.compile(r"\S+")
 #: The scale of all kinds together (used for a kind with fewer than MIN_CHUNKS chunks).
 ALL = "*"
-
-
-class Calibrated(Protocol):
-    """What calibration needs from an index (the SQLite index and a team's shared one)."""
-
-    def meta_get(self, key: str) -> str | None: ...
-
-    def meta_set(self, key: str, value: str) -> None: ...
-
-    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]: ...
-
-    def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]: ...
-
-    def last_chunk_id(self) -> int: ...
-
-    def search_vectors(self, vector: Any, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]: ...
 
 
 @dataclass(frozen=True)
@@ -212,7 +200,7 @@ def _median(values: list[float]) -> float:
     return (values[(n - 1) // 2] + values[n // 2]) / 2 if n else 0.0
 
 
-def measure(index: Calibrated, embedder: Any, kinds: Sequence[str]) -> tuple[Calibration, Fragments | None]:
+def measure(index: SearchIndex, embedder: Any, kinds: Sequence[str]) -> tuple[Calibration, Fragments | None]:
     """Measure the scale of each of ``kinds`` that has vectors in ``index`` (see the module doc), and of all of
     them together; and keep the pieces of text it was measured with (see :class:`Fragments`)."""
     import numpy as np
@@ -250,7 +238,7 @@ def measure(index: Calibrated, embedder: Any, kinds: Sequence[str]) -> tuple[Cal
             Fragments(own, sources, thresholds, nearest))
 
 
-def _probe_vectors(index: Calibrated, embedder: Any) -> Any:
+def _probe_vectors(index: SearchIndex, embedder: Any) -> Any:
     """The vectors of :data:`PROBES` for this model: from the index when it kept them, else embedded and kept."""
     import base64
 
@@ -271,7 +259,7 @@ def _probe_vectors(index: Calibrated, embedder: Any) -> Any:
     return vectors
 
 
-def _best_and_other(index: Calibrated, vector: Any, kinds: Sequence[str],
+def _best_and_other(index: SearchIndex, vector: Any, kinds: Sequence[str],
                     source: str) -> tuple[float, float, list[str]]:
     """The best cosine of a piece anywhere; the NEIGHBOURS closest memories other than the one it was cut from,
     and the cosine of the last of them (their best chunk)."""
@@ -291,17 +279,17 @@ def _best_and_other(index: Calibrated, vector: Any, kinds: Sequence[str],
     return best, min(others.values()), list(others)
 
 
-def _best(index: Calibrated, vector: Any, kinds: Sequence[str]) -> float:
+def _best(index: SearchIndex, vector: Any, kinds: Sequence[str]) -> float:
     found = index.search_vectors(vector, list(kinds), 1)
     return float(found[0][1]) if found else 0.0
 
 
-def stored(index: Calibrated) -> Calibration | None:
+def stored(index: SearchIndex) -> Calibration | None:
     text = index.meta_get(META_KEY)
     return Calibration.from_json(text) if text else None
 
 
-def current(index: Calibrated, embedder: Any, kinds: Sequence[str], *, remeasure: bool = False) -> Calibration:
+def current(index: SearchIndex, embedder: Any, kinds: Sequence[str], *, remeasure: bool = False) -> Calibration:
     """The calibration for ``embedder``'s model on this index: the stored one while it is of this model and the
     vault has not grown by a quarter since, else measured now and stored."""
     found = None if remeasure else stored(index)
@@ -314,7 +302,7 @@ def current(index: Calibrated, embedder: Any, kinds: Sequence[str], *, remeasure
     return calibration
 
 
-def stored_fragments(index: Calibrated) -> Fragments | None:
+def stored_fragments(index: SearchIndex) -> Fragments | None:
     text = index.meta_get(FRAGMENTS_KEY)
     return Fragments.from_json(text) if text else None
 

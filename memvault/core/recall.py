@@ -295,10 +295,6 @@ def _calibration(parts: Parts, embedder: Any, warnings: list[str]) -> tuple[Cali
     from . import calibration
 
     holder = parts.index
-    if not all(hasattr(holder, m) for m in ("meta_get", "meta_set", "sample_chunks", "last_chunk_id")):
-        # A team's index cannot keep a scale yet: this host's overlay holds too few memories to measure one, so
-        # the test is skipped (as without a model) rather than read on a scale of a handful.
-        return None, None
     if not holder.exists() or holder.identity() is None:
         return None, None
     try:
@@ -410,7 +406,7 @@ def _without_hubs(parts: Parts, ranked: list[Candidate], k: int, holder: Any,
 
     policy = Policy(parts.config.trust.trusted)
     suspects = [c for c in ranked[1: 2 * k + 5] if c.key[0] == "episode" and c.index is not None
-                and not policy.is_trusted(c.doc.get("source") or "") and hasattr(c.index, "doc_vectors")]
+                and not policy.is_trusted(c.doc.get("source") or "")]
     if not suspects:
         return ranked
     pieces = calibration.stored_fragments(holder)
@@ -461,7 +457,7 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
     semantic = max(by_kind.values(), default=float("-inf"))
     words = max(candidates.values(), key=lambda c: (c.keyword, c.relevance))
     names = named_words(query)
-    unknown = (words.index.unknown_words(names) if names and hasattr(words.index, "unknown_words") else [])
+    unknown = words.index.unknown_words(names) if names and words.index is not None else []
     penalty = settings.unknown_name_penalty if unknown else 0.0
     # the words are read only when the meaning alone is not clearly enough (they cost an FTS lookup per term)
     held = (words.index.coverage(query, words.rowid)
@@ -561,10 +557,9 @@ def _feedback(parts: Parts, query: str, kinds: list[str], n: int, out: dict[tupl
     top = sorted((c for c in out.values() if c.key[0] != "episode"), key=lambda c: -c.relevance)[:PRF_DOCS]
     index = parts.index
     bodies = [c.doc["body"] for c in top]
-    if not bodies or not hasattr(index, "expansion_terms"):  # a team's index offers no feedback (yet)
+    if not bodies:
         return
-    stems = index.expansion_terms(bodies, query, PRF_TERMS)
-    found = index.search_terms(stems, kinds, n) if stems else []
+    found = index.search_feedback(bodies, query, kinds, PRF_TERMS, n)
     best = max((s for _, s in found), default=0.0) or 1.0
     docs = index.chunk_docs([r for r, _ in found if r]) if found else {}
     gain: dict[tuple[str, str], float] = {}

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..rules.config import Config
     from ..models.engine import Engine
     from ..stores.episodes import EpisodeLog
-    from ..index import Index
+    from ..index.protocol import VaultIndex
 
 PGVECTOR_OVERHEAD = 8  # pgvector stores 4·dims + 8 bytes per vector
 #: sqlite-vec allocates vector storage 1,024 rows at a time (vec0's default chunk_size): a 25-row index holds
@@ -49,7 +49,7 @@ def episode_files(root: Path, episodes: EpisodeLog) -> list[dict[str, Any]]:
     return out
 
 
-def vault_stats(root: Path, index_: Index, episodes: EpisodeLog, config: Config) -> dict[str, Any]:
+def vault_stats(root: Path, index_: VaultIndex, episodes: EpisodeLog, config: Config) -> dict[str, Any]:
     """Everything ``memvault stats`` prints."""
     index = index_.stats()
     shared = index.pop("shared_index", None)  # a team's: the local index is then this host's overlay
@@ -130,6 +130,30 @@ def team_lines(shared: dict[str, Any]) -> list[str]:
     return lines
 
 
+def add_watchers(out: dict[str, Any], state_dir: Path) -> None:
+    """``stats``' view of the file watchers that follow the vault (``watchers``, a summary line each): the state
+    each live process recorded (memvault.index.changes.feed_states)."""
+    from ..index.changes import feed_states
+
+    out["watchers"] = states = feed_states(state_dir)
+    out["summary"] += [watcher_line(state) for state in states]
+
+
+def watcher_line(state: dict[str, Any]) -> str:
+    """One process's file watcher as ``stats`` and ``agent status`` show it."""
+    head = f"file watcher: pid {state.get('pid')} ({state.get('process') or '?'})"
+    if state.get("reason"):
+        return f"{head}: degraded ({state['reason']}); changes are found by checking the vault instead"
+    last = state.get("last_check")
+    ago = f"{max(0.0, time.time() - float(last)):.0f} s ago" if isinstance(last, (int, float)) else "not yet"
+    line = f"{head}: live; last full check {ago}, every {float(state.get('check_interval') or 0):g} s"
+    if state.get("events_lost"):
+        line += f"; events lost {state['events_lost']} times (each followed by a full check)"
+    if not state.get("lost_events_reported", True):
+        line += "; this watchdog cannot report lost events (the periodic check covers them)"
+    return line
+
+
 def add_warm_process(out: dict[str, Any], idle: float) -> None:
     """``stats``' figures of the warm process (``warm_process``, and a summary line); asked, never started."""
     from ..models import daemon
@@ -151,7 +175,7 @@ def warm_process_line(status: dict[str, Any] | None, idle: float) -> str:
             f"{'s' if vaults != 1 else ''} served; stops after {left:.0f} s more without a request")
 
 
-def estimate_rebuild(index: Index, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:
+def estimate_rebuild(index: VaultIndex, engine: Engine, name: str, *, sample_size: int = 64) -> dict[str, Any]:
     """What a full rebuild with model ``name`` would cost, measured on this machine: items and tokens to embed,
     the time (getting the model — a warm daemon answers at once, a cold one loads it — plus a random sample of the
     real chunks embedded and timed, then scaled to the corpus), and the disk needed while both indexes exist."""
@@ -225,7 +249,8 @@ def projected_bytes(index: dict[str, Any], rows: int) -> float | None:
     return other * rows + vector_store_bytes(rows, model["dims"])
 
 
-def _estimate_bytes(index: Index, current: dict[str, Any], identity: Any, chunks: int, rng: random.Random) -> int:
+def _estimate_bytes(index: VaultIndex, current: dict[str, Any], identity: Any, chunks: int,
+                    rng: random.Random) -> int:
     """The size of a rebuilt index of ``chunks`` chunks: the empty schema, plus text and keywords per chunk (from
     the current index when it has rows, else from a sample of the files indexed for real), plus the vectors as
     sqlite-vec allocates them."""

@@ -24,10 +24,11 @@ from ..rules.errors import ConfigError, MemvaultError, SearchIndexError
 from ..rules.fsutil import atomic_write, read_inside
 from ..stores.gitstore import GitStore
 from .publish import publish, split, vault_name
+from .team_listings import TeamListings
 
 if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
-    from ..index.protocol import Progress
+    from ..index.protocol import Progress, SearchIndex
     from ..models.embeddings import Embedder, ModelIdentity
 
 
@@ -60,7 +61,7 @@ class _View:
     shadow: frozenset[str]
 
 
-class TeamIndex:
+class TeamIndex(TeamListings):
     """A team's index as recall, the write gate and the Vault see it: one :class:`~memvault.index.protocol.VaultIndex`.
 
     It owns three parts and decides which answers:
@@ -214,7 +215,7 @@ class TeamIndex:
             self._went_down(str(exc), time.monotonic() - started)
             raise SharedIndexDown(str(exc)) from None
 
-    def _parts(self) -> list[tuple[Any, int]]:
+    def _parts(self) -> list[tuple[SearchIndex, int]]:
         """(index, sign of its row ids) of the parts that answer now."""
         shared = self._use()
         if shared is None:
@@ -325,7 +326,8 @@ class TeamIndex:
         return self.overlay.verify(mine) if mine else None
 
     def local_index(self) -> Index:
-        """The fallback: this host's whole vault in SQLite (listings read it in SQL), built on demand."""
+        """The fallback: this host's whole vault in SQLite (what answers while the shared index cannot be used),
+        built on demand."""
         if not self.fallback.exists():
             self.fallback.sync(splitter=self._splitter())
         return self.fallback
@@ -334,6 +336,9 @@ class TeamIndex:
         """The files this host's part cannot hold, with the reason (a file the shared index could not take was
         reported by the publish that met it)."""
         return (self.fallback if self._down is not None else self.overlay).problems()
+
+    def unwatchable(self) -> str | None:
+        return "a team's index follows git, not the files"
 
     def as_on_disk(self, rels: set[str]) -> set[str]:
         if self._use() is None:
@@ -441,26 +446,34 @@ class TeamIndex:
         wants to know whether to tell an index), else whether the shared index does."""
         return self.overlay.exists() or self.fallback.exists() or bool(self._parts())
 
-    def _scores(self, method: str, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    def _scores(self, search: Callable[[SearchIndex], Callable[..., list[tuple[int, float]]]],
+                *args: Any) -> list[tuple[int, float]]:
+        """``search`` (a search of a part) over the parts that answer, each part's scores divided by its best."""
         parts = self._parts()
         if len(parts) == 1 and parts[0][1] == 1:
-            return self._call(getattr(parts[0][0], method), query, kinds, limit)
+            return self._call(search(parts[0][0]), *args)
         out: list[tuple[int, float]] = []
         for index, sign in parts:
-            found = self._call(getattr(index, method), query, kinds, limit)
+            found = self._call(search(index), *args)
             best = max((s for _, s in found), default=0.0) or 1.0
             out += [(sign * r, s / best) for r, s in found]
         return sorted(out, key=lambda rs: -rs[1])
 
     def search_keywords(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(row id, BM25 divided by its part's best) best first, at most ``limit`` from each part."""
-        return self._scores("search_keywords", query, kinds, limit)
+        return self._scores(lambda index: index.search_keywords, query, kinds, limit)
 
     def search_phrases(self, query: str, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        return self._scores("search_phrases", query, kinds, limit)
+        return self._scores(lambda index: index.search_phrases, query, kinds, limit)
 
     def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
         return [sign * r for index, sign in self._parts() for r in self._call(index.search_exact, query, kinds, limit)]
+
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback in each part that answers (its own terms, by its own word frequencies), scores
+        divided by each part's best as :meth:`search_keywords` does."""
+        return self._scores(lambda index: index.search_feedback, bodies, query, kinds, terms, limit)
 
     def vector_search(self, kinds: Sequence[str], limit: int) -> None:
         """None: the parts are searched one after the other, on this thread (:meth:`search_vectors`)."""
@@ -478,7 +491,7 @@ class TeamIndex:
             out += [(sign * r, c) for r, c in self._call(index.search_vectors, vector, kinds, limit)]
         return sorted(out, key=lambda rc: -rc[1])
 
-    def _by_part(self, rowids: Sequence[int]) -> list[tuple[Any, int, list[int]]]:
+    def _by_part(self, rowids: Sequence[int]) -> list[tuple[SearchIndex, int, list[int]]]:
         """(index, sign, its own row ids) for the parts ``rowids`` belong to."""
         out = []
         for index, sign in self._parts():
@@ -505,7 +518,7 @@ class TeamIndex:
     # -- calibration (memvault.core.calibration): the scale of the part that holds the vault -----------------
     # While the shared index answers, it holds the scale (measured once for the team, like its vectors); while it
     # does not, the fallback measures and keeps its own.
-    def _calibration_part(self) -> Any:
+    def _calibration_part(self) -> SearchIndex:
         shared = self._use()
         return self.local_index() if shared is None else shared
 
@@ -553,7 +566,7 @@ class TeamIndex:
             out.update({sign * r: [sign * n for n in ns] for r, ns in found.items()})
         return out
 
-    def _unshadowed(self, index: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _unshadowed(self, index: SearchIndex, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if index is not self._shared:
             return items
         shadow = self._shadow()

@@ -111,6 +111,7 @@ class Vault:
         return Engine(config.model, config.query_prefix,
                       daemon=config.embedding.daemon if self._daemon is None else self._daemon,
                       idle=config.embedding.daemon_idle, status=self._status, backend=config.embedding.backend,
+                      threads=config.embedding.threads,
                       factory=(lambda: factory(config)) if factory is not None else None)
 
     def _build(self) -> None:
@@ -273,7 +274,7 @@ class Vault:
         over the index: see :mod:`memvault.core.browse`."""
         from .browse import Browse
 
-        return Browse(self.index.local_index(), self.config)
+        return Browse(self.index, self.config)
 
     def growth(self) -> Growth:
         """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""
@@ -382,11 +383,11 @@ class Vault:
 
         embedder = self.engine.loaded()
         index = self.index
-        if embedder is None or not hasattr(index, "meta_get") or not index.exists() or index.identity() is None \
+        if embedder is None or not index.exists() or index.identity() is None \
                 or not embedder.identity.same_vectors(index.identity()):
             return report
         try:
-            calibration.current(index, embedder, KINDS)  # type: ignore[arg-type]
+            calibration.current(index, embedder, KINDS)
         except MemvaultError as exc:
             report.warnings.append(f"the relevance scale was not measured ({exc}); the next recall measures it")
         return report
@@ -437,11 +438,13 @@ class Vault:
 
         return replace(self.config, embedding=replace(self.config.embedding, model=model))
 
-    def follow(self, *, listener: Callable[[str], None] | None = None) -> ChangeFeed:
+    def follow(self, *, listener: Callable[[str], None] | None = None,
+               log: Callable[[str], None] | None = None) -> ChangeFeed:
         """A file watcher on the vault until :meth:`close`, for processes that stay up: recall checks only what changed
-        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run). Idempotent."""
-        return follow(self.index, self.root, self.state_dir, listener=listener,
-                      reason=None if isinstance(self.index, Index) else "a team's index follows git, not the files")
+        (see :mod:`memvault.index.changes`; ``feed.reason`` says why it cannot run, in ``log`` or the
+        ``memvault.watch`` logger and in :meth:`stats`, never in a recall's warnings). Idempotent."""
+        return follow(self.index, self.root, self.state_dir, listener=listener, log=log,
+                      reason=self.index.unwatchable())
 
     def close(self) -> None:
         """Stop the file watcher (if any) and close the index's connection."""
@@ -473,7 +476,10 @@ class Vault:
     def stats(self) -> dict[str, Any]:
         from .stats import vault_stats
 
+        from .stats import add_watchers
+
         out = vault_stats(self.root, self.index, self._episodes, self.config)
+        add_watchers(out, self.state_dir)
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
             out["model_set_by"] = ".memvault/local.toml (this host only)"
             out["summary"].insert(1, f"model {self.config.model}: set for this host only in .memvault/local.toml")

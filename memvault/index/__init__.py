@@ -26,6 +26,7 @@ from ..rules.timeutil import format_time, now
 from . import search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
+from .listings import EpisodeQuery, FactQuery, Listings, Stale
 from .search import DEFAULT_FIELD_WEIGHTS, FieldWeights, fts_exact_query, fts_phrase_query, fts_query
 from .update import Progress, SyncReport, model_key, pending_count, scan, stored_problems, sync_text, vector_blob
 from .vectors import TextFeed, embed_pending
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from .changes import ChangeFeed, Marks
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
-           "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs"]
+           "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs",
+           "FactQuery", "EpisodeQuery", "Stale"]
 
 INDEX_NAME = "index.db"
 #: What ``index.db`` may point at: a generation file beside it, named by memvault.
@@ -52,7 +54,7 @@ TEXT_BATCH = 64
 EmbedderProvider = Callable[[], "Embedder | None"]
 
 
-class Index:
+class Index(Listings):
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
     def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None,
@@ -78,7 +80,6 @@ class Index:
         #: A file watcher's marks (memvault.index.changes.ChangeFeed) in a process that keeps one: recall then
         #: checks only what it marked.
         self.changes: ChangeFeed | None = None
-        self._said_fallback = False
 
     # -- files and generations ---------------------------------------------------------------------------
     def current_target(self) -> Path | None:
@@ -321,10 +322,8 @@ class Index:
                 except BaseException:
                     self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
                     raise
-            if self.changes.reason is not None and not self._said_fallback:  # for good: said once (a watcher that
-                self._said_fallback = True                                  # was only slow this time is not news)
-                self.warnings.append(f"file watcher unavailable ({self.changes.reason}); recall checks the vault's "
-                                     "directories instead")
+            # A watcher that cannot be relied on said so in its log and in stats (ChangeFeed._fail); it is the host's
+            # business, not an agent's, so it stays out of the recall's warnings.
         if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
             return None  # a warm process asking again within the second: candidates are still verified
         self._last_refresh = time.monotonic()
@@ -390,9 +389,9 @@ class Index:
         """Of ``rels`` (just :meth:`verify` ed), those whose indexed text is the file as it is: all of them."""
         return set(rels)
 
-    def local_index(self) -> Index:
-        """This host's SQLite index of the whole vault, for listings in SQL (memvault.core.browse): this one."""
-        return self
+    def unwatchable(self) -> str | None:
+        """None: a file watcher may mark what changed (this index reads the files)."""
+        return None
 
     def publish(self, *, splitter: Any = None) -> SyncReport:
         """Share what this host has pushed with the other hosts' indexes: a local index has nobody to share with."""
@@ -622,6 +621,13 @@ class Index:
     def search_terms(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""
         return search.match(self.connection(), " OR ".join(f'"{s}"' for s in stems), kinds, limit)
+
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback: the stems ``bodies`` share and the query lacks (:meth:`expansion_terms`),
+        searched as one keyword query (:meth:`search_terms`)."""
+        stems = self.expansion_terms(bodies, query, terms)
+        return self.search_terms(stems, kinds, limit) if stems else []
 
     # -- calibration (see memvault.core.calibration) ------------------------------------------------------
     def meta_get(self, key: str) -> str | None:

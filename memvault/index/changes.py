@@ -12,22 +12,36 @@ its events in order, so every change made before the recall began has been marke
 the vault is the one event the watcher holds back (half a second, to pair it with a move back in); recall's own
 check of the files behind the hits it returns covers it, as it covers everything else.
 
+**Lost events** come through watchdog's public API only: its ``EventsLostEvent`` (sent once it has rebuilt its
+watches after the kernel's queue overflowed) makes the next :meth:`~ChangeFeed.collect` ask for a full check; and
+every :data:`CHECK_INTERVAL` seconds a full check is asked for anyway, healing what no event said (a watchdog that
+cannot report lost events, a directory watched too late).
+
 **When the watcher cannot be trusted** — no inotify on this system, the vault on a network file system (a change
-made on another host raises no event here), the inotify watch limit reached, the kernel's event queue overflowed,
-a marker not seen in time — :meth:`~ChangeFeed.collect` returns None or asks for a full check, and the index
-falls back to its directory check; a reason that lasts is said once.
+made on another host raises no event here), the inotify watch limit reached (watchdog says so in its log for a
+directory added later, and the feed listens there), a marker not seen in time — :meth:`~ChangeFeed.collect`
+returns None and the index falls back to its directory check. A reason that lasts is said once, in the process's
+log, and recorded in the state directory for ``stats`` and ``agent status``; never in a recall's warnings, which
+reach agents.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import itertools
+import json
+import logging
 import os
+import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..rules.errors import MemvaultError
+from ..rules.fsutil import atomic_write, ensure_dir
 
 #: Directories whose changes never concern the index: git's own files and memvault's local state (the index
 #: itself lives there, so watching it would make every sync trigger the next one).
@@ -51,8 +65,18 @@ NETWORK_FILESYSTEMS = frozenset({
     "virtiofs", "fuse.sshfs", "fuse.rclone", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs",
     "fuse.juicefs", "fuse.goofys"})
 
+#: watchdog's event type for lost events (``EventsLostEvent``, sent after a queue overflow once it has rebuilt its
+#: watches); a watchdog without it loses events silently, and the periodic check is then what finds them.
+EVENTS_LOST = "events_lost"
+#: How often a feed asks for a full check of the vault (every file's size and time) whatever the events said: it
+#: heals what no event reported (an event lost where watchdog cannot say so, a directory watched too late).
+CHECK_INTERVAL = 300.0
+#: Where each process that follows the vault writes its watcher's state (``stats`` reads it), in the state dir.
+FEEDS_DIR = "feeds"
+
 Log = Callable[[str], None]
 Listener = Callable[[str], None]
+logger = logging.getLogger("memvault.watch")
 
 
 def is_relevant(root: Path, path: str) -> bool:
@@ -120,14 +144,25 @@ class ChangeFeed:
     debounces on it)."""
 
     def __init__(self, root: Path, state_dir: Path, *, listener: Listener | None = None,
-                 barrier_timeout: float = BARRIER_TIMEOUT) -> None:
+                 barrier_timeout: float = BARRIER_TIMEOUT, check_interval: float = CHECK_INTERVAL,
+                 log: Log | None = None) -> None:
         self.root = Path(root)
         self.state_dir = Path(state_dir)
         self.listener = listener
         self.barrier_timeout = barrier_timeout
+        self.check_interval = check_interval
+        #: Where the watcher's notes go (``memvault watch``'s log); None: the ``memvault.watch`` logger.
+        self.log = log
         #: Why the watcher cannot be relied on, or None while it can.
         self.reason: str | None = None
         self.events = 0
+        self.events_lost = 0
+        #: When the last full check was handed out (``time.time()``), or None before the first.
+        self.last_check: float | None = None
+        self._last_check = time.monotonic()
+        self._lost_reported = False
+        self._state_file = self.state_dir / FEEDS_DIR / f"{os.getpid()}-{id(self):x}.json"
+        self._watch_log = _WATCH_LOG
         self._marks = Marks()
         self._cond = threading.Condition()
         self._seen = 0
@@ -158,65 +193,95 @@ class ChangeFeed:
         except OSError as exc:
             return self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
         observer = InotifyObserver()
-        fd = getattr(observer, "_inotify_fd", None)
-        if fd is None or not all(hasattr(fd, name) for name in ("add_callback", "handle_event")):
-            return self._fail("this watchdog version cannot report lost events")
-        self._hook(fd)
+        self._lost_reported = _events_lost_type() is not None
+        self._watch_log.attach(self)
         try:
-            observer.schedule(_Handler(self), str(self.root), recursive=True, event_filter=_event_filter())
+            observer.schedule(_handler(self), str(self.root), recursive=True, event_filter=_event_filter())
             observer.start()
         except OSError as exc:
             with contextlib.suppress(Exception):
                 observer.stop()
+            self._watch_log.detach(self)
             return self._fail(_watch_error(exc))
         self._observer = observer
+        self._last_check = time.monotonic()
         if self.reason is not None:  # a subdirectory could not be watched while the watches were added
             self.stop()
             return False
+        if not self._lost_reported:
+            self._say("this watchdog does not report lost events; a full check every "
+                      f"{self.check_interval:g} s covers them")
+        self._publish()
         return True
 
     def stop(self) -> None:
         observer, self._observer = self._observer, None
+        self._watch_log.detach(self)
         if observer is not None:
             with contextlib.suppress(Exception):
                 observer.stop()
                 observer.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self._state_file.unlink()
 
     @property
     def running(self) -> bool:
         return self._observer is not None and self.reason is None
 
     def _fail(self, reason: str) -> bool:
+        """The watcher cannot be relied on from here on: said once in the log and in ``stats``, and recall checks
+        the directories instead (the caller's fallback, never a silent one)."""
         if self.reason is None:
             self.reason = reason
+            self._say(f"file watcher unavailable ({reason}); changes are found by checking the vault instead")
+            with self._cond:
+                self._cond.notify_all()  # a recall waiting for its marker stops waiting
+            self._publish()
         return False
 
-    def _hook(self, fd: Any) -> None:
-        """Learn of what watchdog would otherwise only log, or swallow: an overflowed event queue (events lost:
-        check everything) and a subdirectory that could not be watched (the watch limit: stop trusting it)."""
-        add_callback, handle_event = fd.add_callback, fd.handle_event
+    def degrade(self, reason: str) -> None:
+        """Stop trusting the watcher (``reason`` says why): see :meth:`_fail`."""
+        self._fail(reason)
 
-        def checked_add_callback(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return add_callback(*args, **kwargs)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.ENOMEM):  # a vanished directory is no loss: its events came
-                    self._fail(_watch_error(exc))
-                    with self._cond:
-                        self._cond.notify_all()
-                raise
+    def _say(self, line: str) -> None:
+        """A note for whoever runs the process (its log), never for an agent's context or a recall's warnings."""
+        if self.log is not None:
+            self.log(f"warning: {line}")
+        else:
+            logger.warning("%s: %s", self.root, line)
 
-        def checked_handle_event(event: Any) -> Any:
-            if getattr(event, "is_queue_overflow", False):
-                with self._cond:
-                    self._marks.full = True
-            return handle_event(event)
+    def lost(self) -> None:
+        """Events were lost (watchdog's ``EventsLostEvent``, sent once it has rebuilt its watches): the next
+        :meth:`collect` asks for a full check of the vault."""
+        with self._cond:
+            self._marks.full = True
+            self.events_lost += 1
+            self._cond.notify_all()
+        self._say("file events were lost (the kernel's queue overflowed); the next sync checks every file")
+        self._publish()
+        if self.listener is not None:
+            self.listener(str(self.root))
 
-        fd.add_callback = checked_add_callback
-        fd.handle_event = checked_handle_event
+    def status(self) -> dict[str, Any]:
+        """The watcher's state as ``stats`` shows it (and as it is written to the state directory for other
+        processes to read): running or why not, lost events, the last full check."""
+        return {"pid": os.getpid(), "process": os.path.basename(sys.argv[0]) if sys.argv else "",
+                "running": self.running, "reason": self.reason, "events": self.events,
+                "lost_events_reported": self._lost_reported, "events_lost": self.events_lost,
+                "check_interval": self.check_interval, "last_check": self.last_check}
+
+    def _publish(self) -> None:
+        try:
+            ensure_dir(self._state_file.parent)
+            atomic_write(self._state_file, json.dumps(self.status()).encode())
+        except (OSError, MemvaultError) as exc:  # stats then shows no watcher for this process; the log says why
+            logger.warning("%s: cannot record the file watcher's state (%s)", self.root, exc)
 
     # -- events (the observer's thread) -----------------------------------------------------------------------
     def mark(self, event_type: str, is_directory: bool, *paths: str) -> None:
+        if event_type == EVENTS_LOST:
+            self.lost()
+            return
         if event_type not in RELEVANT_EVENTS:
             return
         for path in paths:
@@ -257,7 +322,17 @@ class ChangeFeed:
             marks, self._marks = self._marks, Marks()
         if self.reason is not None:
             return None
+        if marks.full or time.monotonic() - self._last_check >= self.check_interval:
+            self.checked()
+            marks.full = True
         return marks
+
+    def checked(self) -> None:
+        """A full check of the vault is being made now (:meth:`collect` asked for it, or ``memvault watch``'s
+        rescan): the next periodic one is due ``check_interval`` from here."""
+        self._last_check = time.monotonic()
+        self.last_check = time.time()
+        self._publish()
 
     def requeue(self, marks: Marks) -> None:
         """Put back marks whose sync failed: the next :meth:`collect` returns them again."""
@@ -293,12 +368,18 @@ def _alive(pid: str) -> bool:
     return True
 
 
+def _events_lost_type() -> Any:
+    from watchdog import events as ev
+
+    return getattr(ev, "EventsLostEvent", None)
+
+
 def _event_filter() -> list[Any]:
     from watchdog import events as ev
 
     return [getattr(ev, name) for name in (
         "FileCreatedEvent", "FileDeletedEvent", "FileModifiedEvent", "FileMovedEvent", "FileClosedEvent",
-        "DirCreatedEvent", "DirDeletedEvent", "DirMovedEvent") if hasattr(ev, name)]
+        "DirCreatedEvent", "DirDeletedEvent", "DirMovedEvent", "EventsLostEvent") if hasattr(ev, name)]
 
 
 def _watch_error(exc: OSError) -> str:
@@ -313,30 +394,88 @@ def _watch_error(exc: OSError) -> str:
     return f"cannot watch the vault ({exc.strerror or exc})"
 
 
-class _Handler:
-    """The watchdog event handler: hands each event's paths to the feed."""
+def _handler(feed: ChangeFeed) -> Any:
+    """A watchdog ``FileSystemEventHandler`` that hands each event's paths to ``feed`` (lost events included)."""
+    from watchdog.events import FileSystemEventHandler
 
-    def __init__(self, feed: ChangeFeed) -> None:
-        self.feed = feed
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event: Any) -> None:
+            paths = [os.fsdecode(event.src_path)]
+            if getattr(event, "dest_path", ""):
+                paths.append(os.fsdecode(event.dest_path))
+            feed.mark(event.event_type, bool(event.is_directory), *paths)
 
-    def dispatch(self, event: Any) -> None:
-        paths = [os.fsdecode(event.src_path)]
-        if getattr(event, "dest_path", ""):
-            paths.append(os.fsdecode(event.dest_path))
-        self.feed.mark(event.event_type, bool(event.is_directory), *paths)
+    return Handler()
+
+
+class _WatchLimitLog(logging.Handler):
+    """watchdog says a subdirectory could not be watched (the inotify watch limit, a directory created after the
+    start) only in its log, with the ``OSError``; this handler on the ``watchdog`` logger hears it and tells the
+    feed watching that directory to stop trusting itself. (Its public API has no other channel for it; the periodic
+    check covers the case where the log is silenced.)"""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._feeds: set[ChangeFeed] = set()
+        self._guard = threading.Lock()
+
+    def attach(self, feed: ChangeFeed) -> None:
+        with self._guard:
+            if not self._feeds:
+                logging.getLogger("watchdog").addHandler(self)
+            self._feeds.add(feed)
+
+    def detach(self, feed: ChangeFeed) -> None:
+        with self._guard:
+            self._feeds.discard(feed)
+            if not self._feeds:
+                logging.getLogger("watchdog").removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        exc = next((a for a in args if isinstance(a, OSError)), None)
+        if exc is None or exc.errno not in (errno.ENOSPC, errno.EMFILE, errno.ENOMEM):
+            return  # a directory that vanished while it was being watched is no loss: its events came
+        paths = [os.fsdecode(a) for a in args if isinstance(a, (str, bytes))]
+        with self._guard:
+            feeds = list(self._feeds)
+        for feed in feeds:
+            if not paths or any(p == str(feed.root) or relative(feed.root, p) is not None for p in paths):
+                feed.degrade(_watch_error(exc))
+
+
+_WATCH_LOG = _WatchLimitLog()
+
+
+def feed_states(state_dir: Path) -> list[dict[str, Any]]:
+    """The watcher state of every live process that follows the vault whose state directory is ``state_dir``."""
+    out = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(os.scandir(state_dir / FEEDS_DIR), key=lambda e: e.name):
+            if not entry.name.endswith(".json") or not _alive(entry.name.split("-", 1)[0]):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                with open(entry.path, "rb") as f:
+                    state = json.loads(f.read(65536))
+                if isinstance(state, dict):
+                    out.append(state)
+    return out
 
 
 def follow(index: Any, root: Path, state_dir: Path, *, listener: Listener | None = None,
-           reason: str | None = None) -> ChangeFeed:
+           reason: str | None = None, log: Log | None = None) -> ChangeFeed:
     """The feed ``index`` consults (:attr:`memvault.index.Index.changes`), started now if it has none (``reason``:
     why it must not be, then it is not). A ``listener`` replaces the feed's."""
     feed = index.changes
     if feed is None:
-        feed = index.changes = ChangeFeed(root, state_dir, listener=listener)
+        feed = index.changes = ChangeFeed(root, state_dir, listener=listener, log=log)
         if reason is not None:
             feed.reason = reason
         else:
             feed.start()
-    elif listener is not None:
-        feed.listener = listener
+    else:
+        if listener is not None:
+            feed.listener = listener
+        if log is not None:
+            feed.log = log
     return feed

@@ -2,9 +2,10 @@
 
 Two levels, as sqlite-utils' ``Queryable`` sits under ``Table`` and ``View``:
 
-- :class:`SearchIndex` — what recall, the write gate's duplicate check, ``stats`` and ``dedup`` read: the
-  searches (words, phrases, exact quotes, vectors), the fields behind the ids they return, and the few lookups
-  recall makes around its candidates; plus its model, its pending vectors and phase 2. Both backends implement it:
+- :class:`SearchIndex` — what recall, the write gate's duplicate check, ``stats``, ``dedup`` and the web view read:
+  the searches (words, phrases, exact quotes, vectors, pseudo-relevance feedback), the fields behind the ids they
+  return, the few lookups recall makes around its candidates, the relevance scale's store, the listings people
+  browse (:mod:`memvault.index.listings`); plus its model, its pending vectors and phase 2. Both backends implement it:
   the SQLite :class:`memvault.index.Index` and the PostgreSQL :class:`memvault.index.postgres.SharedIndex`.
 - :class:`VaultIndex` — a :class:`SearchIndex` kept in step with this host's files: phase 1 (``sync``), recall's
   freshness checks (``refresh``, ``verify``), a rebuild, and the warnings gathered on the way. The SQLite index is
@@ -14,20 +15,23 @@ Two levels, as sqlite-utils' ``Queryable`` sits under ``Table`` and ``View``:
 Ids ("rowids") are opaque integers, unique within one index; scores are comparable within one result list only
 (BM25 depends on the corpus it was computed over; cosines are comparable wherever one model made the vectors).
 
-To add a method (a per-index calibration store, say): add it here, implement it in ``Index`` and ``SharedIndex``
-(and ``TeamIndex`` when it belongs to a ``VaultIndex``); tests/test_index_protocol.py checks every implementation
-against these signatures.
+This is the one protocol: nothing outside ``memvault.index`` asks an index for anything not declared here, and no
+caller branches on which backend it holds (``hasattr``, ``isinstance``). To add a method: add it here, implement it
+in ``Index`` and ``SharedIndex`` (and ``TeamIndex`` when it belongs to a ``VaultIndex``);
+tests/test_index_protocol.py checks every implementation against these signatures, and reads the code outside
+``memvault.index`` for any attribute of an index that is not declared here.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..models.embeddings import Embedder, ModelIdentity
-    from . import Index
+    from .documents import Sources
+    from .listings import EpisodeQuery, FactQuery
     from .update import SyncReport
 
 Progress = Callable[[int, int], None]
@@ -94,6 +98,38 @@ class SearchIndex(Protocol):
         """Episodes created in [since, until) (None for open), newest first."""
         ...
 
+    def doc_vectors(self, rowid: int) -> list[Any]:
+        """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to (recall's test of
+        an untrusted memory that "matches every question")."""
+        ...
+
+    def unknown_words(self, words: Sequence[str]) -> list[str]:
+        """Those of ``words`` that no chunk holds, compared as the keyword index stores words (recall's name rule)."""
+        ...
+
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback: the ``terms`` words the best memories' ``bodies`` share most, that the query
+        lacks and this index holds rarely, searched as one keyword query: (rowid, BM25) best first."""
+        ...
+
+    # -- the relevance scale's store (memvault.core.calibration): derived data kept with the index -------------
+    def meta_get(self, key: str) -> str | None:
+        """A value kept with the index beside the model identity (the relevance scale), or None."""
+        ...
+
+    def meta_set(self, key: str, value: str) -> None:
+        ...
+
+    def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
+        """("kind:id", chunk text) of ``n`` embedded chunks of ``kind``, chosen by their text's hash (the same
+        sample for the same vault on every host)."""
+        ...
+
+    def last_chunk_id(self) -> int:
+        """The newest chunk's id (ids only grow: how much the vault grew since the scale was measured)."""
+        ...
+
     def pending(self) -> int:
         """Chunks still waiting for a vector."""
         ...
@@ -107,6 +143,45 @@ class SearchIndex(Protocol):
         """Items per kind, chunks, vectors, pending, model, sizes."""
         ...
 
+    # -- listings for people (memvault.core.browse: the web view), in the index's own query language -------------
+    # ``hide``: paths not to list (a team's shared rows that this host's own files shadow).
+    def listing_version(self) -> tuple[Any, ...]:
+        """Changes whenever what the listings read may have (a write, a publish, a generation swap)."""
+        ...
+
+    def doc_counts(self, hide: Collection[str] = frozenset()) -> list[tuple[str, str | None, int]]:
+        """(kind, source, items) of every kind and source."""
+        ...
+
+    def fact_keys(self, prefix: str, hide: Collection[str] = frozenset()) -> list[str]:
+        """The keys of the facts under ``prefix`` ('' for all), in key order."""
+        ...
+
+    def fact_tags(self, hide: Collection[str] = frozenset()) -> list[tuple[str, int]]:
+        """(tag, facts) most used first."""
+        ...
+
+    def list_facts(self, query: FactQuery, limit: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """One page of the facts ``query`` asks for, in key order (keys :data:`memvault.index.listings.FACT_KEYS`),
+        and how many match in all (``limit`` 0: only that)."""
+        ...
+
+    def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
+        """The episodes ``query`` asks for, newest first (keys :data:`memvault.index.listings.EPISODE_KEYS`)."""
+        ...
+
+    def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
+        """(session, runtime, source, first, last, episodes) of captured agent sessions, latest activity first."""
+        ...
+
+    def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
+        """The episode kinds present, sorted."""
+        ...
+
+    def episode_days(self, since: str, hide: Collection[str] = frozenset()) -> list[tuple[str, int]]:
+        """(YYYY-MM-DD, episodes created that day) from ``since`` on."""
+        ...
+
 
 @runtime_checkable
 class VaultIndex(SearchIndex, Protocol):
@@ -117,6 +192,8 @@ class VaultIndex(SearchIndex, Protocol):
     warnings: list[str]
     #: A file watcher marking what changed, in a process that stays up (memvault.index.changes), or None.
     changes: Any
+    #: The vault's files as the index reads them (what a rebuild and its estimate read).
+    sources: Sources
 
     def sync(self, paths: Sequence[Path] | None = None, *, splitter: Any = None) -> SyncReport:
         """Phase 1: the text rows in step with the files (all of them, or only ``paths``)."""
@@ -143,9 +220,22 @@ class VaultIndex(SearchIndex, Protocol):
         """After a purge: no removed text left in the index's files."""
         ...
 
-    def local_index(self) -> Index:
-        """This host's SQLite index of the whole vault, for listings that read it in SQL (memvault.core.browse):
-        the index itself, or a team's fallback (built on demand)."""
+    def lag(self) -> dict[str, int]:
+        """Files the index has not caught up with: changed, new and removed since it last read them (one stat of
+        every vault file)."""
+        ...
+
+    def unwatchable(self) -> str | None:
+        """Why a file watcher must not feed this index (a team's follows git, not the files), or None."""
+        ...
+
+    def scan(self) -> dict[str, tuple[str, int, int, int]]:
+        """Every vault file the index would hold: path -> (kind, size, mtime_ns, inode), from one stat each."""
+        ...
+
+    def sample_size(self, rels: Sequence[str], identity: ModelIdentity | None) -> tuple[int, int, int]:
+        """(bytes of an empty index, bytes of one holding only the files ``rels``, its chunks): what a rebuild's
+        estimate scales up."""
         ...
 
     def problems(self) -> list[str]:

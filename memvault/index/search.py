@@ -297,7 +297,8 @@ def chunk_docs(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dic
     return out
 
 
-RUNS_SQL = "SELECT item_id, created, body, path, meta FROM docs WHERE ref = ? ORDER BY created DESC LIMIT ?"
+RUNS_SQL = ("SELECT item_id, created, body, path, meta, source FROM docs WHERE ref = ? "
+            "ORDER BY created DESC LIMIT ?")
 
 
 def runs_of(conn: sqlite3.Connection, names: Sequence[str], per_name: int) -> dict[str, list[dict[str, Any]]]:
@@ -307,8 +308,8 @@ def runs_of(conn: sqlite3.Connection, names: Sequence[str], per_name: int) -> di
     out: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         rows = conn.execute(RUNS_SQL, (name, per_name)).fetchall()
-        out[name] = [{"id": r[0], "created": r[1], "text": r[2], "path": r[3], "meta": json.loads(r[4] or "{}")}
-                     for r in rows]
+        out[name] = [{"id": r[0], "created": r[1], "text": r[2], "path": r[3], "meta": json.loads(r[4] or "{}"),
+                      "source": r[5]} for r in rows]
     return out
 
 

@@ -101,12 +101,11 @@ class Watcher:
     def run(self, stop: threading.Event) -> None:
         """Watch until ``stop`` is set. Raises :class:`WatcherRunning` when another watcher holds the vault."""
         with self._claim():
-            self.feed = self.vault.follow(listener=lambda path: self.notify(path))
+            self.feed = self.vault.follow(listener=lambda path: self.notify(path), log=self.log)
             plain = None
-            if not self.feed.running:
-                self.log(f"warning: {self.feed.reason}; every change is found by a full check every "
-                         f"{self.rescan_interval:g} s instead" + ("" if "inotify" not in (self.feed.reason or "")
-                                                                else " and on each event"))
+            if not self.feed.running:  # the feed logged why; say what the watcher does instead
+                self.log(f"every change is found by a full check every {self.rescan_interval:g} s instead"
+                         + (" and on each event" if "no inotify" in (self.feed.reason or "") else ""))
                 plain = _plain_observer(self) if "no inotify" in (self.feed.reason or "") else None
             try:
                 self.log(f"watching {self.vault.root} (debounce {self.debounce:g} s, max delay {self.max_delay:g} s, "
@@ -176,6 +175,8 @@ class Watcher:
             # an event batch reads what the watcher marked; the start, the rescans and a watcher that cannot be
             # relied on check every file
             marks = self.feed.collect(barrier=False) if reason == "events" and self.feed is not None else None
+            if marks is None and self.feed is not None and self.feed.running:
+                self.feed.checked()  # a full check: the feed's own periodic one is not due before its interval
             try:
                 report = self.vault.catch_up(load=self._model_ready, marks=marks)
             except BaseException:

@@ -182,3 +182,11 @@ def quiet_loading() -> Iterator[None]:
             tf_logging.enable_progress_bar()
 
 
+def cores_for(setting: int) -> int:
+    """Threads for a batch: ``setting`` when positive, else every core this process may run on."""
+    if setting > 0:
+        return setting
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -49,9 +49,9 @@ _key: str | None = None
 # ------------------------------------------------------------------------------------------------ install
 def version() -> str:
     """memvault's version, read without importing the package's heavy parts."""
-    from .. import __version__
+    from ..rules.version import VERSION
 
-    return __version__
+    return VERSION
 
 
 def install_key() -> str:

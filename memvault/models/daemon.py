@@ -49,9 +49,6 @@ TRIM_AFTER = 60.0
 #: Texts per embed_documents request: a bulk reindex sends many small requests, so a recall's query vector waits
 #: for one of them at most, not for the whole bulk.
 REQUEST_TEXTS = 64
-#: The module the warm process runs. It serves whole vault calls too, so it lives with the interfaces; it is
-#: started by name here, never imported.
-SERVER_MODULE = "memvault.interfaces.warm"
 LOG_NAME = "warm.log"
 #: What a warm process must not inherit from whoever happened to start it: it serves every caller, each of which
 #: names its own source and vault.
@@ -78,6 +75,8 @@ class RemoteEmbedder:
         self.timeout = timeout
         self.restarts = 0
         self.restart = start
+        #: Cores the warm process may use for this client's large batches (0: all); sent with each batch.
+        self.threads = 0
         #: Loads the model in this process when the warm process is gone for good (set by the engine).
         self.fallback: Callable[[], Embedder] | None = None
         self._local: Embedder | None = None
@@ -124,6 +123,7 @@ class RemoteEmbedder:
                 if not embedder.identity.same_vectors(self.identity):
                     raise
                 self._local = embedder
+                self._local.threads = self.threads  # type: ignore[attr-defined]
         return local(self._local)
 
     def _matrix(self, request: dict[str, Any]) -> np.ndarray:
@@ -140,7 +140,8 @@ class RemoteEmbedder:
             import numpy as np
 
             parts = [self._matrix({"op": "embed_documents", "texts": texts[i : i + REQUEST_TEXTS],
-                                   "batch_size": batch_size}) for i in range(0, len(texts), REQUEST_TEXTS)]
+                                   "batch_size": batch_size, "threads": self.threads})
+                     for i in range(0, len(texts), REQUEST_TEXTS)]
             if not parts:
                 return np.zeros((0, self.identity.dims), dtype=np.float32)
             return np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -184,7 +185,15 @@ def connect(model: str, query_prefix: str | None, *, start: bool = True, idle: f
 
 def start(idle: float = DEFAULT_IDLE) -> None:
     """Start this install's warm process unless one answers, and wait until it listens. Two callers at once start
-    one (an flock in the private directory). Raises :class:`DaemonUnavailable` with the reason when it cannot."""
+    one (an flock in the private directory). Raises :class:`DaemonUnavailable` with the reason when it cannot.
+
+    The module it runs is the one the interfaces named (:data:`memvault.models.warm_server`); where none did, there
+    is nothing to start and the caller loads the model itself."""
+    from . import warm_server
+
+    if warm_server is None:
+        raise DaemonUnavailable("no warm process is started from this process (memvault's commands, hooks and "
+                                "servers start it)")
     with channel.opened_dir() as fd:
         lock = os.open("start.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
         try:
@@ -199,7 +208,7 @@ def start(idle: float = DEFAULT_IDLE) -> None:
             env = {"OPENBLAS_NUM_THREADS": "1",  # see single_thread_blas
                    **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
             try:
-                proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "--idle", str(idle)],
+                proc = subprocess.Popen([sys.executable, "-m", warm_server, "--idle", str(idle)],
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
                                         start_new_session=True, close_fds=True)
             finally:
@@ -307,6 +316,8 @@ def _answer(embedder: Embedder, request: dict[str, Any]) -> tuple[dict[str, Any]
     if op == "embed_query":
         matrix = np.asarray(embedder.embed_query(request["text"]), dtype="<f4").reshape(1, -1)
     elif op == "embed_documents":
+        if isinstance(request.get("threads"), int) and hasattr(embedder, "threads"):
+            embedder.threads = max(0, request["threads"])  # type: ignore[attr-defined]  # the caller's cap
         matrix = np.asarray(embedder.embed_documents(request["texts"], request.get("batch_size", 32)), dtype="<f4")
     elif op == "count_tokens":
         return {"ok": True, "count": embedder.count_tokens(request["text"])}, b""

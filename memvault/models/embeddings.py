@@ -42,7 +42,7 @@ __all__ = [
 
 from ..rules.config import DEFAULT_MODEL  # noqa: E402  (one definition; config stays light for the cold CLI)
 
-from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, quiet_loading, window_spans  # noqa: E402
+from .base import DEFAULT_BATCH_SIZE, Embedder, ModelIdentity, cores_for, quiet_loading, window_spans  # noqa: E402
 
 _quiet_loading = quiet_loading
 #: Batches of at most this many texts run on one thread, as a query does.
@@ -263,6 +263,8 @@ class SentenceTransformerEmbedder:
 
     identity: ModelIdentity
     backend = "torch"
+    #: Threads of a large batch: 0 uses every core this process may run on ([embedding] threads caps it).
+    threads = 0
 
     def __init__(self, name: str, *, query_prefix: str | None = None, device: str = "cpu") -> None:
         if not name or not name.strip():
@@ -324,7 +326,7 @@ class SentenceTransformerEmbedder:
         texts = list(texts)
         if len(texts) <= SMALL_BATCH:  # what a write changed: one thread, as a query (see embed_query)
             return self._one_thread(texts, batch_size)
-        return self._encode(texts, batch_size)
+        return self._on_threads(texts, batch_size, cores_for(self.threads))
 
     def embed_query(self, text: str) -> np.ndarray:
         """One short text: run it on one torch thread. Intra-op parallelism buys little on a single sequence,
@@ -334,11 +336,15 @@ class SentenceTransformerEmbedder:
         return self._one_thread([self.identity.query_prefix + text], 1)[0]
 
     def _one_thread(self, texts: list[str], batch_size: int) -> np.ndarray:
+        return self._on_threads(texts, batch_size, QUERY_THREADS)
+
+    def _on_threads(self, texts: list[str], batch_size: int, threads: int) -> np.ndarray:
+        """Encode on ``threads`` torch threads (torch's count is one per process: set for this call only)."""
         import torch
 
         with _QUERY_THREADS_LOCK:
             previous = torch.get_num_threads()
-            torch.set_num_threads(QUERY_THREADS)
+            torch.set_num_threads(threads)
             try:
                 return self._encode(texts, batch_size)
             finally:

@@ -37,8 +37,10 @@ class Engine:
 
     def __init__(self, model: str, query_prefix: str | None = None, *, daemon: bool = True, idle: float = 900.0,
                  factory: Callable[[], Embedder] | None = None, status: Status | None = None,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", threads: int = 0) -> None:
         self.model = model
+        #: Cores of a large batch (0: all); given to the embedder, wherever it runs.
+        self.threads = threads
         self.query_prefix = query_prefix
         self.backend = backend
         self.daemon = daemon and not os.environ.get("MEMVAULT_NO_DAEMON")
@@ -72,6 +74,7 @@ class Engine:
                 daemon.connect(self.model, self.query_prefix, start=False, idle=self.idle, backend=self.backend))
         except (DaemonUnavailable, ModelUnavailable):
             return None
+        self._embedder.threads = self.threads  # type: ignore[attr-defined]
         self.source = "daemon"
         return self._embedder
 
@@ -86,6 +89,7 @@ class Engine:
             started = time.monotonic()
             try:
                 self._embedder = self._obtain()
+                self._embedder.threads = self.threads  # type: ignore[attr-defined]
             except ModelUnavailable as exc:
                 self._failure = (time.monotonic(), exc)
                 raise

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import InvalidValue, ModelUnavailable
-from .base import ModelIdentity, quiet_loading, window_spans
+from .base import ModelIdentity, cores_for, quiet_loading, window_spans
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,12 +51,16 @@ PROBES = [
 #: (``sentence_transformers.models.Pooling``; 6.x ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``).
 _SUPPORTED = {"Transformer", "Pooling", "Normalize"}
 _export_lock = threading.Lock()
-#: Intra-op threads of a session. One: on a busy 2-core machine a second thread made both a query and a batch
-#: slower (query p50 29 against 34 ms, 30 against 26 texts/s, measured side by side), as it did with torch.
+#: Intra-op threads of one run. One: a query is too small to split (on a busy 2-core machine a second intra-op
+#: thread made a query slower: p50 29 against 34 ms). A batch uses the other cores by running several runs at once
+#: (one per worker, see :meth:`OnnxEmbedder.embed_documents`): whole batches in parallel scale better than one batch
+#: split across threads, and a query never pays for thread hand-offs.
 THREADS = 1
-#: Texts per run at most: a run's working memory grows with batch x longest text, and resident memory with it
-#: (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16, the same throughput within noise).
-MAX_BATCH = 16
+#: Texts per run at most, and padded tokens per run at most: a run's working memory grows with batch x longest
+#: text, and resident memory with it (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16). Short texts go many to
+#: a run (less per-run overhead), long ones few (bounded memory per worker).
+MAX_BATCH = 64
+TOKENS_PER_RUN = 4096
 
 
 def available() -> bool:
@@ -280,6 +284,10 @@ class OnnxEmbedder:
         self.identity = ModelIdentity(name=name, revision=revision, dims=dims or self._probe_dims(),
                                       query_prefix=query_prefix, max_tokens=spec["max_seq_length"])
         self.backend = "onnx"
+        #: Batch workers: 0 uses every core this process may run on (a setting caps it: [embedding] threads).
+        self.threads = 0
+        self._executor: Any = None
+        self._executor_size = 0
 
     def __repr__(self) -> str:
         return f"OnnxEmbedder({self.identity.name!r}, revision={self.identity.revision!r})"
@@ -287,17 +295,29 @@ class OnnxEmbedder:
     def _probe_dims(self) -> int:
         return int(self._run(["x"]).shape[1])
 
-    def _run(self, texts: list[str]) -> np.ndarray:
+    def _tokenize(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """The model's inputs for ``texts``. Called from one thread only: a fast tokenizer with truncation and
+        padding set must not be used by two threads at once."""
         import numpy as np
 
         encodings = self._inputs.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feed = {"input_ids": ids, "attention_mask": mask}
+        feed = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64)}
         if "token_type_ids" in self._input_names:
             feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        return {k: v for k, v in feed.items() if k in self._input_names or k == "attention_mask"}
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        return self._infer(self._tokenize(texts))
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """Pooled, normalised vectors of one tokenized batch. Safe to call from several threads at once (ONNX
+        Runtime's ``run`` is, and releases the GIL)."""
+        import numpy as np
+
+        mask = feed["attention_mask"]
         hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._input_names},
-                                   self._shrink if len(texts) > 1 else None)[0]
+                                   self._shrink if len(mask) > 1 else None)[0]
         if self.spec["pooling"] == "cls":
             pooled = hidden[:, 0]
         else:
@@ -317,12 +337,45 @@ class OnnxEmbedder:
         if not texts:
             return np.zeros((0, self.identity.dims), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        batch_size = max(1, min(batch_size, MAX_BATCH))
+        parts = self._parts(texts, order, max(1, min(batch_size, MAX_BATCH)))
         out = np.empty((len(texts), self.identity.dims), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            part = order[start:start + batch_size]
-            out[part] = self._run([texts[i] for i in part])
+        workers = min(cores_for(self.threads), len(parts))
+        if workers <= 1:
+            for part in parts:
+                out[part] = self._run([texts[i] for i in part])
+            return out
+        pool = self._pool(workers)
+        # Tokenized here, in order, while the pool runs the batches already handed to it.
+        runs = [(part, pool.submit(self._infer, self._tokenize([texts[i] for i in part]))) for part in parts]
+        for part, run in runs:
+            out[part] = run.result()
         return out
+
+    def _parts(self, texts: list[str], order: list[int], batch_size: int) -> list[list[int]]:
+        """``order`` (by length) cut into runs of at most ``batch_size`` texts and about :data:`TOKENS_PER_RUN`
+        padded tokens (estimated from characters: a word piece is about four)."""
+        parts: list[list[int]] = []
+        current: list[int] = []
+        limit = self.identity.max_tokens or 512
+        for i in order:
+            longest = min(limit, len(texts[i]) // 4 + 2)
+            if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN):
+                parts.append(current)
+                current = []
+            current.append(i)
+        if current:
+            parts.append(current)
+        return parts
+
+    def _pool(self, workers: int) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._executor is None or self._executor_size != workers:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+            self._executor = ThreadPoolExecutor(workers, thread_name_prefix="memvault-onnx")
+            self._executor_size = workers
+        return self._executor
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._run([self.identity.query_prefix + text])[0]

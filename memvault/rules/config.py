@@ -210,6 +210,8 @@ class EmbeddingSettings:
     daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm process per user and memvault "
                                  "install, which holds the models, instead of loading a model themselves", _bool)
     daemon_idle: float = setting("15m", "the warm process stops after this long without a request", _age)
+    threads: int = setting(0, "cores a large batch (a rebuild) runs on; 0: every core this host gives memvault. A "
+                              "query always runs on one", _int(0, 1024), template=False)
     backend: str = setting("auto", "how a model runs: onnx (ONNX Runtime, no torch: a third of the memory, the same "
                                    "vectors), torch (sentence-transformers), or auto (onnx when it can run the model)",
                            _choice("auto", "onnx", "torch"), template=False)

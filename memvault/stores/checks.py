@@ -68,7 +68,14 @@ def secret_findings(area: str, inner: str, data: bytes) -> list[SecretFinding]:
 
 def check_file(area: str, inner: str, data: bytes, *, secrets: bool = True) -> list[Finding]:
     """Problems of one file of ``facts/``, ``inbox/`` or ``procedures/`` (``inner`` is its path inside the
-    area): a bad key or name, front matter that does not parse, and (with ``secrets``) anything like a secret."""
+    area): a bad key or name, front matter that does not parse, a NUL byte in a text file, and (with ``secrets``)
+    anything like a secret."""
+    if b"\0" in data and (area != "procedures" or inner.endswith(".md")):
+        # git would store the file as binary (no diff, no review) and the secret check reads no binary file: a NUL
+        # inside "AKIA\0..." would carry a key past it. A fact or runbook is text; a script may be anything.
+        at = data.index(b"\0")
+        return [Finding(f"holds a NUL byte (at byte {at}): a fact or runbook is text; remove it",
+                        data.count(b"\n", 0, at) + 1)]
     problems: list[Finding] = []
     name = PurePosixPath(inner).with_suffix("").as_posix() if area == "procedures" else inner[: -len(".md")]
     problems += key_secrets(name, "procedure name" if area == "procedures" else "fact key")

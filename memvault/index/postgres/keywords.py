@@ -299,3 +299,42 @@ def coverage(conn: Any, v: int, query: str, chunk_id: int) -> float:
     weights = {lx: _idf(terms.n, df) for lx, df in terms.lexemes.items()}
     total = sum(weights.values())
     return sum(w for lx, w in weights.items() if lx in held) / total if total else 0.0
+
+
+def feedback_terms(conn: Any, v: int, bodies: Sequence[str], query: str, terms: int) -> Terms | None:
+    """Pseudo-relevance feedback's terms, as the SQLite index picks its stems: the ``terms`` lexemes that the best
+    memories' ``bodies`` share most and the vault holds rarely (memories holding it x IDF), not in the query; a
+    lexeme in only one of several bodies is not shared and left out. One round trip (the bodies are stemmed as
+    the stored ``tsvector`` is)."""
+    if not bodies:
+        return None
+    rows = conn.execute(vsql(v, """
+        WITH b AS (SELECT DISTINCT b.i, u.lexeme
+                   FROM unnest(%s::text[]) WITH ORDINALITY AS b(body, i)
+                   CROSS JOIN LATERAL unnest(to_tsvector('english',
+                       regexp_replace(b.body, '[^[:alnum:]]+', ' ', 'g'))) AS u),
+             q AS (SELECT u.lexeme FROM unnest(to_tsvector('english',
+                       regexp_replace(%s, '[^[:alnum:]]+', ' ', 'g'))) AS u)
+        SELECT b.lexeme, count(*), x.df, s.nchunks, s.nwords
+        FROM b JOIN {lexemes} x ON x.lexeme = b.lexeme
+        CROSS JOIN (SELECT nchunks, nwords FROM memvault.vaults WHERE vault_id = %s) s
+        WHERE length(b.lexeme) >= 3 AND x.df > 0 AND NOT EXISTS (SELECT 1 FROM q WHERE q.lexeme = b.lexeme)
+        GROUP BY b.lexeme, x.df, s.nchunks, s.nwords"""), (list(bodies), query, v)).fetchall()
+    scored = [(int(count) * _idf(int(n), int(df)), lexeme, int(df))
+              for lexeme, count, df, n, _words_ in rows if int(count) >= 2 or len(bodies) == 1]
+    if not scored:
+        return None
+    n, words = int(rows[0][3]), int(rows[0][4])
+    chosen = {lexeme: df for _, lexeme, df in sorted(scored, reverse=True)[:terms]}
+    return Terms(chosen, [], [], None, [], n, words / n if n else 1.0)
+
+
+def feedback(conn: Any, v: int, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+             limit: int) -> list[tuple[Any, ...]]:
+    """(chunk id, BM25) of the feedback terms (:func:`feedback_terms`) searched as one keyword query (with the
+    common-word rule, as any other)."""
+    chosen = feedback_terms(conn, v, bodies, query, terms)
+    built = keyword_sql(v, chosen, kinds, limit) if chosen else None
+    if built is None:
+        return []
+    return conn.execute(*built, prepare=False).fetchall()

@@ -74,15 +74,15 @@ def runs_of(conn: Any, v: int, names: Sequence[str], per_name: int) -> dict[str,
     if not names:
         return {}
     rows = conn.execute(vsql(v, """
-        SELECT n.name, r.item_id, r.created, r.body, r.path, r.meta
+        SELECT n.name, r.item_id, r.created, r.body, r.path, r.meta, r.source
         FROM unnest(%s::text[]) AS n(name)
-        CROSS JOIN LATERAL (SELECT item_id, created, body, path, meta FROM {docs}
+        CROSS JOIN LATERAL (SELECT item_id, created, body, path, meta, source FROM {docs}
                             WHERE ref = n.name ORDER BY created DESC NULLS LAST LIMIT %s) r"""),
                         (list(names), per_name)).fetchall()
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for name, item_id, created, body, path, meta in rows:
+    for name, item_id, created, body, path, meta, source in rows:
         out[name].append({"id": item_id, "created": format_time(created) if created is not None else None,
-                          "text": body, "path": path, "meta": json.loads(meta or "{}")})
+                          "text": body, "path": path, "meta": json.loads(meta or "{}"), "source": source})
     return out
 
 

@@ -17,11 +17,12 @@ from ...rules.errors import InvalidValue, SearchIndexError
 from ..documents import KINDS, Doc
 from ..update import SyncReport
 from .cache import EmbeddingCache
-from .keywords import BUILDERS, coverage, read_terms, unknown_words
+from .keywords import BUILDERS, coverage, feedback, read_terms, unknown_words
 from .keywords import run as run_keywords
 from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk_id, procedure_docs, runs_of,
                     sample_chunks)
 from .connection import LOCK_WRITE, SCHEMA, Connected, psycopg_module, setup, where
+from .listings import SharedListings
 from .migrations import migrate_global, migrate_vault
 from .tables import VaultState, pending_count, read_state, vec, vsql
 from .vectors import ModelVectors
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 STATE_TTL = 2.0
 
 
-class SharedIndex(Connected):
+class SharedIndex(SharedListings, Connected):
     """The index of one vault in PostgreSQL: what the team has pushed, searched by every host.
 
     One connection per object, opened on first use and reopened after it breaks; the methods of one object are
@@ -213,6 +214,16 @@ class SharedIndex(Connected):
             return []
         with self._errors("unknown words") as conn:
             return unknown_words(conn, self._state(conn).vault_id, words)
+
+    def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
+                        limit: int) -> list[tuple[int, float]]:
+        """Pseudo-relevance feedback: the lexemes ``bodies`` share and the query lacks, rare in this vault, searched
+        as one keyword query: (chunk id, BM25) best first (:func:`memvault.index.postgres.keywords.feedback`)."""
+        if not bodies:
+            return []
+        with self._errors("feedback") as conn:
+            rows = feedback(conn, self._state(conn).vault_id, bodies, query, kinds, terms, limit)
+        return [(int(r[0]), float(r[1])) for r in rows]
 
     def coverage(self, query: str, rowid: int) -> float:
         """The share of the query's IDF weight that chunk ``rowid`` holds (recall's "nothing known" test)."""

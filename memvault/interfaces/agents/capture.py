@@ -100,7 +100,7 @@ def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: s
         raise InvalidValue("runtime", f"{runtime!r} is not one of {', '.join(transcripts.RUNTIMES)}")
     path = Path(transcript).expanduser()
     if not path.is_file():
-        raise InvalidValue("transcript", f"{path}: no such file")
+        raise InvalidValue("transcript", f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     source = f"agent:{runtime}"
     session_id = _bounded(session_id) if session_id else None
     key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode()).hexdigest()[:16]

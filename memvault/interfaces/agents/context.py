@@ -1,11 +1,15 @@
 """What an agent session starts with, and what a prompt gets: one context block, built under a token budget and a
 hard byte cap, never silently empty.
 
-A **session** (any start the runtime reports: startup, resume, clear, compact) gets, in this order and as far as
-``[agents] budget`` allows: the facts keyed or tagged for the working directory's project, the trusted facts most
-relevant to the project (its name, branch, last commit subjects and README title are the question), the project's
-recent episodes, and the runbooks that match with their last runs; then one line with the number of proposals
-waiting in the inbox. Memories are rendered exactly as ``recall --format prompt`` renders them
+A **session** (any start the runtime reports: startup, resume, clear, compact) gets, as far as ``[agents] budget``
+allows (each kind first within its share, :data:`SHARES`): the facts keyed or tagged for the working directory's
+project; what happened to the project lately (:mod:`.recent`: failures, incidents and deploys before chat turns,
+recent before old); the project's own runbooks with their last runs; then the facts and runbooks recall finds for
+the project (its name, branch, last commit subjects and README title are the question), less those filed under
+another project the vault knows; then one line with the number of proposals waiting in the inbox, if any.
+memvault's own notices (keyword-only recall, an index not built, a file not searchable) are returned in
+``notices`` and written to agents.log (``memvault agent status``), never into the block: they are not the model's
+business. Memories are rendered exactly as ``recall --format prompt`` renders them
 (:mod:`memvault.core.render`): stale facts marked, untrusted text fenced. Whatever the settings say, the block is
 cut at :data:`memvault.rules.config.CONTEXT_HARD_BYTES` bytes and under Codex's 2,500-token estimate.
 
@@ -17,9 +21,7 @@ without a warm process calls :func:`build` itself, keyword-only, and says so.
 """
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,19 +31,20 @@ from ...core.render import render, render_one
 from ...rules.config import CONTEXT_HARD_BYTES
 from ...rules.errors import MemvaultError, describe
 from ...rules.freshness import stale_reason
+from ...rules.fsutil import ensure_dir, open_private
 from ...rules.markup import escape_text
-from ...rules.timeutil import format_time
+from ...rules.timeutil import format_time, now
 from ...rules.trust import Policy
-from ...stores.episodes import Episode, parse_line
 from . import project as project_mod
+from . import recent as recent_mod
 
 if TYPE_CHECKING:
     from ...core.vault import Vault
 
 #: Codex spills hook text above this many tokens of its own estimate (codex-rs/hooks/src/output_spill.rs).
 CODEX_TOKEN_LIMIT = 2500
-#: Bytes read from the end of each month file, newest first, when looking for the project's recent episodes.
-EPISODE_TAIL = 1 << 20
+#: The hook log in the vault's state directory: what went wrong or was degraded, for 'memvault agent status'.
+LOG_NAME = "agents.log"
 #: Facts read from the project's own key folders (facts/<slug>/, facts/projects/<slug>/).
 PROJECT_FACTS = 30
 #: Seconds between the full scans a session start asks of the index (recall's own default is 30 s).
@@ -112,9 +115,16 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
                 notices.append("keyword-only recall: the model is not available")
         except MemvaultError as exc:
             notices.append(f"recall failed: {describe(exc)[0]}")
+    tags: set[str] = set()
+    episodes = _project_episodes(vault, project, settings.episodes, tags)
+    # What recall brings that is filed under another project the vault knows is that project's: a session in
+    # shop-api is not told how billing deploys because both mention "deploy".
+    others = (_known_projects(vault) | tags) - {project.slug}
+    recalled = [h for h in recalled if not _elsewhere(h, project, others)]
     add(own + _tagged_facts(vault, project.slug))
+    add(episodes)
+    add(_project_procedures(vault, project))
     add([h for h in recalled if h.kind == "fact"])
-    add(_project_episodes(vault, project, settings.episodes))
     add([h for h in recalled if h.kind == "procedure"])
     kept = _fit(hits, settings.budget)
     counts = {k: sum(1 for h in kept if h.kind == k) for k in ("fact", "episode", "procedure")}
@@ -128,26 +138,59 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
             + (f" ({len(hits) - len(kept)} more left out for the budget of {settings.budget} tokens)"
                if len(kept) < len(hits) else "") + ".")
     tail = [f"memvault: {n} proposal{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} in the inbox for a person "
-            "('memvault inbox')." if (n := waiting) else "memvault: the inbox is empty."]
-    # The lines around the block carry names memvault did not choose (the branch, the origin's name, the start
-    # the runtime reports, file names in a warning): escaped as memory text is, so none of them can open a tag.
-    lines = [escape_text(line) for line in [head] + [f"memvault: {n}" for n in notices]]
+            "('memvault inbox')."] if (n := waiting) else []
+    # memvault's own health (keyword-only, the index, a watcher's warning) is not the model's business: it goes
+    # to agents.log, which 'memvault agent status' shows, never into the block. The lines around the block carry
+    # names memvault did not choose (the branch, the origin's name, the start the runtime reports): escaped as
+    # memory text is, so none of them can open a tag.
+    if notices and ask.get("log") and ask.get("source"):  # a runtime's session (a preview prints them itself)
+        log_line(vault, f"session-start ({_who(ask)}) in {project.describe()}: " + "; ".join(notices))
     body = render(kept, "prompt") if kept else "memvault: nothing stored yet about this project."
-    text = _cap("\n".join(lines + [body] + [escape_text(line) for line in tail]))
+    text = _cap("\n".join([escape_text(head), body] + [escape_text(line) for line in tail]))
     return Context(text, notices, {**counts, "inbox": waiting, "left_out": len(hits) - len(kept)})
+
+
+def _who(ask: dict[str, Any]) -> str:
+    source = ask.get("source") or ""
+    return source.split(":", 1)[1] if source.startswith("agent:") else "preview"
+
+
+def log_line(vault: Vault, line: str) -> None:
+    """One line in the vault's agents.log (what 'memvault agent status' shows): never raises, a hook goes on."""
+    try:
+        ensure_dir(vault.state_dir)
+        fd = open_private(vault.state_dir / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "ab") as f:
+            stamp = format_time(now().replace(microsecond=0))
+            f.write(f"{stamp} {' '.join(line.split())}\n".encode("utf-8", "replace"))
+    except (OSError, MemvaultError):
+        return
+
+
+#: The share of the room each kind may take before the others had their turn: the project's facts cannot crowd
+#: out yesterday's failure or the rollback runbook (what is left after the first pass goes to any kind, in order).
+SHARES = {"fact": 0.55, "episode": 0.25, "procedure": 0.35}
 
 
 def _fit(hits: list[Hit], budget: int) -> list[Hit]:
     """The hits, in order, that fit ``budget`` tokens and the hard caps once rendered (one that does not fit is
-    skipped, never cut; smaller ones after it may still fit). Room is kept for the lines around the block."""
+    skipped, never cut; smaller ones after it may still fit), each kind first within its :data:`SHARES`. Room is
+    kept for the lines around the block."""
     room = min(budget, CONTEXT_HARD_BYTES // 4) - 120
-    kept: list[Hit] = []
+    costs = [count_tokens(render_one(hit, "prompt")) + 1 for hit in hits]
     used = count_tokens(render([], "prompt"))
-    for hit in hits:
-        cost = count_tokens(render_one(hit, "prompt")) + 1
-        if used + cost <= room:
-            kept.append(hit)
+    taken: set[int] = set()
+    by_kind: dict[str, int] = {}
+    for share_pass in (True, False):
+        for i, (hit, cost) in enumerate(zip(hits, costs)):
+            if i in taken or used + cost > room:
+                continue
+            if share_pass and by_kind.get(hit.kind, 0) + cost > SHARES.get(hit.kind, 1.0) * room:
+                continue
+            taken.add(i)
             used += cost
+            by_kind[hit.kind] = by_kind.get(hit.kind, 0) + cost
+    kept = [hit for i, hit in enumerate(hits) if i in taken]
     while kept and not _within_caps(render(kept, "prompt"), reserve=600):
         kept.pop()
     return kept
@@ -262,46 +305,96 @@ def _tagged_facts(vault: Vault, tag: str) -> list[Hit]:
     return [_fact_hit(vault, f) for f in facts]
 
 
-def _project_episodes(vault: Vault, project: project_mod.Project, limit: int) -> list[Hit]:
-    """The project's most recent episodes (tagged with its slug, or captured in a directory inside it), newest
-    first, read from the end of the newest month files."""
-    if limit <= 0:
-        return []
+def _project_episodes(vault: Vault, project: project_mod.Project, limit: int, tags: set[str]) -> list[Hit]:
+    """What happened to the project lately (:mod:`.recent`): failures, incidents and deploys before chat turns,
+    newer before older; ``tags`` collects the tags read on the way."""
     policy = Policy(vault.config.trust.trusted)
-    found: list[Episode] = []
-    for path in reversed(vault.episodes.files()):
-        for episode in _tail(path):
-            meta = episode.meta if isinstance(episode.meta, dict) else {}
-            cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
-            if project.slug in episode.tags or project.contains(cwd):
-                found.append(episode)
-                if len(found) >= limit:
-                    break
-        if len(found) >= limit:
-            break
-    return [Hit(kind="episode", id=e.id, text=e.text, score=1.0, factors={}, source=e.source, created=e.created_at,
-                updated=None, path=e.path.relative_to(vault.root).as_posix() if e.path else "",
-                extra={"trusted": policy.is_trusted(e.source)}) for e in found]
+    picks = recent_mod.recent(vault.episodes.files(), project, limit, seen_tags=tags)
+    return [Hit(kind="episode", id=e.id, text=e.text, score=p.weight, factors={}, source=e.source,
+                created=e.created_at, updated=None, path=e.path.relative_to(vault.root).as_posix() if e.path else "",
+                extra={"trusted": policy.is_trusted(e.source), "why": p.why})
+            for p in picks for e in (p.episode,)]
 
 
-def _tail(path: Path) -> Iterator[Episode]:
-    """The episodes at the end of a month file, newest first (at most :data:`EPISODE_TAIL` bytes read)."""
+def _project_procedures(vault: Vault, project: project_mod.Project, limit: int = 5) -> list[Hit]:
+    """The project's own runbooks (``procedures/<slug>/...``, ``procedures/projects/<slug>/...``) with their last
+    runs: a rollback runbook is what a session most needs and least asks for by name."""
+    base = vault.procedures.dir
+    items: list[tuple[str, Path]] = []
+    for folder in (base / project.slug, base / "projects" / project.slug):
+        for path in _files(folder, 4 * limit):
+            if path.name.startswith(".") or path.name.endswith("~"):
+                continue
+            items.append((path.relative_to(base).with_suffix("").as_posix(), path))
+    if not items:
+        return []
+    items.sort(key=lambda item: (_rollback_first(item[0]), item[0]))
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - EPISODE_TAIL))
-            data = f.read()
-    except OSError:
-        return
-    lines = data.splitlines()
-    if size > EPISODE_TAIL and lines:
-        lines = lines[1:]  # the first one is cut
-    for raw in reversed(lines):
+        procs = vault.procedures.store.get_many(items[:limit])  # provenance for all in two git calls
+    except MemvaultError:
+        return []
+    runs: dict[str, list[dict[str, Any]]] = {}
+    if vault.index.exists():
         try:
-            episode = parse_line(raw.decode("utf-8"), path)
-        except (MemvaultError, UnicodeDecodeError, json.JSONDecodeError):
+            runs = vault.index.runs_of([p.name for p in procs], 3)
+        except MemvaultError:
+            runs = {}
+    hits = []
+    for proc in procs:
+        hit = Hit(kind="procedure", id=proc.name, text=proc.text, score=1.0, factors={}, source=None, created=None,
+                  updated=None, path=proc.path.relative_to(vault.root).as_posix(), commit=proc.commit,
+                  blob=proc.blob, extra={"trusted": True})
+        if runs.get(proc.name):
+            hit.extra["runs"] = [_run(r) for r in runs[proc.name]]
+        hits.append(hit)
+    return hits
+
+
+def _rollback_first(name: str) -> int:
+    low = name.lower()
+    return 0 if any(w in low for w in ("rollback", "roll-back", "revert", "restore")) else 1
+
+
+def _run(run: dict[str, Any]) -> dict[str, Any]:
+    meta = run.get("meta") or {}
+    return {"episode": run.get("id"), "at": run.get("created"), "exit_code": meta.get("exit_code"),
+            "commit": meta.get("commit"), "dirty": meta.get("dirty", False)}
+
+
+def _files(base: Path, limit: int) -> list[Path]:
+    found: list[Path] = []
+    if not base.is_dir() or base.is_symlink():
+        return found
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            found.append(Path(dirpath) / name)
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def _known_projects(vault: Vault) -> set[str]:
+    """The projects the vault knows of: tags on its facts, and the folders under facts/projects/ and
+    procedures/projects/ (episode tags are added by the caller, from the episodes it read)."""
+    known: set[str] = set()
+    if vault.index.exists():
+        try:
+            known |= {tag for tag, _n in vault.browse.tags()}
+        except MemvaultError:
+            pass
+    for base in (vault.facts.dir / "projects", vault.procedures.dir / "projects"):
+        try:
+            known |= {entry.name for entry in os.scandir(base) if entry.is_dir(follow_symlinks=False)}
+        except OSError:
             continue
-        yield episode
+    return known
+
+
+def _elsewhere(hit: Hit, project: project_mod.Project, others: set[str]) -> bool:
+    """Whether a recalled fact or runbook is filed under another known project and does not name this one."""
+    folder = recent_mod.owner(hit.id)
+    return folder in others and folder != project.slug and not recent_mod.mentions(project, hit.text)
 
 
 def _inbox_count(vault: Vault) -> int:

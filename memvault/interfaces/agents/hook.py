@@ -151,9 +151,9 @@ def _session_start(root: str | None, runtime: str, payload: dict[str, Any], star
     reply = _warm(root, args, limit - (time.monotonic() - started))
     if reply is not None and isinstance(reply.get("context"), str):
         return _context(name, reply["context"])
-    text = _cold(root, args, started + limit, limit)
-    if reply is not None and reply.get("error"):  # the warm process failed: the block built here, and why
-        text = _escaped(f"memvault: the warm process failed ({reply['error']}); keyword-only recall here") + "\n" + text
+    if reply is not None and reply.get("error"):  # the warm process failed: the block is built here; why is logged
+        _log(root, f"session-start ({runtime}): the warm process failed ({reply['error']}); keyword-only recall here")
+    text = _cold(root, args, started + limit, limit, runtime=runtime)
     _spawn_warm_up(root, cwd)
     return _context(name, text)
 
@@ -175,6 +175,10 @@ def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach:
         return {"systemMessage": _no_vault()}
     if not isinstance(transcript, str) or not transcript:
         return None  # nothing to read (Codex may pass null before the first turn)
+    if not os.path.lexists(os.path.expanduser(transcript)):
+        # A session that wrote no transcript still ends: `claude mcp list` sends SessionEnd with the path the file
+        # would have had (anthropics/claude-code#30217). Nothing to keep, so nothing to say, and no process spawned.
+        return None
     if detach:
         _detach(root, runtime, payload)
         return None
@@ -218,8 +222,13 @@ def _warm(root: str, args: dict[str, Any], timeout: float) -> dict[str, Any] | N
     return call(root, "agent_context", {**args, "mode": "hybrid"}, timeout=timeout)
 
 
-def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, quiet: bool = False) -> str:
-    """Build the context here, keyword-only, on a thread: past the deadline, say so and leave."""
+#: What a session is told when no memory could be given it (why is in agents.log, for 'memvault agent status').
+NOT_LOADED = "memvault: no stored memory was loaded at the start of this session; memvault's recall tool can still look things up."
+
+
+def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, quiet: bool = False,
+          runtime: str = "") -> str:
+    """Build the context here, keyword-only, on a thread: past the deadline, log why and leave with one line."""
     done: dict[str, Any] = {}
 
     def work() -> None:
@@ -237,15 +246,14 @@ def _cold(root: str, args: dict[str, Any], deadline: float, limit: float, *, qui
     if thread.is_alive():
         if quiet:
             return ""
-        return (f"memvault: gave up loading memory after {limit:g} s ([agents] time_limit); nothing recalled this "
-                "time. 'memvault reindex' builds the index ahead of time, and a warm process answers in tens of "
-                "milliseconds.")
+        _log(root, f"session-start ({runtime}): gave up loading memory after {limit:g} s ([agents] time_limit); "
+                   "'memvault reindex' builds the index ahead of time, and a warm process answers in tens of ms")
+        return NOT_LOADED
     if "error" in done:
         if quiet:
             return ""
-        from ...rules.errors import describe
-
-        return _escaped(f"memvault: memory could not be loaded: {describe(done['error'])[0]}")
+        _log(root, f"session-start ({runtime}): memory could not be loaded: {_reason(done['error'])}")
+        return NOT_LOADED
     return str(done["context"].text)
 
 
@@ -285,14 +293,12 @@ def _warm_up(root: str | None, payload: dict[str, Any]) -> None:
         return
     from ...core.vault import Vault
 
-    if not Vault(root).config.embedding.daemon:
+    embedding = Vault(root).config.embedding
+    if not embedding.daemon:
         return
     from ...models import daemon
 
-    start = getattr(daemon, "start", None)  # the warm process of memvault.interfaces.warm
-    if start is None:
-        return
-    start()
+    daemon.start(embedding.daemon_idle)  # the vault's [embedding] daemon_idle, as every other start passes it
     _warm(root, {"kind": "session", "cwd": root, "start": "warm-up"}, 120.0)
 
 
@@ -319,8 +325,8 @@ def _reason(exc: BaseException) -> str:
 def _failure(event: Any, runtime: str, exc: BaseException) -> dict[str, Any] | None:
     reason = _reason(exc)
     line = f"memvault: the {event or 'agent'} hook failed ({reason}); 'memvault agent status' checks the install."
-    if event == "session-start":
-        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), _escaped(line))
+    if event == "session-start":  # why is in agents.log (main wrote it): the model hears only that memory is off
+        return _context(EVENT_NAMES.get((runtime, "session-start"), "SessionStart"), NOT_LOADED)
     if event == "prompt":
         return None  # nothing added to the prompt; the line is in agents.log
     return {"systemMessage": line}

@@ -668,6 +668,9 @@ def status(name: str, *, scope: str = "user", project: Path | None = None) -> Re
             node = doc.get(("hooks", spec.event)).items[gi].member("hooks").items[hi]  # type: ignore[union-attr]
             command = str(doc.value(node).get("command", ""))
             state["hooks"][spec.event] = _check_command(command)
+            vault = _vault_of(command)
+            if vault is not None:
+                state.setdefault("vault", str(vault))
         if name == "claude-code" and doc.get(("disableAllHooks",)) is not None and \
                 doc.value(doc.get(("disableAllHooks",))) is True:  # type: ignore[arg-type]
             report.notes.append(f"{where['hooks']} sets disableAllHooks: true, so no hook runs")
@@ -684,6 +687,29 @@ def _read(path: Path) -> str | None:
         return None
     except UnicodeDecodeError:
         raise ConfigError(path, "not UTF-8 text") from None
+
+
+def _vault_of(command: str) -> Path | None:
+    """The vault an installed hook command names (``--vault PATH``), or None."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    if "--vault" in argv and argv.index("--vault") + 1 < len(argv):
+        return Path(argv[argv.index("--vault") + 1])
+    return None
+
+
+def installed_vaults(project: Path | None = None) -> list[Path]:
+    """The vaults the installed hooks point at (user settings first, then the project's), each once, those that
+    still exist: where ``memvault agent status`` looks when no vault is named and none is above the cwd."""
+    found: list[Path] = []
+    for scope in ("user", "project"):
+        for name in RUNTIMES:
+            vault = status(name, scope=scope, project=project).state.get("vault")
+            if vault and Path(vault) not in found and (Path(vault) / "memvault.toml").is_file():
+                found.append(Path(vault))
+    return found
 
 
 def _check_command(command: str) -> str:

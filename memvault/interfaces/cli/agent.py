@@ -102,9 +102,16 @@ def agent_status(ctx, project):
     if not lines:
         lines.append("no runtime is wired to memvault here; 'memvault agent install claude-code|codex|gemini'")
     try:
-        vault = ctx.vault
+        vault = ctx.vault  # --vault, MEMVAULT_DIR, the nearest parent holding memvault.toml
     except VaultNotFound:
-        vault = None
+        # A session's cwd is a project, rarely inside the vault: the vault then is the one the installs point at.
+        from ...core.vault import Vault
+
+        named = runtimes.installed_vaults(Path(project) if project else None)
+        vault = Vault.open(named[0], daemon=False) if named else None
+        if len(named) > 1:
+            notes.append("the installed hooks point at several vaults (" + ", ".join(map(str, named))
+                         + f"); shown: {named[0]} (--vault PATH for another)")
     if vault is not None:
         sessions = vault.captures.sessions()
         data["vault"] = str(vault.root)
@@ -115,6 +122,12 @@ def agent_status(ctx, project):
         for name in RUNTIME_NAMES:
             if vault.facts.is_trusted(f"agent:{name}"):
                 notes.append(f"[trust] trusts agent:{name}: facts from its sessions would not wait for a person")
+        from ...core.stats import add_watchers
+
+        watchers: dict = {"summary": []}
+        add_watchers(watchers, vault.state_dir)  # the state of the processes that follow the vault (warm, MCP, watch)
+        data["watchers"] = watchers["watchers"]
+        lines += [f"  {line}" for line in watchers["summary"]]
         log = vault.state_dir / "agents.log"
         if log.is_file():
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-3:]
@@ -172,4 +185,5 @@ def agent_context(ctx, cwd, prompt, mode):
 
     result = build(ctx.vault, kind="prompt" if prompt else "session", cwd=cwd, prompt=prompt, mode=mode,
                    start="preview")
-    return Out(result.to_dict(), [result.text or "(nothing: no memory clears the relevance floor)"])
+    return Out(result.to_dict(), [result.text or "(nothing: no memory clears the relevance floor)"],
+               notes=result.notices)  # memvault's own notices: on stderr, as the hook logs them, not in the block

@@ -14,8 +14,8 @@ import click
 
 from ...core.vault import Vault
 from ...rules.contradict import describe as contradiction_text
-from ...rules.errors import InvalidValue, describe
-from ...rules.timeutil import parse_time, parse_time_or_age
+from ...rules.errors import InvalidValue, MemvaultError, describe
+from ...rules.timeutil import format_time, parse_time, parse_time_or_age
 from .base import Out, cli, output, pass_ctx, read_text_arg, warn
 
 
@@ -305,6 +305,18 @@ def _no_constant(name: str) -> Any:
     raise click.BadParameter(f"{name} is not standard JSON (use null or a string)", param_hint="--meta")
 
 
+#: Width of a time as `episode list` shows it: UTC to the millisecond (a whole second is padded, not widened, so
+#: the columns after it stay put whatever the precision each line was stored with).
+TIME_WIDTH = len("2026-01-01T00:00:00.000Z")
+
+
+def _when(e: Any) -> str:
+    try:
+        return format_time(e.time)
+    except MemvaultError:
+        return str(e.created_at)
+
+
 @episode.command("list")
 @click.option("--since", help="From this time, or this long ago (30d, 12h, 2w).")
 @click.option("--until", help="Up to this time, or this long ago.")
@@ -316,13 +328,14 @@ def _no_constant(name: str) -> Any:
 def episode_list(ctx, since, until, source, kind, limit, as_json):
     """List episodes, oldest first. Unreadable lines are reported on stderr with file and line."""
     problems: list = []
-    items = ctx.vault.episodes.list(
-        since=parse_time_or_age(since, "--since") if since else None,
-        until=parse_time_or_age(until, "--until") if until else None,
-        source=source, kind=kind, limit=limit, problems=problems)
+    start = parse_time_or_age(since, "--since") if since else None
+    end = parse_time_or_age(until, "--until") if until else None
+    if start is not None and end is not None and start > end:  # nothing could match: say so instead of nothing
+        raise click.UsageError(f"--since ({since}) is after --until ({until}): swap them")
+    items = ctx.vault.episodes.list(since=start, until=end, source=source, kind=kind, limit=limit, problems=problems)
     for e in items:  # streamed line by line: JSONL for agents, one line each for people
         if as_json:
             click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            click.echo(f"{e.created_at}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+            click.echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
     warn(problems)

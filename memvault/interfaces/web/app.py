@@ -179,7 +179,7 @@ class WebApp:
                 continue
 
     def _refresh_once(self) -> None:
-        index = self.web.vault.browse.index  # what the listings read (a team host's: its fallback)
+        index = self.web.vault.browse.index  # what the listings read (a team host's: the team index)
         if index.exists():
             index.refresh(self.web.vault.config.recall.rescan_interval)
 

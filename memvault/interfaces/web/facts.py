@@ -6,6 +6,7 @@ proposal beside the change it would make, accepted or rejected one or many at a 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from typing import Any
 
@@ -60,7 +61,8 @@ def fact(web: Web, req: Req) -> Page:
             return Page("error.html", {"error": f"fact {key} is a proposal waiting in the inbox"}, status=404,
                         extra={"link": (url("inbox"), "review it in the inbox")})
         raise
-    raw = item.path.read_text(encoding="utf-8", errors="replace")
+    data_bytes = item.path.read_bytes()
+    raw = data_bytes.decode("utf-8", errors="replace")
     history: list[dict[str, Any]] = []
     history_error = None
     try:
@@ -76,8 +78,14 @@ def fact(web: Web, req: Req) -> Page:
             "trusted": vault.facts.is_trusted(item.source),
             "stale": stale_reason(item, vault.config.facts.review_after), "history": history,
             "history_error": history_error, "similar": similar,
-            "made": made if made and _COMMIT.match(made) else None, "error": None}
+            "made": made if made and _COMMIT.match(made) else None, "error": None, "loaded": version_of(data_bytes)}
     return Page("fact.html", data, extra={"edit_text": raw})
+
+
+def version_of(data: bytes) -> str:
+    """The version of a fact file an edit form was loaded from (its content hash): an edit made from an older one is
+    refused, so a stale form never silently replaces a newer change — a hand edit not yet committed included."""
+    return hashlib.sha256(data).hexdigest()
 
 
 @route("/fact/{key:path}/edit", "fact_edit", methods=("POST",))
@@ -86,7 +94,20 @@ def fact_edit(web: Web, req: Req) -> Page:
     vault = web.vault
     key = validate_key(req.params["key"])
     text = (req.form.get("text") or "").replace("\r\n", "\n")
+    loaded = req.form.get("loaded") or ""
     try:
+        current = vault.facts.get(key).path.read_bytes()
+        if loaded != version_of(current):
+            # The page shows the file as it is now and keeps the edit in the box: saving again replaces it knowingly.
+            page = fact(web, Req("GET", req.path, {}, req.params, {}))
+            page.data["error"] = (f"conflict: facts/{key}.md changed since this form was loaded (an edit by hand or "
+                                  "from elsewhere); nothing was saved. The file is shown as it is now, your text is "
+                                  "kept below: merge it and save again" if loaded else
+                                  "this form does not say which version of the fact it was loaded from; nothing "
+                                  "was saved: reload the page and edit again")
+            page.extra["edit_text"] = text
+            page.status = 409
+            return page
         written = vault.facts.write_text(key, text, source=web.source)
     except MemvaultError as exc:
         page = fact(web, Req("GET", req.path, {}, req.params, {}))
@@ -106,7 +127,13 @@ def fact_verify(web: Web, req: Req) -> Page:
 
 @route("/fact/{key:path}/delete", "fact_delete", methods=("POST",))
 def fact_delete(web: Web, req: Req) -> Page:
+    """Delete a fact: only with the form's ``confirm`` box ticked (the browser's ``required`` is not a check)."""
     key = validate_key(req.params["key"])
+    if req.form.get("confirm") not in ("1", "true", "yes", "on"):
+        page = fact(web, Req("GET", req.path, {}, req.params, {}))
+        page.data["error"] = f"fact {key} was not deleted: tick 'yes' to confirm"
+        page.status = 422
+        return page
     web.vault.facts.delete(key, source=web.source)
     return Page("facts.html", {}, redirect=url("facts", prefix=key.rpartition("/")[0]))
 

@@ -1,0 +1,110 @@
+"""A team's index, listed: the web view's listings (:mod:`memvault.core.browse`) of a team host read the team's
+shared index, with this host's own files that differ from it (the overlay) and without the shared rows those
+shadow, as recall does. While the shared index cannot be used, this host's fallback answers.
+
+Each listing asks every part that answers the same question (the shared part with ``hide`` set to the paths this
+host shadows) and merges: counts add up (no path is in two parts), pages are merged in their order, a page at
+``offset`` asks each part for ``offset + limit`` rows.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..index.listings import EpisodeQuery, FactQuery
+from ..rules.errors import SearchIndexError
+
+if TYPE_CHECKING:
+    from ..index import Index
+    from ..index.postgres import SharedIndex
+    from ..index.protocol import SearchIndex
+
+T = TypeVar("T")
+
+
+class TeamListings:
+    """The listings of :class:`memvault.core.team.TeamIndex` (mixed into it; see the module doc)."""
+
+    overlay: Index
+    _use: Callable[[], SharedIndex | None]
+    _shadow: Callable[[], frozenset[str]]
+    failed: Callable[[BaseException, float], None]
+    local_index: Callable[[], Index]
+
+    def _listed(self, ask: Callable[[SearchIndex, frozenset[str]], T]) -> list[T]:
+        """``ask(part, hide)`` of every part that answers: the overlay and the shared index (hiding what this
+        host shadows), or the fallback while the shared index cannot be used (or fails on the way: then it is
+        marked down, as a recall would)."""
+        shared = self._use()
+        if shared is not None:
+            started = time.monotonic()
+            try:
+                theirs = ask(shared, self._shadow())
+            except SearchIndexError as exc:
+                self.failed(exc, time.monotonic() - started)
+            else:
+                return ([ask(self.overlay, frozenset())] if self.overlay.exists() else []) + [theirs]
+        return [ask(self.local_index(), frozenset())]
+
+    def listing_version(self) -> tuple[Any, ...]:
+        return tuple(self._listed(lambda part, shadow: (part.listing_version(), hash(shadow))))
+
+    def doc_counts(self, hide: Collection[str] = frozenset()) -> list[tuple[str, str | None, int]]:
+        merged: dict[tuple[str, str | None], int] = {}
+        for found in self._listed(lambda part, shadow: part.doc_counts(shadow | set(hide))):
+            for kind, source, n in found:
+                merged[(kind, source)] = merged.get((kind, source), 0) + n
+        return [(kind, source, n) for (kind, source), n in merged.items()]
+
+    def fact_keys(self, prefix: str, hide: Collection[str] = frozenset()) -> list[str]:
+        return sorted({k for found in self._listed(lambda part, shadow: part.fact_keys(prefix, shadow | set(hide)))
+                       for k in found})
+
+    def fact_tags(self, hide: Collection[str] = frozenset()) -> list[tuple[str, int]]:
+        merged: dict[str, int] = {}
+        for found in self._listed(lambda part, shadow: part.fact_tags(shadow | set(hide))):
+            for tag, n in found:
+                merged[tag] = merged.get(tag, 0) + n
+        return sorted(merged.items(), key=lambda tn: (-tn[1], tn[0]))
+
+    def list_facts(self, query: FactQuery, limit: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        pages = self._listed(lambda part, shadow: part.list_facts(
+            replace(query, hide=query.hide | shadow), offset + limit if limit > 0 else 0, 0))
+        total = sum(n for _, n in pages)
+        rows = list(heapq.merge(*(rows for rows, _ in pages), key=lambda r: r["key"]))
+        return (rows[offset:offset + limit] if limit > 0 else []), total
+
+    def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
+        found = self._listed(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
+        rows = [r for rows in found for r in rows]
+        return sorted(rows, key=lambda r: (r["created"] or "", r["id"]), reverse=True)[:limit]
+
+    def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
+        merged: dict[str, list[Any]] = {}
+        for found in self._listed(lambda part, shadow: part.sessions(limit, shadow | set(hide))):
+            for session, runtime, source, first, last, n in found:
+                have = merged.setdefault(session, [session, runtime, source, first, last, 0])
+                have[3] = min((t for t in (have[3], first) if t is not None), default=None)
+                have[4] = max((t for t in (have[4], last) if t is not None), default=None)
+                have[5] += n
+        return [tuple(s) for s in sorted(merged.values(), key=lambda s: s[4] or "", reverse=True)[:limit]]
+
+    def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
+        return sorted({k for found in self._listed(lambda part, shadow: part.episode_kinds(shadow | set(hide)))
+                       for k in found})
+
+    def episode_days(self, since: str, hide: Collection[str] = frozenset()) -> list[tuple[str, int]]:
+        merged: dict[str, int] = {}
+        for found in self._listed(lambda part, shadow: part.episode_days(since, shadow | set(hide))):
+            for day, n in found:
+                merged[day] = merged.get(day, 0) + n
+        return sorted(merged.items())
+
+    def lag(self) -> dict[str, int]:
+        """What this host's own part has not caught up with: the fallback's files while the shared index cannot be
+        used, else the overlay's (what the shared index holds follows git: ``memvault status`` says what is not
+        published)."""
+        return (self.overlay if self._use() is not None else self.local_index()).lag()
