@@ -148,3 +148,37 @@ def test_web_inbox_shows_the_contradiction(strict_vault):
 def test_the_rule_on_a_few_pairs(new, stored, flagged):
     verdict = compare(new, stored, stored_key="db/main")
     assert (verdict is not None and verdict.kind == "contradicts") is flagged
+
+
+def test_accepting_records_what_it_supersedes_and_recall_hides_the_old_value(strict_vault, invoke):
+    from conftest import git
+
+    strict_vault.facts.set("db/main", DB_MAIN, source="user:ops")
+    strict_vault.facts.set("infra/pg-port", PORT_5433, source="agent:ops")
+    r = invoke("accept", "infra/pg-port", "--source", "user:ops", vault_path=strict_vault.root)
+    assert r.exit_code == 0, r.output
+    assert "supersedes db/main" in r.stderr
+    accepted = strict_vault.facts.get("infra/pg-port")
+    assert accepted.extra["supersedes"] == "db/main"
+    assert strict_vault.facts.get("db/main").extra["superseded_by"] == "infra/pg-port"
+    message = git(strict_vault.root, "log", "-1", "--format=%B")
+    assert "Memvault-Supersedes: db/main" in message
+    assert git(strict_vault.root, "show", "--stat", "--format=", "HEAD").count("facts/") == 2  # one commit, both
+
+    hits = json.loads(invoke("recall", "postgres primary port", "--json", vault_path=strict_vault.root).stdout)
+    ids = [h["id"] for h in hits["hits"]]
+    assert "infra/pg-port" in ids and "db/main" not in ids
+    both = json.loads(invoke("recall", "postgres primary port", "--json", "--include-superseded",
+                             vault_path=strict_vault.root).stdout)
+    old = next(h for h in both["hits"] if h["id"] == "db/main")
+    assert old["superseded_by"] == "infra/pg-port"
+    # the superseded fact no longer counts as a contradiction of what replaced it
+    again = strict_vault.facts.set("infra/pg-port-2", "the postgres primary is on port 5433", source="agent:ops")
+    assert [m["key"] for m in again.similar if m["kind"] == "conflict"] == []
+
+
+def test_an_unrelated_accept_supersedes_nothing(strict_vault):
+    strict_vault.facts.set("db/main", DB_MAIN, source="user:ops")
+    strict_vault.facts.set("ops/log-rotation", LOG_ROTATION, source="agent:ops")
+    fact = strict_vault.facts.accept("ops/log-rotation", source="user:ops")
+    assert "supersedes" not in fact.extra and "superseded_by" not in strict_vault.facts.get("db/main").extra

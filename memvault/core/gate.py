@@ -156,7 +156,8 @@ class WriteGate:
 
     def apply(self, changes: Sequence[FileChange], *, message: str, source: str, key: str | None = None,
               commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None,
-              warnings: list[str] | None = None, also: Sequence[Path] = ()) -> str | None:
+              warnings: list[str] | None = None, also: Sequence[Path] = (),
+              trailers: dict[str, str] | None = None) -> str | None:
         """Write every change atomically, then commit exactly those paths (those ``commit`` selects, and the
         already changed ``also``) as ``source``. When anything fails (a refused commit above all), every file is
         put back as it was, and the git index with it (GitStore): all or nothing. A committed file that holds an
@@ -181,7 +182,7 @@ class WriteGate:
             paths += [p for p in also if p not in paths and (commit(p) if callable(commit) else commit)]
             if not paths:
                 return None
-            return self._commit(paths, message, source=source, key=key)
+            return self._commit(paths, message, source=source, key=key, trailers=trailers)
         except BaseException:
             self._restore(done)
             raise
@@ -227,11 +228,12 @@ class WriteGate:
                 else:
                     atomic_write(change.path, change.before)
 
-    def _commit(self, paths: list[Path], message: str, *, source: str, key: str | None) -> str | None:
+    def _commit(self, paths: list[Path], message: str, *, source: str, key: str | None,
+                trailers: dict[str, str] | None = None) -> str | None:
         """Commit ``paths`` (and nothing else) with the key and source as trailers and the source as author."""
         if not self.config.autocommit or self.git is None:
             return None
-        trailers = {}
+        trailers = dict(trailers or {})
         if key:
             trailers["Memvault-Key"] = key
         trailers["Memvault-Source"] = source
@@ -367,16 +369,26 @@ class WriteGate:
 
     def accept(self, key: str, *, source: str) -> Fact:
         """Promote ``inbox/KEY.md`` to ``facts/KEY.md`` (or to the fact an alternative proposal names) in one
-        commit; the acceptor must be trusted."""
+        commit; the acceptor must be trusted. A proposal that contradicts another stored fact supersedes it: the
+        accepted fact says ``supersedes: KEY``, that one ``superseded_by:`` (recall then leaves it out unless
+        asked), and the commit names it (``Memvault-Supersedes``)."""
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
         with self.lock():
-            changes, proposal = self.facts.plan_accept(key)
+            _, waiting = self.facts.plan_accept(key)
+            target = waiting.extra.get("proposes") if isinstance(waiting.extra.get("proposes"), str) else key
+            old = self._superseded(target, waiting.text)
+            changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None)
             target = self.facts.key_for(changes[0].path) or key
+            if old is not None:
+                changes.append(self.facts.plan_update(old, {"superseded_by": target}))
+                warnings.append(f"{target} supersedes {old.key} (it states another value): recall shows {old.key} "
+                                "only when asked for superseded facts")
             self.check_changes(changes, what=f"fact {target}", allow_secret=False, source=source)
             self.apply(changes, message=f"fact accept {target} (proposed by {proposal.source})", source=source,
-                       key=target, warnings=warnings)
+                       key=target, warnings=warnings,
+                       trailers={"Memvault-Supersedes": old.key} if old is not None else None)
         warnings += self.tell_index([changes[0].path])
         others = [f.key for f in self.facts.inbox() if (f.extra.get("proposes") or f.key) == target]
         if others:
@@ -385,6 +397,16 @@ class WriteGate:
         fact = self.facts.read_file(target, changes[0].path)
         fact.warnings = warnings
         return fact
+
+    def _superseded(self, key: str, text: str) -> Fact | None:
+        """The stored fact (another key) that ``text`` contradicts most closely, or None."""
+        for match in self.similar_facts(key, text):
+            if match["kind"] == "conflict" and match["key"] != key and self.facts.exists(match["key"]):
+                try:
+                    return self.facts.get(match["key"])
+                except MemvaultError:
+                    continue
+        return None
 
     def reject(self, key: str, *, source: str) -> Fact:
         """Drop ``inbox/KEY.md`` (committed only when proposals are shared)."""
