@@ -135,10 +135,15 @@ def test_project_scope_writes_the_projects_files(home, vault, tmp_path):
     project.mkdir()
     (project / ".mcp.json").write_text('{"mcpServers": {}}')
     runtimes.install("claude-code", vault.root, scope="project", project=project)
-    assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["memvault"]["command"] == sys.executable
+    assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["memvault"]["command"] == "memvault"
     assert "SessionStart" in json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
-    assert not (home / ".claude.json").exists()
+    # the vault is outside the project: this host's path goes to its local files only (issue 25)
+    local = json.loads((home / ".claude.json").read_text())["projects"][str(project.resolve())]["mcpServers"]
+    assert local["memvault"]["command"] == sys.executable
+    assert json.loads((project / ".claude" / "settings.local.json").read_text())["env"] == {
+        "MEMVAULT_DIR": str(vault.root)}
     runtimes.uninstall("claude-code", scope="project", project=project)
+    assert not (home / ".claude.json").exists()
     assert (project / ".mcp.json").read_text() == '{"mcpServers": {}}'
     assert not (project / ".claude").exists()
 

@@ -289,7 +289,8 @@ def test_inbox_shows_the_change_and_the_detector_flags(client):
     assert ["add", "+The primary database moved to 10.8.0.9 port 5432."] in primary["diff"]
     vpn = proposals["net/vpn"]
     assert not vpn["changes_existing"] and vpn["diff"][0] == ["meta", "--- /dev/null"]
-    assert any(f.startswith("conflict of fact net/gateway (differs in 1194") for f in vpn["flags"]), vpn["flags"]
+    assert any(f.startswith("contradicts fact net/gateway: port 1194 where it says 1195") for f in vpn["flags"]), \
+        vpn["flags"]
 
 
 # ---------------------------------------------------------------------------------------------- recall

@@ -175,7 +175,8 @@ class WriteGate:
 
     def apply(self, changes: Sequence[FileChange], *, message: str, source: str, key: str | None = None,
               commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None,
-              warnings: list[str] | None = None, also: Sequence[Path] = (), allow_secret: bool = False) -> str | None:
+              warnings: list[str] | None = None, also: Sequence[Path] = (), allow_secret: bool = False,
+              trailers: dict[str, str] | None = None) -> str | None:
         """Write every change atomically, then commit exactly those paths (those ``commit`` selects, and the
         already changed ``also``) as ``source``, each through the checks of :meth:`commit_files` (``allow_secret``:
         the one waiver). When anything fails (a refused commit above all), every file is put back as it was, and
@@ -200,7 +201,7 @@ class WriteGate:
                     files[path] = _current(path)
             if not files:
                 return None
-            return self._commit(files, message, source=source, key=key, allow_secret=allow_secret)
+            return self._commit(files, message, source=source, key=key, allow_secret=allow_secret, trailers=trailers)
         except BaseException:
             self._restore(done)
             raise
@@ -247,11 +248,11 @@ class WriteGate:
                     atomic_write(change.path, change.before)
 
     def _commit(self, files: dict[Path, bytes | None], message: str, *, source: str, key: str | None,
-                allow_secret: bool = False) -> str | None:
+                allow_secret: bool = False, trailers: dict[str, str] | None = None) -> str | None:
         """Commit ``files`` (and nothing else) with the key and source as trailers and the source as author."""
         if not self.config.autocommit or self.git is None:
             return None
-        trailers = {}
+        trailers = dict(trailers or {})
         if key:
             trailers["Memvault-Key"] = key
         trailers["Memvault-Source"] = source
@@ -414,16 +415,26 @@ class WriteGate:
 
     def accept(self, key: str, *, source: str) -> Fact:
         """Promote ``inbox/KEY.md`` to ``facts/KEY.md`` (or to the fact an alternative proposal names) in one
-        commit; the acceptor must be trusted."""
+        commit; the acceptor must be trusted. A proposal that contradicts another stored fact supersedes it: the
+        accepted fact says ``supersedes: KEY``, that one ``superseded_by:`` (recall then leaves it out unless
+        asked), and the commit names it (``Memvault-Supersedes``)."""
         self.require(Op.REVIEW_INBOX, source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
         with self.lock(source, warnings):
-            changes, proposal = self.facts.plan_accept(key)
+            _, waiting = self.facts.plan_accept(key)
+            target = waiting.extra.get("proposes") if isinstance(waiting.extra.get("proposes"), str) else key
+            old = self._superseded(target, waiting.text)
+            changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None)
             target = self.facts.key_for(changes[0].path) or key
+            if old is not None:
+                changes.append(self.facts.plan_update(old, {"superseded_by": target}))
+                warnings.append(f"{target} supersedes {old.key} (it states another value): recall shows {old.key} "
+                                "only when asked for superseded facts")
             self.check_changes(changes, what=f"fact {target}", allow_secret=False, source=source)
             self.apply(changes, message=f"fact accept {target} (proposed by {proposal.source})", source=source,
-                       key=target, warnings=warnings)
+                       key=target, warnings=warnings,
+                       trailers={"Memvault-Supersedes": old.key} if old is not None else None)
         warnings += self.tell_index([changes[0].path])
         others = [f.key for f in self.facts.inbox() if (f.extra.get("proposes") or f.key) == target]
         if others:
@@ -432,6 +443,16 @@ class WriteGate:
         fact = self.facts.read_file(target, changes[0].path)
         fact.warnings = warnings
         return fact
+
+    def _superseded(self, key: str, text: str) -> Fact | None:
+        """The stored fact (another key) that ``text`` contradicts most closely, or None."""
+        for match in self.similar_facts(key, text):
+            if match["kind"] == "conflict" and match["key"] != key and self.facts.exists(match["key"]):
+                try:
+                    return self.facts.get(match["key"])
+                except MemvaultError:
+                    continue
+        return None
 
     def reject(self, key: str, *, source: str) -> Fact:
         """Drop ``inbox/KEY.md`` (committed only when proposals are shared)."""
@@ -460,9 +481,24 @@ class WriteGate:
         fact.warnings = warnings
         return fact
 
-    def similar_facts(self, key: str, text: str) -> list[dict[str, Any]]:
+    def similar_facts(self, key: str, text: str, *, load_model: bool = False) -> list[dict[str, Any]]:
         """Existing facts that ``text`` duplicates or contradicts, compared with the index's rows (one keyword
-        query, no file read); without an index, with the facts on disk in a small vault."""
+        query, no file read); without an index, with the facts on disk in a small vault. Contradictions in other
+        words (:mod:`memvault.core.contradictions`) join the near-identical ones, each with the ``values`` that
+        differ; the index's model adds its nearest facts when it is warm (or ``load_model``)."""
+        out = self._near_duplicates(key, text)
+        from . import contradictions
+
+        embedder = contradictions.embedder_for(self.index, self.engine, self.config, load=load_model)
+        flagged = {m["key"]: m for m in out if m["kind"] == "conflict"}
+        for found in contradictions.find(self.index, self.facts, key, text, embedder=embedder):
+            if found["key"] in flagged:
+                flagged[found["key"]]["values"] = found["values"]
+            else:
+                out = [m for m in out if m["key"] != found["key"]] + [found]
+        return out
+
+    def _near_duplicates(self, key: str, text: str) -> list[dict[str, Any]]:
         life = self.config.facts
         candidates: list[tuple[str, str]] | None = None
         try:
@@ -481,11 +517,15 @@ class WriteGate:
         for other_key, other_text in candidates:
             if other_key == key:
                 continue
-            match = compare_keywords(mine, keywords(other_text), threshold=life.duplicate_jaccard,
+            theirs = keywords(other_text)
+            match = compare_keywords(mine, theirs, threshold=life.duplicate_jaccard,
                                      min_shared=life.duplicate_min_shared)
             if match is not None:
                 out.append({"key": other_key, "kind": match.kind, "jaccard": round(match.jaccard, 3),
                             "shared": list(match.shared), "differing": list(match.differing)})
+                if match.kind == "conflict":
+                    out[-1]["values"] = {"value": {"new": sorted(mine.values - theirs.values),
+                                                   "stored": sorted(theirs.values - mine.values)}}
         return out
 
     # -- episodes ----------------------------------------------------------------------------------------

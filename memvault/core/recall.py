@@ -48,6 +48,7 @@ from ..rules import timeq
 from ..rules.config import FACTORS, Config
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens  # noqa: F401 - count_tokens is part of recall's API
+from .contradictions import SUPERSEDED_REF
 from ..index import KINDS
 from ..index.search import query_terms
 from ..rules.freshness import stale_doc_reason, text_hash
@@ -132,11 +133,13 @@ def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budge
 def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None,
            *, mode: str = "hybrid", fmt: str = "json", sync: bool = True, record_access: bool = True,
            verify: bool = True, since: datetime | str | None = None, until: datetime | str | None = None,
-           min_relevance: float | None = None, time_in_query: bool = True) -> RecallResult:
+           min_relevance: float | None = None, time_in_query: bool = True,
+           include_superseded: bool = False) -> RecallResult:
     """Find the ``k`` best memories for ``query`` (see the module doc for the ranking).
 
     ``since``/``until`` keep episodes of that window (a time in the query does too, unless ``time_in_query`` is
-    false). ``min_relevance`` overrides ``[recall] relative_floor``; 0 turns every floor off.
+    false). ``min_relevance`` overrides ``[recall] relative_floor``; 0 turns every floor off. A fact another has
+    superseded (an accepted proposal that contradicted it) is left out unless ``include_superseded``.
     """
     kinds = check_arguments(query, k, kinds, budget, mode, fmt)
     if min_relevance is not None and (isinstance(min_relevance, bool) or not isinstance(min_relevance, (int, float))
@@ -147,7 +150,7 @@ def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = 
                            for day in (timeq.impossible_dates(query) if time_in_query else [])]
     try:
         return _recall(parts, query, k, kinds, budget, mode, fmt, sync, record_access, verify, window, min_relevance,
-                       warnings)
+                       warnings, include_superseded)
     except Exception as exc:
         if not parts.index.guard(exc):
             raise
@@ -155,7 +158,7 @@ def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = 
     # (the vectors come back piecemeal, with each recall, or at once with 'memvault reindex').
     parts.index.sync(splitter=parts.engine.warm())
     return _recall(parts, query, k, kinds, budget, mode, fmt, True, record_access, False, window, min_relevance,
-                   warnings)
+                   warnings, include_superseded)
 
 
 def _window(query: str, since: datetime | str | None, until: datetime | str | None,
@@ -177,7 +180,7 @@ def _time_or_age(value: datetime | str, name: str) -> datetime:
 
 def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | None, mode: str, fmt: str, sync: bool,
             record_access: bool, verify: bool, window: timeq.Window | None, min_relevance: float | None,
-            warnings: list[str]) -> RecallResult:
+            warnings: list[str], include_superseded: bool = False) -> RecallResult:
     index, config = parts.index, parts.config
     settings = config.recall
     embedder = _embedder(parts, mode, warnings)
@@ -231,6 +234,8 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance,
                                 calibration, evidence, holder)
         checked = index.as_on_disk(paths)
+    if not include_superseded:
+        ranked = [c for c in ranked if not str(c.doc.get("ref") or "").startswith(SUPERSEDED_REF)]
     if settings.reranker and ranked:
         ranked = _rerank(parts, search_query, ranked, warnings)
     result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
@@ -731,6 +736,8 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                     parts={"keyword": c.keyword, "semantic": c.cosine, "exact": c.exact})
         if doc["kind"] == "fact":
             extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
+            if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
+                extra["superseded_by"] = str(doc["ref"])[len(SUPERSEDED_REF):]
             if c.stale is not None:
                 extra["stale_reason"] = c.stale
             hits.append(Hit(text=fact.text if fact is not None else doc["body"], extra=extra, **base))

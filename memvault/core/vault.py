@@ -714,8 +714,16 @@ class Facts:
                 if again is None or not again(exc):
                     raise
 
-    def similar(self, key: str, text: str) -> list[dict[str, Any]]:
-        return self._vault.gate.similar_facts(key, text)
+    def similar(self, key: str, text: str, *, load_model: bool = False) -> list[dict[str, Any]]:
+        return self._vault.gate.similar_facts(key, text, load_model=load_model)
+
+    def contradicts(self, proposal: Fact) -> list[dict[str, Any]]:
+        """The stored facts a proposal contradicts, ``[{key, values}]`` (the index's model used when it has one:
+        a person reviewing can wait for it)."""
+        target = proposal.extra.get("proposes")
+        key = target if isinstance(target, str) else proposal.key
+        return [{"key": m["key"], "values": m.get("values", {})}
+                for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
 
     def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
         """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""

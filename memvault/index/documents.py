@@ -120,6 +120,9 @@ def fact_doc(fact: Fact, rel: str) -> Doc:
         updated=format_time(fact.updated) if fact.updated else None,
         valid_until=fact.valid_until.isoformat() if fact.valid_until else None, review_after=fact.review_after,
         meta=meta_json({"category": fact.category, "tags": list(fact.tags)}),
+        # a fact another superseded (issue 25): recall leaves it out unless asked (memvault.core.contradictions)
+        ref=f"superseded-by:{fact.extra['superseded_by']}" if isinstance(fact.extra.get("superseded_by"), str)
+        else None,
     )
 
 

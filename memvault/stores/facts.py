@@ -427,9 +427,10 @@ class FactStore:
         old.quarantined = inbox
         return FileChange(path, before, None), old
 
-    def plan_accept(self, key: str) -> tuple[list[FileChange], Fact]:
+    def plan_accept(self, key: str, *, supersedes: str | None = None) -> tuple[list[FileChange], Fact]:
         """The changes that promote ``inbox/KEY.md`` to ``facts/KEY.md`` (or, for an alternative proposal that
-        names ``proposes: OTHER``, to ``facts/OTHER.md`` without that line), and the proposal."""
+        names ``proposes: OTHER``, to ``facts/OTHER.md`` without that line), and the proposal. ``supersedes``
+        names the fact it replaces in other words (front matter ``supersedes: KEY``); the caller marks that one."""
         removal, proposal = self.plan_delete(key, inbox=True)
         if not proposal.text:
             raise FactParseError(removal.path, "the proposal cannot be read; fix or reject it")
@@ -442,6 +443,10 @@ class FactStore:
             validate_key(target_key)
             doc = fm.parse(data.decode("utf-8"))
             data = fm.update(doc, {"proposes": None}, list(KNOWN_FIELDS), doc.body).render().encode("utf-8")
+        if supersedes is not None:
+            doc = fm.parse(data.decode("utf-8"))
+            data = fm.update(doc, {"supersedes": validate_key(supersedes)}, list(KNOWN_FIELDS),
+                             doc.body).render().encode("utf-8")
         target = self.path_for(target_key or key)
         return [FileChange(target, self._current(target), data), removal], proposal
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     payload = _payload() if args.get("event") != "warm-up" else {}
     event, runtime = args.get("event"), args.get("runtime") or "claude-code"
-    root = _root(args.get("vault"), payload.get("cwd"))
+    root = _root(args.get("vault"), payload.get("cwd"), args.get("in-project"))
     try:
         if event not in EVENTS or runtime not in RUNTIMES:
             raise ValueError(f"usage: hook {{{','.join(EVENTS)}}} --runtime {{{','.join(RUNTIMES)}}} [--vault PATH]")
@@ -72,7 +72,7 @@ def _args(argv: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     it = iter(argv)
     for arg in it:
-        if arg in ("--runtime", "--vault"):
+        if arg in ("--runtime", "--vault", "--in-project"):
             out[arg[2:]] = next(it, None)
         elif arg == "--detach":
             out["detach"] = True
@@ -91,9 +91,21 @@ def _payload() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _root(vault: str | None, cwd: Any) -> str | None:
-    """The vault: ``--vault`` (as installed), ``MEMVAULT_DIR``, else the nearest parent of the session's cwd that
-    holds memvault.toml. None when there is none (the hook then says how to make one)."""
+def project_dir(cwd: Any = None) -> str:
+    """The project a runtime runs in: ``$CLAUDE_PROJECT_DIR`` / ``$GEMINI_PROJECT_DIR`` (set by the runtime for its
+    hooks and servers), else the session's directory, else this process's."""
+    for name in ("CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return cwd if isinstance(cwd, str) and cwd else os.getcwd()
+
+
+def _root(vault: str | None, cwd: Any, in_project: str | None = None) -> str | None:
+    """The vault: ``--vault`` (as installed), ``--in-project REL`` (a project's shared settings: REL inside the
+    project), ``MEMVAULT_DIR``, else the nearest parent of the session's cwd that holds memvault.toml. None when
+    there is none (the hook then says how to make one)."""
+    if in_project:
+        vault = os.path.join(project_dir(cwd), in_project)
     for given in (vault, os.environ.get("MEMVAULT_DIR")):
         if given:
             path = os.path.abspath(os.path.expanduser(given))

@@ -11,6 +11,14 @@ Install merges: the user's other hooks, servers, comments and settings are kept 
 file is written before its first change, running it twice changes nothing, and uninstall removes exactly what
 install added (the containers it created, from a record kept in memvault's state directory). The MCP server it
 registers stamps ``agent:<runtime>`` on every write, never a trusted source.
+
+A project's files are shared (committed, pulled by teammates), so ``--scope project`` writes nothing in them that
+names this host: the command is ``memvault`` found on PATH (``memvault hook ...`` for the hooks), and the vault is
+named relative to the project (``--in-project memory``: resolved against ``$CLAUDE_PROJECT_DIR``, which Claude
+Code sets for its hooks and MCP servers, else the session's directory). A vault outside the project cannot be named
+that way: the shared files then name none (``memvault`` finds it from ``MEMVAULT_DIR`` or the working directory),
+and this host's vault goes to the runtime's untracked local files (Claude Code: the local-scope server in
+``~/.claude.json``, which wins over ``.mcp.json``, and ``MEMVAULT_DIR`` in ``.claude/settings.local.json``).
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,6 +39,8 @@ from .configfiles import JsonText, TomlBlock, toml_string
 
 HOOK_MODULE = "memvault.interfaces.agents.hook"
 SERVER = "memvault"
+#: The command a project's shared files run: memvault on each teammate's PATH.
+COMMAND = "memvault"
 TOML_MARKER = "# memvault: MCP server added by 'memvault agent install codex'"
 #: Other MCP clients `memvault agent print` knows, and where their entry goes.
 CLIENTS = {
@@ -137,12 +148,33 @@ def state_dir() -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ what
-def hook_command(name: str, spec: HookSpec, vault: Path, python: str | None = None) -> str:
-    argv = [python or sys.executable, "-m", HOOK_MODULE, spec.action, "--runtime", name, "--vault", str(vault)]
+@dataclass(frozen=True)
+class Shared:
+    """How a project's shared files name memvault: ``memvault`` on PATH, and the vault relative to the project
+    (``in_project``), or no vault at all (None: it lies outside the project)."""
+
+    in_project: str | None
+
+
+def shared_for(vault: Path, project: Path) -> Shared:
+    """The vault as a project's shared files can name it: its path inside ``project``, or None."""
+    try:
+        rel = vault.resolve().relative_to(project.resolve()).as_posix()
+    except ValueError:
+        return Shared(None)
+    return Shared(rel or ".")
+
+
+def hook_command(name: str, spec: HookSpec, vault: Path | Shared, python: str | None = None) -> str:
+    if isinstance(vault, Shared):
+        argv = [COMMAND, "hook", spec.action, "--runtime", name]
+        argv += ["--in-project", vault.in_project] if vault.in_project else []
+    else:
+        argv = [python or sys.executable, "-m", HOOK_MODULE, spec.action, "--runtime", name, "--vault", str(vault)]
     return shlex.join(argv + (["--detach"] if spec.detach else []))
 
 
-def handler(rt: Runtime, spec: HookSpec, vault: Path, python: str | None = None) -> dict[str, Any]:
+def handler(rt: Runtime, spec: HookSpec, vault: Path | Shared, python: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "command", "command": hook_command(rt.name, spec, vault, python)}
     if rt.name == "gemini":
         out = {"name": f"memvault-{spec.action}", **out}
@@ -158,8 +190,12 @@ def server_args(client: str, vault: Path | None) -> list[str]:
     return ["-m", "memvault", *(["--vault", str(vault)] if vault else []), "mcp", "--source", f"agent:{client}"]
 
 
-def server_entry(client: str, vault: Path | None, python: str | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"command": python or sys.executable, "args": server_args(client, vault)}
+def server_entry(client: str, vault: Path | Shared | None, python: str | None = None) -> dict[str, Any]:
+    if isinstance(vault, Shared):
+        args = ["mcp", "--source", f"agent:{client}"] + (["--in-project", vault.in_project] if vault.in_project else [])
+        entry: dict[str, Any] = {"command": COMMAND, "args": args}
+    else:
+        entry = {"command": python or sys.executable, "args": server_args(client, vault)}
     if client == "claude-code":
         entry = {"type": "stdio", **entry, "env": {}}
     return entry
@@ -171,11 +207,13 @@ def is_ours_server(value: Any) -> bool:
         return False
     args = [str(a) for a in value["args"]]
     return "mcp" in args and "--source" in args and args.index("--source") + 1 < len(args) and \
-        args[args.index("--source") + 1].startswith("agent:") and "memvault" in args
+        args[args.index("--source") + 1].startswith("agent:") and \
+        ("memvault" in args or os.path.basename(str(value.get("command", ""))) == COMMAND)
 
 
 def is_ours_handler(value: Any) -> bool:
-    return isinstance(value, dict) and HOOK_MODULE in str(value.get("command", ""))
+    command = str(value.get("command", "")) if isinstance(value, dict) else ""
+    return HOOK_MODULE in command or command.startswith(f"{COMMAND} hook ")
 
 
 def print_entry(client: str, vault: Path | None, python: str | None = None) -> tuple[str, str]:
@@ -193,10 +231,11 @@ def print_entry(client: str, vault: Path | None, python: str | None = None) -> t
     return json.dumps({"mcpServers": {SERVER: entry}}, indent=2), where
 
 
-def toml_block(vault: Path | None, python: str | None = None) -> str:
-    args = ", ".join(toml_string(a) for a in server_args("codex", vault))
+def toml_block(vault: Path | Shared | None, python: str | None = None) -> str:
+    entry = server_entry("codex", vault, python)
+    args = ", ".join(toml_string(a) for a in entry["args"])
     return (f"{TOML_MARKER} (removed by 'memvault agent uninstall codex')\n[mcp_servers.{SERVER}]\n"
-            f"command = {toml_string(python or sys.executable)}\nargs = [{args}]\n")
+            f"command = {toml_string(entry['command'])}\nargs = [{args}]\n")
 
 
 # ------------------------------------------------------------------------------------------------ install
@@ -273,12 +312,18 @@ def install(name: str, vault: Path, *, scope: str = "user", per_prompt: bool = F
     report = Report(name, scope, {k: str(v) for k, v in where.items()})
     files = _Files(report, follow=scope == "user")
     specs = [s for s in rt.hooks if per_prompt or not s.optional]
+    named: Path | Shared = vault
+    if scope == "project":  # shared files: nothing of this host (see the module doc)
+        base = (project or Path.cwd()).resolve()
+        named = shared_for(vault, base)
+        if named.in_project is None:
+            _install_local(files, name, base, vault, python, report)
     if name == "codex":
-        _install_toml(files, where["mcp"], vault, python)
+        _install_toml(files, where["mcp"], named, python)
     else:
-        _edit_json(files, where["mcp"], lambda doc, rec: _put_server(doc, rec, server_entry(name, vault, python),
+        _edit_json(files, where["mcp"], lambda doc, rec: _put_server(doc, rec, server_entry(name, named, python),
                                                                       report))
-    _edit_json(files, where["hooks"], lambda doc, rec: _put_hooks(doc, rec, rt, specs, vault, python))
+    _edit_json(files, where["hooks"], lambda doc, rec: _put_hooks(doc, rec, rt, specs, named, python))
     files.flush()
     if not report.changed:
         report.notes.append(f"{rt.title}: already installed, nothing changed")
@@ -300,6 +345,12 @@ def uninstall(name: str, *, scope: str = "user", project: Path | None = None) ->
         _uninstall_toml(files, where["mcp"])
     else:
         _edit_json(files, where["mcp"], lambda doc, rec: _drop_server(doc, report), removing=True)
+    if name == "claude-code" and scope == "project":  # what install put in this host's local files, if anything
+        base = (project or Path.cwd()).resolve()
+        _edit_json(files, paths(name, "user")["mcp"],
+                   lambda doc, rec: _drop_server(doc, None, ("projects", str(base))), removing=True)
+        _edit_json(files, base / ".claude" / "settings.local.json", lambda doc, rec: _drop_env(doc, "MEMVAULT_DIR"),
+                   removing=True)
     _edit_json(files, where["hooks"], lambda doc, rec: _drop_hooks(doc), removing=True)
     files.flush()
     for path in {*where.values()}:
@@ -349,8 +400,48 @@ def _ensure(doc: JsonText, rec: dict[str, Any], path: tuple[str, ...], kind: str
             containers[key] = doc.text[node.start:node.end]
 
 
-def _put_server(doc: JsonText, rec: dict[str, Any], entry: dict[str, Any], report: Report) -> None:
-    current = doc.get(("mcpServers", SERVER))
+def _install_local(files: _Files, name: str, project: Path, vault: Path, python: str | None, report: Report) -> None:
+    """A vault outside the project, for this host only, in the runtime's untracked local files."""
+    if name != "claude-code":
+        report.notes.append(f"the vault {vault} is outside the project {project}: the project's files name no "
+                            "vault, so memvault finds it from MEMVAULT_DIR (set it on each machine) or the working "
+                            "directory")
+        return
+    where = paths(name, "user")["mcp"]
+    base = ("projects", str(project))
+    _edit_json(files, where, lambda doc, rec: _put_server(doc, rec, server_entry(name, vault, python), report,
+                                                          base=base))
+    local = project / ".claude" / "settings.local.json"
+    _edit_json(files, local, lambda doc, rec: _put_env(doc, rec, {"MEMVAULT_DIR": str(vault)}))
+    report.notes.append(f"the vault {vault} is outside the project: the shared files name none; this host's vault "
+                        f"is in {where} (local scope) and {local} (untracked); a teammate sets MEMVAULT_DIR or runs "
+                        "this install too")
+
+
+def _put_env(doc: JsonText, rec: dict[str, Any], env: dict[str, str]) -> None:
+    _ensure(doc, rec, ("env",), "object")
+    for key, value in env.items():
+        current = doc.get(("env", key))
+        if current is None:
+            doc.set_member(("env",), key, value)
+        elif doc.value(current) != value:
+            doc.replace(current, value)
+
+
+def _drop_env(doc: JsonText, key: str) -> set[str]:
+    env = doc.get(("env",))
+    if env is None or env.kind != "object":
+        return set()
+    for i, (k, _, _) in enumerate(env.members):
+        if k == key:
+            doc.remove(env, i)
+            return {"env"}
+    return set()
+
+
+def _put_server(doc: JsonText, rec: dict[str, Any], entry: dict[str, Any], report: Report,
+                base: tuple[str, ...] = ()) -> None:
+    current = doc.get((*base, "mcpServers", SERVER))
     if current is not None:
         value = doc.value(current)
         if value == entry:
@@ -361,24 +452,24 @@ def _put_server(doc: JsonText, rec: dict[str, Any], entry: dict[str, Any], repor
             return
         doc.replace(current, entry)
         return
-    _ensure(doc, rec, ("mcpServers",), "object")
-    doc.set_member(("mcpServers",), SERVER, entry)
+    _ensure(doc, rec, (*base, "mcpServers"), "object")
+    doc.set_member((*base, "mcpServers"), SERVER, entry)
 
 
-def _drop_server(doc: JsonText, report: Report | None) -> set[str]:
-    servers = doc.get(("mcpServers",))
+def _drop_server(doc: JsonText, report: Report | None, base: tuple[str, ...] = ()) -> set[str]:
+    servers = doc.get((*base, "mcpServers"))
     if servers is None or servers.kind != "object":
         return set()
     for i, (key, _, node) in enumerate(servers.members):
         if key == SERVER and is_ours_server(doc.value(node)):
             doc.remove(servers, i)
-            return {"mcpServers"}
+            return {"/".join((*base, "mcpServers"))} | {"/".join(base[:n]) for n in range(1, len(base) + 1)}
     if report is not None and servers.member(SERVER) is not None:
         report.notes.append(f"the MCP server named {SERVER!r} in {doc.path} was not installed by memvault: kept")
     return set()
 
 
-def _put_hooks(doc: JsonText, rec: dict[str, Any], rt: Runtime, specs: list[HookSpec], vault: Path,
+def _put_hooks(doc: JsonText, rec: dict[str, Any], rt: Runtime, specs: list[HookSpec], vault: Path | Shared,
                python: str | None) -> set[str]:
     wanted = {s.event: s for s in specs}
     touched: set[str] = set()
@@ -456,8 +547,8 @@ def _tidy(doc: JsonText, rec: dict[str, Any] | None, touched: set[str]) -> None:
     original text back, one that held the person's own entries then stays. Without a record (installed on
     another machine: a project's shared file), a container memvault's removal emptied goes."""
     containers: dict[str, str] = (rec or {}).get("containers", {})
-    for key in sorted(touched, key=lambda k: -k.count("/")):
-        path = tuple(key.split("/"))
+    for key in sorted(touched, key=lambda k: -len(_split(k))):
+        path = _split(key)
         node = doc.get(path)
         if node is None or node.kind == "scalar" or node.members or node.items:
             continue
@@ -473,7 +564,18 @@ def _tidy(doc: JsonText, rec: dict[str, Any] | None, touched: set[str]) -> None:
             doc.restore(node, origin)
 
 
-def _install_toml(files: _Files, path: Path, vault: Path, python: str | None) -> None:
+def _split(key: str) -> tuple[str, ...]:
+    """A container's recorded key as its path: ``projects/<abs path>/mcpServers`` (~/.claude.json's local scope)
+    keeps the project's path whole."""
+    if key.startswith("projects/"):
+        rest = key[len("projects/"):]
+        if rest.endswith("/mcpServers"):
+            return ("projects", rest[: -len("/mcpServers")], "mcpServers")
+        return ("projects", rest)
+    return tuple(key.split("/"))
+
+
+def _install_toml(files: _Files, path: Path, vault: Path | Shared, python: str | None) -> None:
     original = files.read(path)
     block = TomlBlock(original or "", TOML_MARKER, path)
     servers = block.data.get("mcp_servers", {})
@@ -554,6 +656,10 @@ def status(name: str, *, scope: str = "user", project: Path | None = None) -> Re
             node = doc.get(("mcpServers", SERVER))
             server = doc.value(node) if node is not None else None
             state["mcp"] = ("installed" if is_ours_server(server) else "other") if server is not None else None
+            missing = _not_on_path(str(server.get("command", ""))) if isinstance(server, dict) else None
+            if missing:
+                report.notes.append(f"the MCP server in {where['mcp']} runs {missing}, which is not on PATH here: "
+                                    "install memvault on this machine (pip install memvault) or put it on PATH")
         doc = JsonText(_read(where["hooks"], follow=scope == "user") or "", where["hooks"])
         for spec in rt.hooks:
             found = _our_handlers(doc, spec.event)
@@ -622,10 +728,17 @@ def _check_command(command: str) -> str:
         argv = shlex.split(command)
     except ValueError:
         return "unreadable command"
-    if argv and not os.access(argv[0], os.X_OK):
+    if argv and _not_on_path(argv[0]):
+        return f"{argv[0]} is not on PATH here: install memvault on this machine (or put it on PATH)"
+    if argv and not os.access(argv[0], os.X_OK) and os.sep in argv[0]:
         return f"its Python is gone ({argv[0]}): install again"
     if "--vault" in argv and argv.index("--vault") + 1 < len(argv):
         vault = Path(argv[argv.index("--vault") + 1])
         if not (vault / "memvault.toml").is_file():
             return f"its vault is gone ({vault})"
     return "ok"
+
+
+def _not_on_path(command: str) -> str | None:
+    """``command`` when it is a bare name (a project's shared ``memvault``) that this machine's PATH lacks."""
+    return command if command and os.sep not in command and shutil.which(command) is None else None

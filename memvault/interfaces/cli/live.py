@@ -1,6 +1,8 @@
 """Commands that keep the vault live and connected: watch, hooks, sync, mcp, ui."""
 from __future__ import annotations
 
+import os
+
 import click
 
 from .base import Out, cli, output, pass_ctx
@@ -98,8 +100,11 @@ def sync_cmd(ctx, remote, source):
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Read the bearer token every HTTP request must carry from FILE (or set MEMVAULT_MCP_TOKEN).")
 @click.option("--allow-run", is_flag=True, help="Offer the run_procedure tool (committed scripts only).")
+@click.option("--in-project", metavar="PATH",
+              help="The vault at PATH inside the project the agent runs in ($CLAUDE_PROJECT_DIR, else the current "
+                   "directory): what a project's shared .mcp.json names, so it names nothing of one machine.")
 @pass_ctx
-def mcp_command(ctx, source, http, token_file, allow_run):
+def mcp_command(ctx, source, http, token_file, allow_run, in_project):
     """Serve the vault to agents over MCP: stdio by default, or streamable HTTP with --http.
 
     Tools: recall, get_fact, set_fact, list_facts, log_episode, list_episodes, get_procedure, list_procedures,
@@ -108,6 +113,10 @@ def mcp_command(ctx, source, http, token_file, allow_run):
     """
     from ..mcp import read_token, serve  # lazy: mcp is a heavy import
 
+    if in_project:
+        from ..agents.hook import project_dir
+
+        ctx.vault_path = os.path.join(project_dir(), in_project)
     serve(ctx.vault, source=source, allow_run=allow_run, http=http, token=read_token(token_file))
 
 
@@ -134,3 +143,13 @@ def ui(ctx, port, host, token_file, open_browser):
     from ..web import serve
 
     serve(ctx.vault, host=host, port=port, token=read_token(token_file), open_browser=open_browser)
+
+
+@cli.command("hook", hidden=True, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def hook_command(args):
+    """What an agent runtime's hooks run from a project's shared settings (``memvault hook EVENT --runtime R
+    [--in-project PATH]``): the same as ``python -m memvault.interfaces.agents.hook``, with memvault found on PATH."""
+    from ..agents.hook import main as hook_main
+
+    raise SystemExit(hook_main(list(args)))

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ...core.vault import Vault
+from ...rules.contradict import describe as contradiction_text
 from ...rules.errors import InvalidValue, MemvaultError, describe
 from ...rules.fsutil import atomic_write, remove, temp_file
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
@@ -66,8 +67,9 @@ def similar_notes(similar: list[dict[str, Any]]) -> list[str]:
     notes = []
     for m in similar:
         if m["kind"] == "conflict":
-            notes.append(f"conflicts with {m['key']}: same subject, different values ({', '.join(m['differing'])}); "
-                         "both kept, resolve by hand")
+            differs = contradiction_text(m["values"]) if m.get("values") else ", ".join(m["differing"])
+            notes.append(f"conflicts with {m['key']}: same subject, different values ({differs}); both kept, resolve "
+                         "by hand (a proposal accepted records that it supersedes it)")
         else:
             notes.append(f"near-duplicate of {m['key']} (keyword Jaccard {m['jaccard']:.2f}); "
                          "'memvault dedup --apply' merges duplicates")

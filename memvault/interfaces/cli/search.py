@@ -32,8 +32,11 @@ from .base import Out, cli, output, pass_ctx, warn
                    "0 also returns weak guesses when nothing is relevant.")
 @click.option("--source", "-s", metavar="KIND:NAME",
               help="Who asks, as the recall log records it. Default: $MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--include-superseded", is_flag=True,
+              help="Also facts another fact superseded (an accepted proposal that contradicted them).")
 @pass_ctx
-def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record, since, until, min_relevance, source):
+def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record, since, until, min_relevance, source,
+           include_superseded):
     """Find the memories that best answer QUERY: hybrid keyword + semantic search over facts, episodes and
     procedures, ranked by relevance, importance, confidence, recency and frequency.
 
@@ -48,6 +51,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
     vault = ctx.vault
     result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt,
                           record_access=not no_record, min_relevance=min_relevance, source=source,
+                          include_superseded=include_superseded,
                           since=parse_time_or_age(since, "--since") if since else None,
                           until=parse_time_or_age(until, "--until") if until else None)
     warn(result.warnings)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ...rules.contradict import describe as contradiction_text
 from .base import Out, cli, output, pass_ctx, warn
 
 
@@ -64,12 +65,15 @@ def inbox(ctx):
     problems: list = []
     proposals = ctx.vault.facts.proposals(problems)
     lines = [] if proposals else ["inbox empty"]
+    data = []
     for f, exists in proposals:
         target = f.extra.get("proposes")
         also = f", another proposal for {target}" if target else ""
+        contradicts = ctx.vault.facts.contradicts(f)
         lines += [f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'}{also})",
                   f"    {f.text}"]
-    data = [{**f.to_dict(ctx.vault.root), "changes_existing": exists} for f, exists in proposals]
+        lines += [f"    contradicts {c['key']}: {contradiction_text(c['values'])}" for c in contradicts]
+        data.append({**f.to_dict(ctx.vault.root), "changes_existing": exists, "contradicts": contradicts})
     return Out(data, lines, notes=[str(p) for p in problems])
 
 

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from ...core.history import entry_dict
+from ...rules.contradict import describe as contradiction_text
 from ...rules.errors import FactNotFound, MemvaultError
 from ...rules.freshness import stale_reason
 from ...rules.markup import ANGLE_LOOKALIKES
@@ -211,10 +212,14 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
     except MemvaultError as exc:
         flags.append(f"cannot be accepted as it is: {exc}")
     try:
-        similar = web.cached(("similar", item.key, item.text), lambda: vault.facts.similar(item.key, item.text))
+        target = item.extra.get("proposes") if isinstance(item.extra.get("proposes"), str) else item.key
+        similar = web.cached(("similar", target, item.text), lambda: vault.facts.similar(target, item.text))
     except MemvaultError:
         similar = []
     for match in similar:
+        if match["kind"] == "conflict" and match.get("values"):
+            flags.append(f"contradicts fact {match['key']}: {contradiction_text(match['values'])}")
+            continue
         flags.append(f"{match['kind']} of fact {match['key']}" + (f" (differs in {', '.join(match['differing'])})"
                                                                   if match.get("differing") else ""))
     secrets = find_secrets(item.text)
@@ -226,7 +231,9 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
         flags.append("reads like an instruction to an agent")
     return {"key": item.key, "source": item.source, "trusted": vault.facts.is_trusted(item.source),
             "text": item.text, "changes_existing": exists, "category": item.category, "tags": list(item.tags),
-            "updated": item.to_dict()["updated"], "diff": diff, "flags": flags, "similar": similar}
+            "updated": item.to_dict()["updated"], "diff": diff, "flags": flags, "similar": similar,
+            "contradicts": [{"key": m["key"], "values": m.get("values", {})} for m in similar
+                            if m["kind"] == "conflict"]}
 
 
 def diff_lines(before: str, after: str, a: str, b: str) -> list[tuple[str, str]]:

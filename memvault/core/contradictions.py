@@ -1,0 +1,112 @@
+"""Which stored facts a new text contradicts, in other words (see :mod:`memvault.rules.contradict`).
+
+The candidates come from the index, as recall's do: the facts that share the most (rare) words with the text and
+key, and, when a model is at hand whose vectors the index holds, the nearest facts by meaning, each with its
+cosine. Each candidate is then judged on its subject words and typed values, which is a few set operations: the
+whole check is one keyword query, at most one query vector, and a few dozen short texts read from the index's rows
+(no file is opened). Without an index a small vault's facts are read from their files.
+
+Facts already superseded by another (``superseded_by`` in their front matter) are not contradicted any more: the
+one that superseded them is.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..rules.contradict import Claims, Verdict, extract, judge
+from ..rules.errors import MemvaultError, ModelUnavailable
+
+if TYPE_CHECKING:
+    from ..index.protocol import VaultIndex
+    from ..models.engine import Engine
+    from ..rules.config import Config
+    from ..stores.facts import FactStore
+
+#: Candidates asked of the keyword index, and of the vectors.
+KEYWORD_CANDIDATES = 30
+VECTOR_CANDIDATES = 10
+#: At most this many contradictions reported for one text.
+MAX_REPORTED = 5
+#: Facts read from files when there is no index (a larger vault without an index is not checked).
+FALLBACK_MAX = 1000
+#: What an index row's ``ref`` holds for a fact another has superseded.
+SUPERSEDED_REF = "superseded-by:"
+
+
+def embedder_for(index: VaultIndex, engine: Engine, config: Config, *, load: bool) -> Any:
+    """The model whose vectors the index holds, when it can be had: a warm one only (a write: never load a model
+    for a check), or loaded when ``load`` (a person reading the inbox). None: keywords only."""
+    try:
+        identity = index.identity() if index.exists() else None
+    except MemvaultError:
+        return None
+    if identity is None or not config.wants_model(identity):
+        return None
+    try:
+        embedder = engine.get() if load else engine.warm()
+    except ModelUnavailable:
+        return None
+    if embedder is None or not embedder.identity.same_vectors(identity):
+        return None
+    return embedder
+
+
+def find(index: VaultIndex, facts: FactStore, key: str, text: str, *, embedder: Any = None,
+         limit: int = MAX_REPORTED) -> list[dict[str, Any]]:
+    """The stored facts ``text`` (to be stored under ``key``) contradicts, closest first: each
+    ``{"key", "kind": "conflict", "values": {kind: {"new": [...], "stored": [...]}}, "differing", "shared",
+    "overlap", "cosine"}``."""
+    candidates = _candidates(index, facts, key, text, embedder)
+    mine: Claims = extract(text, key)
+    found: list[tuple[str, Verdict]] = []
+    for other_key, (body, cosine) in candidates.items():
+        if other_key == key:
+            continue
+        verdict = judge(mine, extract(body, other_key), cosine=cosine)
+        if verdict is not None and verdict.kind == "contradicts":
+            found.append((other_key, verdict))
+    found.sort(key=lambda kv: (-(kv[1].cosine or 0.0) - kv[1].overlap, kv[0]))
+    return [entry(k, v) for k, v in found[:limit]]
+
+
+def entry(key: str, verdict: Verdict) -> dict[str, Any]:
+    """What a write, the inbox and the reports say of one contradiction."""
+    differing = sorted({v for sides in verdict.values.values() for side in sides.values() for v in side})
+    out: dict[str, Any] = {"key": key, "kind": "conflict", "values": verdict.values, "differing": differing,
+                           "shared": list(verdict.shared), "overlap": verdict.overlap}
+    if verdict.cosine is not None:
+        out["cosine"] = round(verdict.cosine, 3)
+    return out
+
+
+def _candidates(index: VaultIndex, facts: FactStore, key: str, text: str,
+                embedder: Any) -> dict[str, tuple[str, float | None]]:
+    """key -> (text, cosine or None) of the stored facts worth judging."""
+    out: dict[str, tuple[str, float | None]] = {}
+    try:
+        if index.exists():
+            query = f"{key.replace('/', ' ').replace('-', ' ')} {text}"
+            rowids = [r for r, _ in index.search_keywords(query, ["fact"], KEYWORD_CANDIDATES)]
+            cosines: dict[int, float] = {}
+            if embedder is not None:
+                vector = embedder.embed_query(text)
+                near = index.search_vectors(vector, ["fact"], VECTOR_CANDIDATES)
+                cosines = dict(near)
+                cosines.update(index.similarities(vector, [r for r in rowids if r not in cosines]))
+                rowids += [r for r, _ in near if r not in rowids]
+            for rowid, doc in index.chunk_docs(rowids).items():
+                if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
+                    continue
+                best = out.get(doc["id"])
+                cosine = cosines.get(rowid)
+                if best is None or (cosine or 0.0) > (best[1] or 0.0):
+                    out[doc["id"]] = (doc["body"], cosine)
+            return out
+    except MemvaultError:
+        out.clear()
+    if len(facts.files()) > FALLBACK_MAX:
+        return {}
+    for fact in facts.iter([]):
+        if not fact.extra.get("superseded_by"):
+            out[fact.key] = (fact.text, None)
+    return out
