@@ -205,6 +205,10 @@ def start(idle: float = DEFAULT_IDLE) -> None:
             unlink_at(fd, channel.socket_name())  # a dead process's socket
             log = open_at(fd, LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             env = {"OPENBLAS_NUM_THREADS": "1",  # see single_thread_blas
+                   # Each request runs on a thread of its own; glibc gives threads malloc arenas of their own (up
+                   # to 8 per core), and a batch's working memory freed in one is never reused by the next request's
+                   # thread: the warm process grew to 700+ MB over a rebuild of runbook-sized texts. Two arenas.
+                   "MALLOC_ARENA_MAX": "2",
                    **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
             try:
                 proc = subprocess.Popen([sys.executable, "-m", warm_server, "--idle", str(idle)],
