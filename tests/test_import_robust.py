@@ -5,6 +5,8 @@ Inputs keep the real shape of each tool's files (tests/fixtures/import): a claud
 schema and rows, mem0's ``get_all`` export, a memvault export; one bad item is slipped in among the good ones."""
 from __future__ import annotations
 
+import re
+
 import json
 import sqlite3
 
@@ -108,8 +110,8 @@ def test_odd_mem0_entries_are_refused_by_position_and_the_rest_comes_in(invoke, 
     assert r.exit_code == 0, r.output
     refused = refused_lines(r.stdout)
     assert len(refused) == len(BAD_MEM0), r.stdout
-    where = [line.split(": ")[1] for line in refused]
-    assert [w.rsplit(":", 1)[1] for w in where] == [str(n) for n in range(2, 2 + len(BAD_MEM0))], where
+    where = [re.search(r"\(([^()]*):(\d+)\)", line) for line in refused]  # "item N (FILE:LINE)": by position
+    assert [w.group(2) if w else None for w in where] == [str(n) for n in range(2, 2 + len(BAD_MEM0))], refused
     assert MARK not in r.output and "notadict" not in r.output and "[[[[" not in r.output
     assert "metadata: must be a JSON object" in refused[0] and "nested deeper than" in refused[1]
     inbox = sorted(p.relative_to(vault.root / "inbox").as_posix() for p in (vault.root / "inbox").rglob("*.md"))
