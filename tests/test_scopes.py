@@ -195,3 +195,14 @@ def test_a_scoped_agent_through_the_mcp_server(team, tmp_path):
     with pytest.raises(ScopeRefused, match="its own proposal"):
         Vault.open(team.root).facts.accept("web/cdn", source="agent:deployer")
     assert Vault.open(team.root).facts.accept("web/cdn", source="user:admin")
+
+
+def test_an_export_holds_only_what_its_source_may_read(team, monkeypatch):
+    from memvault.core.transfer import snapshot
+
+    everything = list(snapshot(team))
+    assert any("5432" in json.dumps(r) for r in everything)  # the db fact is there for an unscoped source
+    monkeypatch.setenv("MEMVAULT_SOURCE", "agent:deployer")
+    records = list(snapshot(Vault.open(team.root)))
+    assert records and not any("5432" in json.dumps(r) or "db/restore" in json.dumps(r) for r in records)
+    assert {r.get("key") for r in records if r["type"] == "fact"} == {"web/nginx"}
