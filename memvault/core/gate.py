@@ -48,6 +48,7 @@ from ..rules.secrets import describe, find_secrets
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
 from ..rules.validation import validate_source
+from . import access
 
 if TYPE_CHECKING:
     from ..models.engine import Engine
@@ -97,6 +98,7 @@ class WriteGate:
         self.root = root
         self.config = config
         self.policy = Policy(config.trust.trusted)
+        self.scopes = config.scopes
         self._git = git
         self.facts = facts
         self.episodes = episodes
@@ -134,6 +136,7 @@ class WriteGate:
     def require(self, op: Op, source: str) -> str:
         validate_source(source)
         self.policy.require(op, source)
+        access.whole_vault_or_refuse(self.scopes, op, source)
         return source
 
     def check_changes(self, changes: Sequence[FileChange], *, what: str, allow_secret: bool, source: str) -> None:
@@ -350,7 +353,8 @@ class WriteGate:
         instead, beside any other proposal for ``key`` that waits, never over it. The fact returned carries
         ``similar`` (near-duplicates and conflicts found among the facts) and ``warnings``."""
         validate_source(source)
-        proposal = propose or not self.policy.is_trusted(source)
+        scoped = access.fact_route(self.scopes, source, access.rel(self.root, self.facts.path_for(key)))
+        proposal = propose or scoped or not self.policy.is_trusted(source)
         self.require(Op.PROPOSE_FACT if proposal else Op.WRITE_FACT, source)
         self.facts.path_for(key, inbox=proposal)
         similar = self.similar_facts(key, text) if check_similar and isinstance(text, str) else []
@@ -389,6 +393,7 @@ class WriteGate:
         validate_source(source)
         if not self.policy.is_trusted(source):
             raise UntrustedSource(source, f"cannot edit facts/{key}.md directly; write with 'fact set' to propose")
+        access.write_or_refuse(self.scopes, source, access.rel(self.root, self.facts.path_for(key)), "edit")
         warnings: list[str] = []
         with self.lock(source, warnings):
             change = self.facts.plan_replace(key, text)
@@ -405,7 +410,7 @@ class WriteGate:
     def delete_fact(self, key: str, *, source: str, message: str | None = None) -> Fact:
         """Remove fact ``key`` and commit the removal. Returns the fact as it was (with ``warnings``)."""
         self.require(Op.DELETE_FACT, source)
-        self.facts.path_for(key)
+        access.write_or_refuse(self.scopes, source, access.rel(self.root, self.facts.path_for(key)), "delete")
         warnings: list[str] = []
         with self.lock(source, warnings):
             change, old = self.facts.plan_delete(key)
@@ -418,12 +423,14 @@ class WriteGate:
         commit; the acceptor must be trusted. A proposal that contradicts another stored fact supersedes it: the
         accepted fact says ``supersedes: KEY``, that one ``superseded_by:`` (recall then leaves it out unless
         asked), and the commit names it (``Memvault-Supersedes``)."""
-        self.require(Op.REVIEW_INBOX, source)
+        self._may_review(source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
         with self.lock(source, warnings):
             _, waiting = self.facts.plan_accept(key)
             target = waiting.extra.get("proposes") if isinstance(waiting.extra.get("proposes"), str) else key
+            access.review_or_refuse(self.scopes, source, waiting.source,
+                                    access.rel(self.root, self.facts.path_for(target)), "accept")
             old = self._superseded(target, waiting.text)
             changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None)
             target = self.facts.key_for(changes[0].path) or key
@@ -444,6 +451,13 @@ class WriteGate:
         fact.warnings = warnings
         return fact
 
+    def _may_review(self, source: str) -> None:
+        """A source a scope names reviews where its ``review`` paths say (checked per proposal, with no
+        self-approval, by :func:`access.review_or_refuse`); any other source as the trust table says."""
+        validate_source(source)
+        if self.scopes.for_source(source) is None:
+            self.require(Op.REVIEW_INBOX, source)
+
     def _superseded(self, key: str, text: str) -> Fact | None:
         """The stored fact (another key) that ``text`` contradicts most closely, or None."""
         for match in self.similar_facts(key, text):
@@ -456,11 +470,14 @@ class WriteGate:
 
     def reject(self, key: str, *, source: str) -> Fact:
         """Drop ``inbox/KEY.md`` (committed only when proposals are shared)."""
-        self.require(Op.REVIEW_INBOX, source)
+        self._may_review(source)
         self.facts.path_for(key, inbox=True)
         warnings: list[str] = []
         with self.lock(source, warnings):
             change, proposal = self.facts.plan_delete(key, inbox=True)
+            target = proposal.extra.get("proposes") if isinstance(proposal.extra.get("proposes"), str) else key
+            access.review_or_refuse(self.scopes, source, proposal.source,
+                                    access.rel(self.root, self.facts.path_for(target)), "reject")
             self.apply([change], message=f"fact reject {key} (proposed by {proposal.source})", source=source,
                        key=key, commit=self.config.trust.share_inbox, warnings=warnings)
         proposal.warnings = warnings
@@ -470,6 +487,7 @@ class WriteGate:
         """A person confirms a fact still holds: ``updated`` is bumped and committed, clearing review staleness
         (the fact passes the commit's checks as it is: ``allow_secret`` waives what only looks like a secret)."""
         self.require(Op.VERIFY_FACT, source)
+        access.write_or_refuse(self.scopes, source, access.rel(self.root, self.facts.path_for(key)), "verify")
         fact = self.facts.get(key)
         warnings: list[str] = []
         with self.lock(source, warnings):
@@ -537,6 +555,8 @@ class WriteGate:
         self.require(Op.APPEND_EPISODE, source)
         episode, line = self.episodes.make(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
                                            now=self.clock(), id=id)
+        if episode.path is not None:
+            access.write_or_refuse(self.scopes, source, access.rel(self.root, episode.path), "append an episode to")
         if allow_secret:
             self.require(Op.ALLOW_SECRET, source)
         else:
@@ -605,6 +625,7 @@ class WriteGate:
                       allow_secret: bool = False) -> Procedure:
         """Copy a runbook in (keeping its mode) and commit it. Runnable code: trusted sources only."""
         self.require(Op.ADD_PROCEDURE, source)
+        access.write_or_refuse(self.scopes, source, f"procedures/{name}", "add the procedure")
         warnings: list[str] = []
         with self.lock(source, warnings):
             change, mode = self.procedures.plan_add(name, source_file, force=force)
@@ -625,6 +646,9 @@ class WriteGate:
         if allow_dirty and not self.policy.is_trusted(source):
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
         proc = self.procedures.get(name)
+        if self.scopes.for_source(source) is not None:
+            access.Reader(source, self.scopes.for_source(source)).refuse(access.rel(self.root, proc.path),
+                                                                           f"procedure {name}")
         outcome = self.procedures.execute(proc, args, allow_dirty=allow_dirty, stdout=stdout, stderr=stderr, cwd=cwd,
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name},
                                           timeout=timeout)

@@ -87,6 +87,9 @@ class Parts:
     state: Callable[[], State]
     config: Config
     engine: Engine
+    #: Whether the asker may read a vault-relative path (its ``[scopes]`` read paths); None: everything. What it may
+    #: not read is dropped with the search's candidates, so it never takes a place nor shows in what it is told.
+    readable: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -514,6 +517,8 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
             cosine.update(index.similarities(qvec, sorted(missing)))
     rowids = set(keyword) | set(phrases) | set(cosine) | exact
     docs = index.chunk_docs(list(rowids)) if rowids else {}
+    if parts.readable is not None:
+        docs = {r: d for r, d in docs.items() if parts.readable(d["path"])}
     neighbours: dict[int, list[int]] = {}
     if settings.neighbour_weight:
         # A turn of a conversation is understood with the turns around it: they join the candidates, and a
@@ -521,7 +526,8 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
         neighbours = index.episode_neighbours(docs)
         extra = sorted({n for ns in neighbours.values() for n in ns} - set(docs))
         if extra:
-            docs.update(index.chunk_docs(extra))
+            docs.update({r: d for r, d in index.chunk_docs(extra).items()
+                         if parts.readable is None or parts.readable(d["path"])})
             if vectors_here:
                 cosine.update(index.similarities(qvec, extra))
     best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
@@ -678,6 +684,8 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
         result.nothing_found = "only episodes have a time; ask for episodes"
         return result
     docs = parts.index.episodes_between(window.since, window.until, k) if parts.index.exists() else []
+    if parts.readable is not None:
+        docs = [d for d in docs if parts.readable(d["path"])]
     policy = Policy(parts.config.trust.trusted)
     hits = [Hit(kind="episode", id=d["id"], text=d["body"], score=1.0, factors={}, source=d["source"],
                 created=d["created"], updated=d["updated"], path=d["path"],

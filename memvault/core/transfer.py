@@ -396,8 +396,11 @@ def snapshot(vault: Vault, *, allow_secret: bool = False,
             left_out.append({**what, "reason": describe_secrets(findings)})
         return True
 
+    reader = vault.reader()  # an export holds only what its source may read ([scopes])
     for kind, inbox in (("fact", False), ("proposal", True)):
         for key, path in vault.facts.store.files(inbox=inbox, problems=[]):
+            if not reader.allows(vault.facts.path_for(key), vault.root):
+                continue
             data = path.read_bytes()
             if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
                 continue

@@ -9,28 +9,29 @@ from __future__ import annotations
 import getpass
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import date, datetime
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config
 from ..models.engine import Engine, Status
-from ..stores.episodes import Episode, EpisodeLog
-from ..rules.errors import (ConfigError, FactParseError, GitError, MemvaultError, ModelUnavailable, SearchIndexError,
-                             SecretRefused, VaultNotFound)
+from ..stores.episodes import EpisodeLog
+from ..rules.errors import ConfigError, GitError, MemvaultError, ModelUnavailable, SearchIndexError, VaultNotFound
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, ensure_dir
 from ..rules.places import LEGACY_NAME, settle
 from ..stores.gitstore import GitStore, LogEntry
 from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..index.changes import ChangeFeed, follow
-from ..stores.procedures import Procedure, ProcedureStore, RunResult
+from ..stores.procedures import ProcedureStore
+from .access import Reader
 from .recall import Parts, RecallResult
-from ..rules.trust import Op, Policy
-from ..rules.validation import Problem, validate_source
+from .views import Episodes, Facts, Procedures
+from ..rules.trust import Op
+from ..rules.validation import validate_source
 
 if TYPE_CHECKING:
     from . import ingest as ingest_mod
@@ -45,12 +46,6 @@ if TYPE_CHECKING:
 #: Where an older memvault kept its state, in the work tree: still ignored by the .gitignore memvault writes, but
 #: nothing reads it any more (see :mod:`memvault.rules.places`).
 STATE_DIR = LEGACY_NAME
-NEW_FACT_TEMPLATE = """---
-category:
-importance: 0.5
-tags: []
----
-"""
 EmbedderFactory = Callable[[Config], Any]  # Config -> an Embedder (memvault.models.embeddings)
 
 
@@ -90,6 +85,9 @@ class Vault:
     def __init__(self, root: Path, *, embedder_factory: EmbedderFactory | None = None, daemon: bool | None = None,
                  status: Status | None = None) -> None:
         self.root = Path(root).resolve()
+        #: Who this process acts for when a call names no source (an MCP server's ``--source``); None: the
+        #: environment's (``MEMVAULT_SOURCE``, else ``user:$USER``).
+        self.acting: str | None = None
         #: This host's index, state, captures, logs, markers, locks and settings: inside the git directory (or
         #: outside the tree when the vault is not in git), where no commit can put a link or a file of its choosing.
         #: A ``.memvault`` in the work tree is an older memvault's, moved here once, or inert (named once).
@@ -281,7 +279,24 @@ class Vault:
         return default_source()
 
     def _source(self, source: str | None) -> str:
-        return validate_source(source) if source is not None else default_source()
+        return validate_source(source) if source is not None else (self.acting or default_source())
+
+    def act_as(self, source: str) -> None:
+        """Every later call that names no source is ``source``'s: its writes, and its reads within its scope."""
+        self.acting = validate_source(source)
+
+    def reader(self, source: str | None = None) -> Reader:
+        """What ``source`` (None: who this process acts for) may read under ``[scopes]``: every read of the facade
+        (recall, facts, episodes, procedures, export, session context) is filtered by it."""
+        who = self._source(source)
+        return Reader(who, self.config.scopes.for_source(who))
+
+    def scopes(self) -> dict[str, Any]:
+        """Who may do what (``memvault scopes``): each scope's paths, and the trust patterns beside them."""
+        from ..rules.scopes import describe
+
+        return {"scopes": [s.to_dict() for s in self.config.scopes.entries],
+                "trusted": list(self.config.trust.trusted), "summary": describe(self.config.scopes)}
 
     def _parts(self) -> Parts:
         return Parts(self.index, self._facts, self._procedures, lambda: self.state, self.config, self.engine)
@@ -318,13 +333,13 @@ class Vault:
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
         asker = self._source(source) if log else ""
         started = time.perf_counter()
-        result = self._recall(query, k, kinds, budget, **options)
+        result = self._recall(query, k, kinds, budget, readable=self.reader(source).test(self.root), **options)
         if log:
             self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
         return result
 
-    def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None,
-                **options: Any) -> RecallResult:
+    def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None, *,
+                readable: Callable[[str], bool] | None = None, **options: Any) -> RecallResult:
         from .recall import recall
 
         if not self.index.exists():
@@ -335,7 +350,9 @@ class Vault:
                 except Exception:  # noqa: BLE001 - recall reports an unavailable model itself, keyword-only
                     splitter = None
             self.index.sync(splitter=splitter)
-        return recall(self._parts(), query, k, kinds, budget, **options)
+        parts = self._parts()
+        parts.readable = readable
+        return recall(parts, query, k, kinds, budget, **options)
 
     @cached_property
     def recall_log(self) -> State:
@@ -566,7 +583,7 @@ class Vault:
     def fetch_fact(self, key: str, *, source: str | None = None) -> Fact:
         """A fact fetched by key by someone who will act on it (``fact get``, MCP ``get_fact``): counted as a use.
         ``vault.facts.get`` reads without counting."""
-        fact = self.facts.get(key)
+        fact = self.facts.get(key, reader=source)
         try:
             self.gate.record_use([("fact", key)], source=self._source(source), warnings=fact.warnings)
         except MemvaultError as exc:
@@ -625,164 +642,3 @@ class Vault:
                 result.shared_index = (f"published to the team index: {report.files_changed} changed and "
                                        f"{report.files_removed} removed files")
         return result
-
-
-# ------------------------------------------------------------------------------------------------ views
-class Facts:
-    """``vault.facts``: read facts from the store, write them through the gate."""
-
-    def __init__(self, vault: Vault) -> None:
-        self._vault = vault
-        self.store = vault._facts
-        self.dir = self.store.dir
-        self.inbox_dir = self.store.inbox_dir
-
-    def get(self, key: str) -> Fact:
-        """The fact stored under ``key``. Raises FactNotFound, InvalidKey or FactParseError."""
-        return self.store.get(key)
-
-    def exists(self, key: str) -> bool:
-        return self.store.exists(key)
-
-    def path_for(self, key: str, *, inbox: bool = False) -> Path:
-        return self.store.path_for(key, inbox=inbox)
-
-    def iter(self, problems: list[Problem] | None = None, *, inbox: bool = False) -> Iterator[Fact]:
-        return self.store.iter(problems, inbox=inbox)
-
-    def list(self, category: str | None = None, tag: str | None = None,
-             problems: list[Problem] | None = None) -> list[Fact]:
-        return self.store.list(category, tag, problems)
-
-    def inbox(self, problems: list[Problem] | None = None) -> list[Fact]:
-        return self.store.inbox(problems)
-
-    def is_trusted(self, source: str | None) -> bool:
-        return Policy(self._vault.config.trust.trusted).is_trusted(source)
-
-    def set(self, key: str, text: str, *, category: str | None = None, importance: float | None = None,
-            confidence: float | None = None, source: str | None = None, tags: list[str] | None = None,
-            valid_until: date | str | None = None, message: str | None = None, allow_secret: bool = False) -> Fact:
-        """Create or replace the fact ``key`` (see :meth:`memvault.core.gate.WriteGate.set_fact`): committed, indexed;
-        from an untrusted source a proposal in ``inbox/`` (``fact.quarantined``). ``fact.similar`` lists
-        near-duplicates and conflicts, ``fact.warnings`` what else the caller should know."""
-        return self._vault.gate.set_fact(key, text, source=self._vault._source(source), category=category,
-                                         importance=importance, confidence=confidence, tags=tags,
-                                         valid_until=valid_until, message=message, allow_secret=allow_secret)
-
-    def write_text(self, key: str, text: str, *, source: str | None = None, message: str | None = None,
-                   allow_secret: bool = False) -> Fact:
-        """Replace the whole file of ``key`` with ``text`` (as from an editor) after validating it."""
-        return self._vault.gate.replace_fact(key, text, source=self._vault._source(source), message=message,
-                                             allow_secret=allow_secret)
-
-    def delete(self, key: str, *, source: str | None = None, message: str | None = None) -> Fact:
-        return self._vault.gate.delete_fact(key, source=self._vault._source(source), message=message)
-
-    def accept(self, key: str, *, source: str | None = None) -> Fact:
-        return self._vault.gate.accept(key, source=self._vault._source(source))
-
-    def reject(self, key: str, *, source: str | None = None) -> Fact:
-        return self._vault.gate.reject(key, source=self._vault._source(source))
-
-    def proposals(self, problems: list[Problem] | None = None) -> list[tuple[Fact, bool]]:
-        """The inbox, each proposal with whether it would change an existing fact (an alternative proposal names
-        the fact it is for in ``extra["proposes"]``)."""
-        out = []
-        for f in self.store.inbox(problems):
-            target = f.extra.get("proposes")
-            out.append((f, self.store.exists(target if isinstance(target, str) else f.key)))
-        return out
-
-    def edit(self, key: str, editor: Callable[[str], str], *, again: Callable[[Exception], bool] | None = None,
-             source: str | None = None, allow_secret: bool = False) -> Fact | None:
-        """Edit the whole file of ``key`` with ``editor`` (text in, text out; a new fact starts from a template).
-
-        The file changes only when the edit is valid; an invalid edit is offered back to ``editor`` while
-        ``again(error)`` says so, else the error is raised. None when nothing changed.
-        """
-        path = self.store.path_for(key)
-        original = path.read_text(encoding="utf-8") if path.is_file() else NEW_FACT_TEMPLATE
-        text = original
-        while True:
-            text = editor(text)
-            if text == original:
-                return None
-            try:
-                return self.write_text(key, text, source=source, allow_secret=allow_secret)
-            except (FactParseError, SecretRefused) as exc:
-                if again is None or not again(exc):
-                    raise
-
-    def similar(self, key: str, text: str, *, load_model: bool = False) -> list[dict[str, Any]]:
-        return self._vault.gate.similar_facts(key, text, load_model=load_model)
-
-    def contradicts(self, proposal: Fact) -> list[dict[str, Any]]:
-        """The stored facts a proposal contradicts, ``[{key, values}]`` (the index's model used when it has one:
-        a person reviewing can wait for it)."""
-        target = proposal.extra.get("proposes")
-        key = target if isinstance(target, str) else proposal.key
-        return [{"key": m["key"], "values": m.get("values", {})}
-                for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
-
-    def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
-        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""
-        return self._vault.git_log(self.store.path_for(key), follow=follow)
-
-
-class Episodes:
-    """``vault.episodes``: read the log, append through the gate."""
-
-    def __init__(self, vault: Vault) -> None:
-        self._vault = vault
-        self.store: EpisodeLog = vault._episodes
-        self.dir = self.store.dir
-
-    def append(self, text: str, *, source: str | None = None, kind: str = "raw", at: datetime | str | None = None,
-               tags: list[str] | None = None, meta: dict[str, Any] | None = None, allow_secret: bool = False) -> Episode:
-        """Append one episode as one whole line; keyword recall finds it at once. Returns it as stored."""
-        return self._vault.gate.append_episode(text, source=self._vault._source(source), kind=kind, at=at, tags=tags,
-                                               meta=meta, allow_secret=allow_secret)
-
-    def append_many(self, items: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Episode]:
-        """Append several episodes in one write per month file (see
-        :meth:`memvault.core.gate.WriteGate.append_episodes`): all of them, or none when one is refused."""
-        return self._vault.gate.append_episodes(items, source=self._vault._source(source))
-
-    def iter(self, **filters: Any) -> Iterator[Episode]:
-        return self.store.iter(**filters)
-
-    def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
-        return self.store.list(limit=limit, **filters)
-
-    def files(self) -> list[Path]:
-        return self.store.files()
-
-    def file_for(self, at: datetime) -> Path:
-        return self.store.file_for(at)
-
-
-class Procedures:
-    """``vault.procedures``: read runbooks whole with their provenance; add and run them through the gate."""
-
-    def __init__(self, vault: Vault) -> None:
-        self._vault = vault
-        self.store: ProcedureStore = vault._procedures
-        self.dir = self.store.dir
-
-    def get(self, name: str, *, path: Path | None = None) -> Procedure:
-        return self.store.get(name, path=path)
-
-    def list(self, problems: list[Problem] | None = None) -> list[Procedure]:
-        return self.store.list(problems)
-
-    def add(self, name: str, source_file: Path | str, *, force: bool = False, source: str | None = None,
-            allow_secret: bool = False) -> Procedure:
-        return self._vault.gate.add_procedure(name, Path(source_file), source=self._vault._source(source),
-                                              force=force, allow_secret=allow_secret)
-
-    def run(self, name: str, args: Sequence[str] = (), *, allow_dirty: bool = False, source: str | None = None,
-            stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
-            timeout: float | None = None) -> RunResult:
-        return self._vault.gate.run_procedure(name, args, source=self._vault._source(source), allow_dirty=allow_dirty,
-                                              stdout=stdout, stderr=stderr, cwd=cwd, timeout=timeout)

@@ -138,6 +138,7 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
     from mcp.server.mcpserver import MCPServer
 
     tools = _Tools(vault, validate_source(source, "--source"), _VaultThread(), _Warmup(vault))
+    vault.act_as(tools.source)  # every read of this server is its source's: its [scopes] apply to each tool
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, InvalidValue
+from . import scopes as scopes_mod
 
 CONFIG_NAME = "memvault.toml"
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
@@ -425,7 +426,13 @@ SECTIONS: dict[str, type] = {
     "index": IndexSettings,
     "agents": AgentsSettings,
     "capture": CaptureSettings,
+    "scopes": dict,  # source pattern -> read/write/propose/review path patterns, see memvault.rules.scopes
 }
+#: The rows of the settings table for [scopes] (a table per source pattern, so not a section class).
+SCOPE_HELP = {"read": "paths the sources may read (recall, get, list, session context, export); default: none",
+              "write": "paths the sources may write (still as [trust] says: untrusted fact writes are proposals)",
+              "propose": "fact paths outside `write` where a write becomes a proposal instead of being refused",
+              "review": "fact paths whose proposals the sources may accept or reject (an agent: source needs it)"}
 
 
 @dataclass(frozen=True)
@@ -454,6 +461,7 @@ class Config:
     index: IndexSettings = field(default_factory=IndexSettings)
     agents: AgentsSettings = field(default_factory=AgentsSettings)
     capture: CaptureSettings = field(default_factory=CaptureSettings)
+    scopes: scopes_mod.Scopes = field(default_factory=scopes_mod.Scopes)
     #: What :func:`load` left out of memvault.toml and why (a command or a model directory: host-only), one line
     #: each, for the person to hear.
     ignored: tuple[str, ...] = ()
@@ -533,6 +541,11 @@ def from_dict(raw: dict[str, Any], path: Path | None = None) -> Config:
                 except InvalidValue as exc:
                     raise ConfigError(where, f"[retention] {kind} {exc.reason}") from None
             sections[name] = RetentionSettings(ages)
+        elif name == "scopes":
+            try:
+                sections[name] = scopes_mod.parse(raw.get("scopes", {}))
+            except scopes_mod.ScopeSyntax as exc:
+                raise ConfigError(where, str(exc) if str(exc).startswith("[") else f"[scopes] {exc}") from None
         else:
             sections[name] = _section(cls, raw.get(name, {}), name, where)
     return Config(path=path, **sections)
@@ -689,6 +702,9 @@ def settings() -> list[tuple[str, str, str, str]]:
                 what = "any other kind" if kind == "default" else f"`{kind}` episodes"
                 out.append((name, kind, json.dumps(age), f"maximum age of {what}; `memvault prune` removes older lines"))
             continue
+        if name == "scopes":
+            out += [(name, f'"SOURCE" {right}', "[]", text) for right, text in SCOPE_HELP.items()]
+            continue
         for f in fields(cls):
             shown = f.metadata["shown"] or _toml(f.metadata["file"])
             out.append((name, f.name, shown, f.metadata["help"]))
@@ -704,6 +720,11 @@ def template() -> str:
         if name == "retention":
             lines.append("# Maximum age of episodes per kind; `memvault prune` (daily, see hooks/) removes older lines.")
             lines += [f"{kind} = {json.dumps(age)}" for kind, age in DEFAULT_RETENTION.items()]
+            continue
+        if name == "scopes":  # none by default: every source reads the whole vault (docs/scopes.md)
+            lines[-1] = '# [scopes."agent:deployer"]  (which paths a source may read, write, propose and review)'
+            lines += ['# read = ["facts/web/**", "procedures/**"]', '# write = ["episodes/**"]',
+                      '# propose = ["facts/web/**"]', "# review = []"]
             continue
         if cls.__doc__ and not cls.__doc__.startswith(cls.__name__):
             lines.append("# " + " ".join(cls.__doc__.split()))

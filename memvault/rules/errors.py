@@ -183,6 +183,16 @@ class UntrustedSource(MemvaultError):
         super().__init__(f"source {source!r} is not trusted: {reason}")
 
 
+class ScopeRefused(UntrustedSource):
+    """A source's scope (``[scopes]`` in memvault.toml, :mod:`memvault.rules.scopes`) does not reach the path it
+    asked for, or a proposal's own source (or an agent without a review scope) tried to accept or reject it."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        MemvaultError.__init__(self, f"source {source!r} may not {reason}")
+
+
 class WatcherRunning(MemvaultError):
     """Another ``memvault watch`` already holds this vault's watch lock."""
 

@@ -126,12 +126,15 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
     add(_project_procedures(vault, project))
     add([h for h in recalled if h.kind == "fact"])
     add([h for h in recalled if h.kind == "procedure"])
+    # What the runtime's source may not read ([scopes]) is neither shown nor counted.
+    reader = vault.reader(ask.get("source"))
+    hits = [h for h in hits if reader.allows(h.path)]
     kept = _fit(hits, settings.budget)
     counts = {k: sum(1 for h in kept if h.kind == k) for k in ("fact", "episode", "procedure")}
     if mode == "keyword":
         notices.insert(0, "keyword-only recall (no warm process to embed the question; meaning-based matches may "
                           "be missing)")
-    waiting = _inbox_count(vault)
+    waiting = _inbox_count(vault) if reader.scope is None else len(vault.facts.inbox([], reader=reader.source))
     head = (f"memvault memory for {project.describe()}" + (f", session {start}" if start else "") + ": "
             + ", ".join(_plural(counts[k], word) for k, word in (("fact", "fact"), ("episode", "episode"),
                                                                    ("procedure", "runbook")))

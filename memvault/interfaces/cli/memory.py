@@ -107,11 +107,12 @@ def fact_set(ctx, key, text, category, importance, confidence, source, tags, val
 
 @fact.command("get")
 @click.argument("key")
+@click.option("--source", "-s", help="Who reads it (its [scopes] apply). Default: $MEMVAULT_SOURCE, else user:$USER.")
 @output
 @pass_ctx
-def fact_get(ctx, key):
+def fact_get(ctx, key, source):
     """Print fact KEY (counted as a use of it: what recall's frequency factor counts)."""
-    f = ctx.vault.fetch_fact(key)
+    f = ctx.vault.fetch_fact(key, source=source)
     d = f.to_dict(ctx.vault.root)
     return Out(d, fact_lines(d), notes=f.warnings)
 

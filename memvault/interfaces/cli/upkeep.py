@@ -1,6 +1,7 @@
 """Commands that keep memory healthy: prune, purge, inbox, accept, reject, stale, verify, dedup, expire, ingest."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +64,47 @@ def purge(ctx, pattern, dry_run, allow_secret):
 def inbox(ctx):
     """Facts proposed by untrusted sources, waiting for 'memvault accept' or 'memvault reject'."""
     problems: list = []
-    proposals = ctx.vault.facts.proposals(problems)
+    # Grouped by source (a noisy agent's proposals together), oldest first within each: what waits longest shows.
+    proposals = sorted(ctx.vault.facts.proposals(problems), key=lambda p: (p[0].source or "", -age_of(p[0])))
     lines = [] if proposals else ["inbox empty"]
     data = []
     for f, exists in proposals:
+        if not data or data[-1]["source"] != f.source:
+            n = sum(1 for g, _ in proposals if g.source == f.source)
+            lines.append(f"from {f.source} ({n} proposal{'s' if n != 1 else ''}):")
         target = f.extra.get("proposes")
         also = f", another proposal for {target}" if target else ""
         contradicts = ctx.vault.facts.contradicts(f)
-        lines += [f"{f.key}  from {f.source}  ({'changes an existing fact' if exists else 'new'}{also})",
-                  f"    {f.text}"]
-        lines += [f"    contradicts {c['key']}: {contradiction_text(c['values'])}" for c in contradicts]
-        data.append({**f.to_dict(ctx.vault.root), "changes_existing": exists, "contradicts": contradicts})
+        age = age_of(f)
+        lines += [f"  {f.key}  {age_text(age)} old  ({'changes an existing fact' if exists else 'new'}{also})",
+                  f"      {f.text}"]
+        lines += [f"      contradicts {c['key']}: {contradiction_text(c['values'])}" for c in contradicts]
+        data.append({**f.to_dict(ctx.vault.root), "changes_existing": exists, "contradicts": contradicts,
+                     "age_seconds": round(age), "age": age_text(age)})
     return Out(data, lines, notes=[str(p) for p in problems])
+
+
+def age_of(fact: Any) -> float:
+    """Seconds since the proposal was written (its ``updated``, else ``created``)."""
+    at = fact.updated or fact.created
+    return max(0.0, time.time() - at.timestamp()) if at is not None else 0.0
+
+
+def age_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+@cli.command()
+@output
+@pass_ctx
+def scopes(ctx):
+    """Who may do what: each [scopes] entry of memvault.toml (the paths its sources may read, write, propose and
+    review) and the [trust] patterns. Sources no scope names read the whole vault and write as [trust] says."""
+    data = ctx.vault.scopes()
+    return Out(data, data.pop("summary") + [f"trusted sources: {', '.join(data['trusted'])}"])
 
 
 @cli.command()

@@ -1,0 +1,94 @@
+"""Where a source may act: the write gate's and the read path's questions to ``[scopes]`` (memvault.rules.scopes),
+and who may review a proposal.
+
+Kept beside the gate rather than in it: the gate asks before each write (:func:`write_or_refuse`,
+:func:`fact_route`, :func:`review_or_refuse`), the facade before each read (:func:`Reader`). A source no scope names
+gets None from every question that would limit it, so it behaves as before scopes existed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from ..rules.errors import ScopeRefused
+from ..rules.scopes import Scope, Scopes
+from ..rules.trust import Op
+
+T = TypeVar("T")
+
+#: Whole-vault operations: no path says where they act, so a scoped source may not run them at all.
+WHOLE_VAULT = frozenset({Op.PRUNE, Op.PURGE, Op.DEDUP, Op.EXPIRE, Op.CONFIGURE, Op.SYNC, Op.COMMIT_EDITS, Op.HOOKS})
+SAID = "in memvault.toml [scopes]"
+
+
+def rel(root: Path, path: Path | str) -> str:
+    """``path`` relative to the vault, with forward slashes (what scope patterns are matched against)."""
+    p = Path(path)
+    return (p.relative_to(root) if p.is_absolute() else p).as_posix()
+
+
+def whole_vault_or_refuse(scopes: Scopes, op: Op, source: str) -> None:
+    if op in WHOLE_VAULT and scopes.for_source(source) is not None:
+        raise ScopeRefused(source, f"{op.value.replace('_', ' ')}: a scoped source acts only on its paths ({SAID})")
+
+
+def write_or_refuse(scopes: Scopes, source: str, path: str, what: str) -> None:
+    """Refuse a write of ``path`` (vault-relative) outside ``source``'s ``write`` paths, nothing written."""
+    scope = scopes.for_source(source)
+    if scope is not None and not scope.may("write", path):
+        raise ScopeRefused(source, f"{what} {path}: outside its write scope {SAID}")
+
+
+def fact_route(scopes: Scopes, source: str, path: str) -> bool:
+    """For a fact write of ``path``: True when it must become a proposal because of ``source``'s scope (outside
+    ``write``, inside ``propose``); raises :class:`ScopeRefused` when it is in neither."""
+    scope = scopes.for_source(source)
+    if scope is None or scope.may("write", path):
+        return False
+    if scope.may("propose", path):
+        return True
+    raise ScopeRefused(source, f"write {path}: outside its write and propose scopes {SAID}; nothing was written")
+
+
+def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: str, action: str) -> None:
+    """No self-approval: a proposal is never accepted or rejected by its own source, nor by an ``agent:`` source
+    (or a scoped one) unless a scope grants it ``review`` over the target fact's ``path``. A person can."""
+    if proposer is not None and proposer == source:
+        raise ScopeRefused(source, f"{action} its own proposal for {path}: another source (a person) reviews it")
+    scope = scopes.for_source(source)
+    if scope is None and not source.startswith("agent:"):
+        return
+    if scope is None or not scope.may("review", path):
+        raise ScopeRefused(source, f"{action} the proposal for {path}: no review scope over it {SAID} (a person "
+                                   "or a source granted review does)")
+
+
+@dataclass(frozen=True)
+class Reader:
+    """What one source may read: ``allows(path)``; ``scope`` None means the whole vault."""
+
+    source: str
+    scope: Scope | None
+
+    def allows(self, path: Path | str, root: Path | None = None) -> bool:
+        if self.scope is None:
+            return True
+        return self.scope.may("read", rel(root, path) if root is not None else Path(path).as_posix())
+
+    def test(self, root: Path) -> Callable[[str], bool] | None:
+        """A test of vault-relative paths for recall (None: nothing to filter)."""
+        return None if self.scope is None else (lambda path: self.allows(path))
+
+    def only(self, items: Iterable[T], path: Callable[[T], Path | str | None], root: Path) -> Iterator[T]:
+        """The items whose path this source may read (an item without a path is kept only when unscoped)."""
+        for item in items:
+            p = path(item)
+            if self.scope is None or (p is not None and self.allows(p, root if Path(p).is_absolute() else None)):
+                yield item
+
+    def refuse(self, path: str, what: str) -> None:
+        """Refuse a read of ``path`` outside the scope, before anything is read (no text, not whether it exists)."""
+        if not self.allows(path):
+            raise ScopeRefused(self.source, f"read {what} ({path}): outside its read scope {SAID}")

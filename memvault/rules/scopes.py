@@ -1,0 +1,153 @@
+"""Scopes: which paths of the vault a source may read, write, propose to and review (``[scopes]`` in memvault.toml).
+
+The trust table (:mod:`memvault.rules.trust`) says *what* a source may do; a scope says *where*. A source that
+matches a scope's pattern (fnmatch, as ``[trust] trusted``) reads only its ``read`` paths, writes only its
+``write`` paths, proposes facts under its ``propose`` paths (a fact write outside ``write`` but inside
+``propose`` becomes a proposal) and accepts or rejects proposals for facts under its ``review`` paths. A source no
+scope matches is governed by the trust table alone, as before scopes existed.
+
+Paths are CODEOWNERS-style patterns over the vault's own files, from its root: ``*`` is any run of characters in
+one folder name, ``**`` any number of folders, a trailing ``/`` (or a last part without ``*``) a folder and
+everything below it: ``facts/web/**`` = ``facts/web/`` = ``facts/web``. Pure functions, no I/O: the facade
+(:mod:`memvault.core.vault`, :mod:`memvault.core.gate`) asks them with vault-relative paths.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: What a scope grants, in the order people read it.
+RIGHTS = ("read", "write", "propose", "review")
+#: The vault's own top folders: a pattern must start in one of them (or with a wildcard), so a typo such as
+#: ``fact/web/**`` is refused at load instead of silently granting nothing.
+TOP = ("facts", "procedures", "episodes", "inbox")
+_SOURCE_PATTERN = re.compile(r"[A-Za-z0-9*?\[\]_.-]+:[A-Za-z0-9*?\[\]_.@/+-]*")
+
+
+class ScopeSyntax(ValueError):
+    """A pattern or a scope table that is not valid; the config loader names the file and the scope."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex(pattern: str) -> re.Pattern[str]:
+    body = pattern.strip("/")
+    parts = body.split("/")
+    folder = pattern.endswith("/") or "*" not in parts[-1] and "?" not in parts[-1]
+    out = []
+    for i, part in enumerate(parts):
+        if part == "**":
+            out.append("(?:[^/]+/)*" if i < len(parts) - 1 else ".*")
+            continue
+        piece = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part)
+        out.append(piece + ("/" if i < len(parts) - 1 else ""))
+    text = "".join(out)
+    return re.compile(text + ("(?:/.*)?" if folder else ""), re.S)
+
+
+def matches(pattern: str, path: str) -> bool:
+    """Whether the vault-relative ``path`` (``facts/web/nginx.md``) falls under ``pattern``."""
+    return _regex(pattern).fullmatch(path.strip("/")) is not None
+
+
+def check_pattern(pattern: Any) -> str:
+    """``pattern`` when it is a valid path pattern, else :class:`ScopeSyntax` saying why."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ScopeSyntax(f"{pattern!r} is not a path pattern (a string like \"facts/web/**\")")
+    parts = pattern.strip("/").split("/")
+    if any(p in ("", ".", "..") for p in parts) or "\\" in pattern:
+        raise ScopeSyntax(f"{pattern!r}: a path pattern is a plain path from the vault's root (no '..', '//' or '\\')")
+    if any("**" in p and p != "**" for p in parts):
+        raise ScopeSyntax(f"{pattern!r}: '**' stands alone between slashes (facts/**/nginx.md)")
+    first = parts[0]
+    if first not in TOP and "*" not in first and "?" not in first:
+        hint = difflib.get_close_matches(first, TOP, n=1)
+        raise ScopeSyntax(f"{pattern!r} names no folder of the vault (" + (f"did you mean {hint[0]}/?" if hint else
+                          "it starts with " + ", ".join(f"{t}/" for t in TOP)) + ")")
+    return pattern
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One ``[scopes."PATTERN"]`` table: the sources it governs and the paths of each right."""
+
+    source: str
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    propose: tuple[str, ...] = ()
+    review: tuple[str, ...] = ()
+
+    def may(self, right: str, path: str) -> bool:
+        """Whether this scope grants ``right`` (read, write, propose, review) over ``path``."""
+        return any(matches(p, path) for p in getattr(self, right))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, **{right: list(getattr(self, right)) for right in RIGHTS}}
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """Every scope of a vault, in file order."""
+
+    entries: tuple[Scope, ...] = ()
+
+    def for_source(self, source: str | None) -> Scope | None:
+        """The scope governing ``source``: the one naming it exactly, else the first whose pattern matches it;
+        None for a source no scope names (and for None, a file a person wrote by hand)."""
+        if source is None:
+            return None
+        for scope in self.entries:
+            if scope.source == source:
+                return scope
+        return next((s for s in self.entries if fnmatch.fnmatchcase(source, s.source)), None)
+
+    def reader(self, source: str | None) -> Callable[[str], bool] | None:
+        """A test of vault-relative paths ``source`` may read, or None when nothing limits its reads."""
+        scope = self.for_source(source)
+        return None if scope is None else functools.partial(scope.may, "read")
+
+
+def parse(raw: Any) -> Scopes:
+    """The ``[scopes]`` table of memvault.toml, validated; :class:`ScopeSyntax` names the scope and key at fault."""
+    if not isinstance(raw, dict):
+        raise ScopeSyntax('must be tables like [scopes."agent:deployer"] with read, write, propose and review lists')
+    entries = []
+    for source, table in raw.items():
+        where = f'[scopes."{source}"]'
+        if not _SOURCE_PATTERN.fullmatch(source):
+            raise ScopeSyntax(f"{where}: {source!r} is not a source pattern like \"agent:deployer\" or \"agent:*\"")
+        if not isinstance(table, dict):
+            raise ScopeSyntax(f"{where} must be a table with read, write, propose and review lists")
+        rights: dict[str, tuple[str, ...]] = {}
+        for key, value in table.items():
+            if key not in RIGHTS:
+                hint = difflib.get_close_matches(key, RIGHTS, n=1)
+                raise ScopeSyntax(f"{where} has no right {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else
+                                                                     f" (known: {', '.join(RIGHTS)})"))
+            if not isinstance(value, list):
+                raise ScopeSyntax(f'{where} {key} must be a list of path patterns like ["facts/web/**"]')
+            try:
+                rights[key] = tuple(check_pattern(p) for p in value)
+            except ScopeSyntax as exc:
+                raise ScopeSyntax(f"{where} {key}: {exc}") from None
+        entries.append(Scope(source, **rights))
+    return Scopes(tuple(entries))
+
+
+def describe(scopes: Scopes) -> list[str]:
+    """Who may do what, one block per scope, for people (``memvault scopes``)."""
+    if not scopes.entries:
+        return ["no [scopes] in memvault.toml: every source reads the whole vault and writes as [trust] says"]
+    lines = []
+    for scope in scopes.entries:
+        lines.append(f"{scope.source}:")
+        for right in RIGHTS:
+            paths = getattr(scope, right)
+            lines.append(f"  {right:<8} {', '.join(paths) if paths else '(nothing)'}")
+    lines.append("other sources: the whole vault, as [trust] says; agent: sources review only where a scope "
+                 "grants it, and no source accepts or rejects its own proposal")
+    return lines
