@@ -28,8 +28,9 @@ DEFAULT_TYPE = "int8"
 #: The meta key of the stamp: ``{"type": "int8"}``.
 META_KEY = "vectors"
 LEVELS = 127
-#: Rows converted per transaction step when a float32 index becomes int8.
+#: Rows converted per statement when a float32 index becomes int8 (read by rowid range: :data:`CONVERT_SQL`).
 CONVERT_BATCH = 4096
+CONVERT_SQL = "SELECT id, kind, embedding FROM chunks_vec_float32 WHERE id > ? ORDER BY id LIMIT ?"
 
 
 def column(kind: str, dims: int) -> str:
@@ -122,13 +123,13 @@ def to_int8(conn: sqlite3.Connection, dims: int) -> int:
     vec0 cannot be renamed (its shadow tables keep their names), so the rows wait in a plain table meanwhile."""
     import numpy as np
 
-    conn.execute("CREATE TABLE chunks_vec_float32 AS SELECT rowid AS id, kind, embedding FROM chunks_vec")
+    conn.execute("CREATE TABLE chunks_vec_float32(id INTEGER PRIMARY KEY, kind TEXT, embedding BLOB)")
+    conn.execute("INSERT INTO chunks_vec_float32 SELECT rowid, kind, embedding FROM chunks_vec")
     conn.execute("DROP TABLE chunks_vec")
     create_table(conn, "int8", dims)
     done, after = 0, -1
     while True:
-        rows = conn.execute("SELECT id, kind, embedding FROM chunks_vec_float32 WHERE id > ? ORDER BY id LIMIT ?",
-                            (after, CONVERT_BATCH)).fetchall()
+        rows = conn.execute(CONVERT_SQL, (after, CONVERT_BATCH)).fetchall()
         if not rows:
             break
         after = rows[-1][0]
