@@ -109,15 +109,14 @@ def test_the_first_stage_finds_the_exact_top_rows(monkeypatch):
     norms = np.linalg.norm(ints.astype(np.float32), axis=1)
     kinds = np.array(["fact" if i % 3 else "episode" for i in range(len(data))])
     m = matrix.VectorMatrix(np.arange(len(data), dtype=np.int64) + 1, kinds, ints, norms, matrix.sign_words(ints))
-    monkeypatch.setattr(matrix, "RESCORE_MIN", 300)
     found = []
     for i in range(30):
         q = data[i * 7] + rng.normal(0, 0.2, 384).astype(np.float32)
         q /= np.linalg.norm(q)
         for wanted in (list(KINDS), ["fact"]):
-            monkeypatch.setattr(matrix, "FIRST_STAGE_ROWS", 10**9)
+            monkeypatch.setattr(matrix, "RESCORE_MIN", 3000)  # every row: no first stage
             exact = m.top_k(q, wanted, 10)
-            monkeypatch.setattr(matrix, "FIRST_STAGE_ROWS", 100)
+            monkeypatch.setattr(matrix, "RESCORE_MIN", 300)  # a tenth of the rows
             staged = m.top_k(q, wanted, 10)
             assert all(kinds[r - 1] in wanted for r, _ in staged)
             found.append(len({r for r, _ in exact} & {r for r, _ in staged}) / 10)
