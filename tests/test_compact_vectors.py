@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fake_embedder import FakeEmbedder, set_model
+from pgserver import pg_server  # noqa: F401
 from memvault import Vault
 from memvault.index import KINDS, Index, matrix, quantize
 from memvault.index.db import connect
@@ -251,3 +252,98 @@ def test_minilm_int8_recall_matches_float32(tmp_path):
         quant = i8.search_vectors(q, kinds, 5)
         assert {r for r, _ in quant[:3]} <= {r for r, _ in exact}, text
         assert [s for _, s in quant] == pytest.approx([s for _, s in exact][:len(quant)], abs=0.02)
+
+
+# ------------------------------------------------------------------------------------------------ PostgreSQL
+def _pg_corpus():
+    from memvault.index.documents import Doc
+
+    rng = random.Random(11)
+    return [Doc(kind="fact", item_id=f"ops/fact-{i}", path=f"facts/ops/fact-{i}.md", header=f"ops/fact-{i}",
+                body=" ".join(rng.choice(WORDS) for _ in range(8)) + f" number {i}", importance=0.5, confidence=1.0,
+                source="user:ops", created="2026-11-20T10:00:00Z", updated="2026-11-20T10:00:00Z")
+            for i in range(60)]
+
+
+@pytest.fixture
+def pg_url(pg_server, request):  # noqa: F811
+    psycopg = pytest.importorskip("psycopg")
+    name = "cv_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40]
+    with psycopg.connect(pg_server.url_for("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return pg_server.url_for(name)
+
+
+def _pg_index(url, emb, vectors="int8"):
+    from memvault.index.postgres import SharedIndex
+
+    ix = SharedIndex(url, "team", vectors=vectors)
+    ix.ensure()
+    ix.apply(_pg_corpus(), {d.path: "blob" for d in _pg_corpus()}, head="h1", splitter=emb)
+    ix.embed(emb)
+    return ix
+
+
+def _pg(url, query, params=()):
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _column_and_graph(url):
+    (table,) = [r[0] for r in _pg(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'memvault' AND "
+                                       "tablename ~ '^v[0-9]+_vec_[0-9]+$'")]
+    kind = _pg(url, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                    "to_regclass('memvault.' || %s) AND attname = 'embedding'", (table,))[0][0]
+    graph = _pg(url, "SELECT indexdef FROM pg_indexes WHERE schemaname = 'memvault' AND tablename = %s "
+                     "AND indexdef LIKE '%%hnsw%%'", (table,))
+    return table, kind, graph[0][0] if graph else None
+
+
+def test_the_shared_index_stores_halfvec_and_reads_float32_back(pg_url):
+    emb = FakeEmbedder(32)
+    ix = _pg_index(pg_url, emb)
+    try:
+        _table, kind, graph = _column_and_graph(pg_url)
+        assert kind == "halfvec(32)" and "halfvec_cosine_ops" in graph
+        q = emb.embed_query("host port server")
+        hits = ix.search_vectors(q, list(KINDS), 10)
+        exact = np.array([emb.embed_documents([f"ops/fact-{i}\n" + d.body])[0] for i, d in enumerate(_pg_corpus())])
+        assert len(hits) == 10 and hits == sorted(hits, key=lambda h: -h[1])
+        assert [s for _, s in hits] == pytest.approx(sorted((exact @ q).tolist(), reverse=True)[:10], abs=2e-3)
+        vecs = ix.doc_vectors(hits[0][0])
+        assert vecs[0].dtype == np.float32 and len(vecs[0]) == 32 and float(np.linalg.norm(vecs[0])) == \
+            pytest.approx(1.0, abs=2e-3)
+        assert ix.similarities(q, [hits[0][0]])[hits[0][0]] == pytest.approx(hits[0][1], abs=1e-6)
+    finally:
+        ix.close()
+
+
+def test_the_shared_index_keeps_float32_when_asked_and_0002_makes_old_tables_halfvec(pg_url):
+    emb = FakeEmbedder(32)
+    ix = _pg_index(pg_url, emb, vectors="float32")
+    q = emb.embed_query("host port server")
+    try:
+        table, kind, graph = _column_and_graph(pg_url)
+        assert kind == "vector(32)" and "vector_cosine_ops" in graph
+        before = ix.search_vectors(q, list(KINDS), 5)
+    finally:
+        ix.close()
+    # as a vault made before 0002: its float32 table is rewritten as halfvec and its graph rebuilt on it
+    _pg(pg_url, "DELETE FROM memvault.vault_migrations WHERE name = '0002_halfvec'")
+    from memvault.index.postgres import SharedIndex
+
+    again = SharedIndex(pg_url, "team")
+    try:
+        again.ensure()
+        table2, kind, graph = _column_and_graph(pg_url)
+        assert table2 == table and kind == "halfvec(32)" and "halfvec_cosine_ops" in graph
+        after = again.search_vectors(q, list(KINDS), 5)
+        assert [r for r, _ in after] == [r for r, _ in before]
+        assert [s for _, s in after] == pytest.approx([s for _, s in before], abs=2e-3)
+        assert again.pending() == 0
+    finally:
+        again.close()

@@ -684,7 +684,8 @@ def team_index(state_dir: Path, sources: Sources, config: Config, git: Callable[
                               "MEMVAULT_INDEX_URL")
         from ..index.postgres import SharedIndex
 
-        return SharedIndex(url, vault_name(git(), sources.root, config.index.name), cache=cache)
+        return SharedIndex(url, vault_name(git(), sources.root, config.index.name), cache=cache,
+                           vectors=config.index.vectors)
 
     weights = FieldWeights(**config.recall.field_weights)
     vectors = config.index.vectors
