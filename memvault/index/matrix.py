@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .documents import KINDS
-from .quantize import int8_blob
+from .quantize import int8_matrix
 
 if TYPE_CHECKING:
     import sqlite3
@@ -57,14 +57,24 @@ class VectorMatrix:
     def __len__(self) -> int:
         return len(self.rowids)
 
-    def query(self, vector: Any) -> Any:
-        """The query as this matrix scores it: float32 (unit) or int8 values as float32, divided by their length."""
+    @staticmethod
+    def floats(vector: Any) -> Any:
+        """A query vector (bytes or array) as a float32 numpy vector."""
         import numpy as np
 
+        if isinstance(vector, (bytes, bytearray, memoryview)):
+            return np.frombuffer(vector, dtype=np.float32)
+        return np.asarray(vector, dtype=np.float32).ravel()
+
+    def query(self, vector: Any) -> Any:
+        """The query as this matrix scores it: float32, or quantized as the rows are (:func:`quantize.int8_matrix`,
+        the integers :func:`quantize.int8_blob` gives sqlite-vec), as floats divided by their length."""
+        import numpy as np
+
+        v = self.floats(vector)
         if not self.int8:
-            return np.asarray(vector, dtype=np.float32).ravel() if not isinstance(vector, (bytes, bytearray)) \
-                else np.frombuffer(vector, dtype=np.float32)
-        q = np.frombuffer(int8_blob(vector), dtype=np.int8).astype(np.float32)
+            return v
+        q = int8_matrix(v[None, :])[0].astype(np.float32)
         norm = float(np.linalg.norm(q))
         return q / norm if norm else q
 
@@ -90,7 +100,7 @@ class VectorMatrix:
         mask = np.isin(self.kinds, list(kinds)) if set(kinds) != set(KINDS) else None
         keep = rescored(limit)
         if self.int8 and n > 2 * keep:
-            distance = self.hamming(vector)
+            distance = self.hamming(query)
             if mask is not None:
                 distance = np.where(mask, distance, np.iinfo(distance.dtype).max)
             rows = np.sort(np.argpartition(distance, keep - 1)[:keep])  # in order: the rows are read in one pass
@@ -108,13 +118,14 @@ class VectorMatrix:
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
         index = top if rows is None else rows[top]
-        return [(int(self.rowids[i]), float(scores[t])) for i, t in zip(index, top) if scores[t] != -np.inf]
+        keep_rows = scores[top] != -np.inf
+        return list(zip(self.rowids[index][keep_rows].tolist(), scores[top][keep_rows].astype(float).tolist()))
 
-    def hamming(self, vector: Any) -> Any:
-        """The number of components whose sign differs from the query's, for every row (uint16)."""
+    def hamming(self, query: Any) -> Any:
+        """The number of components whose sign differs from the (prepared) query's, for every row (uint16)."""
         import numpy as np
 
-        bits = sign_words(np.frombuffer(int8_blob(vector), dtype=np.int8)[None, :])[:, 0]
+        bits = sign_words(np.asarray(query)[None, :])[:, 0]
         out = np.zeros(len(self), dtype=np.uint16)
         for word, q in zip(self.signs, bits):
             out += np.bitwise_count(word ^ q)

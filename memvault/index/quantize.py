@@ -75,13 +75,20 @@ def int8_matrix(matrix: Any) -> Any:
     return np.clip(np.rint(m * (LEVELS / top)), -LEVELS, LEVELS).astype(np.int8)
 
 
+def vector_blob(vector: Any) -> bytes:
+    """float32 bytes as sqlite-vec takes them. Bytes and ``array('f')`` pass through without numpy."""
+    if isinstance(vector, (bytes, bytearray, memoryview)):
+        return bytes(vector)
+    if isinstance(vector, array.array) and vector.typecode == "f":
+        return vector.tobytes()
+    import numpy as np
+
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
 def encode(kind: str, vector: Any) -> bytes:
     """A float32 vector (bytes or array) as the index stores it."""
-    if kind == "int8":
-        return int8_blob(vector)
-    from .update import vector_blob
-
-    return vector_blob(vector)
+    return int8_blob(vector) if kind == "int8" else vector_blob(vector)
 
 
 def decode(kind: str, blob: bytes) -> Any:
@@ -141,5 +148,5 @@ def to_int8(conn: sqlite3.Connection, dims: int) -> int:
     return done
 
 
-__all__ = ["VECTOR_TYPES", "DEFAULT_TYPE", "META_KEY", "column", "param", "int8_blob", "int8_matrix", "encode",
+__all__ = ["VECTOR_TYPES", "DEFAULT_TYPE", "META_KEY", "column", "param", "int8_blob", "int8_matrix", "vector_blob", "encode",
            "decode", "stored", "stamp", "create_table", "to_int8"]

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
 from .db import CHUNK_TEXT, FTS_SEARCHED, batches, marks
-from . import quantize
 from .documents import KINDS
+from .quantize import encode as encode_vector
+from .quantize import param as vector_param
 
 if TYPE_CHECKING:
     import sqlite3
@@ -215,7 +216,7 @@ KIND_COUNTS_SQL = "SELECT kind, docs FROM kinds"
 def vector_sql(kinds: Sequence[str], kind: str = "int8") -> str:
     """sqlite-vec's KNN over the index's vectors (``kind``: how they are stored, see :mod:`.quantize`)."""
     filtered = set(kinds) != set(KINDS)
-    return (f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH {quantize.param(kind)} AND k = ?"
+    return (f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH {vector_param(kind)} AND k = ?"
             + (f" AND kind IN ({marks(kinds)})" if filtered else ""))
 
 
@@ -223,20 +224,20 @@ def knn(conn: sqlite3.Connection, vector: Any, kinds: Sequence[str], limit: int,
         kind: str = "int8") -> list[tuple[int, float]]:
     """(chunk rowid, cosine similarity) best first, from sqlite-vec's KNN (the query quantized as the rows are)."""
     filtered = set(kinds) != set(KINDS)
-    blob = quantize.encode(kind, vector)
+    blob = encode_vector(kind, vector)
     params: tuple[Any, ...] = (blob, min(limit, VEC_K_MAX), *kinds) if filtered else (blob, min(limit, VEC_K_MAX))
     return [(r[0], 1.0 - r[1]) for r in conn.execute(vector_sql(kinds, kind), params)]
 
 
 def similarities_sql(n: int, kind: str = "int8") -> str:
-    return (f"SELECT rowid, vec_distance_cosine(embedding, {quantize.param(kind)}) FROM chunks_vec "
+    return (f"SELECT rowid, vec_distance_cosine(embedding, {vector_param(kind)}) FROM chunks_vec "
             f"WHERE rowid IN ({marks(range(n))})")
 
 
 def similarities(conn: sqlite3.Connection, vector: Any, rowids: Sequence[int], kind: str = "int8") -> dict[int, float]:
     """Cosine similarity of a query vector to the stored vectors of ``rowids`` (computed by sqlite-vec)."""
     out = {}
-    blob = quantize.encode(kind, vector)
+    blob = encode_vector(kind, vector)
     for batch in batches(list(rowids), 500):
         for rowid, distance in conn.execute(similarities_sql(len(batch), kind), (blob, *batch)):
             out[rowid] = 1.0 - distance

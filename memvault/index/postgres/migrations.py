@@ -19,7 +19,7 @@ from typing import Any
 
 from ...rules.errors import SearchIndexError
 from .connection import LOCK_WRITE, one_line, psycopg_module, setup, where
-from .tables import vsql
+from .tables import BUILD_MEMORY, HNSW_EF_CONSTRUCTION, HNSW_M, vsql
 
 #: Global migrations: tables every vault shares. Applied in order, each recorded, under lock (28022, 0).
 GLOBAL_MIGRATIONS: list[tuple[str, str]] = [
@@ -122,8 +122,6 @@ def _halfvec(conn: Any, v: int) -> None:
         conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE halfvec({}) USING embedding::halfvec({})")
                      .format(sql.Identifier(SCHEMA, name), sql.Literal(int(dims)), sql.Literal(int(dims))))
         if had:
-            from .vectors import BUILD_MEMORY, HNSW_EF_CONSTRUCTION, HNSW_M
-
             conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(BUILD_MEMORY)))
             conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding halfvec_cosine_ops) WITH (m = {}, "
                                  "ef_construction = {})").format(sql.Identifier(graph), sql.Identifier(SCHEMA, name),

@@ -30,19 +30,16 @@ from ..documents import KINDS, Doc, cut
 from ..update import EMBED_GROUP, SyncReport, mean_vector, vector_blob, with_context
 from .cache import EmbeddingCache, cache_hits, cache_store, register_model, text_sha256, vector_key
 from .connection import LOCK_EMBED, LOCK_SWITCH, LOCK_WRITE, SCHEMA, Vector, psycopg_module
-from .tables import VaultState, pending_count, vec, vec_tables, vsql
+from .tables import BUILD_MEMORY, HNSW_EF_CONSTRUCTION, HNSW_M, VaultState, pending_count, vec, vec_tables, vsql
 from .writes import delete_chunks, insert_chunks
 
 if TYPE_CHECKING:
     from ...models.embeddings import ModelIdentity
 
-HNSW_M, HNSW_EF_CONSTRUCTION = 24, 128
 #: Chunks fetched per batch by embed() and a model switch (texts are embedded EMBED_GROUP at a time).
 FETCH_BATCH = 2_048
 #: How long dropping a retired vector table may wait for readers before it is left for later.
 DROP_LOCK_TIMEOUT = "5s"
-#: maintenance_work_mem for an HNSW build (the graph should fit: ~2 KB per 384-d row).
-BUILD_MEMORY = "512MB"
 
 
 def cosine_ops(conn: Any, table: str) -> str:
