@@ -317,6 +317,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 secs = time.perf_counter() - t0
                 indexed.add(vdir)
                 stats = vault.index.stats()
+                for line in vault.index.warnings:  # the index's own news (a float32 index quantized): said here,
+                    print(f"   index {vdir.relative_to(args.cache)}: {line}", file=sys.stderr, flush=True)
+                vault.index.warnings.clear()  # not a recall's warning
                 index_times[str(vdir.relative_to(args.cache))] = {
                     "seconds": round(secs, 1), "chunks_embedded": report.chunks_embedded,
                     "items": sum(stats["items"].values()), "chunks": stats["chunks"]}
