@@ -126,11 +126,14 @@ def _read_pool(root: Path) -> dict[str, Any]:
 
     from memvault import Vault
 
+    from memvault.index import quantize
+
     vault = Vault.open(root, daemon=False)
     conn = vault.index.connection()
+    kind = quantize.stored(conn)
     rows = conn.execute("SELECT c.text, v.embedding FROM chunk_texts c JOIN chunks_vec v ON v.rowid = c.rowid").fetchall()
     vault.index.close()
-    return {text: np.frombuffer(blob, dtype=np.float32).copy() for text, blob in rows}
+    return {text: np.array(quantize.decode(kind, blob), dtype=np.float32) for text, blob in rows}
 
 
 def ensure_vault(n: int, real_max: int) -> dict[str, Any]:
@@ -196,8 +199,12 @@ def bench_recall(sizes: list[int], n_queries: int) -> list[dict[str, Any]]:
             f"model backend {getattr(emb, 'backend', '?')}")
         index = vault.index
         conn = index.connection()
+        from memvault.index import quantize, search
+
+        stored = quantize.stored(conn)
         blobs = conn.execute("SELECT embedding FROM chunks_vec").fetchall()
-        matrix = np.frombuffer(b"".join(b for (b,) in blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+        # the baseline: an exact float32 scan of the same vectors (int8 rows as unit float32 vectors)
+        matrix = np.stack([quantize.decode(stored, b) for (b,) in blobs]).astype(np.float32)
         del blobs
         rows = matrix.shape[0]
         kinds = list(KINDS)
@@ -208,8 +215,7 @@ def bench_recall(sizes: list[int], n_queries: int) -> list[dict[str, Any]]:
             index.search_keywords(q, kinds, 100)
         t: dict[str, list[float]] = {k: [] for k in ("recall", "recall_nosync", "embed", "sync", "refresh",
                                                      "refresh_dirs", "vector", "vector_knn", "keyword", "numpy")}
-        from memvault.index import vector_blob
-        knn_sql = "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+        knn_sql = search.vector_sql(kinds, stored)
         for q in queries:
             gc.collect()
             s = time.perf_counter(); vault.recall(q, k=10, record_access=False); t["recall"].append(time.perf_counter() - s)
@@ -220,14 +226,14 @@ def bench_recall(sizes: list[int], n_queries: int) -> list[dict[str, Any]]:
             index._last_refresh = float("-inf")  # time the directory check itself, not its once-a-second skip
             s = time.perf_counter(); index.refresh(); t["refresh_dirs"].append(time.perf_counter() - s)
             index.changes = feed
-            s = time.perf_counter(); conn.execute(knn_sql, (vector_blob(qvec), 100)).fetchall()
+            s = time.perf_counter(); conn.execute(knn_sql, (quantize.encode(stored, qvec), 100)).fetchall()
             t["vector_knn"].append(time.perf_counter() - s)
             s = time.perf_counter(); index.search_vectors(qvec, kinds, 100); t["vector"].append(time.perf_counter() - s)
             s = time.perf_counter(); np.argpartition(-(matrix @ qvec), top)[:top]; t["numpy"].append(time.perf_counter() - s)
             s = time.perf_counter(); index.search_keywords(q, kinds, 100); t["keyword"].append(time.perf_counter() - s)
             s = time.perf_counter(); vault.recall(q, k=10, record_access=False, sync=False)
             t["recall_nosync"].append(time.perf_counter() - s)
-        row: dict[str, Any] = {"n": n, "rows": rows, "queries": len(queries)}
+        row: dict[str, Any] = {"n": n, "rows": rows, "queries": len(queries), "vectors": stored}
         for k, v in t.items():
             row[f"{k}_p50_ms"] = ms(pct(v, 50))
             row[f"{k}_p95_ms"] = ms(pct(v, 95))

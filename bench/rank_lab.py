@@ -26,7 +26,11 @@ N = 100
 def vault_dump(vault: Any) -> dict[str, Any]:
     index = vault.index
     conn = index.connection()
-    rowids, kinds, matrix = search.load_matrix(conn)
+    from memvault.index import matrix as vector_matrix, quantize
+
+    loaded = vector_matrix.load(conn, quantize.stored(conn) or "float32")
+    rowids, kinds = loaded.rowids, loaded.kinds
+    matrix = loaded.vectors if not loaded.int8 else loaded.vectors.astype("float32") / loaded.norms[:, None]
     all_rows = [r[0] for r in conn.execute("SELECT rowid FROM chunks")]
     docs = index.chunk_docs(all_rows)
     neighbours = index.episode_neighbours(docs) if any(d["kind"] == "episode" for d in docs.values()) else {}

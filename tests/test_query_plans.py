@@ -71,12 +71,30 @@ def test_keyword_search_is_one_fts_query(conn, kinds):
 
 
 @pytest.mark.parametrize("kinds", [["fact"], ["fact", "episode", "procedure"]])
-def test_vector_search_is_one_knn_query(conn, kinds):
-    blob = bytes(4 * 32)
+@pytest.mark.parametrize("stored", ["int8", "float32"])
+def test_vector_search_is_one_knn_query(conn, kinds, stored):
+    blob = bytes(32 if stored == "int8" else 4 * 32)
     params = (blob, 10, *kinds) if len(kinds) < 3 else (blob, 10)
-    lines = plan(conn, search.vector_sql(kinds), params)
+    lines = plan(conn, search.vector_sql(kinds, stored), params)
     assert_no_table_scan(lines)
     assert any("chunks_vec VIRTUAL TABLE" in line for line in lines)
+
+
+def test_vector_lookups_and_the_float32_conversion_read_by_rowid(conn):
+    from memvault.index import quantize
+
+    assert quantize.stored(conn) == "int8"
+    lines = plan(conn, search.similarities_sql(3, "int8"), (bytes(32), 1, 2, 3))
+    assert_no_table_scan(lines)
+    assert any("chunks_vec VIRTUAL TABLE" in line for line in lines)
+    lines = plan(conn, search.DOC_VECTORS_SQL, (1,))
+    assert_no_table_scan(lines)
+    conn.execute("CREATE TEMP TABLE chunks_vec_float32(id INTEGER PRIMARY KEY, kind TEXT, embedding BLOB)")
+    try:  # a float32 index becoming int8 reads its rows a range of rowids at a time, never the table again
+        lines = plan(conn, quantize.CONVERT_SQL, (0, 4096))
+        assert lines == ["SEARCH chunks_vec_float32 USING INTEGER PRIMARY KEY (rowid>?)"], lines
+    finally:
+        conn.execute("DROP TABLE temp.chunks_vec_float32")
 
 
 @contextlib.contextmanager

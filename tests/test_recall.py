@@ -63,7 +63,8 @@ def test_kind_filter(fv):
 def test_budget_keeps_whole_hits_that_fit(fv):
     all_hits = fv.recall("replica database primary", k=10, record_access=False)
     sizes = [count_tokens(json.dumps(h.to_dict(), ensure_ascii=False)) for h in all_hits]
-    budget = sizes[0] + min(sizes[1:]) 
+    # + 2: a score's last digits (the warm int8 scan and sqlite-vec agree to 1e-6, not to the bit) may cost a token
+    budget = sizes[0] + min(sizes[1:]) + 2
     kept = fv.recall("replica database primary", k=10, budget=budget, record_access=False)
     assert kept[0].id == all_hits[0].id
     assert sum(count_tokens(json.dumps(h.to_dict(), ensure_ascii=False)) for h in kept) <= budget

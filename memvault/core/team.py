@@ -696,11 +696,15 @@ def team_index(state_dir: Path, sources: Sources, config: Config, git: Callable[
                               "MEMVAULT_INDEX_URL")
         from ..index.postgres import SharedIndex
 
-        return SharedIndex(url, vault_name(git(), sources.root, config.index.name), cache=cache)
+        return SharedIndex(url, vault_name(git(), sources.root, config.index.name), cache=cache,
+                           vectors=config.index.vectors)
 
     weights = FieldWeights(**config.recall.field_weights)
-    team = TeamIndex(overlay=Index(state_dir, replace(sources, keep=set()), cache=cache, field_weights=weights),
-                     fallback=Index(state_dir / FALLBACK_DIR, replace(sources, keep=None), field_weights=weights),
+    vectors = config.index.vectors
+    team = TeamIndex(overlay=Index(state_dir, replace(sources, keep=set()), cache=cache, field_weights=weights,
+                                   vectors=vectors),
+                     fallback=Index(state_dir / FALLBACK_DIR, replace(sources, keep=None), field_weights=weights,
+                                    vectors=vectors),
                      open_shared=open_shared, git=git, track_episodes=config.track_episodes, splitter=splitter,
                      cache=cache)
 

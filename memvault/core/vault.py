@@ -245,8 +245,8 @@ class Vault:
 
             return team_index(self.state_dir, sources, self.config, lambda: self.git, cache,
                               splitter=lambda: self.engine.warm())
-        return (Index(self.state_dir, sources, cache=cache,
-                      field_weights=FieldWeights(**self.config.recall.field_weights)), lambda: self.local_state)
+        return (Index(self.state_dir, sources, cache=cache, field_weights=FieldWeights(**self.config.recall.field_weights),
+                      vectors=self.config.index.vectors), lambda: self.local_state)
 
     # -- shared parts ------------------------------------------------------------------------------------
     @property

@@ -24,7 +24,7 @@ from ..rules.errors import ModelUnavailable, SearchIndexError
 from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
                             try_lock)
 from ..rules.timeutil import format_time, now
-from . import search
+from . import matrix, quantize, search
 from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .listings import EpisodeQuery, FactQuery, Listings, Stale
@@ -61,8 +61,10 @@ class Index(Listings):
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
     def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None,
-                 field_weights: FieldWeights | None = None) -> None:
+                 field_weights: FieldWeights | None = None, vectors: str = quantize.DEFAULT_TYPE) -> None:
         self.dir = state_dir
+        #: How a new index stores its vectors (``[index] vectors``: int8 or float32, see :mod:`.quantize`).
+        self.vector_type = vectors
         self.sources = sources
         #: How a query word counts in a chunk's key, category, tags and body (``[recall] field_weights``).
         self.field_weights = field_weights or DEFAULT_FIELD_WEIGHTS
@@ -74,8 +76,10 @@ class Index(Listings):
         self._identity: tuple[Any, ModelIdentity | None] | None = None
         self._vector_searches = 0
         self._last_refresh = float("-inf")
-        self._vector_cache: tuple[Any, Any] | None = None
+        self._vector_cache: tuple[Any, matrix.VectorMatrix] | None = None
         self._rows: tuple[Any, dict[int, int]] | None = None
+        self._format: str | None = None  # how the open generation stores its vectors
+        self._said_format = False
         self._df: tuple[Any, dict[str, int]] = (None, {})
         self.warnings: list[str] = []
         #: Named-path syncs into a team's overlay (a cached view of which paths are local is stale after one).
@@ -144,7 +148,36 @@ class Index(Listings):
                 with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
                     conn.execute("VACUUM")  # give the freed pages back once (the text it held twice)
             self._conn, self._conn_target = conn, target
+            self._format = self._vector_format(conn, target)
         return self._conn
+
+    def _vector_format(self, conn: sqlite3.Connection, target: Path) -> str | None:
+        """How the generation just opened stores its vectors; a float32 one becomes int8 here when int8 is wanted
+        (quantized in place, no model needed), with one line saying so."""
+        kind = quantize.stored(conn)
+        if kind == "float32" and self.vector_type == "int8":
+            identity = self.identity(conn)
+            used = self._used_bytes(conn)
+            with transaction(conn):
+                rows = quantize.to_int8(conn, identity.dims) if identity and quantize.stored(conn) == "float32" else 0
+            if rows:
+                with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
+                    conn.execute("VACUUM")
+                self.warnings.append(f"{target.name}: the index's vectors are now 8-bit ({rows} rows, "
+                                     f"{used / rows:,.0f} -> {self._used_bytes(conn) / rows:,.0f} bytes a row); "
+                                     '[index] vectors = "float32" and `memvault reindex --full` keep float32')
+            return quantize.stored(conn)
+        if kind == "int8" and self.vector_type == "float32" and not self._said_format:
+            self._said_format = True
+            self.warnings.append('the index holds 8-bit vectors; [index] vectors = "float32" takes effect with '
+                                 "`memvault reindex --full`")
+        return kind
+
+    @staticmethod
+    def _used_bytes(conn: sqlite3.Connection) -> int:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((conn.execute("PRAGMA page_count").fetchone()[0]
+                    - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -153,6 +186,7 @@ class Index(Listings):
         self._conn_target = None
         self._identity = None
         self._vector_cache = None
+        self._format = None
 
     def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
         """Move a damaged generation aside (``index-<n>.db.corrupt``) so the next sync rebuilds; returns where."""
@@ -193,10 +227,11 @@ class Index(Listings):
         return identity
 
     def _set_identity(self, conn: sqlite3.Connection, identity: ModelIdentity) -> None:
-        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0("
-                     f"kind text, embedding float[{int(identity.dims)}] distance_metric=cosine)")
+        quantize.create_table(conn, self.vector_type, int(identity.dims))
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('model', ?)", (json.dumps(identity.to_dict()),))
         self._identity = None
+        if conn is self._conn:
+            self._format = self.vector_type
 
     def adopt(self, identity: ModelIdentity) -> None:
         """Give a keyword-only index its model: every chunk becomes pending and is embedded piecemeal."""
@@ -539,15 +574,17 @@ class Index(Listings):
         """(chunk rowid, cosine similarity) best first.
 
         A one-shot process (a cold CLI) asks sqlite-vec's KNN. From the second search on, a process keeps the
-        vectors in memory as one float32 matrix (4·dims bytes per row) and scores them with one matrix-vector
-        product: the pip build of sqlite-vec has no SIMD and scans 4-8x slower than that. The matrix is
+        vectors in memory as they are stored (:mod:`.matrix`: int8, dims bytes per row, or float32) and scores them
+        with numpy: the pip build of sqlite-vec has no SIMD and scans 4-8x slower than that. The matrix is
         reloaded when the index file changes (``PRAGMA data_version``, a generation swap, or a write here).
+        Both paths score the same cosines.
         """
         scan = self.vector_search(kinds, limit)
         if scan is not None:
             return scan(vector)
         self._vector_searches += 1
-        return search.knn(self.connection(), vector_blob(vector), kinds, limit)
+        conn = self.connection()
+        return search.knn(conn, vector, kinds, limit, self._format or self.vector_type)
 
     def vector_search(self, kinds: Sequence[str], limit: int) -> Callable[[Any], list[tuple[int, float]]] | None:
         """:meth:`search_vectors` on the in-memory matrix as it is now, to run in another thread (it reads no SQLite
@@ -559,20 +596,20 @@ class Index(Listings):
         if cached is None:
             return None
         self._vector_searches += 1
-        return lambda vector: search.top_k(cached, vector_blob(vector), kinds, limit)
+        return lambda vector: cached.top_k(vector, kinds, limit)
 
-    def _vectors_in_memory(self) -> tuple[Any, Any, Any] | None:
+    def _vectors_in_memory(self) -> matrix.VectorMatrix | None:
         conn = self.connection()
         version = (self._conn_target, conn.execute("PRAGMA data_version").fetchone()[0])
         if self._vector_cache is not None and self._vector_cache[0] == version:
             return self._vector_cache[1]
         if self.identity(conn) is None:
             return None
-        matrix = search.load_matrix(conn)
-        if matrix is None:
+        loaded = matrix.load(conn, self._format or self.vector_type)
+        if loaded is None:
             return None
-        self._vector_cache = (version, matrix)
-        return matrix
+        self._vector_cache = (version, loaded)
+        return loaded
 
     def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
         """Cosine similarity of ``vector`` to the stored vectors of ``rowids``: from the in-memory matrix when this
@@ -580,12 +617,13 @@ class Index(Listings):
         if self._vector_searches > 1:
             cached = self._vectors_in_memory()
             if cached is not None:
-                return search.cosines(cached, self._row_index(cached), vector_blob(vector), rowids)
-        return search.similarities(self.connection(), vector_blob(vector), rowids)
+                return cached.cosines(self._row_index(cached), vector, rowids)
+        conn = self.connection()
+        return search.similarities(conn, vector, rowids, self._format or self.vector_type)
 
-    def _row_index(self, cached: tuple[Any, Any, Any]) -> dict[int, int]:
+    def _row_index(self, cached: matrix.VectorMatrix) -> dict[int, int]:
         if self._rows is None or self._rows[0] is not cached:
-            self._rows = (cached, {int(r): i for i, r in enumerate(cached[0])})
+            self._rows = (cached, {int(r): i for i, r in enumerate(cached.rowids)})
         return self._rows[1]
 
     def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -645,10 +683,11 @@ class Index(Listings):
         return search.sample_chunks(self.connection(), kind, n)
 
     def doc_vectors(self, rowid: int) -> list[Any]:
-        """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to."""
-        import numpy as np
-
-        return [np.frombuffer(b, dtype=np.float32) for b in search.doc_vectors(self.connection(), rowid)]
+        """The stored vectors (float32 unit vectors, an int8 row divided by its length) of every chunk of the doc
+        chunk ``rowid`` belongs to."""
+        conn = self.connection()
+        kind = self._format or self.vector_type
+        return [quantize.decode(kind, b) for b in search.doc_vectors(conn, rowid)]
 
     def last_chunk_id(self) -> int:
         """The newest chunk's rowid (grows as the vault grows)."""

@@ -14,10 +14,10 @@ Tables (see :mod:`memvault.index` for how they are used):
   is written only if that rowid still exists and is pending.
 - ``chunks_fts``: FTS5 over (body, key, category, tags, kind) whose external content is the ``chunk_fields``
   view over chunks and docs: it keeps the words, not the text. ``chunks_vec``: a vec0 table of one model's
-  vectors, cosine distance.
+  vectors, cosine distance, 8-bit or float32 (:mod:`memvault.index.quantize`).
 - ``files``: the stat of every vault file as last indexed; ``dirs``: directory mtimes; ``kinds``: docs per kind
-  (kept by trigger: the keyword search's kind filter takes the shorter list); ``meta``: the model identity, the
-  chunking version, the time of the last full scan.
+  (kept by trigger: the keyword search's kind filter takes the shorter list); ``meta``: the model identity, how vectors
+  are stored, the chunking version, the time of the last full scan.
 """
 from __future__ import annotations
 
@@ -201,6 +201,17 @@ def _text_once(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _vector_format(conn: sqlite3.Connection) -> None:
+    """0006: the index says how it stores its vectors (``meta`` key ``vectors``); every index before held float32.
+    Whether they become int8 is the setting's (``[index] vectors``): :class:`memvault.index.Index` converts them
+    when it opens the file (:func:`memvault.index.quantize.to_int8`)."""
+    from .quantize import stamp, stored
+
+    kind = stored(conn)
+    if kind is not None:
+        stamp(conn, kind)
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     (
         "0001_core",
@@ -297,6 +308,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
         """,
     ),
     ("0005_index_text_once", _text_once),
+    ("0006_vector_format", _vector_format),
 ]
 
 

@@ -1,5 +1,6 @@
-"""The index's queries: keywords (FTS5 BM25 over words, word pairs and whole quotes), vectors (sqlite-vec KNN or
-an in-memory matrix), exact cosines of given chunks, and the doc fields behind chunk rows.
+"""The index's queries: keywords (FTS5 BM25 over words, word pairs and whole quotes), vectors (sqlite-vec KNN; the
+in-memory matrix of a warm process is :mod:`.matrix`), exact cosines of given chunks, and the doc fields behind chunk
+rows.
 
 Every query is written so that SQLite starts from the selective side: the keyword search is a single FTS5 query
 (the kind filter is an FTS5 column filter, not a join), the vector search a single vec0 KNN. ``tests/
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
 from .db import CHUNK_TEXT, FTS_SEARCHED, batches, marks
 from .documents import KINDS
+from .quantize import encode as encode_vector
+from .quantize import param as vector_param
 
 if TYPE_CHECKING:
     import sqlite3
@@ -210,70 +213,33 @@ def match(conn: sqlite3.Connection, expr: str, kinds: Sequence[str], limit: int,
 KIND_COUNTS_SQL = "SELECT kind, docs FROM kinds"
 
 
-def vector_sql(kinds: Sequence[str]) -> str:
+def vector_sql(kinds: Sequence[str], kind: str = "int8") -> str:
+    """sqlite-vec's KNN over the index's vectors (``kind``: how they are stored, see :mod:`.quantize`)."""
     filtered = set(kinds) != set(KINDS)
-    return ("SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+    return (f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH {vector_param(kind)} AND k = ?"
             + (f" AND kind IN ({marks(kinds)})" if filtered else ""))
 
 
-def knn(conn: sqlite3.Connection, blob: bytes, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-    """(chunk rowid, cosine similarity) best first, from sqlite-vec's KNN."""
+def knn(conn: sqlite3.Connection, vector: Any, kinds: Sequence[str], limit: int,
+        kind: str = "int8") -> list[tuple[int, float]]:
+    """(chunk rowid, cosine similarity) best first, from sqlite-vec's KNN (the query quantized as the rows are)."""
     filtered = set(kinds) != set(KINDS)
+    blob = encode_vector(kind, vector)
     params: tuple[Any, ...] = (blob, min(limit, VEC_K_MAX), *kinds) if filtered else (blob, min(limit, VEC_K_MAX))
-    return [(r[0], 1.0 - r[1]) for r in conn.execute(vector_sql(kinds), params)]
+    return [(r[0], 1.0 - r[1]) for r in conn.execute(vector_sql(kinds, kind), params)]
 
 
-def top_k(cached: tuple[Any, Any, Any], blob: bytes, kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-    """Exact cosine top-k over an in-memory matrix (rows and query are unit vectors: cosine = dot)."""
-    import numpy as np
-
-    rowids, row_kinds, matrix = cached
-    query = np.frombuffer(blob, dtype=np.float32)
-    scores = matrix @ query
-    if set(kinds) != set(KINDS):
-        scores = np.where(np.isin(row_kinds, list(kinds)), scores, -np.inf)
-    k = min(limit, len(scores))
-    if k <= 0:
-        return []
-    top = np.argpartition(-scores, k - 1)[:k]
-    top = top[np.argsort(-scores[top], kind="stable")]
-    return [(int(rowids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
+def similarities_sql(n: int, kind: str = "int8") -> str:
+    return (f"SELECT rowid, vec_distance_cosine(embedding, {vector_param(kind)}) FROM chunks_vec "
+            f"WHERE rowid IN ({marks(range(n))})")
 
 
-def cosines(cached: tuple[Any, Any, Any], rows: dict[int, int], blob: bytes, rowids: Sequence[int]) -> dict[int, float]:
-    """Cosine similarity of a query to the given chunks, from the in-memory matrix (unit vectors: a dot product)."""
-    import numpy as np
-
-    _rowids, _kinds, matrix = cached
-    wanted = [(r, rows[r]) for r in rowids if r in rows]
-    if not wanted:
-        return {}
-    query = np.frombuffer(blob, dtype=np.float32)
-    scores = matrix[[i for _, i in wanted]] @ query
-    return {r: float(score) for (r, _), score in zip(wanted, scores)}
-
-
-def load_matrix(conn: sqlite3.Connection) -> tuple[Any, Any, Any] | None:
-    """Every stored vector as one float32 matrix (4·dims bytes per row), with rowids and kinds."""
-    import numpy as np
-
-    rows = conn.execute("SELECT rowid, kind, embedding FROM chunks_vec").fetchall()
-    if not rows:
-        return None
-    rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    kinds = np.array([r[1] for r in rows])
-    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-    return rowids, kinds, matrix
-
-
-def similarities(conn: sqlite3.Connection, blob: bytes, rowids: Sequence[int]) -> dict[int, float]:
+def similarities(conn: sqlite3.Connection, vector: Any, rowids: Sequence[int], kind: str = "int8") -> dict[int, float]:
     """Cosine similarity of a query vector to the stored vectors of ``rowids`` (computed by sqlite-vec)."""
     out = {}
+    blob = encode_vector(kind, vector)
     for batch in batches(list(rowids), 500):
-        for rowid, distance in conn.execute(
-            f"SELECT rowid, vec_distance_cosine(embedding, ?) FROM chunks_vec WHERE rowid IN ({marks(batch)})",
-            (blob, *batch),
-        ):
+        for rowid, distance in conn.execute(similarities_sql(len(batch), kind), (blob, *batch)):
             out[rowid] = 1.0 - distance
     return out
 
@@ -408,7 +374,8 @@ DOC_VECTORS_SQL = ("SELECT v.embedding FROM chunks c1 JOIN chunks c2 ON c2.doc =
 
 
 def doc_vectors(conn: sqlite3.Connection, rowid: int) -> list[bytes]:
-    """The stored vectors (float32 bytes) of every chunk of the doc that chunk ``rowid`` belongs to."""
+    """The stored vectors (as stored: see :mod:`.quantize`) of every chunk of the doc that chunk ``rowid`` belongs
+    to."""
     return [r[0] for r in conn.execute(DOC_VECTORS_SQL, (rowid,))]
 
 

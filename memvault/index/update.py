@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .quantize import vector_blob
 from .db import batches, hash_key, marks, transaction
 from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs
 
@@ -453,19 +454,6 @@ def model_id(conn: sqlite3.Connection, identity: ModelIdentity) -> int:
     key = model_key(identity)
     conn.execute("INSERT OR IGNORE INTO models(key) VALUES (?)", (key,))
     return int(conn.execute("SELECT id FROM models WHERE key = ?", (key,)).fetchone()[0])
-
-
-def vector_blob(vector: Any) -> bytes:
-    """float32 bytes as sqlite-vec takes them. Bytes and ``array('f')`` pass through without numpy."""
-    import array
-
-    if isinstance(vector, (bytes, bytearray, memoryview)):
-        return bytes(vector)
-    if isinstance(vector, array.array) and vector.typecode == "f":
-        return vector.tobytes()
-    import numpy as np
-
-    return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def with_context(text: str, context: str) -> str:

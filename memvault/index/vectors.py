@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..rules.errors import MemvaultError
 from .db import CHUNK_TEXT, connect, marks, transaction
 from .documents import Doc, Splitter, chunk_text, cut_spans
+from .quantize import DEFAULT_TYPE, encode, param, stored
 from .update import (EMBED_GROUP, INSERT_CHUNK, Progress, SyncReport, _drop_chunks, _has_vectors, _time,
                      mean_vector, model_id, pending_count, vector_blob, with_context)
 
@@ -134,8 +135,10 @@ class VectorWriter:
 
 
 def write_vectors(conn: sqlite3.Connection, model: int, rows: Sequence[Row], vectors: dict[str, bytes]) -> int:
-    """Store the vectors of ``rows`` whose chunk is still there and pending (one transaction); how many were."""
+    """Store the vectors of ``rows`` whose chunk is still there and pending (one transaction), as the index stores
+    vectors (:mod:`.quantize`; ``vectors`` are float32 bytes); how many were."""
     with transaction(conn):
+        kind = stored(conn) or DEFAULT_TYPE
         ids = [r[0] for r in rows]
         still = set()
         for start in range(0, len(ids), 500):
@@ -144,10 +147,11 @@ def write_vectors(conn: sqlite3.Connection, model: int, rows: Sequence[Row], vec
                 f"SELECT rowid FROM chunks WHERE rowid IN ({marks(batch)}) AND model IS NULL", batch))
         keep = [r for r in rows if r[0] in still]
         conn.executemany("UPDATE chunks SET model = ? WHERE rowid = ?", [(model, r[0]) for r in keep])
-        conn.executemany("INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,?)",
-                         [(rowid, kind, vectors[text] if not context else
-                           mean_vector(vectors[text], vectors[with_context(text, context)]))
-                          for rowid, kind, text, context in keep])
+        conn.executemany(f"INSERT INTO chunks_vec(rowid, kind, embedding) VALUES (?,?,{param(kind)})",
+                         [(rowid, doc_kind, encode(kind, vectors[text] if not context else
+                                                            mean_vector(vectors[text],
+                                                                        vectors[with_context(text, context)])))
+                          for rowid, doc_kind, text, context in keep])
     return len(keep)
 
 

@@ -372,6 +372,10 @@ class IndexSettings:
                               template=False)
     name: str | None = setting(None, "this vault's name in the shared index (default: the name of the git remote's "
                                      "repository)", _opt_str, shown="the remote's name", template=False)
+    vectors: str = setting("int8", "how the index stores vectors: int8 (a byte a dimension, recall within .005 of float32 "
+                                   "on every dev set) or float32 (4 bytes a dimension); on PostgreSQL int8 means "
+                                   "halfvec (2 bytes). A float32 index becomes int8 when opened; back to float32 "
+                                   "with `memvault reindex --full`", _choice("int8", "float32"), template=False)
 
     @property
     def shared(self) -> bool:

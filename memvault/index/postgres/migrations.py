@@ -8,16 +8,18 @@
   the vault's write lock): ``docs`` (one row per memory, unique (kind, item_id)), ``chunks`` (exact text embedded,
   sha256, word count, a stored ``tsvector`` with GIN), ``pending`` (chunks without a vector of the live model),
   ``lexemes`` (document frequency of every lexeme, kept exact by each write: BM25's idf), ``files`` (path -> git
-  blob indexed). The ``vec_<model>`` tables are created by :mod:`.vectors` when a model is adopted.
+  blob indexed). The ``vec_<model>`` tables are created by :mod:`.vectors` when a model is adopted; 0002 makes
+  the ones made before ``halfvec``.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ...rules.errors import SearchIndexError
 from .connection import LOCK_WRITE, one_line, psycopg_module, setup, where
-from .tables import vsql
+from .tables import BUILD_MEMORY, HNSW_EF_CONSTRUCTION, HNSW_M, vsql
 
 #: Global migrations: tables every vault shares. Applied in order, each recorded, under lock (28022, 0).
 GLOBAL_MIGRATIONS: list[tuple[str, str]] = [
@@ -98,8 +100,38 @@ GLOBAL_MIGRATIONS: list[tuple[str, str]] = [
     ),
 ]
 
-#: Per-vault migrations, formatted with the vault's table and index names. Braces are placeholders.
-VAULT_MIGRATIONS: list[tuple[str, str]] = [
+def _halfvec(conn: Any, v: int) -> None:
+    """0002: the vault's vector tables hold ``halfvec`` (2 bytes a dimension instead of 4: issue 24). Each is
+    rewritten in place (its float32 values rounded to float16) and its HNSW graph rebuilt on the new type; vectors
+    already cached stay float32 in the embedding cache."""
+    from psycopg import sql
+
+    from .connection import SCHEMA
+
+    tables = conn.execute(
+        "SELECT c.relname, m.dims FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'embedding' "
+        "JOIN memvault.models m ON c.relname = %s || m.model_id "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND format_type(a.atttypid, NULL) = 'vector'",
+        (f"v{v}_vec_", SCHEMA)).fetchall()
+    for name, dims in tables:
+        graph = f"{name}_hnsw"
+        had = conn.execute("SELECT 1 FROM pg_class WHERE relname = %s AND relnamespace = %s::regnamespace",
+                           (graph, SCHEMA)).fetchone() is not None
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(SCHEMA, graph)))
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE halfvec({}) USING embedding::halfvec({})")
+                     .format(sql.Identifier(SCHEMA, name), sql.Literal(int(dims)), sql.Literal(int(dims))))
+        if had:
+            conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(BUILD_MEMORY)))
+            conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding halfvec_cosine_ops) WITH (m = {}, "
+                                 "ef_construction = {})").format(sql.Identifier(graph), sql.Identifier(SCHEMA, name),
+                                                                sql.Literal(HNSW_M),
+                                                                sql.Literal(HNSW_EF_CONSTRUCTION)))
+
+
+#: Per-vault migrations, formatted with the vault's table and index names (braces are placeholders), or a function
+#: of the connection and the vault's id for what SQL alone cannot do.
+VAULT_MIGRATIONS: list[tuple[str, str | Callable[[Any, int], None]]] = [
     (
         "0001_tables",
         """
@@ -149,6 +181,7 @@ VAULT_MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE {files} (path text PRIMARY KEY, blob text NOT NULL);
         """,
     ),
+    ("0002_halfvec", _halfvec),
 ]
 
 
@@ -225,8 +258,11 @@ def migrate_vault(conn: Any, v: int) -> list[str]:
         for name, script in VAULT_MIGRATIONS:
             if name in done:
                 continue
-            for statement in _statements(script):
-                conn.execute(vsql(v, statement, **names))
+            if callable(script):
+                script(conn, v)
+            else:
+                for statement in _statements(script):
+                    conn.execute(vsql(v, statement, **names))
             conn.execute("INSERT INTO memvault.vault_migrations(vault_id, name) VALUES (%s, %s)", (v, name))
             applied.append(name)
     return applied

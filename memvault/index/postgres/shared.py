@@ -44,7 +44,7 @@ class SharedIndex(SharedListings, Connected):
     creates or upgrades the schema and registers the vault; it is one query when nothing is due).
     """
 
-    def __init__(self, url: str, vault: str, *, cache: EmbeddingCache | None = None) -> None:
+    def __init__(self, url: str, vault: str, *, cache: EmbeddingCache | None = None, vectors: str = "int8") -> None:
         if not isinstance(vault, str) or not vault.strip() or len(vault) > 200:
             raise InvalidValue("vault", f"a shared index needs a name of 1 to 200 characters, not {vault!r}")
         super().__init__(url)
@@ -55,7 +55,8 @@ class SharedIndex(SharedListings, Connected):
         self.cache = cache
         self._vector = False
         self._state_cache: VaultState | None = None
-        self.vectors = ModelVectors(vault, url, self._state, self._forget, cache)
+        #: ``[index] vectors``: a new model's table holds halfvec (int8) or vector (float32); see .vectors.
+        self.vectors = ModelVectors(vault, url, self._state, self._forget, cache, vectors=vectors)
 
     # -- connection, errors, state ------------------------------------------------------------------------
     def _on_connect(self, conn: Any) -> None:

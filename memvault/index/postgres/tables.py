@@ -58,6 +58,11 @@ def table(vault_id: int, name: str) -> Any:
     return sql.Identifier(SCHEMA, f"v{vault_id}_{name}")
 
 
+#: The HNSW graph of a vector table (m, ef_construction), and maintenance_work_mem for building it (the graph should
+#: fit: ~2 KB per 384-d row).
+HNSW_M, HNSW_EF_CONSTRUCTION = 24, 128
+BUILD_MEMORY = "512MB"
+
 def vec(vault_id: int, model_id: int) -> Any:
     """The vector table of one model of a vault."""
     return table(vault_id, f"vec_{model_id}")

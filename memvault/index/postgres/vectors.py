@@ -1,6 +1,9 @@
 """Vectors in the shared index: giving pending chunks vectors, moving a vault to another model, and searching them.
 
-One ``vec_<model>`` table per model (``chunk_id``, ``kind``, ``vector(d)``, HNSW m=24, ef_construction=128). Vectors:
+One ``vec_<model>`` table per model (``chunk_id``, ``kind``, ``halfvec(d)``, HNSW m=24, ef_construction=128).
+``halfvec`` (2 bytes a dimension; ``vector``, 4, with ``[index] vectors = "float32"``) is pgvector's compact type:
+pgvector has no 8-bit one. Every statement is written for both: a ``vector`` parameter is cast to ``halfvec``
+implicitly, and a vector read back is cast to ``vector`` (float32). Vectors:
 cosine distance on HNSW with ``hnsw.ef_search`` = ``EF_SEARCH`` (recall@10 0.966 at 1M rows, 11.6 ms p50 through
 this package on 2 loaded cores: docs/scaling.md) and ``hnsw.iterative_scan = relaxed_order`` (a kind filter keeps
 its recall), set once per connection; results are re-sorted because relaxed order may return near-ties out of order.
@@ -27,19 +30,23 @@ from ..documents import KINDS, Doc, cut
 from ..update import EMBED_GROUP, SyncReport, mean_vector, vector_blob, with_context
 from .cache import EmbeddingCache, cache_hits, cache_store, register_model, text_sha256, vector_key
 from .connection import LOCK_EMBED, LOCK_SWITCH, LOCK_WRITE, SCHEMA, Vector, psycopg_module
-from .tables import VaultState, pending_count, vec, vec_tables, vsql
+from .tables import BUILD_MEMORY, HNSW_EF_CONSTRUCTION, HNSW_M, VaultState, pending_count, vec, vec_tables, vsql
 from .writes import delete_chunks, insert_chunks
 
 if TYPE_CHECKING:
     from ...models.embeddings import ModelIdentity
 
-HNSW_M, HNSW_EF_CONSTRUCTION = 24, 128
 #: Chunks fetched per batch by embed() and a model switch (texts are embedded EMBED_GROUP at a time).
 FETCH_BATCH = 2_048
 #: How long dropping a retired vector table may wait for readers before it is left for later.
 DROP_LOCK_TIMEOUT = "5s"
-#: maintenance_work_mem for an HNSW build (the graph should fit: ~2 KB per 384-d row).
-BUILD_MEMORY = "512MB"
+
+
+def cosine_ops(conn: Any, table: str) -> str:
+    """The HNSW operator class of a vector table's column: its type's cosine operators."""
+    row = conn.execute("SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                       "AND attname = 'embedding'", (table,)).fetchone()
+    return "halfvec_cosine_ops" if row is not None and row[0] == "halfvec" else "vector_cosine_ops"
 
 
 def rows_of(matrix: Any) -> list[bytes]:
@@ -58,8 +65,10 @@ class ModelVectors:
     cache. Without a ``cache`` of another database, vectors move server-side (cache table -> vector table)."""
 
     def __init__(self, vault: str, url: str, state: Callable[[Any, bool], VaultState], forget: Callable[[], None],
-                 cache: EmbeddingCache | None) -> None:
+                 cache: EmbeddingCache | None, *, vectors: str = "int8") -> None:
         self.vault = vault
+        #: The column type of a model's new table (an existing table keeps its own).
+        self.column = "vector" if vectors == "float32" else "halfvec"
         self._state = state
         self._forget = forget
         self.cache = cache
@@ -124,8 +133,8 @@ class ModelVectors:
         from psycopg import sql
 
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (chunk_id bigint PRIMARY KEY, kind text NOT NULL, "
-                             "embedding vector({}) NOT NULL)").format(vec(v, model_id),
-                                                                       sql.Literal(int(identity.dims))))
+                             "embedding {}({}) NOT NULL)").format(vec(v, model_id), sql.SQL(self.column),
+                                                                   sql.Literal(int(identity.dims))))
 
     def _ensure_hnsw(self, conn: Any, table: Any, v: int, model_id: int) -> None:
         """Build the HNSW index of a vector table when it has none (CONCURRENTLY: writers are not blocked)."""
@@ -141,8 +150,9 @@ class ModelVectors:
         conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(BUILD_MEMORY)))
         try:
             conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} USING hnsw "
-                                 "(embedding vector_cosine_ops) WITH (m = {}, ef_construction = {})").format(
-                sql.Identifier(name), table, sql.Literal(HNSW_M), sql.Literal(HNSW_EF_CONSTRUCTION)))
+                                 "(embedding {}) WITH (m = {}, ef_construction = {})").format(
+                sql.Identifier(name), table, sql.SQL(cosine_ops(conn, f"{SCHEMA}.v{v}_vec_{model_id}")),
+                sql.Literal(HNSW_M), sql.Literal(HNSW_EF_CONSTRUCTION)))
         finally:
             conn.execute("RESET maintenance_work_mem")
 
@@ -516,7 +526,7 @@ class ModelVectors:
         state = self._state(conn, False)
         if state.live_model is None:
             return []
-        rows = conn.execute(vsql(state.vault_id, "SELECT v.embedding FROM {chunks} c JOIN {vt} v ON v.chunk_id = "
+        rows = conn.execute(vsql(state.vault_id, "SELECT v.embedding::vector FROM {chunks} c JOIN {vt} v ON v.chunk_id = "
                                  "c.chunk_id WHERE c.doc_id = (SELECT doc_id FROM {chunks} WHERE chunk_id = %s) "
                                  "ORDER BY c.chunk", vt=vec(state.vault_id, state.live_model)),
                             (int(chunk_id),), binary=True).fetchall()

@@ -1,0 +1,349 @@
+"""8-bit vectors (issue 24): a quarter of the vector bytes, the same ranking as float32 within quantization, one
+score on the cold (sqlite-vec) and warm (numpy) paths, old float32 indexes quantized in place, float32 on request."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fake_embedder import FakeEmbedder, set_model
+from pgserver import pg_server  # noqa: F401
+from memvault import Vault
+from memvault.index import KINDS, Index, matrix, quantize
+from memvault.index.db import connect
+
+WORDS = ("host port server database backup cache proxy queue worker deploy restart nginx postgres redis kafka disk "
+         "memory network firewall certificate token rotate alert page schedule cron log metric trace latency error "
+         "retry timeout replica primary shard index vacuum migrate rollback release build test lint docker kube").split()
+
+
+def write_facts(root: Path, n: int, seed: int = 7) -> None:
+    """``n`` fact files of a few words each, written straight to disk (an index reads files, not the API)."""
+    rng = random.Random(seed)
+    for i in range(n):
+        path = root / "facts" / f"group{i % 17}" / f"fact-{i}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))
+        path.write_text(f"---\nimportance: 0.5\nconfidence: 1.0\nsource: user:test\n---\n{body} number {i}\n")
+
+
+def built(v: Vault, where: Path, kind: str, emb) -> Index:
+    index = Index(where, v.index.sources, vectors=kind)
+    index.rebuild(lambda: emb)
+    return index
+
+
+def vec_bytes(index: Index) -> int:
+    """Bytes of the vec0 table's vector slots (its chunks of vectors, as stored)."""
+    return int(index.stats()["vector_store_bytes"])
+
+
+@pytest.fixture
+def corpus(vault, models, tmp_path):
+    set_model(vault.root, "fake-hash")
+    write_facts(vault.root, 300)
+    v = Vault.open(vault.root, embedder_factory=models)
+    return v, models
+
+
+def test_int8_vectors_take_a_quarter_of_the_bytes_of_float32(vault, models, tmp_path):
+    set_model(vault.root, "fake-hash")
+    models.dims["fake-hash"] = 384  # MiniLM's size: the rows' other columns weigh what they weigh in real use
+    write_facts(vault.root, 1024)  # one vec0 chunk of 1,024 slots, full
+    v = Vault.open(vault.root, embedder_factory=models)
+    emb = v.engine.get()
+    f32, i8 = built(v, tmp_path / "f32", "float32", emb), built(v, tmp_path / "i8", "int8", emb)
+    rows = i8.stats()["vectors"]
+    assert rows == f32.stats()["vectors"] == 1024
+    assert vec_bytes(i8) == vec_bytes(f32) // 4 == 384 * rows  # 384 B a vector against 1,536
+    saved = f32.stats()["used_bytes"] - i8.stats()["used_bytes"]
+    assert saved >= 0.95 * 3 * 384 * rows  # the whole file: 3 bytes a dimension less, nothing else grew
+    assert i8.stats()["used_bytes"] / rows < 0.55 * f32.stats()["used_bytes"] / rows
+
+
+def test_a_row_is_scaled_by_its_own_largest_component():
+    v = np.array([0.05, -0.2, 0.0, 0.1], dtype=np.float32)
+    q = np.frombuffer(quantize.int8_blob(v), dtype=np.int8)
+    assert list(q) == [32, -127, 0, 64]  # all 255 levels for every vector, whatever the model's spread
+    assert quantize.int8_blob(v) == quantize.int8_blob(3 * v) == quantize.int8_blob(v.tobytes())  # no scale to keep
+    assert quantize.int8_matrix(v[None, :]).tobytes() == quantize.int8_blob(v)  # numpy and the cold path agree
+    assert quantize.int8_blob(np.zeros(4, dtype=np.float32)) == bytes(4)
+
+
+def _queries(n: int, seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 5))) for _ in range(n)]
+
+
+def test_int8_ranks_as_float32_and_cold_and_warm_paths_agree(corpus, tmp_path):
+    v, _models = corpus
+    emb = v.engine.get()
+    f32, i8 = built(v, tmp_path / "f32", "float32", emb), built(v, tmp_path / "i8", "int8", emb)
+    kinds = list(KINDS)
+    overlap = []
+    for text in _queries(40):
+        q = emb.embed_query(text)
+        exact = [r for r, _ in f32.search_vectors(q, kinds, 10)]
+        cold = i8.search_vectors(q, kinds, 10)  # first search of the process: sqlite-vec's KNN
+        i8._vector_searches = 1
+        warm = i8.search_vectors(q, kinds, 10)  # the in-memory int8 matrix
+        i8._vector_searches = 0
+        # one ranking, one score, whichever path (rows of equal score may come in either order)
+        assert [s for _, s in warm] == pytest.approx([s for _, s in cold], abs=1e-5)
+        last = cold[-1][1]
+        assert {r for r, s in warm if s > last + 1e-5} == {r for r, s in cold if s > last + 1e-5}
+        overlap.append(len(set(exact) & {r for r, _ in cold}) / 10)
+        sims = i8.similarities(q, [r for r, _ in cold])
+        assert [sims[r] for r, _ in cold] == pytest.approx([s for _, s in cold], abs=1e-5)
+    assert np.mean(overlap) >= 0.95
+
+
+def test_the_first_stage_finds_the_exact_top_rows(monkeypatch):
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(50, 384))
+    data = (centres[rng.integers(0, 50, 3000)] + rng.normal(0, 0.3, (3000, 384))).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    ints = quantize.int8_matrix(data)
+    norms = np.linalg.norm(ints.astype(np.float32), axis=1)
+    kinds = np.array(["fact" if i % 3 else "episode" for i in range(len(data))])
+    m = matrix.VectorMatrix(np.arange(len(data), dtype=np.int64) + 1, kinds, ints, norms, matrix.sign_words(ints))
+    found = []
+    for i in range(30):
+        q = data[i * 7] + rng.normal(0, 0.2, 384).astype(np.float32)
+        q /= np.linalg.norm(q)
+        for wanted in (list(KINDS), ["fact"]):
+            monkeypatch.setattr(matrix, "RESCORE_MIN", 3000)  # every row: no first stage
+            exact = m.top_k(q, wanted, 10)
+            monkeypatch.setattr(matrix, "RESCORE_MIN", 300)  # a tenth of the rows
+            staged = m.top_k(q, wanted, 10)
+            assert all(kinds[r - 1] in wanted for r, _ in staged)
+            found.append(len({r for r, _ in exact} & {r for r, _ in staged}) / 10)
+            # what both hold is scored alike: the first stage only chooses rows
+            both = dict(exact)
+            assert all(s == pytest.approx(both[r], abs=1e-6) for r, s in staged if r in both)
+    assert np.mean(found) >= 0.95
+
+
+def test_the_format_is_stamped_beside_the_model_and_a_new_model_rebuilds(corpus, tmp_path):
+    v, models = corpus
+    v.reindex()
+    conn = v.index.connection()
+    stamp = {k: json.loads(val) for k, val in conn.execute("SELECT key, value FROM meta WHERE key IN ('model', "
+                                                           "'vectors')")}
+    assert stamp["vectors"] == {"type": "int8"} and stamp["model"]["name"] == "fake-hash"
+    assert "int8[32]" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()[0]
+    old = v.index.current_target()
+    set_model(v.root, "fake-other")
+    v2 = Vault.open(v.root, embedder_factory=models)
+    v2.reindex()
+    assert v2.index.current_target() != old  # a new generation, every vector of the new model
+    conn = v2.index.connection()
+    assert "int8[16]" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()[0]
+    assert conn.execute("SELECT COUNT(*) FROM chunks_vec").fetchone()[0] == v2.index.stats()["chunks"]
+    assert v2.index.pending() == 0
+
+
+def _float32_setting(root: Path, on: bool) -> None:
+    toml = root / "memvault.toml"
+    text = toml.read_text().replace('\nvectors = "float32"', "")
+    if on:
+        text = text.replace('backend = "sqlite"', 'backend = "sqlite"\nvectors = "float32"')
+    toml.write_text(text)
+
+
+def test_a_float32_index_is_quantized_in_place_with_one_line(corpus):
+    v, models = corpus
+    _float32_setting(v.root, True)
+    old = Vault.open(v.root, embedder_factory=models)
+    old.reindex()
+    conn = old.index.connection()
+    floats = dict(conn.execute("SELECT rowid, embedding FROM chunks_vec"))
+    assert "float[32]" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()[0]
+    target = old.index.current_target()
+    old.close()
+    # as an index before the stamp left it: no 'vectors' in meta, no migration 0006
+    conn = connect(target)
+    conn.execute("DELETE FROM meta WHERE key = 'vectors'")
+    conn.execute("DELETE FROM migrations WHERE name = '0006_vector_format'")
+    conn.close()
+    _float32_setting(v.root, False)
+    emb = models.instances["fake-hash"]
+    emb.reset_counts()
+    new = Vault.open(v.root, embedder_factory=models)
+    conn = new.index.connection()
+    said = [w for w in new.index.warnings if "8-bit" in w]
+    assert len(said) == 1 and "bytes a row" in said[0], new.index.warnings
+    assert dict(conn.execute("SELECT rowid, embedding FROM chunks_vec")) == {
+        r: quantize.int8_blob(b) for r, b in floats.items()}
+    assert quantize.stored(conn) == "int8" and new.index.pending() == 0
+    assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'chunks_vec_float32'").fetchone()[0] == 0
+    assert emb.embedded == 0  # no model needed
+    new.close()
+    again = Vault.open(v.root, embedder_factory=models)
+    again.index.connection()
+    assert not [w for w in again.index.warnings if "8-bit" in w]  # said once, when it happened
+    assert again.recall("host port", k=3, record_access=False)
+
+
+def test_the_setting_keeps_float32_and_reindex_full_goes_back(corpus):
+    v, models = corpus
+    v.reindex()  # int8 by default
+    _float32_setting(v.root, True)
+    f = Vault.open(v.root, embedder_factory=models)
+    conn = f.index.connection()
+    assert quantize.stored(conn) == "int8"  # nothing converts back without the model
+    assert any('reindex --full' in w for w in f.index.warnings)
+    f.reindex(full=True)
+    conn = f.index.connection()
+    assert quantize.stored(conn) == "float32"
+    assert "float[32]" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()[0]
+    assert len(conn.execute("SELECT embedding FROM chunks_vec LIMIT 1").fetchone()[0]) == 4 * 32
+    hits = f.recall("host port", k=3, record_access=False)
+    assert hits and f.index.search_vectors(models.instances["fake-hash"].embed_query("host"), list(KINDS), 3)
+    # and stays float32: an index opened with the setting is never quantized
+    f.close()
+    g = Vault.open(v.root, embedder_factory=models)
+    assert quantize.stored(g.index.connection()) == "float32"
+
+
+def test_the_setting_is_validated(vault):
+    toml = vault.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('backend = "sqlite"', 'backend = "sqlite"\nvectors = "float16"'))
+    from memvault.rules.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vectors"):
+        Vault.open(vault.root)
+
+
+def test_doc_vectors_are_unit_vectors_of_the_stored_rows(corpus):
+    v, models = corpus
+    v.reindex()
+    conn = v.index.connection()
+    rowid = conn.execute("SELECT rowid FROM chunks LIMIT 1").fetchone()[0]
+    (vec,) = v.index.doc_vectors(rowid)
+    assert vec.dtype == np.float32 and float(np.linalg.norm(vec)) == pytest.approx(1.0, abs=1e-5)
+    text = conn.execute("SELECT text FROM chunk_texts WHERE rowid = ?", (rowid,)).fetchone()[0]
+    exact = models.instances["fake-hash"].embed_documents([text])[0]
+    assert float(vec @ exact) > 0.999
+
+
+@pytest.mark.model
+def test_minilm_int8_recall_matches_float32(tmp_path):
+    """The packaged MiniLM on the example vault: every query's top 5 as float32 gives it."""
+    import shutil
+
+    root = tmp_path / "vault"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "vault", root)
+    toml = root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', 'model = "all-MiniLM-L6-v2"'))
+    v = Vault.open(root, daemon=False)
+    emb = v.engine.get()
+    f32, i8 = built(v, tmp_path / "f32", "float32", emb), built(v, tmp_path / "i8", "int8", emb)
+    kinds = list(KINDS)
+    queries = ["which port does the primary database listen on", "how do I restart the web server",
+               "when does the backup run", "what did we decide about the deploy", "rotate the TLS certificate",
+               "who is on call", "the cache is slow", "reload nginx"]
+    for text in queries:
+        q = emb.embed_query(text)
+        exact = f32.search_vectors(q, kinds, 5)
+        quant = i8.search_vectors(q, kinds, 5)
+        assert {r for r, _ in quant[:3]} <= {r for r, _ in exact}, text
+        assert [s for _, s in quant] == pytest.approx([s for _, s in exact][:len(quant)], abs=0.02)
+
+
+# ------------------------------------------------------------------------------------------------ PostgreSQL
+def _pg_corpus():
+    from memvault.index.documents import Doc
+
+    rng = random.Random(11)
+    return [Doc(kind="fact", item_id=f"ops/fact-{i}", path=f"facts/ops/fact-{i}.md", header=f"ops/fact-{i}",
+                body=" ".join(rng.choice(WORDS) for _ in range(8)) + f" number {i}", importance=0.5, confidence=1.0,
+                source="user:ops", created="2026-11-20T10:00:00Z", updated="2026-11-20T10:00:00Z")
+            for i in range(60)]
+
+
+@pytest.fixture
+def pg_url(pg_server, request):  # noqa: F811
+    psycopg = pytest.importorskip("psycopg")
+    name = "cv_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40]
+    with psycopg.connect(pg_server.url_for("postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return pg_server.url_for(name)
+
+
+def _pg_index(url, emb, vectors="int8"):
+    from memvault.index.postgres import SharedIndex
+
+    ix = SharedIndex(url, "team", vectors=vectors)
+    ix.ensure()
+    ix.apply(_pg_corpus(), {d.path: "blob" for d in _pg_corpus()}, head="h1", splitter=emb)
+    ix.embed(emb)
+    return ix
+
+
+def _pg(url, query, params=()):
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _column_and_graph(url):
+    (table,) = [r[0] for r in _pg(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'memvault' AND "
+                                       "tablename ~ '^v[0-9]+_vec_[0-9]+$'")]
+    kind = _pg(url, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                    "to_regclass('memvault.' || %s) AND attname = 'embedding'", (table,))[0][0]
+    graph = _pg(url, "SELECT indexdef FROM pg_indexes WHERE schemaname = 'memvault' AND tablename = %s "
+                     "AND indexdef LIKE '%%hnsw%%'", (table,))
+    return table, kind, graph[0][0] if graph else None
+
+
+def test_the_shared_index_stores_halfvec_and_reads_float32_back(pg_url):
+    emb = FakeEmbedder(32)
+    ix = _pg_index(pg_url, emb)
+    try:
+        _table, kind, graph = _column_and_graph(pg_url)
+        assert kind == "halfvec(32)" and "halfvec_cosine_ops" in graph
+        q = emb.embed_query("host port server")
+        hits = ix.search_vectors(q, list(KINDS), 10)
+        exact = np.array([emb.embed_documents([f"ops/fact-{i}\n" + d.body])[0] for i, d in enumerate(_pg_corpus())])
+        assert len(hits) == 10 and hits == sorted(hits, key=lambda h: -h[1])
+        assert [s for _, s in hits] == pytest.approx(sorted((exact @ q).tolist(), reverse=True)[:10], abs=2e-3)
+        vecs = ix.doc_vectors(hits[0][0])
+        assert vecs[0].dtype == np.float32 and len(vecs[0]) == 32 and float(np.linalg.norm(vecs[0])) == \
+            pytest.approx(1.0, abs=2e-3)
+        assert ix.similarities(q, [hits[0][0]])[hits[0][0]] == pytest.approx(hits[0][1], abs=1e-6)
+    finally:
+        ix.close()
+
+
+def test_the_shared_index_keeps_float32_when_asked_and_0002_makes_old_tables_halfvec(pg_url):
+    emb = FakeEmbedder(32)
+    ix = _pg_index(pg_url, emb, vectors="float32")
+    q = emb.embed_query("host port server")
+    try:
+        table, kind, graph = _column_and_graph(pg_url)
+        assert kind == "vector(32)" and "vector_cosine_ops" in graph
+        before = ix.search_vectors(q, list(KINDS), 5)
+    finally:
+        ix.close()
+    # as a vault made before 0002: its float32 table is rewritten as halfvec and its graph rebuilt on it
+    _pg(pg_url, "DELETE FROM memvault.vault_migrations WHERE name = '0002_halfvec'")
+    from memvault.index.postgres import SharedIndex
+
+    again = SharedIndex(pg_url, "team")
+    try:
+        again.ensure()
+        table2, kind, graph = _column_and_graph(pg_url)
+        assert table2 == table and kind == "halfvec(32)" and "halfvec_cosine_ops" in graph
+        after = again.search_vectors(q, list(KINDS), 5)
+        assert [r for r, _ in after] == [r for r, _ in before]
+        assert [s for _, s in after] == pytest.approx([s for _, s in before], abs=2e-3)
+        assert again.pending() == 0
+    finally:
+        again.close()
