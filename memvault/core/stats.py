@@ -27,9 +27,9 @@ PROJECTION_MIN_ROWS = 1000
 ESTIMATE_SAMPLE_FILES = 200
 
 
-def vector_store_bytes(rows: int, dims: int) -> int:
-    """What sqlite-vec allocates for ``rows`` vectors of ``dims`` float32s."""
-    return -(-rows // VEC0_CHUNK_ROWS) * VEC0_CHUNK_ROWS * 4 * dims
+def vector_store_bytes(rows: int, dims: int, width: int = 4) -> int:
+    """What sqlite-vec allocates for ``rows`` vectors of ``dims`` components of ``width`` bytes (int8: 1)."""
+    return -(-rows // VEC0_CHUNK_ROWS) * VEC0_CHUNK_ROWS * width * dims
 
 
 def _human(n: float) -> str:
@@ -246,7 +246,7 @@ def projected_bytes(index: dict[str, Any], rows: int) -> float | None:
     if have < PROJECTION_MIN_ROWS or not model:
         return None
     other = (index["used_bytes"] - (index["vector_store_bytes"] or 0)) / have
-    return other * rows + vector_store_bytes(rows, model["dims"])
+    return other * rows + vector_store_bytes(rows, model["dims"], index.get("vector_width", 4))
 
 
 def _estimate_bytes(index: VaultIndex, current: dict[str, Any], identity: Any, chunks: int,
@@ -262,7 +262,7 @@ def _estimate_bytes(index: VaultIndex, current: dict[str, Any], identity: Any, c
         per_chunk = max(0.0, other / current["chunks"])
     else:
         per_chunk = max(0.0, (sampled - empty) / sampled_chunks) if sampled_chunks else 0.0
-    return int(empty + per_chunk * chunks + vector_store_bytes(chunks, identity.dims))
+    return int(empty + per_chunk * chunks + vector_store_bytes(chunks, identity.dims, current.get("vector_width", 4)))
 
 
 def _duration(seconds: float) -> str:

@@ -754,7 +754,7 @@ class Index(Listings):
     def stats(self) -> dict[str, Any]:
         target = self.current_target()
         if target is None:
-            return {"exists": False}
+            return {"exists": False, "vector_width": 1 if self.vector_type == "int8" else 4}
         conn = self.connection()
         kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM docs GROUP BY kind").fetchall())
         chunks = conn.execute("SELECT COUNT(*), COUNT(model) FROM chunks").fetchone()
@@ -778,4 +778,6 @@ class Index(Listings):
             "used_bytes": used,
             "model": identity.to_dict() if identity else None,
             "vector_store_bytes": vec_bytes,
+            #: bytes a dimension of a stored vector (int8: 1, float32: 4), for projections
+            "vector_width": 1 if (self._format or self.vector_type) == "int8" else 4,
         }
