@@ -19,8 +19,11 @@ from eval_recall import DEFAULT_CACHE, open_vault, write_config  # noqa: E402
 
 from memvault.index import KINDS  # noqa: E402
 from memvault.index import search  # noqa: E402
+from memvault.index.search import query_terms  # noqa: E402
+from memvault.core.recall import named_words  # noqa: E402
 
 N = 100
+COVERED = 300
 
 
 def vault_dump(vault: Any) -> dict[str, Any]:
@@ -34,8 +37,14 @@ def vault_dump(vault: Any) -> dict[str, Any]:
             for r, d in docs.items()}
     for r, d in docs.items():
         slim[r]["len"] = len(d["body"])
+    from memvault.core import calibration
+
+    from memvault.index import KINDS as kinds_all
+
+    scale = calibration.current(index, vault.engine.get(), kinds_all)
     return {"rowids": rowids, "kinds": kinds, "matrix": matrix, "docs": slim, "neighbours": neighbours,
-            "bodies": {r: d["body"] for r, d in docs.items()}}
+            "bodies": {r: d["body"] for r, d in docs.items()},
+            "calibration": scale.to_json() if scale is not None else None}
 
 
 def query_dump(vault: Any, query: str) -> dict[str, Any]:
@@ -46,19 +55,22 @@ def query_dump(vault: Any, query: str) -> dict[str, Any]:
     ph = index.search_phrases(query, kinds, 300)
     ex = index.search_exact(query, kinds, 300)
     qvec = emb.embed_query(query)
-    cov = {}
-    for r, _ in kw[:15]:
-        cov[r] = index.coverage(query, r)
-    return {"query": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov}
+    # coverage of every keyword candidate (a chunk without a query word covers nothing): the abstention test reads
+    # the best match's, the rescoring of the best candidates every one's
+    cov = index.coverages(query, [r for r, _ in kw[:COVERED]])
+    names = named_words(query)
+    return {"query": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov,
+            "names": names, "unknown_names": index.unknown_words(names) if names else [],
+            "unknown_terms": index.unknown_words(query_terms(query))}
 
 
-def dump(sets: list[str], out: Path) -> None:
+def dump(sets: list[str], out: Path, cache: Path = DEFAULT_CACHE) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for set_name in sets:
         target = out / f"{set_name}.pkl"
         if target.exists():
             continue
-        corpora = ec.build(set_name, DEFAULT_CACHE)
+        corpora = ec.build(set_name, cache)
         vaults = []
         for c in corpora:
             write_config(c.vault)
@@ -86,7 +98,7 @@ def dump(sets: list[str], out: Path) -> None:
             groups = sorted({p.relative_to(corpus.vault / "procedures").parts[0]
                              for p in (corpus.vault / "procedures").rglob("*") if p.is_file()})
             keep = set(groups[0::2])
-            half = DEFAULT_CACHE / "alert_half"
+            half = cache / "alert_half"
             if not (half / ".memvault").exists():
                 shutil.rmtree(half, ignore_errors=True)
                 shutil.copytree(corpus.vault, half, ignore=shutil.ignore_patterns(".memvault"))
@@ -114,8 +126,9 @@ def main() -> None:
     ap.add_argument("--sets", default="alert_to_runbook,locomo_facts,locomo_summaries,locomo_turns,cheat_to_tldr,"
                                       "tldr_self")
     ap.add_argument("--out", type=Path, default=DEFAULT_CACHE.parent / "lab")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the eval vaults are built")
     args = ap.parse_args()
-    dump(args.sets.split(","), args.out)
+    dump(args.sets.split(","), args.out, args.cache.resolve())
 
 
 if __name__ == "__main__":
