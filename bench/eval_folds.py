@@ -36,14 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
-from memvault.core.rescore import rescore  # noqa: E402
+from memvault.core.rescore import keyword_trust, rescore  # noqa: E402
 
 SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook")
 TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat_to_tldr": 10, "tldr_self": 5,
             "alert_to_runbook": 5}
 N = 100  # [recall] candidates
-GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3, 0.45)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
+GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
+        "h": (0.0, 0.5, 0.75, 1.0)}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
            "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
@@ -71,7 +72,8 @@ class Q:
     doc: list[str]  # per row: "kind:id"
     neigh: dict[int, list[int]]  # row position -> neighbour row positions
     semantic: float  # best calibrated evidence of any kind
-    held: float  # coverage of the best keyword match
+    held: float  # coverage of the best keyword match (abstention)
+    top_cov: float  # coverage of the best BM25 match (the keyword side's confidence)
     any_exact: bool
     unknown_names: bool
     unknown_terms: bool
@@ -136,22 +138,24 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         # the "words" candidate of the abstention test: the best keyword part (shipped p), its coverage
         kpart = (kwa + 0.25 * pha) / 1.25
         held = float(cov[int(np.argmax(kpart))]) if len(rows) and kpart.max() > 0 else 0.0
+        top_cov = float(q["cov"].get(q["kw"][0][0], 0.0)) if q["kw"] else 0.0
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
                      {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
-                     semantic, held, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
+                     semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
                      lengths[q["vault"]]))
     del cos_cache
     return out
 
 
-def rank(q: Q, s: float, p: float, g: float, c: float, floor: float = RELATIVE_FLOOR) -> list[str]:
+def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10."""
     if not len(q.rows):
         return []
     best_cos = max(float(q.cos[q.cos > 0].max()) if (q.cos > 0).any() else 0.0, 0.0) or 1.0
-    rel = s * np.maximum(q.cos, 0.0) / best_cos + (1 - s) * (q.kw + p * q.ph) / (1 + p)
+    trust = keyword_trust(q.top_cov, h)
+    rel = s * np.maximum(q.cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
     if q.neigh:
         smooth = rel.copy()
         for i, ns in q.neigh.items():
@@ -164,9 +168,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, floor: float = RELATIVE_F
     best: dict[str, float] = {}
     cov: dict[str, float] = {}
     for d, r, cv in zip(q.doc, rel, q.cov):
-        if r > best.get(d, -1.0):
+        if r > best.get(d, -1.0):  # a doc is its best chunk, with that chunk's coverage (as recall has it)
             best[d] = float(r)
-        if cv > cov.get(d, 0.0):
             cov[d] = float(cv)
     top = max(best.values())
     best = {d: r for d, r in best.items() if r >= floor * top}
@@ -204,10 +207,17 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     """Per ranking combination, per positive question, hit at its set's target k (1/0)."""
     out = {}
     pos = [q for q in qs if q.label == "pos"]
+    memo: dict[tuple[int, tuple[float, ...]], float] = {}
+    gi = list(GRID).index("g")
     for combo in itertools.product(*GRID.values()):
-        s, p, g, c = combo
-        out[combo] = np.array([1.0 if q.relevant.intersection(rank(q, s, p, g, c)[:TARGET_K[q.set]]) else 0.0
-                               for q in pos])
+        hits = []
+        for i, q in enumerate(pos):
+            eff = combo if q.neigh else combo[:gi] + (0.0,) + combo[gi + 1:]  # g moves only conversation turns
+            key = (i, eff)
+            if key not in memo:
+                memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0
+            hits.append(memo[key])
+        out[combo] = np.array(hits)
         print("  ranking", dict(zip(GRID, combo)), file=sys.stderr, flush=True)
     return out
 
@@ -269,7 +279,7 @@ def score(qs: list[Q], choice: dict[str, Any]) -> dict[str, dict[str, float]]:
             o["half"] += 1
             o["half_false"] += no
             continue
-        ranked = [] if no else rank(q, choice["s"], choice["p"], choice["g"], choice["c"])
+        ranked = [] if no else rank(q, *(choice[k] for k in GRID))
         o["n"] += 1
         o["false_nothing"] += no
         for k in (1, 5, 10):
@@ -358,7 +368,7 @@ def report(res: dict[str, Any]) -> str:
              "shipped | unanswerable refused oof / in / shipped | gold in 10k chars / 2.5k tokens (oof) |",
              "|---|---|---|---|---|---|---|---|"]
     for s in res["out_of_fold"]:
-        k = TARGET_K[s]
+        k = TARGET_K[s.split("@")[0]]
         o, i, d = res["out_of_fold"][s], res["in_sample"][s], res["shipped"][s]
         neg = (f"{o.get('neg_refused', 0):.3f} / {i.get('neg_refused', 0):.3f} / {d.get('neg_refused', 0):.3f}"
                if "neg_refused" in o else "—")

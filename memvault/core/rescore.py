@@ -28,8 +28,18 @@ def rescore(relevance: Mapping[K, float], coverage: Mapping[K, float], weight: f
     """``relevance`` (key -> 0..1) re-scored by ``coverage`` (key -> 0..1; missing = 0) as the module doc says."""
     if not weight:
         return dict(relevance)
-    top = sorted(relevance, key=lambda key: -relevance[key])[:depth]
+    top = sorted(relevance, key=lambda key: (-relevance[key], key))[:depth]  # ties: the order recall ranks in
     out = {key: (1 - weight) * value for key, value in relevance.items()}
     for key in top:
         out[key] += weight * coverage.get(key, 0.0)
     return out
+
+
+def keyword_trust(coverage: float, full: float) -> float:
+    """How much the keyword side of relevance counts for a question (0..1): in full when its best keyword match
+    holds ``full`` of the question's IDF weight, in proportion below (``[recall] keyword_coverage``; 0: always in
+    full). Keyword scores are divided by the best one's, so a match on one common word ("database") would otherwise
+    look as strong as a match on every word, and outrank the memory that is about the question in meaning."""
+    if not full:
+        return 1.0
+    return max(0.0, min(1.0, coverage / full))
