@@ -13,7 +13,9 @@ only the vectors changed:
 - ``prev1``: the shipped one, re-made here (must give the dump's own figures);
 - ``prev2``: the two turns before;
 - ``prev2next``: the two turns before and the one after (a turn written later re-embeds its predecessor);
-- ``session``: the turn after the session's date ("8 May 2023") and the turn before.
+- ``session``: the turn after the session's date ("8 May 2023") and the turn before;
+- ``prev1next``, ``next``, ``session_prev2next``: the turn before and the one after; the one after alone; the date,
+  the two before and the one after.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import rank_sim as rs  # noqa: E402
 from eval_recall import open_vault  # noqa: E402
 
 GAP = 600.0
-VARIANTS = ("alone", "prev1", "prev2", "prev2next", "session")
+VARIANTS = ("alone", "prev1", "prev2", "prev2next", "session", "prev1next", "next", "session_prev2next")
 
 
 def sequences(v: dict[str, Any]) -> list[list[int]]:
@@ -57,7 +59,7 @@ def texts_for(v: dict[str, Any], variant: str) -> dict[int, list[str]]:
             t = body[r]
             before = [body[x] for x in seq[max(0, i - 2):i]]
             after = [body[x] for x in seq[i + 1:i + 2]]
-            if variant == "alone" or (not before and variant != "prev2next" and variant != "session"):
+            if variant == "alone" or (not before and variant in ("prev1", "prev2")):
                 out[r] = [t]
             elif variant == "prev1":
                 out[r] = [t, before[-1] + "\n" + t]
@@ -65,6 +67,13 @@ def texts_for(v: dict[str, Any], variant: str) -> dict[int, list[str]]:
                 out[r] = [t, "\n".join(before + [t])]
             elif variant == "prev2next":
                 out[r] = [t, "\n".join(before + [t] + after)]
+            elif variant == "prev1next":
+                out[r] = [t, "\n".join(before[-1:] + [t] + after)]
+            elif variant == "next":
+                out[r] = [t, "\n".join([t] + after)] if after else [t]
+            elif variant == "session_prev2next":
+                day = datetime.fromisoformat(v["docs"][r]["created"].replace("Z", "+00:00")).strftime("%-d %B %Y")
+                out[r] = [t, "\n".join([day] + before + [t] + after)]
             elif variant == "session":
                 day = datetime.fromisoformat(v["docs"][r]["created"].replace("Z", "+00:00")).strftime("%-d %B %Y")
                 out[r] = [t, "\n".join([day] + before[-1:] + [t])]

@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
-from memvault.core.rescore import keyword_trust, rescore  # noqa: E402
+from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
 
-SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook")
+SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook", "ops")
 TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat_to_tldr": 10, "tldr_self": 5,
-            "alert_to_runbook": 5}
+            "alert_to_runbook": 5, "ops": 3}
 N = 100  # [recall] candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0)}
@@ -78,6 +78,7 @@ class Q:
     unknown_names: bool
     unknown_terms: bool
     lengths: dict[str, int] = field(default_factory=dict)  # doc -> characters of its text
+    single: bool = False  # every row is a doc of its own (no doc has two chunks among the candidates)
 
 
 def _groups(name: str, q: dict[str, Any]) -> str:
@@ -118,7 +119,8 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         rows = set(kw) | set(ph) | ex | {int(v["rowids"][i]) for i in top}
         neigh_ids = {r: v["neighbours"][r] for r in rows if r in v["neighbours"]}
         rows |= {x for ns in neigh_ids.values() for x in ns}
-        rows = sorted(r for r in rows if r in ri and r in v["dockey"])
+        # in doc-key order: a stable sort on score then breaks ties by key, as recall does
+        rows = sorted((r for r in rows if r in ri and r in v["dockey"]), key=lambda r: (v["dockey"][r], r))
         pos = {r: i for i, r in enumerate(rows)}
         best_kw = max(kw.values(), default=0.0) or 1.0
         best_ph = max(ph.values(), default=0.0) or 1.0
@@ -144,7 +146,7 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
                      {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
                      semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
-                     lengths[q["vault"]]))
+                     lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows)))
     del cos_cache
     return out
 
@@ -165,6 +167,15 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, floor: fl
     if q.any_exact:
         rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
     rel = np.minimum(rel, 1.0)
+    if q.single:  # the fast path: rows are docs, in key order
+        keep = np.flatnonzero(rel >= floor * rel.max())
+        r = rel[keep]
+        if c:
+            top = np.argsort(-r, kind="stable")[:DEPTH]
+            r = (1 - c) * r
+            r[top] += c * q.cov[keep][top]
+        order = keep[np.argsort(-r, kind="stable")[:10]]
+        return [q.doc[i] for i in order]
     best: dict[str, float] = {}
     cov: dict[str, float] = {}
     for d, r, cv in zip(q.doc, rel, q.cov):
@@ -392,8 +403,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--max-false", type=float, default=0.02,
                     help="the share of answerable questions the abstention may refuse on each training set")
+    ap.add_argument("--grid", default="", help="override the ranking grid: 'h=0,0.75;c=0' (the others as GRID)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    for part in filter(None, args.grid.split(";")):
+        key, values = part.split("=")
+        if key not in GRID:
+            sys.exit(f"eval_folds: --grid: {key!r} is not one of {', '.join(GRID)}")
+        GRID[key] = tuple(float(x) for x in values.split(","))
     names = [n for n in args.sets.split(",") if (rs.LAB / f"{n}.pkl").exists() or sys.exit(
         f"eval_folds: no dump for {n} in {rs.LAB}: run bench/rank_lab.py dump --sets {n}")]
     res = run(names, args.folds, args.max_false)

@@ -64,11 +64,52 @@ def query_dump(vault: Any, query: str) -> dict[str, Any]:
             "unknown_terms": index.unknown_words(query_terms(query))}
 
 
+OPS = Path(__file__).resolve().parent.parent / "tests" / "data" / "ops_vault.json"
+
+
+def dump_ops(target: Path, cache: Path) -> None:
+    """The ops team's vault of issue 17 (tests/data/ops_vault.json): 24 facts, 32 answerable questions asked in
+    other words, 14 it cannot answer."""
+    import json
+    import subprocess
+
+    from memvault import Vault
+
+    spec = json.loads(OPS.read_text("utf-8"))
+    root = cache / "ops_vault"
+    if not (root / "memvault.toml").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        # a repository of its own: inside the project's work tree Vault.init would commit the facts to it
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        Vault.init(root, daemon=False, model="all-MiniLM-L6-v2")
+        v = Vault.open(root, daemon=False)
+        for key, text in spec["facts"].items():
+            v.facts.set(key, text, source="user:admin")
+    write_config(root)
+    v = open_vault(root)
+    v.reindex()
+    data: dict[str, Any] = {"vaults": {"ops": vault_dump(v)}, "queries": []}
+    for i, (question, key) in enumerate(spec["answerable"]):
+        d = query_dump(v, question)
+        d.update(qid=f"ops-{i}", relevant={f"fact:{key}"}, vault="ops", label="pos", meta={})
+        data["queries"].append(d)
+    for i, question in enumerate(spec["unanswerable"]):
+        d = query_dump(v, question)
+        d.update(qid=f"ops-neg-{i}", relevant=set(), vault="ops", label="neg", meta={})
+        data["queries"].append(d)
+    with open(target, "wb") as fh:
+        pickle.dump(data, fh)
+
+
 def dump(sets: list[str], out: Path, cache: Path = DEFAULT_CACHE) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for set_name in sets:
         target = out / f"{set_name}.pkl"
         if target.exists():
+            continue
+        if set_name == "ops":
+            dump_ops(target, cache)
             continue
         corpora = ec.build(set_name, cache)
         vaults = []
