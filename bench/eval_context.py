@@ -15,7 +15,8 @@ only the vectors changed:
 - ``prev2next``: the two turns before and the one after (a turn written later re-embeds its predecessor);
 - ``session``: the turn after the session's date ("8 May 2023") and the turn before;
 - ``prev1next``, ``next``, ``session_prev2next``: the turn before and the one after; the one after alone; the date,
-  the two before and the one after.
+  the two before and the one after; ``session_prev2``: the date and the two before (what an index can embed
+  when the turn is written, without waiting for the next).
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ import rank_sim as rs  # noqa: E402
 from eval_recall import open_vault  # noqa: E402
 
 GAP = 600.0
-VARIANTS = ("alone", "prev1", "prev2", "prev2next", "session", "prev1next", "next", "session_prev2next")
+VARIANTS = ("alone", "prev1", "prev2", "prev2next", "session", "prev1next", "next", "session_prev2next",
+            "session_prev2")
 
 
 def sequences(v: dict[str, Any]) -> list[list[int]]:
@@ -71,6 +73,9 @@ def texts_for(v: dict[str, Any], variant: str) -> dict[int, list[str]]:
                 out[r] = [t, "\n".join(before[-1:] + [t] + after)]
             elif variant == "next":
                 out[r] = [t, "\n".join([t] + after)] if after else [t]
+            elif variant == "session_prev2":
+                day = datetime.fromisoformat(v["docs"][r]["created"].replace("Z", "+00:00")).strftime("%-d %B %Y")
+                out[r] = [t, "\n".join([day] + before + [t])]
             elif variant == "session_prev2next":
                 day = datetime.fromisoformat(v["docs"][r]["created"].replace("Z", "+00:00")).strftime("%-d %B %Y")
                 out[r] = [t, "\n".join([day] + before + [t] + after)]

@@ -38,8 +38,11 @@ def measure(root: Path, settings: dict[str, float]) -> dict[str, dict[str, objec
     from memvault import Vault
 
     toml = root / "memvault.toml"
-    text = toml.read_text().split("\n[recall]")[0].rstrip("\n")
-    toml.write_text(text + "\n\n[recall]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+    text = toml.read_text()
+    for key, value in settings.items():  # the template lists every [recall] setting at its default
+        start = text.index(f"\n{key} = ") + 1
+        text = text[:start] + f"{key} = {value}" + text[text.index("\n", start):]
+    toml.write_text(text)
     v = Vault.open(root, daemon=False)
     out = {}
     sets = {"issue": [(q, k) for q, k in DATA["questions"]], "paraphrases": [(p["query"], p["relevant"][0])

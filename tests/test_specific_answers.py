@@ -40,7 +40,10 @@ def first(v, question: str) -> str | None:
 @pytest.mark.parametrize("question", [
     "who is carrying the pager this week and when does it switch",
     "how often do we snapshot the database and where are copies stored",
-    "why did the database server almost run out of storage last week",
+    pytest.param("why did the database server almost run out of storage last week", marks=pytest.mark.xfail(
+        strict=True, reason="with the defaults db/connections (\"database\", \"server\") wins; [recall] "
+                            "keyword_coverage ranks the incident first (next test) but does not hold out of fold: "
+                            "LoCoMo turns R@10 -.009 at 0.5 (docs/benchmarks.md, issue 27), so it stays off")),
     pytest.param("what happens if nobody answers an alert", marks=pytest.mark.xfail(
         strict=True, reason="MiniLM puts the monitoring fact nearer in meaning (cosine .358 against the escalation "
                             "fact's .312; no sentence of the escalation fact reaches the monitoring fact's best) and "
@@ -53,15 +56,18 @@ def test_the_specific_answer_ranks_first(service, question):
 
 @pytest.mark.model
 def test_a_match_on_one_common_word_does_not_outrank_the_memory_about_the_question(service):
-    """The disk incident shares no word with the question; db/connections shares "database" and "server". With the
-    keyword side at full strength (keyword_coverage 0) the general fact wins."""
+    """The disk incident shares no word with the question; db/connections shares "database" and "server", two common
+    words of a quarter of the question's weight. With the keyword side at full strength (keyword_coverage 0, the
+    default) the general fact wins; counting it in proportion to that coverage puts the incident first."""
     q = "why did the database server almost run out of storage last week"
-    assert first(service, q) == "incidents/db-disk"
+    assert first(service, q) == "db/connections"  # the defaults (keyword_coverage 0)
     toml = service.root / "memvault.toml"
     before = toml.read_text()
     try:
-        toml.write_text(before + "\n[recall]\nkeyword_coverage = 0.0\n")
-        assert first(Vault.open(service.root, daemon=False), q) == "db/connections"
+        for value in (0.5, 0.75, 1.0):
+            assert "keyword_coverage = 0.0" in before
+            toml.write_text(before.replace("keyword_coverage = 0.0", f"keyword_coverage = {value}"))
+            assert first(Vault.open(service.root, daemon=False), q) == "incidents/db-disk", value
     finally:
         toml.write_text(before)
 
