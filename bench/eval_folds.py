@@ -278,7 +278,7 @@ def score(qs: list[Q], choice: dict[str, Any]) -> dict[str, dict[str, float]]:
     evidence within the budgets."""
     out: dict[str, dict[str, Any]] = {}
     for q in qs:
-        o = out.setdefault(q.set, {"n": 0, "R@1": 0, "R@5": 0, "R@10": 0, "frac@10": 0.0, "false_nothing": 0,
+        o = out.setdefault(q.set, {"n": 0, "R@1": 0, "R@3": 0, "R@5": 0, "R@10": 0, "frac@10": 0.0, "false_nothing": 0,
                                    "neg": 0, "neg_refused": 0, "half": 0, "half_false": 0, "budget_chars": 0.0,
                                    "budget_tokens": 0.0, "R@10_no_abstain": 0})
         no = abstains(q, choice["min_evidence"], choice["min_coverage"], choice["penalty"], choice["rule"])
@@ -293,7 +293,7 @@ def score(qs: list[Q], choice: dict[str, Any]) -> dict[str, dict[str, float]]:
         ranked = [] if no else rank(q, *(choice[k] for k in GRID))
         o["n"] += 1
         o["false_nothing"] += no
-        for k in (1, 5, 10):
+        for k in (1, 3, 5, 10):
             o[f"R@{k}"] += bool(q.relevant.intersection(ranked[:k]))
         o["frac@10"] += len(q.relevant.intersection(ranked[:10])) / len(q.relevant)
         bc, bt = within_budget(q, ranked)
@@ -302,7 +302,7 @@ def score(qs: list[Q], choice: dict[str, Any]) -> dict[str, dict[str, float]]:
     result = {}
     for s, o in out.items():
         n = max(o["n"], 1)
-        r = {k: round(o[k] / n, 4) for k in ("R@1", "R@5", "R@10", "frac@10", "false_nothing", "budget_chars",
+        r = {k: round(o[k] / n, 4) for k in ("R@1", "R@3", "R@5", "R@10", "frac@10", "false_nothing", "budget_chars",
                                              "budget_tokens")}
         r["queries"] = o["n"]
         if o["neg"]:
@@ -320,7 +320,16 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
         qs += prepare(name, rs.load(name), k)
         print("prepared", name, len(qs), file=sys.stderr, flush=True)
     pos = [q for q in qs if q.label == "pos"]
-    table = ranking_table(qs)
+    import hashlib
+    import pickle
+
+    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]]).encode()).hexdigest()[:16]
+    cached = rs.LAB / f"folds-table-{tag}.pkl"
+    if cached.exists():
+        table = pickle.loads(cached.read_bytes())
+    else:
+        table = ranking_table(qs)
+        cached.write_bytes(pickle.dumps(table))
     combos, m = abstain_matrix(qs)
     pos_fold = np.array([q.fold for q in pos])
     all_fold = np.array([q.fold for q in qs])
@@ -364,7 +373,8 @@ def _pool(parts: list[dict[str, dict[str, float]]], qs: list[Q]) -> dict[str, di
         n = sum(r["queries"] for r in rows)
         nn = sum(r.get("negatives", 0) for r in rows)
         merged = {key: round(sum(r[key] * r["queries"] for r in rows) / max(n, 1), 4)
-                  for key in ("R@1", "R@5", "R@10", "frac@10", "false_nothing", "budget_chars", "budget_tokens")}
+                  for key in ("R@1", "R@3", "R@5", "R@10", "frac@10", "false_nothing", "budget_chars",
+                              "budget_tokens")}
         merged["queries"] = n
         if nn:
             merged["neg_refused"] = round(sum(r.get("neg_refused", 0) * r.get("negatives", 0) for r in rows) / nn, 4)
