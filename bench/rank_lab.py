@@ -19,8 +19,11 @@ from eval_recall import DEFAULT_CACHE, open_vault, write_config  # noqa: E402
 
 from memvault.index import KINDS  # noqa: E402
 from memvault.index import search  # noqa: E402
+from memvault.index.search import query_terms  # noqa: E402
+from memvault.core.recall import named_words  # noqa: E402
 
 N = 100
+COVERED = 300
 
 
 def vault_dump(vault: Any) -> dict[str, Any]:
@@ -38,8 +41,14 @@ def vault_dump(vault: Any) -> dict[str, Any]:
             for r, d in docs.items()}
     for r, d in docs.items():
         slim[r]["len"] = len(d["body"])
+    from memvault.core import calibration
+
+    from memvault.index import KINDS as kinds_all
+
+    scale = calibration.current(index, vault.engine.get(), kinds_all)
     return {"rowids": rowids, "kinds": kinds, "matrix": matrix, "docs": slim, "neighbours": neighbours,
-            "bodies": {r: d["body"] for r, d in docs.items()}}
+            "bodies": {r: d["body"] for r, d in docs.items()},
+            "calibration": scale.to_json() if scale is not None else None}
 
 
 def query_dump(vault: Any, query: str) -> dict[str, Any]:
@@ -50,19 +59,63 @@ def query_dump(vault: Any, query: str) -> dict[str, Any]:
     ph = index.search_phrases(query, kinds, 300)
     ex = index.search_exact(query, kinds, 300)
     qvec = emb.embed_query(query)
-    cov = {}
-    for r, _ in kw[:15]:
-        cov[r] = index.coverage(query, r)
-    return {"query": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov}
+    # coverage of every keyword candidate (a chunk without a query word covers nothing): the abstention test reads
+    # the best match's, the rescoring of the best candidates every one's
+    cov = index.coverages(query, [r for r, _ in kw[:COVERED]])
+    names = named_words(query)
+    return {"query": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov,
+            "names": names, "unknown_names": index.unknown_words(names) if names else [],
+            "unknown_terms": index.unknown_words(query_terms(query))}
 
 
-def dump(sets: list[str], out: Path) -> None:
+OPS = Path(__file__).resolve().parent.parent / "tests" / "data" / "ops_vault.json"
+
+
+def dump_ops(target: Path, cache: Path) -> None:
+    """The ops team's vault of issue 17 (tests/data/ops_vault.json): 24 facts, 32 answerable questions asked in
+    other words, 14 it cannot answer."""
+    import json
+    import subprocess
+
+    from memvault import Vault
+
+    spec = json.loads(OPS.read_text("utf-8"))
+    root = cache / "ops_vault"
+    if not (root / "memvault.toml").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        # a repository of its own: inside the project's work tree Vault.init would commit the facts to it
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        Vault.init(root, daemon=False, model="all-MiniLM-L6-v2")
+        v = Vault.open(root, daemon=False)
+        for key, text in spec["facts"].items():
+            v.facts.set(key, text, source="user:admin")
+    write_config(root)
+    v = open_vault(root)
+    v.reindex()
+    data: dict[str, Any] = {"vaults": {"ops": vault_dump(v)}, "queries": []}
+    for i, (question, key) in enumerate(spec["answerable"]):
+        d = query_dump(v, question)
+        d.update(qid=f"ops-{i}", relevant={f"fact:{key}"}, vault="ops", label="pos", meta={})
+        data["queries"].append(d)
+    for i, question in enumerate(spec["unanswerable"]):
+        d = query_dump(v, question)
+        d.update(qid=f"ops-neg-{i}", relevant=set(), vault="ops", label="neg", meta={})
+        data["queries"].append(d)
+    with open(target, "wb") as fh:
+        pickle.dump(data, fh)
+
+
+def dump(sets: list[str], out: Path, cache: Path = DEFAULT_CACHE) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for set_name in sets:
         target = out / f"{set_name}.pkl"
         if target.exists():
             continue
-        corpora = ec.build(set_name, DEFAULT_CACHE)
+        if set_name == "ops":
+            dump_ops(target, cache)
+            continue
+        corpora = ec.build(set_name, cache)
         vaults = []
         for c in corpora:
             write_config(c.vault)
@@ -90,7 +143,7 @@ def dump(sets: list[str], out: Path) -> None:
             groups = sorted({p.relative_to(corpus.vault / "procedures").parts[0]
                              for p in (corpus.vault / "procedures").rglob("*") if p.is_file()})
             keep = set(groups[0::2])
-            half = DEFAULT_CACHE / "alert_half"
+            half = cache / "alert_half"
             if not (half / ".memvault").exists():
                 shutil.rmtree(half, ignore_errors=True)
                 shutil.copytree(corpus.vault, half, ignore=shutil.ignore_patterns(".memvault"))
@@ -118,8 +171,9 @@ def main() -> None:
     ap.add_argument("--sets", default="alert_to_runbook,locomo_facts,locomo_summaries,locomo_turns,cheat_to_tldr,"
                                       "tldr_self")
     ap.add_argument("--out", type=Path, default=DEFAULT_CACHE.parent / "lab")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the eval vaults are built")
     args = ap.parse_args()
-    dump(args.sets.split(","), args.out)
+    dump(args.sets.split(","), args.out, args.cache.resolve())
 
 
 if __name__ == "__main__":

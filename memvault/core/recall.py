@@ -378,11 +378,33 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
             if why is not None:
                 return [], why
         candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
+    if parts.config.recall.coverage_weight and used_mode != "vector":
+        _rescore(parts, query, candidates)
     _score(parts, candidates.values())
     ranked = sorted(candidates.values(), key=lambda c: (-c.score, c.key))
     if holder is not None and parts.config.recall.hub_share < 1:
         ranked = _without_hubs(parts, ranked, k, holder, evidence)
     return ranked, None
+
+
+def _rescore(parts: Parts, query: str, candidates: dict[tuple[str, str], Candidate]) -> None:
+    """The most relevant candidates re-scored by how much of the question each holds (see
+    :mod:`memvault.core.rescore`): one keyword-index lookup per query word for all of them."""
+    from .rescore import DEPTH, rescore
+
+    top = sorted(candidates.values(), key=lambda c: (-c.relevance, c.key))[:DEPTH]
+    by_index: dict[int, list[Candidate]] = {}
+    for c in top:
+        if c.index is not None:
+            by_index.setdefault(id(c.index), []).append(c)
+    coverage: dict[tuple[str, str], float] = {}
+    for group in by_index.values():
+        found = group[0].index.coverages(query, [c.rowid for c in group])
+        coverage.update({c.key: found.get(c.rowid, 0.0) for c in group})
+    relevance = rescore({key: c.relevance for key, c in candidates.items()}, coverage,
+                        parts.config.recall.coverage_weight)
+    for key, c in candidates.items():
+        c.relevance = relevance[key]
 
 
 def _rerank(parts: Parts, query: str, ranked: list[Candidate], warnings: list[str]) -> list[Candidate]:
@@ -535,9 +557,14 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
     out: dict[tuple[str, str], Candidate] = {}
     best_kw = max(keyword.values(), default=0.0) or 1.0
     best_phrase = max(phrases.values(), default=0.0) or 1.0
+    trust = 1.0
+    if settings.keyword_coverage and keyword:
+        from .rescore import keyword_trust
+
+        trust = keyword_trust(index.coverage(query, max(keyword, key=keyword.__getitem__)), settings.keyword_coverage)
     rel_of, kw_of = {}, {}
     for rowid in docs:
-        kw_of[rowid] = (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
+        kw_of[rowid] = trust * (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
         rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
     for rowid, doc in docs.items():
         kw = kw_of[rowid]

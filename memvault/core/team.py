@@ -559,6 +559,13 @@ class TeamIndex(TeamListings):
             return float(self._call(index.coverage, query, mine[0]))
         return 0.0
 
+    def coverages(self, query: str, rowids: Sequence[int]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for index, sign, mine in self._by_part(list(rowids)):
+            for r, value in self._call(index.coverages, query, mine).items():
+                out[sign * r] = float(value)
+        return out
+
     def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
         for index, sign, mine in self._by_part(list(docs)):

@@ -635,6 +635,11 @@ class Index(Listings):
         conn, df = self._df_cache()
         return search.coverage(conn, search.stems(query), rowid, df)
 
+    def coverages(self, query: str, rowids: Sequence[int]) -> dict[int, float]:
+        """:meth:`coverage` of each of ``rowids``, in one lookup per query word (recall's rescoring)."""
+        conn, df = self._df_cache()
+        return search.coverages(conn, search.stems(query), rowids, df)
+
     def _df_cache(self) -> tuple[sqlite3.Connection, dict[str, int]]:
         """The connection, and the document frequencies read from it so far (reset when the file changed)."""
         conn = self.connection()

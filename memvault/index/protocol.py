@@ -82,6 +82,10 @@ class SearchIndex(Protocol):
         """The share of the query's IDF weight chunk ``rowid`` holds (recall's "nothing known" test)."""
         ...
 
+    def coverages(self, query: str, rowids: Sequence[int]) -> dict[int, float]:
+        """:meth:`coverage` of each of ``rowids`` (recall's rescoring of its best candidates)."""
+        ...
+
     def episode_neighbours(self, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
         """For the raw episodes among ``docs``, the rowids of the turns just before and after each."""
         ...

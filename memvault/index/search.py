@@ -143,6 +143,37 @@ def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cach
     return held / weight if weight else 0.0
 
 
+def coverages(conn: sqlite3.Connection, terms: Sequence[str], rowids: Sequence[int],
+              df_cache: dict[str, int]) -> dict[int, float]:
+    """:func:`coverage` of many chunks at once: one FTS5 lookup per query term for all of them (recall's rescoring
+    of its best candidates reads the coverage of twenty or more)."""
+    import math
+
+    rows = sorted(set(rowids))
+    if not terms or not rows:
+        return {r: 0.0 for r in rows}
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    total = df_cache.get("\0n")
+    if total is None:
+        total = df_cache["\0n"] = fts_rows(conn)
+    weight = 0.0
+    held = dict.fromkeys(rows, 0.0)
+    for term in terms:
+        if term not in df_cache:
+            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (term,)).fetchone()
+            df_cache[term] = row[0] if row else 0
+        df = df_cache[term]
+        idf = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
+        weight += idf
+        if not df:
+            continue
+        for part in batches(rows, 500):
+            for (rowid,) in conn.execute(f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN "
+                                         f"({','.join('?' * len(part))})", (f'{FTS_SEARCHED} : "{term}"', *part)):
+                held[rowid] += idf
+    return {r: (h / weight if weight else 0.0) for r, h in held.items()}
+
+
 @dataclass(frozen=True)
 class FieldWeights:
     """How much a query word counts in each field of a chunk, the body's count being the unit: BM25's term

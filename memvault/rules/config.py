@@ -246,6 +246,14 @@ class RecallSettings:
                                             "directory mtimes and the files of the hits it returns", _age0)
     neighbour_weight: float = setting(0.5, "a turn of a conversation (raw episodes of one source, at most 10 minutes "
                                            "apart) takes this share of its best neighbour's relevance", _float(0.0))
+    keyword_coverage: float = setting(0.0, "the keyword side of relevance counts in full only when the best keyword "
+                                           "match holds this share of the question's IDF weight, in proportion below "
+                                           "(a match on one common word is weak evidence; 0: always in full)",
+                                      _float(0.0, 1.0))
+    coverage_weight: float = setting(0.0, "the best candidates' relevance moves this share towards their coverage of "
+                                          "the question (the share of its words' IDF weight they hold), so the "
+                                          "memory that answers the rest of the question outranks general ones "
+                                          "sharing its subject (0: off)", _float(0.0, 1.0))
     band: float = setting(0.05, "how far importance, confidence, recency and frequency together can move a memory, "
                                 "in relevance: they order memories of comparable relevance, never an unrelated one "
                                 "above a related one", _float(0.0, 1.0))

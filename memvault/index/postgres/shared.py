@@ -231,6 +231,12 @@ class SharedIndex(SharedListings, Connected):
         with self._errors("coverage") as conn:
             return coverage(conn, self._state(conn).vault_id, query, rowid)
 
+    def coverages(self, query: str, rowids: Sequence[int]) -> dict[int, float]:
+        """:meth:`coverage` of each chunk, one query each (the best twenty or so candidates of a recall)."""
+        with self._errors("coverage") as conn:
+            vault = self._state(conn).vault_id
+            return {r: coverage(conn, vault, query, r) for r in dict.fromkeys(rowids)}
+
     # -- the fields behind chunk ids ----------------------------------------------------------------------
     def chunk_docs(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """chunk id -> its doc's fields (keys: memvault.index.search.DOC_FIELDS)."""

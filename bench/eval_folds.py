@@ -1,0 +1,434 @@
+"""Every tunable weight and threshold of recall chosen on some of the dev data and scored on the rest (k folds by
+conversation or group), beside the same choice made and scored on all of it (in-sample).
+
+    python bench/rank_lab.py dump [--sets ...]          # once: what recall sees for every dev question
+    python bench/eval_folds.py [--sets ...] [--folds 5] [--json OUT]
+
+Folds never split a group: LoCoMo by conversation (one vault each: its questions, and the other conversation's
+questions asked of it as unanswerable ones), cheat→tldr and tldr_self by the command page asked for, alert→runbook
+by runbook group (``node``, ``etcd``...; the half vault's questions with it). For each fold the ranking weights
+(``semantic_weight`` s, ``phrase_weight`` p, ``neighbour_weight`` g, ``coverage_weight`` c: the rescoring of the
+best candidates by the share of the question's words they hold) are chosen on the other folds by the mean, over
+sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
+which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
+questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
+held-out folds' answers pooled; in-sample ones are the choice made on all folds, scored on all of them.
+
+Recall is simulated offline from the dump (:mod:`rank_sim`'s twin of ``memvault.core.recall._candidates`` plus the
+floors and the rescoring, using the same ``memvault.core.rescore`` function recall uses). Evidence within the budget:
+of the gold items, the share whose whole text falls inside the first 10,000 characters / 2,500 tokens of the
+ranked answers (texts in rank order; a hit that does not fit whole is not counted).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rank_sim as rs  # noqa: E402
+
+from memvault.core.calibration import Calibration  # noqa: E402
+from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
+
+SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook", "ops")
+TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat_to_tldr": 10, "tldr_self": 5,
+            "alert_to_runbook": 5, "ops": 3}
+N = 100  # [recall] candidates
+GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
+        "h": (0.0, 0.5, 0.75, 1.0)}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
+           "rule": "named"}
+ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
+                "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
+RELATIVE_FLOOR = 0.3
+EXACT_BOOST = 0.2
+BUDGET_CHARS = 10_000
+BUDGET_TOKENS = 2_500
+
+
+@dataclass
+class Q:
+    """One question with what recall sees, reduced to arrays."""
+
+    set: str
+    qid: str
+    fold: int
+    label: str  # pos, neg, halfpos
+    relevant: set[str]
+    rows: np.ndarray  # candidate chunk rowids
+    kw: np.ndarray  # bm25 / best, 0 when absent
+    ph: np.ndarray
+    cos: np.ndarray  # raw cosine
+    exact: np.ndarray  # bool
+    cov: np.ndarray  # coverage (share of the query's IDF weight) per row
+    doc: list[str]  # per row: "kind:id"
+    neigh: dict[int, list[int]]  # row position -> neighbour row positions
+    semantic: float  # best calibrated evidence of any kind
+    held: float  # coverage of the best keyword match (abstention)
+    top_cov: float  # coverage of the best BM25 match (the keyword side's confidence)
+    any_exact: bool
+    unknown_names: bool
+    unknown_terms: bool
+    lengths: dict[str, int] = field(default_factory=dict)  # doc -> characters of its text
+    single: bool = False  # every row is a doc of its own (no doc has two chunks among the candidates)
+
+
+def _groups(name: str, q: dict[str, Any]) -> str:
+    if name.startswith("locomo"):
+        return q["vault"]
+    rel = sorted(q["relevant"]) or [q["qid"]]
+    if name == "alert_to_runbook":
+        return rel[0].split(":", 1)[1].split("/")[0] if ":" in rel[0] else rel[0]
+    return rel[0].split(":", 1)[-1].rsplit("/", 1)[-1]  # the command, whatever the platform
+
+
+def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
+    groups = sorted({_groups(name, q) for q in data["queries"]})
+    if name.startswith("locomo"):
+        fold_of = {g: i % k for i, g in enumerate(groups)}
+    else:
+        order = list(groups)
+        random.Random(seed).shuffle(order)
+        fold_of = {g: i % k for i, g in enumerate(order)}
+    scales = {vname: Calibration.from_json(v["calibration"]) if v.get("calibration") else None
+              for vname, v in data["vaults"].items()}
+    lengths: dict[str, dict[str, int]] = {}
+    for vname, v in data["vaults"].items():
+        ln: dict[str, int] = {}
+        for r, key in v["dockey"].items():
+            ln[key] = ln.get(key, 0) + len(v["bodies"][r])
+        lengths[vname] = ln
+    out = []
+    cos_cache: dict[str, np.ndarray] = {}
+    for q in data["queries"]:
+        v = data["vaults"][q["vault"]]
+        cos_all = rs.cosines(v, q["qvec"])
+        ri = v["row_index"]
+        kw = dict(q["kw"][:N])
+        ph = dict(q["ph"][:N])
+        ex = set(q["ex"][:N])
+        top = np.argpartition(-cos_all, min(N, len(cos_all) - 1))[:N]
+        rows = set(kw) | set(ph) | ex | {int(v["rowids"][i]) for i in top}
+        neigh_ids = {r: v["neighbours"][r] for r in rows if r in v["neighbours"]}
+        rows |= {x for ns in neigh_ids.values() for x in ns}
+        # in doc-key order: a stable sort on score then breaks ties by key, as recall does
+        rows = sorted((r for r in rows if r in ri and r in v["dockey"]), key=lambda r: (v["dockey"][r], r))
+        pos = {r: i for i, r in enumerate(rows)}
+        best_kw = max(kw.values(), default=0.0) or 1.0
+        best_ph = max(ph.values(), default=0.0) or 1.0
+        cos = np.array([cos_all[ri[r]] for r in rows], dtype=np.float64)
+        kinds = [v["docs"][r]["kind"] for r in rows]
+        scale = scales[q["vault"]]
+        semantic = float("-inf")
+        if scale is not None:
+            for c, kind in zip(cos, kinds):
+                if c > 0:
+                    e = scale.evidence(kind, float(c))
+                    if e is not None and e > semantic:
+                        semantic = e
+        kwa = np.array([kw.get(r, 0.0) / best_kw for r in rows])
+        pha = np.array([ph.get(r, 0.0) / best_ph for r in rows])
+        cov = np.array([q["cov"].get(r, 0.0) for r in rows])
+        # the "words" candidate of the abstention test: the best keyword part (shipped p), its coverage
+        kpart = (kwa + 0.25 * pha) / 1.25
+        held = float(cov[int(np.argmax(kpart))]) if len(rows) and kpart.max() > 0 else 0.0
+        top_cov = float(q["cov"].get(q["kw"][0][0], 0.0)) if q["kw"] else 0.0
+        out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
+                     q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
+                     np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
+                     {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
+                     semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
+                     lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows)))
+    del cos_cache
+    return out
+
+
+def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
+    """The ranked doc keys recall would return (before abstention), top 10."""
+    if not len(q.rows):
+        return []
+    best_cos = max(float(q.cos[q.cos > 0].max()) if (q.cos > 0).any() else 0.0, 0.0) or 1.0
+    trust = keyword_trust(q.top_cov, h)
+    rel = s * np.maximum(q.cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
+    if q.neigh:
+        smooth = rel.copy()
+        for i, ns in q.neigh.items():
+            if ns:
+                smooth[i] = (rel[i] + g * max(rel[j] for j in ns)) / (1 + g)
+        rel = smooth
+    if q.any_exact:
+        rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
+    rel = np.minimum(rel, 1.0)
+    if q.single:  # the fast path: rows are docs, in key order
+        keep = np.flatnonzero(rel >= floor * rel.max())
+        r = rel[keep]
+        if c:
+            top = np.argsort(-r, kind="stable")[:DEPTH]
+            r = (1 - c) * r
+            r[top] += c * q.cov[keep][top]
+        order = keep[np.argsort(-r, kind="stable")[:10]]
+        return [q.doc[i] for i in order]
+    best: dict[str, float] = {}
+    cov: dict[str, float] = {}
+    for d, r, cv in zip(q.doc, rel, q.cov):
+        if r > best.get(d, -1.0):  # a doc is its best chunk, with that chunk's coverage (as recall has it)
+            best[d] = float(r)
+            cov[d] = float(cv)
+    top = max(best.values())
+    best = {d: r for d, r in best.items() if r >= floor * top}
+    if c:
+        best = rescore(best, cov, c)
+    return rs.ranked(best, 10)
+
+
+def abstains(q: Q, me: float, mc: float, pen: float, rule: str) -> bool:
+    if q.any_exact:
+        return False
+    unknown = q.unknown_names if rule == "named" else q.unknown_terms if rule == "unknown" else False
+    pen = pen if unknown else 0.0
+    return not (q.semantic - pen >= me or q.held - pen >= mc)
+
+
+def within_budget(q: Q, ranked: list[str]) -> tuple[float, float]:
+    """Share of the gold items whose whole text is inside the first BUDGET_CHARS / BUDGET_TOKENS of the answers."""
+    if not q.relevant:
+        return 0.0, 0.0
+    used_c = used_t = 0
+    in_c = in_t = 0
+    for d in ranked:
+        n = q.lengths.get(d, 0) + 80  # a hit's header: kind, id, score, source, time
+        used_c += n
+        used_t += (n + 3) // 4
+        if d in q.relevant:
+            in_c += used_c <= BUDGET_CHARS
+            in_t += used_t <= BUDGET_TOKENS
+    return in_c / len(q.relevant), in_t / len(q.relevant)
+
+
+# ------------------------------------------------------------------------------------------------ choosing
+def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
+    """Per ranking combination, per positive question, hit at its set's target k (1/0)."""
+    out = {}
+    pos = [q for q in qs if q.label == "pos"]
+    memo: dict[tuple[int, tuple[float, ...]], float] = {}
+    gi = list(GRID).index("g")
+    for combo in itertools.product(*GRID.values()):
+        hits = []
+        for i, q in enumerate(pos):
+            eff = combo if q.neigh else combo[:gi] + (0.0,) + combo[gi + 1:]  # g moves only conversation turns
+            key = (i, eff)
+            if key not in memo:
+                memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0
+            hits.append(memo[key])
+        out[combo] = np.array(hits)
+        print("  ranking", dict(zip(GRID, combo)), file=sys.stderr, flush=True)
+    return out
+
+
+def choose_ranking(pos: list[Q], table: dict[tuple[float, ...], np.ndarray], train: np.ndarray) -> tuple[float, ...]:
+    sets = sorted({q.set for q in pos})
+    set_of = np.array([q.set for q in pos])
+    masks = [(set_of == s) & train for s in sets]
+
+    def value(combo: tuple[float, ...]) -> float:
+        hits = table[combo]
+        return float(np.mean([hits[m].mean() for m in masks if m.any()]))
+
+    default = tuple(SHIPPED[k] for k in GRID)
+    # ties go to the shipped combination, then to the first in grid order
+    return max(table, key=lambda combo: (round(value(combo), 6), combo == default))
+
+
+def abstain_matrix(qs: list[Q]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    combos = list(itertools.product(*ABSTAIN_GRID.values()))
+    m = np.array([[abstains(q, *combo) for q in qs] for combo in combos], dtype=bool)
+    return combos, m
+
+
+def choose_abstention(qs: list[Q], combos: list[tuple[Any, ...]], m: np.ndarray, train: np.ndarray,
+                      max_false: float) -> tuple[Any, ...]:
+    label = np.array([q.label for q in qs])
+    set_of = np.array([q.set for q in qs])
+    answerable = np.isin(label, ("pos", "halfpos"))
+    neg = (label == "neg") & np.char.startswith(set_of.astype(str), "locomo") & train
+    worst = np.zeros(len(combos))
+    for s in sorted(set(set_of)):
+        mask = answerable & (set_of == s) & train
+        if mask.any():
+            worst = np.maximum(worst, m[:, mask].mean(axis=1))
+    refused = m[:, neg].mean(axis=1) if neg.any() else np.zeros(len(combos))
+    ok = worst <= max_false
+    if not ok.any():
+        ok = worst <= worst.min()
+    best = max((i for i in range(len(combos)) if ok[i]), key=lambda i: (round(float(refused[i]), 6), -worst[i]))
+    return combos[best]
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+def score(qs: list[Q], choice: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per set: R@1/5/10 (abstention counted as a miss), false "nothing found", refusals of unanswerable ones,
+    evidence within the budgets."""
+    out: dict[str, dict[str, Any]] = {}
+    for q in qs:
+        o = out.setdefault(q.set, {"n": 0, "R@1": 0, "R@3": 0, "R@5": 0, "R@10": 0, "frac@10": 0.0, "false_nothing": 0,
+                                   "neg": 0, "neg_refused": 0, "half": 0, "half_false": 0, "budget_chars": 0.0,
+                                   "budget_tokens": 0.0, "R@10_no_abstain": 0})
+        no = abstains(q, choice["min_evidence"], choice["min_coverage"], choice["penalty"], choice["rule"])
+        if q.label == "neg":
+            o["neg"] += 1
+            o["neg_refused"] += no
+            continue
+        if q.label == "halfpos":
+            o["half"] += 1
+            o["half_false"] += no
+            continue
+        ranked = [] if no else rank(q, *(choice[k] for k in GRID))
+        o["n"] += 1
+        o["false_nothing"] += no
+        for k in (1, 3, 5, 10):
+            o[f"R@{k}"] += bool(q.relevant.intersection(ranked[:k]))
+        o["frac@10"] += len(q.relevant.intersection(ranked[:10])) / len(q.relevant)
+        bc, bt = within_budget(q, ranked)
+        o["budget_chars"] += bc
+        o["budget_tokens"] += bt
+    result = {}
+    for s, o in out.items():
+        n = max(o["n"], 1)
+        r = {k: round(o[k] / n, 4) for k in ("R@1", "R@3", "R@5", "R@10", "frac@10", "false_nothing", "budget_chars",
+                                             "budget_tokens")}
+        r["queries"] = o["n"]
+        if o["neg"]:
+            r["neg_refused"] = round(o["neg_refused"] / o["neg"], 4)
+            r["negatives"] = o["neg"]
+        if o["half"]:
+            r["half_false_nothing"] = round(o["half_false"] / o["half"], 4)
+        result[s] = r
+    return result
+
+
+def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
+    qs: list[Q] = []
+    for name in names:
+        qs += prepare(name, rs.load(name), k)
+        print("prepared", name, len(qs), file=sys.stderr, flush=True)
+    pos = [q for q in qs if q.label == "pos"]
+    import hashlib
+    import pickle
+
+    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]]).encode()).hexdigest()[:16]
+    cached = rs.LAB / f"folds-table-{tag}.pkl"
+    if cached.exists():
+        table = pickle.loads(cached.read_bytes())
+    else:
+        table = ranking_table(qs)
+        cached.write_bytes(pickle.dumps(table))
+    combos, m = abstain_matrix(qs)
+    pos_fold = np.array([q.fold for q in pos])
+    all_fold = np.array([q.fold for q in qs])
+    chosen_per_fold = {}
+    oof: list[tuple[Q, dict[str, Any]]] = []
+    for f in range(k):
+        r = choose_ranking(pos, table, pos_fold != f)
+        a = choose_abstention(qs, combos, m, all_fold != f, max_false)
+        choice = dict(zip(GRID, r)) | dict(zip(ABSTAIN_GRID, a))
+        chosen_per_fold[f] = choice
+        oof += [(q, choice) for q in qs if q.fold == f]
+    r = choose_ranking(pos, table, np.ones(len(pos), dtype=bool))
+    a = choose_abstention(qs, combos, m, np.ones(len(qs), dtype=bool), max_false)
+    in_choice = dict(zip(GRID, r)) | dict(zip(ABSTAIN_GRID, a))
+    # out-of-fold: each fold scored with its own choice
+    by_choice: dict[str, list[Q]] = {}
+    for q, choice in oof:
+        by_choice.setdefault(json.dumps(choice, sort_keys=True), []).append(q)
+    parts = [score(group, json.loads(key)) for key, group in by_choice.items()]
+    oof_scores = _pool(parts, qs)
+    # the named_words question: the same folds with each rule forced
+    rules = {}
+    for rule in ABSTAIN_GRID["rule"]:
+        sub = [i for i, c in enumerate(combos) if c[3] == rule]
+        pieces = []
+        for f in range(k):
+            a = choose_abstention(qs, [combos[i] for i in sub], m[sub], all_fold != f, max_false)
+            choice = chosen_per_fold[f] | dict(zip(ABSTAIN_GRID, a))
+            pieces.append(score([q for q in qs if q.fold == f], choice))
+        rules[rule] = _pool(pieces, qs)
+    return {"folds": k, "max_false": max_false, "chosen_per_fold": chosen_per_fold, "in_sample_choice": in_choice,
+            "out_of_fold": oof_scores, "in_sample": score(qs, in_choice), "shipped": score(qs, SHIPPED),
+            "rules_out_of_fold": rules}
+
+
+def _pool(parts: list[dict[str, dict[str, float]]], qs: list[Q]) -> dict[str, dict[str, float]]:
+    """Query-weighted mean of per-part scores."""
+    out: dict[str, dict[str, float]] = {}
+    for s in sorted({q.set for q in qs}):
+        rows = [p[s] for p in parts if s in p]
+        n = sum(r["queries"] for r in rows)
+        nn = sum(r.get("negatives", 0) for r in rows)
+        merged = {key: round(sum(r[key] * r["queries"] for r in rows) / max(n, 1), 4)
+                  for key in ("R@1", "R@3", "R@5", "R@10", "frac@10", "false_nothing", "budget_chars",
+                              "budget_tokens")}
+        merged["queries"] = n
+        if nn:
+            merged["neg_refused"] = round(sum(r.get("neg_refused", 0) * r.get("negatives", 0) for r in rows) / nn, 4)
+            merged["negatives"] = nn
+        out[s] = merged
+    return out
+
+
+def report(res: dict[str, Any]) -> str:
+    lines = [f"## Out of fold ({res['folds']} folds by group) beside in-sample and the shipped settings", "",
+             "| set | target | **out of fold** | in-sample (chosen on all) | shipped defaults | false nothing oof / in / "
+             "shipped | unanswerable refused oof / in / shipped | gold in 10k chars / 2.5k tokens (oof) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in res["out_of_fold"]:
+        k = TARGET_K[s.split("@")[0]]
+        o, i, d = res["out_of_fold"][s], res["in_sample"][s], res["shipped"][s]
+        neg = (f"{o.get('neg_refused', 0):.3f} / {i.get('neg_refused', 0):.3f} / {d.get('neg_refused', 0):.3f}"
+               if "neg_refused" in o else "—")
+        lines.append(f"| {s} | R@{k} | **{o[f'R@{k}']:.3f}** | {i[f'R@{k}']:.3f} | {d[f'R@{k}']:.3f} | "
+                     f"{o['false_nothing']:.3f} / {i['false_nothing']:.3f} / {d['false_nothing']:.3f} | {neg} | "
+                     f"{o['budget_chars']:.3f} / {o['budget_tokens']:.3f} |")
+    lines += ["", "Chosen per fold: " + "; ".join(f"{f}: {json.dumps(c)}" for f, c in res["chosen_per_fold"].items()),
+              "", "In-sample choice: " + json.dumps(res["in_sample_choice"]), "",
+              "## The rule that earns the abstention penalty, out of fold", "",
+              "| rule | " + " | ".join(res["out_of_fold"]) + " |", "|---|" + "---|" * len(res["out_of_fold"])]
+    for rule, sc in res["rules_out_of_fold"].items():
+        cells = [f"false {v['false_nothing']:.3f}" + (f", refused {v['neg_refused']:.3f}" if "neg_refused" in v else "")
+                 for v in sc.values()]
+        lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--max-false", type=float, default=0.02,
+                    help="the share of answerable questions the abstention may refuse on each training set")
+    ap.add_argument("--grid", default="", help="override the ranking grid: 'h=0,0.75;c=0' (the others as GRID)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    for part in filter(None, args.grid.split(";")):
+        key, values = part.split("=")
+        if key not in GRID:
+            sys.exit(f"eval_folds: --grid: {key!r} is not one of {', '.join(GRID)}")
+        GRID[key] = tuple(float(x) for x in values.split(","))
+    names = [n for n in args.sets.split(",") if (rs.LAB / f"{n}.pkl").exists() or sys.exit(
+        f"eval_folds: no dump for {n} in {rs.LAB}: run bench/rank_lab.py dump --sets {n}")]
+    res = run(names, args.folds, args.max_false)
+    print(report(res))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
