@@ -1,6 +1,8 @@
 """What recall returns: a :class:`Hit` per memory, whole, and the :class:`RecallResult` list around them."""
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,3 +85,17 @@ def count_tokens(text: str) -> int:
     """Tokens as an LLM will see them, estimated as ⌈characters / 4⌉ (BPE tokenizers average about four
     characters per token on English text and code). Cheap, deterministic, and needs no tokenizer download."""
     return (len(text) + 3) // 4
+
+
+RUN_LINE = re.compile(r"\((exit (-?\d+)|killed by signal (\d+)), ([\d.]+) s\)")
+
+
+def run_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """when, exit code, version of one run, from its episode."""
+    meta = run.get("meta") or {}
+    exit_code = meta.get("exit_code")
+    if exit_code is None:
+        m = RUN_LINE.search(run.get("text", ""))
+        exit_code = int(m.group(2)) if m and m.group(2) else (-int(m.group(3)) if m and m.group(3) else None)
+    return {"episode": run["id"], "at": run["created"], "exit_code": exit_code, "commit": meta.get("commit"),
+            "dirty": meta.get("dirty", False)}

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules import timeq
 from ..rules.config import FACTORS, Config
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
-from .hits import Hit, RecallResult, against, count_tokens  # noqa: F401 - count_tokens is part of recall's API
+from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
 from .contradictions import SUPERSEDED_REF
 from ..index import KINDS
 from ..index.search import query_terms
@@ -784,22 +784,9 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
             if proc.dirty:
                 hit.extra["dirty"] = True
             if c.runs:
-                hit.extra["runs"] = [_run_summary(r) for r in c.runs]
+                hit.extra["runs"] = [run_summary(r) for r in c.runs]
             hits.append(hit)
         else:
             hits.append(Hit(text=doc["body"], extra={"trusted": policy.is_trusted(doc["source"])}, **base))
     return hits
 
-
-_RUN = re.compile(r"\((exit (-?\d+)|killed by signal (\d+)), ([\d.]+) s\)")
-
-
-def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
-    """when, exit code, version of one run, from its episode."""
-    meta = run.get("meta") or {}
-    exit_code = meta.get("exit_code")
-    if exit_code is None:
-        m = _RUN.search(run.get("text", ""))
-        exit_code = int(m.group(2)) if m and m.group(2) else (-int(m.group(3)) if m and m.group(3) else None)
-    return {"episode": run["id"], "at": run["created"], "exit_code": exit_code, "commit": meta.get("commit"),
-            "dirty": meta.get("dirty", False)}
