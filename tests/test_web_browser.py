@@ -149,7 +149,7 @@ def shot(page, shots, name: str) -> Path:
 def test_review_an_inbox_proposal_end_to_end(page, served, shots):
     page.goto(served.url + "/inbox")
     assert page.locator("article.proposal").count() == 2
-    assert "conflict of fact net/gateway" in page.locator("article.proposal", has_text="net/vpn").inner_text()
+    assert "contradicts fact net/gateway" in page.locator("article.proposal", has_text="net/vpn").inner_text()
     shot(page, shots, "inbox")
     page.check("input[name=key][value='net/vpn']")
     page.click("#accept")
@@ -158,7 +158,10 @@ def test_review_an_inbox_proposal_end_to_end(page, served, shots):
     assert commit == git(served.vault.root, "rev-parse", "HEAD")
     assert git(served.vault.root, "log", "-1", "--format=%s") == \
         "fact accept net/vpn (proposed by agent:scraper) (user:tester)"
-    assert git(served.vault.root, "show", "--name-only", "--format=", commit) == "facts/net/vpn.md"
+    # the accepted fact, and the one it contradicts marked superseded_by it (issue 25), in one commit
+    assert git(served.vault.root, "show", "--name-only", "--format=", commit).splitlines() == \
+        ["facts/net/gateway.md", "facts/net/vpn.md"]
+    assert "superseded_by: net/vpn" in (served.vault.root / "facts" / "net" / "gateway.md").read_text()
     assert page.locator("article.proposal").count() == 1
     page.watch.assert_clean()
 
