@@ -121,26 +121,7 @@ def fts_rows(conn: sqlite3.Connection) -> int:
 
 def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cache: dict[str, int]) -> float:
     """The share of the query's IDF weight (chunk-level BM25 IDF) that chunk ``rowid`` contains."""
-    import math
-
-    if not terms:
-        return 0.0
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
-    total = df_cache.get("\0n")
-    if total is None:
-        total = df_cache["\0n"] = fts_rows(conn)
-    weight = held = 0.0
-    for term in terms:
-        if term not in df_cache:
-            row = conn.execute("SELECT doc FROM temp.vocab_rows WHERE term = ?", (term,)).fetchone()
-            df_cache[term] = row[0] if row else 0
-        df = df_cache[term]
-        idf = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
-        weight += idf
-        if df and conn.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
-                               (f'{FTS_SEARCHED} : "{term}"', rowid)).fetchone():
-            held += idf
-    return held / weight if weight else 0.0
+    return coverages(conn, terms, [rowid], df_cache)[rowid]
 
 
 def coverages(conn: sqlite3.Connection, terms: Sequence[str], rowids: Sequence[int],
