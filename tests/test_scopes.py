@@ -119,7 +119,8 @@ def test_a_scoped_agent_through_the_cli(team):
     # `memvault scopes`: who may do what
     shown = json.loads(run(v, "scopes", "--json").stdout)
     assert shown["scopes"][0] == {"source": "agent:deployer", "read": ["facts/web/**", "procedures/web/",
-                                  "episodes/**"], "write": ["episodes/**"], "propose": ["facts/web/**"], "review": []}
+                                  "episodes/**"], "write": ["episodes/**"], "propose": ["facts/web/**"], "review": [],
+                                  "auto_accept": []}
     assert "agent:reviewer:" in run(v, "scopes").output
 
 

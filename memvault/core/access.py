@@ -52,6 +52,18 @@ def fact_route(scopes: Scopes, source: str, path: str) -> bool:
     raise ScopeRefused(source, f"write {path}: outside its write and propose scopes {SAID}; nothing was written")
 
 
+#: Why a trusted source's fact write became a proposal (the CLI's line says it instead of "not trusted").
+SCOPE_PROPOSAL = f"outside its write scope, inside its propose scope {SAID}"
+
+
+def auto_accept(scopes: Scopes, source: str, path: str) -> tuple[str, str] | None:
+    """For a proposal of ``source`` for the fact at ``path``: (the scope's name, the ``auto_accept`` pattern) of the
+    rule that accepts it at once, or None. The gate still refuses a secret and keeps a contradiction for a person."""
+    scope = scopes.for_source(source)
+    pattern = scope.accepts(path) if scope is not None else None
+    return (scope.source, pattern) if scope is not None and pattern is not None else None
+
+
 def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: str, action: str) -> None:
     """No self-approval: a proposal is never accepted or rejected by its own source, nor by an ``agent:`` source
     (or a scoped one) unless a scope grants it ``review`` over the target fact's ``path``. A person can."""
@@ -61,8 +73,10 @@ def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: st
     if scope is None and not source.startswith("agent:"):
         return
     if scope is None or not scope.may("review", path):
-        raise ScopeRefused(source, f"{action} the proposal for {path}: no review scope over it {SAID} (a person "
-                                   "or a source granted review does)")
+        folder = path.rpartition("/")[0] or path
+        raise ScopeRefused(source, f"{action} the proposal for {path}: no review scope over it; a person reviews it, "
+                                   f'or memvault.toml grants it: review = ["{folder}/**"] in '
+                                   f'[scopes."{scope.source if scope is not None else source}"]')
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
 from ..rules.validation import validate_source
 from . import access
+from .usage import MAX_USED, Counted  # noqa: F401 - where callers have always found them
 
 if TYPE_CHECKING:
     from ..models.engine import Engine
@@ -59,16 +60,6 @@ INBOX_IGNORE = (b"# memvault: proposals from untrusted sources stay local until 
                 b"# ([trust] share_inbox = true commits them)\n*\n")
 #: Cap on the facts read from files for the duplicate check when there is no index to ask.
 DEDUP_FALLBACK_MAX = 1000
-#: At most this many memories in one ``used`` report.
-MAX_USED = 100
-
-
-class Counted(list):  # type: ignore[type-arg]
-    """The uses that counted (``(kind, id)``), and what the caller should know (``warnings``)."""
-
-    def __init__(self, items: Sequence[tuple[str, str]] = (), warnings: Sequence[str] = ()) -> None:
-        super().__init__(items)
-        self.warnings = list(warnings)
 
 
 @dataclass
@@ -353,12 +344,22 @@ class WriteGate:
         instead, beside any other proposal for ``key`` that waits, never over it. The fact returned carries
         ``similar`` (near-duplicates and conflicts found among the facts) and ``warnings``."""
         validate_source(source)
-        scoped = access.fact_route(self.scopes, source, access.rel(self.root, self.facts.path_for(key)))
+        path = access.rel(self.root, self.facts.path_for(key))
+        scoped = access.fact_route(self.scopes, source, path)
         proposal = propose or scoped or not self.policy.is_trusted(source)
         self.require(Op.PROPOSE_FACT if proposal else Op.WRITE_FACT, source)
+        # A proposal the source's auto_accept rule covers is accepted at once, never one that takes a waiver or
+        # was asked to be a proposal (ingest's conflicts); a contradiction still waits for a person.
+        rule = access.auto_accept(self.scopes, source, path) if proposal and not (propose or allow_secret) else None
         self.facts.path_for(key, inbox=proposal)
-        similar = self.similar_facts(key, text) if check_similar and isinstance(text, str) else []
+        similar = self.similar_facts(key, text) if (check_similar or rule) and isinstance(text, str) else []
         warnings: list[str] = []
+        contradicted = [m["key"] for m in similar if m["kind"] == "conflict"]
+        if rule is not None and contradicted:
+            warnings.append(f"not accepted by the auto_accept rule {rule[1]!r}: it contradicts {', '.join(contradicted)}"
+                            "; it waits in the inbox for a person")
+            rule = None
+        proposal = proposal and rule is None
         with self.lock(source, warnings):
             slot = None
             if proposal and isinstance(text, str):
@@ -373,18 +374,23 @@ class WriteGate:
             self.check_changes([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
             if not change.changed:
                 fact = self.facts.read_file(slot or key, change.path)
-                fact.similar = similar
+                fact.similar = similar if check_similar else []
                 return fact
             if proposal:
                 self._inbox_local()
             action = "propose" if proposal else ("set" if change.before is None else "update")
-            self.apply([change], message=message or f"fact {action} {key}", source=source, key=key,
-                       commit=not proposal or self.config.trust.share_inbox, warnings=warnings,
-                       allow_secret=allow_secret)
+            trailers = {"Memvault-Auto-Accept": f'{CONFIG_NAME} [scopes."{rule[0]}"] auto_accept "{rule[1]}"'} \
+                if rule is not None else None
+            self.apply([change], message=message or f"fact {action} {key}" + (" (auto_accept)" if rule else ""),
+                       source=source, key=key, commit=not proposal or self.config.trust.share_inbox,
+                       warnings=warnings, allow_secret=allow_secret, trailers=trailers)
         if not proposal:
             warnings += self.tell_index([change.path])
         fact = self.facts.read_file(slot or key, change.path)
-        fact.similar, fact.warnings = similar, warnings
+        fact.similar, fact.warnings = (similar if check_similar else []), warnings
+        fact.auto_accepted = rule[1] if rule is not None else None
+        fact.proposed_because = access.SCOPE_PROPOSAL if proposal and scoped and self.policy.is_trusted(source) \
+            else None
         return fact
 
     def replace_fact(self, key: str, text: str, *, source: str, allow_secret: bool = False,
@@ -718,33 +724,10 @@ class WriteGate:
         return self._state()
 
     def used(self, refs: Sequence[str], *, source: str) -> Counted:
-        """Count a use of each memory named (``fact:KEY`` or a bare key, ``procedure:NAME``, ``episode:ID``) that
-        exists; a ref to nothing is named in ``warnings`` and not counted, and one report holds at most
-        :data:`MAX_USED` refs (frequency is a ranking signal, not a counter to pump)."""
-        from ..rules.errors import InvalidValue, ProcedureError, ProcedureNotFound
+        """Count a use of each memory named that exists and ``source`` may read (see :func:`.usage.used`)."""
+        from .usage import used
 
-        if len(refs) > MAX_USED:
-            raise InvalidValue("refs", f"at most {MAX_USED} memories per report, not {len(refs)}")
-        keys, missing = [], []
-        for ref in dict.fromkeys(refs):
-            kind, sep, item = ref.partition(":")
-            if not sep:
-                kind, item = "fact", ref
-            if kind not in ("fact", "episode", "procedure") or not item:
-                raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
-            if kind == "fact":
-                exists = self.facts.exists(item)
-            elif kind == "procedure":
-                try:
-                    exists = bool(self.procedures.path_of(item))
-                except (ProcedureNotFound, ProcedureError):
-                    exists = False
-            else:
-                exists = self.episodes.has(item)
-            (keys if exists else missing).append((kind, item))
-        warnings = [f"{kind}:{item}: no such memory here: not counted" for kind, item in missing]
-        counted = self.record_use(keys, source=source, warnings=warnings) if keys else []
-        return Counted(counted, warnings)
+        return used(self, refs, source=source)
 
     def record_use(self, keys: Sequence[tuple[str, str]], *, source: str,
                    warnings: list[str] | None = None) -> list[tuple[str, str]]:

@@ -710,9 +710,13 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
         result = RecallResult([], mode="time", warnings=warnings)
         result.nothing_found = "only episodes have a time; ask for episodes"
         return result
-    docs = parts.index.episodes_between(window.since, window.until, k) if parts.index.exists() else []
-    if parts.readable is not None:
-        docs = [d for d in docs if parts.readable(d["path"])]
+    docs, limit = [], k
+    while parts.index.exists():  # a scoped asker: ask further back until k it may read, or the window is done
+        found = parts.index.episodes_between(window.since, window.until, limit)
+        docs = [d for d in found if parts.readable is None or parts.readable(d["path"])][:k]
+        if len(docs) >= k or len(found) < limit:
+            break
+        limit *= 4
     policy = Policy(parts.config.trust.trusted)
     hits = [Hit(kind="episode", id=d["id"], text=d["body"], score=1.0, factors={}, source=d["source"],
                 created=d["created"], updated=d["updated"], path=d["path"],

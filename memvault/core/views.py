@@ -10,7 +10,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from ..rules.errors import FactParseError, SecretRefused
+from ..rules.errors import FactParseError, MemvaultError, SecretRefused
 from ..rules.trust import Policy
 from ..rules.validation import Problem
 from ..stores.episodes import Episode, EpisodeLog
@@ -204,8 +204,12 @@ class Procedures:
         """The runbook ``name``; ScopeRefused when ``reader`` may not read it (its text is not returned)."""
         who = self._vault.reader(reader)
         if who.scope is not None and not who.allows(f"procedures/{name}"):
-            found = self.store.path_of(name) if path is None else path
-            who.refuse(found.relative_to(self._vault.root).as_posix(), f"procedure {name}")
+            try:  # a pattern may name the file (procedures/web/reload.sh); the refusal never says whether it exists
+                found: Path | None = self.store.path_of(name) if path is None else path
+            except MemvaultError:
+                found = None
+            if found is None or not who.allows(found.relative_to(self._vault.root).as_posix()):
+                who.refuse(f"procedures/{name}", f"procedure {name}")
         return self.store.get(name, path=path)
 
     def list(self, problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Procedure]:

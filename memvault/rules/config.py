@@ -444,7 +444,9 @@ SECTIONS: dict[str, type] = {
 SCOPE_HELP = {"read": "paths the sources may read (recall, get, list, session context, export); default: none",
               "write": "paths the sources may write (still as [trust] says: untrusted fact writes are proposals)",
               "propose": "fact paths outside `write` where a write becomes a proposal instead of being refused",
-              "review": "fact paths whose proposals the sources may accept or reject (an agent: source needs it)"}
+              "review": "fact paths whose proposals the sources may accept or reject (an agent: source needs it)",
+              "auto_accept": "fact paths (within `propose`, 2+ folders deep, one named source) whose proposals a "
+                             "rule accepts at once, unless flagged; the commit names the rule"}
 
 
 @dataclass(frozen=True)

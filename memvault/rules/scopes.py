@@ -6,6 +6,13 @@ matches a scope's pattern (fnmatch, as ``[trust] trusted``) reads only its ``rea
 ``propose`` becomes a proposal) and accepts or rejects proposals for facts under its ``review`` paths. A source no
 scope matches is governed by the trust table alone, as before scopes existed.
 
+``auto_accept`` is the one right that lets a write skip a person: a proposal of the scope's own source for a fact
+under these paths is accepted at once by the rule (the commit names it), unless the gate flags it (a secret is
+refused as ever; a contradiction of a stored fact waits in the inbox). Because a teammate can commit memvault.toml,
+the rule is bounded where it is read (:func:`check_auto_accept`): it names one source (no wildcard in the scope's
+name), its paths are fact paths at least two folders deep (``facts/agents/deployer/**``, never ``facts/**`` or
+``facts/*/**``), and each lies within one of the same scope's ``propose`` patterns.
+
 Paths are CODEOWNERS-style patterns over the vault's own files, from its root: ``*`` is any run of characters in
 one folder name, ``**`` any number of folders, a trailing ``/`` (or a last part without ``*``) a folder and
 everything below it: ``facts/web/**`` = ``facts/web/`` = ``facts/web``. Pure functions, no I/O: the facade
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: What a scope grants, in the order people read it.
-RIGHTS = ("read", "write", "propose", "review")
+RIGHTS = ("read", "write", "propose", "review", "auto_accept")
 #: The vault's own top folders: a pattern must start in one of them (or with a wildcard), so a typo such as
 #: ``fact/web/**`` is refused at load instead of silently granting nothing.
 TOP = ("facts", "procedures", "episodes", "inbox")
@@ -80,10 +87,18 @@ class Scope:
     write: tuple[str, ...] = ()
     propose: tuple[str, ...] = ()
     review: tuple[str, ...] = ()
+    auto_accept: tuple[str, ...] = ()
 
     def may(self, right: str, path: str) -> bool:
         """Whether this scope grants ``right`` (read, write, propose, review) over ``path``."""
         return any(matches(p, path) for p in getattr(self, right))
+
+    def accepts(self, path: str) -> str | None:
+        """The ``auto_accept`` pattern that accepts a proposal of this scope's source for ``path`` (which must also
+        lie in its ``propose`` paths: checked again here, not only at load), or None."""
+        if not self.may("propose", path):
+            return None
+        return next((p for p in self.auto_accept if matches(p, path)), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, **{right: list(getattr(self, right)) for right in RIGHTS}}
@@ -111,10 +126,50 @@ class Scopes:
         return None if scope is None else functools.partial(scope.may, "read")
 
 
+def _folder(pattern: str) -> str | None:
+    """The literal folder a pattern covers whole (``facts/a/**``, ``facts/a/``, ``facts/a`` -> ``facts/a``), or None
+    when it has a wildcard before its end or names files (``facts/*.md``)."""
+    parts = pattern.strip("/").split("/")
+    if parts[-1] == "**":
+        parts = parts[:-1]
+    elif not (pattern.endswith("/") or not any(c in parts[-1] for c in "*?[")):
+        return None
+    return "/".join(parts) if parts and not any(c in p for p in parts for c in "*?[") else None
+
+
+def check_auto_accept(source: str, pattern: str, propose: tuple[str, ...]) -> str:
+    """``pattern`` when it may stand in ``auto_accept`` of the scope of ``source`` beside its ``propose``, else
+    :class:`ScopeSyntax` saying which limit it breaks (see the module doc: a committed memvault.toml is data to
+    check, and this right skips a person)."""
+    if any(c in source for c in "*?["):
+        raise ScopeSyntax(f"auto_accept needs a scope that names one source, not the pattern {source!r}: a rule "
+                          "that accepts without a person says whose proposals it takes")
+    parts = pattern.strip("/").split("/")
+    literal = []
+    for part in parts:
+        if any(c in part for c in "*?["):
+            break
+        literal.append(part)
+    if literal and literal[0] != "facts":
+        raise ScopeSyntax(f"{pattern!r}: only proposals of facts are accepted by a rule (a path under facts/)")
+    if len(literal) < 3:
+        raise ScopeSyntax(f"{pattern!r} is too wide for auto_accept: name the source's own folder, at least two "
+                          "folders deep, before any wildcard (facts/agents/deployer/**)")
+    # Every path the pattern matches starts with its literal folders: within a propose folder when those are.
+    head = "/".join(literal)
+    for outer in propose:
+        wide = _folder(outer)
+        if outer.strip("/") == pattern.strip("/") or (wide is not None and (head + "/").startswith(wide + "/")):
+            return pattern
+    raise ScopeSyntax(f"{pattern!r} is not within its propose patterns ({', '.join(propose) or 'none'}): a rule "
+                      "accepts only what the source may propose")
+
+
 def parse(raw: Any) -> Scopes:
     """The ``[scopes]`` table of memvault.toml, validated; :class:`ScopeSyntax` names the scope and key at fault."""
     if not isinstance(raw, dict):
-        raise ScopeSyntax('must be tables like [scopes."agent:deployer"] with read, write, propose and review lists')
+        raise ScopeSyntax('must be tables like [scopes."agent:deployer"] with read, write, propose, review and '
+                          'auto_accept lists')
     entries = []
     for source, table in raw.items():
         where = f'[scopes."{source}"]'
@@ -134,6 +189,11 @@ def parse(raw: Any) -> Scopes:
                 rights[key] = tuple(check_pattern(p) for p in value)
             except ScopeSyntax as exc:
                 raise ScopeSyntax(f"{where} {key}: {exc}") from None
+        try:
+            for pattern in rights.get("auto_accept", ()):
+                check_auto_accept(source, pattern, rights.get("propose", ()))
+        except ScopeSyntax as exc:
+            raise ScopeSyntax(f"{where} auto_accept: {exc}") from None
         entries.append(Scope(source, **rights))
     return Scopes(tuple(entries))
 
@@ -147,7 +207,8 @@ def describe(scopes: Scopes) -> list[str]:
         lines.append(f"{scope.source}:")
         for right in RIGHTS:
             paths = getattr(scope, right)
-            lines.append(f"  {right:<8} {', '.join(paths) if paths else '(nothing)'}")
+            lines.append(f"  {right:<11} {', '.join(paths) if paths else '(nothing)'}")
     lines.append("other sources: the whole vault, as [trust] says; agent: sources review only where a scope "
-                 "grants it, and no source accepts or rejects its own proposal")
+                 "grants it, and no source accepts or rejects its own proposal (auto_accept: a rule in memvault.toml "
+                 "does, recorded in the commit)")
     return lines

@@ -346,15 +346,19 @@ class EpisodeLog:
 
     def has(self, episode_id: str) -> bool:
         """Whether an episode with this id is stored: only the month files of the time its ULID holds are read."""
+        return self.path_of(episode_id) is not None
+
+    def path_of(self, episode_id: str) -> Path | None:
+        """The file holding the episode with this id, or None (the month files of its ULID's time are read)."""
         if not isinstance(episode_id, str) or len(episode_id) != 26 or any(c not in _CROCKFORD for c in episode_id):
-            return False
+            return None
         ms = 0
         for c in episode_id[:10]:
             ms = ms * 32 + _CROCKFORD.index(c)
         try:
             at = datetime.fromtimestamp(ms / 1000, timezone.utc)
         except (OverflowError, OSError, ValueError):
-            return False
+            return None
         name = f"{at.year:04d}-{at.month:02d}.jsonl"
         for path in self.files():
             if path.name == name:
@@ -363,8 +367,8 @@ class EpisodeLog:
                 except (OSError, UnsafePath):
                     continue
                 if episode_id in data and any(e.id == episode_id for e in parse_lines(data.encode(), path)):
-                    return True
-        return False
+                    return path
+        return None
 
     def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
         """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""

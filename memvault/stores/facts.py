@@ -62,6 +62,10 @@ class Fact:
     #: Set by a write: near-duplicates and conflicts found among the facts, and what the caller should know.
     similar: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
     warnings: list[str] = field(default_factory=list, repr=False, compare=False)
+    #: Set by a write: why it became a proposal (None: the source is not trusted), and the memvault.toml
+    #: ``auto_accept`` pattern that accepted it at once instead (None: no rule did).
+    proposed_because: str | None = field(default=None, repr=False, compare=False)
+    auto_accepted: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def review_after(self) -> float | None:

@@ -98,10 +98,13 @@ def fact_set(ctx, key, text, category, importance, confidence, source, tags, val
     f = ctx.vault.facts.set(key, text, category=category, importance=importance, confidence=confidence,
                             source=source, tags=list(tags) if tags else None, valid_until=valid_until,
                             allow_secret=allow_secret)
-    data = {**f.to_dict(ctx.vault.root), "quarantined": f.quarantined, "similar": f.similar, "warnings": f.warnings}
+    data = {**f.to_dict(ctx.vault.root), "quarantined": f.quarantined, "similar": f.similar, "warnings": f.warnings,
+            "auto_accepted": f.auto_accepted}
     rel = f.path.relative_to(ctx.vault.root)
-    line = (f"proposed {f.key} in {rel}: {f.source} is not a trusted source; a person runs 'memvault accept {f.key}' "
-            "to promote it") if f.quarantined else f"set {f.key} ({rel})"
+    why = f.proposed_because or f"{f.source} is not a trusted source"
+    line = (f"proposed {f.key} in {rel}: {why}; a person runs 'memvault accept {f.key}' to promote it"
+            if f.quarantined else f"set {f.key} ({rel})" + (f": accepted by the auto_accept rule {f.auto_accepted!r} "
+                                                              "in memvault.toml" if f.auto_accepted else ""))
     return Out(data, [line], notes=similar_notes(f.similar) + f.warnings)
 
 
