@@ -9,6 +9,11 @@ the fields in ``meta``). What the index does not hold (a fact's git history, the
 the vault. The index is brought in step with the files by its own freshness check, as recall does.
 
 Counts that need the whole table are cached until the index changes (its ``listing_version``).
+
+Scopes: every listing is of what the reader (``vault.reader()``, who the vault acts for) may read. For a scoped
+reader the vault's files it may not read are handed to each query as paths to hide (the ``hide`` every backend and a
+team's merged listings already take), so counts, pages and totals leave them out in SQL; rows that carry a path are
+tested again on the way out. An unscoped reader's listings are the same queries as before.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from ..index.listings import EpisodeQuery, FactQuery, Stale
 from ..rules.freshness import stale_doc_reason
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Policy
+from .access import Reader
 
 if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
@@ -75,11 +81,27 @@ class EpisodeRow:
 class Browse:
     """Read-only listings over one vault's index (see the module doc)."""
 
-    def __init__(self, index: VaultIndex, config: Config) -> None:
+    def __init__(self, index: VaultIndex, config: Config, reader: Callable[[], Reader] | None = None) -> None:
         self.index = index
         self.config = config
         self.policy = Policy(config.trust.trusted)
+        self._reader = reader or (lambda: Reader("", None))
         self._cache: dict[str, tuple[Any, Any]] = {}
+
+    # -- scopes ------------------------------------------------------------------------------------------
+    def _who(self) -> Reader:
+        return self._reader()
+
+    def _hide(self) -> frozenset[str]:
+        """The vault's files the reader may not read (none for an unscoped reader), for the queries to leave out."""
+        who = self._who()
+        if who.scope is None:
+            return frozenset()
+        return self._cached("hide", lambda: frozenset(p for p in self.index.scan() if not who.allows(p)))
+
+    def _readable(self, path: str | None) -> bool:
+        who = self._who()
+        return who.scope is None or (path is not None and who.allows(path))
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def version(self) -> tuple[Any, ...]:
@@ -88,6 +110,7 @@ class Browse:
 
     def _cached(self, name: str, make: Callable[[], Any]) -> Any:
         version = self.version()
+        name = f"{self._who().source}:{name}"  # each reader's own answers
         hit = self._cache.get(name)
         if hit is not None and hit[0] == version:
             return hit[1]
@@ -114,7 +137,7 @@ class Browse:
             kinds: dict[str, int] = {"fact": 0, "episode": 0, "procedure": 0}
             sources: dict[str, dict[str, int]] = {}
             trust: dict[str, dict[str, int]] = {}
-            for kind, source, n in self.index.doc_counts():
+            for kind, source, n in self.index.doc_counts(self._hide()):
                 kinds[kind] = kinds.get(kind, 0) + n
                 by_source = sources.setdefault(kind, {})
                 by_source[source or ""] = by_source.get(source or "", 0) + n
@@ -125,7 +148,7 @@ class Browse:
         return self._cached("counts", make)
 
     def stale_count(self, at: datetime | None = None) -> int:
-        query = FactQuery(stale=self._stale(at or now()))
+        query = FactQuery(stale=self._stale(at or now()), hide=self._hide())
         return self._cached("stale", lambda: self.index.list_facts(query, 0)[1])
 
     def _stale(self, at: datetime) -> Stale:
@@ -136,7 +159,9 @@ class Browse:
         """The next level of the key tree under ``prefix``: each folder with its number of facts, each fact."""
         start = len(prefix.rstrip("/") + "/") if prefix else 0
         out: dict[str, dict[str, Any]] = {}
-        for key in self.index.fact_keys(prefix):
+        for key in self.index.fact_keys(prefix, self._hide()):
+            if not self._readable(f"facts/{key}.md"):
+                continue
             rest = key[start:]
             head, sep, _ = rest.partition("/")
             entry = out.setdefault(head + sep, {"name": head, "path": key[:start] + head, "folder": bool(sep),
@@ -145,7 +170,7 @@ class Browse:
         return list(out.values())
 
     def tags(self) -> list[tuple[str, int]]:
-        return self._cached("tags", self.index.fact_tags)
+        return self._cached("tags", lambda: self.index.fact_tags(self._hide()))
 
     def facts(self, *, prefix: str = "", tag: str | None = None, category: str | None = None,
               source: str | None = None, trust: str | None = None, stale: bool = False, limit: int = PAGE,
@@ -155,14 +180,15 @@ class Browse:
         query = self.fact_query(prefix=prefix, tag=tag, category=category, source=source, trust=trust,
                                 stale=stale, at=at)
         rows, total = self.index.list_facts(query, max(1, min(limit, PAGE_MAX)), max(0, offset))
-        return [self._fact_row(row, at) for row in rows], total
+        return [self._fact_row(row, at) for row in rows if self._readable(row["path"])], total
 
     def fact_query(self, *, prefix: str = "", tag: str | None = None, category: str | None = None,
                    source: str | None = None, trust: str | None = None, stale: bool = False,
                    at: datetime | None = None) -> FactQuery:
         """What :meth:`facts` asks the index (its SQL and plan: :func:`memvault.index.listings.facts_sql`)."""
         return FactQuery(prefix=prefix, tag=tag or None, category=category or None, source=source or None,
-                         sources=self._sources("fact", trust), stale=self._stale(at or now()) if stale else None)
+                         sources=self._sources("fact", trust), stale=self._stale(at or now()) if stale else None,
+                         hide=self._hide())
 
     def _fact_row(self, row: dict[str, Any], at: datetime) -> FactRow:
         fields = _json(row["meta"])
@@ -182,14 +208,16 @@ class Browse:
         """Episodes newest first (or, with ``after``, the ones newer than that time, for a live page)."""
         query = self.episode_query(source=source, kind=kind, session=session, text=text, trust=trust,
                                    before=before, after=after)
-        return [self._episode_row(row) for row in self.index.list_episodes(query, max(1, min(limit, PAGE_MAX)))]
+        return [self._episode_row(row) for row in self.index.list_episodes(query, max(1, min(limit, PAGE_MAX)))
+                if self._readable(row["path"])]
 
     def episode_query(self, *, source: str | None = None, kind: str | None = None, session: str | None = None,
                       text: str | None = None, trust: str | None = None, before: str | None = None,
                       after: str | None = None) -> EpisodeQuery:
         """What :meth:`episodes` asks the index (its SQL and plan: :func:`memvault.index.listings.episodes_sql`)."""
         return EpisodeQuery(source=source or None, kind=kind or None, session=session or None, text=text or None,
-                            sources=self._sources("episode", trust), before=before or None, after=after or None)
+                            sources=self._sources("episode", trust), before=before or None, after=after or None,
+                            hide=self._hide())
 
     def _episode_row(self, row: dict[str, Any]) -> EpisodeRow:
         fields = _json(row["meta"])
@@ -200,8 +228,8 @@ class Browse:
                           self.trusted(row["source"]))
 
     def episode(self, episode_id: str) -> EpisodeRow | None:
-        rows = self.index.list_episodes(EpisodeQuery(item_id=episode_id), 1)
-        return self._episode_row(rows[0]) if rows else None
+        rows = self.index.list_episodes(EpisodeQuery(item_id=episode_id, hide=self._hide()), 1)
+        return self._episode_row(rows[0]) if rows and self._readable(rows[0]["path"]) else None
 
     def sessions(self, limit: int = PAGE) -> list[dict[str, Any]]:
         """Captured agent sessions (episodes whose meta names a ``session_id``), latest activity first."""
@@ -209,7 +237,7 @@ class Browse:
         def make() -> list[dict[str, Any]]:
             return [{"session": s, "runtime": rt, "source": src, "first": first, "last": last, "episodes": n,
                      "trusted": self.trusted(src)}
-                    for s, rt, src, first, last, n in self.index.sessions(max(1, min(limit, PAGE_MAX)))]
+                    for s, rt, src, first, last, n in self.index.sessions(max(1, min(limit, PAGE_MAX)), self._hide())]
 
         return self._cached(f"sessions:{limit}", make)
 
@@ -217,7 +245,7 @@ class Browse:
         return sorted(self.counts()["sources"].get(kind, {}).items(), key=lambda item: (-item[1], item[0]))
 
     def episode_kinds(self) -> list[str]:
-        return self._cached("ekinds", self.index.episode_kinds)
+        return self._cached("ekinds", lambda: self.index.episode_kinds(self._hide()))
 
     # -- procedures --------------------------------------------------------------------------------------
     def runs(self, name: str, limit: int = PAGE) -> list[dict[str, Any]]:
@@ -226,6 +254,8 @@ class Browse:
             return []
         out = []
         for run in self.index.runs_of([name], max(1, min(limit, PAGE_MAX))).get(name, []):
+            if not self._readable(run.get("path")):
+                continue
             fields, source = run["meta"], run.get("source")
             out.append({"episode": run["id"], "at": run["created"], "text": run["text"], "source": source,
                         "trusted": self.trusted(source), "exit_code": fields.get("exit_code"),
@@ -237,7 +267,7 @@ class Browse:
     def episode_days(self, days: int = 365) -> list[tuple[str, int]]:
         """Episodes per day (by their ``created``) over the last ``days`` days."""
         since = (now() - timedelta(days=days)).date().isoformat()
-        return self._cached(f"episode_days:{since}", lambda: self.index.episode_days(since))
+        return self._cached(f"episode_days:{since}", lambda: self.index.episode_days(since, self._hide()))
 
     def health(self) -> dict[str, Any]:
         """The index's state: model, items, pending vectors, bytes per row against 4·dims, last scan and build."""

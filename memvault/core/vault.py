@@ -304,10 +304,10 @@ class Vault:
     @cached_property
     def browse(self) -> Browse:
         """Listings for people (facts by key, tag, source, trust, staleness; episodes by time and session), SQL
-        over the index: see :mod:`memvault.core.browse`."""
+        over the index, of what the source this vault acts for may read: see :mod:`memvault.core.browse`."""
         from .browse import Browse
 
-        return Browse(self.index, self.config)
+        return Browse(self.index, self.config, reader=lambda: self.reader())
 
     def growth(self) -> Growth:
         """Facts and procedures per day from git history, cached by commit (:mod:`memvault.core.history`)."""

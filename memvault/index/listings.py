@@ -44,7 +44,8 @@ SESSIONS_SQL = ("SELECT json_extract(meta, '$.session') AS s, json_extract(meta,
 TAGS_SQL = ("SELECT t.value, COUNT(*) FROM docs, json_each(docs.meta, '$.tags') AS t "
             "WHERE docs.kind = 'fact' AND docs.meta IS NOT NULL")
 EKINDS_SQL = "SELECT DISTINCT ekind FROM docs WHERE kind = 'episode' AND ekind IS NOT NULL"
-HIDE_SQL = " AND path NOT IN (SELECT value FROM json_each(?))"
+# docs.path: a query that joins json_each (the tags) has a path column of its own.
+HIDE_SQL = " AND docs.path NOT IN (SELECT value FROM json_each(?))"
 
 
 @dataclass(frozen=True)

@@ -130,17 +130,23 @@ def mcp_command(ctx, source, http, token_file, allow_run, in_project):
               help="Read the token a browser or script must present from FILE (default: MEMVAULT_UI_TOKEN, else a "
                    "new one for this run).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the view in the default browser.")
+@click.option("--source", "-s", metavar="KIND:NAME",
+              help="Who the view acts as: its [scopes] limit every page, its reviews follow the review rules. "
+                   "Default: $MEMVAULT_SOURCE, else user:$USER.")
 @pass_ctx
-def ui(ctx, port, host, token_file, open_browser):
+def ui(ctx, port, host, token_file, open_browser, source):
     """Serve a local web view of the vault until stopped: overview and growth, facts with their git history and
     diffs, inbox review, timeline and agent sessions, procedures and their runs, the recall playground, and the
     log of what agents were told.
 
-    Changes made in the view go through the same write gate as the CLI, as the local user. The address printed
-    carries a token the browser swaps for a cookie; without it the view answers nobody.
+    Changes made in the view go through the same write gate as the CLI, as the source it acts as (--source). The
+    address printed carries a token the browser swaps for a cookie; without it the view answers nobody.
     """
     from ..mcp import read_token
     from ..web import serve
+
+    if source:
+        ctx.vault.act_as(source)
 
     serve(ctx.vault, host=host, port=port, token=read_token(token_file), open_browser=open_browser)
 

@@ -30,6 +30,7 @@ from ...rules.timeutil import format_time, now
 from .facts import patch_lines
 from .overview import overview  # noqa: F401
 from .recall import recall  # noqa: F401
+from .scopes import scopes  # noqa: F401
 from .timeline import timeline  # noqa: F401
 from .page import PATHS, ROUTES, Page, Req, Web, url, with_query
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
@@ -43,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 REFRESH_SECONDS = 2.0
 LAG_SECONDS = 30.0
 #: The order of the navigation (pages register themselves in import order).
-NAV_ORDER = ["overview", "facts", "inbox", "timeline", "sessions", "procedures", "recall", "recalls"]
+NAV_ORDER = ["overview", "facts", "inbox", "timeline", "sessions", "procedures", "recall", "recalls", "scopes"]
 #: Largest form body accepted (a fact file is at most 64 KiB; a few fields around it).
 MAX_BODY = 1 << 20
 
@@ -97,7 +98,10 @@ class WebApp:
         from starlette.routing import Mount, Route
         from starlette.staticfiles import StaticFiles
 
-        self.web = Web(vault, vault.default_source())
+        # The view reads and writes as one source (``ui --source``, else MEMVAULT_SOURCE, else the local user): every
+        # read of the facade is then within its scope, every write and review goes through the gate as it.
+        vault.act_as(vault.reader().source)
+        self.web = Web(vault, vault.reader().source)
         self.on_vault = VaultThread()
         self.refresh = refresh
         #: Set once git's commit-graph has been brought up to date (or could not be).
@@ -249,13 +253,10 @@ class WebApp:
 
     def _context(self, req: Req) -> dict[str, Any]:
         vault = self.web.vault
-        try:
-            inbox = len(vault.facts.store.files(inbox=True))
-        except MemvaultError:
-            inbox = 0
         return {"req": req, "user": self.web.source, "user_trusted": vault.facts.is_trusted(self.web.source),
+                "user_scoped": vault.reader(self.web.source).scope is not None, "inbox_count": self.web.inbox_count(),
                 "csrf": self.guard.csrf_token(), "csrf_json": json.dumps({"X-CSRF-Token": self.guard.csrf_token()}),
-                "inbox_count": inbox, "vault_root": str(vault.root), "here": self.guard.root + with_query(req),
+                "vault_root": str(vault.root), "here": self.guard.root + with_query(req),
                 "json_url": self.guard.root + with_query(req, format="json"), "paths": PATHS}
 
     async def live(self, request: Any) -> Any:
@@ -264,8 +265,7 @@ class WebApp:
 
         def probe() -> dict[str, Any]:
             vault = self.web.vault
-            return {"version": "-".join(map(str, vault.browse.version())),
-                    "inbox": len(vault.facts.store.files(inbox=True))}
+            return {"version": "-".join(map(str, vault.browse.version())), "inbox": self.web.inbox_count()}
 
         try:
             return JSONResponse(await self.on_vault(probe), headers={"cache-control": "no-store"})

@@ -73,6 +73,7 @@ def fact(web: Web, req: Req) -> Page:
         similar = web.cached(("similar", key, item.text), lambda: vault.facts.similar(key, item.text))
     except MemvaultError:
         similar = []
+    similar, _hidden = web.readable_facts(similar)
     made = req.arg("made")
     data = {"fact": item.to_dict(vault.root), "file": raw, "extra": {k: str(v) for k, v in item.extra.items()},
             "trusted": vault.facts.is_trusted(item.source),
@@ -181,8 +182,10 @@ def inbox(web: Web, req: Req) -> Page:
         results = [_review(web, key, action) for key in keys]
     problems: list[Problem] = []
     proposals = [_proposal(web, item, exists) for item, exists in web.vault.facts.proposals(problems)]
+    scope = web.vault.reader(web.source).scope
     data = {"proposals": proposals, "results": results, "problems": [str(p) for p in problems],
-            "reviewer": web.source, "reviewer_trusted": web.vault.facts.is_trusted(web.source)}
+            "reviewer": web.source, "reviewer_trusted": web.vault.facts.is_trusted(web.source),
+            "reviewer_scope": scope.to_dict() if scope is not None else None}
     return Page("inbox.html", data, status=200 if all(r["ok"] for r in results) else 207)
 
 
@@ -216,6 +219,10 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
         similar = web.cached(("similar", target, item.text), lambda: vault.facts.similar(target, item.text))
     except MemvaultError:
         similar = []
+    similar, hidden = web.readable_facts(similar)
+    if hidden:
+        flags.append(f"duplicates or contradicts {hidden} stored fact{'s' if hidden > 1 else ''} outside the read "
+                     "scope of this view's source (a person sees which)")
     for match in similar:
         if match["kind"] == "conflict" and match.get("values"):
             flags.append(f"contradicts fact {match['key']}: {contradiction_text(match['values'])}")

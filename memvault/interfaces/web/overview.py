@@ -19,10 +19,7 @@ def overview(web: Web, req: Req) -> Page:
     vault = web.vault
     browse = vault.browse
     counts = browse.counts()
-    try:
-        inbox = len(vault.facts.store.files(inbox=True))
-    except MemvaultError:
-        inbox = 0
+    inbox = web.inbox_count()
     health: dict[str, Any] = browse.health()
     health["configured_model"] = vault.config.model
     health["lag"] = web.lag
@@ -53,8 +50,9 @@ def plots(web: Web) -> dict[str, Any]:
     """The series the overview draws: facts and procedures over time (git), episodes per day, recalls per day
     with their median time, and the index's bytes per row against 4·dims."""
     vault = web.vault
-    try:
-        growth = vault.growth().series()
+    try:  # the history counts the whole vault: not for a source whose scope limits what it may read
+        growth = (vault.growth().series() if vault.reader(web.source).scope is None
+                  else {"days": [], "facts": [], "procedures": []})
     except MemvaultError:
         growth = {"days": [], "facts": [], "procedures": []}
     episodes = vault.browse.episode_days()

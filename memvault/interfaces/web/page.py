@@ -63,7 +63,8 @@ class Page:
 
 @dataclass
 class Web:
-    """What handlers get: the vault, the source acting (the local user, as for the CLI), and state of the view."""
+    """What handlers get: the vault, the source acting (``ui --source``, else as for the CLI: ``MEMVAULT_SOURCE``,
+    else the local user; its ``[scopes]`` apply to every page), and state of the view."""
 
     vault: Vault
     source: str
@@ -72,6 +73,26 @@ class Web:
     lag_checked: str | None = None
     #: Answers that hold until the index changes: (name, ...) -> (index version, value).
     cache: dict[tuple[str, ...], tuple[Any, Any]] = field(default_factory=dict)
+
+    def inbox_count(self) -> int:
+        """Proposals waiting that this view's source may see (all of them for a source no scope names)."""
+        from ...rules.errors import MemvaultError
+
+        try:
+            if self.vault.reader(self.source).scope is None:
+                return len(self.vault.facts.store.files(inbox=True))
+            return len(self.vault.facts.inbox(reader=self.source))
+        except MemvaultError:
+            return 0
+
+    def readable_facts(self, matches: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """The matches (``{"key": ...}``, duplicates and contradictions) whose fact this view's source may read,
+        and how many others were left out (named by no key: a scoped source learns no key outside its scope)."""
+        who = self.vault.reader(self.source)
+        if who.scope is None:
+            return matches, 0
+        shown = [m for m in matches if who.allows(f"facts/{m['key']}.md")]
+        return shown, len(matches) - len(shown)
 
     def cached(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
         """``make()``, reused while the index has not changed (a warm process does not redo what did not change)."""

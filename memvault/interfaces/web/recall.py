@@ -74,6 +74,8 @@ def recalls(web: Web, req: Req) -> Page:
     """The recall log, newest first: who asked, the question, what was returned (or why nothing), when."""
     vault = web.vault
     source = req.arg("source")
+    if vault.reader(web.source).scope is not None:  # others' questions and answers reach outside its scope
+        source = web.source
     before = req.int_arg("before", 0) or None
     limit = req.int_arg("limit", 100, 1, 500)
     entries = [e.to_dict() for e in vault.recall_log.recalls(limit=limit, before=before, source=source)]
