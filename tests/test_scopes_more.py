@@ -13,6 +13,9 @@ from memvault.interfaces.cli import Context, cli
 from memvault.rules import config
 from memvault.rules.errors import ConfigError, ScopeRefused, SecretRefused
 from conftest import git
+from pgserver import pg_server  # noqa: F401 - fixture
+from test_index_seam_team import seed_listings, tracked_team  # noqa: F401 - fixture
+from test_team import push, url  # noqa: F401 - fixture
 
 RULES = """
 [scopes."agent:deployer"]
@@ -212,3 +215,26 @@ def test_what_happened_today_gives_a_scoped_source_k_episodes_when_there_are_k(s
     assert len(hits) == 3 and all(h.path.startswith("episodes/alpha/") for h in hits), [h.path for h in hits]
     wide = v.recall("what happened today", k=3, kinds=["episode"], source="user:admin", log=False)
     assert all("beta" in h.text for h in wide)  # the newest are beta's: the scoped one had to look further
+
+
+# ------------------------------------------------------------------------------------------- a team's listings
+def test_a_team_hosts_listings_hold_only_what_a_scoped_reader_may_read(tracked_team, tmp_path):
+    _remote, a, clone = tracked_team
+    seed_listings(a, tmp_path)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    toml = b.root / "memvault.toml"
+    toml.write_text(toml.read_text() + '\n[scopes."agent:net"]\nread = ["facts/net/**"]\n')
+    b.reopen()
+    assert b.vault.browse.facts()[1] == 5  # the whole vault for the person
+    b.vault.act_as("agent:net")
+    browse = b.vault.browse
+    facts, total = browse.facts()
+    assert b.vault.index.shared_in_use and not b.vault.index.fallback.exists()
+    assert [f.key for f in facts] == ["net/vpn"] and total == 1
+    assert browse.counts()["kinds"] == {"fact": 1, "episode": 0, "procedure": 0}
+    assert dict(browse.tags()) == {"vpn": 1, "net": 1}
+    assert [e["name"] for e in browse.fact_tree()] == ["net"] and browse.fact_tree("db") == []
+    assert browse.episodes() == [] and browse.sessions() == [] and browse.episode_days() == []
+    assert browse.runs("db/rotate-logs") == [] and browse.episode_kinds() == [] and browse.stale_count() == 0
