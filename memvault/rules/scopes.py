@@ -142,7 +142,7 @@ def check_auto_accept(source: str, pattern: str, propose: tuple[str, ...]) -> st
     :class:`ScopeSyntax` saying which limit it breaks (see the module doc: a committed memvault.toml is data to
     check, and this right skips a person)."""
     if any(c in source for c in "*?["):
-        raise ScopeSyntax(f"auto_accept needs a scope that names one source, not the pattern {source!r}: a rule "
+        raise ScopeSyntax(f"only a scope that names one source may have it, not the pattern {source!r}: a rule "
                           "that accepts without a person says whose proposals it takes")
     parts = pattern.strip("/").split("/")
     literal = []
