@@ -238,3 +238,25 @@ def test_a_team_hosts_listings_hold_only_what_a_scoped_reader_may_read(tracked_t
     assert [e["name"] for e in browse.fact_tree()] == ["net"] and browse.fact_tree("db") == []
     assert browse.episodes() == [] and browse.sessions() == [] and browse.episode_days() == []
     assert browse.runs("db/rotate-logs") == [] and browse.episode_kinds() == [] and browse.stale_count() == 0
+
+
+# ------------------------------------------------------------------------------------------- no key outside, named
+def test_what_a_write_is_told_names_no_fact_outside_the_read_scope(ruled):
+    v = ruled
+    v.facts.delete("agents/deployer/db", source="user:admin")  # the one copy of the db fact it may read
+    out = run(v, "fact", "set", "web/pg", "Our postgres primary runs on port 5433 on db01.", "--source",
+              "agent:deployer", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["quarantined"] and data["similar"] == []
+    assert "db/main" not in out.output and "5432" not in out.output
+    assert any("outside its read scope" in w for w in data["warnings"]), data["warnings"]
+    inbox = json.loads(run(v, "inbox", "--json", source="agent:deployer").stdout)
+    shown = json.dumps([p for p in inbox if p["key"] == "web/pg"])
+    assert "web/pg" in shown and "db/main" not in shown and "5432" not in shown
+    assert "db/main" in json.dumps(json.loads(run(v, "inbox", "--json", source="user:admin").stdout))
+    line = json.dumps({"type": "fact", "key": "web/pg2", "text": "Our postgres primary runs on port 5433 on db01."})
+    out = CliRunner().invoke(cli, ["--vault", str(v.root), "ingest", "--json", "-", "--source", "agent:deployer"],
+                             input=line + "\n", obj=Context())
+    assert out.exit_code == 0, out.output
+    assert "db/main" not in out.output and "5432" not in out.output and "outside its read scope" in out.output

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..rules.errors import ScopeRefused
 from ..rules.scopes import Scope, Scopes
@@ -62,6 +62,30 @@ def auto_accept(scopes: Scopes, source: str, path: str) -> tuple[str, str] | Non
     scope = scopes.for_source(source)
     pattern = scope.accepts(path) if scope is not None else None
     return (scope.source, pattern) if scope is not None and pattern is not None else None
+
+
+#: What a report says instead of the key of a stored fact its reader may not read (a duplicate, a contradiction).
+OUTSIDE = "(a fact outside its read scope)"
+
+
+def fact_readable(scopes: Scopes, source: str, key: str) -> bool:
+    scope = scopes.for_source(source)
+    return scope is None or scope.may("read", f"facts/{key}.md")
+
+
+def within(scopes: Scopes, source: str, matches: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The matches (``{"key": ...}``: near-duplicates, contradictions) whose fact ``source`` may read, and how many
+    others there were: a write's answer never names a fact, nor quotes a value, outside the writer's read scope."""
+    shown = [m for m in matches if fact_readable(scopes, source, m["key"])]
+    return shown, len(matches) - len(shown)
+
+
+def shown_match(scopes: Scopes, source: str, match: dict[str, Any]) -> dict[str, Any]:
+    """``match`` as a report to ``source`` shows it: unchanged when it may read that fact, else with no key, no
+    differing words and no values (they quote the stored text)."""
+    if fact_readable(scopes, source, match["key"]):
+        return match
+    return {"key": OUTSIDE, "kind": match.get("kind"), "differing": [], "values": {}}
 
 
 def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: str, action: str) -> None:

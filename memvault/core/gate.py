@@ -354,11 +354,15 @@ class WriteGate:
         self.facts.path_for(key, inbox=proposal)
         similar = self.similar_facts(key, text) if (check_similar or rule) and isinstance(text, str) else []
         warnings: list[str] = []
-        contradicted = [m["key"] for m in similar if m["kind"] == "conflict"]
+        contradicted = [access.shown_match(self.scopes, source, m)["key"] for m in similar if m["kind"] == "conflict"]
         if rule is not None and contradicted:
-            warnings.append(f"not accepted by the auto_accept rule {rule[1]!r}: it contradicts {', '.join(contradicted)}"
-                            "; it waits in the inbox for a person")
+            warnings.append(f"not accepted by the auto_accept rule {rule[1]!r}: it contradicts "
+                            f"{', '.join(dict.fromkeys(contradicted))}; it waits in the inbox for a person")
             rule = None
+        similar, hidden = access.within(self.scopes, source, similar)
+        if hidden and check_similar:
+            warnings.append(f"it duplicates or contradicts {hidden} stored fact{'s' if hidden > 1 else ''} outside "
+                            "its read scope (a person sees which)")
         proposal = proposal and rule is None
         with self.lock(source, warnings):
             slot = None

@@ -28,6 +28,7 @@ from ..rules.errors import FactParseError, InvalidKey, InvalidValue, MemvaultErr
 from ..rules.freshness import text_hash
 from ..rules.trust import Op
 from ..rules.validation import validate_key, validate_tags
+from . import access
 from .gate import WriteGate
 
 BUCKETS = ("added", "replaced", "merged", "conflicts", "quarantined", "skipped")
@@ -204,6 +205,7 @@ def _ingest_fact(gate: WriteGate, item: dict[str, Any], *, source: str,
                   confidence=item.get("confidence"), tags=item.get("tags"), valid_until=item.get("valid_until"))
     conflict = next((m for m in matches if m["kind"] == "conflict"), None)
     if conflict is not None:
+        conflict = access.shown_match(gate.scopes, source, conflict)
         # Neither side is lost: the stored fact stays as it is, the candidate waits in the inbox for a person.
         fact = gate.set_fact(key, text, source=source, **fields, allow_secret=allow_secret, extra=claim or None,
                              check_similar=False, propose=True)
@@ -222,7 +224,8 @@ def _ingest_fact(gate: WriteGate, item: dict[str, Any], *, source: str,
         return "merged", {"into": into.key, **_warned(fact)}
     fact = gate.set_fact(key, text, source=source, **fields, allow_secret=allow_secret, extra=claim or None,
                          check_similar=False)
-    entry = {"key": fact.key, **({"duplicate_of": duplicate["key"]} if duplicate is not None else {}), **claim,
+    shown = access.shown_match(gate.scopes, source, duplicate)["key"] if duplicate is not None else None
+    entry = {"key": fact.key, **({"duplicate_of": shown} if shown is not None else {}), **claim,
              **_warned(fact)}
     if fact.quarantined:
         return "quarantined", {**entry, "proposed": fact.path.relative_to(gate.root).as_posix()}

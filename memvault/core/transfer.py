@@ -26,6 +26,7 @@ from ..rules.secrets import describe as describe_secrets
 from ..rules.secrets import scan_fields
 from ..rules.trust import Op
 from ..rules.validation import check_json_value, validate_key, validate_tags
+from . import access
 from .ingest import slug_key
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
         if " ".join(proposal.text.split()) == " ".join(text.split()):
             report.skipped.append({**entry, "reason": "already proposed"})
             return
-    similar = gate.similar_facts(key, text)
+    similar = [access.shown_match(gate.scopes, source, m) for m in gate.similar_facts(key, text)]
     conflict = next((m for m in similar if m["kind"] == "conflict"), None)
     if conflict is not None:
         report.conflicts.append({**entry, "with": conflict["key"], "differing": conflict["differing"],

@@ -141,13 +141,18 @@ class Facts:
     def similar(self, key: str, text: str, *, load_model: bool = False) -> list[dict[str, Any]]:
         return self._vault.gate.similar_facts(key, text, load_model=load_model)
 
-    def contradicts(self, proposal: Fact) -> list[dict[str, Any]]:
+    def contradicts(self, proposal: Fact, *, reader: str | None = None) -> list[dict[str, Any]]:
         """The stored facts a proposal contradicts, ``[{key, values}]`` (the index's model used when it has one:
-        a person reviewing can wait for it)."""
+        a person reviewing can wait for it); one ``reader`` (default: who the vault acts for) may not read is
+        named by no key and quotes no value."""
+        from .access import shown_match
+
         target = proposal.extra.get("proposes")
         key = target if isinstance(target, str) else proposal.key
-        return [{"key": m["key"], "values": m.get("values", {})}
-                for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
+        who = self._vault.reader(reader).source
+        found = [shown_match(self._vault.config.scopes, who, m)
+                 for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
+        return [{"key": m["key"], "values": m.get("values", {})} for m in found]
 
     def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
         """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""

@@ -88,11 +88,9 @@ class Web:
     def readable_facts(self, matches: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
         """The matches (``{"key": ...}``, duplicates and contradictions) whose fact this view's source may read,
         and how many others were left out (named by no key: a scoped source learns no key outside its scope)."""
-        who = self.vault.reader(self.source)
-        if who.scope is None:
-            return matches, 0
-        shown = [m for m in matches if who.allows(f"facts/{m['key']}.md")]
-        return shown, len(matches) - len(shown)
+        from ...core.access import within
+
+        return within(self.vault.config.scopes, self.source, matches)
 
     def cached(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
         """``make()``, reused while the index has not changed (a warm process does not redo what did not change)."""
