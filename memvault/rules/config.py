@@ -738,7 +738,7 @@ def template() -> str:
         if name == "scopes":  # none by default: every source reads the whole vault (docs/scopes.md)
             lines[-1] = '# [scopes."agent:deployer"]  (which paths a source may read, write, propose and review)'
             lines += ['# read = ["facts/web/**", "procedures/**"]', '# write = ["episodes/**"]',
-                      '# propose = ["facts/web/**"]', "# review = []"]
+                      '# propose = ["facts/web/**"]', "# review = []", "# auto_accept = []"]
             continue
         if cls.__doc__ and not cls.__doc__.startswith(cls.__name__):
             lines.append("# " + " ".join(cls.__doc__.split()))
