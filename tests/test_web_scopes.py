@@ -148,6 +148,8 @@ def test_a_scoped_view_shows_only_its_read_scope_on_every_page(ui, team):
     assert there.text.replace("db/restore", "N") == missing.text.replace("db/nothing", "N")
     overview = ui.get("/?format=json").json()
     assert overview["counts"]["fact"] == 2 and overview["counts"]["procedure"] == 1 and overview["inbox"] == 3
+    assert "chunks" not in overview["index"] and overview["plots"]["growth"]["days"] == []
+    assert ui.get("/").status_code == 200
     assert "user:admin" not in json.dumps(ui.get("/recalls?format=json").json()["entries"])
     assert ui.get("/live").json()["inbox"] == 3
 

@@ -28,6 +28,10 @@ def overview(web: Web, req: Req) -> Page:
         team = vault.index.stats().get("shared_index")
     except MemvaultError as exc:
         team = {"error": str(exc)}
+    if vault.reader(web.source).scope is not None and health.get("exists"):
+        # The index's figures count the whole vault: a scoped source is told only which model it holds.
+        health = {"exists": True, "scoped": True, "model": health.get("model"), "configured_model": vault.config.model}
+        team = None
     sources = {kind: sorted(by.items(), key=lambda item: (-item[1], item[0]))[:12]
                for kind, by in counts["sources"].items()}
     data = {
