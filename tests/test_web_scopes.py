@@ -155,7 +155,10 @@ def test_a_scoped_view_shows_only_its_read_scope_on_every_page(ui, team):
 
 
 def test_a_scoped_view_reviews_as_its_source(ui, team):
-    inbox = {p["key"]: p for p in ui.get("/inbox?format=json").json()["proposals"]}
+    listed = ui.get("/inbox?format=json").json()["proposals"]
+    assert [p["source"] for p in listed] == ["agent:deployer", "agent:scraper", "agent:scraper"]  # grouped
+    assert all(p["age"].endswith(("s", "m")) for p in listed) and "from agent:scraper</h2>" in ui.get("/inbox").text
+    inbox = {p["key"]: p for p in listed}
     assert sorted(inbox) == ["net/pg", "net/vpn", "web/tls"]  # db/pool is for a fact outside its read scope
     flags = " ".join(inbox["net/pg"]["flags"])
     assert "outside the read scope" in flags and "db/main" not in flags and "5432" not in json.dumps(inbox)

@@ -98,3 +98,16 @@ def decayed(value: float, since: float | None, at: float, half_life: float) -> f
 def from_timestamp(value: float | None) -> datetime | None:
     """A stored Unix time as an aware UTC datetime (None stays None)."""
     return None if value is None else datetime.fromtimestamp(float(value), timezone.utc)
+
+
+def age_text(seconds: float) -> str:
+    """A short age for people: ``45s``, ``12m``, ``3h``, ``2d`` (how long a proposal has waited)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def age_seconds(at: datetime | None) -> float:
+    """Seconds since ``at`` (0 for None or a time to come)."""
+    return max(0.0, now().timestamp() - at.timestamp()) if at is not None else 0.0

@@ -1,13 +1,13 @@
 """Commands that keep memory healthy: prune, purge, inbox, accept, reject, stale, verify, dedup, expire, ingest."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ...rules.contradict import describe as contradiction_text
+from ...rules.timeutil import age_seconds, age_text
 from .base import Out, cli, output, pass_ctx, warn
 
 
@@ -78,7 +78,8 @@ def inbox(ctx):
         age = age_of(f)
         lines += [f"  {f.key}  {age_text(age)} old  ({'changes an existing fact' if exists else 'new'}{also})",
                   f"      {f.text}"]
-        lines += [f"      contradicts {c['key']}: {contradiction_text(c['values'])}" for c in contradicts]
+        lines += [f"      contradicts {c['key']}" + (f": {contradiction_text(c['values'])}" if c["values"] else "")
+                  for c in contradicts]
         data.append({**f.to_dict(ctx.vault.root), "changes_existing": exists, "contradicts": contradicts,
                      "age_seconds": round(age), "age": age_text(age)})
     return Out(data, lines, notes=[str(p) for p in problems])
@@ -86,15 +87,7 @@ def inbox(ctx):
 
 def age_of(fact: Any) -> float:
     """Seconds since the proposal was written (its ``updated``, else ``created``)."""
-    at = fact.updated or fact.created
-    return max(0.0, time.time() - at.timestamp()) if at is not None else 0.0
-
-
-def age_text(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
+    return age_seconds(fact.updated or fact.created)
 
 
 @cli.command()

@@ -16,6 +16,7 @@ from ...rules.errors import FactNotFound, MemvaultError
 from ...rules.freshness import stale_reason
 from ...rules.markup import ANGLE_LOOKALIKES
 from ...rules.secrets import find_secrets
+from ...rules.timeutil import age_seconds, age_text
 from ...rules.validation import Problem, validate_key
 from .page import Page, Req, Web, route, url
 
@@ -181,7 +182,10 @@ def inbox(web: Web, req: Req) -> Page:
             return Page("error.html", {"error": "tick at least one proposal, then accept or reject"}, status=422)
         results = [_review(web, key, action) for key in keys]
     problems: list[Problem] = []
-    proposals = [_proposal(web, item, exists) for item, exists in web.vault.facts.proposals(problems)]
+    # Grouped by source, oldest first within each (as `memvault inbox`): what waits longest shows.
+    waiting = sorted(web.vault.facts.proposals(problems),
+                     key=lambda p: (p[0].source or "", -age_seconds(p[0].updated or p[0].created)))
+    proposals = [_proposal(web, item, exists) for item, exists in waiting]
     scope = web.vault.reader(web.source).scope
     data = {"proposals": proposals, "results": results, "problems": [str(p) for p in problems],
             "reviewer": web.source, "reviewer_trusted": web.vault.facts.is_trusted(web.source),
@@ -238,7 +242,8 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
         flags.append("reads like an instruction to an agent")
     return {"key": item.key, "source": item.source, "trusted": vault.facts.is_trusted(item.source),
             "text": item.text, "changes_existing": exists, "category": item.category, "tags": list(item.tags),
-            "updated": item.to_dict()["updated"], "diff": diff, "flags": flags, "similar": similar,
+            "updated": item.to_dict()["updated"], "age": age_text(age_seconds(item.updated or item.created)),
+            "diff": diff, "flags": flags, "similar": similar,
             "contradicts": [{"key": m["key"], "values": m.get("values", {})} for m in similar
                             if m["kind"] == "conflict"]}
 
