@@ -95,7 +95,8 @@ def age_of(fact: Any) -> float:
 @pass_ctx
 def scopes(ctx):
     """Who may do what: each [scopes] entry of memvault.toml (the paths its sources may read, write, propose and
-    review) and the [trust] patterns. Sources no scope names read the whole vault and write as [trust] says."""
+    review, and where a rule accepts its proposals: auto_accept) and the [trust] patterns. Sources no scope names
+    read the whole vault and write as [trust] says."""
     data = ctx.vault.scopes()
     return Out(data, data.pop("summary") + [f"trusted sources: {', '.join(data['trusted'])}"])
 
