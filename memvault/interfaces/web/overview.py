@@ -8,6 +8,7 @@ from typing import Any
 
 from ...rules.errors import MemvaultError
 from ...rules.timeutil import now
+from .charts import daily
 from .page import Page, Req, Web, route
 
 #: Days of recall volume and latency plotted.
@@ -46,12 +47,12 @@ def overview(web: Web, req: Req) -> Page:
         "team_index": team,
         "plots": plots(web),
     }
-    return Page("overview.html", data)
+    return Page("overview.html", data, extra={"recall_days": RECALL_DAYS})
 
 
 def plots(web: Web) -> dict[str, Any]:
-    """The series the overview draws: facts and procedures over time (git), episodes per day, recalls per day
-    with their median time, and the index's bytes per row against 4·dims."""
+    """The series the overview draws, each beside its chart (:mod:`.charts`: the axis and every bar, as drawn):
+    facts and procedures over time (git), episodes per day, recalls per day and their median time."""
     vault = web.vault
     try:
         growth = vault.growth().series()
@@ -66,26 +67,39 @@ def plots(web: Web) -> dict[str, Any]:
             by_day.setdefault(day, []).append(ms)
     except MemvaultError:
         pass
-    if growth["days"]:  # the counts start from nothing the day before the first commit
-        first = date.fromisoformat(growth["days"][0]) - timedelta(days=1)
-        growth = {"days": [first.isoformat(), *growth["days"]], **{k: [0, *v] for k, v in growth.items()
-                                                                   if k != "days"}}
-    per_day = dict(episodes)
-    episode_days = _every_day(min(per_day)) if per_day else []
-    recall_days = _every_day(min(by_day)) if by_day else []
+    recall_days = sorted(by_day)
+    recalls = {"days": recall_days, "count": [len(by_day[d]) for d in recall_days],
+               "median_ms": [round(statistics.median(by_day[d]), 2) for d in recall_days],
+               "max_ms": [round(max(by_day[d]), 2) for d in recall_days]}
+    filled = carried(growth)
     return {
         "growth": growth,
-        "episodes": {"days": episode_days, "count": [per_day.get(d, 0) for d in episode_days]},
-        "recalls": {"days": recall_days, "count": [len(by_day.get(d, ())) for d in recall_days],
-                    "median_ms": [round(statistics.median(by_day[d]), 2) if d in by_day else None
-                                  for d in recall_days],
-                    "max_ms": [round(max(by_day[d]), 2) if d in by_day else None for d in recall_days]},
+        "episodes": {"days": [d for d, _ in episodes], "count": [n for _, n in episodes]},
+        "recalls": recalls,
+        "charts": {
+            "growth": daily({area: list(zip(filled["days"], filled[area])) for area in ("facts", "procedures")}
+                                   ).to_dict(),
+            "episodes": daily({"episodes": episodes}).to_dict(),
+            "recalls": daily({"recalls": list(zip(recall_days, recalls["count"]))}).to_dict(),
+            "recall_ms": daily({"median ms": list(zip(recall_days, recalls["median_ms"]))}).to_dict(),
+        },
     }
 
 
-def _every_day(first: str) -> list[str]:
-    """Every day from ``first`` to today (a bar per day, days without any included), at most a year."""
-    today = now().date()
-    start = min(max(date.fromisoformat(first[:10]), today - timedelta(days=366)), today - timedelta(days=1))
-    count = (today - start).days + 1
-    return [(start + timedelta(days=i)).isoformat() for i in range(max(count, 1))]
+def carried(growth: dict[str, Any]) -> dict[str, Any]:
+    """The cumulative counts on every day from the first commit's to the last one's (a day without commits holds
+    the day before's count): the vault's size each day, nothing before it existed."""
+    days = growth["days"]
+    if not days:
+        return {"days": [], "facts": [], "procedures": []}
+    at = dict(zip(days, zip(growth["facts"], growth["procedures"])))
+    first, last = date.fromisoformat(days[0]), date.fromisoformat(days[-1])
+    out: dict[str, list[Any]] = {"days": [], "facts": [], "procedures": []}
+    current = (0, 0)
+    for i in range((last - first).days + 1):
+        day = (first + timedelta(days=i)).isoformat()
+        current = at.get(day, current)
+        out["days"].append(day)
+        out["facts"].append(current[0])
+        out["procedures"].append(current[1])
+    return out

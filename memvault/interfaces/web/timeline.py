@@ -8,6 +8,7 @@ from typing import Any
 from ...core.history import entry_dict
 from ...rules.errors import EpisodeError, MemvaultError
 from ...rules.validation import validate_name
+from .charts import timed
 from .page import Page, Req, Web, route
 
 #: Runs of one procedure shown (and plotted).
@@ -75,5 +76,6 @@ def procedure(web: Web, req: Req) -> Page:
             "seconds": [round((r["duration_ms"] or 0) / 1000, 3) for r in reversed(runs)],
             "exit_code": [r["exit_code"] for r in reversed(runs)]}
     data = {"procedure": proc.to_dict(vault.root), "history": history, "history_error": history_error,
-            "runs": runs, "plot": plot}
+            "runs": runs, "plot": plot, "chart": timed(list(zip(plot["at"], plot["seconds"])),
+                                                              series="seconds").to_dict()}
     return Page("procedure.html", data)

@@ -1,0 +1,274 @@
+"""Pages that tell the truth (issue 26): charts whose axes hold the data (a bar per day from the first day with data
+to the last, ticks on real dates, nothing outside the axis), the facts list with each fact's text, the inbox diff
+against the fact a proposal would change, the playground's bars equal to the figures recall ranked with, a
+runbook's provenance read from git, and markup in every stored field rendered inert on every page.
+Chromium's view of the same pages: test_web_screens.py."""
+from __future__ import annotations
+
+import html
+import re
+from datetime import date, timedelta
+from html.parser import HTMLParser
+
+import pytest
+from starlette.testclient import TestClient
+
+from memvault import Vault
+from memvault.interfaces.web import build
+from memvault.interfaces.web import charts
+from memvault.interfaces.web.overview import carried
+
+from conftest import git
+from web_fixtures import seeded_copy, seeded_template  # noqa: F401 - fixtures
+
+PORT = 8787
+BASE = f"http://127.0.0.1:{PORT}"
+
+
+# ---------------------------------------------------------------------------------------------- the chart maths
+def check_axes(chart: charts.Chart, days_with_data: list[str]) -> None:
+    """What every chart must hold: bars only on days with data, the first at the first such day and the last at
+    the last, every bar and tick inside the plot area, ticks on real dates under their day's bar."""
+    assert chart.first == min(days_with_data) and chart.last == max(days_with_data)
+    first, last = date.fromisoformat(chart.first), date.fromisoformat(chart.last)
+    assert chart.days == (last - first).days + 1
+    slot = (chart.right - chart.left) / chart.days
+    bar_days = sorted({b.day for b in chart.bars})
+    assert bar_days == sorted(set(days_with_data))
+    for bar in chart.bars:
+        assert chart.left <= bar.x and bar.x + bar.width <= chart.right + 1e-6, bar
+        assert chart.top - 1e-6 <= bar.y and bar.y + bar.height <= chart.bottom + 1e-6, bar
+        assert bar.value <= chart.ymax
+        day = date.fromisoformat(bar.day)
+        lo = chart.left + (day - first).days * slot
+        assert lo - 1e-3 <= bar.x and bar.x + bar.width <= lo + slot + 1e-3, f"{bar} is outside its day's slot"
+    leftmost = min(chart.bars, key=lambda b: b.x)
+    rightmost = max(chart.bars, key=lambda b: b.x)
+    assert leftmost.day == chart.first and rightmost.day == chart.last
+    assert chart.xticks, "no date on the axis"
+    for tick in chart.xticks:
+        day = date.fromisoformat(tick.label)  # a real date
+        assert first <= day <= last, tick
+        assert tick.pos == pytest.approx(chart.left + ((day - first).days + 0.5) * slot, abs=1e-3)
+    assert chart.yticks[0].value == 0 and chart.yticks[-1].value == chart.ymax
+    assert max(b.value for b in chart.bars) <= chart.ymax
+
+
+def test_a_day_chart_runs_from_the_first_day_with_data_to_the_last():
+    points = [("2026-11-02", 3), ("2026-11-05", 1), ("2026-11-05", 2), ("2026-11-09", 4)]
+    chart = charts.daily({"episodes": points})
+    check_axes(chart, ["2026-11-02", "2026-11-05", "2026-11-09"])
+    assert {b.day: b.value for b in chart.bars} == {"2026-11-02": 3, "2026-11-05": 3, "2026-11-09": 4}
+    assert chart.days == 8 and len(chart.bars) == 3  # days without data have no bar, but keep their place
+    # a bar's height is its value on the value axis
+    bar = next(b for b in chart.bars if b.day == "2026-11-09")
+    assert bar.height == pytest.approx(4 / chart.ymax * (chart.bottom - chart.top), abs=1e-2)
+
+
+def test_no_points_makes_an_empty_chart():
+    chart = charts.daily({"episodes": []})
+    assert chart.empty and chart.first is None and chart.bars == [] and chart.xticks == []
+    assert charts.timed([]).empty
+    assert charts.daily({"n": [("2026-11-02", 0)]}).empty  # a zero is no data either
+
+
+def test_one_point_gets_an_axis_of_its_own_day():
+    chart = charts.daily({"runs": [("2026-12-04T21:59:31.890Z", 1)]})
+    check_axes(chart, ["2026-12-04"])
+    assert chart.days == 1 and [t.label for t in chart.xticks] == ["2026-12-04"]
+    bar = chart.bars[0]
+    assert bar.width <= charts.MAX_BAR  # one bar does not fill the chart
+    assert bar.x + bar.width / 2 == pytest.approx((chart.left + chart.right) / 2, abs=1e-3)
+
+
+def test_one_run_sits_within_its_day_not_years_away():
+    chart = charts.timed([("2026-12-04T21:59:31.890Z", 0.004)], series="seconds")
+    assert (chart.first, chart.last, chart.days) == ("2026-12-04", "2026-12-04", 1)
+    (mark,) = chart.bars
+    centre = mark.x + mark.width / 2
+    # 21:59:31.89 is 91.6 % through the day
+    assert centre == pytest.approx(chart.left + (21 * 3600 + 59 * 60 + 31.89) / 86400 * (chart.right - chart.left),
+                                   abs=1e-2)
+    assert chart.left <= mark.x and mark.x + mark.width <= chart.right
+    assert mark.at == "2026-12-04T21:59:31.890000Z" and mark.height >= 1
+
+
+def test_all_points_on_one_day():
+    points = [(f"2026-03-01T{h:02d}:00:00Z", h) for h in range(0, 24, 3)]
+    check_axes(charts.daily({"n": points}), ["2026-03-01"])
+    runs = charts.timed(points)
+    assert runs.days == 1 and len(runs.bars) == 8
+    xs = [b.x for b in runs.bars]
+    assert xs == sorted(xs) and all(runs.left <= x <= runs.right for x in xs)
+
+
+def test_a_span_of_years_ticks_on_first_days():
+    start = date(2023, 5, 17)
+    points = [((start + timedelta(days=i)).isoformat(), 1 + i % 3) for i in range(0, 3 * 365 + 40, 5)]
+    chart = charts.daily({"n": points})
+    check_axes(chart, [d for d, _ in points])
+    labels = [date.fromisoformat(t.label) for t in chart.xticks]
+    assert len(labels) <= charts.MAX_TICKS and all(d.day == 1 for d in labels), labels
+    assert chart.days > 1000
+
+
+def test_weeks_tick_on_mondays():
+    points = [(f"2026-02-{d:02d}", 1) for d in range(1, 29)]
+    chart = charts.daily({"n": points})
+    check_axes(chart, [d for d, _ in points])
+    assert all(date.fromisoformat(t.label).weekday() == 0 for t in chart.xticks)
+
+
+def test_timestamps_with_timezones_count_on_their_utc_day():
+    # 23:30 at UTC-05:00 is 04:30 the next day in UTC; 00:30 at +02:00 is the day before in UTC
+    chart = charts.daily({"n": [("2026-06-01T23:30:00-05:00", 1), ("2026-06-03T00:30:00+02:00", 1)]})
+    check_axes(chart, ["2026-06-02"])
+    assert chart.bars[0].value == 2
+    runs = charts.timed([("2026-06-01T23:30:00-05:00", 2.0)])
+    assert runs.first == "2026-06-02" and runs.bars[0].at == "2026-06-02T04:30:00Z"
+
+
+def test_stacked_series_share_a_bar_and_the_axis_holds_the_total():
+    chart = charts.daily({"facts": [("2026-01-01", 5), ("2026-01-02", 6)], "procedures": [("2026-01-02", 2)]})
+    check_axes(chart, ["2026-01-01", "2026-01-02"])
+    day2 = [b for b in chart.bars if b.day == "2026-01-02"]
+    assert [(b.series, b.value) for b in day2] == [("facts", 6), ("procedures", 2)]
+    facts, procs = day2
+    assert procs.y + procs.height == pytest.approx(facts.y, abs=1e-3)  # stacked on top
+    assert chart.ymax >= 8
+
+
+def test_growth_is_the_vaults_size_each_day_from_its_first_commit():
+    growth = {"days": ["2026-11-02", "2026-11-05"], "facts": [3, 5], "procedures": [0, 1]}
+    filled = carried(growth)
+    assert filled["days"] == ["2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05"]
+    assert filled["facts"] == [3, 3, 3, 5] and filled["procedures"] == [0, 0, 0, 1]
+    assert carried({"days": [], "facts": [], "procedures": []})["days"] == []
+
+
+# ---------------------------------------------------------------------------------------------- the served pages
+class Browser(TestClient):
+    root = ""
+
+    def request(self, method, url, *args, **kwargs):
+        if isinstance(url, str) and url.startswith("/") and not (url + "/").startswith(self.root + "/"):
+            url = self.root + url
+        return super().request(method, url, *args, **kwargs)
+
+
+def open_client(vault: Vault) -> Browser:
+    app, token = build(vault, port=PORT, refresh=False)
+    client = Browser(app.asgi, base_url=BASE)
+    client.__enter__()
+    r = client.get(f"/?token={token}", follow_redirects=False)
+    client.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
+    client.root = app.guard.root
+    return client
+
+
+@pytest.fixture
+def seeded(seeded_copy):
+    return seeded_copy()
+
+
+@pytest.fixture
+def client(seeded):
+    c = open_client(seeded)
+    try:
+        yield c
+    finally:
+        c.__exit__(None, None, None)
+
+
+class Svg(HTMLParser):
+    """The charts of a page as drawn: per chart (by the id of the card around it), its bars and ticks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: dict[str, dict] = {}
+        self._card = None
+        self._current = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if (a.get("id") or "").startswith("chart-"):
+            self._card = a["id"]
+        if tag == "svg" and "chart" in (a.get("class") or ""):
+            self._current = {"first": a["data-first"], "last": a["data-last"], "days": int(a["data-days"]),
+                             "ymax": float(a["data-ymax"]), "bars": [], "xticks": []}
+            self.charts[self._card] = self._current
+        if self._current is not None and tag == "rect" and "bar" in (a.get("class") or ""):
+            self._current["bars"].append({"day": a["data-day"], "value": float(a["data-value"]),
+                                          "series": a["data-series"], "at": a.get("data-at"),
+                                          "x": float(a["x"]), "width": float(a["width"])})
+        if self._current is not None and tag == "g" and a.get("class") == "xtick":
+            self._current["xticks"].append(a["data-date"])
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self._current = None
+
+
+def svg_charts(text: str) -> dict[str, dict]:
+    p = Svg()
+    p.feed(text)
+    return p.charts
+
+
+def test_the_overview_draws_a_bar_per_day_of_the_vaults_real_history(client, seeded):
+    data = client.get("/?format=json").json()["plots"]
+    drawn = svg_charts(client.get("/").text)
+    growth = drawn["chart-growth"]
+    days = data["growth"]["days"]
+    assert growth["first"] == days[0] and growth["last"] == days[-1]  # nothing before the vault existed
+    last = [b for b in growth["bars"] if b["day"] == days[-1]]
+    assert {b["series"]: b["value"] for b in last} == {"facts": data["growth"]["facts"][-1],
+                                                      "procedures": data["growth"]["procedures"][-1]}
+    episodes = drawn["chart-episodes"]
+    assert {b["day"]: b["value"] for b in episodes["bars"]} == dict(zip(data["episodes"]["days"],
+                                                                        map(float, data["episodes"]["count"])))
+    recalls = drawn["chart-recalls"]
+    assert {b["day"]: b["value"] for b in recalls["bars"]} == dict(zip(data["recalls"]["days"],
+                                                                       map(float, data["recalls"]["count"])))
+    for chart in drawn.values():
+        assert chart["xticks"] and all(chart["first"] <= t <= chart["last"] for t in chart["xticks"])
+        assert all(b["value"] <= chart["ymax"] for b in chart["bars"])
+
+
+def test_a_growth_chart_of_a_vault_with_weeks_of_history(tmp_path, models, monkeypatch):
+    """Commits dated on three days a week apart: a bar on every day between them, holding the size that day."""
+    v = Vault.init(tmp_path / "v")
+    v = Vault.open(v.root, embedder_factory=models, daemon=False)
+    dates = ["2026-10-01T10:00:00+00:00", "2026-10-08T23:30:00-05:00", "2026-10-15T09:00:00+00:00"]
+    for i, when in enumerate(dates):
+        (v.root / "facts" / f"f{i}.md").parent.mkdir(exist_ok=True)
+        (v.root / "facts" / f"f{i}.md").write_text(f"fact number {i}\n")
+        git(v.root, "add", "facts")
+        monkeypatch.setenv("GIT_AUTHOR_DATE", when)
+        monkeypatch.setenv("GIT_COMMITTER_DATE", when)
+        git(v.root, "commit", "-qm", f"fact {i}")
+    monkeypatch.delenv("GIT_AUTHOR_DATE")
+    monkeypatch.delenv("GIT_COMMITTER_DATE")
+    c = open_client(v)
+    try:
+        drawn = svg_charts(c.get("/").text)["chart-growth"]
+    finally:
+        c.__exit__(None, None, None)
+    assert (drawn["first"], drawn["last"], drawn["days"]) == ("2026-10-01", "2026-10-15", 15)
+    values = {b["day"]: b["value"] for b in drawn["bars"] if b["series"] == "facts"}
+    assert values["2026-10-01"] == 1 and values["2026-10-08"] == 1 and values["2026-10-09"] == 2  # UTC day
+    assert values["2026-10-15"] == 3 and len(values) == 15
+    assert drawn["xticks"] == [f"2026-10-{d:02d}" for d in range(1, 16, 2)]  # every other day: 8 labels
+
+
+def test_a_procedure_run_once_gets_an_axis_around_that_run(client, seeded):
+    page = client.get("/procedure/db/rotate-logs")
+    data = client.get("/procedure/db/rotate-logs?format=json").json()
+    (run,) = data["runs"]
+    chart = svg_charts(page.text)["chart-runs"]
+    day = run["at"][:10]
+    assert (chart["first"], chart["last"], chart["days"]) == (day, day, 1)
+    (mark,) = chart["bars"]
+    assert mark["at"].replace("000Z", "Z") == run["at"] or mark["at"][:19] == run["at"][:19]
+    assert mark["value"] == round(run["duration_ms"] / 1000, 3)
+    assert chart["xticks"] == [day]
