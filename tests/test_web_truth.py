@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 from datetime import date, timedelta
 from html.parser import HTMLParser
 
@@ -272,3 +273,64 @@ def test_a_procedure_run_once_gets_an_axis_around_that_run(client, seeded):
     assert mark["at"].replace("000Z", "Z") == run["at"] or mark["at"][:19] == run["at"][:19]
     assert mark["value"] == round(run["duration_ms"] / 1000, 3)
     assert chart["xticks"] == [day]
+
+
+# ---------------------------------------------------------------------------------------------- facts list
+class Cells(HTMLParser):
+    """The facts table: per row, the text of each cell; and the class of the layout around it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.layout: list[str] = []
+        self._in_table = False
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "div" and "columns" in (a.get("class") or ""):
+            self.layout.append(a["class"])
+        if tag == "table" and "facts" in (a.get("class") or ""):
+            self._in_table = True
+        if self._in_table and tag == "tr":
+            self.rows.append([])
+        if self._in_table and tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self.rows:
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        if tag == "table":
+            self._in_table = False
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_the_facts_list_shows_what_each_fact_says(client, seeded):
+    page = client.get("/facts")
+    cells = Cells()
+    cells.feed(page.text)
+    header, *rows = cells.rows
+    assert header[:2] == ["key", "text"]
+    by_key = {row[0].split(" ")[0]: row[1] for row in rows}
+    assert by_key["db/replica"] == "The replica database listens on 10.8.0.5 port 5432."
+    assert by_key["db/primary"] == "The primary database listens on 10.8.0.4 port 5432."
+    # markup in a fact's text is shown as text (escaped), not parsed
+    assert by_key["evil/note"].startswith("payload: <script>document.title='pwned'")
+    assert "<script>document.title" not in page.text and "&lt;script&gt;document.title" in page.text
+    listed = client.get("/facts?format=json").json()["facts"]
+    assert {f["key"]: f["excerpt"] for f in listed}["db/replica"] == by_key["db/replica"]
+    # the list takes the width the key tree leaves, not half the page
+    assert "columns side" in cells.layout
+    css = (Path(charts.__file__).parent / "static" / "app.css").read_text()
+    assert re.search(r"\.columns\.side \{ grid-template-columns: minmax\(12rem, 18rem\) minmax\(0, 1fr\); \}", css)
+
+
+def test_a_long_fact_is_cut_to_one_line(client, seeded):
+    seeded.facts.set("ops/long", "line one\n\n" + "word " * 200, source="user:admin")
+    row = next(f for f in client.get("/facts?prefix=ops&format=json").json()["facts"] if f["key"] == "ops/long")
+    assert row["excerpt"].startswith("line one word word") and row["excerpt"].endswith("…")
+    assert len(row["excerpt"]) <= 200 and "\n" not in row["excerpt"]
