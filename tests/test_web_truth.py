@@ -334,3 +334,25 @@ def test_a_long_fact_is_cut_to_one_line(client, seeded):
     row = next(f for f in client.get("/facts?prefix=ops&format=json").json()["facts"] if f["key"] == "ops/long")
     assert row["excerpt"].startswith("line one word word") and row["excerpt"].endswith("…")
     assert len(row["excerpt"]) <= 200 and "\n" not in row["excerpt"]
+
+
+# ---------------------------------------------------------------------------------------------- inbox diff
+def diff_headers(proposal: dict) -> tuple[str, str]:
+    lines = [line for kind, line in proposal["diff"] if kind == "meta"]
+    return lines[0], lines[1]
+
+
+def test_the_inbox_diff_is_against_the_fact_the_proposal_would_change(client, seeded):
+    seeded.facts.set("db/primary", "The primary database moved to 10.8.0.11 port 5433.", source="agent:other")
+    proposals = {p["key"]: p for p in client.get("/inbox?format=json").json()["proposals"]}
+    assert diff_headers(proposals["db/primary"]) == ("--- facts/db/primary.md",
+                                                      "+++ facts/db/primary.md (proposed by agent:scraper)")
+    # a second proposal for the same fact waits under another name, and still diffs against the fact
+    assert diff_headers(proposals["db/primary.2"]) == ("--- facts/db/primary.md",
+                                                        "+++ facts/db/primary.md (proposed by agent:other)")
+    assert "+The primary database moved to 10.8.0.11 port 5433." in [l for _k, l in proposals["db/primary.2"]["diff"]]
+    # a new fact: nothing before it
+    assert diff_headers(proposals["net/vpn"]) == ("--- /dev/null", "+++ facts/net/vpn.md (proposed by agent:scraper)")
+    page = client.get("/inbox").text
+    assert "+++ facts/net/vpn.md (proposed by agent:scraper)" in html.unescape(page)
+    assert "inbox/" not in "".join(line for p in proposals.values() for _k, line in p["diff"])
