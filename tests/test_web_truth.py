@@ -356,3 +356,76 @@ def test_the_inbox_diff_is_against_the_fact_the_proposal_would_change(client, se
     page = client.get("/inbox").text
     assert "+++ facts/net/vpn.md (proposed by agent:scraper)" in html.unescape(page)
     assert "inbox/" not in "".join(line for p in proposals.values() for _k, line in p["diff"])
+
+
+# ---------------------------------------------------------------------------------------------- playground
+class Meters(HTMLParser):
+    """Per hit of the playground (its id), the figure each bar shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits: list[dict[str, float]] = []
+        self.ids: list[str] = []
+        self._meta = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "li" and "hit" in (a.get("class") or "").split():
+            self.hits.append({})
+            self._meta = True
+        if tag == "a" and self._meta and self.hits and len(self.ids) < len(self.hits):
+            self.ids.append(a["href"].rsplit("/", 1)[-1])
+        if tag == "meter" and a.get("data-figure") and self.hits:
+            self.hits[-1][a["data-figure"]] = float(a["value"])
+
+
+QUESTION = "which port does the primary database use"
+
+
+def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
+    page = client.get("/recall", params={"q": QUESTION, "k": 20, "min_relevance": "0"})
+    shown = client.get("/recall", params={"q": QUESTION, "k": 20, "min_relevance": "0", "format": "json"}
+                       ).json()["result"]["hits"]
+    result = seeded.recall(QUESTION, k=20, min_relevance=0, record_access=False, log=False)
+    assert [(h["kind"], h["id"]) for h in shown] == [(h.kind, h.id) for h in result]
+    # recency moves with the clock between two recalls: 1e-5 of a day's decay; everything else is equal
+    for hit, item in zip(result, shown):
+        explained = hit.explain()
+        assert {b["factor"]: b["value"] for b in item["bars"]} == pytest.approx(explained["factors"], abs=1e-5)
+        assert item["parts"] == explained["parts"]
+    meters = Meters()
+    meters.feed(page.text)
+    assert len(meters.hits) == len(result)
+    for hit, bars in zip(result, meters.hits):
+        explained = hit.explain()
+        assert bars == pytest.approx({**explained["factors"], "keyword": explained["parts"]["keyword"],
+                                      "semantic": explained["parts"]["semantic"]}, abs=1e-5)
+        assert (bars["keyword"], bars["semantic"]) == (explained["parts"]["keyword"], explained["parts"]["semantic"])
+    # the semantic part is the cosine divided by the best cosine of the recall (what relevance used), not the cosine
+    facts = [h.explain()["parts"] for h in result if h.kind == "fact"]
+    best = max(p["cosine"] for p in [h.explain()["parts"] for h in result])
+    assert best > 0 and max(p["semantic"] for p in [h.explain()["parts"] for h in result]) == pytest.approx(1.0)
+    for parts in facts:
+        assert parts["semantic"] == pytest.approx(parts["cosine"] / best, abs=1e-5)
+    assert any(p["semantic"] != p["cosine"] for p in facts)
+    weight = seeded.config.recall.semantic_weight
+    top = shown[0]
+    if not top["parts"]["exact"]:
+        relevance = weight * top["parts"]["semantic"] + (1 - weight) * top["parts"]["keyword"]
+        assert top["bars"][0]["factor"] == "relevance"
+        assert top["bars"][0]["value"] >= relevance - 1e-5  # feedback and neighbours only add to it
+
+
+def test_recall_explain_prints_the_same_figures(seeded):
+    from memvault.core.render import render
+
+    result = seeded.recall(QUESTION, k=5, record_access=False, log=False)
+    import json as _json
+
+    data = _json.loads(render(result, "json", explain=True))
+    assert [h["explain"] for h in data["hits"]] == [h.explain() for h in result]
+    text = render(result, "text", explain=True, weights=seeded.config.recall.weights)
+    parts = result[0].explain()["parts"]
+    assert f"relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} " \
+           f"(cosine {parts['cosine']:.3f} ÷ best)" in text
+    assert "explain" not in _json.loads(render(result, "json"))["hits"][0]  # the agents' answer is unchanged
