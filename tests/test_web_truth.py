@@ -429,3 +429,41 @@ def test_recall_explain_prints_the_same_figures(seeded):
     assert f"relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} " \
            f"(cosine {parts['cosine']:.3f} ÷ best)" in text
     assert "explain" not in _json.loads(render(result, "json"))["hits"][0]  # the agents' answer is unchanged
+
+
+# ---------------------------------------------------------------------------------------------- runbook provenance
+def test_a_runbook_added_with_proc_add_shows_the_commit_that_added_it(client, seeded):
+    sha = git(seeded.root, "log", "--diff-filter=A", "--format=%H", "--", "procedures")
+    when = git(seeded.root, "log", "-1", "--format=%aI", sha)
+    listed = client.get("/procedures?format=json").json()["procedures"][0]
+    shown = client.get("/procedure/db/rotate-logs?format=json").json()["provenance"]
+    assert listed["provenance"] == shown
+    assert shown["added"] == {"commit": sha, "short": sha[:12], "author": "user:admin", "date": when,
+                              "source": "user:admin"}
+    assert shown["source"] == "user:admin" and shown["last"]["commit"] == sha
+    for path in ("/procedures", "/procedure/db/rotate-logs"):
+        text = html.unescape(client.get(path).text)
+        assert f"added by user:admin {when.replace('T', ' ')} in {sha[:12]}" in re.sub(r"<[^>]+>", "", text), path
+        assert "(by hand)" not in text, path
+    overview = client.get("/?format=json").json()["sources"]["procedure"]
+    assert overview == [{"source": "user:admin", "count": 1, "trusted": True}]
+    assert "(by hand)" not in client.get("/").text
+    hits = client.get("/recall?q=rotate+the+postgres+logs&format=json").json()["result"]["hits"]
+    runbook = next(h for h in hits if h["kind"] == "procedure")
+    assert runbook["provenance"]["added"]["short"] == sha[:12]
+    assert "(by hand)" not in client.get("/recall?q=rotate+the+postgres+logs").text
+
+
+def test_a_runbook_last_changed_outside_memvault_says_by_hand(client, seeded):
+    path = seeded.root / "procedures" / "db" / "rotate-logs.sh"
+    path.write_text(path.read_text() + "echo done\n")
+    git(seeded.root, "commit", "-qam", "tweak the runbook")
+    mine = git(seeded.root, "rev-parse", "HEAD")
+    shown = client.get("/procedure/db/rotate-logs?format=json").json()["provenance"]
+    assert shown["source"] is None and shown["last"]["commit"] == mine
+    assert shown["added"]["source"] == "user:admin" and shown["added"]["commit"] != mine
+    text = re.sub(r"<[^>]+>", "", html.unescape(client.get("/procedure/db/rotate-logs").text))
+    author = git(seeded.root, "log", "-1", "--format=%an")
+    assert f"last changed by (by hand) {author}" in text
+    assert client.get("/?format=json").json()["sources"]["procedure"] == [{"source": None, "count": 1,
+                                                                          "trusted": True}]

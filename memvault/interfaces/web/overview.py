@@ -10,6 +10,7 @@ from ...rules.errors import MemvaultError
 from ...rules.timeutil import now
 from .charts import daily
 from .page import Page, Req, Web, route
+from .timeline import provenances
 
 #: Days of recall volume and latency plotted.
 RECALL_DAYS = 30
@@ -32,8 +33,11 @@ def overview(web: Web, req: Req) -> Page:
         team = vault.index.stats().get("shared_index")
     except MemvaultError as exc:
         team = {"error": str(exc)}
-    sources = {kind: sorted(by.items(), key=lambda item: (-item[1], item[0]))[:12]
-               for kind, by in counts["sources"].items()}
+    by_source = dict(counts["sources"])
+    if "procedure" in by_source:  # the index does not know a runbook's writer: git does
+        by_source["procedure"] = procedure_sources(web, sum(by_source["procedure"].values()))
+    sources = {kind: sorted(by.items(), key=lambda item: (-item[1], item[0] or ""))[:12]
+               for kind, by in by_source.items()}
     data = {
         "vault": str(vault.root),
         "user": web.source,
@@ -48,6 +52,18 @@ def overview(web: Web, req: Req) -> Page:
         "plots": plots(web),
     }
     return Page("overview.html", data, extra={"recall_days": RECALL_DAYS})
+
+
+def procedure_sources(web: Web, total: int) -> dict[str, int]:
+    """Runbooks by the source of their last commit (git's ``Memvault-Source``); those git never saw, or last
+    changed in a commit memvault did not make, count under "" (shown as by hand)."""
+    out: dict[str, int] = {}
+    for item in provenances(web).values():
+        out[item["source"] or ""] = out.get(item["source"] or "", 0) + 1
+    rest = total - sum(out.values())
+    if rest > 0:
+        out[""] = out.get("", 0) + rest
+    return out
 
 
 def plots(web: Web) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from ...core.render import render
 from ...rules.config import FACTORS
 from ...rules.errors import InvalidValue
 from .page import Page, Req, Web, route
+from .timeline import provenance_of
 
 KINDS = ("fact", "episode", "procedure")
 MODES = ("hybrid", "keyword", "vector")
@@ -55,6 +56,8 @@ def recall(web: Web, req: Req) -> Page:
         item["bars"] = [{"factor": f, "value": explained["factors"][f], "weight": settings.weights.get(f, 0.0)}
                         for f in FACTORS if f in explained["factors"]]
         item["parts"] = explained["parts"]
+        if hit.kind == "procedure":  # a runbook's writer is in git, not in the index
+            item["provenance"] = provenance_of(web, hit.path)
         hits.append(item)
     data["result"] = {"hits": hits, "mode": result.mode, "warnings": list(result.warnings),
                       "nothing_found": result.nothing_found, "window": result.window, "budget": result.budget,
