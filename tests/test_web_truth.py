@@ -467,3 +467,88 @@ def test_a_runbook_last_changed_outside_memvault_says_by_hand(client, seeded):
     assert f"last changed by (by hand) {author}" in text
     assert client.get("/?format=json").json()["sources"]["procedure"] == [{"source": None, "count": 1,
                                                                           "trusted": True}]
+
+
+# ---------------------------------------------------------------------------------------------- markup stays text
+SCRIPT = "<script>document.title='pwned'</script>"
+IMG = "\"><img src=x onerror=alert(1)>"
+
+
+class Elements(HTMLParser):
+    """Every element and attribute of a page: what markup in stored text would add if it were not escaped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def inert(text: str, root: str) -> None:
+    p = Elements()
+    p.feed(text)
+    for tag, attrs in p.tags:
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        assert tag != "img", attrs
+        if tag == "script":
+            assert attrs.get("src", "").startswith(root + "/static/") or attrs.get("type") == "application/json", attrs
+    assert SCRIPT not in text and "<img src=x" not in text
+
+
+@pytest.fixture
+def marked(seeded, monkeypatch):
+    """The seeded vault with markup in every field a page shows that a writer chooses: a fact's text, category and
+    tags, front matter written by hand, a git author and commit subject, a runbook's description and tags, an agent
+    session's id and runtime, and the branch name."""
+    v = seeded
+    v.facts.set("evil/fields", f"value {SCRIPT} {IMG}", source="user:admin", category=f"cat{IMG}",
+                tags=[f"t{SCRIPT}", f"u{IMG}"])
+    v.facts.set("evil/proposal", f"proposed {SCRIPT} {IMG}", source="agent:scraper", tags=[f"p{IMG}"])
+    hand = v.root / "facts" / "evil" / "hand.md"
+    hand.write_text(f"---\nsource: user:admin\ncategory: '{IMG}'\nowner: \"{SCRIPT}\"\n---\nby hand {IMG}\n")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", f"Mallory {SCRIPT}")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", f"Mallory {SCRIPT}")
+    git(v.root, "add", "facts")
+    git(v.root, "commit", "-qm", f"hand edit {IMG}")
+    runbook = v.root / "procedures" / "evil" / "show.sh"
+    runbook.parent.mkdir(parents=True, exist_ok=True)
+    runbook.write_text(f"#!/bin/sh\n# description: shows {SCRIPT} {IMG}\n# tags: x{IMG}\necho hi\n")
+    runbook.chmod(0o755)
+    git(v.root, "add", "procedures")
+    git(v.root, "commit", "-qm", f"runbook {SCRIPT}")
+    monkeypatch.delenv("GIT_AUTHOR_NAME")
+    monkeypatch.delenv("GIT_COMMITTER_NAME")
+    git(v.root, "branch", "-m", f"main{IMG.replace(' ', '-')}")
+    v.episodes.append(f"session text {SCRIPT}", source="agent:claude-code", kind="raw",
+                      meta={"session_id": f"s{IMG}", "runtime": f"r{SCRIPT}", "turn": 0})
+    v.recall(f"value {SCRIPT}", k=3, source="agent:claude-code")
+    return v
+
+
+def test_markup_in_every_field_renders_inert_on_every_page(client, marked):
+    episode = client.get(f"/timeline?format=json&text=session").json()["episodes"][0]["id"]
+    pages = ["/", "/facts", "/facts?prefix=evil", f"/facts?tag=t{SCRIPT}", f"/facts?category=cat{IMG}",
+             "/fact/evil/fields", "/fact/evil/hand", "/fact/evil/note", "/inbox", "/timeline",
+             f"/timeline?session=s{IMG}", "/sessions", f"/episode/{episode}", "/procedures",
+             "/procedure/evil/show", "/procedure/db/rotate-logs", f"/recall?q=value+{SCRIPT}+{IMG}&min_relevance=0",
+             "/recalls", f"/new?key={IMG}&tags={SCRIPT}", f"/fact/{SCRIPT}", f"/procedure/{IMG}"]
+    seen = {}
+    for path in pages:
+        r = client.get(path)
+        assert r.status_code == (422 if path in pages[-2:] else 200), (path, r.status_code, r.text[-600:])
+        inert(r.text, client.root)
+        seen[path] = html.unescape(r.text)
+    # the markup is there, as text, where each field is shown
+    assert SCRIPT in seen["/fact/evil/fields"] and IMG in seen["/fact/evil/fields"]
+    # git drops angle brackets from an author's name itself; a commit subject keeps them
+    assert "Mallory scriptdocument.title='pwned'/script" in seen["/fact/evil/hand"]
+    assert f"hand edit {IMG}" in seen["/fact/evil/hand"] and SCRIPT in seen["/fact/evil/hand"]
+    assert f"cat{IMG}" in seen["/facts?prefix=evil"] and f"t{SCRIPT}" in seen["/facts?prefix=evil"]
+    assert f"proposed {SCRIPT} {IMG}" in seen["/inbox"]
+    assert f"shows {SCRIPT} {IMG}" in seen["/procedures"]
+    assert f"runbook {SCRIPT}" in seen["/procedure/evil/show"] \
+        and "added by (by hand) Mallory" in re.sub(r"<[^>]+>", "", seen["/procedure/evil/show"])
+    assert f"s{IMG}" in seen["/sessions"] and f"r{SCRIPT}" in seen["/sessions"]
+    assert f"value {SCRIPT}" in seen["/recalls"]
+    assert SCRIPT in seen[f"/fact/{SCRIPT}"]  # the refused key, named in the error as text
