@@ -14,7 +14,9 @@ their mode, episodes as stored) for the writers of the export formats.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules.errors import InvalidValue, LimitExceeded, MemvaultError, UntrustedSource, describe
 from ..rules.fsutil import FileChange
 from ..rules.secrets import describe as describe_secrets
-from ..rules.secrets import scan_fields
+from ..rules.secrets import SecretFinding, scan_fields, secret_spans
 from ..rules.trust import Op
 from ..rules.validation import check_json_value, validate_key, validate_tags
 from .ingest import slug_key
@@ -57,6 +59,10 @@ class Item:
     #: Set by a reader for an item it could not read (too deep, the wrong type): why, never quoting its text. The
     #: item is reported as refused at its ``origin``, and the reading goes on.
     refusal: str | None = None
+    #: Where each line of ``text`` is in its file (``file``), from 1; 0 for a line the reader added (a heading
+    #: repeated as the first line). A line that holds a secret is refused by its number and the others come in.
+    lines: list[int] | None = None
+    file: str | None = None
 
 
 def refused(origin: str, reason: str | MemvaultError) -> Item:
@@ -152,10 +158,15 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
                     report.skipped.append({**entry, "reason": "imported before"})
                     continue
                 known.add(draft["meta"]["import_id"])
-                findings = scan_fields({"text": draft["text"], "tags": draft["tags"], "meta": draft["meta"]})
+                findings = scan_fields({"tags": draft["tags"], "meta": draft["meta"]})
                 if findings:
                     _refuse(report, entry, describe_secrets(findings))
                     continue
+                if scan_fields({"text": draft["text"]}):
+                    kept = _cut_secret_lines(item, None, entry, report)
+                    if kept is None:
+                        continue
+                    draft["text"] = kept.strip()
                 gate.episodes.make(draft["text"], source=source, kind=draft["kind"], at=draft["at"],
                                    tags=draft["tags"], meta=draft["meta"])  # validates; raises with the field
                 episodes.append((item, draft))
@@ -182,10 +193,15 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     validate_key(key)
     entry["key"] = key
     tags = validate_tags(item.tags)
-    findings = scan_fields({"text": text, "tags": tags, "category": item.category})
+    findings = scan_fields({"tags": tags, "category": item.category})
     if findings:
         _refuse(report, entry, describe_secrets(findings))
         return
+    if scan_fields({"text": text}):
+        kept = _cut_secret_lines(item, key, entry, report)
+        if kept is None:
+            return
+        text = kept.strip()
     if key in seen_keys:
         bucket = report.merged if seen_keys[key] == text else report.conflicts
         bucket.append({**entry, "with": key, "reason": "the same key earlier in this import"})
@@ -220,6 +236,59 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
                          confidence=item.confidence, tags=tags or None, check_similar=False,
                          message=f"import {key} from {report.format}")
     (report.proposed if fact.quarantined else report.added).append(entry)
+
+
+def _cut_secret_lines(item: Item, key: str | None, entry: dict[str, Any], report: ImportReport) -> str | None:
+    """``item.text`` without the lines that hold a secret, each refused in the report by its file and line number
+    (``CLAUDE.md:8``, a private key block ``CLAUDE.md:12-40``), so one token does not keep a whole section out.
+    None, with the whole item refused, when the secret cannot be cut out by line: what is left still looks like
+    one, nothing is left, or the key is made of the secret (a heading that holds it)."""
+    text = item.text
+    spans = secret_spans(text)
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def line_of(offset: int) -> int:
+        return bisect.bisect_right(starts, offset) - 1
+
+    ranges: list[list[Any]] = []  # [first, last, findings] in lines of the text, merged when they touch
+    squashed = re.sub(r"[^a-z0-9]", "", (key or "").lower())
+    for start, end, finding in spans:
+        secret = re.sub(r"[^a-z0-9]", "", text[start:end].lower())
+        if key is not None and len(secret) >= 8 and secret[:8] in squashed:
+            _refuse(report, entry, describe_secrets(scan_fields({"text": text})) + "; the key is made of it")
+            return None
+        first, last = line_of(start), line_of(max(start, end - 1))
+        if ranges and first <= ranges[-1][1] + 1:
+            ranges[-1][1] = max(ranges[-1][1], last)
+            ranges[-1][2].append(finding)
+        else:
+            ranges.append([first, last, [finding]])
+    cut = {n for first, last, _ in ranges for n in range(first, last + 1)}
+    kept = "\n".join(line for n, line in enumerate(text.split("\n")) if n not in cut)
+    if not ranges or not kept.strip() or scan_fields({"text": kept}):
+        _refuse(report, entry, describe_secrets(scan_fields({"text": text})))
+        return None
+    refused = []
+    for first, last, findings in ranges:
+        where = _source_lines(item, first, last)
+        located = [SecretFinding(f.kind, f.excerpt, _source_lines(item, f.line - 1, f.line - 1)[1])
+                   for f in findings]
+        refused.append(where[0])
+        _refuse(report, {"item": entry["item"], "origin": where[0]}, describe_secrets(located))
+    entry["lines_refused"] = refused
+    return kept
+
+
+def _source_lines(item: Item, first: int, last: int) -> tuple[str, int]:
+    """Where lines ``first..last`` of ``item.text`` (from 0) are: ``file:N`` or ``file:N-M`` when the reader gave
+    their numbers, else the item's origin and the lines within its text; and the first line's number."""
+    numbers = item.lines if item.lines is not None and len(item.lines) > last else None
+    found = [n for n in (numbers or [])[first:last + 1] if n > 0]
+    if found:
+        low, high = min(found), max(found)
+        return f"{item.file or item.origin}:{low}" + (f"-{high}" if high != low else ""), low
+    span = f"line {first + 1}" + (f"-{last + 1}" if last != first else "")
+    return f"{item.origin} ({span} of its text)", first + 1
 
 
 def _refuse(report: ImportReport, entry: dict[str, Any], reason: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...core.transfer import Item, refused
 from ...rules.errors import InvalidValue
-from .markdown import note, notes, section_facts, slug
+from .markdown import note, note_at, notes, section_facts, slug
 
 _LINK = re.compile(r"\]\(([^)]+\.md)\)")
 _PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
@@ -61,13 +61,14 @@ def _project_name(path: Path) -> str:
 
 def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[Item]:
     try:
-        _, body = note(path)
+        _, body, first = note_at(path)
     except InvalidValue as exc:
         yield refused(str(path), exc)
         return
     key = f"claude-code/{project}" + (f"/{prefix}" if prefix else (f"/{slug(path.stem)}" if path.stem not in
                                                                       ("CLAUDE",) else ""))
-    yield from section_facts(body, key, str(path), category="instructions", tags=["claude-code", project])
+    yield from section_facts(body, key, str(path), category="instructions", tags=["claude-code", project],
+                             first=first)
 
 
 def _memory(folder: Path) -> Iterator[Item]:
