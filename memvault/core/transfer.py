@@ -19,6 +19,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,9 @@ from ..rules.errors import InvalidValue, LimitExceeded, MemvaultError, Untrusted
 from ..rules.fsutil import FileChange
 from ..rules.secrets import describe as describe_secrets
 from ..rules.secrets import SecretFinding, scan_fields, secret_spans
+from ..rules.timeutil import now, parse_time
 from ..rules.trust import Op
-from ..rules.validation import check_json_value, validate_key, validate_tags
+from ..rules.validation import EARLIEST, MAX_FUTURE, check_json_value, validate_key, validate_tags
 from .ingest import slug_key
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ class Item:
     tags: list[str] = field(default_factory=list)
     importance: float | None = None
     confidence: float | None = None
-    at: str | None = None            # when it happened (an episode's time)
+    at: str | None = None            # when it happened (an episode's time) or was first written (a fact's)
+    updated: str | None = None       # when a fact was last changed at its source
     episode_kind: str = "raw"
     meta: dict[str, Any] = field(default_factory=dict)
     #: A memvault export only: the exact file bytes, a procedure's mode, an episode's id and source.
@@ -87,10 +90,11 @@ def check_item(item: Item, limits: Any = None) -> None:
         raise InvalidValue("text", f"must be text, not {type(item.text).__name__}")
     if len(item.text) > ITEM_TEXT_MAX:
         raise InvalidValue("text", f"{len(item.text)} characters, more than any item may hold ({ITEM_TEXT_MAX})")
-    for name in ("key", "category", "at", "id", "source"):
+    for name in ("key", "category", "at", "updated", "id", "source"):
         value = getattr(item, name)
         if value is not None and not isinstance(value, str):
             raise InvalidValue(name, f"must be text, not {type(value).__name__}")
+    source_times(item.at, item.updated)
     for name in ("importance", "confidence"):
         value = getattr(item, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -106,6 +110,32 @@ def check_item(item: Item, limits: Any = None) -> None:
     if limits is not None and size > getattr(limits, limit):
         raise LimitExceeded(item.kind, f"{size} bytes, more than the {getattr(limits, limit)} allowed "
                                        f"([limits] {limit})")
+
+
+def source_times(created: object, updated: object = None, names: tuple[str, str] = ("at", "updated"),
+                 ) -> tuple[datetime | None, datetime | None]:
+    """The times a source gave an item (when it was written, when last changed), checked: readable, from 1970 on,
+    not in the future, and not changed before it was written. InvalidValue names the field, never guesses: an
+    item whose time cannot be kept is refused rather than stored with the time of the import."""
+    out: list[datetime | None] = []
+    for value, name in zip((created, updated), names):
+        if value is None or value == "":
+            out.append(None)
+            continue
+        if not isinstance(value, str):
+            raise InvalidValue(name, f"must be an ISO 8601 time, not {type(value).__name__}")
+        try:
+            when = parse_time(value, name)
+        except InvalidValue:  # its message quotes the value, which may be anything (a token pasted there)
+            raise InvalidValue(name, f"not an ISO 8601 time ({len(value)} characters)") from None
+        if when < EARLIEST or when > now() + MAX_FUTURE:
+            raise InvalidValue(name, f"{when.isoformat()} is " + ("before 1970" if when < EARLIEST else
+                                                                 "in the future (by this host's clock)"))
+        out.append(when.replace(microsecond=0))
+    first, last = out
+    if first is not None and last is not None and last < first:
+        raise InvalidValue(names[1], f"{last.isoformat()} is before {names[0]} ({first.isoformat()})")
+    return first, last
 
 
 @dataclass
@@ -232,9 +262,11 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     if dry_run:
         (report.added if trusted else report.proposed).append(entry)
         return
+    created, updated = source_times(item.at, item.updated)
+    times = {"created": created, "updated": updated or created} if created else {}
     fact = gate.set_fact(key, text, source=source, category=item.category, importance=item.importance,
                          confidence=item.confidence, tags=tags or None, check_similar=False,
-                         message=f"import {key} from {report.format}")
+                         message=f"import {key} from {report.format}", extra=times or None)
     (report.proposed if fact.quarantined else report.added).append(entry)
 
 
