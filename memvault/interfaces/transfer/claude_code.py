@@ -3,7 +3,8 @@
 (``~/.claude/projects/<project>/memory/``: a ``MEMORY.md`` index and one topic file per memory, each with
 ``name``/``description``/``type`` front matter), as documented at code.claude.com/docs/en/memory.
 
-A CLAUDE.md becomes one fact per section (``claude-code/<project>/<heading>``, category ``instructions``); a topic
+A CLAUDE.md becomes one fact per section (``claude-code/<project>/<heading>``, category ``instructions``; the
+project named by its git remote or work tree, :func:`_project`); a topic
 file one fact (``claude-code/<project>/<file>``, its ``type`` as category); a line of MEMORY.md that does not point
 at a topic file one fact too."""
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ...core.transfer import Item, refused
 from ...rules.errors import InvalidValue
+from ..agents import project as project_mod
 from .markdown import note, note_at, notes, section_facts, slug
 
 _LINK = re.compile(r"\]\(([^)]+\.md)\)")
@@ -45,18 +47,33 @@ def _read(path: Path) -> Iterator[Item]:
         return
     for name in _PROJECT_FILES:
         if (path / name).is_file():
-            yield from _claude_md(path / name, slug(path.resolve().name))
+            yield from _claude_md(path / name, _project(path))
     rules = path / ".claude" / "rules"
     if rules.is_dir():
         for rule in sorted(rules.rglob("*.md")):
-            yield from _claude_md(rule, slug(path.resolve().name), prefix=f"rules/{slug(rule.stem)}")
+            yield from _claude_md(rule, _project(path), prefix=f"rules/{slug(rule.stem)}")
 
 
 def _project_name(path: Path) -> str:
     folder = path.resolve().parent
     if folder.name == ".claude":
         folder = folder.parent
-    return "user" if folder == Path.home() else slug(folder.name)
+    return _project(folder)
+
+
+def _project(folder: Path) -> str:
+    """The project a folder belongs to, as a key segment: the name in its git remote (``git@github.com:acme/
+    shop-api.git`` -> ``shop-api``), else the top folder of its git work tree, else the folder itself; ``user`` for
+    the home folder. Never the folder a file happens to sit in (``.claude`` gave ``claude``). The remote is the
+    repository's to say, so what it says is only ever a slug: ``[a-z0-9-]``, at most 60 characters."""
+    folder = folder.resolve()
+    if folder == Path.home().resolve():
+        return "user"
+    found = project_mod.detect(str(folder), commits=0)
+    for name in (found.name, Path(found.root or folder).name, folder.name):
+        if slug(name, 60) != "untitled":
+            return slug(name, 60)
+    return "project"
 
 
 def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[Item]:
