@@ -3,7 +3,8 @@
 **Import.** A reader (``memvault.interfaces.transfer``) turns another tool's files into :class:`Item` s and writes
 nothing; :func:`import_items` puts each through the gate with the importer's source (``import:<tool>``): trust (an
 untrusted source proposes facts to the inbox), validation, secrets, size, and the duplicate check against the facts
-already there. The report says what came in, what was a duplicate (nothing written), what conflicts with a stored
+already there. ``memvault import --trust`` imports a person's own files under their own trusted ``user:`` source
+(:func:`own_source`): facts are written directly, through the same gate. The report says what came in, what was a duplicate (nothing written), what conflicts with a stored
 fact (nothing written, both named), and what was refused and why. Importing the same files again adds nothing.
 
 **Restore.** A memvault export read back (:func:`restore_items`) keeps every file byte for byte and every episode
@@ -210,6 +211,20 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     elif episodes:
         report.added += [{"origin": i.origin, "episode": None} for i, _ in episodes]
     return report
+
+
+def own_source(vault: Vault, source: str) -> str:
+    """``source`` if it may import a person's own files as facts (``memvault import --trust``): a ``user:`` source
+    that ``[trust] trusted`` trusts. UntrustedSource otherwise: an agent's or a tool's say-so never turns what it
+    read into facts, and a person the vault does not trust proposes like anyone else. The gate still runs on
+    every item (a secret is still refused, line by line)."""
+    if not source.startswith("user:"):
+        raise UntrustedSource(source, "--trust brings in a person's own files under their own user: source; "
+                                      "without --trust the import proposes its facts for review")
+    if not vault.gate.policy.is_trusted(source):
+        raise UntrustedSource(source, f"--trust writes facts directly, and [trust] trusted = "
+                                      f"{list(vault.gate.policy.trusted)} does not trust it")
+    return source
 
 
 def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: ImportReport, source: str, trusted: bool,
