@@ -313,3 +313,25 @@ def test_zstd_is_imported_only_when_a_zst_file_is_read():
             "from memvault.interfaces.cli import cli; print('zstandard' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_auto_memory_topic_file_and_a_basic_memory_note_refuse_their_secret_line(strict_vault, tmp_path):
+    memory = tmp_path / "home" / ".claude" / "projects" / "-srv-shop-api" / "memory"
+    topic = claude_md(memory, f"---\nname: Staging\ndescription: deploying to staging\ntype: project\n---\n"
+                              f"Deploy with ./deploy.sh staging.\nexport GH_TOKEN={SECRET}\nIt takes five minutes.\n",
+                      "project_staging.md")
+    claude_md(memory, "- [Staging](project_staging.md) - deploying to staging\n", "MEMORY.md")
+    report = imported(strict_vault, "claude-code", memory)
+    assert [r["origin"] for r in report.refused] == [f"{topic}:7"]
+    (fact,) = strict_vault.facts.inbox()
+    assert "./deploy.sh staging" in fact.text and "five minutes" in fact.text and SECRET not in fact.text
+    notes = tmp_path / "notes"
+    note = claude_md(notes, f"---\ntitle: Deploys\ncreated: 2026-03-01T09:00:00Z\nmodified: 2026-03-02\n---\n\n"
+                            f"Deploys go out on Tuesdays.\ntoken: {SECRET}\n\n## Observations\n"
+                            f"- [rule] Never deploy on Fridays\n- [access] the token is {SECRET}\n", "deploys.md")
+    report = imported(strict_vault, "basic-memory", notes)
+    assert sorted(r["origin"] for r in report.refused) == sorted([f"{note}:8", f"{note}:12"])
+    prose = strict_vault.facts.store.get("basic-memory/deploys", inbox=True)
+    assert "Tuesdays" in prose.text and SECRET not in prose.text
+    assert prose.created.isoformat() == "2026-03-01T09:00:00+00:00"
+    assert prose.updated.isoformat() == "2026-03-02T00:00:00+00:00"

@@ -301,10 +301,11 @@ def _cut_secret_lines(item: Item, key: str | None, entry: dict[str, Any], report
     squashed = re.sub(r"[^a-z0-9]", "", (key or "").lower())
     for start, end, finding in spans:
         secret = re.sub(r"[^a-z0-9]", "", text[start:end].lower())
-        if key is not None and len(secret) >= 8 and secret[:8] in squashed:
-            _refuse(report, entry, describe_secrets(scan_fields({"text": text})) + "; the key is made of it")
-            return None
         first, last = line_of(start), line_of(max(start, end - 1))
+        if key is not None and len(secret) >= 8 and secret[:8] in squashed:  # the whole item, named by the line
+            _refuse(report, {**entry, "origin": _source_lines(item, first, last)[0]},
+                    describe_secrets(scan_fields({"text": text})) + "; its key is made of that line")
+            return None
         if ranges and first <= ranges[-1][1] + 1:
             ranges[-1][1] = max(ranges[-1][1], last)
             ranges[-1][2].append(finding)
@@ -313,6 +314,8 @@ def _cut_secret_lines(item: Item, key: str | None, entry: dict[str, Any], report
     cut = {n for first, last, _ in ranges for n in range(first, last + 1)}
     kept = "\n".join(line for n, line in enumerate(text.split("\n")) if n not in cut)
     if not ranges or not kept.strip() or scan_fields({"text": kept}):
+        if ranges and not kept.strip():  # the secret was all there was: the item is its lines
+            entry = {**entry, "origin": _source_lines(item, ranges[0][0], ranges[-1][1])[0]}
         _refuse(report, entry, describe_secrets(scan_fields({"text": text})))
         return None
     refused = []

@@ -16,7 +16,7 @@ from pathlib import Path
 from ...core.transfer import Item, refused
 from ...rules.errors import InvalidValue
 from ..agents import project as project_mod
-from .markdown import note, note_at, notes, section_facts, slug
+from .markdown import note, note_at, numbered, numbered_notes, section_facts, slug
 
 _LINK = re.compile(r"\]\(([^)]+\.md)\)")
 _PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
@@ -92,21 +92,24 @@ def _memory(folder: Path) -> Iterator[Item]:
     """An auto memory folder: its topic files, then the index lines that are memories of their own."""
     project = slug(folder.parent.name.lstrip("-")) if folder.name == "memory" else slug(folder.name)
     topics = sorted(p for p in folder.glob("*.md") if p.name != "MEMORY.md")
-    for read_ in notes(topics):
+    for read_ in numbered_notes(topics):
         if isinstance(read_, Item):
             yield read_
             continue
-        topic, meta, body = read_
-        text = body.strip() or str(meta.get("description") or "").strip()
+        topic, meta, body, first = read_
+        text, lines = numbered(body, first)
+        if not text:
+            text, lines = str(meta.get("description") or "").strip(), [0]
         if not text:
             continue
         name = str(meta.get("name") or "").strip()
         description = str(meta.get("description") or "").strip()
         header = " - ".join(x for x in (name, description) if x)
-        yield Item("fact", f"{header}\n\n{text}" if header and header not in text else text, str(topic),
-                   key=f"claude-code/{project}/{slug(topic.stem)}",
+        if header and header not in text:
+            text, lines = f"{header}\n\n{text}", [0, 0, *lines]
+        yield Item("fact", text, str(topic), key=f"claude-code/{project}/{slug(topic.stem)}",
                    category=str(meta["type"]) if isinstance(meta.get("type"), str) else "memory",
-                   tags=["claude-code", project])
+                   tags=["claude-code", project], lines=lines, file=str(topic))
     index = folder / "MEMORY.md"
     if index.is_file():
         names = {t.name for t in topics}
