@@ -335,3 +335,21 @@ def test_an_auto_memory_topic_file_and_a_basic_memory_note_refuse_their_secret_l
     assert "Tuesdays" in prose.text and SECRET not in prose.text
     assert prose.created.isoformat() == "2026-03-01T09:00:00+00:00"
     assert prose.updated.isoformat() == "2026-03-02T00:00:00+00:00"
+
+
+def test_a_claude_mem_observation_keeps_its_lines_but_the_secret(strict_vault, tmp_path):
+    import sqlite3
+
+    path = tmp_path / "claude-mem.db"
+    conn = sqlite3.connect(path)
+    conn.executescript((IMPORTS / "claude-mem" / "schema.sql").read_text())
+    conn.executescript((IMPORTS / "claude-mem" / "data.sql").read_text())
+    conn.execute("UPDATE observations SET narrative = ? WHERE id = 1",
+                 (f"The retry charged twice.\nThe PSP key is sk_live_{SECRET[4:]}\nThe idempotency key fixed it.",))
+    conn.commit()
+    conn.close()
+    report = imported(strict_vault, "claude-mem", path)
+    assert [r["origin"] for r in report.refused] == [f"{path}:observations:1 (line 4 of its text)"]  # after the title and a blank line
+    first = next(iter(strict_vault.episodes.iter(source="import:claude-mem")))
+    assert "charged twice" in first.text and "fixed it" in first.text and SECRET[4:] not in first.text
+    assert first.created_at == "2026-11-20T09:00:30Z"
