@@ -353,3 +353,14 @@ def test_a_claude_mem_observation_keeps_its_lines_but_the_secret(strict_vault, t
     first = next(iter(strict_vault.episodes.iter(source="import:claude-mem")))
     assert "charged twice" in first.text and "fixed it" in first.text and SECRET[4:] not in first.text
     assert first.created_at == "2026-11-20T09:00:30Z"
+
+
+def test_trust_after_a_plain_import_accepts_what_it_proposed(strict_vault, tmp_path):
+    project = tmp_path / "shop-api"
+    claude_md(project, SECTION)
+    first = imported(strict_vault, "claude-code", project)
+    assert len(first.proposed) == 2
+    again = imported(strict_vault, "claude-code", project, source="user:dev")
+    assert len(again.added) == 2 and strict_vault.facts.inbox() == []
+    env = strict_vault.facts.get("claude-code/shop-api/environments")
+    assert STAGING in env.text and SECRET not in env.text

@@ -262,7 +262,13 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     if vault.facts.store.exists(key, inbox=True):
         proposal = vault.facts.store.get(key, inbox=True)
         if " ".join(proposal.text.split()) == " ".join(text.split()):
-            report.skipped.append({**entry, "reason": "already proposed"})
+            if not trusted:
+                report.skipped.append({**entry, "reason": "already proposed"})
+                return
+            # The person now vouches for what an earlier import proposed (``--trust`` after a plain import)
+            if not dry_run:
+                gate.accept(key, source=source)
+            report.added.append({**entry, "reason": "accepted the proposal an earlier import left"})
             return
     similar = gate.similar_facts(key, text)
     conflict = next((m for m in similar if m["kind"] == "conflict"), None)
