@@ -358,7 +358,8 @@ def test_a_claude_mem_observation_keeps_its_lines_but_the_secret(strict_vault, t
     conn.commit()
     conn.close()
     report = imported(strict_vault, "claude-mem", path)
-    assert [r["origin"] for r in report.refused] == [f"{path}:observations:1 (line 4 of its text)"]  # after the title and a blank line
+    # the narrative's second line is the fourth of the episode's text, after its title and a blank line
+    assert [r["origin"] for r in report.refused] == [f"{path}:observations:1 (line 4 of its text)"]
     first = next(iter(strict_vault.episodes.iter(source="import:claude-mem")))
     assert "charged twice" in first.text and "fixed it" in first.text and SECRET[4:] not in first.text
     assert first.created_at == "2026-11-20T09:00:30Z"

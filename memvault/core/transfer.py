@@ -4,8 +4,10 @@
 nothing; :func:`import_items` puts each through the gate with the importer's source (``import:<tool>``): trust (an
 untrusted source proposes facts to the inbox), validation, secrets, size, and the duplicate check against the facts
 already there. ``memvault import --trust`` imports a person's own files under their own trusted ``user:`` source
-(:func:`own_source`): facts are written directly, through the same gate. The report says what came in, what was a duplicate (nothing written), what conflicts with a stored
-fact (nothing written, both named), and what was refused and why. Importing the same files again adds nothing.
+(:func:`own_source`): facts are written directly, through the same gate. A secret refuses the line that holds it,
+not the section (:func:`_cut_secret_lines`), and the times the other tool recorded are kept (:func:`source_times`).
+The report says what came in, what was a duplicate (nothing written), what conflicts with a stored fact (nothing
+written, both named), and what was refused and why. Importing the same files again adds nothing.
 
 **Restore.** A memvault export read back (:func:`restore_items`) keeps every file byte for byte and every episode
 as it was (id, time, source): only a trusted source may do that, in one commit for the facts and procedures.
