@@ -374,3 +374,19 @@ def test_trust_after_a_plain_import_accepts_what_it_proposed(strict_vault, tmp_p
     assert len(again.added) == 2 and strict_vault.facts.inbox() == []
     env = strict_vault.facts.get("claude-code/shop-api/environments")
     assert STAGING in env.text and SECRET not in env.text
+
+
+def test_an_auto_memory_folder_is_named_after_the_project_it_stands_for(strict_vault, tmp_path):
+    checkout = repo(tmp_path / "src" / "shop_api.v2", "https://github.com/acme/shop-api.git")
+    claude_md(checkout, "# Deploys\n\nDeploy with make deploy.\n")
+    munged = re.sub(r"[^A-Za-z0-9]", "-", str(checkout.resolve()))
+    memory = tmp_path / "home" / ".claude" / "projects" / munged / "memory"
+    claude_md(memory, "---\nname: Staging\ndescription: staging\ntype: project\n---\nStaging is reset on Sundays.\n",
+              "project_staging.md")
+    claude_md(memory, "- [Staging](project_staging.md) - staging\n", "MEMORY.md")
+    report = imported(strict_vault, "claude-code", memory)
+    assert [e["key"] for e in report.proposed] == ["claude-code/shop-api/project-staging"]
+    gone = memory.parent.parent / "-nowhere-on-this-machine" / "memory"  # a project not checked out here
+    claude_md(gone, "- Builds take ten minutes.\n", "MEMORY.md")
+    report = imported(strict_vault, "claude-code", gone)
+    assert [e["key"] for e in report.proposed] == ["claude-code/nowhere-on-this-machine/memory-builds-take-ten-minutes"]

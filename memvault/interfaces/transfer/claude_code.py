@@ -9,6 +9,8 @@ file one fact (``claude-code/<project>/<file>``, its ``type`` as category); a li
 at a topic file one fact too."""
 from __future__ import annotations
 
+import itertools
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from ..agents import project as project_mod
 from .markdown import note, note_at, numbered, numbered_notes, section_facts, slug
 
 _LINK = re.compile(r"\]\(([^)]+\.md)\)")
+_MUNGE = re.compile(r"[^A-Za-z0-9]")
 _PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 
 
@@ -76,6 +79,33 @@ def _project(folder: Path) -> str:
     return "project"
 
 
+def _unmunged(name: str, budget: int = 2000) -> Path | None:
+    """The folder a ``~/.claude/projects/<name>`` folder stands for, when it is on this machine: Claude Code names
+    it by the session's working directory with every character but ``[A-Za-z0-9]`` turned into ``-``, so the
+    name is matched against the folders that exist, one path segment at a time (at most ``budget`` folder entries
+    read). None when no folder matches: the project is not checked out here."""
+    left = [budget]
+
+    def walk(folder: Path, rest: str) -> Path | None:
+        if not rest:
+            return folder
+        try:
+            with os.scandir(folder) as scan:
+                entries = sorted(itertools.islice(scan, max(0, left[0])), key=lambda e: e.name)
+        except OSError:
+            return None
+        left[0] -= len(entries)
+        for entry in entries:
+            munged = _MUNGE.sub("-", entry.name)
+            if (rest == munged or rest.startswith(munged + "-")) and entry.is_dir(follow_symlinks=False):
+                found = walk(Path(entry.path), rest[len(munged) + 1:])
+                if found is not None:
+                    return found
+        return None
+
+    return walk(Path("/"), name[1:]) if name.startswith("-") and len(name) > 1 else None
+
+
 def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[Item]:
     try:
         _, body, first = note_at(path)
@@ -90,7 +120,11 @@ def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[
 
 def _memory(folder: Path) -> Iterator[Item]:
     """An auto memory folder: its topic files, then the index lines that are memories of their own."""
-    project = slug(folder.parent.name.lstrip("-")) if folder.name == "memory" else slug(folder.name)
+    if folder.name == "memory":
+        checkout = _unmunged(folder.parent.name)
+        project = _project(checkout) if checkout is not None else slug(folder.parent.name.lstrip("-"))
+    else:
+        project = slug(folder.name)
     topics = sorted(p for p in folder.glob("*.md") if p.name != "MEMORY.md")
     for read_ in numbered_notes(topics):
         if isinstance(read_, Item):
