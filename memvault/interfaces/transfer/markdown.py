@@ -124,8 +124,9 @@ def trimmed(lines: list[tuple[int, str]]) -> tuple[str, list[int]]:
 
 
 def numbered(body: str, first: int) -> tuple[str, list[int]]:
-    """``body`` stripped as :func:`trimmed` strips, with the number of each line it keeps (0 when unknown)."""
-    return trimmed([(n if first else 0, line) for n, line in enumerate(body.splitlines(), first)])
+    """``body`` stripped as :func:`trimmed` strips, with the number of each line it keeps (0 when unknown). Split
+    at ``\n`` only, so the text is the body's own (its ``\r\n``, a form feed inside a line)."""
+    return trimmed([(n if first else 0, line) for n, line in enumerate(body.split("\n"), first)])
 
 
 def tags_of(meta: dict[str, Any]) -> list[str]:
