@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agent_fixtures import FIXTURES, IMPORTS, SECRET, TRANSCRIPTS, copy_tree
+from agent_fixtures import FIXTURES, IMPORTS, SECRET, TRANSCRIPTS
 from conftest import git
 from memvault import Vault
 from memvault.core.transfer import import_items
@@ -247,7 +247,7 @@ def test_trust_needs_the_user_source_trusted_by_the_table(invoke, vault, tmp_pat
 
 
 # ------------------------------------------------------------------------------------------------ 5. .jsonl.zst
-def rollout(tmp_path):
+def rollout() -> bytes:
     src = FIXTURES / TRANSCRIPTS["codex"]
     return src.read_text().replace("@@FIVE_MEGABYTES_OF_LOG@@", "log").encode()
 
@@ -269,27 +269,40 @@ def test_a_zstd_rollout_is_read_as_its_jsonl(vault, tmp_path):
 
     plain = tmp_path / "plain" / "rollout.jsonl"
     plain.parent.mkdir()
-    plain.write_bytes(rollout(tmp_path))
+    plain.write_bytes(rollout())
     capture(vault, "codex", plain, final=True)
     expected = captured(vault)
     other = Vault.init(tmp_path / "other")
     toml = other.root / "memvault.toml"
     toml.write_text(toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]'))
-    report = capture(Vault.open(other.root), "codex", compressed(tmp_path, rollout(tmp_path)), final=True)
+    report = capture(Vault.open(other.root), "codex", compressed(tmp_path, rollout()), final=True)
     assert expected and captured(Vault.open(other.root)) == expected and report.problems == []
-    again = capture(Vault.open(other.root), "codex", compressed(tmp_path, rollout(tmp_path)), final=True)
+    again = capture(Vault.open(other.root), "codex", compressed(tmp_path, rollout()), final=True)
     assert again.captured == []
+    # frames one after another (zstd appends a frame per write it flushes): one text
+    zstandard = pytest.importorskip("zstandard")
+    data = rollout()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    frames = tmp_path / "frames" / "rollout.jsonl.zst"
+    frames.parent.mkdir()
+    frames.write_bytes(zstandard.ZstdCompressor().compress(data[:cut]) + zstandard.ZstdCompressor().compress(
+        data[cut:]))
+    third = Vault.init(tmp_path / "third")
+    toml = third.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]'))
+    capture(Vault.open(third.root), "codex", frames, final=True)
+    assert captured(Vault.open(third.root)) == expected
 
 
 def test_the_cli_captures_a_zstd_rollout(invoke, vault, tmp_path):
-    path = compressed(tmp_path, rollout(tmp_path))
+    path = compressed(tmp_path, rollout())
     done = invoke("agent", "capture", "codex", str(path), "--final")
     assert done.exit_code == 0, done.output
     assert len(captured(Vault.open(vault.root))) >= 2
 
 
 def test_a_truncated_zstd_rollout_is_one_line_naming_it_and_nothing_is_stored(invoke, vault, tmp_path):
-    path = compressed(tmp_path, rollout(tmp_path))
+    path = compressed(tmp_path, rollout())
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     done = invoke("agent", "capture", "codex", str(path), "--final")
@@ -305,7 +318,7 @@ def test_a_zstd_bomb_is_capped_and_refused_in_one_line(invoke, vault, tmp_path, 
     from memvault.interfaces.agents import transcripts
 
     monkeypatch.setattr(transcripts, "ZST_MAX_BYTES", 4 << 20)
-    first = rollout(tmp_path)
+    first = rollout()
     path = compressed(tmp_path, first + b"\n" * (16 << 20))  # 16 MiB of newlines: a few KiB compressed
     assert path.stat().st_size < 64 << 10
     done = invoke("agent", "capture", "codex", str(path), "--final")
