@@ -297,6 +297,7 @@ def bench_work(n: int, recalls: int, idle_wait: float) -> dict[str, Any]:
         status = _status(env) or {}
         pid = int(status["pid"])
         after_rebuild = _proc_status(pid, "VmRSS")
+        peak_rebuild = _proc_status(pid, "VmHWM")
         subprocess.run([PY, "-c", code, str(root), json.dumps(queries)], env=env, cwd=REPO, capture_output=True,
                        check=True)
         peak = _proc_status(pid, "VmHWM")
@@ -307,6 +308,7 @@ def bench_work(n: int, recalls: int, idle_wait: float) -> dict[str, Any]:
         _stop(env)
     mb = lambda b: b // 2**20  # noqa: E731
     row = {"texts": n, "recalls": recalls, "rebuild_s": round(rebuild_s, 1), "rss_after_rebuild_mb": mb(after_rebuild),
+           "rss_peak_in_rebuild_mb": mb(peak_rebuild),
            "rss_peak_mb": mb(peak), "rss_after_recalls_mb": mb(after_work),
            f"rss_after_{idle_wait:.0f}s_idle_mb": mb(after_idle), "load_avg": round(os.getloadavg()[0], 2)}
     log(f"work: {row}")

@@ -113,8 +113,8 @@ def test_a_markdown_folder_refuses_secrets_and_reports_duplicates_and_conflicts(
     strict_vault.facts.set("runbooks/restart-web", "Restart web hosts all at once.", source="user:dev")
     report = import_items(strict_vault, read("markdown", IMPORTS / "markdown"), fmt="markdown",
                           source="import:markdown")
-    # named by position and file, never by a key (a key made of the text would carry what was refused)
-    assert [os.path.basename(r["origin"]) for r in report.refused] == ["credentials.md"]
+    # named by position, file and line, never by a key (a key made of the text would carry what was refused)
+    assert [os.path.basename(r["origin"]) for r in report.refused] == ["credentials.md:1"]
     assert "key" not in report.refused[0] and isinstance(report.refused[0]["item"], int)
     assert "looks like a secret" in report.refused[0]["reason"]
     assert report.merged[0]["key"] == "networking" and report.merged[0]["into"] == "ops/vpn"

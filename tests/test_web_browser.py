@@ -265,7 +265,7 @@ def test_a_screenshot_of_every_page(page, served, shots):
     assert all(p.stat().st_size > 10_000 for p in saved), saved
     page.goto(served.url + "/")
     page.wait_for_load_state("networkidle")
-    assert page.locator("div.plot canvas").count() >= 2  # the growth plots were drawn (uPlot)
+    assert page.locator("svg.chart rect.bar").count() >= 2  # the growth charts were drawn (SVG from charts.py)
     target = os.environ.get("MEMVAULT_WEB_SCREENSHOT")
     if target:
         page.set_viewport_size({"width": 1360, "height": 1000})

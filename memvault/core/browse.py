@@ -53,9 +53,21 @@ class FactRow:
     tags: list[str]
     trusted: bool
     stale: str | None
+    #: The start of its text, whitespace folded to one line (a listing shows what a fact says, not only its key).
+    excerpt: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+#: Characters of a fact's text a listing shows.
+EXCERPT = 200
+
+
+def excerpt(text: Any, limit: int = EXCERPT) -> str:
+    """``text`` on one line (runs of whitespace folded), cut at ``limit`` characters with an ellipsis."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 @dataclass
@@ -199,7 +211,7 @@ class Browse:
                        fields.get("category") if isinstance(fields.get("category"), str) else None,
                        [str(t) for t in tags] if isinstance(tags, list) else [], self.trusted(source),
                        stale_doc_reason(row["valid_until"], row["review_after"], row["updated"],
-                                        self.config.facts.review_after, at))
+                                        self.config.facts.review_after, at), excerpt(row.get("excerpt")))
 
     # -- episodes ----------------------------------------------------------------------------------------
     def episodes(self, *, source: str | None = None, kind: str | None = None, session: str | None = None,

@@ -124,6 +124,35 @@ def write_commit_graph(git: GitStore) -> None:
     git.run("commit-graph", "write", "--reachable", "--changed-paths", "--split")
 
 
+def provenance(git: GitStore | None, root: Path, area: str = "procedures") -> dict[str, dict[str, Any]]:
+    """Who added each file under ``area`` and who changed it last, from one ``git log`` (newest first): by
+    vault-relative path, ``{"added": {...}, "last": {...}, "source": ...}``, each commit as ``commit``, ``short``,
+    ``author``, ``date`` and ``source`` (its ``Memvault-Source`` trailer: the writer memvault recorded, None for a
+    commit memvault did not make). ``source`` is the last commit's: None means the file was last changed by hand.
+    Empty without git or commits. Raises GitError."""
+    if git is None or not git.has_head():
+        return {}
+    prefix = git.rel(root)
+    prefix = "" if prefix == "." else prefix + "/"
+    raw = git.run("log", "--no-renames", "--format=%x1e%H%x1f%an%x1f%aI%x1f%B%x1f", "--name-status", "--",
+                  f"{prefix}{area}/", strip=False)
+    found: dict[str, dict[str, Any]] = {}
+    for chunk in raw.split("\x1e")[1:]:
+        commit, author, when, message, names = chunk.split("\x1f", 4)
+        entry = {"commit": commit, "short": commit[:12], "author": author, "date": when,
+                 "source": trailers(message).get("Memvault-Source")}
+        for line in names.splitlines():
+            status, _, path = line.partition("\t")
+            if not path or not path.startswith(prefix) or path.endswith("/.gitignore"):
+                continue
+            rel = path[len(prefix):]
+            item = found.setdefault(rel, {"added": None, "last": entry, "source": entry["source"],
+                                          "deleted": status == "D"})
+            if status == "A" and item["added"] is None:
+                item["added"] = entry
+    return {rel: item for rel, item in found.items() if not item.pop("deleted")}
+
+
 def trailers(message: str) -> dict[str, str]:
     """The ``Memvault-*`` trailers of a commit message (``Memvault-Source``, ``Memvault-Key``)."""
     return {name: value.strip() for name, value in _TRAILER.findall(message)}

@@ -57,6 +57,17 @@ class Hit:
         out.update(self.extra)
         return out
 
+    def explain(self) -> dict[str, Any]:
+        """What ranked this hit, as ``--explain`` and the web playground show it: the five factors (as in
+        :meth:`to_dict`) and what relevance was made of: ``keyword`` (BM25 ÷ best), ``semantic`` (cosine ÷ best
+        cosine, the figure relevance used), the raw ``cosine``, and ``exact`` (quotes the query)."""
+        parts = self.parts
+        return {"factors": {k: round(v, 6) for k, v in self.factors.items()},
+                "parts": {"keyword": round(float(parts.get("keyword", 0.0)), 6),
+                          "semantic": round(float(parts.get("semantic", 0.0)), 6),
+                          "cosine": round(float(parts.get("cosine", 0.0)), 6),
+                          "exact": bool(parts.get("exact", False))}}
+
 
 class RecallResult(list):  # type: ignore[type-arg]
     """The hits, best first, plus what the caller should know (``warnings``) and how they were found."""

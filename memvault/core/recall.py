@@ -108,6 +108,7 @@ class Candidate:
     score: float = 0.0
     stale: str | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
+    semantic: float = 0.0     # the cosine relevance used: its chunk's cosine ÷ the best cosine of the recall
 
 
 def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budget: object, mode: str,
@@ -579,7 +580,7 @@ def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: s
         current = out.get(key)
         if current is None or rel > current.relevance:
             out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
-                                 rowid in exact, rowid, index)
+                                 rowid in exact, rowid, index, semantic=cos / best_cos)
         else:
             current.cosine = max(current.cosine, cos)
     if settings.prf_weight and used_mode != "vector" and out:
@@ -634,6 +635,7 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
             continue  # the procedure is gone: the run log stays a memory of its own
         if run.relevance > proc.relevance:
             proc.relevance, proc.cosine, proc.keyword = run.relevance, max(proc.cosine, run.cosine), run.keyword
+            proc.semantic = run.semantic
         del candidates[run.key]
     names = [c.key[1] for c in candidates.values() if c.key[0] == "procedure"]
     if names and parts.index.exists():
@@ -772,7 +774,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
         doc = c.doc
         base = dict(kind=doc["kind"], id=doc["id"], score=c.score, factors=c.factors, source=doc["source"],
                     created=doc["created"], updated=doc["updated"], path=doc["path"],
-                    parts={"keyword": c.keyword, "semantic": c.cosine, "exact": c.exact})
+                    parts={"keyword": c.keyword, "semantic": c.semantic, "cosine": c.cosine, "exact": c.exact})
         if doc["kind"] == "fact":
             extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
             if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):

@@ -31,6 +31,9 @@ def render(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dic
     nothing = getattr(hits, "nothing_found", None)
     if fmt == "json":
         data = hits.to_dict() if isinstance(hits, RecallResult) else [h.to_dict() for h in hits]
+        if explain:
+            for item, hit in zip(data["hits"] if isinstance(data, dict) else data, hits):
+                item["explain"] = hit.explain()
         return json.dumps(data, ensure_ascii=False, indent=2)
     if fmt == "prompt":
         sections = []
@@ -68,6 +71,9 @@ def _text_item(hit: Hit, rank: int, explain: bool, weights: dict[str, float] | N
         w = weights or {}
         lines.append("   " + "  ".join(
             f"{name} {hit.factors[name]:.2f}" + (f"×{w[name]:.2f}" if name in w else "") for name in FACTORS))
+        parts = hit.explain()["parts"]
+        lines.append(f"   relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} "
+                     f"(cosine {parts['cosine']:.3f} ÷ best)" + ("  quotes the query" if parts["exact"] else ""))
     body = hit.text.rstrip("\n")
     lines.extend("   " + line for line in body.splitlines())
     return "\n".join(lines)

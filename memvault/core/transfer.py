@@ -3,8 +3,11 @@
 **Import.** A reader (``memvault.interfaces.transfer``) turns another tool's files into :class:`Item` s and writes
 nothing; :func:`import_items` puts each through the gate with the importer's source (``import:<tool>``): trust (an
 untrusted source proposes facts to the inbox), validation, secrets, size, and the duplicate check against the facts
-already there. The report says what came in, what was a duplicate (nothing written), what conflicts with a stored
-fact (nothing written, both named), and what was refused and why. Importing the same files again adds nothing.
+already there. ``memvault import --trust`` imports a person's own files under their own trusted ``user:`` source
+(:func:`own_source`): facts are written directly, through the same gate. A secret refuses the line that holds it,
+not the section (:func:`_cut_secret_lines`), and the times the other tool recorded are kept (:func:`source_times`).
+The report says what came in, what was a duplicate (nothing written), what conflicts with a stored fact (nothing
+written, both named), and what was refused and why. Importing the same files again adds nothing.
 
 **Restore.** A memvault export read back (:func:`restore_items`) keeps every file byte for byte and every episode
 as it was (id, time, source): only a trusted source may do that, in one commit for the facts and procedures.
@@ -14,18 +17,22 @@ their mode, episodes as stored) for the writers of the export formats.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import InvalidValue, LimitExceeded, MemvaultError, UntrustedSource, describe
 from ..rules.fsutil import FileChange
 from ..rules.secrets import describe as describe_secrets
-from ..rules.secrets import scan_fields
+from ..rules.secrets import SecretFinding, scan_fields, secret_spans
+from ..rules.timeutil import now, parse_time
 from ..rules.trust import Op
-from ..rules.validation import check_json_value, validate_key, validate_tags
+from ..rules.validation import EARLIEST, MAX_FUTURE, check_json_value, validate_key, validate_tags
 from . import access
 from .ingest import slug_key
 
@@ -47,7 +54,8 @@ class Item:
     tags: list[str] = field(default_factory=list)
     importance: float | None = None
     confidence: float | None = None
-    at: str | None = None            # when it happened (an episode's time)
+    at: str | None = None            # when it happened (an episode's time) or was first written (a fact's)
+    updated: str | None = None       # when a fact was last changed at its source
     episode_kind: str = "raw"
     meta: dict[str, Any] = field(default_factory=dict)
     #: A memvault export only: the exact file bytes, a procedure's mode, an episode's id and source.
@@ -58,6 +66,10 @@ class Item:
     #: Set by a reader for an item it could not read (too deep, the wrong type): why, never quoting its text. The
     #: item is reported as refused at its ``origin``, and the reading goes on.
     refusal: str | None = None
+    #: Where each line of ``text`` is in its file (``file``), from 1; 0 for a line the reader added (a heading
+    #: repeated as the first line). A line that holds a secret is refused by its number and the others come in.
+    lines: list[int] | None = None
+    file: str | None = None
 
 
 def refused(origin: str, reason: str | MemvaultError) -> Item:
@@ -82,10 +94,11 @@ def check_item(item: Item, limits: Any = None) -> None:
         raise InvalidValue("text", f"must be text, not {type(item.text).__name__}")
     if len(item.text) > ITEM_TEXT_MAX:
         raise InvalidValue("text", f"{len(item.text)} characters, more than any item may hold ({ITEM_TEXT_MAX})")
-    for name in ("key", "category", "at", "id", "source"):
+    for name in ("key", "category", "at", "updated", "id", "source"):
         value = getattr(item, name)
         if value is not None and not isinstance(value, str):
             raise InvalidValue(name, f"must be text, not {type(value).__name__}")
+    source_times(item.at, item.updated)
     for name in ("importance", "confidence"):
         value = getattr(item, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -101,6 +114,32 @@ def check_item(item: Item, limits: Any = None) -> None:
     if limits is not None and size > getattr(limits, limit):
         raise LimitExceeded(item.kind, f"{size} bytes, more than the {getattr(limits, limit)} allowed "
                                        f"([limits] {limit})")
+
+
+def source_times(created: object, updated: object = None, names: tuple[str, str] = ("at", "updated"),
+                 ) -> tuple[datetime | None, datetime | None]:
+    """The times a source gave an item (when it was written, when last changed), checked: readable, from 1970 on,
+    not in the future, and not changed before it was written. InvalidValue names the field, never guesses: an
+    item whose time cannot be kept is refused rather than stored with the time of the import."""
+    out: list[datetime | None] = []
+    for value, name in zip((created, updated), names):
+        if value is None or value == "":
+            out.append(None)
+            continue
+        if not isinstance(value, str):
+            raise InvalidValue(name, f"must be an ISO 8601 time, not {type(value).__name__}")
+        try:
+            when = parse_time(value, name)
+        except InvalidValue:  # its message quotes the value, which may be anything (a token pasted there)
+            raise InvalidValue(name, f"not an ISO 8601 time ({len(value)} characters)") from None
+        if when < EARLIEST or when > now() + MAX_FUTURE:
+            raise InvalidValue(name, f"{when.isoformat()} is " + ("before 1970" if when < EARLIEST else
+                                                                 "in the future (by this host's clock)"))
+        out.append(when.replace(microsecond=0))
+    first, last = out
+    if first is not None and last is not None and last < first:
+        raise InvalidValue(names[1], f"{last.isoformat()} is before {names[0]} ({first.isoformat()})")
+    return first, last
 
 
 @dataclass
@@ -153,10 +192,15 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
                     report.skipped.append({**entry, "reason": "imported before"})
                     continue
                 known.add(draft["meta"]["import_id"])
-                findings = scan_fields({"text": draft["text"], "tags": draft["tags"], "meta": draft["meta"]})
+                findings = scan_fields({"tags": draft["tags"], "meta": draft["meta"]})
                 if findings:
                     _refuse(report, entry, describe_secrets(findings))
                     continue
+                if scan_fields({"text": draft["text"]}):
+                    kept = _cut_secret_lines(item, None, entry, report)
+                    if kept is None:
+                        continue
+                    draft["text"] = kept.strip()
                 gate.episodes.make(draft["text"], source=source, kind=draft["kind"], at=draft["at"],
                                    tags=draft["tags"], meta=draft["meta"])  # validates; raises with the field
                 episodes.append((item, draft))
@@ -172,6 +216,20 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     return report
 
 
+def own_source(vault: Vault, source: str) -> str:
+    """``source`` if it may import a person's own files as facts (``memvault import --trust``): a ``user:`` source
+    that ``[trust] trusted`` trusts. UntrustedSource otherwise: an agent's or a tool's say-so never turns what it
+    read into facts, and a person the vault does not trust proposes like anyone else. The gate still runs on
+    every item (a secret is still refused, line by line)."""
+    if not source.startswith("user:"):
+        raise UntrustedSource(source, "--trust brings in a person's own files under their own user: source; "
+                                      "without --trust the import proposes its facts for review")
+    if not vault.gate.policy.is_trusted(source):
+        raise UntrustedSource(source, f"--trust writes facts directly, and [trust] trusted = "
+                                      f"{list(vault.gate.policy.trusted)} does not trust it")
+    return source
+
+
 def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: ImportReport, source: str, trusted: bool,
                  dry_run: bool, seen_keys: dict[str, str]) -> None:
     gate = vault.gate
@@ -183,10 +241,15 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     validate_key(key)
     entry["key"] = key
     tags = validate_tags(item.tags)
-    findings = scan_fields({"text": text, "tags": tags, "category": item.category})
+    findings = scan_fields({"tags": tags, "category": item.category})
     if findings:
         _refuse(report, entry, describe_secrets(findings))
         return
+    if scan_fields({"text": text}):
+        kept = _cut_secret_lines(item, key, entry, report)
+        if kept is None:
+            return
+        text = kept.strip()
     if key in seen_keys:
         bucket = report.merged if seen_keys[key] == text else report.conflicts
         bucket.append({**entry, "with": key, "reason": "the same key earlier in this import"})
@@ -202,7 +265,13 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     if vault.facts.store.exists(key, inbox=True):
         proposal = vault.facts.store.get(key, inbox=True)
         if " ".join(proposal.text.split()) == " ".join(text.split()):
-            report.skipped.append({**entry, "reason": "already proposed"})
+            if not trusted:
+                report.skipped.append({**entry, "reason": "already proposed"})
+                return
+            # The person now vouches for what an earlier import proposed (``--trust`` after a plain import)
+            if not dry_run:
+                gate.accept(key, source=source)
+            report.added.append({**entry, "reason": "accepted the proposal an earlier import left"})
             return
     similar = [access.shown_match(gate.scopes, source, m) for m in gate.similar_facts(key, text)]
     conflict = next((m for m in similar if m["kind"] == "conflict"), None)
@@ -217,10 +286,68 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
     if dry_run:
         (report.added if trusted else report.proposed).append(entry)
         return
+    created, updated = source_times(item.at, item.updated)
+    times = {"created": created, "updated": updated or created} if created else {}
     fact = gate.set_fact(key, text, source=source, category=item.category, importance=item.importance,
                          confidence=item.confidence, tags=tags or None, check_similar=False,
-                         message=f"import {key} from {report.format}")
+                         message=f"import {key} from {report.format}", extra=times or None)
     (report.proposed if fact.quarantined else report.added).append(entry)
+
+
+def _cut_secret_lines(item: Item, key: str | None, entry: dict[str, Any], report: ImportReport) -> str | None:
+    """``item.text`` without the lines that hold a secret, each refused in the report by its file and line number
+    (``CLAUDE.md:8``, a private key block ``CLAUDE.md:12-40``), so one token does not keep a whole section out.
+    None, with the whole item refused, when the secret cannot be cut out by line: what is left still looks like
+    one, nothing is left, or the key is made of the secret (a heading that holds it)."""
+    text = item.text
+    spans = secret_spans(text)
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def line_of(offset: int) -> int:
+        return bisect.bisect_right(starts, offset) - 1
+
+    ranges: list[list[Any]] = []  # [first, last, findings] in lines of the text, merged when they touch
+    squashed = re.sub(r"[^a-z0-9]", "", (key or "").lower())
+    for start, end, finding in spans:
+        secret = re.sub(r"[^a-z0-9]", "", text[start:end].lower())
+        first, last = line_of(start), line_of(max(start, end - 1))
+        if key is not None and len(secret) >= 8 and secret[:8] in squashed:  # the whole item, named by the line
+            _refuse(report, {**entry, "origin": _source_lines(item, first, last)[0]},
+                    describe_secrets(scan_fields({"text": text})) + "; its key is made of that line")
+            return None
+        if ranges and first <= ranges[-1][1] + 1:
+            ranges[-1][1] = max(ranges[-1][1], last)
+            ranges[-1][2].append(finding)
+        else:
+            ranges.append([first, last, [finding]])
+    cut = {n for first, last, _ in ranges for n in range(first, last + 1)}
+    kept = "\n".join(line for n, line in enumerate(text.split("\n")) if n not in cut)
+    if not ranges or not kept.strip() or scan_fields({"text": kept}):
+        if ranges and not kept.strip():  # the secret was all there was: the item is its lines
+            entry = {**entry, "origin": _source_lines(item, ranges[0][0], ranges[-1][1])[0]}
+        _refuse(report, entry, describe_secrets(scan_fields({"text": text})))
+        return None
+    refused = []
+    for first, last, findings in ranges:
+        where = _source_lines(item, first, last)
+        located = [SecretFinding(f.kind, f.excerpt, _source_lines(item, f.line - 1, f.line - 1)[1])
+                   for f in findings]
+        refused.append(where[0])
+        _refuse(report, {"item": entry["item"], "origin": where[0]}, describe_secrets(located))
+    entry["lines_refused"] = refused
+    return kept
+
+
+def _source_lines(item: Item, first: int, last: int) -> tuple[str, int]:
+    """Where lines ``first..last`` of ``item.text`` (from 0) are: ``file:N`` or ``file:N-M`` when the reader gave
+    their numbers, else the item's origin and the lines within its text; and the first line's number."""
+    numbers = item.lines if item.lines is not None and len(item.lines) > last else None
+    found = [n for n in (numbers or [])[first:last + 1] if n > 0]
+    if found:
+        low, high = min(found), max(found)
+        return f"{item.file or item.origin}:{low}" + (f"-{high}" if high != low else ""), low
+    span = f"line {first + 1}" + (f"-{last + 1}" if last != first else "")
+    return f"{item.origin} ({span} of its text)", first + 1
 
 
 def _refuse(report: ImportReport, entry: dict[str, Any], reason: str) -> None:

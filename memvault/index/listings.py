@@ -24,9 +24,10 @@ from .documents import meta_json
 from .search import query_terms
 
 FACT_KEYS = ("key", "path", "source", "importance", "confidence", "created", "updated", "valid_until",
-             "review_after", "meta")
+             "review_after", "meta", "excerpt")
 EPISODE_KEYS = ("id", "path", "source", "created", "ekind", "body", "meta", "ref")
-FACT_COLUMNS = "item_id, path, source, importance, confidence, created, updated, valid_until, review_after, meta"
+FACT_COLUMNS = ("item_id, path, source, importance, confidence, created, updated, valid_until, review_after, meta, "
+                "substr(body, 1, 400)")
 EPISODE_COLUMNS = "item_id, path, source, created, ekind, body, meta, ref"
 
 FACTS_SQL = f"SELECT {FACT_COLUMNS} FROM docs WHERE kind = 'fact' AND item_id >= ? AND item_id < ?"

@@ -396,7 +396,10 @@ class FactStore:
             doc = fm.Document([], "")
             if confidence is None:
                 changes["confidence"] = default_confidence(source)
-            changes.update(source=source, created=stamp, updated=stamp)
+            changes["source"] = source
+            # A new fact is dated now, unless ``extra`` brings the times its source recorded (an import)
+            changes.setdefault("created", stamp)
+            changes.setdefault("updated", changes["created"])
             changes.setdefault("importance", DEFAULT_IMPORTANCE)
         new_doc = fm.update(doc, changes, list(KNOWN_FIELDS), text.strip() + doc.newline)
         after = self._check_size(key, new_doc.render().encode("utf-8"))

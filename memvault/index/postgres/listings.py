@@ -22,7 +22,8 @@ from .tables import VaultState, vsql
 
 T = TypeVar("T")
 
-FACT_COLUMNS = "item_id, path, source, importance, confidence, created, updated, valid_until, review_after, meta"
+FACT_COLUMNS = ("item_id, path, source, importance, confidence, created, updated, valid_until, review_after, meta, "
+                "substr(body, 1, 400)")
 EPISODE_COLUMNS = "item_id, path, source, created, ekind, body, meta, ref"
 #: Keys compared byte by byte, as SQLite compares them (a locale's collation ignores the '/' of a prefix).
 KEY_RANGE = 'item_id COLLATE "C" >= %s AND item_id COLLATE "C" < %s'

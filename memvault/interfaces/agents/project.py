@@ -29,8 +29,9 @@ class Project:
 
     @property
     def slug(self) -> str:
-        """The name as a key segment and a tag: lower case, ``[a-z0-9._-]``."""
-        return _SLUG.sub("-", self.name.lower()).strip("-.") or "project"
+        """The name as a key segment and a tag: lower case, ``[a-z0-9._-]``, at most 60 characters (the name can
+        come from a remote URL, which a cloned repository chooses)."""
+        return _SLUG.sub("-", self.name.lower())[:60].strip("-.") or "project"
 
     def query(self, max_words: int = 32) -> str:
         """The question a session starts with: name, branch words, README title, last commit subjects."""

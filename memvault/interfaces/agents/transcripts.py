@@ -112,18 +112,94 @@ def read(runtime: str, path: Path | str, start: int = 0, *, max_bytes: int | Non
 
 
 # ------------------------------------------------------------------------------------------------ lines
+#: The first bytes of a zstd frame: Codex compresses rollouts to ``.jsonl.zst`` (codex-rs/rollout/src/compression.rs).
+ZST_MAGIC = b"\x28\xb5\x2f\xfd"
+#: Largest rollout read once decompressed: a few KiB of zstd can claim gigabytes (a file made to exhaust the disk
+#: or the clock, never a session someone had).
+ZST_MAX_BYTES = 512 << 20
+#: Compressed bytes handed to the decompressor at a time: what one call returns is bounded by this many times
+#: zstd's largest ratio (an RLE block: 128 KiB from 4 bytes), so a bomb is caught within a few MiB of the cap.
+_ZST_STEP = 256
+
+
+def _zst_lines(path: Path, start: int) -> Iterator[bytes]:
+    """The lines of a zstd-compressed transcript from byte ``start`` of its decompressed text. The whole file is
+    first decompressed once without keeping it (a stream, never the file in memory) to check it is complete and
+    under :data:`ZST_MAX_BYTES`: a truncated or corrupt rollout raises OSError naming it before a single line is
+    given, so a capture never stores the first half of a damaged session."""
+    for _ in _zst_chunks(path):
+        pass
+    skip, tail = start, b""
+    for chunk in _zst_chunks(path):
+        if skip:
+            cut = min(skip, len(chunk))
+            chunk, skip = chunk[cut:], skip - cut
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if tail:
+        yield tail
+
+
+def _zst_chunks(path: Path) -> Iterator[bytes]:
+    """Decompressed pieces of ``path`` (frames one after another, as ``zstd`` writes them), each at most a few
+    MiB; OSError naming the file when it is not zstd, stops inside a frame, or grows past :data:`ZST_MAX_BYTES`."""
+    new, error = _zstd()
+    total = 0
+    with open(path, "rb") as f:
+        decompressor, pending = new(), b""
+        while True:
+            data = pending or f.read(_ZST_STEP)
+            pending = b""
+            if not data:
+                break
+            try:
+                piece = decompressor.decompress(data)
+            except error as exc:
+                raise OSError(f"{path}: not a readable zstd file ({exc})") from None
+            total += len(piece)
+            if total > ZST_MAX_BYTES:
+                raise OSError(f"{path}: decompresses to more than {ZST_MAX_BYTES >> 20} MiB; not read (a rollout "
+                              f"that large is not a session: decompress it yourself if it is)")
+            if piece:
+                yield piece
+            if decompressor.eof:  # a frame ended: what follows it is the next frame
+                pending, decompressor = decompressor.unused_data, new()
+                if not pending:
+                    data = f.read(_ZST_STEP)
+                    if not data:
+                        return
+                    pending = data
+    raise OSError(f"{path}: the zstd file ends inside a frame (truncated?); not read")
+
+
+def _zstd() -> tuple[Any, type[Exception]]:
+    """A factory of zstd decompressors with ``decompress``, ``eof`` and ``unused_data`` (the standard library's
+    on Python 3.14 and later, else the ``zstandard`` package), and the error they raise. Imported here: only a
+    compressed rollout pays for it."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14+
+        return zstd.ZstdDecompressor, zstd.ZstdError
+    except ImportError:
+        pass
+    try:
+        import zstandard
+    except ImportError:
+        raise OSError("reading a .jsonl.zst rollout needs the zstandard package (pip install zstandard)") from None
+    return (lambda: zstandard.ZstdDecompressor().decompressobj()), zstandard.ZstdError
+
+
 def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[str, Any]]]:
     """(offset, object) for each complete JSON line from ``start``, read one line at a time; ``out.end`` follows
     the end of the last complete line. A last line without its newline is left for the next read (the runtime is
     still writing it)."""
     out.end = start
     with open(path, "rb") as f:
-        f.seek(start)
-        if start == 0 and (path.suffix == ".zst" or f.read(4) == b"\x28\xb5\x2f\xfd"):
-            raise OSError(f"{path}: zstd-compressed rollout; decompress it first (zstd -d)")
+        compressed = f.read(4) == ZST_MAGIC
         f.seek(start)
         offset = start
-        for raw in f:
+        for raw in (_zst_lines(path, start) if compressed else f):
             if not raw.endswith(b"\n"):
                 return  # unfinished: read again later
             line_at, offset = offset, offset + len(raw)

@@ -15,32 +15,38 @@ IMPORT_FORMATS = ("claude-code", "claude-mem", "basic-memory", "mem0", "openclaw
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(IMPORT_FORMATS))
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--dry-run", is_flag=True, help="Report what would come in; write nothing.")
-@click.option("--source", "-s", help="memvault format only: who restores it (must be trusted). Default: "
-                                     "$MEMVAULT_SOURCE, else user:$USER.")
+@click.option("--trust", is_flag=True, help="These are your own files: write their facts directly (not as "
+                                            "proposals) under your own user: source. Secrets are still refused.")
+@click.option("--source", "-s", help="Who imports, with --trust or the memvault format (must be trusted). "
+                                     "Default: $MEMVAULT_SOURCE, else user:$USER.")
 @output
 @pass_ctx
-def import_cmd(ctx, fmt, path, dry_run, source):
+def import_cmd(ctx, fmt, path, dry_run, trust, source):
     """Bring in the memory another tool keeps, through the same gate as any write: claude-code (CLAUDE.md files,
     auto memory folders), claude-mem (its SQLite database), basic-memory (a notes folder), mem0 (a JSON export),
     openclaw (a workspace: MEMORY.md and memory/*.md), markdown (a folder of files), or memvault (an export).
 
     Items are written as import:FORMAT, a source the vault does not trust unless you say so: facts wait in the
-    inbox for a person. The report says what came in, what duplicated a stored fact (nothing written), what
-    conflicts with one, and what was refused and why (a secret, a bad key, too large). Importing the same files
-    again adds nothing. A memvault export is restored as it was (files byte for byte, episodes with their ids and
-    sources), by a trusted source.
+    inbox for a person. With --trust (your own files) they are written as facts under your own user: source.
+    Either way a line that looks like a secret is refused by its file and line number and the rest comes in, and
+    the times the other tool recorded are kept. The report says what came in, what duplicated a stored fact
+    (nothing written), what conflicts with one, and what was refused and why (a secret, a bad key, too large).
+    Importing the same files again adds nothing. A memvault export is restored as it was (files byte for byte,
+    episodes with their ids and sources), by a trusted source.
     """
-    from ...core.transfer import import_items, restore_items
+    from ...core.transfer import import_items, own_source, restore_items
     from ..transfer import read
 
     vault = ctx.vault
-    items = read(fmt, Path(path))
     if fmt == "memvault":
-        report = restore_items(vault, items, source=source or vault.default_source(), dry_run=dry_run)
+        report = restore_items(vault, read(fmt, Path(path)), source=source or vault.default_source(),
+                               dry_run=dry_run)
     else:
-        if source:
-            raise click.UsageError("--source is for the memvault format: other imports are always import:FORMAT")
-        report = import_items(vault, items, fmt=fmt, source=f"import:{fmt}", dry_run=dry_run)
+        if source and not trust:
+            raise click.UsageError("--source goes with --trust (or the memvault format): other imports are "
+                                   "import:FORMAT")
+        who = own_source(vault, source or vault.default_source()) if trust else f"import:{fmt}"
+        report = import_items(vault, read(fmt, Path(path)), fmt=fmt, source=who, dry_run=dry_run)
     lines = [report.summary()]
     for bucket in ("conflicts", "refused"):
         for entry in getattr(report, bucket):

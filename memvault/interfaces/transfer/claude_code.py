@@ -3,20 +3,25 @@
 (``~/.claude/projects/<project>/memory/``: a ``MEMORY.md`` index and one topic file per memory, each with
 ``name``/``description``/``type`` front matter), as documented at code.claude.com/docs/en/memory.
 
-A CLAUDE.md becomes one fact per section (``claude-code/<project>/<heading>``, category ``instructions``); a topic
+A CLAUDE.md becomes one fact per section (``claude-code/<project>/<heading>``, category ``instructions``; the
+project named by its git remote or work tree, :func:`_project`); a topic
 file one fact (``claude-code/<project>/<file>``, its ``type`` as category); a line of MEMORY.md that does not point
 at a topic file one fact too."""
 from __future__ import annotations
 
+import itertools
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from ...core.transfer import Item, refused
 from ...rules.errors import InvalidValue
-from .markdown import note, notes, section_facts, slug
+from ..agents import project as project_mod
+from .markdown import note, note_at, numbered, numbered_notes, section_facts, slug
 
 _LINK = re.compile(r"\]\(([^)]+\.md)\)")
+_MUNGE = re.compile(r"[^A-Za-z0-9]")
 _PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 
 
@@ -45,50 +50,100 @@ def _read(path: Path) -> Iterator[Item]:
         return
     for name in _PROJECT_FILES:
         if (path / name).is_file():
-            yield from _claude_md(path / name, slug(path.resolve().name))
+            yield from _claude_md(path / name, _project(path))
     rules = path / ".claude" / "rules"
     if rules.is_dir():
         for rule in sorted(rules.rglob("*.md")):
-            yield from _claude_md(rule, slug(path.resolve().name), prefix=f"rules/{slug(rule.stem)}")
+            yield from _claude_md(rule, _project(path), prefix=f"rules/{slug(rule.stem)}")
 
 
 def _project_name(path: Path) -> str:
     folder = path.resolve().parent
     if folder.name == ".claude":
         folder = folder.parent
-    return "user" if folder == Path.home() else slug(folder.name)
+    return _project(folder)
+
+
+def _project(folder: Path) -> str:
+    """The project a folder belongs to, as a key segment: the name in its git remote (``git@github.com:acme/
+    shop-api.git`` -> ``shop-api``), else the top folder of its git work tree, else the folder itself; ``user`` for
+    the home folder. Never the folder a file happens to sit in (``.claude`` gave ``claude``). The remote is the
+    repository's to say, so what it says is only ever a slug: ``[a-z0-9-]``, at most 60 characters."""
+    folder = folder.resolve()
+    if folder == Path.home().resolve():
+        return "user"
+    found = project_mod.detect(str(folder), commits=0)
+    for name in (found.name, Path(found.root or folder).name, folder.name):
+        if slug(name, 60) != "untitled":
+            return slug(name, 60)
+    return "project"
+
+
+def _unmunged(name: str, budget: int = 2000) -> Path | None:
+    """The folder a ``~/.claude/projects/<name>`` folder stands for, when it is on this machine: Claude Code names
+    it by the session's working directory with every character but ``[A-Za-z0-9]`` turned into ``-``, so the
+    name is matched against the folders that exist, one path segment at a time (at most ``budget`` folder entries
+    read). None when no folder matches: the project is not checked out here."""
+    left = [budget]
+
+    def walk(folder: Path, rest: str) -> Path | None:
+        if not rest:
+            return folder
+        try:
+            with os.scandir(folder) as scan:
+                entries = sorted(itertools.islice(scan, max(0, left[0])), key=lambda e: e.name)
+        except OSError:
+            return None
+        left[0] -= len(entries)
+        for entry in entries:
+            munged = _MUNGE.sub("-", entry.name)
+            if (rest == munged or rest.startswith(munged + "-")) and entry.is_dir(follow_symlinks=False):
+                found = walk(Path(entry.path), rest[len(munged) + 1:])
+                if found is not None:
+                    return found
+        return None
+
+    return walk(Path("/"), name[1:]) if name.startswith("-") and len(name) > 1 else None
 
 
 def _claude_md(path: Path, project: str, prefix: str | None = None) -> Iterator[Item]:
     try:
-        _, body = note(path)
+        _, body, first = note_at(path)
     except InvalidValue as exc:
         yield refused(str(path), exc)
         return
     key = f"claude-code/{project}" + (f"/{prefix}" if prefix else (f"/{slug(path.stem)}" if path.stem not in
                                                                       ("CLAUDE",) else ""))
-    yield from section_facts(body, key, str(path), category="instructions", tags=["claude-code", project])
+    yield from section_facts(body, key, str(path), category="instructions", tags=["claude-code", project],
+                             first=first)
 
 
 def _memory(folder: Path) -> Iterator[Item]:
     """An auto memory folder: its topic files, then the index lines that are memories of their own."""
-    project = slug(folder.parent.name.lstrip("-")) if folder.name == "memory" else slug(folder.name)
+    if folder.name == "memory":
+        checkout = _unmunged(folder.parent.name)
+        project = _project(checkout) if checkout is not None else slug(folder.parent.name.lstrip("-"))
+    else:
+        project = slug(folder.name)
     topics = sorted(p for p in folder.glob("*.md") if p.name != "MEMORY.md")
-    for read_ in notes(topics):
+    for read_ in numbered_notes(topics):
         if isinstance(read_, Item):
             yield read_
             continue
-        topic, meta, body = read_
-        text = body.strip() or str(meta.get("description") or "").strip()
+        topic, meta, body, first = read_
+        text, lines = numbered(body, first)
+        if not text:
+            text, lines = str(meta.get("description") or "").strip(), [0]
         if not text:
             continue
         name = str(meta.get("name") or "").strip()
         description = str(meta.get("description") or "").strip()
         header = " - ".join(x for x in (name, description) if x)
-        yield Item("fact", f"{header}\n\n{text}" if header and header not in text else text, str(topic),
-                   key=f"claude-code/{project}/{slug(topic.stem)}",
+        if header and header not in text:
+            text, lines = f"{header}\n\n{text}", [0, 0, *lines]
+        yield Item("fact", text, str(topic), key=f"claude-code/{project}/{slug(topic.stem)}",
                    category=str(meta["type"]) if isinstance(meta.get("type"), str) else "memory",
-                   tags=["claude-code", project])
+                   tags=["claude-code", project], lines=lines, file=str(topic))
     index = folder / "MEMORY.md"
     if index.is_file():
         names = {t.name for t in topics}

@@ -2,7 +2,9 @@
 one memory per line (JSONL). A memory is ``{id, memory, hash, metadata, categories?, created_at, updated_at,
 user_id?, agent_id?, run_id?}`` (mem0ai/mem0 mem0/memory/main.py; docs.mem0.ai/api-reference/memory/get-memory).
 
-Each memory becomes a fact (``mem0/<user or agent>/<words>``), its categories as tags. Each memory is read on its
+Each memory becomes a fact (``mem0/<user or agent>/<words>``), its categories as tags, its ``created_at`` and
+``updated_at`` as the fact's ``created`` and ``updated`` (a memory whose time is unreadable, in the future or
+changed before it was made is refused by its position). Each memory is read on its
 own (:func:`memvault.rules.jsontext.array_items`): one nested too deep, of the wrong shape (``"metadata":
 "notadict"``) or not JSON is refused by its position in the list (or line), and the others come in."""
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...core.transfer import Item, refused
+from ...core.transfer import Item, refused, source_times
 from ...rules.errors import InvalidValue
 from ...rules.jsontext import array_items, is_one_value, loads
 from .markdown import slug
@@ -67,8 +69,11 @@ def _item(entry: Any, origin: str) -> Item:
     categories = entry.get("categories") or (metadata or {}).get("categories") or []
     if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
         raise InvalidValue("categories", "must be a list of words")
+    created, updated = entry.get("created_at"), entry.get("updated_at")
+    source_times(created, updated, ("created_at", "updated_at"))  # a time that cannot be kept refuses the memory
     return Item("fact", memory.strip(), origin, key=f"mem0/{slug(str(owner), 40)}/{slug(memory, 50)}",
-                tags=["mem0", *[slug(c, 40) for c in categories if c.strip()][:10]])
+                tags=["mem0", *[slug(c, 40) for c in categories if c.strip()][:10]], at=created or None,
+                updated=updated or None)
 
 
 def _kind(value: Any) -> str:

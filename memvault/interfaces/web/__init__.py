@@ -4,7 +4,8 @@ and agent sessions, procedures and their runs, the recall playground, and the lo
 An interface like the CLI and the MCP server: every read goes to the facade (listings are SQL over the index,
 :mod:`memvault.core.browse`), every change through the write gate as the local user (``user:<login>``, as the CLI
 acts), so the trust table applies. Pages are server-rendered (Jinja2, autoescaped) with JSON beside each one and a
-little htmx; htmx and uPlot are vendored in ``static/`` (no CDN, no build step). Security: :mod:`.security`.
+little htmx, vendored in ``static/`` (no CDN, no build step); charts are SVG computed on the server
+(:mod:`.charts`). Security: :mod:`.security`.
 """
 from __future__ import annotations
 

@@ -213,9 +213,12 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
     diff: list[tuple[str, str]] = []
     try:
         changes, _ = vault.facts.store.plan_accept(item.key)
-        before = (changes[0].before or b"").decode("utf-8", errors="replace")
-        after = (changes[0].after or b"").decode("utf-8", errors="replace")
-        diff = diff_lines(before, after, f"facts/{item.key}.md", f"inbox/{item.key}.md")
+        target = changes[0]  # the fact the proposal would write (its own key, or the one it ``proposes``)
+        before = (target.before or b"").decode("utf-8", errors="replace")
+        after = (target.after or b"").decode("utf-8", errors="replace")
+        name = _rel(vault.root, target.path)
+        by = f" (proposed by {item.source})" if item.source else " (proposed)"
+        diff = diff_lines(before, after, name if target.before is not None else "/dev/null", name + by)
     except MemvaultError as exc:
         flags.append(f"cannot be accepted as it is: {exc}")
     try:
@@ -248,11 +251,18 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
                             if m["kind"] == "conflict"]}
 
 
+def _rel(root: Any, path: Any) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def diff_lines(before: str, after: str, a: str, b: str) -> list[tuple[str, str]]:
-    """A unified diff as (css class, line) pairs: ``add``, ``del``, ``hunk``, ``ctx``."""
+    """A unified diff as (css class, line) pairs: ``add``, ``del``, ``hunk``, ``ctx``, ``meta``; ``a`` and ``b``
+    name the two sides (``/dev/null`` for a file that does not exist yet)."""
     out = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), a if before else "/dev/null", b,
-                                     lineterm="", n=3):
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), a, b, lineterm="", n=3):
         kind = ("hunk" if line.startswith("@@") else "meta" if line.startswith(("---", "+++"))
                 else "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx")
         out.append((kind, line))

@@ -8,7 +8,9 @@ from typing import Any
 
 from ...rules.errors import MemvaultError
 from ...rules.timeutil import now
+from .charts import daily
 from .page import Page, Req, Web, route
+from .timeline import provenances
 
 #: Days of recall volume and latency plotted.
 RECALL_DAYS = 30
@@ -32,8 +34,11 @@ def overview(web: Web, req: Req) -> Page:
         # The index's figures count the whole vault: a scoped source is told only which model it holds.
         health = {"exists": True, "scoped": True, "model": health.get("model"), "configured_model": vault.config.model}
         team = None
-    sources = {kind: sorted(by.items(), key=lambda item: (-item[1], item[0]))[:12]
-               for kind, by in counts["sources"].items()}
+    by_source = dict(counts["sources"])
+    if "procedure" in by_source:  # the index does not know a runbook's writer: git does
+        by_source["procedure"] = procedure_sources(web, sum(by_source["procedure"].values()))
+    sources = {kind: sorted(by.items(), key=lambda item: (-item[1], item[0] or ""))[:12]
+               for kind, by in by_source.items()}
     data = {
         "vault": str(vault.root),
         "user": web.source,
@@ -47,12 +52,26 @@ def overview(web: Web, req: Req) -> Page:
         "team_index": team,
         "plots": plots(web),
     }
-    return Page("overview.html", data)
+    return Page("overview.html", data, extra={"recall_days": RECALL_DAYS})
+
+
+def procedure_sources(web: Web, total: int) -> dict[str, int]:
+    """Runbooks by the source of their last commit (git's ``Memvault-Source``); those git never saw, or last
+    changed in a commit memvault did not make, count under "" (shown as by hand)."""
+    out: dict[str, int] = {}
+    who = web.vault.reader(web.source)
+    for path, item in provenances(web).items():
+        if who.allows(path):  # the runbooks this view's source may read
+            out[item["source"] or ""] = out.get(item["source"] or "", 0) + 1
+    rest = total - sum(out.values())
+    if rest > 0:
+        out[""] = out.get("", 0) + rest
+    return out
 
 
 def plots(web: Web) -> dict[str, Any]:
-    """The series the overview draws: facts and procedures over time (git), episodes per day, recalls per day
-    with their median time, and the index's bytes per row against 4·dims."""
+    """The series the overview draws, each beside its chart (:mod:`.charts`: the axis and every bar, as drawn):
+    facts and procedures over time (git), episodes per day, recalls per day and their median time."""
     vault = web.vault
     try:  # the history counts the whole vault: not for a source whose scope limits what it may read
         growth = (vault.growth().series() if vault.reader(web.source).scope is None
@@ -68,26 +87,39 @@ def plots(web: Web) -> dict[str, Any]:
             by_day.setdefault(day, []).append(ms)
     except MemvaultError:
         pass
-    if growth["days"]:  # the counts start from nothing the day before the first commit
-        first = date.fromisoformat(growth["days"][0]) - timedelta(days=1)
-        growth = {"days": [first.isoformat(), *growth["days"]], **{k: [0, *v] for k, v in growth.items()
-                                                                   if k != "days"}}
-    per_day = dict(episodes)
-    episode_days = _every_day(min(per_day)) if per_day else []
-    recall_days = _every_day(min(by_day)) if by_day else []
+    recall_days = sorted(by_day)
+    recalls = {"days": recall_days, "count": [len(by_day[d]) for d in recall_days],
+               "median_ms": [round(statistics.median(by_day[d]), 2) for d in recall_days],
+               "max_ms": [round(max(by_day[d]), 2) for d in recall_days]}
+    filled = carried(growth)
     return {
         "growth": growth,
-        "episodes": {"days": episode_days, "count": [per_day.get(d, 0) for d in episode_days]},
-        "recalls": {"days": recall_days, "count": [len(by_day.get(d, ())) for d in recall_days],
-                    "median_ms": [round(statistics.median(by_day[d]), 2) if d in by_day else None
-                                  for d in recall_days],
-                    "max_ms": [round(max(by_day[d]), 2) if d in by_day else None for d in recall_days]},
+        "episodes": {"days": [d for d, _ in episodes], "count": [n for _, n in episodes]},
+        "recalls": recalls,
+        "charts": {
+            "growth": daily({area: list(zip(filled["days"], filled[area])) for area in ("facts", "procedures")}
+                                   ).to_dict(),
+            "episodes": daily({"episodes": episodes}).to_dict(),
+            "recalls": daily({"recalls": list(zip(recall_days, recalls["count"]))}).to_dict(),
+            "recall_ms": daily({"median ms": list(zip(recall_days, recalls["median_ms"]))}).to_dict(),
+        },
     }
 
 
-def _every_day(first: str) -> list[str]:
-    """Every day from ``first`` to today (a bar per day, days without any included), at most a year."""
-    today = now().date()
-    start = min(max(date.fromisoformat(first[:10]), today - timedelta(days=366)), today - timedelta(days=1))
-    count = (today - start).days + 1
-    return [(start + timedelta(days=i)).isoformat() for i in range(max(count, 1))]
+def carried(growth: dict[str, Any]) -> dict[str, Any]:
+    """The cumulative counts on every day from the first commit's to the last one's (a day without commits holds
+    the day before's count): the vault's size each day, nothing before it existed."""
+    days = growth["days"]
+    if not days:
+        return {"days": [], "facts": [], "procedures": []}
+    at = dict(zip(days, zip(growth["facts"], growth["procedures"])))
+    first, last = date.fromisoformat(days[0]), date.fromisoformat(days[-1])
+    out: dict[str, list[Any]] = {"days": [], "facts": [], "procedures": []}
+    current = (0, 0)
+    for i in range((last - first).days + 1):
+        day = (first + timedelta(days=i)).isoformat()
+        current = at.get(day, current)
+        out["days"].append(day)
+        out["facts"].append(current[0])
+        out["procedures"].append(current[1])
+    return out

@@ -10,6 +10,7 @@ from ...core.render import render
 from ...rules.config import FACTORS
 from ...rules.errors import InvalidValue
 from .page import Page, Req, Web, route
+from .timeline import provenance_of
 
 KINDS = ("fact", "episode", "procedure")
 MODES = ("hybrid", "keyword", "vector")
@@ -50,11 +51,13 @@ def recall(web: Web, req: Req) -> Page:
     for rank, hit in enumerate(result, 1):
         item = hit.to_dict()
         item["rank"] = rank
-        item["bars"] = [{"factor": f, "value": round(hit.factors.get(f, 0.0), 4),
-                         "weight": settings.weights.get(f, 0.0)} for f in FACTORS if f in hit.factors]
-        item["parts"] = {"keyword": round(float(hit.parts.get("keyword", 0.0)), 4),
-                         "semantic": round(float(hit.parts.get("semantic", 0.0)), 4),
-                         "exact": bool(hit.parts.get("exact", False))}
+        # The figures recall ranked with, exactly as ``recall --explain`` gives them (not recomputed here).
+        explained = hit.explain()
+        item["bars"] = [{"factor": f, "value": explained["factors"][f], "weight": settings.weights.get(f, 0.0)}
+                        for f in FACTORS if f in explained["factors"]]
+        item["parts"] = explained["parts"]
+        if hit.kind == "procedure":  # a runbook's writer is in git, not in the index
+            item["provenance"] = provenance_of(web, hit.path)
         hits.append(item)
     data["result"] = {"hits": hits, "mode": result.mode, "warnings": list(result.warnings),
                       "nothing_found": result.nothing_found, "window": result.window, "budget": result.budget,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.history import entry_dict
+from ...core.history import entry_dict, provenance
 from ...rules.errors import EpisodeError, MemvaultError
 from ...rules.validation import validate_name
+from .charts import timed
 from .page import Page, Req, Web, route
 
 #: Runs of one procedure shown (and plotted).
@@ -44,6 +45,32 @@ def episode(web: Web, req: Req) -> Page:
     return Page("episode.html", {"episode": row.to_dict()})
 
 
+def provenances(web: Web) -> dict[str, dict[str, Any]]:
+    """Who added each runbook and who changed it last, from git (by vault-relative path), kept while HEAD stays
+    (the index does not record it: a runbook's file says nothing of its writer)."""
+    git = web.vault.git
+    if git is None:
+        return {}
+    try:
+        head = git.run("rev-parse", "--verify", "--quiet", "HEAD")
+    except MemvaultError:
+        return {}
+    key = ("provenance", head)
+    hit = web.cache.get(key)
+    if hit is None:
+        try:
+            hit = (head, provenance(git, web.vault.root))
+        except MemvaultError:
+            hit = (head, {})
+        web.cache[key] = hit
+    return hit[1]
+
+
+def provenance_of(web: Web, path: str) -> dict[str, Any] | None:
+    """One runbook's provenance (see :func:`provenances`), None when git never saw it."""
+    return provenances(web).get(path)
+
+
 @route("/procedures", "procedures", nav="Procedures")
 def procedures(web: Web, req: Req) -> Page:
     from ...rules.validation import Problem
@@ -54,8 +81,8 @@ def procedures(web: Web, req: Req) -> Page:
     rows = []
     for proc in items:
         runs = browse.runs(proc.name, 1)
-        rows.append({**{k: v for k, v in proc.to_dict(web.vault.root).items() if k != "text"},
-                     "last_run": runs[0] if runs else None})
+        item = {k: v for k, v in proc.to_dict(web.vault.root).items() if k != "text"}
+        rows.append({**item, "last_run": runs[0] if runs else None, "provenance": provenance_of(web, item["path"])})
     return Page("procedures.html", {"procedures": rows, "problems": [str(p) for p in problems]})
 
 
@@ -74,6 +101,8 @@ def procedure(web: Web, req: Req) -> Page:
     plot = {"at": [r["at"] for r in reversed(runs)],
             "seconds": [round((r["duration_ms"] or 0) / 1000, 3) for r in reversed(runs)],
             "exit_code": [r["exit_code"] for r in reversed(runs)]}
-    data = {"procedure": proc.to_dict(vault.root), "history": history, "history_error": history_error,
-            "runs": runs, "plot": plot}
+    item = proc.to_dict(vault.root)
+    data = {"procedure": item, "provenance": provenance_of(web, item["path"]), "history": history,
+            "history_error": history_error, "runs": runs, "plot": plot,
+            "chart": timed(list(zip(plot["at"], plot["seconds"])), series="seconds").to_dict()}
     return Page("procedure.html", data)
