@@ -149,6 +149,8 @@ def test_a_scoped_view_shows_only_its_read_scope_on_every_page(ui, team):
     overview = ui.get("/?format=json").json()
     assert overview["counts"]["fact"] == 2 and overview["counts"]["procedure"] == 1 and overview["inbox"] == 3
     assert "chunks" not in overview["index"] and overview["plots"]["growth"]["days"] == []
+    assert sum(r["count"] for r in overview["sources"]["procedure"]) == 1
+    assert sum(r["count"] for r in overview["sources"]["fact"]) == 2
     assert ui.get("/").status_code == 200
     assert "user:admin" not in json.dumps(ui.get("/recalls?format=json").json()["entries"])
     assert ui.get("/live").json()["inbox"] == 3
