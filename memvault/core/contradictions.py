@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..rules.contradict import Claims, Verdict, extract, judge
 from ..rules.errors import MemvaultError, ModelUnavailable
 
 if TYPE_CHECKING:
+    from ..rules.contradict import Claims, Verdict
     from ..index.protocol import VaultIndex
     from ..models.engine import Engine
     from ..rules.config import Config
@@ -57,6 +57,8 @@ def find(index: VaultIndex, facts: FactStore, key: str, text: str, *, embedder: 
     ``{"key", "kind": "conflict", "values": {kind: {"new": [...], "stored": [...]}}, "differing", "shared",
     "overlap", "cosine"}``."""
     candidates = _candidates(index, facts, key, text, embedder)
+    from ..rules.contradict import extract, judge  # recall imports this module; only a check needs the rule
+
     mine: Claims = extract(text, key)
     found: list[tuple[str, Verdict]] = []
     for other_key, (body, cosine) in candidates.items():

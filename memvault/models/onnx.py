@@ -61,6 +61,10 @@ THREADS = 1
 #: a run (less per-run overhead), long ones few (bounded memory per worker).
 MAX_BATCH = 64
 TOKENS_PER_RUN = 1024
+#: ... and at most this much batch x longest² (attention's share, which grows with the square of the length): two
+#: texts of 256 tokens a run, as many as the token cap allows of 128 or fewer. Over 240 runbook windows (one
+#: worker, fixed mmap threshold) four of 256 a run peaked at 263 MB, two at 226 MB, and took no longer (24 s vs 35).
+ATTENTION_PER_RUN = 2 * 256 * 256
 #: Runs of texts up to this many tokens go in parallel; longer ones one at a time. A run's working memory grows
 #: with the square of its texts' length (attention): two parallel runs of 300-token texts took the peak from 280
 #: to 498 MB (1.2 KB texts, 1,024 tokens a run), while short texts (facts) cost little either way.
@@ -356,13 +360,14 @@ class OnnxEmbedder:
         return min(self.identity.max_tokens or 512, len(text) // 4 + 2)
 
     def _parts(self, texts: list[str], order: list[int], batch_size: int) -> list[list[int]]:
-        """``order`` (by length) cut into runs of at most ``batch_size`` texts and about :data:`TOKENS_PER_RUN`
-        padded tokens (estimated from characters: a word piece is about four)."""
+        """``order`` (by length) cut into runs of at most ``batch_size`` texts, about :data:`TOKENS_PER_RUN`
+        padded tokens and :data:`ATTENTION_PER_RUN` (estimated from characters: a word piece is about four)."""
         parts: list[list[int]] = []
         current: list[int] = []
         for i in order:
             longest = self._tokens(texts[i])
-            if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN):
+            if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN
+                            or (len(current) + 1) * longest * longest > ATTENTION_PER_RUN):
                 parts.append(current)
                 current = []
             current.append(i)
