@@ -41,11 +41,10 @@ CHUNKING = "v1:model-window/32"
 FIELDS = "v3:meta-browse-procedure+turn-context"
 #: Consecutive raw episodes of one source at most this many seconds apart are one conversation.
 NEIGHBOUR_GAP = 600.0
-#: How many turns before a raw episode (of its source, in its file) join it when it is embedded (with the day it
-#: was said): two, because the
-#: turn before the previous often holds the question a turn answers. LoCoMo turns R@10 out of fold: the turn
-#: before .780, the day and the two before .792; adding the turn after (.805) would re-embed every turn when
-#: the next one is written (docs/benchmarks.md, "Episodes with their context").
+#: How many turns before a raw episode (of its source, in its file) join it when it is embedded, after the day it
+#: was said: the turn before the previous often holds the question a turn answers. LoCoMo turns R@10 out of fold
+#: (every set's weights chosen together): the turn before .795, the day and the two before .810; adding the turn
+#: after (.813) would re-embed and rewrite every turn when the next one is written (docs/benchmarks.md, issue 27).
 CONTEXT_TURNS = 2
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -89,7 +88,7 @@ class Doc:
     #: turns before it in its conversation (same source, each at most NEIGHBOUR_GAP after the one before), at most
     #: CONTEXT_TURNS. Its vector is the mean of the turn alone and of this text and the turn; stored text, keywords
     #: and what recall returns stay the turn. Measured: LoCoMo turns R@10 .746 -> .804 with the turn before and the
-    #: neighbour smoothing of recall; the day and two turns before, out of fold, .780 -> .792.
+    #: neighbour smoothing of recall; with the day and two turns before, out of fold, .795 -> .810.
     context: str | None = None
     #: The item ids of the turns in ``context`` (oldest first): the SQLite index stores these, not their text
     #: again (:func:`stored_context`), and rebuilds the text when it embeds (:func:`resolve_context`).
