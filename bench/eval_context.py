@@ -1,16 +1,20 @@
 """Episodes with their context: which text around a conversation turn, embedded with it, finds it best.
 
     python bench/rank_lab.py dump --sets locomo_turns      # once
-    python bench/eval_context.py                           # writes bench/.cache/lab/locomo_turns@<variant>.pkl
+    python bench/eval_context.py                           # writes $MEMVAULT_BENCH_CACHE/lab/locomo_turns@<variant>.pkl
     python bench/eval_folds.py --sets locomo_facts,locomo_turns@prev2,...   # each variant out of fold
 
-A turn's vector in the index is the mean of the turn alone and of the turn after the one before it (``Doc.context``,
-:func:`memvault.index.update.with_context`). Each variant here re-embeds every turn of the LoCoMo turn vaults with
-another context and swaps the dump's matrix, so the same questions, keyword matches and neighbours are scored with
-only the vectors changed:
+A turn's vector in the index is the mean of the turn alone and of the turn after its day and the two turns before
+it (``Doc.context``, :func:`memvault.index.documents.turn_context`, :func:`memvault.index.update.with_context`):
+``session_prev2``, which must give the dump's own figures (largest element difference: the index's 8-bit rounding,
+~.001). Each variant here re-embeds every turn of the LoCoMo turn vaults with another context and swaps the dump's
+matrix, so the same questions, keyword matches and neighbours are scored with only the vectors changed. The
+episode kind's relevance scale (``memvault.core.calibration``: what abstention reads) is measured again on the
+variant's vectors, with the pieces and probes the index measured with, as the index would have measured it
+(``--keep-scale`` keeps the dump's):
 
 - ``alone``: no context (what context adds at all);
-- ``prev1``: the shipped one, re-made here (must give the dump's own figures);
+- ``prev1``: the turn before (what the index embedded until issue 27);
 - ``prev2``: the two turns before;
 - ``prev2next``: the two turns before and the one after (a turn written later re-embeds its predecessor);
 - ``session``: the turn after the session's date ("8 May 2023") and the turn before;
@@ -85,15 +89,37 @@ def texts_for(v: dict[str, Any], variant: str) -> dict[int, list[str]]:
     return out
 
 
+def own_scale(v: dict[str, Any], index: Any, matrix: np.ndarray) -> str:
+    """The vault's calibration with the episode scale (and that of all kinds: a turn vault holds only turns)
+    measured on ``matrix``, with the pieces and probes the index measured with."""
+    import base64
+    import json
+
+    from memvault.core.calibration import FRAGMENTS_KEY, PROBES_KEY, Fragments, _median
+
+    probes = json.loads(index.meta_get(PROBES_KEY))
+    pv = np.frombuffer(base64.b64decode(probes["vectors"]), dtype=np.float32).reshape(probes["probes"], -1)
+    pieces = Fragments.from_json(index.meta_get(FRAGMENTS_KEY))
+    assert pieces is not None
+    c = json.loads(v["calibration"])
+    scale = {"null": round(float(_median(list((pv @ matrix.T).max(axis=1)))), 4),
+             "ref": round(float(_median(list((pieces.vectors @ matrix.T).max(axis=1)))), 4)}
+    c["kinds"]["episode"] = dict(c["kinds"]["episode"], **scale)
+    c["kinds"]["*"] = dict(c["kinds"]["*"], **scale)
+    return json.dumps(c)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--keep-scale", action="store_true", help="keep the dump's relevance scale (not re-measured)")
     args = ap.parse_args()
     data = rs.load("locomo_turns")
     from eval_recall import DEFAULT_CACHE
     import eval_corpora as ec
 
-    emb = open_vault(ec.build("locomo_turns", DEFAULT_CACHE)[0].vault).engine.get()
+    corpora = {c.name: c.vault for c in ec.build("locomo_turns", DEFAULT_CACHE)}
+    emb = open_vault(next(iter(corpora.values()))).engine.get()
     for variant in args.variants.split(","):
         out = dict(data)
         out["vaults"] = {}
@@ -111,6 +137,8 @@ def main() -> int:
             drift.append(float(np.abs(matrix - v["matrix"]).max()))
             nv = {k: val for k, val in v.items() if k not in ("row_index", "dockey")}
             nv["matrix"] = matrix
+            if not args.keep_scale and v.get("calibration"):
+                nv["calibration"] = own_scale(v, open_vault(corpora[name]).index, matrix)
             out["vaults"][name] = nv
         with open(rs.LAB / f"locomo_turns@{variant}.pkl", "wb") as fh:
             pickle.dump(out, fh)

@@ -52,6 +52,8 @@ RELATIVE_FLOOR = 0.3
 EXACT_BOOST = 0.2
 BUDGET_CHARS = 10_000
 BUDGET_TOKENS = 2_500
+#: ``--spare-episodes``: keyword_coverage (h) leaves the keyword side of episodes whole (an experiment).
+SPARE_EPISODES = False
 
 
 @dataclass
@@ -157,6 +159,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, floor: fl
         return []
     best_cos = max(float(q.cos[q.cos > 0].max()) if (q.cos > 0).any() else 0.0, 0.0) or 1.0
     trust = keyword_trust(q.top_cov, h)
+    if SPARE_EPISODES and trust < 1.0:  # keyword_coverage damps the keyword side of facts and runbooks only
+        trust = np.array([1.0 if d.startswith("episode:") else trust for d in q.doc])
     rel = s * np.maximum(q.cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
     if q.neigh:
         smooth = rel.copy()
@@ -323,7 +327,8 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
     import hashlib
     import pickle
 
-    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]]).encode()).hexdigest()[:16]
+    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
+                                    ).encode()).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
         table = pickle.loads(cached.read_bytes())
@@ -415,7 +420,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of answerable questions the abstention may refuse on each training set")
     ap.add_argument("--grid", default="", help="override the ranking grid: 'h=0,0.75;c=0' (the others as GRID)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--spare-episodes", action="store_true",
+                    help="keyword_coverage damps the keyword side of facts and runbooks only (an experiment)")
     args = ap.parse_args(argv)
+    global SPARE_EPISODES
+    SPARE_EPISODES = args.spare_episodes
     for part in filter(None, args.grid.split(";")):
         key, values = part.split("=")
         if key not in GRID:

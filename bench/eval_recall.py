@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,11 @@ from memvault.index import KINDS  # noqa: E402
 MODEL = "all-MiniLM-L6-v2"
 MODES = ("keyword", "vector", "hybrid")
 KS = (1, 5, 10)
-DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "eval"
+#: Where the eval benches keep their vaults, dumps and memoised vectors: ``MEMVAULT_BENCH_CACHE`` or bench/.cache.
+#: Point it outside the checkout when several runs share a machine (a vault built under the work tree by
+#: ``Vault.init`` commits to the project's repository).
+BENCH_CACHE = Path(os.environ.get("MEMVAULT_BENCH_CACHE") or Path(__file__).resolve().parent / ".cache")
+DEFAULT_CACHE = BENCH_CACHE / "eval"
 CANDIDATES = 100  # memvault's default [recall] candidates
 CANDIDATE_SWEEP = (30, 100, 300)  # for the prototype fusions; the largest is fetched, the others are prefixes
 RELEVANCE_ONLY = {"relevance": 1, "importance": 0, "confidence": 0, "recency": 0, "frequency": 0}

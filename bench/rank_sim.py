@@ -1,13 +1,14 @@
 """Offline simulation of recall's ranking on the dumps of rank_lab.py (numpy only)."""
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-LAB = Path(__file__).resolve().parent / ".cache" / "lab"
+LAB = Path(os.environ.get("MEMVAULT_BENCH_CACHE") or Path(__file__).resolve().parent / ".cache") / "lab"
 
 
 def load(name: str) -> dict[str, Any]:

@@ -120,7 +120,8 @@ def test_appended_episode_is_embedded_alone(fv, models):
     v = Vault.open(fv.root, embedder_factory=models)
     hits = v.recall("wildcard certificate renewed", k=1)
     assert hits[0].kind == "episode" and "wildcard" in hits[0].text
-    assert fake.embedded == 1
+    # the line alone and after the day it was written (its context, tests/test_turn_context.py); no older line
+    assert fake.embedded == 2 and fake.texts.count("21 November 2026\nCertificate renewed for the wildcard domain.") == 1
 
 
 def test_library_write_updates_the_index_at_once(fv, models):

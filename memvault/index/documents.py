@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,11 +35,19 @@ FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
 # file and re-embeds the docs whose chunks change. (128-token windows for procedures were measured and rejected:
 # tldr_self R@5 +0.009, cheat_to_tldr R@10 -0.031, alert_to_runbook R@10 -0.009; docs/benchmarks.md.)
 CHUNKING = "v1:model-window/32"
-#: What a doc records besides its text (``Doc.meta``): when a release changes it, the next full sync re-reads every
-#: file once to fill it in (the text hashes do not change, so nothing is embedded again).
-FIELDS = "v2:meta-browse-procedure"
+#: What a doc records besides its text (``Doc.meta``) and what a raw episode is embedded with (``Doc.context``):
+#: when a release changes it, the next full sync re-reads every file once. Docs whose hash did not change keep
+#: their vectors; v3 changed every raw episode's context, so those are embedded again, once.
+FIELDS = "v3:meta-browse-procedure+turn-context"
 #: Consecutive raw episodes of one source at most this many seconds apart are one conversation.
 NEIGHBOUR_GAP = 600.0
+#: How many turns before a raw episode (of its source, in its file) join it when it is embedded, after the day it
+#: was said: the turn before the previous often holds the question a turn answers. LoCoMo turns R@10 out of fold
+#: (every set's weights chosen together): the turn before .795, the day and the two before .810; adding the turn
+#: after (.813) would re-embed and rewrite every turn when the next one is written (docs/benchmarks.md, issue 27).
+CONTEXT_TURNS = 2
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
 
 
 def meta_json(value: Any) -> str:
@@ -76,10 +84,15 @@ class Doc:
     #: and the tags are also fields of the keyword index, weighed apart (:data:`memvault.index.db.FTS_VALUES`),
     #: which reads the tags as the JSON array's text: non-ASCII is kept as it is (``ensure_ascii=False``).
     meta: str | None = None
-    #: A raw episode's previous line (same source, at most NEIGHBOUR_GAP before): a turn of a conversation is
-    #: embedded with the turn before it as well as alone (stored text, keywords and what recall returns stay the
-    #: turn). Measured: LoCoMo turns R@10 .746 -> .804 with the neighbour smoothing of recall.
+    #: What a raw episode is embedded with besides itself (:func:`turn_context`): the day it was said and the
+    #: turns before it in its conversation (same source, each at most NEIGHBOUR_GAP after the one before), at most
+    #: CONTEXT_TURNS. Its vector is the mean of the turn alone and of this text and the turn; stored text, keywords
+    #: and what recall returns stay the turn. Measured: LoCoMo turns R@10 .746 -> .804 with the turn before and the
+    #: neighbour smoothing of recall; with the day and two turns before, out of fold, .795 -> .810.
     context: str | None = None
+    #: The item ids of the turns in ``context`` (oldest first): the SQLite index stores these, not their text
+    #: again (:func:`stored_context`), and rebuilds the text when it embeds (:func:`resolve_context`).
+    context_ids: tuple[str, ...] | None = None
 
     @property
     def hash(self) -> str:
@@ -136,11 +149,12 @@ def procedure_doc(name: str, data: bytes, path: Path, rel: str, mtime: float) ->
 
 
 def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, start: int = 0,
-              data: bytes | None = None, previous: Doc | None = None) -> list[Doc]:
+              data: bytes | None = None, previous: Callable[[str | None], Sequence[Doc]] | None = None) -> list[Doc]:
     """The docs of one vault file (from byte ``start`` of an episode file), read from disk or, with ``data``, from
     those bytes (a file as a git commit holds it). A file that cannot be read, is too large, or is a symlink out of
-    its folder yields no docs and a line in ``problems``. ``previous`` is the episode before byte ``start`` (the
-    context of the first new raw line)."""
+    its folder yields no docs and a line in ``problems``. ``previous(source)`` gives the last raw episodes of that
+    source before byte ``start``, oldest first: the context of the first new lines (an append embeds as a full
+    read does)."""
     path = sources.root / rel
     try:
         if kind == "fact":
@@ -167,6 +181,7 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
             return [procedure_doc(name, data, path, rel, mtime)]
         found: list[Problem] = []
         docs = []
+        chains: dict[str | None, list[Doc]] = {}  # source -> the raw turns of its conversation going on
         episodes = (sources.episodes.read_file(path, found, start=start) if data is None
                     else parse_lines(data, path, found, start=start))
         for e in episodes:
@@ -181,11 +196,15 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
             doc = Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
                       default_confidence(e.source), e.source, e.created_at, e.created_at, ekind=e.kind, ref=ref,
                       meta=record)
-            if e.kind == "raw" and previous is not None and _follows(previous, doc):
-                doc.context = previous.body
-            docs.append(doc)
             if e.kind == "raw":
-                previous = doc
+                if doc.source not in chains:
+                    chains[doc.source] = conversation(previous(doc.source)) if previous is not None else []
+                chain = chains[doc.source]
+                before = chain[-CONTEXT_TURNS:] if chain and _follows(chain[-1], doc) else []
+                doc.context = turn_context(day_of(doc.created), [b.body for b in before])
+                doc.context_ids = tuple(b.item_id for b in before)
+                chains[doc.source] = before + [doc]
+            docs.append(doc)
         problems.extend(str(p) for p in found)
         return docs
     except FileNotFoundError:
@@ -219,6 +238,58 @@ def _episode_fields(e: Any, ref: str | None) -> str | None:
 
 #: What a procedure_run episode's record keeps in the index (shown with its runbook).
 RUN_FIELDS = ("commit", "blob", "exit_code", "duration_ms", "dirty")
+
+
+def conversation(turns: Sequence[Doc]) -> list[Doc]:
+    """The end of ``turns`` (raw episodes, oldest first) that is one conversation: each follows the one before."""
+    out = list(turns[-1:])
+    for t in reversed(turns[:-1]):
+        if not _follows(t, out[0]):
+            break
+        out.insert(0, t)
+    return out
+
+
+def day_of(created: str | None) -> str | None:
+    """The day of an ISO time as words ("8 May 2023": what people write and ask, whatever the locale), or None."""
+    try:
+        when = datetime.fromisoformat((created or "").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return f"{when.day} {MONTHS[when.month - 1]} {when.year}"
+
+
+def turn_context(day: str | None, before: Sequence[str]) -> str | None:
+    """What a raw episode is embedded with besides itself: its day, then the turns before it, one a line."""
+    return "\n".join(([day] if day else []) + list(before)) or None
+
+
+def stored_context(doc: Doc) -> str | None:
+    """``Doc.context`` as the SQLite index stores it: the ids of the turns before (JSON), since their text is
+    already stored as their own docs' bodies and the day is the doc's own ``created``."""
+    if doc.context_ids is None:
+        return doc.context
+    return json.dumps(list(doc.context_ids))
+
+
+def context_ids(stored: str | None) -> list[str] | None:
+    """The turn ids :func:`stored_context` wrote, or None for a context stored as text (or none)."""
+    if not stored or not stored.startswith("["):
+        return None
+    try:
+        value = json.loads(stored)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+
+def resolve_context(stored: str | None, created: str | None, bodies: dict[str, str]) -> str | None:
+    """The text :func:`turn_context` made when the doc was read, from what the index stores: its ``created``, the
+    ids in ``stored`` and ``bodies`` (item id -> body of those episodes). A context stored as text is itself."""
+    ids = context_ids(stored)
+    if ids is None:
+        return stored
+    return turn_context(day_of(created), [bodies[i] for i in ids if i in bodies])
 
 
 def _follows(previous: Doc, doc: Doc) -> bool:

@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .quantize import vector_blob
 from .db import batches, hash_key, marks, transaction
-from .documents import CHUNKING, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs
+from .documents import CHUNKING, CONTEXT_TURNS, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs, stored_context
 
 if TYPE_CHECKING:
     import sqlite3
@@ -278,7 +279,7 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
                     start = old[1]  # an append: read only the new lines
             if start == 0:
                 replaced.add(rel)
-            previous = _last_episode(conn, rel) if start else None
+            previous = partial(_last_episodes, conn, rel) if start else None
             found: list[str] = []
             docs.extend(read_docs(sources, rel, kind, found, start=start, previous=previous))
             report.problems.extend(found)
@@ -332,13 +333,12 @@ def stored_problems(conn: sqlite3.Connection) -> list[str]:
     return list(stored.get("scan", [])) + [p for found in stored.get("files", {}).values() for p in found]
 
 
-def _last_episode(conn: sqlite3.Connection, rel: str) -> Doc | None:
-    """The last raw episode indexed from ``rel`` (the context of a line appended after it)."""
-    row = conn.execute("SELECT item_id, body, source, created FROM docs WHERE path = ? AND kind = 'episode' "
-                       "AND ekind = 'raw' ORDER BY created DESC, item_id DESC LIMIT 1", (rel,)).fetchone()
-    if row is None:
-        return None
-    return Doc("episode", row[0], rel, "", row[1], 0.5, 0.5, row[2], row[3], row[3], ekind="raw")
+def _last_episodes(conn: sqlite3.Connection, rel: str, source: str | None) -> list[Doc]:
+    """The last raw episodes of ``source`` indexed from ``rel``, oldest first (the context of lines appended)."""
+    rows = conn.execute("SELECT item_id, body, source, created FROM docs WHERE path = ? AND kind = 'episode' "
+                        "AND ekind = 'raw' AND source IS ? ORDER BY created DESC, item_id DESC LIMIT ?",
+                        (rel, source, CONTEXT_TURNS))
+    return [Doc("episode", r[0], rel, "", r[1], 0.5, 0.5, r[2], r[3], r[3], ekind="raw") for r in rows][::-1]
 
 
 def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
@@ -396,10 +396,10 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
                               updated = ?, valid_until = ?, review_after = ?, ekind = ?, ref = ?, meta = ?, context = ?
                WHERE kind = ? AND item_id = ?""",
             [(d.path, d.header, d.importance, d.confidence, d.source, d.created, d.updated, d.valid_until,
-              d.review_after, d.ekind, d.ref, d.meta, d.context, d.kind, d.item_id) for d in meta_updates])
+              d.review_after, d.ekind, d.ref, d.meta, stored_context(d), d.kind, d.item_id) for d in meta_updates])
         for (d, doc_id), (spans, how) in zip(to_cut, cuts):
             values = (d.path, d.header, d.body, hash_key(d.hash), how, d.importance, d.confidence, d.source,
-                      d.created, d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, d.context)
+                      d.created, d.updated, d.valid_until, d.review_after, d.ekind, d.ref, d.meta, stored_context(d))
             if doc_id is None:
                 doc_id = conn.execute(
                     """INSERT INTO docs(path, header, body, hash, cut, importance, confidence, source, created,
@@ -457,7 +457,7 @@ def model_id(conn: sqlite3.Connection, identity: ModelIdentity) -> int:
 
 
 def with_context(text: str, context: str) -> str:
-    """What is embedded beside a turn: the turn before it, then the turn."""
+    """What is embedded beside a turn: its context (the day, the turns before it), then the turn."""
     return context + "\n" + text
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..rules.errors import MemvaultError
 from .db import CHUNK_TEXT, connect, marks, transaction
-from .documents import Doc, Splitter, chunk_text, cut_spans
+from .documents import Doc, Splitter, chunk_text, context_ids, cut_spans, resolve_context
 from .quantize import DEFAULT_TYPE, encode, param, stored
 from .update import (EMBED_GROUP, INSERT_CHUNK, Progress, SyncReport, _drop_chunks, _has_vectors, _time,
                      mean_vector, model_id, pending_count, vector_blob, with_context)
@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 
     from ..models.embeddings import Embedder, ModelIdentity
 
-#: Pending chunks of docs cut by the model, oldest first: rowid, kind, the text to embed, the turn before (a raw
-#: episode's context). Docs still cut by words are re-cut first (their chunks may change).
-PENDING_SQL = (f"SELECT c.rowid, d.kind, {CHUNK_TEXT.format(c='c')}, d.context FROM chunks c JOIN docs d "
+#: Pending chunks of docs cut by the model, oldest first: rowid, kind, the text to embed, a raw episode's context
+#: as stored (:func:`memvault.index.documents.stored_context`) and its time. Docs still cut by words are re-cut
+#: first (their chunks may change).
+PENDING_SQL = (f"SELECT c.rowid, d.kind, {CHUNK_TEXT.format(c='c')}, d.context, d.created FROM chunks c JOIN docs d "
                "ON d.doc = c.doc WHERE c.model IS NULL AND d.cut = 'model' ORDER BY c.rowid LIMIT ?")
 #: The texts of one doc's chunks, in order (what its vectors were computed from).
 DOC_CHUNK_TEXTS = (f"SELECT {CHUNK_TEXT.format(c='c')} FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.doc = ? "
@@ -226,7 +227,7 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
             recut_words(conn, embedder)
             _time(report, "cut", started)
             room = EMBED_GROUP - len(buffer) if goal is None else min(EMBED_GROUP - len(buffer), goal - done - len(buffer))
-            rows = conn.execute(PENDING_SQL, (room + len(taken),)).fetchall() if room > 0 else []
+            rows = pending_rows(conn, room + len(taken)) if room > 0 else []
             fresh = [r for r in rows if r[0] not in taken]
             buffer += fresh[:room]
             taken.update(r[0] for r in fresh[:room])
@@ -259,6 +260,20 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
         writer.close()
     report.chunks_pending = pending_count(conn)
     return report
+
+
+def pending_rows(conn: sqlite3.Connection, limit: int) -> list[Row]:
+    """Up to ``limit`` pending chunks (:data:`PENDING_SQL`), each with the text of its context: the turns a raw
+    episode's context names are read here, so their text is stored once, as their own bodies."""
+    rows = conn.execute(PENDING_SQL, (limit,)).fetchall()
+    wanted = sorted({i for r in rows for i in (context_ids(r[3]) or ())})
+    bodies: dict[str, str] = {}
+    for start in range(0, len(wanted), 500):
+        batch = wanted[start:start + 500]
+        bodies.update(conn.execute(f"SELECT item_id, body FROM docs WHERE kind = 'episode' AND item_id IN "
+                                   f"({marks(batch)})", batch).fetchall())
+    return [(rowid, kind, text, resolve_context(stored, created, bodies))
+            for rowid, kind, text, stored, created in rows]
 
 
 def pending_estimate(conn: sqlite3.Connection, feed: TextFeed | None) -> int:
