@@ -327,6 +327,8 @@ def _summary(times: list[float]) -> dict[str, float]:
 
 def bench_query(sides: Sides, k: int) -> dict[str, Any]:
     queries = known_queries(sides.n, k)
+    if not queries:
+        raise SystemExit(f"bench_peer_llm: no fact of the first {sides.n} is long enough for a known-answer query")
     llm_env = sides.llm_env()
     sim = lambda q: sides.llm("similar", COLLECTION, "-c", q, "-d", str(sides.db))  # noqa: E731
     rec = lambda q: sides.mv("recall", q, "--json", "--no-record")  # noqa: E731
