@@ -60,11 +60,10 @@ THREADS = 1
 #: text, and resident memory with it (MiniLM: peak 310 MB at 32 long texts, 275 MB at 16). Short texts go many to
 #: a run (less per-run overhead), long ones few (bounded memory per worker).
 MAX_BATCH = 64
-TOKENS_PER_RUN = 1024
-#: ... and at most this much batch x longest² (attention's share, which grows with the square of the length): two
-#: texts of 256 tokens a run, as many as the token cap allows of 128 or fewer. Over 240 runbook windows (one
-#: worker, fixed mmap threshold) four of 256 a run peaked at 263 MB, two at 226 MB, and took no longer (24 s vs 35).
-ATTENTION_PER_RUN = 2 * 256 * 256
+#: Measured with two workers and a fixed mmap threshold: 1,024 tokens a run peaked at 319 MB over 270 short runbook
+#: windows, 512 at 236-241 MB (the model alone: 168 MB), and 512 was no slower (3,000 facts: 97-107 texts/s against
+#: 90-95). Texts of 256 tokens go two to a run.
+TOKENS_PER_RUN = 512
 #: Runs of texts up to this many tokens go in parallel; longer ones one at a time. A run's working memory grows
 #: with the square of its texts' length (attention): two parallel runs of 300-token texts took the peak from 280
 #: to 498 MB (1.2 KB texts, 1,024 tokens a run), while short texts (facts) cost little either way.
@@ -360,14 +359,13 @@ class OnnxEmbedder:
         return min(self.identity.max_tokens or 512, len(text) // 4 + 2)
 
     def _parts(self, texts: list[str], order: list[int], batch_size: int) -> list[list[int]]:
-        """``order`` (by length) cut into runs of at most ``batch_size`` texts, about :data:`TOKENS_PER_RUN`
-        padded tokens and :data:`ATTENTION_PER_RUN` (estimated from characters: a word piece is about four)."""
+        """``order`` (by length) cut into runs of at most ``batch_size`` texts and about :data:`TOKENS_PER_RUN`
+        padded tokens (estimated from characters: a word piece is about four)."""
         parts: list[list[int]] = []
         current: list[int] = []
         for i in order:
             longest = self._tokens(texts[i])
-            if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN
-                            or (len(current) + 1) * longest * longest > ATTENTION_PER_RUN):
+            if current and (len(current) >= batch_size or (len(current) + 1) * longest > TOKENS_PER_RUN):
                 parts.append(current)
                 current = []
             current.append(i)
