@@ -246,6 +246,29 @@ def fsync_dir(path: Path) -> None:
         _fsync_at(dfd)
 
 
+@contextlib.contextmanager
+def _replacing(dfd: int, name: str, mode: int) -> Iterator[int]:
+    """A temp file beside ``name`` in the folder ``dfd``, 0600 while it is written, yielded as its descriptor (the
+    caller does not close it). When the block ends without an error it is fsynced, made ``mode`` (on the handle, not
+    the name) and renamed over ``name``, and the folder is fsynced; otherwise it is removed: nothing half-written is
+    ever under the name."""
+    tmp = _tmp_name(name)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd)
+    try:
+        try:
+            yield fd
+            os.fsync(fd)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    _fsync_at(dfd)
+
+
 def _write_replacing(dfd: int, name: str, path: Path | str, write: Callable[[int], None], mode: int | None) -> None:
     """Write a temp file in the folder ``dfd`` with ``write(fd)``, fsync it and rename it over ``name``."""
     st = _lstat_at(dfd, name)
@@ -255,21 +278,8 @@ def _write_replacing(dfd: int, name: str, path: Path | str, write: Callable[[int
         raise unsafe(path, "not a regular file: memvault does not replace it")
     if mode is None:
         mode = st.st_mode & 0o7777 if st is not None else 0o644 & ~_umask()
-    tmp = _tmp_name(name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd)
-    try:
-        try:
-            write(fd)
-            os.fsync(fd)
-            os.fchmod(fd, mode)  # on the handle written, not the name
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dfd)
-        raise
-    _fsync_at(dfd)
+    with _replacing(dfd, name, mode) as fd:
+        write(fd)
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
@@ -285,6 +295,18 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
         _write_replacing(dfd, name, path, lambda fd: _write_all(fd, data), mode)
 
 
+def _user_named(target: Path, what: str) -> tuple[Path, str]:
+    """The folder of a path the user named for output, resolved (the links on the way are theirs), and its final
+    name, which the caller never follows. UnsafePath when the folder does not exist or the name is no ``what``."""
+    try:
+        parent = Path(os.path.dirname(os.path.abspath(target))).resolve(strict=True)
+    except (FileNotFoundError, NotADirectoryError):
+        raise unsafe(target, "its folder does not exist") from None
+    if target.name in ("", ".", ".."):
+        raise unsafe(target, f"not a {what} name")
+    return parent, target.name
+
+
 @contextlib.contextmanager
 def open_output(path: Path | str, *, mode: int = 0o600, text: bool = True) -> Iterator[IO[Any]]:
     """A file the user named (``export --output``): the folder they named is resolved (its links are theirs),
@@ -292,14 +314,7 @@ def open_output(path: Path | str, *, mode: int = 0o600, text: bool = True) -> It
     ``mode`` (0600: an export may hold what the vault holds) and appears under the name only when the block ends
     without an error; nothing half-written is left."""
     target = Path(path)
-    parent = Path(os.path.dirname(os.path.abspath(target)))
-    try:
-        parent = parent.resolve(strict=True)
-    except (FileNotFoundError, NotADirectoryError):
-        raise unsafe(target, "its folder does not exist") from None
-    name = target.name
-    if not name or name in (".", ".."):
-        raise unsafe(target, "not a file name")
+    parent, name = _user_named(target, "file")
     with dir_handle(parent) as dfd:
         st = _lstat_at(dfd, name)
         if st is not None and stat.S_ISLNK(st.st_mode):
@@ -307,20 +322,10 @@ def open_output(path: Path | str, *, mode: int = 0o600, text: bool = True) -> It
                                                                   "the name given", "name another file")
         if st is not None and not stat.S_ISREG(st.st_mode):
             raise unsafe(target, "not a regular file: memvault does not write here")
-        tmp = _tmp_name(name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd)
-        try:
-            os.fchmod(fd, mode)
-            with (os.fdopen(fd, "w", encoding="utf-8") if text else os.fdopen(fd, "wb")) as handle:
-                yield handle
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
-        _fsync_at(dfd)
+        with _replacing(dfd, name, mode) as fd:
+            handle = os.fdopen(fd, "w", encoding="utf-8", closefd=False) if text else os.fdopen(fd, "wb", closefd=False)
+            with handle:
+                yield handle  # flushed as this block ends, before _replacing fsyncs the temp file
 
 
 def output_folder(path: Path | str, *, mode: int = 0o700) -> Path:
@@ -328,12 +333,7 @@ def output_folder(path: Path | str, *, mode: int = 0o700) -> Path:
     folder above it is resolved (its links are the user's), a link at the name itself is refused, and the path
     returned has no link on the way, so every write below it goes through the door unchanged."""
     target = Path(path)
-    try:
-        parent = Path(os.path.dirname(os.path.abspath(target))).resolve(strict=True)
-    except (FileNotFoundError, NotADirectoryError):
-        raise unsafe(target, "its folder does not exist") from None
-    if target.name in ("", ".", ".."):
-        raise unsafe(target, "not a folder name")
+    parent, _ = _user_named(target, "folder")
     with dir_handle(parent) as dfd:
         st = _lstat_at(dfd, target.name)
         if st is not None and stat.S_ISLNK(st.st_mode):
