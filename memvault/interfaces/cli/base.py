@@ -56,6 +56,14 @@ def say(message: str) -> None:
     click.echo(f"memvault: {message}", err=True)
 
 
+def contradiction_text(values: dict[str, dict[str, list[str]]]) -> str:
+    """``port 5433 where it says 5432``: what a contradiction differs in, for people. The rule is imported here, when
+    one is shown: its word tables cost every command's start ~20 ms."""
+    from ...rules.contradict import describe
+
+    return describe(values)
+
+
 def warn(warnings: Iterable[object]) -> None:
     """What an operation says the person should know, one line each on stderr (stdout stays the result)."""
     for warning in warnings:

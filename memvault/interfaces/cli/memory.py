@@ -15,7 +15,7 @@ from ...core.vault import Vault
 from ...rules.errors import InvalidValue, MemvaultError, describe
 from ...rules.fsutil import atomic_write, remove, temp_file
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
-from .base import Out, cli, output, pass_ctx, read_text_arg, warn
+from .base import Out, cli, contradiction_text, output, pass_ctx, read_text_arg, warn
 
 
 # -- init ----------------------------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def similar_notes(similar: list[dict[str, Any]]) -> list[str]:
     notes = []
     for m in similar:
         if m["kind"] == "conflict":
-            differs = _contradiction_text(m["values"]) if m.get("values") else ", ".join(m["differing"])
+            differs = contradiction_text(m["values"]) if m.get("values") else ", ".join(m["differing"])
             notes.append(f"conflicts with {m['key']}: same subject, different values ({differs}); both kept, resolve "
                          "by hand (a proposal accepted records that it supersedes it)")
         else:
@@ -342,10 +342,3 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
         else:
             click.echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
     warn(problems)
-
-
-def _contradiction_text(values: dict[str, dict[str, list[str]]]) -> str:
-    # Imported when a contradiction is shown: the rule's word tables cost every command's start ~20 ms.
-    from ...rules.contradict import describe
-
-    return describe(values)

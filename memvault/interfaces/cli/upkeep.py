@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ...rules.timeutil import age_seconds, age_text
-from .base import Out, cli, output, pass_ctx, warn
+from .base import Out, cli, contradiction_text, output, pass_ctx, warn
 
 
 # -- lifecycle and trust ------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def inbox(ctx):
         age = age_of(f)
         lines += [f"  {f.key}  {age_text(age)} old  ({'changes an existing fact' if exists else 'new'}{also})",
                   f"      {f.text}"]
-        lines += [f"      contradicts {c['key']}" + (f": {_contradiction_text(c['values'])}" if c["values"] else "")
+        lines += [f"      contradicts {c['key']}" + (f": {contradiction_text(c['values'])}" if c["values"] else "")
                   for c in contradicts]
         data.append({**f.to_dict(ctx.vault.root), "changes_existing": exists, "contradicts": contradicts,
                      "age_seconds": round(age), "age": age_text(age)})
@@ -210,10 +210,3 @@ def ingest(ctx, file, source, allow_secret):
     notes = report.warnings + [f"{item['line']}: {w}" for items in buckets.values() for item in items
                                for w in item.get("warnings", [])]
     return Out(data, lines, notes=notes)
-
-
-def _contradiction_text(values: dict[str, dict[str, list[str]]]) -> str:
-    # Imported when a contradiction is shown: the rule's word tables cost every command's start ~20 ms.
-    from ...rules.contradict import describe
-
-    return describe(values)
