@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import http.server
-import socket
 import threading
-import time
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
@@ -27,7 +25,7 @@ from memvault.interfaces.web import build  # noqa: E402
 from memvault.interfaces.web.security import Guard, safe_path  # noqa: E402
 
 from test_mcp import bearer, data, http_server, post, seeded  # noqa: E402,F401 - fixtures
-from web_fixtures import seeded_copy, seeded_template  # noqa: E402,F401 - fixtures
+from web_fixtures import seeded_copy, seeded_template, serve  # noqa: E402,F401 - fixtures
 
 
 # ------------------------------------------------------------------------------------------------------ MCP
@@ -128,26 +126,8 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def web(seeded_copy):
     """The web view of a seeded vault under uvicorn on a free port: (app, origin, token)."""
-    import uvicorn
-
-    vault = seeded_copy()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app, token = build(vault, port=port, refresh=False)
-    server = uvicorn.Server(uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the web view did not start"
-    try:
-        yield app, f"http://127.0.0.1:{port}", token
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serve(seeded_copy(), refresh=False) as view:
+        yield view.app, view.origin, view.token
 
 
 @pytest.fixture

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from memvault import Vault
-from memvault.interfaces.web import build
 
 from ci_guard import in_ci
 from conftest import git
-from web_fixtures import XSS, seeded_copy, seeded_template  # noqa: F401 - fixtures
+from web_fixtures import XSS, seeded_copy, seeded_template, serve  # noqa: F401 - fixtures
 
 CHROMIUM = os.environ.get("MEMVAULT_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -67,36 +63,10 @@ def shots(tmp_path_factory):
     return tmp_path_factory.mktemp("screenshots")
 
 
-class Served:
-    """A running view: ``url`` is where its pages live (the origin and the run's random root), ``origin`` the server."""
-
-    def __init__(self, vault: Vault, origin: str, root: str, token: str) -> None:
-        self.vault, self.origin, self.root, self.token = vault, origin, root, token
-        self.url = origin + root
-
-
 @pytest.fixture
 def served(seeded_copy):
-    import uvicorn
-
-    vault = seeded_copy()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app, token = build(vault, port=port)
-    server = uvicorn.Server(uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the web view did not start"
-    try:
-        yield Served(vault, f"http://127.0.0.1:{port}", app.guard.root, token)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serve(seeded_copy()) as view:
+        yield view
 
 
 class Watch:

@@ -8,10 +8,8 @@ import html
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import urllib.error
@@ -21,9 +19,9 @@ import urllib.request
 import pytest
 
 from memvault import Vault
-from memvault.interfaces.web import build
 
 from conftest import REPO_ROOT, git
+from web_fixtures import serve
 
 MARKUP = "<b>x</b>"
 SCOPES = f"""
@@ -192,34 +190,12 @@ def test_the_scopes_page_shows_who_may_do_what_escaped(ui):
     assert 'href="' in ui.get("/").text and "/scopes" in ui.get("/").text  # linked from the first page
 
 
-def serve(vault):
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app, token = build(vault, port=port, token=TOKEN)
-    server = uvicorn.Server(uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    return server, thread, sock, f"http://127.0.0.1:{port}"
-
-
 @pytest.mark.parametrize("source, sees_db", [("agent:deployer", False), ("user:admin", True)])
 def test_memvault_source_is_who_the_view_acts_as(team, monkeypatch, source, sees_db):
     monkeypatch.setenv("MEMVAULT_SOURCE", source)
-    server, thread, sock, origin = serve(Vault.open(team.root))
-    try:
-        client = Client(origin)
+    with serve(Vault.open(team.root), token=TOKEN) as view:
+        client = Client(view.origin)
         keys = [f["key"] for f in client.get("/facts?format=json").json()["facts"]]
         assert ("db/main" in keys) is sees_db
         assert client.get("/scopes?format=json").json()["acting_as"] == source
         assert ("db/pool" in json.dumps(client.get("/inbox?format=json").json())) is sees_db
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()

@@ -12,11 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
-import threading
-import time
 import zlib
 from collections import Counter
 from datetime import date
@@ -25,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from memvault.interfaces.web import build
 
 from ci_guard import in_ci
-from web_fixtures import seeded_copy, seeded_template  # noqa: F401 - fixtures
+from web_fixtures import seeded_copy, seeded_template, serve  # noqa: F401 - fixtures
 
 CHROMIUM = os.environ.get("MEMVAULT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -81,36 +77,13 @@ def screens(tmp_path_factory):
     print(f"\nscreenshots of every page: {path}" + (f" (copied to {target})" if target else ""))
 
 
-class Served:
-    def __init__(self, vault, origin: str, root: str, token: str) -> None:
-        self.vault, self.origin, self.root, self.token = vault, origin, root, token
-        self.url = origin + root
-
-
 @pytest.fixture
 def served(seeded_copy):
-    import uvicorn
-
     vault = seeded_copy()
     # a fact edited once more: its page shows a history with a diff
     vault.facts.set("db/replica", "The replica database listens on 10.8.0.7 port 5432.", source="user:admin")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app, token = build(vault, port=port)
-    server = uvicorn.Server(uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the web view did not start"
-    try:
-        yield Served(vault, f"http://127.0.0.1:{port}", app.guard.root, token)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serve(vault) as view:
+        yield view
 
 
 @pytest.fixture

@@ -3,10 +3,15 @@ and stored text written to attack the page (script tags, event handlers, ``javas
 fence-escape variants of test_attacks.py and test_markup.py)."""
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
-from collections.abc import Callable
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +100,40 @@ def seeded_copy(seeded_template, tmp_path, models) -> Callable[[], Vault]:
         return Vault.open(root, embedder_factory=models, daemon=False)
 
     return make
+
+
+class Served:
+    """A running view: ``url`` is where its pages live (the origin and the run's random root), ``origin`` the server,
+    ``app`` the application, ``token`` the token it requires."""
+
+    def __init__(self, vault: Vault, app: Any, origin: str, token: str) -> None:
+        self.vault, self.app, self.origin, self.token = vault, app, origin, token
+        self.root = app.guard.root
+        self.url = origin + self.root
+
+
+@contextlib.contextmanager
+def serve(vault: Vault, **options: Any) -> Iterator[Served]:
+    """The web view of ``vault`` under uvicorn on a free loopback port (``options`` go to ``build``), stopped when
+    the block ends."""
+    import uvicorn
+
+    from memvault.interfaces.web import build
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app, token = build(vault, port=port, **options)
+    server = uvicorn.Server(uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the web view did not start"
+    try:
+        yield Served(vault, app, f"http://127.0.0.1:{port}", token)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
