@@ -5,16 +5,12 @@ unpushed memories, and without the shared rows they shadow), not from a SQLite f
 A real PostgreSQL + pgvector (tests/pgserver.py), two clones of one vault as two hosts (tests/test_team.py)."""
 from __future__ import annotations
 
-import re
-import subprocess
-
 import pytest
 
 from conftest import git
-from memvault import Vault
 from memvault.index import KINDS
 from pgserver import pg_server  # noqa: F401
-from test_team import MODEL, Host, push, team, url  # noqa: F401
+from test_team import Host, make_team, push, team, url  # noqa: F401
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -80,24 +76,7 @@ def test_feedback_on_a_team_host_reads_this_hosts_unpushed_memories_too(team):
 @pytest.fixture
 def tracked_team(tmp_path, url):  # noqa: F811
     """As test_team's ``team``, with episodes committed to git (so the shared index holds them too)."""
-    remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
-    a_root = tmp_path / "a"
-    Vault.init(a_root, track_episodes=True)
-    toml = a_root / "memvault.toml"
-    text = toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]')
-    text = re.sub(r'model = "[^"]+"', f'model = "{MODEL}"', text, count=1)
-    toml.write_text(text.replace('backend = "sqlite"', 'backend = "postgres"\nname = "ops"'))
-    git(a_root, "commit", "-qm", "a team vault", "--", "memvault.toml")
-    git(a_root, "remote", "add", "origin", str(remote))
-    git(a_root, "push", "-q", "-u", "origin", "main")
-    a = Host(a_root)
-
-    def clone(name: str = "b") -> Host:
-        root = tmp_path / name
-        subprocess.run(["git", "clone", "-q", str(remote), str(root)], check=True, capture_output=True)
-        return Host(root)
-
+    remote, a, clone = make_team(tmp_path, track_episodes=True)
     yield remote, a, clone
     a.vault.index.close()
 

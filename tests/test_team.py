@@ -65,11 +65,11 @@ def team(tmp_path, url):
     a.vault.index.close()
 
 
-def make_team(tmp_path: Path):
+def make_team(tmp_path: Path, *, track_episodes: bool = False):
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
     a_root = tmp_path / "a"
-    Vault.init(a_root)
+    Vault.init(a_root, track_episodes=track_episodes)
     toml = a_root / "memvault.toml"
     text = toml.read_text().replace('trusted = ["user:*"]', 'trusted = ["user:*", "agent:*"]')
     text = re.sub(r'model = "[^"]+"', f'model = "{MODEL}"', text, count=1)
