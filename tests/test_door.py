@@ -248,21 +248,27 @@ def test_a_link_at_the_name_is_refused_or_removed_itself_never_followed(op, area
     assert snapshot(decoy) == before
 
 
-def test_a_folder_swapped_for_a_link_after_the_check_cannot_redirect_the_write(area, decoy, monkeypatch):
-    """The race the old path-based checks lost: the folder is checked, then replaced by a link before the write.
-    The door holds the folder's descriptor from the walk on, so the write lands in the folder it checked."""
-    folder = area / "swapped"
-    folder.mkdir()
+def swap_once_opened(monkeypatch, folder: Path, moved_to: Path, decoy: Path) -> None:
+    """The race: as soon as the door has opened ``folder``, it is moved to ``moved_to`` and a link to ``decoy``
+    takes its name."""
     real_open_dir = fsutil.open_dir
 
     def open_then_swap(path, **kw):
         fd = real_open_dir(path, **kw)
         if Path(path) == folder and not folder.is_symlink():
-            folder.rename(area / "was-swapped")
+            folder.rename(moved_to)
             folder.symlink_to(decoy)
         return fd
 
     monkeypatch.setattr(fsutil, "open_dir", open_then_swap)
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_cannot_redirect_the_write(area, decoy, monkeypatch):
+    """The race the old path-based checks lost: the folder is checked, then replaced by a link before the write.
+    The door holds the folder's descriptor from the walk on, so the write lands in the folder it checked."""
+    folder = area / "swapped"
+    folder.mkdir()
+    swap_once_opened(monkeypatch, folder, area / "was-swapped", decoy)
     before = snapshot(decoy)
     fsutil.atomic_write(folder / "victim.txt", b"written\n")
     assert (area / "was-swapped" / "victim.txt").read_bytes() == b"written\n"
@@ -275,16 +281,7 @@ def test_a_live_folder_swapped_for_a_link_mid_sweep_empties_nothing_outside(area
     live = area / "live"
     live.mkdir()
     (live / "99999999-stale").write_bytes(b"")
-    real_open_dir = fsutil.open_dir
-
-    def open_then_swap(path, **kw):
-        fd = real_open_dir(path, **kw)
-        if Path(path) == live and not live.is_symlink():
-            live.rename(area / "live-was")
-            live.symlink_to(decoy)
-        return fd
-
-    monkeypatch.setattr(fsutil, "open_dir", open_then_swap)
+    swap_once_opened(monkeypatch, live, area / "live-was", decoy)
     before = snapshot(decoy)
     assert fsutil.sweep(live, keep=lambda name: False) == ["99999999-stale"]
     assert snapshot(decoy) == before and not list((area / "live-was").iterdir())
