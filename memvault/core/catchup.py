@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequence[Path] | None = None,
              marks: Marks | None = None, load: bool = False, rebuild: bool = False, full: bool = False, publish: bool = False,
-             limit: int | None = None, progress: Progress | None = None) -> SyncReport:
+             limit: int | None = None, progress: Progress | None = None, batch: bool = False) -> SyncReport:
     """Bring ``index`` in step with the files (all of them, or only ``paths``), then embed.
 
     - ``marks``: what a file watcher marked changed, instead of ``paths`` (see :mod:`memvault.index.changes`).
@@ -32,6 +32,8 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
       process that is embedding; without it, only a model already at hand embeds, at most ``limit`` chunks.
     - ``rebuild``: build the index again beside the old one when it holds vectors of another model than the one
       configured or loaded (or ``full``), as ``reindex`` does.
+    - ``batch``: a large batch (a rebuild, much pending) may load the model in this process rather than go through
+      the warm process (:meth:`~memvault.models.engine.Engine.for_batch`): ``reindex``, a one-shot command.
     - ``publish``: first share what this host has pushed (a team's shared index; a local index has nobody to
       share with). Raises when the shared index cannot be reached: nothing was published.
 
@@ -40,7 +42,8 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     if rebuild:
         identity = index.identity() if index.exists() else None
         if full or identity is None or not config.wants_model(identity):
-            return index.rebuild(engine.get, progress=progress)
+            return index.rebuild(lambda: engine.for_batch(_texts(index)) if batch else engine.get(),
+                                 progress=progress)
     splitter = engine.warm() if load else engine.loaded()
     report = index.publish(splitter=splitter) if publish else SyncReport()
     if marks is not None:
@@ -59,7 +62,7 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     if not index.pending():
         return report
     try:
-        embedder = engine.get()
+        embedder = engine.for_batch(index.pending()) if batch else engine.get()
     except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
         report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
         return report
@@ -68,3 +71,9 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     index.embed(embedder, limit=limit, progress=progress, report=report, wait=True)
     report.model_loaded = True
     return report
+
+
+def _texts(index: VaultIndex) -> int:
+    """About how many texts a rebuild embeds, from a walk of the vault (``stat`` only): a fact or procedure file is
+    one, an episode file one per ~200 bytes (a line)."""
+    return sum(size // 200 if kind == "episode" else 1 for kind, size, _, _ in index.scan().values())

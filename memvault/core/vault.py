@@ -398,8 +398,11 @@ class Vault:
             self.gate.set_model(model, source=source, this_host=this_host)
             self.reload()
             self.engine.use(embedder)
-        return self._calibrated(catch_up(self.index, self.engine, self.config, load=True, rebuild=True, full=full,
-                                         publish=True, progress=progress))
+        try:
+            return self._calibrated(catch_up(self.index, self.engine, self.config, load=True, rebuild=True,
+                                             full=full, publish=True, progress=progress, batch=True))
+        finally:
+            self.engine.release_batch()
 
     def catch_up(self, *, load: bool = True, marks: Any = None) -> SyncReport:
         """The index in step with the files after changes made behind memvault's back (an editor, a pull), what was
