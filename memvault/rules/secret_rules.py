@@ -4,7 +4,9 @@ applies them; docs/secrets.md lists the kinds."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 # --- rules --------------------------------------------------------------------------------------------------
 #
@@ -16,17 +18,129 @@ from dataclasses import dataclass
 # re.IGNORECASE. The generic rule gets its candidate runs from bytes.translate + split, not from a regex.
 
 
+# Compiling the ~190 patterns of this module took 25 ms, paid at import by every one-shot process that merely logs
+# a recall (its question is redacted): so each is compiled on first use, and a pattern whose every match starts with
+# a literal (:func:`_leading_literal`; most do, see above) is not even used on a text that lacks that literal.
+_SPECIAL = frozenset(".^$*+?{}[]\\|()")
+
+
+def _leading_literal(source: str) -> str:
+    """The literal text every match of ``source`` starts with, or "" when there is none to be sure of: read from the
+    start (inside a leading capturing group too) up to the first special character; the last character is dropped
+    when a quantifier follows it, and nothing is kept when the group is quantified or an alternation may bypass it."""
+    i, depth = (1, 1) if source.startswith("(") and not source.startswith("(?") else (0, 0)
+    if source.startswith("(?P<") and ">" in source:  # a named group: "(?P<word>pass...)"
+        i, depth = source.index(">") + 1, 1
+    out: list[str] = []
+    while i < len(source):
+        c = source[i]
+        if c == "\\" and i + 1 < len(source) and not source[i + 1].isalnum() and not source[i + 1].isspace():
+            out.append(source[i + 1])
+            i += 2
+            continue
+        if c in _SPECIAL or c == "\\":
+            break
+        out.append(c)
+        i += 1
+    after = source[i] if i < len(source) else ""
+    if after in ("*", "+", "?", "{") and out:
+        out.pop()  # "ab*": the b may be absent
+    if depth and after == ")" and source[i + 1: i + 2] in ("*", "+", "?", "{"):
+        return ""  # "(ab)?": the whole group may be absent
+    if not out or _alternation(source, depth):
+        return ""
+    return "".join(out)
+
+
+def _alternation(source: str, depth: int) -> bool:
+    """Whether a ``|`` (outside character classes and escapes) may bypass the start of ``source``: one at the top
+    level, or (``depth`` 1) one inside the leading group before it closes."""
+    if "|" not in source:
+        return False
+    level, i, in_class, leading = 0, 0, False, bool(depth)
+    while i < len(source):
+        c = source[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if source[i + 1: i + 2] == "]":  # "[]...]": a leading ] is a member
+                i += 1
+        elif c == "(":
+            level += 1
+        elif c == ")":
+            level -= 1
+            leading = leading and level > 0
+        elif c == "|" and (level == 0 or (leading and level == 1)):
+            return True
+        i += 1
+    return False
+
+
+class _Lazy:
+    """A compiled pattern's searching methods, compiled on first use; with a :attr:`literal`, a text without it is
+    answered at once (no match), as the compiled pattern would."""
+
+    __slots__ = ("pattern", "flags", "literal", "_compiled")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self.literal = "" if flags & re.IGNORECASE else _leading_literal(pattern)
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self.flags)
+        return self._compiled
+
+    def _absent(self, string: str) -> bool:
+        return bool(self.literal) and self.literal not in string
+
+    def finditer(self, string: str, *bounds: int) -> Iterator[re.Match[str]]:
+        return iter(()) if self._absent(string) else self.compiled.finditer(string, *bounds)
+
+    def search(self, string: str, *bounds: int) -> re.Match[str] | None:
+        return None if self._absent(string) else self.compiled.search(string, *bounds)
+
+    def match(self, string: str, *bounds: int) -> re.Match[str] | None:
+        return None if self._absent(string) else self.compiled.match(string, *bounds)
+
+    def fullmatch(self, string: str, *bounds: int) -> re.Match[str] | None:
+        return None if self._absent(string) else self.compiled.fullmatch(string, *bounds)
+
+    def sub(self, repl: Any, string: str, count: int = 0) -> str:
+        return string if self._absent(string) else self.compiled.sub(repl, string, count)
+
+    def split(self, string: str, maxsplit: int = 0) -> list[str]:
+        return [string] if self._absent(string) else self.compiled.split(string, maxsplit)
+
+    def findall(self, string: str, *bounds: int) -> list[Any]:
+        return [] if self._absent(string) else self.compiled.findall(string, *bounds)
+
+    def __repr__(self) -> str:
+        return f"_Lazy({self.pattern!r})"
+
+
+def _compile(pattern: str, flags: int = 0) -> _Lazy:
+    return _Lazy(pattern, flags)
+
+
 @dataclass(frozen=True)
 class _Rule:
     kind: str
-    pattern: re.Pattern[str]
+    pattern: _Lazy
     group: int = 1  # the group holding the secret
     lower: bool = False  # match the lower-cased text
     back: int = 0  # the secret starts this many characters before the group (a literal-first pattern)
 
 
 def _rule(kind: str, pattern: str, group: int = 1, lower: bool = False, back: int = 0) -> _Rule:
-    return _Rule(kind, re.compile(pattern), group, lower, back)
+    return _Rule(kind, _compile(pattern), group, lower, back)
 
 
 @dataclass(frozen=True)
@@ -34,28 +148,28 @@ class _Block:
     """A multi-line block: a header, then the rest up to a footer (searched only up to the next header)."""
 
     kind: str
-    header: re.Pattern[str]  # matched on the lower-cased text
-    footer: re.Pattern[str] | None
+    header: _Lazy  # matched on the lower-cased text
+    footer: _Lazy | None
     limit: int  # longest block considered; without a footer in reach, the block is the header (and tail)
-    tail: re.Pattern[str] | None = None  # what follows a header that has no footer in reach
+    tail: _Lazy | None = None  # what follows a header that has no footer in reach
 
 
 _PRIVATE_KEYS = (
     _Block(
         "private key block",
-        re.compile(r"---+[ \t]*begin[ \t]+(?:[a-z0-9]+[ \t]+)*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
-        re.compile(r"---+[ \t]*end[ \t]+[a-z0-9 \t]*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
+        _compile(r"---+[ \t]*begin[ \t]+(?:[a-z0-9]+[ \t]+)*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
+        _compile(r"---+[ \t]*end[ \t]+[a-z0-9 \t]*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
         20000,
         # a truncated paste: the header and the base64 (or "Proc-Type:" header) lines that follow it
-        re.compile(r"(?:\r?\n[ \t]*(?:[a-z0-9+/=]{16,}|[a-z-]+:[^\n]*))*"),
+        _compile(r"(?:\r?\n[ \t]*(?:[a-z0-9+/=]{16,}|[a-z-]+:[^\n]*))*"),
     ),
     # A PuTTY .ppk file names its key type on the first line; a prose mention of the header does not.
     _Block(
         "PuTTY private key",
-        re.compile(r"putty-user-key-file-\d+:[ \t]*(?:ssh-|ecdsa-)[^\n]*"),
-        re.compile(r"private-mac:[^\n]*"),
+        _compile(r"putty-user-key-file-\d+:[ \t]*(?:ssh-|ecdsa-)[^\n]*"),
+        _compile(r"private-mac:[^\n]*"),
         20000,
-        re.compile(r"(?:\r?\n[ \t]*(?:[a-z0-9+/=]{16,}|[a-z-]+:[^\n]*))*"),
+        _compile(r"(?:\r?\n[ \t]*(?:[a-z0-9+/=]{16,}|[a-z-]+:[^\n]*))*"),
     ),
 )
 
@@ -66,14 +180,14 @@ _PUBLIC_BLOCKS = (
     # line, the base64 lines that follow the header
     _Block(
         "",
-        re.compile(
+        _compile(
             r"---+[ \t]*begin[ \t]+(?:trusted[ \t]+|new[ \t]+)?(?:certificate(?:[ \t]+request)?|x509[ \t]+crl"
             r"|(?:rsa[ \t]+|ssh2[ \t]+|pgp[ \t]+)?public[ \t]+key(?:[ \t]+block)?|pgp[ \t]+(?:signature|message)"
             r"|(?:dh|ec|dsa)[ \t]+parameters|pkcs7|cms)[ \t]*---+"
         ),
-        re.compile(r"---+[ \t]*end[^\n]*?---+"),
+        _compile(r"---+[ \t]*end[^\n]*?---+"),
         50000,
-        re.compile(r"(?:\r?\n[ \t]*[a-z0-9+/]{40,}={0,2})*"),
+        _compile(r"(?:\r?\n[ \t]*[a-z0-9+/]{40,}={0,2})*"),
     ),
 )
 _PUBLIC = (
@@ -105,8 +219,8 @@ _PUBLIC = (
 
 # Public by design, but only when their checksum holds (a random token passes one by chance 1 time in 2^30 or
 # less): bech32 age recipients and Bitcoin segwit addresses, Base58Check Bitcoin addresses. Checked in secrets.py.
-_BECH32 = re.compile(r"(?<![A-Za-z0-9])(age1|bc1)[qpzry9x8gf2tvdw0s3jn54khce6mua7l]{11,90}(?![A-Za-z0-9])")
-_BASE58_ADDRESS = re.compile(r"(?<![A-Za-z0-9])[13][1-9A-HJ-NP-Za-km-z]{25,34}(?![A-Za-z0-9])")
+_BECH32 = _compile(r"(?<![A-Za-z0-9])(age1|bc1)[qpzry9x8gf2tvdw0s3jn54khce6mua7l]{11,90}(?![A-Za-z0-9])")
+_BASE58_ADDRESS = _compile(r"(?<![A-Za-z0-9])[13][1-9A-HJ-NP-Za-km-z]{25,34}(?![A-Za-z0-9])")
 
 
 def _blocks(block: _Block, lower: str) -> list[tuple[int, int]]:
@@ -209,8 +323,8 @@ _SHAPED: tuple[_Rule, ...] = (
 _PLACEHOLDER_CHECKED = {"connection string with password", "netrc password", "authorization header"}
 
 # host:port:database:user:password, a whole line (found from its ":port:", the host checked after)
-_PGPASS = re.compile(r"(?m):(?:\d+|\*):[^\s:]+:[^\s:]+:([^\s:]+)[ \t]*\r?$")
-_PGPASS_HOST = re.compile(r"[A-Za-z0-9_.*-]+")
+_PGPASS = _compile(r"(?m):(?:\d+|\*):[^\s:]+:[^\s:]+:([^\s:]+)[ \t]*\r?$")
+_PGPASS_HOST = _compile(r"[A-Za-z0-9_.*-]+")
 
 # --- passwords on a command line ----------------------------------------------------------------------------
 
@@ -223,7 +337,7 @@ def _command(name: str) -> str:
 
 
 _CMDLINE = tuple(
-    re.compile(pattern)
+    _compile(pattern)
     for pattern in (
         # mysql family: -pPASSWORD (attached; a bare -p prompts). -P is the port, so this is case-sensitive.
         _command("mysql") + r"(?:dump|admin|import|check|show|pump|sh)?" + _CMD + r"-p" + _ARG,
@@ -265,8 +379,8 @@ _SECRET_WORD = (
     r"|(?:signing|encryption|master|app|license|account|auth|shared|hmac|webhook)[_-]?key"
 )
 _PASSWORD_WORDS = {"password", "passwd", "passphrase", "pwd", "pass"}
-_KEYLIKE_NAME = re.compile(r"(?:.*[^A-Za-z0-9])?[A-Za-z0-9]*?(?P<word>" + _SECRET_WORD + r")", re.IGNORECASE)
-_KEY_QUALIFIER = re.compile(
+_KEYLIKE_NAME = _compile(r"(?:.*[^A-Za-z0-9])?[A-Za-z0-9]*?(?P<word>" + _SECRET_WORD + r")", re.IGNORECASE)
+_KEY_QUALIFIER = _compile(
     r"(?:api|access|secret|private|preshared|signing|encryption|master|app|license|account|auth|shared|hmac"
     r"|webhook)[_-]?$"
 )
@@ -280,12 +394,12 @@ _ASSIGN_TAIL = (
 )
 # One pattern per stem, each starting with its literal (run on the lower-cased text).
 _ASSIGNMENTS = tuple(
-    re.compile(f"(?P<word>{word}){_ASSIGN_TAIL}")
+    _compile(f"(?P<word>{word}){_ASSIGN_TAIL}")
     for word in (r"pass(?:word|wd|phrase|(?<![a-z0-9]pass))", "pwd", "secret", "token", "key")
 )
 # Prose: "the grafana admin password is Gr4fana!2026". Only a value that is not a plain word (it holds a digit
 # or a symbol) counts, so "the password is stored in vault" and "the password was rotated" stay prose.
-_PROSE_PASSWORD = re.compile(
+_PROSE_PASSWORD = _compile(
     r"pass(?:word|phrase)(?: for [^\s,;]{1,40})? "
     r"(?:(?:is|was|has been) (?:now )?(?:set|changed|reset|updated) to|(?:set|changed|reset|updated) to|is now|is|was)"
     r"[ \t]+[\"'`]?(?P<v>[^\s\"'`]+)"
@@ -293,7 +407,7 @@ _PROSE_PASSWORD = re.compile(
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 # Values that stand for a secret without being one.
-_PLACEHOLDER = re.compile(
+_PLACEHOLDER = _compile(
     r"""^(?:
         <[^>]*>                         # <password>
       | \$.*                            # $VAR, ${VAR}, $(cat file), ${{ secrets.X }}
@@ -317,10 +431,10 @@ _PLACEHOLDER = re.compile(
     re.IGNORECASE | re.VERBOSE,
 )
 # A remark in parentheses where a value would be: "password: (see 1password)", "token: (ask the on-call)".
-_REMARK = re.compile(r"^\((?:[a-z]{2,})(?:[ \t].*)?\)?$")
+_REMARK = _compile(r"^\((?:[a-z]{2,})(?:[ \t].*)?\)?$")
 # A Kubernetes object name (lower-case words joined by hyphens): under a *secret name it names a Secret object.
-_OBJECT_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
-_PATHLIKE = re.compile(r"^(?:~?/|\./|\.\./|[A-Za-z]:\\)")
+_OBJECT_NAME = _compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+_PATHLIKE = _compile(r"^(?:~?/|\./|\.\./|[A-Za-z]:\\)")
 # A field value that reads as a sentence ("see the team password manager") is prose, not a password.
 _PROSE_WORDS = frozenset({
     "a", "an", "the", "is", "are", "was", "in", "at", "of", "on", "to", "for", "from", "by", "with", "see", "use",
@@ -331,14 +445,14 @@ _PROSE_WORDS = frozenset({
 
 # Hex is everywhere in ops text (commits, digests), so a hex run is a key only when a key-like name stands
 # right before it: "DD_API_KEY 3f9a...", "the api key is 3f9a...", "license key: 3f9a...".
-_HEX = re.compile(r"[0-9a-fA-F]{32,}")
-_HEX_KEY_WORD = re.compile(
+_HEX = _compile(r"[0-9a-fA-F]{32,}")
+_HEX_KEY_WORD = _compile(
     r"(?<![a-z0-9])(?:api[ _-]?(?:key|token)|apikey|access[ _-]?(?:key|token)|secret(?:[ _-]?key)?"
     r"|private[ _-]?key|auth(?:entication)?[ _-]?(?:key|token)|app[ _-]?key|license[ _-]?key"
     r"|encryption[ _-]?key|signing[ _-]?key|master[ _-]?key|token|password|passphrase)"
 )
-_HEX_GAP = re.compile(r"^[a-z_\s\"'`:=>-]{0,24}$")
-_HEX_GAP_VETO = re.compile(
+_HEX_GAP = _compile(r"^[a-z_\s\"'`:=>-]{0,24}$")
+_HEX_GAP_VETO = _compile(
     r"\b(?:id|ids|fingerprint|hash|hashed|digest|sum|checksum|commit|sha\w*|md5|uuid|serial|version|rev"
     r"|revision|blob|tree|etag|request|trace|ref)\b"
 )
@@ -348,15 +462,15 @@ _HEX_GAP_VETO = re.compile(
 # Characters of a run; everything else (including '=', so "DB_URL=c2VjcmV0..." yields the value alone) splits.
 _RUN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
 _RUN_TABLE = bytes(c if c in _RUN_BYTES else 0x20 for c in range(256))
-_RUN_PIECES = re.compile(r"[/_.+=-]+")
-_IDS = re.compile(
+_RUN_PIECES = _compile(r"[/_.+=-]+")
+_IDS = _compile(
     r"""^(?:
         [0-9a-f]+ | [0-9A-F]+                               # hex: commit and blob ids, digests, snapshot ids
       | [0-9A-HJKMNP-TV-Z]{26}                              # ULID
     )$""",
     re.VERBOSE,
 )
-_WORDISH = re.compile(
+_WORDISH = _compile(
     r"""^(?:
         (?:[A-Z]?[a-z]+|[A-Z]+)\d*                         # word, Word, WORD, python3
       | (?:(?:[A-Z]?[a-z]{2,}|[A-Z]{2,}(?![a-z]))\d*){2,}    # camelCase, HTTPServer2Error, sha256sum
@@ -364,13 +478,13 @@ _WORDISH = re.compile(
     )$""",
     re.VERBOSE,
 )
-_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-_CONSONANTS = re.compile(r"[^aeiouy]{5,}", re.IGNORECASE)
-_URL_PATH = re.compile(r"://[^\s\"'<>()\[\]{}`?]*")  # from "://" up to the query: names, not credentials
+_SEGMENT = _compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_CONSONANTS = _compile(r"[^aeiouy]{5,}", re.IGNORECASE)
+_URL_PATH = _compile(r"://[^\s\"'<>()\[\]{}`?]*")  # from "://" up to the query: names, not credentials
 # A label right before a run that says it is public or derived: "PublicKey = ...", "checksum: ...".
-_BENIGN_LABEL = re.compile(
+_BENIGN_LABEL = _compile(
     r"(?:public[ _-]?key|pub[ _-]?key|fingerprint|checksum|digest|hash|integrity|etag|commit|revision"
     r"|(?:request|trace|correlation|object|document|file|build|run|cf)[ _-]?id|nonce|salt)"
     r"[\"']?[ \t]*(?::|=|=>|\bis\b)?[ \t]*[\"'`]?$"
 )
-_ASSIGNED = re.compile(r"[\w.\"'\]-][ \t]*(?::=|=>|[:=])[ \t]*[\"'`]?$")
+_ASSIGNED = _compile(r"[\w.\"'\]-][ \t]*(?::=|=>|[:=])[ \t]*[\"'`]?$")

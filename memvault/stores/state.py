@@ -28,7 +28,6 @@ from pathlib import Path
 from ..rules.errors import SearchIndexError
 from ..rules.fsutil import drop_links, ensure_dir, remove, replace, sqlite_path
 from ..rules.migrations import migrate
-from ..rules.redaction import clean
 from ..rules.timeutil import decayed, format_time, from_timestamp, now
 
 MIGRATIONS = [
@@ -303,6 +302,8 @@ class State:
         password or a private span, and this file is outside the write gate."""
         import json
 
+        from ..rules.redaction import clean  # its rules compile in ~25 ms: only a recall that is logged pays
+
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO recall_log(at, source, query, options, hits, nothing_found, warnings, ms) "
                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -392,6 +393,8 @@ class RecallLogEntry:
     @classmethod
     def from_row(cls, row: tuple[object, ...]) -> RecallLogEntry:
         import json
+
+        from ..rules.redaction import clean
 
         id_, at, source, query, options, hits, nothing, warnings, ms = row
         # Shown redacted too: an entry written before questions were redacted on the way in.
