@@ -102,7 +102,9 @@ class Sides:
         return env
 
     def mv_env(self, runtime: str, no_daemon: bool = False) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "MEMVAULT_NO_DAEMON"}
+        # PYTHONDONTWRITEBYTECODE would make every timed process compile what changed since the last .pyc: an
+        # installed memvault has its .pyc files
+        env = {k: v for k, v in os.environ.items() if k not in ("MEMVAULT_NO_DAEMON", "PYTHONDONTWRITEBYTECODE")}
         env.update(PYTHONPATH=str(REPO), XDG_STATE_HOME=str(self.state), XDG_RUNTIME_DIR=runtime,
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         if no_daemon:
@@ -332,8 +334,11 @@ def bench_query(sides: Sides, k: int) -> dict[str, Any]:
     llm_env = sides.llm_env()
     sim = lambda q: sides.llm("similar", COLLECTION, "-c", q, "-d", str(sides.db))  # noqa: E731
     rec = lambda q: sides.mv("recall", q, "--json", "--no-record")  # noqa: E731
-    t: dict[str, list[float]] = {"llm": [], "memvault_warm": [], "memvault_no_daemon": []}
-    tops: dict[str, list[list[str]]] = {"llm": [], "memvault": [], "memvault_no_daemon": []}
+    # the same command without the quick path (memvault.interfaces.quick): the whole CLI in the new process
+    full = lambda q: [PY, "-c", "from memvault.interfaces.cli import main; main()",  # noqa: E731
+                      *sides.mv("recall", q, "--json", "--no-record")[3:]]
+    t: dict[str, list[float]] = {"llm": [], "memvault_warm": [], "memvault_full_cli": [], "memvault_no_daemon": []}
+    tops: dict[str, list[list[str]]] = {"llm": [], "memvault": [], "memvault_full_cli": [], "memvault_no_daemon": []}
     timed(sim(queries[0][0]), llm_env)  # page cache, .pyc: the timed runs are all alike
     for q, _ in queries:
         took, out = timed(sim(q), llm_env)
@@ -345,6 +350,9 @@ def bench_query(sides: Sides, k: int) -> dict[str, Any]:
             took, out = timed(rec(q), rt.env())
             t["memvault_warm"].append(took)
             tops["memvault"].append(_mv_top(out))
+            took, out = timed(full(q), rt.env())
+            t["memvault_full_cli"].append(took)
+            tops["memvault_full_cli"].append(_mv_top(out))
     with Runtime(sides) as rt:
         timed(rec(queries[0][0]), rt.env(True))
         for q, _ in queries:
@@ -434,6 +442,9 @@ def table(res: dict[str, Any]) -> str:
     if q := res.get("query"):
         lines += [f"| cold query, new process, p50 (s; memvault's warm process up) | {q['memvault_warm']['p50_s']} | "
                   f"{q['llm']['p50_s']} | {q['ratio_warm']} |",
+                  f"| the same, the whole CLI in the new process (no quick path), p50 (s) | "
+                  f"{q['memvault_full_cli']['p50_s']} | {q['llm']['p50_s']} | "
+                  f"{round(q['memvault_full_cli']['p50_s'] / q['llm']['p50_s'], 3)} |",
                   f"| cold query, new process loading the model, p50 (s) | {q['memvault_no_daemon']['p50_s']} | "
                   f"{q['llm']['p50_s']} | {q['ratio_no_daemon']} |",
                   f"| first query, starting memvault's warm process (s) | {q['memvault_first_s']} | — | |",
