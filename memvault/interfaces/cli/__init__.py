@@ -7,11 +7,11 @@ print (:class:`Out`: the JSON data and the lines for people); the ``--json`` swi
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from . import agent, live, memory, search, transfer, upkeep  # noqa: F401 - importing a module registers its commands
 from ...models.daemon import single_thread_blas
+from ..quick import silence_stdout
 from .base import Context, Failure, Group, Out, cli, output, pass_ctx, read_text_arg
 
 __all__ = ["cli", "main", "Context", "Out", "Failure", "Group", "output", "pass_ctx", "read_text_arg"]
@@ -23,8 +23,6 @@ def main(argv: list[str] | None = None) -> None:
     single_thread_blas()
     try:
         cli.main(args=argv, prog_name="memvault", obj=Context())
-    except BrokenPipeError:
-        # `memvault episode list | head` is not an error.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    except BrokenPipeError:  # `memvault episode list | head` is not an error
+        silence_stdout()
         sys.exit(0)
