@@ -67,15 +67,11 @@ def recall(argv: list[str]) -> int | None:
             print(reply["rendered"])
         sys.stdout.flush()
     except BrokenPipeError:
+        from .pipes import silence_stdout
+
         silence_stdout()
     return 0
 
-
-def silence_stdout() -> None:
-    """After a broken pipe (``memvault recall q | head`` is not an error): stdout goes to /dev/null, so the exit
-    does not fail flushing it."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
 
 
 def parse(argv: list[str]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ import sys
 
 from . import agent, live, memory, search, transfer, upkeep  # noqa: F401 - importing a module registers its commands
 from ...models.daemon import single_thread_blas
-from ..quick import silence_stdout
+from ..pipes import silence_stdout
 from .base import Context, Failure, Group, Out, cli, output, pass_ctx, read_text_arg
 
 __all__ = ["cli", "main", "Context", "Out", "Failure", "Group", "output", "pass_ctx", "read_text_arg"]
