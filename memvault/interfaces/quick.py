@@ -26,6 +26,10 @@ _FORMATS = ("text", "json", "prompt")
 _MODES = ("hybrid", "keyword", "vector")
 _KINDS = ("fact", "episode", "procedure")
 CONFIG_NAME = "memvault.toml"
+#: How long the warm process may take (a hook waits 2 s at most; a person or an agent at a prompt can wait for a
+#: first call that opens the vault, or syncs what a large ``git pull`` changed, rather than have this process
+#: repeat that work beside it). Past it the full CLI answers, and the recall is logged by both.
+TIMEOUT = 10.0
 
 
 def main() -> None:
@@ -52,7 +56,7 @@ def recall(argv: list[str]) -> int | None:
     fmt = parsed.pop("fmt", "text")
     from .warm_client import call
 
-    reply = call(root, "recall", {**parsed, "fmt": fmt})
+    reply = call(root, "recall", {**parsed, "fmt": fmt}, timeout=TIMEOUT)
     if reply is None or "error" in reply:
         return None
     import json
