@@ -291,8 +291,12 @@ def bench_work(n: int, recalls: int, idle_wait: float) -> dict[str, Any]:
             "    assert r is not None and r.get('hits') is not None, r\n")
     try:
         started = time.perf_counter()
-        subprocess.run([PY, "-m", "memvault", "--vault", str(root), "reindex", "--full"], env=env, cwd=REPO,
-                       capture_output=True, check=True)
+        # `memvault reindex` embeds a batch this large in its own process (Engine.for_batch); the warm process
+        # still takes large batches from `watch`, the MCP server and writes, so the rebuild is sent there, as the
+        # CLI sent it before
+        subprocess.run([PY, "-c", "import sys; from memvault.models import engine; engine.BATCH_HERE = 10**12; "
+                        "from memvault.interfaces.cli import main; main(sys.argv[1:])",
+                        "--vault", str(root), "reindex", "--full"], env=env, cwd=REPO, capture_output=True, check=True)
         rebuild_s = time.perf_counter() - started
         status = _status(env) or {}
         pid = int(status["pid"])
