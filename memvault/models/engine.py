@@ -83,7 +83,22 @@ class Engine:
                 batch = load_embedder(self.model, query_prefix=self.query_prefix, backend=self.backend)
                 batch.threads = self.threads  # type: ignore[attr-defined]
                 self._batch = batch
+                self._start_warm()
             return self._batch
+
+    def _start_warm(self) -> None:
+        """Start the warm process in the background while a batch is embedded here, so the queries after a
+        ``reindex`` find it up, as they did when the reindex's own requests started it. Never waited for: a warm
+        process that cannot start is the next query's to report."""
+        import contextlib
+
+        from . import daemon
+
+        def start() -> None:
+            with contextlib.suppress(Exception):
+                daemon.start(self.idle)
+
+        threading.Thread(target=start, daemon=True, name="memvault-warm-start").start()
 
     def release_batch(self) -> None:
         """Drop the model :meth:`for_batch` loaded here, if any (later calls use the warm process again)."""
