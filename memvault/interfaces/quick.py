@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
+from . import find_vault
+
 TYPE_CHECKING = False  # typing is not imported at run time: this path pays for every module
 if TYPE_CHECKING:
     from typing import Any
@@ -25,7 +27,6 @@ _VALUED = {"-k": "k", "--kind": "kinds", "--budget": "budget", "--format": "fmt"
 _FORMATS = ("text", "json", "prompt")
 _MODES = ("hybrid", "keyword", "vector")
 _KINDS = ("fact", "episode", "procedure")
-CONFIG_NAME = "memvault.toml"
 #: How long the warm process may take (a hook waits 2 s at most; a person or an agent at a prompt can wait for a
 #: first call that opens the vault, or syncs what a large ``git pull`` changed, rather than have this process
 #: repeat that work beside it). Past it the full CLI answers, and the recall is logged by both.
@@ -151,17 +152,5 @@ def _put(args: dict[str, Any], name: str, value: str) -> bool:
 
 
 def _root(path: str | None) -> str | None:
-    """The vault's folder as the CLI finds it (``--vault``, else ``MEMVAULT_DIR``, else the nearest parent of the
-    current directory holding memvault.toml), or None when there is none (the full CLI says so)."""
-    given = path or os.environ.get("MEMVAULT_DIR")
-    if given:
-        root = os.path.expanduser(given)
-        return os.path.abspath(root) if os.path.isfile(os.path.join(root, CONFIG_NAME)) else None
-    current = os.path.realpath(os.getcwd())
-    while True:
-        if os.path.isfile(os.path.join(current, CONFIG_NAME)):
-            return current
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
+    """The vault's folder as the CLI finds it, or None when there is none (the full CLI says so)."""
+    return find_vault(path, os.path.realpath(os.getcwd()))

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from .. import CONFIG_NAME, find_vault
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -32,7 +34,6 @@ EVENT_NAMES = {
 #: Events after which the session is over: the last turn is stored even if not marked complete.
 FINAL_EVENTS = {"SessionEnd", "Stop"}
 DEFAULT_LIMITS = {"session-start": 3.0, "prompt": 2.0}
-CONFIG_NAME = "memvault.toml"
 LOG_NAME = "agents.log"
 WARMUP_EVERY = 60.0
 
@@ -106,18 +107,7 @@ def _root(vault: str | None, cwd: Any, in_project: str | None = None) -> str | N
     there is none (the hook then says how to make one)."""
     if in_project:
         vault = os.path.join(project_dir(cwd), in_project)
-    for given in (vault, os.environ.get("MEMVAULT_DIR")):
-        if given:
-            path = os.path.abspath(os.path.expanduser(given))
-            return path if os.path.isfile(os.path.join(path, CONFIG_NAME)) else None
-    here = os.path.abspath(cwd if isinstance(cwd, str) and cwd else os.getcwd())
-    while True:
-        if os.path.isfile(os.path.join(here, CONFIG_NAME)):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
+    return find_vault(vault, os.path.abspath(cwd if isinstance(cwd, str) and cwd else os.getcwd()))
 
 
 def _time_limit(root: str, event: str) -> float:
