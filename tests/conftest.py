@@ -166,6 +166,14 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.rstrip("\n")
 
 
+def with_settings(vault: Vault, text: str, message: str = "settings") -> Vault:
+    """``vault`` with ``text`` appended to its memvault.toml, committed, and opened again."""
+    toml = vault.root / "memvault.toml"
+    toml.write_text(toml.read_text() + text)
+    git(vault.root, "commit", "-qm", message, "--", "memvault.toml")
+    return Vault.open(vault.root)
+
+
 def leftover_processes(base: Path = RUNTIME_BASE) -> list[tuple[int, str]]:
     """Processes started by this session's tests (their XDG_RUNTIME_DIR is under ``base``) that are still alive."""
     found = []

@@ -15,7 +15,7 @@ from memvault.interfaces.cli import Context, cli
 from memvault.rules import config
 from memvault.rules.errors import ConfigError, ScopeRefused
 from memvault.rules.scopes import matches
-from conftest import git
+from conftest import git, with_settings
 
 SCOPES = """
 [scopes."agent:deployer"]
@@ -33,11 +33,7 @@ SECRET_DB = "The db admin password rotates on Fridays; primary db01 listens on p
 
 @pytest.fixture
 def team(strict_vault, tmp_path):
-    v = strict_vault
-    toml = v.root / "memvault.toml"
-    toml.write_text(toml.read_text() + SCOPES)
-    git(v.root, "commit", "-qm", "scopes", "--", "memvault.toml")
-    v = Vault.open(v.root)
+    v = with_settings(strict_vault, SCOPES, "scopes")
     v.facts.set("web/nginx", "nginx on web01 serves the shop and reloads with the web reload runbook.",
                 tags=["shop"], source="user:admin")
     v.facts.set("db/main", SECRET_DB, tags=["shop"], source="user:admin")

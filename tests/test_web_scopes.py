@@ -20,7 +20,7 @@ import pytest
 
 from memvault import Vault
 
-from conftest import REPO_ROOT, git
+from conftest import REPO_ROOT, git, with_settings
 from web_fixtures import serve
 
 MARKUP = "<b>x</b>"
@@ -36,11 +36,7 @@ TOKEN = "t0ken-for-the-scoped-view-tests-0123456789"
 
 @pytest.fixture
 def team(strict_vault, tmp_path):
-    v = strict_vault
-    toml = v.root / "memvault.toml"
-    toml.write_text(toml.read_text() + SCOPES)
-    git(v.root, "commit", "-qm", "scopes", "--", "memvault.toml")
-    v = Vault.open(v.root)
+    v = with_settings(strict_vault, SCOPES, "scopes")
     v.facts.set("web/nginx", "nginx on web01 serves the shop.", tags=["shop"], source="user:admin")
     v.facts.set("db/main", DB, tags=["dba"], source="user:admin")
     v.facts.set("net/gateway", "The VPN gateway is vpn.example.net on UDP 1195.", source="user:admin")
