@@ -42,7 +42,7 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     if rebuild:
         identity = index.identity() if index.exists() else None
         if full or identity is None or not config.wants_model(identity):
-            return index.rebuild(lambda: engine.for_batch(_texts(index)) if batch else engine.get(),
+            return index.rebuild(lambda: engine.for_batch(lambda: _texts(index)) if batch else engine.get(),
                                  progress=progress)
     splitter = engine.warm() if load else engine.loaded()
     report = index.publish(splitter=splitter) if publish else SyncReport()
@@ -62,7 +62,7 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     if not index.pending():
         return report
     try:
-        embedder = engine.for_batch(index.pending()) if batch else engine.get()
+        embedder = engine.for_batch(index.pending) if batch else engine.get()
     except Exception as exc:  # noqa: BLE001 - ModelUnavailable and daemon failures alike
         report.warnings.append(f"{describe(exc)[0]}; indexed for keyword search only, vectors pending")
         return report

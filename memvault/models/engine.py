@@ -67,12 +67,15 @@ class Engine:
         """The embedder this process already has, or None. No I/O."""
         return self._batch or self._embedder
 
-    def for_batch(self, texts: int) -> Embedder:
-        """The embedder for a batch of about ``texts`` texts: :meth:`get`'s, except that a batch of
-        :data:`BATCH_HERE` texts or more whose model would come from the warm process is embedded by the model
-        loaded in this process, kept until :meth:`release_batch` (a one-shot ``reindex`` exits soon after, and the
-        memory goes with it; the warm process stays small and keeps serving queries meanwhile)."""
-        if texts < BATCH_HERE or not self.daemon or self.factory is not None or self.source == "process":
+    def for_batch(self, count: Callable[[], int]) -> Embedder:
+        """The embedder for a batch of about ``count()`` texts (asked only when it matters): :meth:`get`'s, except
+        that a batch of :data:`BATCH_HERE` texts or more whose model would come from the warm process is embedded by
+        the model loaded in this process, kept until :meth:`release_batch` (a one-shot ``reindex`` exits soon after,
+        and the memory goes with it; the warm process stays small and keeps serving queries meanwhile)."""
+        if not self.daemon or self.factory is not None or self.source == "process":
+            return self.get()
+        texts = count()
+        if texts < BATCH_HERE:
             return self.get()
         with self._lock:
             if self._batch is None:
