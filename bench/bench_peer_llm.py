@@ -336,7 +336,7 @@ def bench_query(sides: Sides, k: int) -> dict[str, Any]:
     rec = lambda q: sides.mv("recall", q, "--json", "--no-record")  # noqa: E731
     # the same command without the quick path (memvault.interfaces.quick): the whole CLI in the new process
     full = lambda q: [PY, "-c", "from memvault.interfaces.cli import main; main()",  # noqa: E731
-                      *sides.mv("recall", q, "--json", "--no-record")[3:]]
+                      "--vault", str(sides.vault), "recall", q, "--json", "--no-record"]
     t: dict[str, list[float]] = {"llm": [], "memvault_warm": [], "memvault_full_cli": [], "memvault_no_daemon": []}
     tops: dict[str, list[list[str]]] = {"llm": [], "memvault": [], "memvault_full_cli": [], "memvault_no_daemon": []}
     timed(sim(queries[0][0]), llm_env)  # page cache, .pyc: the timed runs are all alike
