@@ -21,41 +21,20 @@ import pytest
 
 from memvault import Vault
 
-from ci_guard import in_ci
 from conftest import git
-from web_fixtures import XSS, seeded_copy, seeded_template, serve  # noqa: F401 - fixtures
+from web_fixtures import XSS, chromium_context, seeded_copy, seeded_template, serve  # noqa: F401 - fixtures
 
-CHROMIUM = os.environ.get("MEMVAULT_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--host-resolver-rules=MAP evil.example 127.0.0.1"]
+#: evil.example resolves to this host: a page's request to it would be seen, not lost
+RESOLVE = ["--host-resolver-rules=MAP evil.example 127.0.0.1"]
 TIMEOUT_MS = 15_000
-
-
-def _unavailable(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
-    pytest.skip(f"browser tests need Chromium and Playwright: {reason}")
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """One Chromium for the browser tests (module scope: Playwright's sync API holds an event loop on this thread
     while it runs, which later tests' asyncio.run must not meet)."""
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is missing (pip install -e '.[test]')")
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, args=FLAGS,
-                                                       headless=True, viewport={"width": 1360, "height": 900})
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium_context(tmp_path_factory.mktemp("chromium-profile"), width=1360, flags=RESOLVE) as context:
+        yield context
 
 
 @pytest.fixture(scope="session")

@@ -23,12 +23,9 @@ from pathlib import Path
 import pytest
 
 
-from ci_guard import in_ci
+from web_fixtures import FLAGS, chromium_binary, chromium_context  # the browser
 from web_fixtures import seeded_copy, seeded_template, serve  # noqa: F401 - fixtures
 
-CHROMIUM = os.environ.get("MEMVAULT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 15_000
 WIDTH = 1360
 #: Every page, by the name its screenshot gets (the episode's address is found at run time).
@@ -38,33 +35,15 @@ PAGES = {"overview": "/", "facts": "/facts", "fact": "/fact/db/primary", "fact-h
          "recall": "/recall?q=which+port+does+the+primary+database+use", "recalls": "/recalls", "new": "/new"}
 
 
-def _unavailable(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"Chromium tests cannot run under CI: {reason}", pytrace=False)
-    pytest.skip(f"Chromium tests need the chromium binary: {reason}")
-
-
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-    return CHROMIUM
+    return chromium_binary()
 
 
 @pytest.fixture(scope="module")
 def browser(chromium, tmp_path_factory):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is missing (pip install -e '.[test]')")
-    profile = tmp_path_factory.mktemp("screens-profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(profile), executable_path=chromium, args=FLAGS,
-                                                       headless=True, viewport={"width": WIDTH, "height": 900})
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium_context(tmp_path_factory.mktemp("screens-profile"), width=WIDTH) as context:
+        yield context
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,13 @@ fence-escape variants of test_attacks.py and test_markup.py)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,47 @@ import pytest
 
 from memvault import Vault
 
+from ci_guard import in_ci
 from conftest import git, isolate
 from fake_embedder import set_model
 from test_attacks import CLOSERS
 from test_markup import variants
+
+#: The Chromium the browser tests drive (.ci/run installs Debian's), and the flags every launch takes.
+CHROMIUM = os.environ.get("MEMVAULT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def browser_unavailable(reason: str) -> None:
+    """Skip with the reason, except under CI, where a green run must not hide a browser that never started."""
+    if in_ci():
+        pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
+    pytest.skip(f"browser tests need Chromium and Playwright: {reason}")
+
+
+def chromium_binary() -> str:
+    if not Path(CHROMIUM).exists():
+        browser_unavailable(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    return CHROMIUM
+
+
+@contextlib.contextmanager
+def chromium_context(profile: Path, *, width: int, flags: Sequence[str] = ()) -> Iterator[Any]:
+    """A headless Chromium (Playwright, persistent profile at ``profile``) with ``FLAGS`` and ``flags``."""
+    chromium = chromium_binary()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        browser_unavailable("the playwright package is missing (pip install -e '.[test]')")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(profile), executable_path=chromium, args=[*FLAGS, *flags],
+                                                       headless=True, viewport={"width": width, "height": 900})
+        try:
+            yield context
+        finally:
+            context.close()
+
 
 #: What an attacker writes into memory, hoping a page will run it.
 XSS = [
