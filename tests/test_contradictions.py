@@ -10,6 +10,8 @@ import pytest
 from memvault import Vault
 from memvault.rules.contradict import compare
 
+from web_fixtures import web_client
+
 DB_MAIN = "The primary PostgreSQL listens on port 5432 on db01."
 PORT_5433 = "our postgres primary runs on port 5433"
 LOG_ROTATION = "logrotate keeps 14 days of nginx access logs, rotated daily at 00:00 and compressed after a day"
@@ -105,21 +107,6 @@ def test_an_imported_mem0_memory_is_flagged(strict_vault, tmp_path, invoke):
     report = json.loads(r.stdout)
     assert [c["with"] for c in report["conflicts"]] == ["db/main"]
     assert len(report["proposed"]) == 1
-
-
-def web_client(vault: Vault):
-    """A client of the web view logged in with its token (as tests/test_web.py's ``client``)."""
-    from memvault.interfaces.web import build
-    from test_web import BASE, PORT, Browser
-
-    app, token = build(vault, port=PORT, refresh=False)
-    c = Browser(app.asgi, base_url=BASE)
-    c.__enter__()
-    r = c.get(f"/?token={token}", follow_redirects=False)
-    c.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
-    c.root = app.guard.root
-    c.app_ = app
-    return c
 
 
 def test_web_inbox_shows_the_contradiction(strict_vault):

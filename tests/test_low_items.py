@@ -65,12 +65,10 @@ def test_a_hand_written_fact_with_a_nul_byte_is_never_committed():
 # ------------------------------------------------------------------------------------------------ web view
 @pytest.fixture
 def web(vault):
-    from starlette.testclient import TestClient
-
     from memvault.interfaces.web import build
 
     vault.facts.set("db/replica", "The replica database listens on 10.8.0.5.", source="user:t")
-    from test_web import Browser
+    from web_fixtures import Browser
 
     app, token = build(vault, port=PORT, refresh=False)
     with Browser(app.asgi, base_url=BASE) as client:

@@ -20,10 +20,8 @@ from memvault.interfaces.web.facts import version_of
 from memvault.rules.errors import MemvaultError
 
 from conftest import REPO_ROOT, git
-from web_fixtures import XSS, seeded_copy, seeded_template  # noqa: F401 - fixtures
+from web_fixtures import BASE, PORT, XSS, Browser, seeded_copy, seeded_template  # noqa: F401 - fixtures
 
-PORT = 8787
-BASE = f"http://127.0.0.1:{PORT}"
 STATIC = REPO_ROOT / "memvault" / "interfaces" / "web" / "static"
 
 
@@ -37,18 +35,6 @@ def app(seeded):
     app, token = build(seeded, port=PORT, refresh=False)
     app.token = token
     return app
-
-
-class Browser(TestClient):
-    """A client that asks for pages where the view's own links put them: under the run's random root (a bare path
-    written in these tests is read under it, as the same link on a page would be)."""
-
-    root = ""
-
-    def request(self, method, url, *args, **kwargs):
-        if isinstance(url, str) and url.startswith("/") and not (url + "/").startswith(self.root + "/"):
-            url = self.root + url
-        return super().request(method, url, *args, **kwargs)
 
 
 @pytest.fixture

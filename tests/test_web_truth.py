@@ -12,18 +12,13 @@ from datetime import date, timedelta
 from html.parser import HTMLParser
 
 import pytest
-from starlette.testclient import TestClient
 
 from memvault import Vault
-from memvault.interfaces.web import build
 from memvault.interfaces.web import charts
 from memvault.interfaces.web.overview import carried
 
 from conftest import git
-from web_fixtures import seeded_copy, seeded_template  # noqa: F401 - fixtures
-
-PORT = 8787
-BASE = f"http://127.0.0.1:{PORT}"
+from web_fixtures import seeded_copy, seeded_template, web_client  # noqa: F401 - fixtures
 
 
 # ---------------------------------------------------------------------------------------------- the chart maths
@@ -148,25 +143,6 @@ def test_growth_is_the_vaults_size_each_day_from_its_first_commit():
 
 
 # ---------------------------------------------------------------------------------------------- the served pages
-class Browser(TestClient):
-    root = ""
-
-    def request(self, method, url, *args, **kwargs):
-        if isinstance(url, str) and url.startswith("/") and not (url + "/").startswith(self.root + "/"):
-            url = self.root + url
-        return super().request(method, url, *args, **kwargs)
-
-
-def open_client(vault: Vault) -> Browser:
-    app, token = build(vault, port=PORT, refresh=False)
-    client = Browser(app.asgi, base_url=BASE)
-    client.__enter__()
-    r = client.get(f"/?token={token}", follow_redirects=False)
-    client.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
-    client.root = app.guard.root
-    return client
-
-
 @pytest.fixture
 def seeded(seeded_copy):
     return seeded_copy()
@@ -174,7 +150,7 @@ def seeded(seeded_copy):
 
 @pytest.fixture
 def client(seeded):
-    c = open_client(seeded)
+    c = web_client(seeded)
     try:
         yield c
     finally:
@@ -250,7 +226,7 @@ def test_a_growth_chart_of_a_vault_with_weeks_of_history(tmp_path, models, monke
         git(v.root, "commit", "-qm", f"fact {i}")
     monkeypatch.delenv("GIT_AUTHOR_DATE")
     monkeypatch.delenv("GIT_COMMITTER_DATE")
-    c = open_client(v)
+    c = web_client(v)
     try:
         drawn = svg_charts(c.get("/").text)["chart-growth"]
     finally:
@@ -527,7 +503,7 @@ def marked(seeded, monkeypatch):
 
 
 def test_markup_in_every_field_renders_inert_on_every_page(client, marked):
-    episode = client.get(f"/timeline?format=json&text=session").json()["episodes"][0]["id"]
+    episode = client.get("/timeline?format=json&text=session").json()["episodes"][0]["id"]
     pages = ["/", "/facts", "/facts?prefix=evil", f"/facts?tag=t{SCRIPT}", f"/facts?category=cat{IMG}",
              "/fact/evil/fields", "/fact/evil/hand", "/fact/evil/note", "/inbox", "/timeline",
              f"/timeline?session=s{IMG}", "/sessions", f"/episode/{episode}", "/procedures",

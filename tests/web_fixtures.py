@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from memvault import Vault
 
@@ -58,6 +59,37 @@ def chromium_context(profile: Path, *, width: int, flags: Sequence[str] = ()) ->
             yield context
         finally:
             context.close()
+
+
+#: The address the web view is built for in the in-process tests (nothing listens there: requests go to the app).
+PORT = 8787
+BASE = f"http://127.0.0.1:{PORT}"
+
+
+class Browser(TestClient):
+    """A client that asks for pages where the view's own links put them: under the run's random root (a bare path
+    written in these tests is read under it, as the same link on a page would be)."""
+
+    root = ""
+
+    def request(self, method, url, *args, **kwargs):
+        if isinstance(url, str) and url.startswith("/") and not (url + "/").startswith(self.root + "/"):
+            url = self.root + url
+        return super().request(method, url, *args, **kwargs)
+
+
+def web_client(vault: Vault) -> Browser:
+    """A client of ``vault``'s web view, logged in with its token (``app_``: the app)."""
+    from memvault.interfaces.web import build
+
+    app, token = build(vault, port=PORT, refresh=False)
+    c = Browser(app.asgi, base_url=BASE)
+    c.__enter__()
+    r = c.get(f"/?token={token}", follow_redirects=False)
+    c.cookies.set(app.guard.cookie_name, r.cookies[app.guard.cookie_name], path=app.guard.root)
+    c.root = app.guard.root
+    c.app_ = app
+    return c
 
 
 #: What an attacker writes into memory, hoping a page will run it.
