@@ -270,6 +270,12 @@ class TeamIndex(TeamListings):
             return self.fallback.refresh(interval)
         return self._overlay(shared, self._splitter(), reuse=True)
 
+    def refresh_later(self, interval: float = 30.0) -> Callable[[], SyncReport | None]:
+        """:meth:`refresh` now (which index answers depends on it: the shared one may have come back or gone), its
+        report returned by the call."""
+        report = self.refresh(interval)
+        return lambda: report
+
     def _overlay(self, shared: SharedIndex, splitter: Any, *, reuse: bool) -> SyncReport:
         view = self._view_of(shared) if reuse else self._look(shared)
         return self.overlay.overlay(set(view.local), splitter=splitter)

@@ -25,8 +25,9 @@ from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, rep
                             try_lock)
 from ..rules.timeutil import format_time, now
 from . import matrix, quantize, search
-from .db import MIGRATIONS, batches, connect, is_corruption, marks, migrate, transaction
+from .db import MIGRATIONS, connect, is_corruption, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
+from .freshness import Freshness
 from .listings import EpisodeQuery, FactQuery, Listings, Stale
 from .search import DEFAULT_FIELD_WEIGHTS, FieldWeights, fts_exact_query, fts_phrase_query, fts_query
 from .update import Progress, SyncReport, model_key, pending_count, scan, stored_problems, sync_text, vector_blob
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from ..models.embeddings import Embedder, ModelIdentity
-    from .changes import ChangeFeed, Marks
+    from .changes import ChangeFeed
 
 __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "Progress", "EmbedderProvider",
            "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs",
@@ -47,7 +48,6 @@ INDEX_NAME = "index.db"
 _GENERATION = re.compile(r"index-\d+\.db")
 #: A generation's files: the database and SQLite's companions.
 _GENERATION_FILE = re.compile(r"(index-\d+\.db)(?:-wal|-shm|-journal)?")
-DIRECTORY_CHECK_INTERVAL = 1.0  # seconds between two directory checks by one process (see refresh)
 #: The migration after which the file is compacted once (it frees about a tenth of it).
 SHRINKING_MIGRATION = "0005_index_text_once"
 #: A sync that rewrites at least this many docs merges the keyword index afterwards.
@@ -57,7 +57,7 @@ TEXT_BATCH = 64
 EmbedderProvider = Callable[[], "Embedder | None"]
 
 
-class Index(Listings):
+class Index(Freshness, Listings):
     """The search index of one vault, over ``sources`` (the vault's stores), kept in ``state_dir``."""
 
     def __init__(self, state_dir: Path, sources: Sources, *, cache: Any = None,
@@ -71,6 +71,9 @@ class Index(Listings):
         #: A team's shared embedding cache (memvault.index.postgres.EmbeddingCache), or None.
         self.cache = cache
         self.link = self.dir / INDEX_NAME
+        self._link = os.fspath(self.link)
+        #: The link as last read: (its inode and times, the generation's Path and path) — a recall asks a dozen times.
+        self._read_link: tuple[tuple[int, int, int], Path, str] | None = None
         self._conn: sqlite3.Connection | None = None
         self._conn_target: Path | None = None
         self._identity: tuple[Any, ModelIdentity | None] | None = None
@@ -96,19 +99,25 @@ class Index(Listings):
         a generation that is itself a link) was not made by memvault, is never opened, moved or written, and is
         replaced by a new generation, with a warning."""
         try:
-            st = os.lstat(self.link)
+            st = os.lstat(self._link)
         except FileNotFoundError:
             return None
         if stat.S_ISREG(st.st_mode):
             return self.link
         if not stat.S_ISLNK(st.st_mode):
             return self._not_ours(self.link, "not a file or a link")
-        name = os.readlink(self.link)
-        if not _GENERATION.fullmatch(name):
-            return self._not_ours(self.link, f"a link to {name}, not to an index generation beside it")
-        target = self.dir / name
+        seen = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)  # a swap renames a new link over this one: a new inode
+        if self._read_link is not None and self._read_link[0] == seen:
+            target, path = self._read_link[1], self._read_link[2]
+        else:
+            name = os.readlink(self._link)
+            if not _GENERATION.fullmatch(name):
+                return self._not_ours(self.link, f"a link to {name}, not to an index generation beside it")
+            target = self.dir / name
+            path = os.fspath(target)
+            self._read_link = (seen, target, path)
         try:
-            st = os.lstat(target)
+            st = os.lstat(path)
         except FileNotFoundError:
             return None
         if not stat.S_ISREG(st.st_mode):
@@ -342,88 +351,6 @@ class Index(Listings):
 
     def _embed_lock(self, target: Path, *, wait: bool) -> Any:
         return try_lock(self.dir / "locks" / f"{target.name}.embed.lock", wait=wait)
-
-    def refresh(self, interval: float = 30.0) -> SyncReport | None:
-        """Recall's cheap freshness check. With a file watcher (:attr:`changes`): phase 1 for the paths it marked
-        since the last call, every change made before this call included. Without one (or when it cannot be
-        relied on): phase 1 over the vault only when a directory of the vault changed (a file was created,
-        deleted, moved, or saved by rename as editors and git do) or ``interval`` seconds passed since the last
-        full scan. None when nothing was due. In-place edits of files recall is about to return are caught by
-        :meth:`verify`; without a watcher, other in-place edits wait at most ``interval``."""
-        if self.changes is not None:
-            marks = self.changes.collect()
-            if marks is not None:
-                try:
-                    return self.apply(marks)
-                except BaseException:
-                    self.changes.requeue(marks)  # nothing marked is forgotten because one sync failed
-                    raise
-            # A watcher that cannot be relied on said so in its log and in stats (ChangeFeed._fail); it is the host's
-            # business, not an agent's, so it stays out of the recall's warnings.
-        if time.monotonic() - self._last_refresh < DIRECTORY_CHECK_INTERVAL:
-            return None  # a warm process asking again within the second: candidates are still verified
-        self._last_refresh = time.monotonic()
-        conn = self.connection()
-        row = conn.execute("SELECT value FROM meta WHERE key = 'last_scan'").fetchone()
-        due = row is None or time.time() - float(row[0]) > interval
-        if not due:
-            root = str(self.sources.root)
-            for rel, mtime in conn.execute("SELECT path, mtime_ns FROM dirs"):
-                try:
-                    current = os.stat(os.path.join(root, rel)).st_mtime_ns
-                except OSError:
-                    current = -1
-                if current != mtime:
-                    due = True
-                    break
-        return self.sync() if due else None
-
-    def apply(self, marks: Marks, *, splitter: Any = None) -> SyncReport | None:
-        """Phase 1 for what a file watcher marked: the files named, and everything under a directory that was
-        created, deleted or moved (the files the index holds there and the ones now on disk). None when nothing
-        was marked."""
-        if marks.full:
-            return self.sync(splitter=splitter)
-        rels = set(marks.files)
-        if marks.dirs:
-            conn = self.connection()
-            for rel_dir in marks.dirs:
-                # the primary key's range, not a LIKE scan: every indexed path under the directory
-                rels.update(r[0] for r in conn.execute("SELECT path FROM files WHERE path >= ? AND path < ?",
-                                                       (rel_dir + "/", rel_dir + "0")))
-                for base, dirs, files in os.walk(self.sources.root / rel_dir):
-                    dirs[:] = [d for d in dirs if not d.startswith(".")]
-                    rels.update(self._rel(Path(base) / name) for name in files)
-        if not rels:
-            return None
-        return self.sync([self.sources.root / rel for rel in sorted(rels)], splitter=splitter, reread=True)
-
-    def verify(self, rels: set[str]) -> SyncReport | None:
-        """Stat the files behind some rows (recall's candidates); phase 1 for those that changed since indexed.
-        None when all are as indexed."""
-        if not rels:
-            return None
-        conn = self.connection()
-        known = {}
-        for batch in batches(sorted(rels), 500):
-            for rel, size, mtime, ino in conn.execute(
-                    f"SELECT path, size, mtime_ns, ino FROM files WHERE path IN ({marks(batch)})", tuple(batch)):
-                known[rel] = (size, mtime, ino)
-        root = self.sources.root
-        changed = []
-        for rel in rels:
-            try:
-                st = os.stat(root / rel)
-                current: tuple[int, int, int] | None = (st.st_size, st.st_mtime_ns, st.st_ino)
-            except OSError:
-                current = None
-            if current != known.get(rel):
-                changed.append(root / rel)
-        return self.sync(changed) if changed else None
-
-    def as_on_disk(self, rels: set[str]) -> set[str]:
-        """Of ``rels`` (just :meth:`verify` ed), those whose indexed text is the file as it is: all of them."""
-        return set(rels)
 
     def unwatchable(self) -> str | None:
         """None: a file watcher may mark what changed (this index reads the files)."""

@@ -352,10 +352,44 @@ class ChangeFeed:
     def collect(self, *, barrier: bool = True) -> Marks | None:
         """Everything marked up to now, cleared; None when the watcher cannot be relied on (the caller then checks
         the directories). With ``barrier`` (recall's case) every change made before this call is included."""
+        if not barrier:
+            return self.collect_after(None)
+        seq = self.post_barrier()
+        return None if seq is None else self.collect_after(seq)
+
+    def post_barrier(self) -> int | None:
+        """The first half of :meth:`collect`'s barrier: the marker is created, and its number returned for
+        :meth:`collect_after`, which waits until the watcher has seen it. Recall searches in between (the watcher's
+        thread takes a millisecond or two to see a marker). None when no marker could be created (the watcher
+        cannot be relied on; it says why)."""
         if not self.running:
             return None
-        if barrier and not self._barrier():
+        seq = next(self._seq)
+        name = f"{self._token}{seq}"
+        try:
+            if self._live_fd is None:
+                raise OSError(errno.EBADF, "the marker folder is not open")
+            os.close(open_at(self._live_fd, name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            unlink_at(self._live_fd, name)
+        except OSError as exc:
+            self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
             return None
+        except UnsafePath as exc:
+            self._fail(str(exc))
+            return None
+        return seq
+
+    def collect_after(self, seq: int | None) -> Marks | None:
+        """:meth:`collect` once the watcher has seen marker ``seq`` of :meth:`post_barrier` (every change made
+        before that marker is then marked); without a marker (``seq`` None), what is marked now, unless the watcher
+        is not running."""
+        if not self.running:
+            return None
+        if seq is not None:
+            with self._cond:
+                if not (self._cond.wait_for(lambda: self._seen >= seq or self.reason is not None,
+                                            self.barrier_timeout) and self.reason is None):
+                    return None
         with self._cond:
             marks, self._marks = self._marks, Marks()
         if self.reason is not None:
@@ -379,25 +413,6 @@ class ChangeFeed:
             self._marks.dirs |= marks.dirs
             self._marks.full = self._marks.full or marks.full
             self._marks.config = self._marks.config or marks.config
-
-    def _barrier(self) -> bool:
-        """Create a marker and wait until the watcher has seen it (see the module doc)."""
-        seq = next(self._seq)
-        name = f"{self._token}{seq}"
-        try:
-            if self._live_fd is None:
-                raise OSError(errno.EBADF, "the marker folder is not open")
-            os.close(open_at(self._live_fd, name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            unlink_at(self._live_fd, name)
-        except OSError as exc:
-            self._fail(f"cannot write markers in {self._live} ({exc.strerror})")
-            return False
-        except UnsafePath as exc:
-            self._fail(str(exc))
-            return False
-        with self._cond:
-            return self._cond.wait_for(lambda: self._seen >= seq or self.reason is not None,
-                                       self.barrier_timeout) and self.reason is None
 
 
 def _sweep(live: Path) -> int:

@@ -207,6 +207,11 @@ class VaultIndex(SearchIndex, Protocol):
         """Recall's cheap freshness check: phase 1 when something changed; None when nothing was due."""
         ...
 
+    def refresh_later(self, interval: float = 30.0) -> Callable[[], SyncReport | None]:
+        """:meth:`refresh` in two steps: what can run while recall searches is started now, the call returned
+        finishes it (recall searches again when its report is :attr:`SyncReport.altered`)."""
+        ...
+
     def apply(self, marks: Any, *, splitter: Any = None) -> SyncReport | None:
         """Phase 1 for what a file watcher marked (``memvault.index.changes.Marks``); None when nothing was."""
         ...

@@ -64,6 +64,12 @@ class SyncReport:
     def changed(self) -> bool:
         return bool(self.files_changed or self.files_removed)
 
+    @property
+    def altered(self) -> bool:
+        """Whether the index's content moved: a search made before this sync may be out of date."""
+        return bool(self.files_changed or self.files_removed or self.docs_added or self.docs_changed
+                    or self.docs_removed or self.metadata_only or self.chunks_embedded)
+
     def merge(self, other: SyncReport) -> SyncReport:
         for name in ("files_changed", "files_removed", "docs_added", "docs_changed", "docs_removed", "metadata_only",
                      "chunks_embedded", "chunks_from_cache"):
