@@ -39,15 +39,15 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..rules import timeq
-from ..rules.config import FACTORS, Config
+from ..rules.config import FACTORS
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
+from .candidates import Candidate, Parts, QueryVector, gather, width  # noqa: F401 - Parts is recall's API
 from .contradictions import SUPERSEDED_REF
 from ..index import KINDS
 from ..index.search import query_terms
@@ -57,58 +57,17 @@ from ..rules.trust import Policy
 from ..rules.validation import MAX_FUTURE
 
 if TYPE_CHECKING:
-    from ..index.protocol import VaultIndex
+    from ..index.update import SyncReport
     from .calibration import Calibration
-    from ..models.engine import Engine
-    from ..stores.facts import FactStore
-    from ..stores.procedures import ProcedureStore
-    from ..stores.state import State
 
 MODES = ("hybrid", "keyword", "vector")
 #: Semantic evidence this far above min_evidence answers without reading the words (see _nothing_known).
 COVERAGE_MARGIN = 0.5
-#: Pseudo-relevance feedback: the best memories it reads, and the words it adds (see _feedback).
-PRF_DOCS, PRF_TERMS = 3, 5
 #: A suspected hub must be near at least this many times the share of pieces chance gives (see _without_hubs).
 HUB_OVER_CHANCE = 2.0
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
 RUNS_SHOWN = 3
-
-
-@dataclass
-class Parts:
-    """What recall reads: the index (either backend, or a team's: recall never asks which), the stores, the usage
-    state, the settings and the model."""
-
-    index: VaultIndex
-    facts: FactStore
-    procedures: ProcedureStore
-    state: Callable[[], State]
-    config: Config
-    engine: Engine
-    #: Whether the asker may read a vault-relative path (its ``[scopes]`` read paths); None: everything. What it may
-    #: not read is dropped with the search's candidates, so it never takes a place nor shows in what it is told.
-    readable: Callable[[str], bool] | None = None
-
-
-@dataclass
-class Candidate:
-    """One memory found by either search, with what its relevance is made of."""
-
-    key: tuple[str, str]
-    doc: dict[str, Any]
-    relevance: float = 0.0
-    cosine: float = 0.0       # raw cosine of its best chunk (0 when no vector)
-    keyword: float = 0.0      # normalised BM25 part (terms and pairs)
-    exact: bool = False
-    rowid: int = 0            # its best chunk, in ``index``
-    index: VaultIndex | None = None
-    factors: dict[str, float] = field(default_factory=dict)
-    score: float = 0.0
-    stale: str | None = None
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    semantic: float = 0.0     # the cosine relevance used: its chunk's cosine ÷ the best cosine of the recall
 
 
 def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budget: object, mode: str,
@@ -189,34 +148,29 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     settings = config.recall
     embedder = _embedder(parts, mode, warnings)
     search_query = window.query if window is not None and _content(window.query) else query
-    # The query's vector is computed while the index is checked and searched for words (torch, SQLite and the
-    # daemon's socket all release the GIL): the two longest steps of a warm recall overlap.
-    query_vector = (_Background(embedder.embed_query, search_query)
-                    if embedder is not None and (window is None or _content(window.query)) else None)
-    if sync:
-        report = index.refresh(settings.rescan_interval)
-        if report is not None:
-            warnings += report.warnings
-    warnings += index.warnings
-    index.warnings.clear()
-    unseen = index.problems()
-    if unseen:  # every recall says which memories it cannot see, not only the sync that first met them
-        shown = "; ".join(unseen[:3]) + (f"; and {len(unseen) - 3} more" if len(unseen) > 3 else "")
-        warnings.append(f"{len(unseen)} file{'s' if len(unseen) > 1 else ''} not searchable: {shown}")
+    searched = window is None or _content(window.query)
+    # The query's vector is computed in a worker thread from here on (then the vector scan, once bound below) while
+    # this one starts the freshness check (the watcher's barrier) and searches the words; when the check changed
+    # the index, the search runs again. Before the first sync there is nothing to search.
+    qvec = QueryVector(embedder.embed_query, search_query) if embedder is not None and searched else None
+    finish = index.refresh_later(settings.rescan_interval) if sync else None
+    if finish is not None and (not index.exists() or not searched):
+        _refreshed(finish(), warnings)
+        finish = None
     if embedder is not None and sync:
-        pending = index.embed(embedder, limit=settings.embed_at_recall)
-        warnings += pending.warnings
-        if pending.chunks_pending:
-            warnings.append(f"{pending.chunks_pending} changed chunks are indexed for keywords only until "
-                            "'memvault reindex' embeds them (each recall embeds the next ones)")
-    if window is not None and not _content(window.query):
-        # "what happened yesterday": no subject left to search for, the window is the question
-        result = _in_window(parts, window, kinds, k, warnings)
-        return _finish(parts, result, budget, fmt, record_access)
-    has_vectors = index.exists() and index.identity() is not None
-    qvec = query_vector if query_vector is not None and has_vectors else None  # resolved at the vector stage
+        _embed_pending(parts, embedder, warnings)
+    if not (index.exists() and index.identity() is not None):
+        qvec = None
+    if qvec is not None:
+        qvec.bind(index.vector_search(kinds, width(parts, k)))
+    if not searched:  # "what happened yesterday": no subject left to search for, the window is the question
+        _gathered(parts, warnings)
+        return _finish(parts, _in_window(parts, window, kinds, k, warnings), budget, fmt, record_access)
     used_mode = mode if qvec is not None else "keyword"
     if mode == "vector" and qvec is None:
+        if finish is not None:
+            _refreshed(finish(), warnings)
+        _gathered(parts, warnings)
         return RecallResult([], mode="vector", warnings=warnings)
 
     floor = settings.relative_floor if min_relevance is None else min_relevance
@@ -225,6 +179,17 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     evidence: dict[str, Any] = {}
     ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance, calibration,
                         evidence, holder)
+    if finish is not None and _refreshed(finish(), warnings):
+        if embedder is not None:
+            _embed_pending(parts, embedder, warnings)
+        vector = None
+        if embedder is not None and index.identity() is not None:  # the first vectors may have come with the sync
+            vector = qvec.vector() if qvec is not None else embedder.embed_query(search_query)
+        used_mode = mode if vector is not None else "keyword"
+        evidence.clear()
+        ranked, why = _rank(parts, search_query, k, kinds, used_mode, vector, window, floor, min_relevance,
+                            calibration, evidence, holder)
+    _gathered(parts, warnings)
     checked: set[str] = set()
     if sync and verify and ranked:
         # Stat the files behind what is about to be returned (and a margin): one edited in place since it was
@@ -235,8 +200,9 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
-            ranked, why = _rank(parts, search_query, k, kinds, used_mode, qvec, window, floor, min_relevance,
-                                calibration, evidence, holder)
+            ranked, why = _rank(parts, search_query, k, kinds, used_mode,
+                                qvec.vector() if isinstance(qvec, QueryVector) else qvec, window, floor,
+                                min_relevance, calibration, evidence, holder)
         checked = index.as_on_disk(paths)
     if not include_superseded:
         ranked = [c for c in ranked if not str(c.doc.get("ref") or "").startswith(SUPERSEDED_REF)]
@@ -251,28 +217,33 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     return _finish(parts, result, budget, fmt, record_access)
 
 
-class _Background:
-    """A call run in a thread; :meth:`result` waits for it and returns its value or raises its exception."""
+def _refreshed(report: SyncReport | None, warnings: list[str]) -> bool:
+    """The freshness check's warnings taken; whether it changed the index (a search made before is out of date)."""
+    if report is None:
+        return False
+    warnings += report.warnings
+    return report.altered
 
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        import threading
 
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
-        self._thread.start()
+def _embed_pending(parts: Parts, embedder: Any, warnings: list[str]) -> None:
+    """The next chunks waiting for a vector (``[recall] embed_at_recall`` of them), embedded before the search."""
+    pending = parts.index.embed(embedder, limit=parts.config.recall.embed_at_recall)
+    warnings += pending.warnings
+    if pending.chunks_pending:
+        warnings.append(f"{pending.chunks_pending} changed chunks are indexed for keywords only until "
+                        "'memvault reindex' embeds them (each recall embeds the next ones)")
 
-    def _run(self, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
-            self._error = exc
 
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
+def _gathered(parts: Parts, warnings: list[str]) -> None:
+    """What the index met on the way (a link it would not follow...), and the files it cannot search: every recall
+    says which memories it cannot see, not only the sync that first met them."""
+    index = parts.index
+    warnings += index.warnings
+    index.warnings.clear()
+    unseen = index.problems()
+    if unseen:
+        shown = "; ".join(unseen[:3]) + (f"; and {len(unseen) - 3} more" if len(unseen) > 3 else "")
+        warnings.append(f"{len(unseen)} file{'s' if len(unseen) > 1 else ''} not searchable: {shown}")
 
 
 def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
@@ -362,7 +333,8 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     """Candidates from both searches, each with both scores; runs attached to their procedures; the time window,
     the floors; ranked on the five factors. Returns the ranked candidates and, when none is left, why (the
     figures the "nothing known" test read go into ``evidence``)."""
-    candidates = _candidates(parts, query, k, kinds, used_mode, qvec)
+    factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
+    candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
     if window is not None:
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
     if "procedure" in kinds:
@@ -375,13 +347,13 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
         if used_mode != "keyword" and calibration is not None:
             # Keyword-only recall has no cosine, and coverage alone would cost too many answers: it skips this
             # test (docs/benchmarks.md).
-            why = _nothing_known(parts, query, candidates, calibration, evidence)
+            why = _nothing_known(parts, query, candidates, calibration, evidence, factors)
             if why is not None:
                 return [], why
         candidates = {key: c for key, c in candidates.items() if c.relevance >= floor * best}
     if parts.config.recall.coverage_weight and used_mode != "vector":
         _rescore(parts, query, candidates)
-    _score(parts, candidates.values())
+    _score(parts, candidates.values(), factors)
     ranked = sorted(candidates.values(), key=lambda c: (-c.score, c.key))
     if holder is not None and parts.config.recall.hub_share < 1:
         ranked = _without_hubs(parts, ranked, k, holder, evidence)
@@ -467,7 +439,7 @@ def named_words(query: str) -> list[str]:
 
 
 def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], Candidate], calibration: Calibration,
-                   evidence: dict[str, Any] | None) -> str | None:
+                   evidence: dict[str, Any] | None, factors: _Factors | None = None) -> str | None:
     """Why nothing should be returned, or None when something stands out from what unrelated text gets here.
 
     Something stands out when a memory quotes the query, or the best **semantic evidence** of any kind (its best
@@ -491,7 +463,7 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
     unknown = words.index.unknown_words(names) if names and words.index is not None else []
     penalty = settings.unknown_name_penalty if unknown else 0.0
     # the words are read only when the meaning alone is not clearly enough (they cost an FTS lookup per term)
-    held = (words.index.coverage(query, words.rowid)
+    held = ((factors.coverage_of(query, words) if factors is not None else words.index.coverage(query, words.rowid))
             if words.index is not None and words.keyword > 0
             and semantic - penalty < settings.min_evidence + COVERAGE_MARGIN else 0.0)
     if evidence is not None:
@@ -507,109 +479,6 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
             f"questions get in this vault, 1 what a piece of one of its memories gets) and the best match holds "
             f"{against(held, settings.min_coverage + penalty, percent=True)} of the query's weight in words"
             f"{unknown_note}")
-
-
-def _candidates(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str,
-                qvec: Any) -> dict[tuple[str, str], Candidate]:
-    """Both searches over the index, each candidate with both scores: keyword scores divided by the best one's,
-    cosines by the best cosine."""
-    settings = parts.config.recall
-    n = min(max(settings.candidates, k), 4096)
-    s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
-    p = settings.phrase_weight
-    index = parts.index
-    if not index.exists():
-        return {}
-    vectors_here = qvec is not None and index.identity() is not None
-    scan = None
-    if vectors_here and isinstance(qvec, _Background):
-        # A warm process scans its vectors in the query vector's thread, while the words are searched here.
-        search = index.vector_search(kinds, n)
-        if search is not None:
-            scan = _Background(lambda pending: search(pending.result()), qvec)
-    keyword = dict(index.search_keywords(query, kinds, n)) if used_mode != "vector" else {}
-    phrases = dict(index.search_phrases(query, kinds, n)) if used_mode != "vector" and p else {}
-    exact = set(index.search_exact(query, kinds, n)) if used_mode != "vector" and settings.exact_boost else set()
-    cosine: dict[int, float] = {}
-    if vectors_here:
-        qvec = qvec.result() if isinstance(qvec, _Background) else qvec
-        cosine = dict(scan.result() if scan is not None else index.search_vectors(qvec, kinds, n))
-        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too.
-        missing = (set(keyword) | set(phrases) | exact) - set(cosine)
-        if missing:
-            cosine.update(index.similarities(qvec, sorted(missing)))
-    rowids = set(keyword) | set(phrases) | set(cosine) | exact
-    docs = index.chunk_docs(list(rowids)) if rowids else {}
-    if parts.readable is not None:
-        docs = {r: d for r, d in docs.items() if parts.readable(d["path"])}
-    neighbours: dict[int, list[int]] = {}
-    if settings.neighbour_weight:
-        # A turn of a conversation is understood with the turns around it: they join the candidates, and a
-        # turn's relevance is smoothed with its best neighbour's (turns R@10 .746 -> .804 with context vectors).
-        neighbours = index.episode_neighbours(docs)
-        extra = sorted({n for ns in neighbours.values() for n in ns} - set(docs))
-        if extra:
-            docs.update({r: d for r, d in index.chunk_docs(extra).items()
-                         if parts.readable is None or parts.readable(d["path"])})
-            if vectors_here:
-                cosine.update(index.similarities(qvec, extra))
-    best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
-    g = settings.neighbour_weight
-    out: dict[tuple[str, str], Candidate] = {}
-    best_kw = max(keyword.values(), default=0.0) or 1.0
-    best_phrase = max(phrases.values(), default=0.0) or 1.0
-    trust = 1.0
-    if settings.keyword_coverage and keyword:
-        from .rescore import keyword_trust
-
-        trust = keyword_trust(index.coverage(query, max(keyword, key=keyword.__getitem__)), settings.keyword_coverage)
-    rel_of, kw_of = {}, {}
-    for rowid in docs:
-        kw_of[rowid] = trust * (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
-        rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
-    for rowid, doc in docs.items():
-        kw = kw_of[rowid]
-        cos = max(0.0, cosine.get(rowid, 0.0))
-        rel = rel_of[rowid]
-        if rowid in neighbours:
-            rel = (rel + g * max(rel_of.get(n, 0.0) for n in neighbours[rowid])) / (1 + g)
-        if exact:
-            # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
-            rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
-        key = (doc["kind"], doc["id"])
-        current = out.get(key)
-        if current is None or rel > current.relevance:
-            out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
-                                 rowid in exact, rowid, index, semantic=cos / best_cos)
-        else:
-            current.cosine = max(current.cosine, cos)
-    if settings.prf_weight and used_mode != "vector" and out:
-        _feedback(parts, query, kinds, n, out)
-    return out
-
-
-def _feedback(parts: Parts, query: str, kinds: list[str], n: int, out: dict[tuple[str, str], Candidate]) -> None:
-    """Pseudo-relevance feedback: the words the best ``PRF_DOCS`` facts and procedures share (and the query lacks,
-    rare in the vault) searched as a second keyword query; a candidate's relevance gains ``[recall] prf_weight``
-    times that search's BM25 / best. Conversation turns give no words: their chat drifts (docs/benchmarks.md)."""
-    weight = parts.config.recall.prf_weight
-    top = sorted((c for c in out.values() if c.key[0] != "episode"), key=lambda c: -c.relevance)[:PRF_DOCS]
-    index = parts.index
-    bodies = [c.doc["body"] for c in top]
-    if not bodies:
-        return
-    found = index.search_feedback(bodies, query, kinds, PRF_TERMS, n)
-    best = max((s for _, s in found), default=0.0) or 1.0
-    docs = index.chunk_docs([r for r, _ in found if r]) if found else {}
-    gain: dict[tuple[str, str], float] = {}
-    for rowid, value in found:
-        doc = docs.get(rowid)
-        if doc is not None:
-            key = (doc["kind"], doc["id"])
-            gain[key] = max(gain.get(key, 0.0), value / best)
-    for key, value in gain.items():
-        if key in out:
-            out[key].relevance = min(1.0, out[key].relevance + weight * value)
 
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
@@ -643,42 +512,83 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
             candidates[("procedure", name)].runs = items
 
 
-def _score(parts: Parts, candidates: Any) -> None:
+class _Factors:
+    """Importance, confidence, recency and frequency of the memories found, and a stale fact's or an untrusted
+    episode's penalty: they depend on the memory, not on the question, so a warm recall reads them while the
+    query's vector is computed (:func:`gather`'s ``prepare``)."""
+
+    def __init__(self, parts: Parts, wants_coverage: bool = False) -> None:
+        self.parts = parts
+        self.wants_coverage = wants_coverage
+        self.coverage: dict[tuple[int, int], float] = {}
+        self.current = now()
+        self.policy = Policy(parts.config.trust.trusted)
+        #: (kind, id) -> (the four factors, why the fact is stale or None, the penalty taken off its relevance)
+        self.of: dict[tuple[str, str], tuple[dict[str, float], str | None, float]] = {}
+
+    def __call__(self, docs: dict[int, dict[str, Any]]) -> None:
+        self.add(docs.values())
+
+    def best_words(self, query: str, rowid: int) -> None:
+        """The share of the query's words the best keyword match holds, read ahead for the "nothing known" test."""
+        if self.wants_coverage:
+            self.coverage[(id(self.parts.index), rowid)] = self.parts.index.coverage(query, rowid)
+
+    def coverage_of(self, query: str, c: Candidate) -> float:
+        assert c.index is not None
+        found = self.coverage.get((id(c.index), c.rowid))
+        return found if found is not None else c.index.coverage(query, c.rowid)
+
+    def add(self, docs: Any) -> None:
+        new: dict[tuple[str, str], dict[str, Any]] = {}
+        for doc in docs:
+            key = (doc["kind"], doc["id"])
+            if key not in self.of:
+                new.setdefault(key, doc)
+        if not new:
+            return
+        config = self.parts.config
+        settings, current = config.recall, self.current
+        usage = self.parts.state().get(list(new))
+        for key, doc in new.items():
+            u = usage.get(key)
+            last_use = u.last_used if u else None
+            count = (u.uses + u.shown) if u else 0.0
+            factors = {
+                "importance": float(doc["importance"]),
+                "confidence": float(doc["confidence"]),
+                "recency": _recency(doc.get("updated") or doc.get("created"), last_use, current, settings.half_life),
+                "frequency": min(1.0, math.log1p(count) / math.log1p(settings.frequency_cap)),
+            }
+            stale, penalty = None, 0.0
+            if key[0] == "fact":
+                stale = stale_doc_reason(doc.get("valid_until"), doc.get("review_after"), doc.get("updated"),
+                                         config.facts.review_after, current)
+                if stale is not None:
+                    penalty = config.facts.stale_penalty
+            elif key[0] == "episode" and not self.policy.is_trusted(doc.get("source") or ""):
+                penalty = settings.untrusted_penalty
+            self.of[key] = (factors, stale, penalty)
+
+
+def _score(parts: Parts, candidates: Any, factors: _Factors | None = None) -> None:
     """score = (w_rel·relevance + band·Σ w_f·f) / (w_rel + band·Σ w_f), f over the four other factors.
 
     The band (``[recall] band``, 0.05) is how far importance, confidence, recency and frequency together can
     move a memory, in relevance: they order memories of comparable relevance and never lift an unrelated one
     over a related one. A stale fact's relevance counts ``[facts] stale_penalty`` less in its score."""
-    config = parts.config
-    settings = config.recall
+    settings = parts.config.recall
     candidates = list(candidates)
-    usage = parts.state().get([c.key for c in candidates])
-    current = now()
+    factors = factors or _Factors(parts)
+    factors.add(c.doc for c in candidates)
     weights = settings.weights
     others = [f for f in FACTORS if f != "relevance"]
-    policy = Policy(config.trust.trusted)
     w_rel, band = weights["relevance"], settings.band
     norm = w_rel + band * sum(weights[f] for f in others) or 1.0
     for c in candidates:
-        u = usage.get(c.key)
-        last_use = u.last_used if u else None
-        count = (u.uses + u.shown) if u else 0.0
-        c.factors = {
-            "relevance": c.relevance,
-            "importance": float(c.doc["importance"]),
-            "confidence": float(c.doc["confidence"]),
-            "recency": _recency(c.doc.get("updated") or c.doc.get("created"), last_use, current, settings.half_life),
-            "frequency": min(1.0, math.log1p(count) / math.log1p(settings.frequency_cap)),
-        }
-        penalty = 0.0
-        if c.key[0] == "fact":
-            c.stale = stale_doc_reason(c.doc.get("valid_until"), c.doc.get("review_after"), c.doc.get("updated"),
-                                       config.facts.review_after, current)
-            if c.stale is not None:
-                penalty = config.facts.stale_penalty
-        elif c.key[0] == "episode" and not policy.is_trusted(c.doc.get("source") or ""):
-            penalty = settings.untrusted_penalty
-        c.score = (w_rel * (c.relevance - penalty) + band * sum(weights[f] * c.factors[f] for f in others)) / norm
+        found, c.stale, penalty = factors.of[c.key]
+        c.factors = {"relevance": c.relevance, **found}
+        c.score = (w_rel * (c.relevance - penalty) + band * sum(weights[f] * found[f] for f in others)) / norm
 
 
 def _recency(stamp: str | None, last_use: datetime | None, current: datetime, half_life: float) -> float:

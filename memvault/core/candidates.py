@@ -1,0 +1,331 @@
+"""Recall's candidates: both searches over the index, each candidate with both scores.
+
+A warm recall's two long steps are the query's embedding and the word searches. They run at once: the embedding and
+then the vector scan in a worker thread (:class:`QueryVector`; the model, numpy and SQLite release the GIL), the
+words in the caller's. Everything the words alone decide (their candidates' fields, their conversation neighbours,
+the keyword trust) is read before the caller waits for the vectors; after that, only the rows the vectors added.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..index.protocol import VaultIndex
+    from ..models.engine import Engine
+    from ..rules.config import Config
+    from ..stores.facts import FactStore
+    from ..stores.procedures import ProcedureStore
+    from ..stores.state import State
+
+#: Pseudo-relevance feedback: the best memories it reads, and the words it adds (see _feedback).
+PRF_DOCS, PRF_TERMS = 3, 5
+#: How long recall polls for the query's vector before it sleeps on it (seconds): a query embeds in 5-10 ms.
+SPIN = 0.05
+#: sqlite-vec answers at most this many neighbours per KNN query: no search asks for more.
+MAX_CANDIDATES = 4096
+
+Scan = Callable[[Any], list[tuple[int, float]]]
+
+
+class Prepare(Protocol):
+    """What recall reads ahead about the candidates while the query's vector is being computed."""
+
+    def __call__(self, docs: dict[int, dict[str, Any]]) -> None:
+        """Docs found (chunk rowid -> fields)."""
+        ...
+
+    def best_words(self, query: str, rowid: int) -> None:
+        """The keyword search's best row."""
+        ...
+
+
+@dataclass
+class Parts:
+    """What recall reads: the index (either backend, or a team's: recall never asks which), the stores, the usage
+    state, the settings and the model."""
+
+    index: VaultIndex
+    facts: FactStore
+    procedures: ProcedureStore
+    state: Callable[[], State]
+    config: Config
+    engine: Engine
+    #: Whether the asker may read a vault-relative path (its ``[scopes]`` read paths); None: everything. What it may
+    #: not read is dropped with the search's candidates, so it never takes a place nor shows in what it is told.
+    readable: Callable[[str], bool] | None = None
+
+
+@dataclass
+class Candidate:
+    """One memory found by either search, with what its relevance is made of."""
+
+    key: tuple[str, str]
+    doc: dict[str, Any]
+    relevance: float = 0.0
+    cosine: float = 0.0       # raw cosine of its best chunk (0 when no vector)
+    keyword: float = 0.0      # normalised BM25 part (terms and pairs)
+    exact: bool = False
+    rowid: int = 0            # its best chunk, in ``index``
+    index: VaultIndex | None = None
+    factors: dict[str, float] = field(default_factory=dict)
+    score: float = 0.0
+    stale: str | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    semantic: float = 0.0     # the cosine relevance used: its chunk's cosine ÷ the best cosine of the recall
+
+
+# ------------------------------------------------------------------------------------------------ the query's vector
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Two threads kept for the process's recalls (starting a thread for each costs a quarter of a millisecond). A
+    task never waits for another task, so recalls from many threads only queue."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memvault-query")
+        return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL
+    _POOL = None  # a forked child has none of its parent's threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+class QueryVector:
+    """The query's vector, computed in a worker thread from the moment recall starts.
+
+    :meth:`bind` gives it the vector search (bound to the vectors as they are once pending chunks are embedded). Who
+    runs that search is decided when the vector is known: the worker thread when the caller is still busy with the
+    words (a large vault, where they take longer than the model), else the caller itself, which is then idle, so the
+    search neither waits for a thread to wake nor shares the CPU with the caller's own work. :meth:`vector` and
+    :meth:`scanned` wait as needed and raise what the worker raised."""
+
+    def __init__(self, embed: Callable[[str], Any], query: str) -> None:
+        self._lock = threading.Lock()
+        self._known = threading.Event()
+        self._scan: Scan | None = None
+        self._vector: Any = None
+        self._error: BaseException | None = None
+        self._ready = False
+        self._waiting = False   # the caller waits for the vector: it runs the search itself
+        self._claimed = False   # the worker took the search
+        self._scanned: list[tuple[int, float]] | None = None
+        self._later: Future[list[tuple[int, float]]] | None = None
+        self._future = _pool().submit(self._run, embed, query)
+
+    def _run(self, embed: Callable[[str], Any], query: str) -> None:
+        try:
+            vector = embed(query)
+        except BaseException as exc:
+            with self._lock:
+                self._error, self._ready = exc, True
+            self._known.set()
+            raise
+        with self._lock:
+            self._vector, self._ready = vector, True
+            scan = self._scan if self._scan is not None and not self._waiting else None
+            self._claimed = scan is not None
+        self._known.set()
+        if scan is not None:
+            self._scanned = scan(vector)
+
+    def bind(self, scan: Scan | None) -> None:
+        """The vector search to run once the vector is known (None: :meth:`scanned` gives None); at once in the
+        worker when the vector already is (a small model or a slow caller): the caller goes on to the words."""
+        with self._lock:
+            self._scan = scan
+            if scan is None or not self._ready or self._error is not None or self._waiting:
+                return
+            self._claimed = True
+        self._later = _pool().submit(scan, self._vector)
+
+    @property
+    def scanning(self) -> bool:
+        """Whether a vector search was bound (:meth:`scanned` gives its result)."""
+        return self._scan is not None
+
+    def vector(self) -> Any:
+        """The query's vector, as soon as it is known (the search may still be running in the worker)."""
+        with self._lock:
+            self._waiting = True
+        if not self._known.is_set():
+            # A few milliseconds at most: polled, not slept on (a sleeping virtual CPU takes up to a millisecond
+            # to be woken), letting the worker have the interpreter at every turn.
+            deadline = time.monotonic() + SPIN
+            while not self._known.is_set() and time.monotonic() < deadline:
+                time.sleep(0)
+        self._known.wait()
+        if self._error is not None:
+            raise self._error
+        return self._vector
+
+    def scanned(self) -> list[tuple[int, float]] | None:
+        """The bound vector search's (rowid, cosine), or None when none was bound."""
+        vector = self.vector()
+        if self._scan is None:
+            return None
+        if self._claimed:
+            if self._later is not None:
+                return self._later.result()
+            self._future.result()
+            return self._scanned
+        return self._scan(vector)
+
+
+def width(parts: Parts, k: int) -> int:
+    """How many rows each search returns for a recall of ``k``."""
+    return min(max(parts.config.recall.candidates, k), MAX_CANDIDATES)
+
+
+# ------------------------------------------------------------------------------------------------ candidates
+def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qvec: QueryVector | Any,
+           prepare: Prepare | None = None) -> dict[tuple[str, str], Candidate]:
+    """Both searches over the index, each candidate with both scores: keyword scores divided by the best one's,
+    cosines by the best cosine. ``qvec`` is the query's vector, or the :class:`QueryVector` computing it (None:
+    no vectors). ``prepare`` reads ahead what the ranking will need of what the words found while the vectors are
+    still being computed (then of what only the vectors found)."""
+    settings = parts.config.recall
+    n = width(parts, k)
+    s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
+    p = settings.phrase_weight
+    index = parts.index
+    if not index.exists():
+        return {}
+    vectors_here = qvec is not None and index.identity() is not None
+    words = used_mode != "vector"
+    keyword = dict(index.search_keywords(query, kinds, n)) if words else {}
+    phrases = dict(index.search_phrases(query, kinds, n)) if words and p else {}
+    exact = set(index.search_exact(query, kinds, n)) if words and settings.exact_boost else set()
+    # What the words found is read while the vectors are still being computed.
+    fetched = set(keyword) | set(phrases) | exact
+    docs = _readable(parts, index.chunk_docs(sorted(fetched))) if fetched else {}
+    neighbours: dict[int, list[int]] = {}
+    if settings.neighbour_weight:
+        # A turn of a conversation is understood with the turns around it: they join the candidates, and a
+        # turn's relevance is smoothed with its best neighbour's (turns R@10 .746 -> .804 with context vectors).
+        neighbours = index.episode_neighbours(docs)
+    trust = 1.0
+    if settings.keyword_coverage and keyword:
+        from .rescore import keyword_trust
+
+        trust = keyword_trust(index.coverage(query, max(keyword, key=keyword.__getitem__)), settings.keyword_coverage)
+    if prepare is not None:
+        if keyword:
+            prepare.best_words(query, max(keyword, key=keyword.__getitem__))
+        if docs:
+            prepare(docs)
+    cosine: dict[int, float] = {}
+    vector = None
+    if vectors_here:
+        vector = qvec.vector() if isinstance(qvec, QueryVector) else qvec
+        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too: while the worker
+        # thread scans the vectors when it does (a warm process), else those the vector search left out.
+        if isinstance(qvec, QueryVector) and qvec.scanning:
+            known = index.similarities(vector, sorted(fetched)) if fetched else {}
+            cosine = dict(qvec.scanned() or [])
+            cosine.update({r: c for r, c in known.items() if r not in cosine})
+        else:
+            cosine = dict(index.search_vectors(vector, kinds, n))
+            missing = fetched - set(cosine)
+            if missing:
+                cosine.update(index.similarities(vector, sorted(missing)))
+        late = sorted(set(cosine) - fetched)
+        if late:
+            fetched.update(late)
+            more = _readable(parts, index.chunk_docs(late))
+            docs.update(more)
+            if prepare is not None and more:
+                prepare(more)
+            if settings.neighbour_weight:
+                neighbours.update(index.episode_neighbours(more))
+    if neighbours:
+        extra = sorted({r for ns in neighbours.values() for r in ns} - fetched)
+        if extra:
+            more = _readable(parts, index.chunk_docs(extra))
+            docs.update(more)
+            if prepare is not None and more:
+                prepare(more)
+            if vector is not None:
+                cosine.update(index.similarities(vector, extra))
+    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, s, trust)
+    if settings.prf_weight and used_mode != "vector" and out:
+        _feedback(parts, query, kinds, n, out)
+    return out
+
+
+def _readable(parts: Parts, docs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The docs the asker may read (a scoped asker's ``[scopes]``): the rest never takes a place."""
+    if parts.readable is None:
+        return docs
+    return {r: d for r, d in docs.items() if parts.readable(d["path"])}
+
+
+def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, float], phrases: dict[int, float],
+             exact: set[int], cosine: dict[int, float], neighbours: dict[int, list[int]], s: float,
+             trust: float) -> dict[tuple[str, str], Candidate]:
+    """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``."""
+    settings = parts.config.recall
+    p, g = settings.phrase_weight, settings.neighbour_weight
+    index = parts.index
+    best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
+    best_kw = max(keyword.values(), default=0.0) or 1.0
+    best_phrase = max(phrases.values(), default=0.0) or 1.0
+    rel_of, kw_of = {}, {}
+    for rowid in docs:
+        kw_of[rowid] = trust * (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
+        rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
+    out: dict[tuple[str, str], Candidate] = {}
+    for rowid, doc in docs.items():
+        kw = kw_of[rowid]
+        cos = max(0.0, cosine.get(rowid, 0.0))
+        rel = rel_of[rowid]
+        if rowid in neighbours:
+            rel = (rel + g * max(rel_of.get(r, 0.0) for r in neighbours[rowid])) / (1 + g)
+        if exact:
+            # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
+            rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
+        key = (doc["kind"], doc["id"])
+        current = out.get(key)
+        if current is None or rel > current.relevance:
+            out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
+                                 rowid in exact, rowid, index, semantic=cos / best_cos)
+        else:
+            current.cosine = max(current.cosine, cos)
+    return out
+
+
+def _feedback(parts: Parts, query: str, kinds: Sequence[str], n: int, out: dict[tuple[str, str], Candidate]) -> None:
+    """Pseudo-relevance feedback: the words the best ``PRF_DOCS`` facts and procedures share (and the query lacks,
+    rare in the vault) searched as a second keyword query; a candidate's relevance gains ``[recall] prf_weight``
+    times that search's BM25 / best. Conversation turns give no words: their chat drifts (docs/benchmarks.md)."""
+    weight = parts.config.recall.prf_weight
+    top = sorted((c for c in out.values() if c.key[0] != "episode"), key=lambda c: -c.relevance)[:PRF_DOCS]
+    index = parts.index
+    bodies = [c.doc["body"] for c in top]
+    if not bodies:
+        return
+    found = index.search_feedback(bodies, query, kinds, PRF_TERMS, n)
+    best = max((s for _, s in found), default=0.0) or 1.0
+    docs = index.chunk_docs([r for r, _ in found if r]) if found else {}
+    gain: dict[tuple[str, str], float] = {}
+    for rowid, value in found:
+        doc = docs.get(rowid)
+        if doc is not None:
+            key = (doc["kind"], doc["id"])
+            gain[key] = max(gain.get(key, 0.0), value / best)
+    for key, value in gain.items():
+        if key in out:
+            out[key].relevance = min(1.0, out[key].relevance + weight * value)
