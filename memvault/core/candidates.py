@@ -61,7 +61,7 @@ class Parts:
     readable: Callable[[str], bool] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One memory found by either search, with what its relevance is made of."""
 

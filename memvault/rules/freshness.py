@@ -4,12 +4,14 @@ Pure functions (no I/O), shared by recall (which ranks before it reads files) an
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from datetime import datetime
 from typing import Any
 
 from .errors import MemvaultError
 from .timeutil import now, parse_date, parse_time
+
 
 def text_hash(text: str) -> str:
     """The hash under which recall remembers what it returned (whitespace-normalised, so re-wrapping a
@@ -39,11 +41,19 @@ def stale_doc_reason(valid_until: str | None, review_after: float | None, update
         except MemvaultError:
             pass
     if updated:
-        try:
-            period = review_after or default_review
-            stamp = parse_time(updated)
-            if (current - stamp).total_seconds() > period:
-                return f"not updated since {stamp.date().isoformat()} (review after {int(period // 86400)}d)"
-        except MemvaultError:
+        stamp = _stored_time(updated)
+        if stamp is None:
             return None
+        period = review_after or default_review
+        if (current - stamp).total_seconds() > period:
+            return f"not updated since {stamp.date().isoformat()} (review after {int(period // 86400)}d)"
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _stored_time(stamp: str) -> datetime | None:
+    """An index row's time, parsed once: recall reads it for every candidate of every recall."""
+    try:
+        return parse_time(stamp)
+    except MemvaultError:
+        return None
