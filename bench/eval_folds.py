@@ -14,7 +14,7 @@ which rule earns it: ``named_words``, any content word no memory holds, or none)
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
 held-out folds' answers pooled; in-sample ones are the choice made on all folds, scored on all of them.
 
-Recall is simulated offline from the dump (:mod:`rank_sim`'s twin of ``memvault.core.recall._candidates`` plus the
+Recall is simulated offline from the dump (:mod:`rank_sim`'s twin of ``memvault.core.candidates.gather`` plus the
 floors and the rescoring, using the same ``memvault.core.rescore`` function recall uses). Evidence within the budget:
 of the gold items, the share whose whole text falls inside the first 10,000 characters / 2,500 tokens of the
 ranked answers (texts in rank order; a hit that does not fit whole is not counted).

@@ -26,7 +26,7 @@ def cosines(v: dict[str, Any], qvec: np.ndarray) -> np.ndarray:
 
 def shipped(v: dict[str, Any], q: dict[str, Any], n: int = 100, s: float = 0.5, p: float = 0.5, g: float = 0.5,
             exact_boost: float = 0.2, cos_all: np.ndarray | None = None) -> dict[str, float]:
-    """doc key -> relevance, as memvault.core.recall._candidates computes it (before floors)."""
+    """doc key -> relevance, as memvault.core.candidates.gather computes it (before floors)."""
     cos_all = cosines(v, q["qvec"]) if cos_all is None else cos_all
     rowids = v["rowids"]
     ri = v["row_index"]
