@@ -152,3 +152,16 @@ def test_a_link_swapped_under_a_reader_is_followed(tmp_path):
     assert index.current_target() == state / "index-2.db"
     (state / "index-2.db").unlink()
     assert index.current_target() is None
+
+
+def test_a_process_ending_while_the_query_embeds_does_not_wait_for_the_model():
+    """An error or an interrupt ends a process mid-recall: its threads are daemons, as the per-recall ones were."""
+    import subprocess
+    import sys
+
+    code = ("import time; from memvault.core.candidates import QueryVector; "
+            "QueryVector(lambda text: time.sleep(60), 'q'); time.sleep(0.2); print('leaving')")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0 and done.stdout.strip() == "leaving", done.stderr
+    assert time.monotonic() - started < 30

@@ -8,10 +8,11 @@ the keyword trust) is read before the caller waits for the vectors; after that, 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -81,17 +82,42 @@ class Candidate:
 
 
 # ------------------------------------------------------------------------------------------------ the query's vector
-_POOL: ThreadPoolExecutor | None = None
+class _Workers:
+    """Two threads kept for the process's recalls (starting a thread for each cost a quarter of a millisecond, twice a
+    recall). Daemon threads, as the per-recall ones were: a process ending while a query embeds (an error, an
+    interrupt) does not wait for the model. A task never waits for another task, so recalls from many threads only
+    queue."""
+
+    def __init__(self, size: int = 2) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        for n in range(size):
+            threading.Thread(target=self._work, name=f"memvault-query-{n}", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._tasks.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, fn, args = self._tasks.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+
+_POOL: _Workers | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def _pool() -> ThreadPoolExecutor:
-    """Two threads kept for the process's recalls (starting a thread for each costs a quarter of a millisecond). A
-    task never waits for another task, so recalls from many threads only queue."""
+def _pool() -> _Workers:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memvault-query")
+            _POOL = _Workers()
         return _POOL
 
 
