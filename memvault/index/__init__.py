@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import stat
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +26,7 @@ from ..rules.errors import ModelUnavailable, SearchIndexError
 from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
                             try_lock)
 from ..rules.timeutil import format_time, now
-from . import matrix, quantize, search
+from . import matrix, quantize, search, words
 from .db import MIGRATIONS, connect, is_corruption, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .freshness import Freshness
@@ -43,6 +45,7 @@ __all__ = ["Index", "KINDS", "CHUNK_OVERLAP", "Doc", "Sources", "SyncReport", "P
            "FieldWeights", "fts_query", "fts_phrase_query", "fts_exact_query", "vector_blob", "model_key", "cut", "read_docs",
            "FactQuery", "EpisodeQuery", "Stale"]
 
+logger = logging.getLogger(__name__)
 INDEX_NAME = "index.db"
 #: What ``index.db`` may point at: a generation file beside it, named by memvault.
 _GENERATION = re.compile(r"index-\d+\.db")
@@ -80,6 +83,11 @@ class Index(Freshness, Listings):
         self._vector_searches = 0
         self._last_refresh = float("-inf")
         self._vector_cache: tuple[Any, matrix.VectorMatrix] | None = None
+        #: The keyword postings in memory (:mod:`.words`) with the index version they were read at, and their load.
+        self._words: tuple[Any, words.Postings] | None = None
+        self._words_lock = threading.Lock()
+        self._words_loading = False
+        self._words_asked = float("-inf")
         self._rows: tuple[Any, dict[int, int]] | None = None
         self._format: str | None = None  # how the open generation stores its vectors
         self._said_format = False
@@ -478,8 +486,44 @@ class Index(Freshness, Listings):
     def search_keywords(self, query: str, kinds: Sequence[str], limit: int,
                         weights: FieldWeights | None = None) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25), and a term counts
-        in each field (key, category, tags, body) by ``weights`` (default: this index's :attr:`field_weights`)."""
+        in each field (key, category, tags, body) by ``weights`` (default: this index's :attr:`field_weights`).
+        A process that has searched before ranks from the postings in memory (:mod:`.words`: the same scores)."""
+        if self._vector_searches >= 1 and (weights is None or weights.params() == self.field_weights.params()):
+            postings = self._words_in_memory()
+            if postings is not None:
+                stems = words.word_stems(search.query_terms(query))
+                if all(len(s) <= 1 for s in stems):  # a word FTS5 reads as several tokens is a phrase there
+                    return postings.top([s[0] for s in stems if s], kinds, limit)
         return self._match(fts_query(query), kinds, limit, weights)
+
+    def _words_in_memory(self) -> words.Postings | None:
+        """The postings, when they were read from the index as it is now; else None, and a load is started in the
+        background (one at a time, at most one per :data:`words.RELOAD_AFTER` seconds)."""
+        conn = self.connection()
+        # FTS5's structure record changes with every write to the keyword index (and only with those: a sync that
+        # changed no text leaves it, where data_version would move)
+        row = conn.execute(words.VERSION_SQL).fetchone()
+        version = (self._conn_target, row[0] if row else None)
+        held = self._words
+        if held is not None and held[0] == version and held[1].weights == self.field_weights.params():
+            return held[1]
+        with self._words_lock:
+            if self._words_loading or time.monotonic() - self._words_asked < words.RELOAD_AFTER:
+                return None
+            self._words_loading, self._words_asked = True, time.monotonic()
+        target, weights = self._conn_target, self.field_weights.params()
+
+        def run() -> None:
+            try:
+                assert target is not None
+                self._words = (version, words.load(target, weights))
+            except Exception as exc:  # noqa: BLE001 - FTS5 answers meanwhile; the next load is tried later
+                logger.debug("%s: keyword postings not loaded: %s", target, exc)
+            finally:
+                self._words_loading = False
+
+        threading.Thread(target=run, name="memvault-words", daemon=True).start()
+        return None
 
     def search_phrases(self, query: str, kinds: Sequence[str], limit: int,
                        weights: FieldWeights | None = None) -> list[tuple[int, float]]:

@@ -1,0 +1,134 @@
+"""The keyword postings a warm process holds in memory (memvault.index.words) rank as FTS5's bm25() does, with the
+field weights and the kind filter; they are used only while the index is as it was when they were read."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from memvault import Vault
+from memvault.index import KINDS, words
+from memvault.index.search import FieldWeights
+
+QUERIES = [
+    "primary database port", "set a specific setting for the database", "record recording records",
+    "nginx web front", "backup db2 nightly", "disk alert web3", "promoted replica failover drill",
+    "which port does the primary database listen on", "unknownword", "the", "database database database",
+]
+
+
+@pytest.fixture
+def filled(vault, models):
+    v = Vault.open(vault.root, embedder_factory=models)
+    v.facts.set("db/primary", "The primary database listens on port 5432. Set the setting max_connections.",
+                source="user:t", tags=["database"])
+    v.facts.set("db/replica", "The replica database is db2 on port 5433; records replicate within a second.",
+                source="user:t")
+    v.facts.set("web/front", "The web front is nginx on web1; it proxies the database admin.", source="user:t")
+    v.facts.set("ops/backup", "The nightly backup runs at 03:15 from db2 and records its size.", source="user:t")
+    v.episodes.append("Failover drill: promoted the replica database in 4 minutes.", source="agent:oncall")
+    v.episodes.append("disk alert on web3: 91% full, database logs rotated", source="agent:monitor")
+    v.episodes.append("recording the setting change on the primary database", source="agent:oncall")
+    v.recall("warm up", record_access=False)
+    yield v
+    v.close()
+
+
+def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
+    return (sorted(r for r, _ in a) == sorted(r for r, _ in b)
+            and all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for (_, x), (_, y) in
+                    zip(sorted(a, key=lambda t: -t[1]), sorted(b, key=lambda t: -t[1]))))
+
+
+@pytest.mark.parametrize("weights", [None, FieldWeights(key=1.0, tags=2.5)])
+def test_the_postings_score_every_query_as_fts5_does(filled, weights):
+    index = filled.index
+    if weights is not None:
+        index.field_weights = weights
+    postings = words.Postings(index.connection(), index.field_weights.params())
+    for kinds in (list(KINDS), ["fact"], ["episode"], ["fact", "procedure"]):
+        for q in QUERIES:
+            stems = words.word_stems(words_of(q))
+            assert all(len(s) <= 1 for s in stems)
+            expected = index._match(fts(q), kinds, 100, None)
+            assert same(postings.top([s[0] for s in stems if s], kinds, 100), expected), (q, kinds)
+
+
+def words_of(q: str) -> list[str]:
+    from memvault.index.search import query_terms
+
+    return query_terms(q)
+
+
+def fts(q: str) -> str:
+    from memvault.index.search import fts_query
+
+    return fts_query(q)
+
+
+def wait_for_postings(index, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while index._words is None or index._words_loading:
+        assert time.monotonic() < deadline, "the postings were never loaded"
+        index._words_in_memory()
+        time.sleep(0.02)
+
+
+def test_a_warm_index_ranks_from_memory_and_never_from_stale_postings(filled, monkeypatch):
+    index = filled.index
+    wait_for_postings(index)
+    used = []
+    top = words.Postings.top
+    monkeypatch.setattr(words.Postings, "top", lambda self, *a: (used.append(1), top(self, *a))[1])
+    found = index.search_keywords("primary database port", list(KINDS), 10)
+    assert used and same(found, index._match(fts("primary database port"), list(KINDS), 10, None))
+
+    filled.facts.set("db/archive", "The archive database keeps ten years of records on port 5499.", source="user:t")
+    used.clear()  # the write's own duplicate check searched the index as it was before the write
+    rows = dict(index.search_keywords("archive years", list(KINDS), 10))
+    docs = index.chunk_docs(list(rows))
+    assert "db/archive" in {d["id"] for d in docs.values()}
+    assert not used, "postings read before the write answered after it"
+
+
+def test_a_word_fts5_reads_as_a_phrase_is_left_to_fts5(filled, monkeypatch):
+    index = filled.index
+    wait_for_postings(index)
+    monkeypatch.setattr(words.Postings, "top", lambda *a: pytest.fail("a phrase word was ranked from memory"))
+    assert same(index.search_keywords("max_connections", list(KINDS), 10), index._match(fts("max_connections"),
+                                                                                         list(KINDS), 10, None))
+
+
+def test_a_one_shot_process_loads_nothing(vault, models):
+    v = Vault.open(vault.root, embedder_factory=models)
+    v.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
+    v.index.sync()
+    v.index.search_keywords("primary database", list(KINDS), 10)
+    assert v.index._words is None and not v.index._words_loading
+    v.close()
+
+
+def test_a_sync_that_changed_no_text_keeps_the_postings(filled, monkeypatch):
+    """A recall's freshness check writes when it last looked (data_version moves): the words did not change."""
+    index = filled.index
+    wait_for_postings(index)
+    index.sync()
+    used = []
+    top = words.Postings.top
+    monkeypatch.setattr(words.Postings, "top", lambda self, *a: (used.append(1), top(self, *a))[1])
+    index.search_keywords("nightly backup", list(KINDS), 10)
+    assert used
+
+
+def test_ties_go_to_the_lowest_rowid_as_in_fts5(filled):
+    """Many memories score alike in a small vault (FTS5's IDF floor): which of them a short list keeps is FTS5's
+    choice too, so a warm process and a one-shot one return the same rows."""
+    index = filled.index
+    postings = words.Postings(index.connection(), index.field_weights.params())
+    for q in QUERIES:
+        stems = [s[0] for s in words.word_stems(words_of(q)) if s]
+        for limit in (1, 2, 3, 5):
+            mine, theirs = postings.top(stems, list(KINDS), limit), index._match(fts(q), list(KINDS), limit, None)
+            assert [r for r, _ in mine] == [r for r, _ in theirs], (q, limit)
+            assert [s for _, s in mine] == pytest.approx([s for _, s in theirs], rel=1e-9), (q, limit)
