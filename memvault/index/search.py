@@ -71,29 +71,12 @@ def fts_exact_query(text: str) -> str:
     return '"' + " ".join(tokens[:MAX_TERMS]) + '"' if len(tokens) >= 3 else ""
 
 
-_STEMMER: Any = None
-_STEMMER_LOCK = __import__("threading").Lock()
-
-
 def stems(text: str) -> list[str]:
     """The query's distinct content words as the keyword index stores them (FTS5's own porter tokenizer, run on a
-    scratch in-memory table, so the stems are exactly the index's)."""
-    global _STEMMER
-    if _STEMMER is None:
-        from .db import sqlite_module
+    scratch in-memory table, so the stems are exactly the index's: :func:`memvault.index.words.word_stems`)."""
+    from .words import word_stems
 
-        conn = sqlite_module().connect(":memory:", check_same_thread=False)
-        conn.execute("CREATE VIRTUAL TABLE q USING fts5(x, tokenize='porter unicode61 remove_diacritics 2')")
-        conn.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, instance)")
-        _STEMMER = conn
-    words = query_terms(text)
-    if not words:
-        return []
-    with _STEMMER_LOCK:
-        conn = _STEMMER
-        conn.execute("DELETE FROM q")
-        conn.execute("INSERT INTO q(x) VALUES (?)", (" ".join(words),))
-        return list(dict.fromkeys(r[0] for r in conn.execute("SELECT term FROM qv ORDER BY offset")))
+    return list(dict.fromkeys(stem for word in word_stems(query_terms(text)) for stem in word))
 
 
 def _varint(data: bytes) -> int:
