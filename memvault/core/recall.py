@@ -36,7 +36,6 @@ changed since it was indexed only that file is re-indexed and only the search is
 """
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from .candidates import Candidate, Parts, QueryVector, gather, width  # noqa: F4
 from .contradictions import SUPERSEDED_REF
 from ..index import KINDS
 from ..index.search import query_terms
-from ..rules.freshness import stale_doc_reason, text_hash
+from ..rules.freshness import stale_doc_reason, stored_time, text_hash
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
 from ..rules.validation import MAX_FUTURE
@@ -595,7 +594,7 @@ def _recency(stamp: str | None, last_use: datetime | None, current: datetime, ha
     """0.5 ** (age / half_life) of the later of the memory's time and its last use. A time further in the future
     than clock skew allows (a line placed by hand, written before that was refused, or from a host whose clock is
     wrong) is not believed: it would keep recency 1.0 for ever."""
-    written = _parse(stamp)
+    written = stored_time(stamp)
     if written is not None and written > current + MAX_FUTURE:
         written = None
     times = [t for t in (written, last_use) if t is not None]
@@ -603,17 +602,6 @@ def _recency(stamp: str | None, last_use: datetime | None, current: datetime, ha
         return 0.0
     age = max(0.0, (current - max(times)).total_seconds())
     return 0.5 ** (age / half_life)
-
-
-@functools.lru_cache(maxsize=65536)
-def _parse(stamp: str | None) -> datetime | None:
-    """A stored time (every candidate of every recall has one: cached, most recur)."""
-    if not stamp:
-        return None
-    try:
-        return parse_time(stamp)
-    except MemvaultError:
-        return None
 
 
 def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, warnings: list[str]) -> RecallResult:

@@ -41,7 +41,7 @@ def stale_doc_reason(valid_until: str | None, review_after: float | None, update
         except MemvaultError:
             pass
     if updated:
-        stamp = _stored_time(updated)
+        stamp = stored_time(updated)
         if stamp is None:
             return None
         period = review_after or default_review
@@ -51,8 +51,11 @@ def stale_doc_reason(valid_until: str | None, review_after: float | None, update
 
 
 @functools.lru_cache(maxsize=65536)
-def _stored_time(stamp: str) -> datetime | None:
-    """An index row's time, parsed once: recall reads it for every candidate of every recall."""
+def stored_time(stamp: str | None) -> datetime | None:
+    """An index row's time (None when absent or unreadable), parsed once per process: recall reads the times of
+    every candidate of every recall, and most recur."""
+    if not stamp:
+        return None
     try:
         return parse_time(stamp)
     except MemvaultError:
