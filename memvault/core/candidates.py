@@ -145,7 +145,6 @@ class QueryVector:
         self._scan: Scan | None = None
         self._vector: Any = None
         self._error: BaseException | None = None
-        self._ready = False
         self._waiting = False   # the caller waits for the vector: it runs the search itself
         self._claimed = False   # the worker took the search
         self._scanned: list[tuple[int, float]] | None = None
@@ -157,14 +156,14 @@ class QueryVector:
             vector = embed(query)
         except BaseException as exc:
             with self._lock:
-                self._error, self._ready = exc, True
-            self._known.set()
+                self._error = exc
+                self._known.set()
             raise
         with self._lock:
-            self._vector, self._ready = vector, True
+            self._vector = vector
             scan = self._scan if self._scan is not None and not self._waiting else None
             self._claimed = scan is not None
-        self._known.set()
+            self._known.set()
         if scan is not None:
             self._scanned = scan(vector)
 
@@ -173,7 +172,7 @@ class QueryVector:
         worker when the vector already is (a small model or a slow caller): the caller goes on to the words."""
         with self._lock:
             self._scan = scan
-            if scan is None or not self._ready or self._error is not None or self._waiting:
+            if scan is None or not self._known.is_set() or self._error is not None or self._waiting:
                 return
             self._claimed = True
         self._later = _pool().submit(scan, self._vector)
@@ -236,23 +235,33 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
     phrases = dict(index.search_phrases(query, kinds, n)) if words and p else {}
     exact = set(index.search_exact(query, kinds, n)) if words and settings.exact_boost else set()
     # What the words found is read while the vectors are still being computed.
-    fetched = set(keyword) | set(phrases) | exact
-    docs = _readable(parts, index.chunk_docs(sorted(fetched))) if fetched else {}
+    fetched: set[int] = set()
+    docs: dict[int, dict[str, Any]] = {}
+
+    def read(rows: set[int] | list[int]) -> dict[int, dict[str, Any]]:
+        """The fields of ``rows`` not read yet that the asker may read, added to ``docs`` and read ahead."""
+        rows = sorted(set(rows) - fetched)
+        fetched.update(rows)
+        more = _readable(parts, index.chunk_docs(rows)) if rows else {}
+        docs.update(more)
+        if prepare is not None and more:
+            prepare(more)
+        return more
+
+    best_words = max(keyword, key=keyword.__getitem__) if keyword else None
+    if prepare is not None and best_words is not None:
+        prepare.best_words(query, best_words)
+    read(set(keyword) | set(phrases) | exact)
     neighbours: dict[int, list[int]] = {}
     if settings.neighbour_weight:
         # A turn of a conversation is understood with the turns around it: they join the candidates, and a
         # turn's relevance is smoothed with its best neighbour's (turns R@10 .746 -> .804 with context vectors).
         neighbours = index.episode_neighbours(docs)
     trust = 1.0
-    if settings.keyword_coverage and keyword:
+    if settings.keyword_coverage and best_words is not None:
         from .rescore import keyword_trust
 
-        trust = keyword_trust(index.coverage(query, max(keyword, key=keyword.__getitem__)), settings.keyword_coverage)
-    if prepare is not None:
-        if keyword:
-            prepare.best_words(query, max(keyword, key=keyword.__getitem__))
-        if docs:
-            prepare(docs)
+        trust = keyword_trust(index.coverage(query, best_words), settings.keyword_coverage)
     cosine: dict[int, float] = {}
     vector = None
     if vectors_here:
@@ -268,24 +277,14 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
             missing = fetched - set(cosine)
             if missing:
                 cosine.update(index.similarities(vector, sorted(missing)))
-        late = sorted(set(cosine) - fetched)
-        if late:
-            fetched.update(late)
-            more = _readable(parts, index.chunk_docs(late))
-            docs.update(more)
-            if prepare is not None and more:
-                prepare(more)
-            if settings.neighbour_weight:
-                neighbours.update(index.episode_neighbours(more))
+        more = read(cosine)
+        if more and settings.neighbour_weight:
+            neighbours.update(index.episode_neighbours(more))
     if neighbours:
         extra = sorted({r for ns in neighbours.values() for r in ns} - fetched)
-        if extra:
-            more = _readable(parts, index.chunk_docs(extra))
-            docs.update(more)
-            if prepare is not None and more:
-                prepare(more)
-            if vector is not None:
-                cosine.update(index.similarities(vector, extra))
+        read(extra)
+        if extra and vector is not None:
+            cosine.update(index.similarities(vector, extra))
     out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, s, trust)
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
