@@ -206,3 +206,16 @@ def pytest_sessionfinish(session, exitstatus):
         if reporter is not None:
             reporter.write_line("\n".join(lines), red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture
+def live(vault, models):
+    """The test vault, seeded and committed, held as a warm process holds it: with a file watcher."""
+    v = Vault.open(vault.root, embedder_factory=models)
+    v.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
+    v.facts.set("web/front", "The web front is nginx on web1.", source="user:t")
+    v.facts.set("ops/backup", "The nightly backup runs at 03:15 from db2.", source="user:t")
+    feed = v.follow()
+    assert feed.running, feed.reason
+    yield v
+    v.close()

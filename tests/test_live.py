@@ -10,24 +10,9 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from memvault import Vault
 from memvault.index import changes
 from conftest import git
-
-
-@pytest.fixture
-def live(vault, models):
-    """The test vault, seeded and committed, held as a warm process holds it: with a file watcher."""
-    v = Vault.open(vault.root, embedder_factory=models)
-    v.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
-    v.facts.set("web/front", "The web front is nginx on web1.", source="user:t")
-    v.facts.set("ops/backup", "The nightly backup runs at 03:15 from db2.", source="user:t")
-    feed = v.follow()
-    assert feed.running, feed.reason
-    yield v
-    v.close()
 
 
 def texts(v: Vault, query: str, **options) -> dict[str, str]:

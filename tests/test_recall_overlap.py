@@ -17,43 +17,37 @@ from memvault.index.update import SyncReport
 
 
 @pytest.fixture
-def live(vault, models):
-    v = Vault.open(vault.root, embedder_factory=models)
-    v.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
-    v.facts.set("web/front", "The web front is nginx on web1.", source="user:t")
-    v.facts.set("ops/backup", "The nightly backup runs at 03:15 from db2.", source="user:t")
-    feed = v.follow()
-    assert feed.running, feed.reason
-    v.recall("warm up", record_access=False)
-    yield v
-    v.close()
+def warm(live):
+    """conftest's live vault after a first recall (the index built, the process warm)."""
+    live.recall("warm up", record_access=False)
+    return live
 
 
 def ids(v: Vault, query: str) -> list[str]:
     return [h.id for h in v.recall(query, k=10, record_access=False, min_relevance=0)]
 
 
-def test_the_words_are_searched_before_the_watcher_is_waited_for(live, monkeypatch):
+def test_the_words_are_searched_before_the_watcher_is_waited_for(warm, monkeypatch):
     """The watcher's thread takes a millisecond or two to see recall's marker: the keyword search runs meanwhile."""
     order: list[str] = []
-    feed = live.index.changes
+    feed = warm.index.changes
     collect_after, words = feed.collect_after, Index.search_keywords
     monkeypatch.setattr(feed, "collect_after", lambda seq: (order.append("watcher"), collect_after(seq))[1])
     monkeypatch.setattr(Index, "search_keywords", lambda self, *a, **kw: (order.append("words"), words(self, *a, **kw))[1])
-    assert ids(live, "primary database port")[0] == "db/primary"
+    assert ids(warm, "primary database port")[0] == "db/primary"
     assert order == ["words", "watcher"]
 
 
-def test_a_change_the_watcher_reports_late_is_searched_again(live, monkeypatch):
+def test_a_change_the_watcher_reports_late_is_searched_again(warm, monkeypatch):
     """The watcher had marked a file while the words were searched: the index is brought up to date and the search
     runs again, so the answer holds the change; with nothing marked, it runs once."""
     searches = []
     gather = candidates.gather
     monkeypatch.setattr("memvault.core.recall.gather", lambda *a, **kw: (searches.append(1), gather(*a, **kw))[1])
-    ids(live, "unbound resolver")
+    ids(warm, "unbound resolver")
     assert len(searches) == 1
 
-    feed = live.index.changes
+    feed = warm.index.changes
     real_mark = feed.mark
 
     def slow_mark(event_type, is_directory, *paths):  # the marker is seen only after the file's own event
@@ -62,10 +56,10 @@ def test_a_change_the_watcher_reports_late_is_searched_again(live, monkeypatch):
         real_mark(event_type, is_directory, *paths)
 
     monkeypatch.setattr(feed, "mark", slow_mark)
-    (live.root / "facts" / "dns").mkdir()
-    (live.root / "facts" / "dns" / "resolver.md").write_text("The resolver is unbound on 10.8.0.53.\n")
+    (warm.root / "facts" / "dns").mkdir()
+    (warm.root / "facts" / "dns" / "resolver.md").write_text("The resolver is unbound on 10.8.0.53.\n")
     searches.clear()
-    assert ids(live, "unbound resolver")[0] == "dns/resolver"
+    assert ids(warm, "unbound resolver")[0] == "dns/resolver"
     assert len(searches) == 2
 
 

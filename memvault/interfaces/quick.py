@@ -78,7 +78,6 @@ def recall(argv: list[str]) -> int | None:
     return 0
 
 
-
 def parse(argv: list[str]) -> dict[str, Any] | None:
     """The warm call's arguments for a ``recall`` command line (and ``vault``), or None when this module does not
     read all of it (the full CLI then does)."""
