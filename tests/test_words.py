@@ -132,3 +132,22 @@ def test_ties_go_to_the_lowest_rowid_as_in_fts5(filled):
             mine, theirs = postings.top(stems, list(KINDS), limit), index._match(fts(q), list(KINDS), limit, None)
             assert [r for r, _ in mine] == [r for r, _ in theirs], (q, limit)
             assert [s for _, s in mine] == pytest.approx([s for _, s in theirs], rel=1e-9), (q, limit)
+
+
+@pytest.mark.parametrize("change", ["edit", "delete"])
+def test_an_edit_or_a_deletion_retires_the_postings(filled, monkeypatch, change):
+    """FTS5 rewrites its structure record on every write to the keyword index, deletions and in-place edits too: the
+    postings read before either are not used after it."""
+    index = filled.index
+    wait_for_postings(index)
+    if change == "edit":
+        filled.facts.set("ops/backup", "The nightly backup now runs at 04:40 from db3.", source="user:t")
+    else:
+        filled.facts.delete("ops/backup", source="user:t")
+    used = []
+    top = words.Postings.top
+    monkeypatch.setattr(words.Postings, "top", lambda self, *a: (used.append(1), top(self, *a))[1])
+    rows = dict(index.search_keywords("nightly backup", list(KINDS), 10))
+    bodies = {d["id"]: d["body"] for d in index.chunk_docs(list(rows)).values()}
+    assert not used
+    assert ("04:40" in bodies.get("ops/backup", "")) if change == "edit" else "ops/backup" not in bodies
