@@ -55,6 +55,77 @@ def test_the_postings_score_every_query_as_fts5_does(filled, weights):
             assert same(postings.top([s[0] for s in stems if s], kinds, 100), expected), (q, kinds)
 
 
+PHRASES = QUERIES + [
+    "web front of the database", "the primary database", "database listens on port", "front web",
+    "replica database replica database", "the nightly backup runs at 03:15", "web front", "setting max", "of the",
+]
+
+
+@pytest.mark.parametrize("weights", [None, FieldWeights(key=1.0, tags=2.5)])
+def test_the_pairs_score_every_phrase_query_as_fts5_does(filled, weights):
+    """Two words in a row, in one field, in order: the postings of word pairs give FTS5's phrase scores, ties in
+    FTS5's order, for every kind filter (the web/front key is a phrase in the key field, "front web" is not)."""
+    from memvault.index.search import fts_phrase_query, phrase_pairs
+
+    index = filled.index
+    if weights is not None:
+        index.field_weights = weights
+    postings = words.Postings(index.connection(), index.field_weights.params())
+    matched = 0
+    for kinds in (list(KINDS), ["fact"], ["episode"], ["fact", "procedure"]):
+        for q in PHRASES:
+            stems = words.word_stems([w for pair in phrase_pairs(q) for w in pair])
+            assert all(len(s) == 1 for s in stems), q
+            pairs = list(zip((s[0] for s in stems[0::2]), (s[0] for s in stems[1::2])))
+            for limit in (100, 2):
+                mine, theirs = postings.top_pairs(pairs, kinds, limit), index._match(fts_phrase_query(q), kinds,
+                                                                                        limit, None)
+                assert [r for r, _ in mine] == [r for r, _ in theirs], (q, kinds, limit)
+                assert [s for _, s in mine] == pytest.approx([s for _, s in theirs], rel=1e-9), (q, kinds)
+                matched += bool(theirs)
+    assert matched > 20  # the comparison is not between two empty lists
+
+
+def test_a_warm_index_answers_phrases_from_memory_until_the_words_change(filled, monkeypatch):
+    index = filled.index
+    wait_for_postings(index)
+    used = []
+    top = words.Postings.top_pairs
+    monkeypatch.setattr(words.Postings, "top_pairs", lambda self, *a: (used.append(1), top(self, *a))[1])
+    assert [r for r, _ in index.search_phrases("the web front", list(KINDS), 10)]
+    assert used
+    filled.facts.set("web/edge", "The web front edge is haproxy on web9.", source="user:t")
+    used.clear()
+    docs = index.chunk_docs([r for r, _ in index.search_phrases("the web front", list(KINDS), 10)])
+    assert "web/edge" in {d["id"] for d in docs.values()} and not used
+
+
+def test_a_phrase_word_of_several_tokens_is_left_to_fts5(filled, monkeypatch):
+    from memvault.index.search import fts_phrase_query
+
+    index = filled.index
+    wait_for_postings(index)
+    monkeypatch.setattr(words.Postings, "top_pairs", lambda *a: pytest.fail("a three-token phrase from memory"))
+    found = index.search_phrases("set max_connections", list(KINDS), 10)
+    assert found and found == index._match(fts_phrase_query("set max_connections"), list(KINDS), 10, None)
+
+
+def test_the_coverage_from_memory_is_the_coverage_fts5_gives(filled):
+    """Recall's "nothing known" test and its rescoring read how much of the query's IDF a chunk holds: the same
+    figure from the postings as from FTS5 lookups, a word only in the kind field counting in the IDF, not as held."""
+    from memvault.index.search import coverages, spelled_stems, stems
+
+    index = filled.index
+    postings = words.Postings(index.connection(), index.field_weights.params())
+    rows = [r for (r,) in index.connection().execute("SELECT rowid FROM chunks_fts")] + [10**9]
+    for q in QUERIES + ["episode of the database", "fact"]:
+        mine = postings.coverages(stems(q), rows)
+        theirs = coverages(index.connection(), spelled_stems(q), rows, {})
+        assert theirs == coverages(index.connection(), stems(q), rows, {}), q  # by word and by stem alike
+        assert mine == pytest.approx(theirs, abs=1e-12), q
+        assert any(theirs.values()) or q in ("unknownword", "fact", "the"), q
+
+
 def words_of(q: str) -> list[str]:
     from memvault.index.search import query_terms
 

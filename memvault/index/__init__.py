@@ -488,13 +488,18 @@ class Index(Freshness, Listings):
         """(chunk rowid, bm25) best first; any query term may match, rare terms weigh more (BM25), and a term counts
         in each field (key, category, tags, body) by ``weights`` (default: this index's :attr:`field_weights`).
         A process that has searched before ranks from the postings in memory (:mod:`.words`: the same scores)."""
-        if self._vector_searches >= 1 and (weights is None or weights.params() == self.field_weights.params()):
-            postings = self._words_in_memory()
-            if postings is not None:
-                stems = words.word_stems(search.query_terms(query))
-                if all(len(s) <= 1 for s in stems):  # a word FTS5 reads as several tokens is a phrase there
-                    return postings.top([s[0] for s in stems if s], kinds, limit)
+        postings = self._postings(weights)
+        if postings is not None:
+            stems = words.word_stems(search.query_terms(query))
+            if all(len(s) <= 1 for s in stems):  # a word FTS5 reads as several tokens is a phrase there
+                return postings.top([s[0] for s in stems if s], kinds, limit)
         return self._match(fts_query(query), kinds, limit, weights)
+
+    def _postings(self, weights: FieldWeights | None = None) -> words.Postings | None:
+        """The postings in memory, for a process that has searched before and ranks with this index's weights."""
+        if self._vector_searches >= 1 and (weights is None or weights.params() == self.field_weights.params()):
+            return self._words_in_memory()
+        return None
 
     def _words_in_memory(self) -> words.Postings | None:
         """The postings, when they were read from the index as it is now; else None, and a load is started in the
@@ -529,6 +534,13 @@ class Index(Freshness, Listings):
                        weights: FieldWeights | None = None) -> list[tuple[int, float]]:
         """(chunk rowid, bm25) of chunks holding two consecutive query words in order (within one field): the
         proximity signal that tells the page with the exact line from pages that only share its words."""
+        postings = self._postings(weights)
+        if postings is not None:
+            pairs = search.phrase_pairs(query)
+            stems = words.word_stems([w for pair in pairs for w in pair])
+            if all(len(s) == 1 for s in stems):  # else a phrase of more than two tokens: FTS5's
+                return postings.top_pairs(list(zip((s[0] for s in stems[0::2]), (s[0] for s in stems[1::2]))),
+                                          kinds, limit)
         return self._match(fts_phrase_query(query), kinds, limit, weights)
 
     def search_exact(self, query: str, kinds: Sequence[str], limit: int) -> list[int]:
@@ -603,13 +615,15 @@ class Index(Freshness, Listings):
 
     def coverage(self, query: str, rowid: int) -> float:
         """The share of the query's IDF weight the chunk ``rowid`` holds (recall's "nothing known" test)."""
-        conn, df = self._df_cache()
-        return search.coverage(conn, search.stems(query), rowid, df)
+        return self.coverages(query, [rowid])[rowid]
 
     def coverages(self, query: str, rowids: Sequence[int]) -> dict[int, float]:
         """:meth:`coverage` of each of ``rowids``, in one lookup per query word (recall's rescoring)."""
+        postings = self._postings()
+        if postings is not None:
+            return postings.coverages(search.stems(query), rowids)
         conn, df = self._df_cache()
-        return search.coverages(conn, search.stems(query), rowids, df)
+        return search.coverages(conn, search.spelled_stems(query), rowids, df)
 
     def _df_cache(self) -> tuple[sqlite3.Connection, dict[str, int]]:
         """The connection, and the document frequencies read from it so far (reset when the file changed)."""

@@ -52,17 +52,16 @@ def fts_query(text: str) -> str:
     return " OR ".join(f'"{t}"' for t in query_terms(text))
 
 
-def fts_phrase_query(text: str) -> str:
-    """Consecutive word pairs of the query as FTS5 phrases, OR-ed; pairs of two stop words are left out."""
+def phrase_pairs(text: str) -> list[tuple[str, str]]:
+    """Consecutive word pairs of the query, each once, in order; pairs of two stop words are left out."""
     tokens = TOKEN.findall(text.lower())
-    pairs = []
-    for a, b in zip(tokens, tokens[1:]):
-        if a in _STOPWORDS and b in _STOPWORDS:
-            continue
-        pair = f'"{a} {b}"'
-        if pair not in pairs:
-            pairs.append(pair)
-    return " OR ".join(pairs[:MAX_TERMS])
+    pairs = [(a, b) for a, b in zip(tokens, tokens[1:]) if not (a in _STOPWORDS and b in _STOPWORDS)]
+    return list(dict.fromkeys(pairs))[:MAX_TERMS]
+
+
+def fts_phrase_query(text: str) -> str:
+    """Consecutive word pairs of the query (:func:`phrase_pairs`) as FTS5 phrases, OR-ed."""
+    return " OR ".join(f'"{a} {b}"' for a, b in phrase_pairs(text))
 
 
 def fts_exact_query(text: str) -> str:
@@ -74,9 +73,21 @@ def fts_exact_query(text: str) -> str:
 def stems(text: str) -> list[str]:
     """The query's distinct content words as the keyword index stores them (FTS5's own porter tokenizer, run on a
     scratch in-memory table, so the stems are exactly the index's: :func:`memvault.index.words.word_stems`)."""
+    return list(spelled_stems(text))
+
+
+def spelled_stems(text: str) -> dict[str, str | None]:
+    """:func:`stems`, each with a query word FTS5 reads as that stem alone (None for a stem of a word it reads as
+    several): MATCH stems what it is given, so a stem is found by its word ("databas" itself is read "databa")."""
     from .words import word_stems
 
-    return list(dict.fromkeys(stem for word in word_stems(query_terms(text)) for stem in word))
+    words = query_terms(text)
+    out: dict[str, str | None] = {}
+    for word, found in zip(words, word_stems(words)):
+        for stem in found:
+            if out.get(stem) is None:
+                out[stem] = word if len(found) == 1 else None
+    return out
 
 
 def _varint(data: bytes) -> int:
@@ -102,21 +113,26 @@ def fts_rows(conn: sqlite3.Connection) -> int:
     return _varint(row[0]) if row and row[0] else 0
 
 
-def coverage(conn: sqlite3.Connection, terms: Sequence[str], rowid: int, df_cache: dict[str, int]) -> float:
-    """The share of the query's IDF weight (chunk-level BM25 IDF) that chunk ``rowid`` contains."""
-    return coverages(conn, terms, [rowid], df_cache)[rowid]
+#: Which of some chunks hold a word (MATCH) or a stem as stored (fts5vocab's term: MATCH would stem a stem again,
+#: "databas" as "databa", and find nothing; slower, it reads every instance of the stem) in a searched field.
+HOLDERS_SQL = "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})"
+STEM_HOLDERS_SQL = ("SELECT DISTINCT doc FROM temp.vocab_instances WHERE term = ? AND col != 'kind' "
+                    "AND doc IN ({marks})")
 
 
-def coverages(conn: sqlite3.Connection, terms: Sequence[str], rowids: Sequence[int],
+def coverages(conn: sqlite3.Connection, terms: Sequence[str] | dict[str, str | None], rowids: Sequence[int],
               df_cache: dict[str, int]) -> dict[int, float]:
-    """:func:`coverage` of many chunks at once: one FTS5 lookup per query term for all of them (recall's rescoring
-    of its best candidates reads the coverage of twenty or more)."""
+    """The share of the query's IDF weight (chunk-level BM25 IDF) each of ``rowids`` contains in its searched
+    fields: one FTS5 lookup per query stem for all of them (recall's rescoring reads twenty or more). ``terms``:
+    stems, or :func:`spelled_stems` (a stem with its word is looked up by MATCH, faster)."""
     import math
 
     rows = sorted(set(rowids))
     if not terms or not rows:
         return {r: 0.0 for r in rows}
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_instances USING fts5vocab(main, chunks_fts, "
+                 "instance)")
     total = df_cache.get("\0n")
     if total is None:
         total = df_cache["\0n"] = fts_rows(conn)
@@ -131,9 +147,10 @@ def coverages(conn: sqlite3.Connection, terms: Sequence[str], rowids: Sequence[i
         weight += idf
         if not df:
             continue
+        word = terms.get(term) if isinstance(terms, dict) else None
+        sql, asked = ((HOLDERS_SQL, f'{FTS_SEARCHED} : "{word}"') if word is not None else (STEM_HOLDERS_SQL, term))
         for part in batches(rows, 500):
-            for (rowid,) in conn.execute(f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN "
-                                         f"({','.join('?' * len(part))})", (f'{FTS_SEARCHED} : "{term}"', *part)):
+            for (rowid,) in conn.execute(sql.format(marks=marks(part)), (asked, *part)):
                 held[rowid] += idf
     return {r: (h / weight if weight else 0.0) for r, h in held.items()}
 

@@ -19,7 +19,7 @@ import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .documents import KINDS
 
@@ -47,8 +47,36 @@ def _length(blob: bytes) -> int:
     return total
 
 
+class _Lists:
+    """Posting lists of one kind of key (a word, or two words in a row): for each key, the rows (positions in
+    :attr:`Postings.rowids`, ascending) that hold it and its field-weighted frequency in each."""
+
+    def __init__(self, key: Any, row: Any, weight: Any, n: int) -> None:
+        import numpy as np
+
+        pair = key * (n + 1) + row
+        order = np.argsort(pair, kind="stable")
+        unique, start = np.unique(pair[order], return_index=True)
+        self.freq = np.add.reduceat(weight[order], start) if len(start) else np.zeros(0)
+        del pair, order, start
+        self.position = (unique % (n + 1)).astype(np.int32)
+        owner = unique // (n + 1)
+        self.keys, first = np.unique(owner, return_index=True)
+        self.bounds = np.append(first, len(owner)).astype(np.int64)
+
+    def span(self, key: int) -> tuple[int, int]:
+        """The slice of :attr:`position` and :attr:`freq` that belongs to ``key`` (empty when none holds it)."""
+        import numpy as np
+
+        i = int(np.searchsorted(self.keys, key))
+        if i == len(self.keys) or self.keys[i] != key:
+            return 0, 0
+        return int(self.bounds[i]), int(self.bounds[i + 1])
+
+
 class Postings:
-    """Every (word, chunk) of the keyword index with its field-weighted frequency; every chunk's length and kind."""
+    """Every (word, chunk) and every (two words in a row, chunk) of the keyword index with its field-weighted
+    frequency; every chunk's length and kind."""
 
     def __init__(self, conn: sqlite3.Connection, weights: Sequence[float]) -> None:
         import numpy as np
@@ -59,7 +87,11 @@ class Postings:
                      "instance)")
         # The words first, all at once (they stay: the rows read after them are freed batch by batch, and give
         # their memory back), then the instances a batch at a time, as arrays.
-        self.ids = {term: i for i, (term,) in enumerate(conn.execute("SELECT term FROM temp.words_terms"))}
+        vocabulary = conn.execute("SELECT term, doc FROM temp.words_terms").fetchall()
+        self.ids = {term: i for i, (term, _) in enumerate(vocabulary)}
+        #: Rows that hold each word in any column, the kind column too (what recall's coverage counts).
+        self.rows_with = np.fromiter((r[1] for r in vocabulary), np.int64, len(vocabulary))
+        del vocabulary
         sizes = conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id").fetchall()
         self.rowids = np.fromiter((r[0] for r in sizes), np.int64, len(sizes))
         length = np.fromiter((_length(r[1]) for r in sizes), np.float64, len(sizes))
@@ -67,9 +99,9 @@ class Postings:
         n = self.n = len(self.rowids)
         kind_code = {stems[0]: i + 1 for i, stems in enumerate(word_stems(list(KINDS))) if stems}
         self.kinds = np.zeros(n, np.int8)  # KINDS[code - 1]; 0: none
-        column = {name: self.weights[i] for i, name in enumerate(COLUMNS)}
-        terms, docs, weight = [], [], []
-        cursor = conn.execute("SELECT term, doc, col FROM temp.words_instances")
+        column = {name: i for i, name in enumerate(COLUMNS)}
+        terms, docs, cols, offsets = [], [], [], []
+        cursor = conn.execute("SELECT term, doc, col, offset FROM temp.words_instances")
         while batch := cursor.fetchmany(65536):
             marked = [(r[1], kind_code[r[0]]) for r in batch if r[2] == "kind" and r[0] in kind_code]
             if marked:
@@ -78,35 +110,50 @@ class Postings:
             kept = [r for r in batch if r[2] != "kind" and r[0] in self.ids]
             terms.append(np.fromiter((self.ids[r[0]] for r in kept), np.int64, len(kept)))
             docs.append(np.fromiter((r[1] for r in kept), np.int64, len(kept)))
-            weight.append(np.fromiter((column[r[2]] for r in kept), np.float64, len(kept)))
+            cols.append(np.fromiter((column[r[2]] for r in kept), np.int8, len(kept)))
+            offsets.append(np.fromiter((r[3] for r in kept), np.int32, len(kept)))
             del batch, kept, marked
         term = np.concatenate(terms) if terms else np.zeros(0, np.int64)
-        doc = np.concatenate(docs) if docs else np.zeros(0, np.int64)
-        weights_of = np.concatenate(weight) if weight else np.zeros(0)
-        del terms, docs, weight
-        key = term * (n + 1) + np.searchsorted(self.rowids, doc)
-        del term, doc
-        order = np.argsort(key, kind="stable")
-        unique, start = np.unique(key[order], return_index=True)
-        self.freq = np.add.reduceat(weights_of[order], start) if len(start) else np.zeros(0)
-        del key, order, weights_of, start
-        self.position = (unique % (n + 1)).astype(np.int32)
-        self.bounds = np.searchsorted((unique // (n + 1)), np.arange(len(self.ids) + 1))
+        row = np.searchsorted(self.rowids, np.concatenate(docs)) if docs else np.zeros(0, np.int64)
+        col = np.concatenate(cols) if cols else np.zeros(0, np.int8)
+        offset = np.concatenate(offsets) if offsets else np.zeros(0, np.int32)
+        del terms, docs, cols, offsets
+        weight = np.asarray(self.weights, np.float64)[col]
+        self.words = _Lists(term, row, weight, n)
+        # Two words in a row: FTS5's phrase "a b" matches where b's offset is a's plus one in the same column
+        order = np.lexsort((offset, col, row))
+        term, row, col, offset, weight = term[order], row[order], col[order], offset[order], weight[order]
+        del order
+        follows = (row[1:] == row[:-1]) & (col[1:] == col[:-1]) & (offset[1:] == offset[:-1] + 1)
+        self.words_known = len(self.ids)
+        self.pairs = _Lists(term[:-1][follows] * self.words_known + term[1:][follows], row[:-1][follows],
+                            weight[:-1][follows], n)
+        del term, row, col, offset, weight, follows
         self.norm = K1 * (1 - B + B * length / (length.sum() / n)) if n else np.zeros(0)
 
     def top(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, BM25) of the best ``limit`` chunks of ``kinds``; a stem counts once for each query word it
         came from, as FTS5 counts each quoted word of the expression."""
+        spans = [self.words.span(self.ids[stem]) if stem in self.ids else (0, 0) for stem in stems]
+        return self._best(self.words, spans, kinds, limit)
+
+    def top_pairs(self, pairs: Sequence[tuple[str, str]], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        """(chunk rowid, BM25) of the best ``limit`` chunks of ``kinds`` for the phrases of two stems ``pairs`` (as
+        FTS5 ranks ``"a b" OR "c d"``: each phrase counts where its second word directly follows its first)."""
+        spans = [self.pairs.span(self.ids[a] * self.words_known + self.ids[b])
+                 if a in self.ids and b in self.ids else (0, 0) for a, b in pairs]
+        return self._best(self.pairs, spans, kinds, limit)
+
+    def _best(self, lists: _Lists, spans: Sequence[tuple[int, int]], kinds: Sequence[str],
+              limit: int) -> list[tuple[int, float]]:
         import numpy as np
 
         score = np.zeros(self.n)
-        for stem in stems:
-            i = self.ids.get(stem)
-            if i is None:
+        for a, b in spans:
+            if a == b:
                 continue
-            a, b = self.bounds[i], self.bounds[i + 1]
             idf = math.log((self.n - (b - a) + 0.5) / ((b - a) + 0.5))
-            rows, f = self.position[a:b], self.freq[a:b]
+            rows, f = lists.position[a:b], lists.freq[a:b]
             score[rows] += max(idf, 1e-6) * (f * (K1 + 1)) / (f + self.norm[rows])
         if set(kinds) != set(KINDS):
             score[~np.isin(self.kinds, [KINDS.index(k) + 1 for k in kinds])] = 0.0
@@ -120,6 +167,33 @@ class Postings:
         best = np.concatenate([above, tied[: k - len(above)]])
         best = best[np.lexsort((best, -score[best]))]
         return list(zip(self.rowids[best].tolist(), score[best].tolist()))
+
+    def coverages(self, stems: Sequence[str], rowids: Sequence[int]) -> dict[int, float]:
+        """:func:`memvault.index.search.coverages` from memory: the share of the stems' IDF
+        (``log((N - n + 0.5) / (n + 0.5) + 1)``, ``n`` the rows holding the stem in any column) that each chunk holds
+        in its searched fields."""
+        import numpy as np
+
+        rows = sorted(set(rowids))
+        if not stems or not rows:
+            return {r: 0.0 for r in rows}
+        asked = np.asarray(rows, np.int64)
+        at = np.minimum(np.searchsorted(self.rowids, asked), max(self.n - 1, 0))
+        known = self.rowids[at] == asked if self.n else np.zeros(len(rows), bool)
+        held, weight = np.zeros(len(rows)), 0.0
+        for stem in stems:
+            i = self.ids.get(stem)
+            n = int(self.rows_with[i]) if i is not None else 0
+            idf = math.log((self.n - n + 0.5) / (n + 0.5) + 1.0)
+            weight += idf
+            if not n:
+                continue
+            a, b = self.words.span(i)
+            lists = self.words.position[a:b]
+            j = np.minimum(np.searchsorted(lists, at), max(b - a - 1, 0))
+            if b > a:
+                held += idf * (known & (lists[j] == at))
+        return {r: (float(h) / weight if weight else 0.0) for r, h in zip(rows, held)}
 
 
 _SCRATCH = threading.local()
