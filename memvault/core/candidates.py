@@ -7,16 +7,17 @@ the keyword trust) is read before the caller waits for the vectors; after that, 
 """
 from __future__ import annotations
 
-import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..rules.workers import pool
+
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ..index.protocol import VaultIndex
     from ..models.engine import Engine
     from ..rules.config import Config
@@ -82,54 +83,6 @@ class Candidate:
 
 
 # ------------------------------------------------------------------------------------------------ the query's vector
-class _Workers:
-    """Two threads kept for the process's recalls (starting a thread for each cost a quarter of a millisecond, twice a
-    recall). Daemon threads, as the per-recall ones were: a process ending while a query embeds (an error, an
-    interrupt) does not wait for the model. A task never waits for another task, so recalls from many threads only
-    queue."""
-
-    def __init__(self, size: int = 2) -> None:
-        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
-        for n in range(size):
-            threading.Thread(target=self._work, name=f"memvault-query-{n}", daemon=True).start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._tasks.put((future, fn, args))
-        return future
-
-    def _work(self) -> None:
-        while True:
-            future, fn, args = self._tasks.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
-                future.set_exception(exc)
-
-
-_POOL: _Workers | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> _Workers:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = _Workers()
-        return _POOL
-
-
-def _forget_pool() -> None:
-    global _POOL
-    _POOL = None  # a forked child has none of its parent's threads
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
-
-
 class QueryVector:
     """The query's vector, computed in a worker thread from the moment recall starts.
 
@@ -149,7 +102,7 @@ class QueryVector:
         self._claimed = False   # the worker took the search
         self._scanned: list[tuple[int, float]] | None = None
         self._later: Future[list[tuple[int, float]]] | None = None
-        self._future = _pool().submit(self._run, embed, query)
+        self._future = pool().submit(self._run, embed, query)
 
     def _run(self, embed: Callable[[str], Any], query: str) -> None:
         try:
@@ -175,7 +128,7 @@ class QueryVector:
             if scan is None or not self._known.is_set() or self._error is not None or self._waiting:
                 return
             self._claimed = True
-        self._later = _pool().submit(scan, self._vector)
+        self._later = pool().submit(scan, self._vector)
 
     @property
     def scanning(self) -> bool:
