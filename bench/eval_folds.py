@@ -41,7 +41,8 @@ from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
 SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook", "ops")
 TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat_to_tldr": 10, "tldr_self": 5,
             "alert_to_runbook": 5, "ops": 3}
-N = 100  # [recall] candidates
+N = 100  # [recall] candidates (the keyword searches)
+NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0)}
 SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
@@ -117,7 +118,7 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         kw = dict(q["kw"][:N])
         ph = dict(q["ph"][:N])
         ex = set(q["ex"][:N])
-        top = np.argpartition(-cos_all, min(N, len(cos_all) - 1))[:N]
+        top = np.argpartition(-cos_all, min(NV, len(cos_all) - 1))[:NV]
         rows = set(kw) | set(ph) | ex | {int(v["rowids"][i]) for i in top}
         neigh_ids = {r: v["neighbours"][r] for r in rows if r in v["neighbours"]}
         rows |= {x for ns in neigh_ids.values() for x in ns}
@@ -328,7 +329,7 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
     import pickle
 
     tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
-                                    ).encode()).hexdigest()[:16]
+                                    + ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])).encode()).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
         table = pickle.loads(cached.read_bytes())
@@ -413,6 +414,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global SPARE_EPISODES, N, NV
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--folds", type=int, default=5)
@@ -420,11 +422,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of answerable questions the abstention may refuse on each training set")
     ap.add_argument("--grid", default="", help="override the ranking grid: 'h=0,0.75;c=0' (the others as GRID)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--candidates", type=int, default=N, help="rows the keyword searches hand to the ranking ([recall] "
+                                                               "candidates; the dumps hold 100 a search)")
+    ap.add_argument("--vector-candidates", type=int, default=NV, help="rows the vector search hands to the ranking "
+                                                                       "([recall] vector_candidates)")
     ap.add_argument("--spare-episodes", action="store_true",
                     help="keyword_coverage damps the keyword side of facts and runbooks only (an experiment)")
     args = ap.parse_args(argv)
-    global SPARE_EPISODES
     SPARE_EPISODES = args.spare_episodes
+    if not 1 <= args.candidates <= 100:
+        sys.exit(f"eval_folds: --candidates: {args.candidates} is not from 1 to 100 (the dumps hold 100)")
+    N = args.candidates
+    if not 1 <= args.vector_candidates <= 4096:
+        sys.exit(f"eval_folds: --vector-candidates: {args.vector_candidates} is not from 1 to 4096")
+    NV = args.vector_candidates
     for part in filter(None, args.grid.split(";")):
         key, values = part.split("=")
         if key not in GRID:

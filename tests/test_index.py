@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -334,3 +335,27 @@ def test_model_unavailable_during_sync_leaves_vectors_pending_and_keywords_worki
     models.unavailable.clear()
     report = Vault.open(fv.root, embedder_factory=models).reindex()
     assert report.chunks_embedded == 1 and Vault.open(fv.root, embedder_factory=models).index.pending() == 0
+
+
+def test_the_vector_search_gives_vector_candidates_and_the_words_candidates(fv, models, monkeypatch):
+    """[recall] vector_candidates (50) sizes the vector search, [recall] candidates (100) the keyword searches; a
+    recall of more than either asks each for as many as it returns."""
+    fv.reindex()
+    text = (fv.root / "memvault.toml").read_text()
+    text, n = re.subn(r"(?m)^candidates = 100$", "candidates = 9", text)
+    text, m = re.subn(r"(?m)^vector_candidates = 50$", "vector_candidates = 3", text)
+    assert n == m == 1  # a new vault's memvault.toml writes both settings
+    (fv.root / "memvault.toml").write_text(text)
+    v = Vault.open(fv.root, embedder_factory=models)
+    asked: dict[str, list[int]] = {"vectors": [], "words": []}
+    index = type(v.index)
+    for name, side in (("search_vectors", "vectors"), ("vector_search", "vectors"), ("search_keywords", "words")):
+        original = getattr(index, name)
+        monkeypatch.setattr(index, name, lambda self, *a, _o=original, _s=side: (asked[_s].append(a[-1]),
+                                                                                  _o(self, *a))[1])
+    for _ in range(2):  # a one-shot search, then the warm one (the scan bound to the query's vector)
+        v.recall("primary database port", k=2, record_access=False)
+    assert set(asked["vectors"]) == {3} and set(asked["words"]) == {9}
+    v.recall("primary database port", k=12, record_access=False)
+    assert asked["vectors"][-1] == 12 and asked["words"][-1] == 12
+    assert Vault.open(fv.root, embedder_factory=models).config.recall.vector_candidates == 3

@@ -164,8 +164,13 @@ class QueryVector:
 
 
 def width(parts: Parts, k: int) -> int:
-    """How many rows each search returns for a recall of ``k``."""
+    """How many rows the keyword searches return for a recall of ``k``."""
     return min(max(parts.config.recall.candidates, k), MAX_CANDIDATES)
+
+
+def vector_width(parts: Parts, k: int) -> int:
+    """How many rows the vector search returns for a recall of ``k``."""
+    return min(max(parts.config.recall.vector_candidates, k), MAX_CANDIDATES)
 
 
 # ------------------------------------------------------------------------------------------------ candidates
@@ -226,7 +231,7 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
             cosine = dict(qvec.scanned() or [])
             cosine.update({r: c for r, c in known.items() if r not in cosine})
         else:
-            cosine = dict(index.search_vectors(vector, kinds, n))
+            cosine = dict(index.search_vectors(vector, kinds, vector_width(parts, k)))
             missing = fetched - set(cosine)
             if missing:
                 cosine.update(index.similarities(vector, sorted(missing)))

@@ -46,7 +46,7 @@ from ..rules import timeq
 from ..rules.config import FACTORS
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
-from .candidates import Candidate, Parts, QueryVector, gather, width  # noqa: F401 - Parts is recall's API
+from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
 from .contradictions import SUPERSEDED_REF
 from ..index import KINDS
 from ..index.search import query_terms
@@ -161,7 +161,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     if not (index.exists() and index.identity() is not None):
         qvec = None
     if qvec is not None:
-        qvec.bind(index.vector_search(kinds, width(parts, k)))
+        qvec.bind(index.vector_search(kinds, vector_width(parts, k)))
     if not searched:  # "what happened yesterday": no subject left to search for, the window is the question
         _gathered(parts, warnings)
         return _finish(parts, _in_window(parts, window, kinds, k, warnings), budget, fmt, record_access)
