@@ -87,7 +87,7 @@ def bench(n: int, queries: list[str]) -> dict[str, Any]:
         return round(sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
 
     return {"n": n, "queries": len(queries), "load_s": round(load, 2),
-            "postings": len(postings.words.freq), "pair_postings": len(postings.pairs.freq),
+            "postings": len(postings.words.tf), "pair_postings": len(postings.pairs.tf),
             "held_mb": round(_held(postings) / 2**20, 1),
             "fts_p50_ms": p(fts, .5), "fts_p95_ms": p(fts, .95),
             "numpy_p50_ms": p(mine, .5), "numpy_p95_ms": p(mine, .95),

@@ -49,23 +49,29 @@ def _length(blob: bytes) -> int:
 
 class _Lists:
     """Posting lists of one kind of key (a word, or two words in a row): for each key, the rows (positions in
-    :attr:`Postings.rowids`, ascending) that hold it and its field-weighted frequency in each."""
+    :attr:`Postings.rowids`, ascending) that hold it, with BM25's term-frequency part of its field-weighted
+    frequency there (``norm``: each row's ``k1 (1 - b + b len / avg)``)."""
 
-    def __init__(self, key: Any, row: Any, weight: Any, n: int) -> None:
+    def __init__(self, key: Any, row: Any, weight: Any, norm: Any) -> None:
         import numpy as np
 
+        n = len(norm)
         pair = key * (n + 1) + row
         order = np.argsort(pair, kind="stable")
         unique, start = np.unique(pair[order], return_index=True)
-        self.freq = np.add.reduceat(weight[order], start) if len(start) else np.zeros(0)
+        freq = np.add.reduceat(weight[order], start) if len(start) else np.zeros(0)
         del pair, order, start
         self.position = (unique % (n + 1)).astype(np.int32)
+        #: BM25's term-frequency part, ``f (k1 + 1) / (f + k1 (1 - b + b len / avg))``: it depends on the row, not
+        #: on the query, so a query only multiplies it by each key's IDF.
+        self.tf = (freq * (K1 + 1)) / (freq + norm[self.position]) if len(freq) else freq
+        del freq
         owner = unique // (n + 1)
         self.keys, first = np.unique(owner, return_index=True)
         self.bounds = np.append(first, len(owner)).astype(np.int64)
 
     def span(self, key: int) -> tuple[int, int]:
-        """The slice of :attr:`position` and :attr:`freq` that belongs to ``key`` (empty when none holds it)."""
+        """The slice of :attr:`position` and :attr:`tf` that belongs to ``key`` (empty when none holds it)."""
         import numpy as np
 
         i = int(np.searchsorted(self.keys, key))
@@ -75,8 +81,8 @@ class _Lists:
 
 
 class Postings:
-    """Every (word, chunk) and every (two words in a row, chunk) of the keyword index with its field-weighted
-    frequency; every chunk's length and kind."""
+    """Every (word, chunk) and every (two words in a row, chunk) of the keyword index with BM25's term-frequency
+    part of its field-weighted frequency; every chunk's length and kind."""
 
     def __init__(self, conn: sqlite3.Connection, weights: Sequence[float]) -> None:
         import numpy as np
@@ -119,7 +125,8 @@ class Postings:
         offset = np.concatenate(offsets) if offsets else np.zeros(0, np.int32)
         del terms, docs, cols, offsets
         weight = np.asarray(self.weights, np.float64)[col]
-        self.words = _Lists(term, row, weight, n)
+        self.norm = K1 * (1 - B + B * length / (length.sum() / n)) if n else np.zeros(0)
+        self.words = _Lists(term, row, weight, self.norm)
         # Two words in a row: FTS5's phrase "a b" matches where b's offset is a's plus one in the same column
         order = np.lexsort((offset, col, row))
         term, row, col, offset, weight = term[order], row[order], col[order], offset[order], weight[order]
@@ -127,9 +134,8 @@ class Postings:
         follows = (row[1:] == row[:-1]) & (col[1:] == col[:-1]) & (offset[1:] == offset[:-1] + 1)
         self.words_known = len(self.ids)
         self.pairs = _Lists(term[:-1][follows] * self.words_known + term[1:][follows], row[:-1][follows],
-                            weight[:-1][follows], n)
+                            weight[:-1][follows], self.norm)
         del term, row, col, offset, weight, follows
-        self.norm = K1 * (1 - B + B * length / (length.sum() / n)) if n else np.zeros(0)
 
     def top(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(chunk rowid, BM25) of the best ``limit`` chunks of ``kinds``; a stem counts once for each query word it
@@ -153,8 +159,7 @@ class Postings:
             if a == b:
                 continue
             idf = math.log((self.n - (b - a) + 0.5) / ((b - a) + 0.5))
-            rows, f = lists.position[a:b], lists.freq[a:b]
-            score[rows] += max(idf, 1e-6) * (f * (K1 + 1)) / (f + self.norm[rows])
+            score[lists.position[a:b]] += max(idf, 1e-6) * lists.tf[a:b]
         if set(kinds) != set(KINDS):
             score[~np.isin(self.kinds, [KINDS.index(k) + 1 for k in kinds])] = 0.0
         found = np.flatnonzero(score)
