@@ -222,3 +222,26 @@ def test_an_edit_or_a_deletion_retires_the_postings(filled, monkeypatch, change)
     bodies = {d["id"]: d["body"] for d in index.chunk_docs(list(rows)).values()}
     assert not used
     assert ("04:40" in bodies.get("ops/backup", "")) if change == "edit" else "ops/backup" not in bodies
+
+
+def test_feedback_finds_a_shared_word_whose_stem_is_not_its_own_stem(vault, models):
+    """Pseudo-relevance feedback searches the stems the best memories share. "database" is stored as "databas", which
+    MATCH would read as "databa" and find nowhere: a cold process searches it by the word the bodies spell it with, a
+    warm one from the postings, and both find the memory that shares it."""
+    v = Vault.open(vault.root, embedder_factory=models)
+    v.facts.set("db/primary", "The primary database is db01.", source="user:t")
+    v.facts.set("db/replica", "The replica database is db02.", source="user:t")
+    v.facts.set("ops/archive", "Nightly the archive database is copied to tape.", source="user:t")
+    v.facts.set("web/front", "The web front is nginx.", source="user:t")
+    v.index.sync()
+    bodies = ["The primary database is db01.", "The replica database is db02."]
+    index = v.index
+    assert "databas" in index.expansion_terms(bodies, "which hosts", 5)
+    cold = index.search_feedback(bodies, "which hosts", list(KINDS), 5, 10)
+    docs = index.chunk_docs([r for r, _ in cold])
+    assert "ops/archive" in {d["id"] for d in docs.values()}
+    v.recall("warm up", record_access=False)
+    wait_for_postings(index)
+    assert index._postings() is not None
+    assert same(index.search_feedback(bodies, "which hosts", list(KINDS), 5, 10), cold)
+    v.close()

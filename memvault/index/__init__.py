@@ -645,16 +645,20 @@ class Index(Freshness, Listings):
         conn, df = self._df_cache()
         return search.expansion_terms(conn, bodies, query, terms, df)
 
-    def search_terms(self, stems: Sequence[str], kinds: Sequence[str], limit: int) -> list[tuple[int, float]]:
-        """(chunk rowid, bm25) of chunks holding any of ``stems`` (as the index stores words), best first."""
-        return search.match(self.connection(), " OR ".join(f'"{s}"' for s in stems), kinds, limit)
-
     def search_feedback(self, bodies: Sequence[str], query: str, kinds: Sequence[str], terms: int,
                         limit: int) -> list[tuple[int, float]]:
         """Pseudo-relevance feedback: the stems ``bodies`` share and the query lacks (:meth:`expansion_terms`),
-        searched as one keyword query (:meth:`search_terms`)."""
-        stems = self.expansion_terms(bodies, query, terms)
-        return self.search_terms(stems, kinds, limit) if stems else []
+        searched as one keyword query: from the postings in a warm process, else each stem by a word of the bodies
+        that FTS5 reads as that stem (:func:`search.spelled_terms`)."""
+        conn, df = self._df_cache()
+        spellings: dict[str, str] = {}
+        stems = search.expansion_terms(conn, bodies, query, terms, df, spellings)
+        if not stems:
+            return []
+        postings = self._postings()
+        if postings is not None:
+            return postings.top(stems, kinds, limit)
+        return search.match(conn, search.spelled_terms(stems, spellings), kinds, limit)
 
     # -- calibration (see memvault.core.calibration) ------------------------------------------------------
     def meta_get(self, key: str) -> str | None:

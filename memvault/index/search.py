@@ -397,17 +397,21 @@ def last_chunk_id(conn: sqlite3.Connection) -> int:
 
 
 def expansion_terms(conn: sqlite3.Connection, bodies: Sequence[str], query: str, terms: int,
-                    df_cache: dict[str, int]) -> list[str]:
+                    df_cache: dict[str, int], spellings: dict[str, str] | None = None) -> list[str]:
     """Pseudo-relevance feedback: the ``terms`` stems that the best memories' ``bodies`` share most and the vault
     holds rarely (memories holding it x IDF), not in the query; a stem in only one of several bodies is not
-    shared and left out."""
+    shared and left out. ``spellings`` gets a word of the bodies for each stem that has one (see
+    :func:`spelled_terms`)."""
     import math
 
     asked = set(stems(query))
     counts: dict[str, int] = {}
     for body in bodies:
-        for stem in set(stems(body)):
+        spelled = spelled_stems(body)
+        for stem, word in spelled.items():
             counts[stem] = counts.get(stem, 0) + 1
+            if spellings is not None and word is not None:
+                spellings.setdefault(stem, word)
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_rows USING fts5vocab(main, chunks_fts, row)")
     total = df_cache.get("\0n")
     if total is None:
@@ -423,3 +427,9 @@ def expansion_terms(conn: sqlite3.Connection, bodies: Sequence[str], query: str,
         if df:
             scored.append((count * math.log((total - df + 0.5) / (df + 0.5) + 1.0), stem))
     return [stem for _, stem in sorted(scored, reverse=True)[:terms]]
+
+
+def spelled_terms(stems_: Sequence[str], spellings: dict[str, str]) -> str:
+    """An FTS5 expression matching any of ``stems_``: each by a word that stems to it when one is known (MATCH stems
+    what it is given, and a stem is not always its own stem: "databas" is read "databa"), else the stem itself."""
+    return " OR ".join(f'"{spellings.get(s, s)}"' for s in stems_)
