@@ -245,3 +245,23 @@ def test_feedback_finds_a_shared_word_whose_stem_is_not_its_own_stem(vault, mode
     assert index._postings() is not None
     assert same(index.search_feedback(bodies, "which hosts", list(KINDS), 5, 10), cold)
     v.close()
+
+
+def test_an_index_too_large_to_hold_is_left_to_fts5(filled, monkeypatch):
+    """The postings grow with the index (~26 bytes a token with the pairs): above MAX_TOKENS a warm process does not
+    read them, and FTS5 answers as for a one-shot process."""
+    index = filled.index
+    conn = index.connection()
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.t_instances USING fts5vocab(main, chunks_fts, instance)")
+    assert words.tokens(conn) == conn.execute("SELECT count(*) FROM temp.t_instances").fetchone()[0] > 0
+    index._words, index._words_asked = None, float("-inf")
+    monkeypatch.setattr(words, "MAX_TOKENS", words.tokens(conn) - 1)
+    monkeypatch.setattr(words.Postings, "top", lambda *a: pytest.fail("postings held for a too large index"))
+    for _ in range(3):
+        assert index._words_in_memory() is None and not index._words_loading
+        found = index.search_keywords("primary database port", list(KINDS), 10)
+    assert same(found, index._match(fts("primary database port"), list(KINDS), 10, None))
+    monkeypatch.undo()  # at the bound itself they are held
+    index._words_asked = float("-inf")
+    monkeypatch.setattr(words, "MAX_TOKENS", words.tokens(conn))
+    wait_for_postings(index)

@@ -516,6 +516,9 @@ class Index(Freshness, Listings):
             if self._words_loading or time.monotonic() - self._words_asked < words.RELOAD_AFTER:
                 return None
             self._words_loading, self._words_asked = True, time.monotonic()
+        if words.tokens(conn) > words.MAX_TOKENS:  # too large to hold: FTS5 answers (checked again later)
+            self._words_loading = False
+            return None
         target, weights = self._conn_target, self.field_weights.params()
 
         def run() -> None:

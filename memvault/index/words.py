@@ -9,7 +9,8 @@ floored at 1e-6, each row's length over every column against the average. The sc
 ``tests/test_words.py``). A query word FTS5 reads as several tokens (``saved_entry``: a phrase there) is left to
 FTS5, as are other field weights than the index's.
 
-The postings are loaded in a thread of their own, on a connection of their own, and used only while the index is as
+The postings are loaded in a thread of their own, on a connection of their own (not at all for an index of more
+than :data:`MAX_TOKENS` tokens: their memory grows with it), and used only while the index is as
 it was when the load was asked for (``Index`` compares FTS5's structure record, which every write to the keyword index
 rewrites); until then, and after any change, FTS5 answers.
 """
@@ -35,16 +36,33 @@ RELOAD_AFTER = 30.0
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: FTS5's structure record (id 10 of ``%_data``): its segments and a cookie, rewritten by every write to the index.
 VERSION_SQL = "SELECT block FROM chunks_fts_data WHERE id = 10"
+#: FTS5's averages record (id 1): the number of rows, then the tokens of each column, as varints.
+TOTALS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
+#: The most tokens (every column) a warm process holds the postings of: ~26 bytes a token with the pairs (68.9 MB
+#: at 100k facts, 2.8M tokens), so ~100 MB at most. A larger index is searched by FTS5, as a one-shot process does.
+MAX_TOKENS = 4_000_000
 
 
 def _length(blob: bytes) -> int:
     """A row's tokens over every column: the sum of the varints of its ``%_docsize`` record."""
-    total = value = 0
+    return sum(_varints(blob))
+
+
+def _varints(blob: bytes) -> list[int]:
+    """The varints of an FTS5 record, in order (7 bits a byte, high bit set on every byte but a value's last)."""
+    out, value = [], 0
     for byte in blob:
         value = (value << 7) | (byte & 0x7F)
         if not byte & 0x80:
-            total, value = total + value, 0
-    return total
+            out.append(value)
+            value = 0
+    return out
+
+
+def tokens(conn: sqlite3.Connection) -> int:
+    """How many tokens the keyword index holds over every column (FTS5's averages record: no scan)."""
+    row = conn.execute(TOTALS_SQL).fetchone()
+    return sum(_varints(row[0])[1:]) if row and row[0] else 0
 
 
 class _Lists:
@@ -232,4 +250,4 @@ def load(target: Path, weights: Sequence[float]) -> Postings:
         conn.close()
 
 
-__all__ = ["Postings", "load", "word_stems", "RELOAD_AFTER", "VERSION_SQL"]
+__all__ = ["Postings", "load", "tokens", "word_stems", "MAX_TOKENS", "RELOAD_AFTER", "VERSION_SQL"]
