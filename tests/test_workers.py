@@ -105,3 +105,39 @@ def test_a_small_matrix_is_scanned_in_this_thread(monkeypatch):
     monkeypatch.setattr(matrix, "RESCORE_MIN", 100)
     monkeypatch.setattr(matrix, "beside", lambda *a: pytest.fail("a worker woken for a small matrix"))
     assert len(m.top_k(rng.normal(size=384).astype(np.float32), list(KINDS), 10)) == 10
+
+
+def test_a_small_int8_matrix_is_held_as_floats_and_scored_whole(monkeypatch):
+    """Up to FLOATS_MAX rows the integers are kept as float32 too: every row is scored (no first stage, so no row is
+    missed by one), with the int8 cosines the two stages give to the rows they keep."""
+    rng = np.random.default_rng(9)
+    data = rng.normal(size=(3000, 384)).astype(np.float32)
+    ints = quantize.int8_matrix(data / np.linalg.norm(data, axis=1, keepdims=True))
+    kinds = np.array(["fact" if i % 3 else "episode" for i in range(len(data))])
+    norms = np.linalg.norm(ints.astype(np.float32), axis=1)
+    held = matrix.VectorMatrix(np.arange(3000, dtype=np.int64) + 1, kinds, ints, norms, matrix.sign_words(ints),
+                               ints.astype(np.float32))
+    staged = matrix.VectorMatrix(held.rowids, kinds, ints, norms, held.signs)
+    monkeypatch.setattr(matrix, "RESCORE_MIN", 300)
+    exact = (ints.astype(np.float64) @ ints[0].astype(np.float64)) / (norms * np.linalg.norm(ints[0]))
+    for wanted in (list(KINDS), ["episode"]):
+        scan = held.top_k(data[0], wanted, 20)
+        rows = [r for r in np.argsort(-exact, kind="stable") if kinds[r] in wanted][:20]
+        assert [r for r, _ in scan] == [int(r) + 1 for r in rows]
+        assert [s for _, s in scan] == pytest.approx(exact[rows].tolist(), abs=1e-6)
+        both = dict(staged.top_k(data[0], wanted, 20))
+        assert all(s == pytest.approx(both[r], abs=1e-6) for r, s in scan if r in both)
+    monkeypatch.setattr(matrix.VectorMatrix, "hamming", lambda *a: pytest.fail("a first stage for a held matrix"))
+    held.top_k(data[1], list(KINDS), 20)
+
+
+def test_loading_holds_floats_only_for_a_small_matrix(monkeypatch, tmp_path):
+    from memvault.index.db import sqlite_module
+
+    conn = sqlite_module().connect(":memory:")
+    conn.execute("CREATE TABLE chunks_vec(rowid INTEGER PRIMARY KEY, kind TEXT, embedding BLOB)")
+    ints = quantize.int8_matrix(np.random.default_rng(1).normal(size=(50, 384)).astype(np.float32))
+    conn.executemany("INSERT INTO chunks_vec VALUES (?, 'fact', ?)", [(i + 1, r.tobytes()) for i, r in enumerate(ints)])
+    assert matrix.load(conn, "int8").float_rows is not None
+    monkeypatch.setattr(matrix, "FLOATS_MAX", 49)
+    assert matrix.load(conn, "int8").float_rows is None
