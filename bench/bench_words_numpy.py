@@ -128,8 +128,9 @@ def main() -> int:
     for r in rows:
         print(f"| {r['n']:,} | {r['load_s']} | {r['postings']:,} / {r['pair_postings']:,} | {r['held_mb']} | "
               f"{r['fts_p50_ms']} / {r['fts_p95_ms']} | {r['numpy_p50_ms']} / {r['numpy_p95_ms']} | "
-              f"{r['fts_over_numpy_p50']}x | {r['same_top100_scores']} of {r['queries'] - r['phrase_queries_left_to_fts']} | "
-              f"{r['fts_pairs_p50_ms']} / {r['fts_pairs_p95_ms']} | {r['numpy_pairs_p50_ms']} / {r['numpy_pairs_p95_ms']} | "
+              f"{r['fts_over_numpy_p50']}x | {r['same_top100_scores']} of "
+              f"{r['queries'] - r['phrase_queries_left_to_fts']} | {r['fts_pairs_p50_ms']} / {r['fts_pairs_p95_ms']} | "
+              f"{r['numpy_pairs_p50_ms']} / {r['numpy_pairs_p95_ms']} | "
               f"{r['fts_over_numpy_pairs_p50']}x | {r['same_top100_pair_scores']} of {r['pair_queries']} | "
               f"{r['phrase_queries_left_to_fts']} |")
         for q in r["different"] + r["different_pairs"]:

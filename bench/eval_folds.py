@@ -328,8 +328,9 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
     import hashlib
     import pickle
 
+    widths = ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])
     tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
-                                    + ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])).encode()).hexdigest()[:16]
+                                    + widths).encode()).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
         table = pickle.loads(cached.read_bytes())

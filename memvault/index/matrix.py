@@ -8,11 +8,11 @@ are exact in float32 (127² x D < 2²⁴ for D up to 1,040), so the integers are
 
 numpy has no fast int8 product, and turning the whole matrix into floats for each query costs more than scanning
 float32 (7.5 ms against 1.7 at 10k rows). A matrix of up to :data:`FLOATS_MAX` rows is also held as floats, once,
-and scored whole. A larger one is scanned in two stages once it holds more than twice the rows to rescore: the sign bit of every component (D/8 bytes a row) is compared with the query's (Hamming distance, a
-popcount over 64-bit words: 48 bytes a row to read instead of 1,536), and the :func:`rescored` closest rows are
-scored exactly as above. MiniLM, 200 queries: recall@10 against the exact float32 scan .994 at 10k rows (as scoring
-every int8 row), .9905 at 100k (pooled vectors, .992 scoring every int8 row), 10x faster than the float32 scan there
-(docs/benchmarks.md, issue 24).
+and scored whole. A larger one is scanned in two stages once it holds more than twice the rows to rescore: the sign
+bit of every component (D/8 bytes a row) is compared with the query's (Hamming distance, a popcount over 64-bit
+words: 48 bytes a row to read instead of 1,536), and the :func:`rescored` closest rows are scored exactly as above.
+MiniLM, 200 queries: recall@10 against the exact float32 scan .9905 at 100k (pooled vectors, .992 scoring every
+int8 row), 10x faster than the float32 scan there (docs/benchmarks.md, issue 24); at 10k rows, scored whole, .994.
 """
 from __future__ import annotations
 
