@@ -30,6 +30,7 @@ def filled(vault, models):
     v.episodes.append("Failover drill: promoted the replica database in 4 minutes.", source="agent:oncall")
     v.episodes.append("disk alert on web3: 91% full, database logs rotated", source="agent:monitor")
     v.episodes.append("recording the setting change on the primary database", source="agent:oncall")
+    v.facts.set("ops/offsite", "Café Zürich backups go offsite; cafe zurich is the DR site.", source="user:t")
     v.recall("warm up", record_access=False)
     yield v
     v.close()
@@ -58,6 +59,7 @@ def test_the_postings_score_every_query_as_fts5_does(filled, weights):
 PHRASES = QUERIES + [
     "web front of the database", "the primary database", "database listens on port", "front web",
     "replica database replica database", "the nightly backup runs at 03:15", "web front", "setting max", "of the",
+    "Café Zürich backups", "cafe zurich", "ＤＢ２ nightly", "backup 03 15", "the the the",
 ]
 
 
