@@ -141,3 +141,22 @@ def test_loading_holds_floats_only_for_a_small_matrix(monkeypatch, tmp_path):
     assert matrix.load(conn, "int8").float_rows is not None
     monkeypatch.setattr(matrix, "FLOATS_MAX", 49)
     assert matrix.load(conn, "int8").float_rows is None
+
+
+def test_many_threads_scanning_at_once_all_finish_with_the_answers_of_one(monkeypatch):
+    """Recalls from many threads (an MCP server's requests) each split their scan: with the two workers busy, a half
+    is taken back and run by its caller, so every scan finishes, with the same rows as alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    data = rng.normal(size=(3000, 384)).astype(np.float32)
+    ints = quantize.int8_matrix(data / np.linalg.norm(data, axis=1, keepdims=True))
+    m = matrix.VectorMatrix(np.arange(3000, dtype=np.int64) + 1, np.array(["fact"] * 3000), ints,
+                            np.linalg.norm(ints.astype(np.float32), axis=1), matrix.sign_words(ints))
+    monkeypatch.setattr(matrix, "RESCORE_MIN", 300)
+    monkeypatch.setattr(matrix, "SPLIT_MIN", 1000)
+    queries = [data[i] for i in range(0, 48, 3)]
+    alone = [m.top_k(q, list(KINDS), 10) for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda q: m.top_k(q, list(KINDS), 10), queries, timeout=60))
+    assert [[r for r, _ in x] for x in together] == [[r for r, _ in x] for x in alone]
