@@ -91,9 +91,7 @@ def test_the_pairs_score_every_phrase_query_as_fts5_does(filled, weights):
 def test_a_warm_index_answers_phrases_from_memory_until_the_words_change(filled, monkeypatch):
     index = filled.index
     wait_for_postings(index)
-    used = []
-    top = words.Postings.top_pairs
-    monkeypatch.setattr(words.Postings, "top_pairs", lambda self, *a: (used.append(1), top(self, *a))[1])
+    used = spy(monkeypatch, "top_pairs")
     assert [r for r, _ in index.search_phrases("the web front", list(KINDS), 10)]
     assert used
     filled.facts.set("web/edge", "The web front edge is haproxy on web9.", source="user:t")
@@ -140,6 +138,14 @@ def fts(q: str) -> str:
     return fts_query(q)
 
 
+def spy(monkeypatch, method: str) -> list[int]:
+    """A list that grows by one each time ``Postings.<method>`` ranks (the postings answered, not FTS5)."""
+    used: list[int] = []
+    real = getattr(words.Postings, method)
+    monkeypatch.setattr(words.Postings, method, lambda self, *a: (used.append(1), real(self, *a))[1])
+    return used
+
+
 def wait_for_postings(index, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while index._words is None or index._words_loading:
@@ -151,9 +157,7 @@ def wait_for_postings(index, timeout: float = 20.0) -> None:
 def test_a_warm_index_ranks_from_memory_and_never_from_stale_postings(filled, monkeypatch):
     index = filled.index
     wait_for_postings(index)
-    used = []
-    top = words.Postings.top
-    monkeypatch.setattr(words.Postings, "top", lambda self, *a: (used.append(1), top(self, *a))[1])
+    used = spy(monkeypatch, "top")
     found = index.search_keywords("primary database port", list(KINDS), 10)
     assert used and same(found, index._match(fts("primary database port"), list(KINDS), 10, None))
 
@@ -187,9 +191,7 @@ def test_a_sync_that_changed_no_text_keeps_the_postings(filled, monkeypatch):
     index = filled.index
     wait_for_postings(index)
     index.sync()
-    used = []
-    top = words.Postings.top
-    monkeypatch.setattr(words.Postings, "top", lambda self, *a: (used.append(1), top(self, *a))[1])
+    used = spy(monkeypatch, "top")
     index.search_keywords("nightly backup", list(KINDS), 10)
     assert used
 
@@ -217,9 +219,7 @@ def test_an_edit_or_a_deletion_retires_the_postings(filled, monkeypatch, change)
         filled.facts.set("ops/backup", "The nightly backup now runs at 04:40 from db3.", source="user:t")
     else:
         filled.facts.delete("ops/backup", source="user:t")
-    used = []
-    top = words.Postings.top
-    monkeypatch.setattr(words.Postings, "top", lambda self, *a: (used.append(1), top(self, *a))[1])
+    used = spy(monkeypatch, "top")
     rows = dict(index.search_keywords("nightly backup", list(KINDS), 10))
     bodies = {d["id"]: d["body"] for d in index.chunk_docs(list(rows)).values()}
     assert not used
