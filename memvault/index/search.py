@@ -102,8 +102,8 @@ def _varint(data: bytes) -> int:
     return value
 
 
-#: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table): a count of the
-#: chunks in one row read, where COUNT(*) walks every chunk.
+#: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table), then the tokens of
+#: each column (words.tokens): a count of the chunks in one row read, where COUNT(*) walks every chunk.
 FTS_ROWS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
 
 

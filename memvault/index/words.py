@@ -16,6 +16,7 @@ rewrites); until then, and after any change, FTS5 answers.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .documents import KINDS
+from .search import FTS_ROWS_SQL
 
 if TYPE_CHECKING:
     import sqlite3
@@ -36,8 +38,6 @@ RELOAD_AFTER = 30.0
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: FTS5's structure record (id 10 of ``%_data``): its segments and a cookie, rewritten by every write to the index.
 VERSION_SQL = "SELECT block FROM chunks_fts_data WHERE id = 10"
-#: FTS5's averages record (id 1): the number of rows, then the tokens of each column, as varints.
-TOTALS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
 #: The most tokens (every column) a warm process holds the postings of: ~26 bytes a token with the pairs (68.9 MB
 #: at 100k facts, 2.8M tokens), so ~100 MB at most. A larger index is searched by FTS5, as a one-shot process does.
 MAX_TOKENS = 4_000_000
@@ -61,7 +61,7 @@ def _varints(blob: bytes) -> list[int]:
 
 def tokens(conn: sqlite3.Connection) -> int:
     """How many tokens the keyword index holds over every column (FTS5's averages record: no scan)."""
-    row = conn.execute(TOTALS_SQL).fetchone()
+    row = conn.execute(FTS_ROWS_SQL).fetchone()  # the averages record: the rows, then each column's tokens
     return sum(_varints(row[0])[1:]) if row and row[0] else 0
 
 
@@ -223,7 +223,14 @@ _SCRATCH = threading.local()
 
 
 def word_stems(words: Sequence[str]) -> list[list[str]]:
-    """Each word as the keyword index's tokenizer reads it (in a scratch in-memory table of this thread)."""
+    """Each word as the keyword index's tokenizer reads it (in a scratch in-memory table of this thread). A recall
+    asks for the same words three times (the words, the "nothing known" test, the rescoring): the last answers are
+    kept."""
+    return [list(stems) for stems in _stems(tuple(words))]
+
+
+@functools.lru_cache(maxsize=256)
+def _stems(words: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     scratch = getattr(_SCRATCH, "conn", None)
     if scratch is None:
         from .db import sqlite_module
@@ -236,7 +243,7 @@ def word_stems(words: Sequence[str]) -> list[list[str]]:
     out: list[list[str]] = [[] for _ in words]
     for term, doc in scratch.execute("SELECT term, doc FROM qv ORDER BY doc, offset"):
         out[doc - 1].append(term)
-    return out
+    return tuple(tuple(stems) for stems in out)
 
 
 def load(target: Path, weights: Sequence[float]) -> Postings:
