@@ -44,6 +44,9 @@ CHUNK_TEXT = ("CASE WHEN d.header = '' THEN '' ELSE d.header || char(10) END || 
 #: position outside the first, and most words are in the body (31 bytes a row less at 10k facts).
 FTS_COLUMNS = ("body", "key", "category", "tags", "kind")
 FTS_SEARCHED = "{body key category tags}"
+#: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table), then the tokens of
+#: each column (words.tokens): a count of the chunks in one row read, where COUNT(*) walks every chunk.
+FTS_ROWS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
 #: What the keyword index holds of chunk ``{c}`` (alias) of doc ``{d}``: its own piece of the body (the header's
 #: words are in the fields, not repeated), its key (a fact's key, a runbook's name; an episode's id is no word), its
 #: category (a fact's category, a runbook's description line) and tags (the JSON array's text: the tokenizer keeps

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
-from .db import CHUNK_TEXT, FTS_SEARCHED, batches, marks
+from .db import CHUNK_TEXT, FTS_ROWS_SQL, FTS_SEARCHED, batches, marks
 from .documents import KINDS
 from .quantize import encode as encode_vector
 from .quantize import param as vector_param
@@ -101,10 +101,6 @@ def _varint(data: bytes) -> int:
             return value
     return value
 
-
-#: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table), then the tokens of
-#: each column (words.tokens): a count of the chunks in one row read, where COUNT(*) walks every chunk.
-FTS_ROWS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
 
 
 def fts_rows(conn: sqlite3.Connection) -> int:

@@ -23,15 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .db import FTS_COLUMNS, FTS_ROWS_SQL
 from .documents import KINDS
-from .search import FTS_ROWS_SQL
 
 if TYPE_CHECKING:
     import sqlite3
 
 K1, B = 1.2, 0.75
-#: The keyword index's columns in their order (search.FieldWeights.params gives a weight for each).
-COLUMNS = ("body", "key", "category", "tags", "kind")
 #: Seconds between two loads by one process: a vault written to every few seconds is searched by FTS5 meanwhile
 #: rather than read out again and again (3 s of a core at 100k).
 RELOAD_AFTER = 30.0
@@ -123,7 +121,7 @@ class Postings:
         n = self.n = len(self.rowids)
         kind_code = {stems[0]: i + 1 for i, stems in enumerate(word_stems(list(KINDS))) if stems}
         self.kinds = np.zeros(n, np.int8)  # KINDS[code - 1]; 0: none
-        column = {name: i for i, name in enumerate(COLUMNS)}
+        column = {name: i for i, name in enumerate(FTS_COLUMNS)}  # FieldWeights.params: one weight each
         terms, docs, cols, offsets = [], [], [], []
         cursor = conn.execute("SELECT term, doc, col, offset FROM temp.words_instances")
         while batch := cursor.fetchmany(65536):
