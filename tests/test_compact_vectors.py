@@ -14,6 +14,7 @@ from pgserver import pg_server  # noqa: F401
 from memvault import Vault
 from memvault.index import KINDS, Index, matrix, quantize
 from memvault.index.db import connect
+from memvault.index.products import Products
 
 WORDS = ("host port server database backup cache proxy queue worker deploy restart nginx postgres redis kafka disk "
          "memory network firewall certificate token rotate alert page schedule cron log metric trace latency error "
@@ -101,30 +102,27 @@ def test_int8_ranks_as_float32_and_cold_and_warm_paths_agree(corpus, tmp_path):
     assert np.mean(overlap) >= 0.95
 
 
-def test_the_first_stage_finds_the_exact_top_rows(monkeypatch):
-    rng = np.random.default_rng(5)
-    centres = rng.normal(size=(50, 384))
-    data = (centres[rng.integers(0, 50, 3000)] + rng.normal(0, 0.3, (3000, 384))).astype(np.float32)
-    data /= np.linalg.norm(data, axis=1, keepdims=True)
-    ints = quantize.int8_matrix(data)
-    norms = np.linalg.norm(ints.astype(np.float32), axis=1)
+def test_the_warm_scan_scores_every_row_as_exact_arithmetic_does():
+    """Every row is scored (no first stage to miss one): the top rows and cosines of exact int8 arithmetic (float64
+    here), for every kind filter; the scan's cosines of every row are those cosines() computes row by row."""
+    rng = np.random.default_rng(9)
+    data = rng.normal(size=(3000, 384)).astype(np.float32)
+    ints = quantize.int8_matrix(data / np.linalg.norm(data, axis=1, keepdims=True))
     kinds = np.array(["fact" if i % 3 else "episode" for i in range(len(data))])
-    m = matrix.VectorMatrix(np.arange(len(data), dtype=np.int64) + 1, kinds, ints, norms, matrix.sign_words(ints))
-    found = []
-    for i in range(30):
-        q = data[i * 7] + rng.normal(0, 0.2, 384).astype(np.float32)
-        q /= np.linalg.norm(q)
-        for wanted in (list(KINDS), ["fact"]):
-            monkeypatch.setattr(matrix, "RESCORE_MIN", 3000)  # every row: no first stage
-            exact = m.top_k(q, wanted, 10)
-            monkeypatch.setattr(matrix, "RESCORE_MIN", 300)  # a tenth of the rows
-            staged = m.top_k(q, wanted, 10)
-            assert all(kinds[r - 1] in wanted for r, _ in staged)
-            found.append(len({r for r, _ in exact} & {r for r, _ in staged}) / 10)
-            # what both hold is scored alike: the first stage only chooses rows
-            both = dict(exact)
-            assert all(s == pytest.approx(both[r], abs=1e-6) for r, s in staged if r in both)
-    assert np.mean(found) >= 0.95
+    norms = np.linalg.norm(ints.astype(np.float32), axis=1)
+    m = matrix.VectorMatrix(np.arange(3000, dtype=np.int64) + 1, kinds, ints, norms, Products(ints))
+    for i in range(3):
+        q = quantize.int8_matrix(data[i][None, :])[0].astype(np.float64)
+        exact = (ints.astype(np.float64) @ q) / (norms * np.linalg.norm(q))
+        for wanted in (list(KINDS), ["episode"]):
+            found, whole = m.scan(data[i], wanted, 20)
+            rows = [r for r in np.argsort(-exact, kind="stable") if kinds[r] in wanted][:20]
+            assert [r for r, _ in found] == [int(r) + 1 for r in rows]
+            assert [s for _, s in found] == pytest.approx(exact[rows].tolist(), abs=1e-6)
+            assert whole.tolist() == pytest.approx(exact.tolist(), abs=1e-6)
+            picked = [5, 17, 2999]
+            assert m.cosines({r + 1: r for r in range(3000)}, data[i], [r + 1 for r in picked]) == {
+                r + 1: whole[r].item() for r in picked}
 
 
 def test_the_format_is_stamped_beside_the_model_and_a_new_model_rebuilds(corpus, tmp_path):
@@ -347,3 +345,30 @@ def test_the_shared_index_keeps_float32_when_asked_and_0002_makes_old_tables_hal
         assert again.pending() == 0
     finally:
         again.close()
+
+
+def test_a_recall_reads_its_candidates_cosines_from_its_own_scan(corpus, tmp_path, monkeypatch):
+    """The scan scores every row: the keyword candidates' cosines for the same query vector are read from it, not
+    computed again, and are the figures computed row by row; another vector, or a write, computes them."""
+    v, _models = corpus
+    emb = v.engine.get()
+    i8 = built(v, tmp_path / "i8", "int8", emb)
+    i8._vector_searches = 1
+    q = emb.embed_query("backup postgres replica")
+    rows = [r for r, _ in i8.search_vectors(q, list(KINDS), 40)][::3] + [1, 2, 3]
+    computed = []
+    real = matrix.VectorMatrix.scores
+    monkeypatch.setattr(matrix.VectorMatrix, "scores",
+                        lambda self, vec, at=None: (computed.append(at), real(self, vec, at))[1])
+    read = i8.similarities(q, rows)
+    assert computed == []
+    i8._scanned = None
+    assert i8.similarities(q, rows) == pytest.approx(read, abs=1e-6) and computed[-1] is not None
+    computed.clear()
+    i8.search_vectors(q, list(KINDS), 10)
+    other = emb.embed_query("backup postgres replica")  # the same figures, but not this scan's vector
+    assert i8.similarities(other, rows) == pytest.approx(read, abs=1e-6) and computed[-1] is not None
+    i8.search_vectors(q, list(KINDS), 10)
+    write_facts(v.root, 1, seed=99)
+    i8.sync()
+    assert i8._scanned is None  # a write drops the scan with the matrix

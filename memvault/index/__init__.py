@@ -89,6 +89,9 @@ class Index(Freshness, Listings):
         self._words_loading = False
         self._words_asked = float("-inf")
         self._rows: tuple[Any, dict[int, int]] | None = None
+        #: The last in-memory scan that scored every row: (query vector, matrix, every row's cosine). A recall asks
+        #: the cosines of its keyword candidates for the same vector: read, not computed again.
+        self._scanned: tuple[Any, matrix.VectorMatrix, Any] | None = None
         self._format: str | None = None  # how the open generation stores its vectors
         self._said_format = False
         self._df: tuple[Any, dict[str, int]] = (None, {})
@@ -202,7 +205,7 @@ class Index(Freshness, Listings):
         self._conn = None
         self._conn_target = None
         self._identity = None
-        self._vector_cache = None
+        self._vector_cache = self._scanned = None
         self._format = None
 
     def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
@@ -288,7 +291,7 @@ class Index(Freshness, Listings):
                 return self.sync(paths, splitter=splitter, reread=reread)
             raise
         if report.docs_added or report.docs_changed or report.docs_removed:
-            self._vector_cache = None  # this process's own writes do not move PRAGMA data_version
+            self._vector_cache = self._scanned = None  # this process's own writes do not move PRAGMA data_version
         report.seconds = time.perf_counter() - started
         return report
 
@@ -310,7 +313,7 @@ class Index(Freshness, Listings):
                 return self.overlay(local, splitter=splitter)
             raise
         if report.changed:
-            self._vector_cache = None
+            self._vector_cache = self._scanned = None
         report.seconds = time.perf_counter() - started
         return report
 
@@ -347,7 +350,7 @@ class Index(Freshness, Listings):
                 raise
         report.model_loaded = True
         if report.chunks_embedded:
-            self._vector_cache = None
+            self._vector_cache = self._scanned = None
         return report
 
     def pending(self) -> int:
@@ -582,7 +585,13 @@ class Index(Freshness, Listings):
         if cached is None:
             return None
         self._vector_searches += 1
-        return lambda vector: cached.top_k(vector, kinds, limit)
+
+        def scan(vector: Any) -> list[tuple[int, float]]:
+            found, whole = cached.scan(vector, kinds, limit)
+            self._scanned = None if whole is None else (vector, cached, whole)
+            return found
+
+        return scan
 
     def _vectors_in_memory(self) -> matrix.VectorMatrix | None:
         conn = self.connection()
@@ -594,12 +603,15 @@ class Index(Freshness, Listings):
         loaded = matrix.load(conn, self._format or self.vector_type)
         if loaded is None:
             return None
-        self._vector_cache = (version, loaded)
+        self._vector_cache, self._scanned = (version, loaded), None
         return loaded
 
     def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
         """Cosine similarity of ``vector`` to the stored vectors of ``rowids``: from the in-memory matrix when this
         process holds it (a row lookup), else computed by sqlite-vec (a vec0 lookup per row)."""
+        scanned = self._scanned
+        if scanned is not None and scanned[0] is vector:  # this recall's own scan: the same matrix, scored whole
+            return scanned[1].cosines(self._row_index(scanned[1]), vector, rowids, scanned[2])
         if self._vector_searches > 1:
             cached = self._vectors_in_memory()
             if cached is not None:
