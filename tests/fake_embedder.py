@@ -68,6 +68,9 @@ class FakeEmbedder:
         self.query_calls += 1
         return self._vector(self.identity.query_prefix + text)
 
+    def query_job(self, text: str):
+        return lambda: self.embed_query(text)
+
     def count_tokens(self, text: str) -> int:
         return len(_TOKEN.findall(text))
 

@@ -159,3 +159,25 @@ def test_a_process_ending_while_the_query_embeds_does_not_wait_for_the_model():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert done.returncode == 0 and done.stdout.strip() == "leaving", done.stderr
     assert time.monotonic() - started < 30
+
+
+def test_a_loaded_model_starts_on_the_query_before_the_asker_is_checked(warm, monkeypatch):
+    """Vault.recall hands the query to the loaded model first, then checks who asks; recall takes that vector (one
+    embedding, not two). A time phrase leaves another text to embed: recall embeds that one itself."""
+    embedder = warm.engine.get()
+    jobs: list[str] = []
+    real_job, real_source = type(embedder).query_job, type(warm)._source
+    monkeypatch.setattr(type(embedder), "query_job", lambda self, text: (jobs.append(text), real_job(self, text))[1])
+    monkeypatch.setattr(type(warm), "_source",
+                        lambda self, source: (jobs.append("checked"), real_source(self, source))[1])
+    before = embedder.query_calls
+    assert ids(warm, "primary database port")[0] == "db/primary"
+    assert jobs[:2] == ["primary database port", "checked"] and jobs.count("primary database port") == 1
+    assert embedder.query_calls == before + 1
+    jobs.clear()
+    warm.recall("database port yesterday", record_access=False)
+    assert jobs[:2] == ["database port yesterday", "checked"]
+    assert [j for j in jobs if j != "checked"] == ["database port yesterday", "database port"]
+    jobs.clear()
+    warm.recall("primary database port", mode="keyword", record_access=False)
+    assert set(jobs) == {"checked"}

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from ..index.protocol import VaultIndex
+    from ..models.base import Embedder
     from ..models.engine import Engine
     from ..rules.config import Config
     from ..stores.facts import FactStore
@@ -61,6 +62,9 @@ class Parts:
     #: Whether the asker may read a vault-relative path (its ``[scopes]`` read paths); None: everything. What it may
     #: not read is dropped with the search's candidates, so it never takes a place nor shows in what it is told.
     readable: Callable[[str], bool] | None = None
+    #: The query's vector, started by the caller before its own checks (Vault.recall): recall takes it when it
+    #: embeds the same text with the same model, else starts its own.
+    head_start: QueryVector | None = None
 
 
 @dataclass(slots=True)
@@ -92,7 +96,8 @@ class QueryVector:
     search neither waits for a thread to wake nor shares the CPU with the caller's own work. :meth:`vector` and
     :meth:`scanned` wait as needed and raise what the worker raised."""
 
-    def __init__(self, embed: Callable[[str], Any], query: str) -> None:
+    def __init__(self, embed: Callable[[str], Any], query: str, embedder: Any = None) -> None:
+        self.query, self.embedder = query, embedder  # what it embeds, and with which model (None: not said)
         self._lock = threading.Lock()
         self._known = threading.Event()
         self._scan: Scan | None = None
@@ -103,6 +108,13 @@ class QueryVector:
         self._scanned: list[tuple[int, float]] | None = None
         self._later: Future[list[tuple[int, float]]] | None = None
         self._future = pool().submit(self._run, embed, query)
+
+    @classmethod
+    def started(cls, embedder: Embedder, query: str) -> QueryVector:
+        """The vector of ``query`` by ``embedder``, started now: what the model must do in this thread is done here
+        (:meth:`Embedder.query_job`), the rest in the worker."""
+        job = embedder.query_job(query)
+        return cls(lambda _query: job(), query, embedder)
 
     def _run(self, embed: Callable[[str], Any], query: str) -> None:
         try:
@@ -129,6 +141,12 @@ class QueryVector:
                 return
             self._claimed = True
         self._later = pool().submit(scan, self._vector)
+
+    @property
+    def in_worker(self) -> bool:
+        """Whether the worker thread runs the bound search (once :meth:`vector` has returned: the caller's own
+        :meth:`scanned` runs it otherwise)."""
+        return self._claimed
 
     @property
     def scanning(self) -> bool:
@@ -227,8 +245,13 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
         # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too: while the worker
         # thread scans the vectors when it does (a warm process), else those the vector search left out.
         if isinstance(qvec, QueryVector) and qvec.scanning:
-            known = index.similarities(vector, sorted(fetched)) if fetched else {}
+            # The worker scanning: these cosines are computed meanwhile. Else this thread scans first: a matrix
+            # scored whole has them all already (Index.similarities reads them).
+            meanwhile = qvec.in_worker
+            known = index.similarities(vector, sorted(fetched)) if fetched and meanwhile else {}
             cosine = dict(qvec.scanned() or [])
+            if not meanwhile and fetched - cosine.keys():
+                known = index.similarities(vector, sorted(fetched - cosine.keys()))
             cosine.update({r: c for r, c in known.items() if r not in cosine})
         else:
             cosine = dict(index.search_vectors(vector, kinds, vector_width(parts, k)))
@@ -266,27 +289,34 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
     best_cos = max((c for c in cosine.values() if c > 0), default=0.0) or 1.0
     best_kw = max(keyword.values(), default=0.0) or 1.0
     best_phrase = max(phrases.values(), default=0.0) or 1.0
-    rel_of, kw_of = {}, {}
+    # One pass of plain arithmetic per chunk (a recall combines a few hundred, on the path after the vector).
+    kw_scale, phrase_scale, cos_scale = trust / best_kw / (1 + p), trust * p / best_phrase / (1 + p), s / best_cos
+    keyword_of, phrase_of, cosine_of = keyword.get, phrases.get, cosine.get
+    cos_of, kw_of, rel_of = {}, {}, {}
     for rowid in docs:
-        kw_of[rowid] = trust * (keyword.get(rowid, 0.0) / best_kw + p * phrases.get(rowid, 0.0) / best_phrase) / (1 + p)
-        rel_of[rowid] = s * max(0.0, cosine.get(rowid, 0.0)) / best_cos + (1 - s) * kw_of[rowid]
+        cos = cosine_of(rowid, 0.0)
+        cos_of[rowid] = cos = cos if cos > 0.0 else 0.0
+        kw_of[rowid] = kw = keyword_of(rowid, 0.0) * kw_scale + phrase_of(rowid, 0.0) * phrase_scale
+        rel_of[rowid] = cos * cos_scale + (1 - s) * kw
     out: dict[tuple[str, str], Candidate] = {}
+    boost = 1 - settings.exact_boost
     for rowid, doc in docs.items():
-        kw = kw_of[rowid]
-        cos = max(0.0, cosine.get(rowid, 0.0))
-        rel = rel_of[rowid]
+        cos, rel = cos_of[rowid], rel_of[rowid]
         if rowid in neighbours:
             rel = (rel + g * max(rel_of.get(r, 0.0) for r in neighbours[rowid])) / (1 + g)
         if exact:
             # Quoting a memory word for word is the strongest evidence there is: quoted chunks rank first.
-            rel = 1.0 if rowid in exact else rel * (1 - settings.exact_boost)
+            rel = 1.0 if rowid in exact else rel * boost
         key = (doc["kind"], doc["id"])
         current = out.get(key)
-        if current is None or rel > current.relevance:
-            out[key] = Candidate(key, doc, min(1.0, rel), max(cos, current.cosine if current else 0.0), kw,
-                                 rowid in exact, rowid, index, semantic=cos / best_cos)
-        else:
-            current.cosine = max(current.cosine, cos)
+        if current is None:
+            out[key] = Candidate(key, doc, rel if rel < 1.0 else 1.0, cos, kw_of[rowid], rowid in exact, rowid, index,
+                                 semantic=cos / best_cos)
+        elif rel > current.relevance:
+            out[key] = Candidate(key, doc, rel if rel < 1.0 else 1.0, cos if cos > current.cosine else current.cosine,
+                                 kw_of[rowid], rowid in exact, rowid, index, semantic=cos / best_cos)
+        elif cos > current.cosine:
+            current.cosine = cos
     return out
 
 

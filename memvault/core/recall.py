@@ -151,7 +151,11 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     # The query's vector is computed in a worker thread from here on (then the vector scan, once bound below) while
     # this one starts the freshness check (the watcher's barrier) and searches the words; when the check changed
     # the index, the search runs again. Before the first sync there is nothing to search.
-    qvec = QueryVector(embedder.embed_query, search_query) if embedder is not None and searched else None
+    qvec = None
+    if embedder is not None and searched:
+        early = parts.head_start
+        qvec = (early if early is not None and early.embedder is embedder and early.query == search_query
+                else QueryVector.started(embedder, search_query))
     finish = index.refresh_later(settings.rescan_interval) if sync else None
     if finish is not None and (not index.exists() or not searched):
         _refreshed(finish(), warnings)

@@ -28,6 +28,7 @@ from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..index.changes import ChangeFeed, follow
 from ..stores.procedures import ProcedureStore
 from .access import Reader
+from .candidates import QueryVector
 from .recall import Parts, RecallResult
 from .views import Episodes, Facts, Procedures
 from ..rules.trust import Op
@@ -331,15 +332,21 @@ class Vault:
         from .recall import check_arguments
 
         check_arguments(query, k, kinds, budget, options.get("mode", "hybrid"), options.get("fmt", "json"))
-        asker = self._source(source) if log else ""
         started = time.perf_counter()
-        result = self._recall(query, k, kinds, budget, readable=self.reader(source).test(self.root), **options)
+        # A model already loaded starts on the query now, while the asker and the index are checked (0.3-0.6 ms
+        # earlier); recall takes the vector when it embeds that text with that model (not a time phrase's rest).
+        loaded = self.engine.loaded() if options.get("mode", "hybrid") != "keyword" else None
+        head_start = QueryVector.started(loaded, query) if loaded is not None else None
+        asker = self._source(source) if log else ""
+        result = self._recall(query, k, kinds, budget, readable=self.reader(source).test(self.root),
+                              head_start=head_start, **options)
         if log:
             self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
         return result
 
     def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None, *,
-                readable: Callable[[str], bool] | None = None, **options: Any) -> RecallResult:
+                readable: Callable[[str], bool] | None = None, head_start: QueryVector | None = None,
+                **options: Any) -> RecallResult:
         from .recall import recall
 
         if not self.index.exists():
@@ -351,7 +358,7 @@ class Vault:
                     splitter = None
             self.index.sync(splitter=splitter)
         parts = self._parts()
-        parts.readable = readable
+        parts.readable, parts.head_start = readable, head_start
         return recall(parts, query, k, kinds, budget, **options)
 
     @cached_property

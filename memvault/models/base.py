@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -73,6 +73,11 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray:
         """(dims,) float32, L2-normalised, with ``identity.query_prefix`` prepended."""
+        ...
+
+    def query_job(self, text: str) -> Callable[[], np.ndarray]:
+        """:meth:`embed_query` in two parts: what must run in the calling thread now (the ONNX embedder tokenizes
+        here), and the returned callable, the rest, for another thread to run."""
         ...
 
     def count_tokens(self, text: str) -> int:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -258,6 +258,7 @@ class OnnxEmbedder:
         pad = self._inputs.token_to_id("[PAD]") or 0
         self._inputs.enable_padding(pad_id=pad, pad_token=self._inputs.id_to_token(pad) or "[PAD]")
         self._whole = Tokenizer.from_file(str(tokenizer_file))
+        self._tokenizing = threading.Lock()
         self._whole.no_truncation()
         self._whole.no_padding()
         options = ort.SessionOptions()
@@ -295,11 +296,12 @@ class OnnxEmbedder:
         return int(self._run(["x"]).shape[1])
 
     def _tokenize(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """The model's inputs for ``texts``. Called from one thread only: a fast tokenizer with truncation and
-        padding set must not be used by two threads at once."""
+        """The model's inputs for ``texts``, from any thread, one at a time: a fast tokenizer with truncation and
+        padding set must not be used by two threads at once (a recall tokenizes its query in the caller's thread)."""
         import numpy as np
 
-        encodings = self._inputs.encode_batch(texts)
+        with self._tokenizing:
+            encodings = self._inputs.encode_batch(texts)
         feed = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
                 "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64)}
         if "token_type_ids" in self._input_names:
@@ -385,6 +387,12 @@ class OnnxEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._run([self.identity.query_prefix + text])[0]
+
+    def query_job(self, text: str) -> Callable[[], np.ndarray]:
+        """Tokenized here (40 us), run by whoever calls the result: the model lets go of the interpreter, so a thread
+        that only runs it does not wait on a busy caller for it (in a recall, 0.4 ms of waits while tokenizing)."""
+        feed = self._tokenize([self.identity.query_prefix + text])
+        return lambda: self._infer(feed)[0]
 
     def count_tokens(self, text: str) -> int:
         return len(self._whole.encode(text, add_special_tokens=False).ids)
