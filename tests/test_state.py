@@ -74,3 +74,16 @@ def test_nothing_is_created_by_reading(tmp_path):
     s = State(tmp_path / "state.db", half_life=HALF)
     assert s.get([KEY]) == {} and s.recalled_hashes() == set()
     assert not (tmp_path / "state.db").exists()
+
+
+def test_a_question_redacted_ahead_is_stored_redacted_and_only_for_that_question(state):
+    """A recall redacts its question while the query embeds; the log stores that text for that question, and
+    redacts any other question itself (another thread's recall between the two)."""
+    from memvault.stores.state import RecallLogEntry
+
+    key = "AKIAJ7Q3ZTRW5LXN2KPB"
+    state.redact_ahead(f"deploy with {key}")
+    state.log_recall(RecallLogEntry(1.0, "agent:a", f"rotate {key} today", {}, [], None, 0, 1.0))
+    state.log_recall(RecallLogEntry(2.0, "agent:a", f"deploy with {key}", {}, [], None, 0, 1.0))
+    stored = [e.query for e in state.recalls()]
+    assert stored == ["deploy with <redacted:AWS-access-key-id>", "rotate <redacted:AWS-access-key-id> today"]

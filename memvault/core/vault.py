@@ -338,6 +338,8 @@ class Vault:
         loaded = self.engine.loaded() if options.get("mode", "hybrid") != "keyword" else None
         head_start = QueryVector.started(loaded, query) if loaded is not None else None
         asker = self._source(source) if log else ""
+        if log:
+            self.recall_log.redact_ahead(query)
         result = self._recall(query, k, kinds, budget, readable=self.reader(source).test(self.root),
                               head_start=head_start, **options)
         if log:
