@@ -5,7 +5,7 @@ a row; see :mod:`memvault.index.quantize`) or float32. An int8 row's score is th
 ``row · q / (|row| |q|)`` with ``q`` the query quantized the same way: sqlite-vec's ``vec_distance_cosine`` of the same
 two int8 vectors, so a cold process (sqlite-vec's KNN) and a warm one rank alike. Every row is scored: the integer
 products come from :mod:`.products` (ONNX Runtime's prepacked integer kernels), exact, 10k rows in about 0.4 ms and
-100k in 1.5-2.8; a float32 matrix is scored by BLAS.
+100k in 2.4-2.8 (in two halves side by side); a float32 matrix is scored by BLAS.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ..rules.workers import beside
 log = logging.getLogger(__name__)
 
 #: From this many rows the product runs in two halves side by side, one in a worker thread (ONNX Runtime lets go of
-#: the interpreter): at 100k rows 1.5 ms against 2.8.
+#: the interpreter): a 100k recall 0.6 ms faster than with one session (paired, 300 queries).
 SPLIT_MIN = 50_000
 #: Rows multiplied at a time by the numpy fallback.
 BLOCK = 8192
