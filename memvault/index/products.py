@@ -65,6 +65,7 @@ class Products:
         tail, head = beside(lambda: second(shifted), lambda: first(shifted))
         return np.concatenate([head, tail])
 
+
 def by_numpy(rows: Any, query: Any) -> Any:
     """:class:`Products` without ONNX Runtime: the same int32 products, by float32 BLAS a block at a time (products
     of int8 are exact in float32: 127² x D < 2²⁴ for D up to 1,040)."""
