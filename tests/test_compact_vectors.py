@@ -347,12 +347,13 @@ def test_the_shared_index_keeps_float32_when_asked_and_0002_makes_old_tables_hal
         again.close()
 
 
-def test_a_recall_reads_its_candidates_cosines_from_its_own_scan(corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["int8", "float32"])
+def test_a_recall_reads_its_candidates_cosines_from_its_own_scan(corpus, tmp_path, monkeypatch, kind):
     """The scan scores every row: the keyword candidates' cosines for the same query vector are read from it, not
     computed again, and are the figures computed row by row; another vector, or a write, computes them."""
     v, _models = corpus
     emb = v.engine.get()
-    i8 = built(v, tmp_path / "i8", "int8", emb)
+    i8 = built(v, tmp_path / kind, kind, emb)
     i8._vector_searches = 1
     q = emb.embed_query("backup postgres replica")
     rows = [r for r, _ in i8.search_vectors(q, list(KINDS), 40)][::3] + [1, 2, 3]
