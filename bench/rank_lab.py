@@ -29,11 +29,15 @@ COVERED = 300
 def vault_dump(vault: Any) -> dict[str, Any]:
     index = vault.index
     conn = index.connection()
-    from memvault.index import matrix as vector_matrix, quantize
+    import numpy as np
 
-    loaded = vector_matrix.load(conn, quantize.stored(conn) or "float32")
-    rowids, kinds = loaded.rowids, loaded.kinds
-    matrix = loaded.vectors if not loaded.int8 else loaded.vectors.astype("float32") / loaded.norms[:, None]
+    from memvault.index import quantize
+
+    stored = quantize.stored(conn) or "float32"
+    rows = conn.execute("SELECT rowid, kind, embedding FROM chunks_vec").fetchall()
+    rowids = np.array([r[0] for r in rows], dtype=np.int64)
+    kinds = np.array([r[1] for r in rows])
+    matrix = np.stack([quantize.decode(stored, r[2]) for r in rows]).astype(np.float32)  # unit rows, as the scan
     all_rows = [r[0] for r in conn.execute("SELECT rowid FROM chunks")]
     docs = index.chunk_docs(all_rows)
     neighbours = index.episode_neighbours(docs) if any(d["kind"] == "episode" for d in docs.values()) else {}

@@ -81,7 +81,7 @@ def test_when_onnx_runtime_cannot_run_the_graph_numpy_gives_the_same_integers(mo
     rows = rng.integers(-127, 128, (100, 384)).astype(np.int8)
     p = Products(rows)
     q = rng.integers(-127, 128, 384).astype(np.int8)
-    assert p.runtime == "numpy" and np.array_equal(p(q), exact(rows, q))
+    assert p.runtime == "numpy" and p.rows is not None and np.array_equal(p(q), exact(rows, q))
 
 
 def test_the_graph_is_the_model_onnx_itself_reads():
@@ -111,3 +111,19 @@ def test_a_loaded_matrix_scores_with_the_products(tmp_path):
     assert m.products is not None and m.products.runtime == "onnxruntime"
     found = m.top_k(data[7], list(KINDS), 3)
     assert found[0][0] == 8 and found[0][1] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_matrix_larger_than_a_part_is_packed_a_part_at_a_time(monkeypatch):
+    """Packing copies a session's rows twice for a moment: a large matrix is packed in parts of at most PART_ROWS
+    rows, and answers in row order; the sessions hold the rows, so no copy is kept beside them."""
+    monkeypatch.setattr(products, "PART_ROWS", 400)
+    built = []
+    real = products._session
+    monkeypatch.setattr(products, "_session", lambda rows: (built.append(len(rows)), real(rows))[1])
+    rng = np.random.default_rng(6)
+    rows = rng.integers(-127, 128, (1501, 384)).astype(np.int8)
+    p = Products(rows)
+    assert built == [375, 375, 375, 376] and p.rows is None
+    for _ in range(3):
+        q = rng.integers(-127, 128, 384).astype(np.int8)
+        assert np.array_equal(p(q), exact(rows, q))

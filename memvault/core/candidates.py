@@ -143,12 +143,6 @@ class QueryVector:
         self._later = pool().submit(scan, self._vector)
 
     @property
-    def in_worker(self) -> bool:
-        """Whether the worker thread runs the bound search (once :meth:`vector` has returned: the caller's own
-        :meth:`scanned` runs it otherwise)."""
-        return self._claimed
-
-    @property
     def scanning(self) -> bool:
         """Whether a vector search was bound (:meth:`scanned` gives its result)."""
         return self._scan is not None
@@ -245,14 +239,11 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
         # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too: while the worker
         # thread scans the vectors when it does (a warm process), else those the vector search left out.
         if isinstance(qvec, QueryVector) and qvec.scanning:
-            # The worker scanning: these cosines are computed meanwhile. Else this thread scans first: a matrix
-            # scored whole has them all already (Index.similarities reads them).
-            meanwhile = qvec.in_worker
-            known = index.similarities(vector, sorted(fetched)) if fetched and meanwhile else {}
+            # The scan scores every row: the keyword side's cosines are read from it once it is done
+            # (Index.similarities), not computed beside it.
             cosine = dict(qvec.scanned() or [])
-            if not meanwhile and fetched - cosine.keys():
-                known = index.similarities(vector, sorted(fetched - cosine.keys()))
-            cosine.update({r: c for r, c in known.items() if r not in cosine})
+            if fetched - cosine.keys():
+                cosine.update(index.similarities(vector, sorted(fetched - cosine.keys())))
         else:
             cosine = dict(index.search_vectors(vector, kinds, vector_width(parts, k)))
             missing = fetched - set(cosine)

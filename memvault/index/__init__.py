@@ -611,11 +611,12 @@ class Index(Freshness, Listings):
         process holds it (a row lookup), else computed by sqlite-vec (a vec0 lookup per row)."""
         scanned = self._scanned
         if scanned is not None and scanned[0] is vector:  # this recall's own scan: the same matrix, scored whole
-            return scanned[1].cosines(self._row_index(scanned[1]), vector, rowids, scanned[2])
+            return scanned[1].cosines(self._row_index(scanned[1]), vector, rowids, scanned[2]) or {}
         if self._vector_searches > 1:
             cached = self._vectors_in_memory()
-            if cached is not None:
-                return cached.cosines(self._row_index(cached), vector, rowids)
+            found = cached.cosines(self._row_index(cached), vector, rowids) if cached is not None else None
+            if found is not None:
+                return found
         conn = self.connection()
         return search.similarities(conn, vector, rowids, self._format or self.vector_type)
 

@@ -30,7 +30,9 @@ class VectorMatrix:
 
     rowids: Any  #: int64 (N,)
     kinds: Any  #: str (N,)
-    vectors: Any  #: int8 or float32 (N, D)
+    #: int8 or float32 (N, D); None for a loaded int8 matrix whose rows the products' sessions hold (packed): one
+    #: copy in memory, not two.
+    vectors: Any
     #: int8 only: each row's length (float32), and the rows' products with a query.
     norms: Any = None
     products: Products | None = None
@@ -88,9 +90,12 @@ class VectorMatrix:
         return list(zip(self.rowids[top].tolist(), scores[top].astype(float).tolist())), whole
 
     def cosines(self, positions: dict[int, int], vector: Any, rowids: Sequence[int],
-                whole: Any = None) -> dict[int, float]:
+                whole: Any = None) -> dict[int, float] | None:
         """Cosine of the query to the given chunks (``positions``: rowid -> row), read from ``whole`` when given
-        (:meth:`scan`'s cosines of every row for this query)."""
+        (:meth:`scan`'s cosines of every row for this query); None when neither ``whole`` nor the rows are here
+        (the caller asks SQLite)."""
+        if whole is None and self.vectors is None:
+            return None
         wanted = [(r, positions[r]) for r in rowids if r in positions]
         if not wanted:
             return {}
@@ -117,7 +122,8 @@ def load(conn: sqlite3.Connection, kind: str) -> VectorMatrix | None:
     for start in range(0, len(rowids), BLOCK):  # a block at a time: no float copy of the whole matrix
         norms[start:start + BLOCK] = np.linalg.norm(vectors[start:start + BLOCK].astype(np.float32), axis=1)
     norms[norms == 0] = 1.0
-    return VectorMatrix(rowids, kinds, vectors, norms, Products(vectors))
+    products = Products(vectors)
+    return VectorMatrix(rowids, kinds, vectors if products.rows is not None else None, norms, products)
 
 
 __all__ = ["VectorMatrix", "load"]

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 #: From this many rows the product runs in two halves side by side, one in a worker thread (ONNX Runtime lets go of
 #: the interpreter): a 100k recall 0.6 ms faster than with one session (paired, 300 queries).
 SPLIT_MIN = 50_000
+#: At most this many rows in one session: packing copies its rows twice for a moment (here, then into the graph),
+#: so a larger matrix is packed a part at a time (~60 MB at a time at 384 dims).
+PART_ROWS = 65_536
 #: Rows multiplied at a time by the numpy fallback.
 BLOCK = 8192
 
@@ -33,19 +36,23 @@ _EXTERNAL = 1  # onnx.TensorProto.DataLocation
 
 
 class Products:
-    """``products(query)``: the int32 product of an int8 query (D,) with each of the int8 ``rows`` (N, D)."""
+    """``products(query)``: the int32 product of an int8 query (D,) with each of the int8 ``rows`` (N, D). The
+    sessions hold the rows (packed); :attr:`rows` keeps them only when numpy multiplies."""
 
     def __init__(self, rows: Any) -> None:
         import numpy as np
 
-        self.rows = np.ascontiguousarray(rows, dtype=np.int8)
-        n = len(self.rows)
-        halves = [(0, n // 2), (n // 2, n)] if n >= SPLIT_MIN else [(0, n)]
+        rows = np.ascontiguousarray(rows, dtype=np.int8)
+        n = len(rows)
+        count = max(-(-n // PART_ROWS), 2 if n >= SPLIT_MIN else 1)
+        cuts = [n * i // count for i in range(count + 1)]
+        self.rows: Any = None
         self._parts: list[Callable[[Any], Any]] | None = None
         try:
-            self._parts = [_session(self.rows[start:stop]) for start, stop in halves]
+            self._parts = [_session(rows[start:stop]) for start, stop in zip(cuts, cuts[1:])]
         except Exception as exc:  # noqa: BLE001 - any runtime that cannot run the graph: numpy gives the same integers
             log.debug("integer products by numpy (%s)", exc)
+            self.rows = rows
 
     @property
     def runtime(self) -> str:
@@ -61,9 +68,10 @@ class Products:
         shifted = (q.view(np.uint8) + np.uint8(128)).reshape(1, -1)  # two's complement + 128: the value + 128
         if len(self._parts) == 1:
             return self._parts[0](shifted)
-        first, second = self._parts
-        tail, head = beside(lambda: second(shifted), lambda: first(shifted))
-        return np.concatenate([head, tail])
+        mid = (len(self._parts) + 1) // 2
+        first, second = self._parts[:mid], self._parts[mid:]
+        tail, head = beside(lambda: [run(shifted) for run in second], lambda: [run(shifted) for run in first])
+        return np.concatenate(head + tail)
 
 
 def by_numpy(rows: Any, query: Any) -> Any:
@@ -149,4 +157,4 @@ def _graph(dims: int, n: int) -> bytes:
     return _field(1, 8) + _field(7, graph) + _field(8, opset)  # ir_version 8, graph, opset_import
 
 
-__all__ = ["Products", "SPLIT_MIN", "by_numpy"]
+__all__ = ["PART_ROWS", "Products", "SPLIT_MIN", "by_numpy"]
