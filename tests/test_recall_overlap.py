@@ -181,3 +181,35 @@ def test_a_loaded_model_starts_on_the_query_before_the_asker_is_checked(warm, mo
     jobs.clear()
     warm.recall("primary database port", mode="keyword", record_access=False)
     assert set(jobs) == {"checked"}
+
+
+def test_an_embedder_written_before_query_job_still_recalls_in_meaning(vault, models):
+    """``query_job`` is optional in the Embedder protocol: an embedder a caller wrote with only the older methods is
+    embedded whole in the worker, and the recall is the same."""
+
+    class Older:
+        """The protocol as it was: identity, embed_documents, embed_query, count_tokens, split."""
+
+        def __init__(self, inner):
+            self._inner = inner
+            self.identity = inner.identity
+
+        def embed_documents(self, texts, batch_size=32):
+            return self._inner.embed_documents(texts, batch_size)
+
+        def embed_query(self, text):
+            return self._inner.embed_query(text)
+
+        def count_tokens(self, text):
+            return self._inner.count_tokens(text)
+
+        def split(self, text, max_tokens=None, overlap=32):
+            return self._inner.split(text, max_tokens, overlap)
+
+    v = Vault.open(vault.root, embedder_factory=lambda config: Older(models(config)))
+    v.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
+    v.facts.set("web/front", "The web front is nginx on web1.", source="user:t")
+    first = v.recall("which port does the database use", record_access=False)
+    assert not hasattr(v.engine.get(), "query_job") and first.mode == "hybrid"
+    again = v.recall("which port does the database use", record_access=False)  # the model loaded: a head start
+    assert [h.id for h in again] == [h.id for h in first] and again[0].id == "db/primary"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..models.base import query_job
 from ..rules.workers import pool
 
 if TYPE_CHECKING:
@@ -112,8 +113,8 @@ class QueryVector:
     @classmethod
     def started(cls, embedder: Embedder, query: str) -> QueryVector:
         """The vector of ``query`` by ``embedder``, started now: what the model must do in this thread is done here
-        (:meth:`Embedder.query_job`), the rest in the worker."""
-        job = embedder.query_job(query)
+        (:func:`memvault.models.base.query_job`), the rest in the worker."""
+        job = query_job(embedder, query)
         return cls(lambda _query: job(), query, embedder)
 
     def _run(self, embed: Callable[[str], Any], query: str) -> None:

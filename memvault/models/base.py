@@ -63,7 +63,12 @@ class ModelIdentity:
 
 @runtime_checkable
 class Embedder(Protocol):
-    """What the index and recall need from a model. The real one and the tests' fake both implement it."""
+    """What the index and recall need from a model. The real one and the tests' fake both implement it.
+
+    Optional: ``query_job(text) -> Callable[[], vector]``, :meth:`embed_query` in two parts: what must run in the
+    calling thread now (the ONNX embedder tokenizes there), and the returned callable, the rest, for another thread
+    to run. An embedder without it (one a caller wrote to this protocol before it existed) is embedded whole in the
+    other thread: :func:`query_job`."""
 
     identity: ModelIdentity
 
@@ -75,11 +80,6 @@ class Embedder(Protocol):
         """(dims,) float32, L2-normalised, with ``identity.query_prefix`` prepended."""
         ...
 
-    def query_job(self, text: str) -> Callable[[], np.ndarray]:
-        """:meth:`embed_query` in two parts: what must run in the calling thread now (the ONNX embedder tokenizes
-        here), and the returned callable, the rest, for another thread to run."""
-        ...
-
     def count_tokens(self, text: str) -> int:
         """Tokens of the model's tokenizer, without special tokens."""
         ...
@@ -87,6 +87,12 @@ class Embedder(Protocol):
     def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
         """Cut ``text`` into exact substrings of at most ``max_tokens`` tokens each (see :func:`window_spans`)."""
         ...
+
+
+def query_job(embedder: Embedder, text: str) -> Callable[[], Any]:
+    """``embedder.query_job(text)`` (see :class:`Embedder`), or its whole :meth:`Embedder.embed_query` for later."""
+    job = getattr(embedder, "query_job", None)
+    return job(text) if job is not None else (lambda: embedder.embed_query(text))
 
 
 # --------------------------------------------------------------------------------------------- splitting

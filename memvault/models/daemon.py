@@ -163,9 +163,6 @@ class RemoteEmbedder:
 
         return self._local_or(remote, lambda e: e.embed_query(text))
 
-    def query_job(self, text: str) -> Callable[[], Any]:
-        return lambda: self.embed_query(text)
-
     def count_tokens(self, text: str) -> int:
         return int(self._local_or(lambda: self._call({"op": "count_tokens", "text": text})[0]["count"],
                                   lambda e: e.count_tokens(text)))

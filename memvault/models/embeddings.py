@@ -17,7 +17,7 @@ import hashlib
 import importlib.util
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -328,9 +328,6 @@ class SentenceTransformerEmbedder:
         thread against 127-480 ms on two). Large batches (embed_documents) keep torch's default; the few texts
         of a write take the one-thread path too (one fact: 1.1 s on two threads under load, 65 ms on one)."""
         return self._one_thread([self.identity.query_prefix + text], 1)[0]
-
-    def query_job(self, text: str) -> Callable[[], np.ndarray]:
-        return lambda: self.embed_query(text)
 
     def _one_thread(self, texts: list[str], batch_size: int) -> np.ndarray:
         return self._on_threads(texts, batch_size, QUERY_THREADS)
