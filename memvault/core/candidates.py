@@ -237,19 +237,14 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
     vector = None
     if vectors_here:
         vector = qvec.vector() if isinstance(qvec, QueryVector) else qvec
-        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too: while the worker
-        # thread scans the vectors when it does (a warm process), else those the vector search left out.
-        if isinstance(qvec, QueryVector) and qvec.scanning:
-            # The scan scores every row: the keyword side's cosines are read from it once it is done
-            # (Index.similarities), not computed beside it.
-            cosine = dict(qvec.scanned() or [])
-            if fetched - cosine.keys():
-                cosine.update(index.similarities(vector, sorted(fetched - cosine.keys())))
-        else:
-            cosine = dict(index.search_vectors(vector, kinds, vector_width(parts, k)))
-            missing = fetched - set(cosine)
-            if missing:
-                cosine.update(index.similarities(vector, sorted(missing)))
+        # The scan bound to the query's vector (a warm process), else the vector search here.
+        cosine = dict((qvec.scanned() or []) if isinstance(qvec, QueryVector) and qvec.scanning
+                      else index.search_vectors(vector, kinds, vector_width(parts, k)))
+        # Every keyword-side candidate (words, phrases, exact quotes) gets its exact cosine too: a warm process reads
+        # it from the scan, which scored every row (Index.similarities).
+        missing = fetched - cosine.keys()
+        if missing:
+            cosine.update(index.similarities(vector, sorted(missing)))
         more = read(cosine)
         if more and settings.neighbour_weight:
             neighbours.update(index.episode_neighbours(more))
