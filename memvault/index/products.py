@@ -14,7 +14,6 @@ ONNX Runtime cannot run it, :class:`Products` multiplies with numpy in blocks (e
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -86,9 +85,6 @@ def by_numpy(rows: Any, query: Any) -> Any:
     return out
 
 
-_build_lock = threading.Lock()
-
-
 def _session(rows: Any) -> Callable[[Any], Any]:
     """One ``MatMulInteger`` session holding ``rows`` (N, D) packed: a callable from a (1, D) uint8 query to (N,)
     int32 products."""
@@ -102,10 +98,11 @@ def _session(rows: Any) -> Callable[[Any], Any]:
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    with _build_lock:  # the rows reach the session as an external initializer, without a copy into the graph
-        options.add_external_initializers(["rows"], [ort.OrtValue.ortvalue_from_numpy(packed)])
-        session = ort.InferenceSession(_graph(dims, n), options, providers=["CPUExecutionProvider"])
-    del packed  # packed by the session: its own copy
+    # An external initializer: the rows are not serialized into the graph's bytes; the session copies them in, then
+    # packs them, and keeps no reference to this array.
+    options.add_external_initializers(["rows"], [ort.OrtValue.ortvalue_from_numpy(packed)])
+    session = ort.InferenceSession(_graph(dims, n), options, providers=["CPUExecutionProvider"])
+    del packed
     check = rows[: min(n, 4)].astype(np.int32)
     probe = np.arange(dims, dtype=np.int32) % 255 - 127
     got = session.run(None, {"query": (probe + 128).astype(np.uint8)[None, :]})[0].reshape(-1)
