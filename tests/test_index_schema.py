@@ -285,3 +285,26 @@ def test_the_docs_per_kind_follow_every_write(fv):
     fv.episodes.append("Another turn.", source="user:ops")
     fv.index.sync()
     assert kept() == real() and real()["fact"] == 2 and real()["episode"] == 4
+
+
+def test_fts5_records_are_read_as_sqlite_varints_the_ninth_byte_whole():
+    """One reader (db.varints) for FTS5's averages and docsize records: 1 to 9 bytes a value, the 9th taken whole."""
+    from memvault.index.db import varints
+
+    def encoded(v: int) -> bytes:
+        if v >= 1 << 56:
+            out = [v & 0xFF]
+            v >>= 8
+            for _ in range(8):
+                out.append((v & 0x7F) | 0x80)
+                v >>= 7
+            return bytes(reversed(out))
+        out = [v & 0x7F]
+        v >>= 7
+        while v:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        return bytes(reversed(out))
+
+    values = [0, 1, 127, 128, 300, 1 << 21, (1 << 35) + 7, (1 << 56) - 1, 1 << 56, (1 << 63) + 5, 42]
+    assert varints(b"".join(encoded(v) for v in values)) == values

@@ -47,6 +47,23 @@ FTS_SEARCHED = "{body key category tags}"
 #: FTS5 keeps the number of rows it indexes in its "averages" record (id 1 of the %_data table), then the tokens of
 #: each column (words.tokens): a count of the chunks in one row read, where COUNT(*) walks every chunk.
 FTS_ROWS_SQL = "SELECT block FROM chunks_fts_data WHERE id = 1"
+
+
+def varints(blob: bytes) -> list[int]:
+    """The SQLite varints of an FTS5 record, in order (big-endian, 7 bits a byte with the high bit set on every byte
+    of a value but its last; a value's 9th byte is taken whole)."""
+    out: list[int] = []
+    value = size = 0
+    for byte in blob:
+        if size == 8:
+            out.append((value << 8) | byte)
+            value = size = 0
+            continue
+        value, size = (value << 7) | (byte & 0x7F), size + 1
+        if not byte & 0x80:
+            out.append(value)
+            value = size = 0
+    return out
 #: What the keyword index holds of chunk ``{c}`` (alias) of doc ``{d}``: its own piece of the body (the header's
 #: words are in the fields, not repeated), its key (a fact's key, a runbook's name; an episode's id is no word), its
 #: category (a fact's category, a runbook's description line) and tags (the JSON array's text: the tokenizer keeps

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
-from .db import CHUNK_TEXT, FTS_ROWS_SQL, FTS_SEARCHED, batches, marks
+from .db import CHUNK_TEXT, FTS_ROWS_SQL, FTS_SEARCHED, batches, marks, varints
 from .documents import KINDS
 from .quantize import encode as encode_vector
 from .quantize import param as vector_param
@@ -90,23 +90,10 @@ def spelled_stems(text: str) -> dict[str, str | None]:
     return out
 
 
-def _varint(data: bytes) -> int:
-    """The SQLite varint at the start of ``data`` (big-endian, 7 bits a byte, the 9th byte whole)."""
-    value = 0
-    for i, byte in enumerate(data[:9]):
-        if i == 8:
-            return (value << 8) | byte
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value
-    return value
-
-
-
 def fts_rows(conn: sqlite3.Connection) -> int:
     """How many chunks the keyword index holds."""
     row = conn.execute(FTS_ROWS_SQL).fetchone()
-    return _varint(row[0]) if row and row[0] else 0
+    return varints(row[0])[0] if row and row[0] else 0
 
 
 #: Which of some chunks hold a word (MATCH) or a stem as stored (fts5vocab's term: MATCH would stem a stem again,

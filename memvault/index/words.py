@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import FTS_COLUMNS, FTS_ROWS_SQL
+from .db import FTS_COLUMNS, FTS_ROWS_SQL, varints
 from .documents import KINDS
 
 if TYPE_CHECKING:
@@ -43,24 +43,13 @@ MAX_TOKENS = 4_000_000
 
 def _length(blob: bytes) -> int:
     """A row's tokens over every column: the sum of the varints of its ``%_docsize`` record."""
-    return sum(_varints(blob))
-
-
-def _varints(blob: bytes) -> list[int]:
-    """The varints of an FTS5 record, in order (7 bits a byte, high bit set on every byte but a value's last)."""
-    out, value = [], 0
-    for byte in blob:
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            out.append(value)
-            value = 0
-    return out
+    return sum(varints(blob))
 
 
 def tokens(conn: sqlite3.Connection) -> int:
     """How many tokens the keyword index holds over every column (FTS5's averages record: no scan)."""
     row = conn.execute(FTS_ROWS_SQL).fetchone()  # the averages record: the rows, then each column's tokens
-    return sum(_varints(row[0])[1:]) if row and row[0] else 0
+    return sum(varints(row[0])[1:]) if row and row[0] else 0
 
 
 class _Lists:
