@@ -119,8 +119,9 @@ def consistent(url: str, index) -> dict:
     state = index._read_state(index._connection())
     v = state.vault_id
     n, words = sql(url, "SELECT nchunks, nwords FROM memvault.vaults WHERE vault_id = %s", (v,))[0]
-    chunks, real_words = sql(url, f"SELECT count(*), coalesce(sum(nwords), 0) FROM memvault.v{v}_chunks")[0]
-    assert (n, words) == (chunks, real_words)
+    chunks, windows, real_words = sql(url, "SELECT count(*), count(*) FILTER (WHERE chunk >= 0), "
+                                           f"coalesce(sum(nwords), 0) FROM memvault.v{v}_chunks")[0]
+    assert (n, words) == (windows, real_words)  # BM25's totals: a runbook's steps (below 0) have no words
     stored = dict(sql(url, f"SELECT lexeme, df FROM memvault.v{v}_lexemes WHERE df <> 0"))
     real = dict(sql(url, f"SELECT u.lexeme, count(*) FROM memvault.v{v}_chunks c, unnest(c.tsv) u GROUP BY 1"))
     assert stored == real, "document frequencies drifted from the chunks"
@@ -426,6 +427,44 @@ def test_docs_cut_by_words_are_re_cut_by_the_model_before_embedding(ix, url):
     assert sql(url, f"SELECT cut FROM memvault.v{v}_docs")[0][0] == "model"
     state = consistent(url, ix)
     assert state["chunks"] > words_chunks and state["pending"] == 0 and ix.pending() == 0
+
+
+STEPPED = ("# aconnect\n\n> Manage ALSA sequencer connections.\n\n- List all ports:\n\n`aconnect -a`\n\n"
+           "- List readable input ports:\n\n`aconnect -i`\n\n- Display help for every option:\n\n`aconnect`\n")
+
+
+def step_rows(url: str, v: int) -> list[tuple]:
+    return sql(url, f"SELECT c.chunk, c.tsv = ''::tsvector, c.nwords FROM memvault.v{v}_chunks c "
+                    f"JOIN memvault.v{v}_docs d USING (doc_id) WHERE d.kind = 'procedure' AND c.chunk < 0 "
+                    "ORDER BY c.chunk")
+
+
+def test_a_runbooks_steps_are_vectors_without_lexemes_as_in_sqlite(ix, url):
+    """Issue 27: the shared index holds a runbook's steps as the SQLite index does (chunks below 0, vectors only),
+    and a shared index from before them re-cuts every runbook once, which gives it its steps."""
+    fake = FakeEmbedder(32)
+    apply(ix, [procedure("audio/aconnect", STEPPED), fact("audio/card", "The sound card is on the second USB port.")],
+          splitter=fake)
+    v = ix._read_state(ix._connection()).vault_id
+    assert step_rows(url, v) == [(-4, True, 0), (-3, True, 0), (-2, True, 0), (-1, True, 0)]
+    ix.embed(fake)
+    consistent(url, ix)
+    found = ix.search_keywords("readable input ports", KINDS, 10)
+    assert found and all(d["chunk"] >= 0 for d in ix.chunk_docs([c for c, _ in found]).values())
+    step = "audio/aconnect — a runbook\n- List readable input ports:\n\n`aconnect -i`"  # as it is embedded
+    best = ix.search_vectors(fake.embed_query(step), KINDS, 1)[0][0]
+    assert ix.chunk_docs([best])[best]["chunk"] < 0  # the step is nearer than the whole page
+    # the shared index as the release before left it: no steps, the migration not recorded
+    live = ix._read_state(ix._connection()).live_model
+    sql(url, f"DELETE FROM memvault.v{v}_vec_{live} WHERE chunk_id IN (SELECT chunk_id FROM memvault.v{v}_chunks "
+             "WHERE chunk < 0)")
+    sql(url, f"DELETE FROM memvault.v{v}_chunks WHERE chunk < 0")
+    sql(url, "DELETE FROM memvault.vault_migrations WHERE vault_id = %s AND name = '0003_runbook_steps'", (v,))
+    with ix._connection() as conn:
+        assert pg.migrations.migrate_vault(conn, v) == ["0003_runbook_steps"]
+    report = ix.embed(fake)  # the team's embedding cache holds every text already: nothing is computed again
+    assert len(step_rows(url, v)) == 4 and report.chunks_from_cache >= 4 and ix.pending() == 0
+    assert consistent(url, ix)["vectors"] == consistent(url, ix)["chunks"]
 
 
 def test_a_turn_with_context_gets_the_mean_of_both_vectors(ix):

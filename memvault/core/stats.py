@@ -191,7 +191,7 @@ def estimate_rebuild(index: VaultIndex, engine: Engine, name: str, *, sample_siz
                 "summary": [f"{len(docs)} items to index; {exc}"]}
     load_seconds = time.perf_counter() - load_started
     cut_started = time.perf_counter()
-    chunks = [c for texts, _how in cut(docs, emb, None) for c in texts]
+    chunks = [c for texts, _how in cut(docs, emb, None) for _j, c in texts]
     tokens = sum(emb.count_tokens(c) for c in chunks)
     cut_seconds = time.perf_counter() - cut_started
     rng = random.Random(0)

@@ -108,6 +108,61 @@ _TEXT_ONCE_SCHEMA = """
 # with exactly the values it was added with (FTS5 needs them, and keeps its row count and lengths for BM25 right),
 # read before they change. A doc deleted takes its rows first (its chunks go after it, by cascade, when the doc
 # is no longer there to read: their own trigger then finds nothing to do).
+def _fields_view(steps: bool) -> str:
+    """The keyword index's external content (see above); with ``steps``, a runbook's steps (chunks numbered below
+    0, :func:`memvault.index.documents.chunk_rows`) are not in it: they are vectors only."""
+    where = " WHERE c.chunk >= 0" if steps else ""
+    return f"""
+    CREATE VIEW chunk_fields AS
+        SELECT c.rowid AS rowid, {", ".join(f"{e} AS {n}" for e, n in zip(_FTS_EXPRESSIONS, FTS_COLUMNS)).format(
+            c="c", d="d")} FROM chunks c JOIN docs d ON d.doc = c.doc{where};
+"""
+
+
+def _keyword_triggers(steps: bool) -> str:
+    """The triggers that keep the keyword rows as the chunks and docs are (see above); with ``steps``, a chunk
+    numbered below 0 has none."""
+    new, old = (" WHEN new.chunk >= 0", " WHEN old.chunk >= 0") if steps else ("", "")
+    only = " AND c.chunk >= 0" if steps else ""
+    return f"""
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks{new} BEGIN
+        {_ADD} SELECT new.rowid, {FTS_VALUES.format(c="new", d="d")} FROM docs d WHERE d.doc = new.doc;
+    END;
+    CREATE TRIGGER chunks_bd BEFORE DELETE ON chunks{old} BEGIN
+        {_DEL} SELECT 'delete', old.rowid, {FTS_VALUES.format(c="old", d="d")} FROM docs d WHERE d.doc = old.doc;
+    END;
+    CREATE TRIGGER chunks_bu BEFORE UPDATE OF doc, start, len ON chunks{old} BEGIN
+        {_DEL} SELECT 'delete', old.rowid, {FTS_VALUES.format(c="old", d="d")} FROM docs d WHERE d.doc = old.doc;
+    END;
+    CREATE TRIGGER chunks_au AFTER UPDATE OF doc, start, len ON chunks{new} BEGIN
+        {_ADD} SELECT new.rowid, {FTS_VALUES.format(c="new", d="d")} FROM docs d WHERE d.doc = new.doc;
+    END;
+    CREATE TRIGGER docs_bd BEFORE DELETE ON docs BEGIN
+        {_DEL} SELECT 'delete', c.rowid, {FTS_VALUES.format(c="c", d="old")} FROM chunks c WHERE c.doc = old.doc{only};
+    END;
+    CREATE TRIGGER docs_bu BEFORE UPDATE OF {", ".join(_DOC_FIELDS)} ON docs WHEN {_CHANGED} BEGIN
+        {_DEL} SELECT 'delete', c.rowid, {FTS_VALUES.format(c="c", d="old")} FROM chunks c WHERE c.doc = old.doc{only};
+    END;
+    CREATE TRIGGER docs_au AFTER UPDATE OF {", ".join(_DOC_FIELDS)} ON docs WHEN {_CHANGED} BEGIN
+        {_ADD} SELECT c.rowid, {FTS_VALUES.format(c="c", d="new")} FROM chunks c WHERE c.doc = new.doc{only};
+    END;
+"""
+
+
+_STEPS = f"""
+    DROP VIEW chunk_fields;
+    DROP TRIGGER chunks_ai;
+    DROP TRIGGER chunks_bd;
+    DROP TRIGGER chunks_bu;
+    DROP TRIGGER chunks_au;
+    DROP TRIGGER docs_bd;
+    DROP TRIGGER docs_bu;
+    DROP TRIGGER docs_au;
+    {_fields_view(steps=True)}
+    {_keyword_triggers(steps=True)}
+"""
+
+
 _TEXT_ONCE_SWAP = f"""
     DROP TRIGGER chunks_ai;
     DROP TRIGGER chunks_ad;
@@ -123,35 +178,11 @@ _TEXT_ONCE_SWAP = f"""
     INSERT INTO dirs_new SELECT path, mtime_ns FROM dirs;
     DROP TABLE dirs;
     ALTER TABLE dirs_new RENAME TO dirs;
-    CREATE VIEW chunk_fields AS
-        SELECT c.rowid AS rowid, {", ".join(f"{e} AS {n}" for e, n in zip(_FTS_EXPRESSIONS, FTS_COLUMNS)).format(
-            c="c", d="d")} FROM chunks c JOIN docs d ON d.doc = c.doc;
-    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+{_fields_view(steps=False)}    CREATE VIRTUAL TABLE chunks_fts USING fts5(
         {_COLS}, content='chunk_fields', content_rowid='rowid',
         tokenize='porter unicode61 remove_diacritics 2');
     INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
-    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
-        {_ADD} SELECT new.rowid, {FTS_VALUES.format(c="new", d="d")} FROM docs d WHERE d.doc = new.doc;
-    END;
-    CREATE TRIGGER chunks_bd BEFORE DELETE ON chunks BEGIN
-        {_DEL} SELECT 'delete', old.rowid, {FTS_VALUES.format(c="old", d="d")} FROM docs d WHERE d.doc = old.doc;
-    END;
-    CREATE TRIGGER chunks_bu BEFORE UPDATE OF doc, start, len ON chunks BEGIN
-        {_DEL} SELECT 'delete', old.rowid, {FTS_VALUES.format(c="old", d="d")} FROM docs d WHERE d.doc = old.doc;
-    END;
-    CREATE TRIGGER chunks_au AFTER UPDATE OF doc, start, len ON chunks BEGIN
-        {_ADD} SELECT new.rowid, {FTS_VALUES.format(c="new", d="d")} FROM docs d WHERE d.doc = new.doc;
-    END;
-    CREATE TRIGGER docs_bd BEFORE DELETE ON docs BEGIN
-        {_DEL} SELECT 'delete', c.rowid, {FTS_VALUES.format(c="c", d="old")} FROM chunks c WHERE c.doc = old.doc;
-    END;
-    CREATE TRIGGER docs_bu BEFORE UPDATE OF {", ".join(_DOC_FIELDS)} ON docs WHEN {_CHANGED} BEGIN
-        {_DEL} SELECT 'delete', c.rowid, {FTS_VALUES.format(c="c", d="old")} FROM chunks c WHERE c.doc = old.doc;
-    END;
-    CREATE TRIGGER docs_au AFTER UPDATE OF {", ".join(_DOC_FIELDS)} ON docs WHEN {_CHANGED} BEGIN
-        {_ADD} SELECT c.rowid, {FTS_VALUES.format(c="c", d="new")} FROM chunks c WHERE c.doc = new.doc;
-    END;
-    CREATE VIEW chunk_texts AS
+{_keyword_triggers(steps=False)}    CREATE VIEW chunk_texts AS
         SELECT c.rowid AS rowid, d.kind AS kind, d.item_id AS id, c.chunk AS chunk,
                {CHUNK_TEXT.format(c="c")} AS text, m.key AS model
         FROM chunks c JOIN docs d ON d.doc = c.doc LEFT JOIN models m ON m.id = c.model;
@@ -329,6 +360,8 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ),
     ("0005_index_text_once", _text_once),
     ("0006_vector_format", _vector_format),
+    # A runbook's steps are vectors only: chunks numbered below 0 have no keyword row (documents.chunk_rows).
+    ("0007_runbook_steps", _STEPS),
 ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +34,12 @@ FALLBACK_WORDS, FALLBACK_OVERLAP = 160, 24
 # How text is cut, recorded in the index: when a release changes it, the next sync with the model re-reads every
 # file and re-embeds the docs whose chunks change. (128-token windows for procedures were measured and rejected:
 # tldr_self R@5 +0.009, cheat_to_tldr R@10 -0.031, alert_to_runbook R@10 -0.009; docs/benchmarks.md.)
-CHUNKING = "v1:model-window/32"
+CHUNKING = "v2:model-window/32+steps"
+#: A runbook is also embedded step by step (:func:`step_spans`): at most this many steps, each with its name. The
+#: steps are vectors only (the keyword index holds the windows) and a runbook's semantic score is the best of its
+#: windows and its steps, so a question about one step finds the runbook whose one vector for the whole page is
+#: about everything else too. Measured out of fold: docs/benchmarks.md, issue 27.
+STEPS_MAX = 64
 #: What a doc records besides its text (``Doc.meta``) and what a raw episode is embedded with (``Doc.context``):
 #: when a release changes it, the next full sync re-reads every file once. Docs whose hash did not change keep
 #: their vectors; v3 changed every raw episode's context, so those are embedded again, once.
@@ -356,6 +361,57 @@ def _spans_of(body: str, pieces: list[str]) -> list[tuple[int, int]] | None:
 
 Spans = list[tuple[int, int]]
 
+_BLANK = re.compile(r"\n(?:[ \t\r]*\n)+")  # one or more blank lines (CRLF too)
+_HEADING = re.compile(r"#{1,6}\s")
+_WORD = re.compile(r"\w+")
+_TEXT = re.compile(r"\S")
+_FRONT_MATTER = re.compile(r"---[ \t\r]*\n.*?\n---[ \t\r]*(?:\n|$)", re.S)
+#: Blocks read at most per runbook (its steps are its first STEPS_MAX blocks of three words or more; a file of
+#: millions of blank-line-separated fragments is not read to its end).
+BLOCKS_MAX = 8 * STEPS_MAX
+
+
+def _blocks(body: str, start: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each block of ``body`` from ``start`` between blank lines, without its outer whitespace."""
+    for m in _BLANK.finditer(body, start):
+        yield start, m.start()
+        start = m.end()
+    yield start, len(body)
+
+
+def step_spans(body: str, limit: int = STEPS_MAX) -> Spans:
+    """A runbook's steps, as spans of its body: its blocks between blank lines, where a block that is only a heading,
+    or that ends with a colon ("- List all ports:", then the command), joins the block after it. Front matter is no
+    step, nor is a block of fewer than three words. A runbook of fewer than two steps has none (its window is its
+    one step)."""
+    front = _FRONT_MATTER.match(body)
+    spans: Spans = []
+    pending: int | None = None
+    for n, (start, end) in enumerate(_blocks(body, front.end() if front is not None else 0)):
+        if n == BLOCKS_MAX or len(spans) == limit:
+            break
+        first = _TEXT.search(body, start, end)
+        if first is None:
+            continue
+        block, end = first.start(), first.start() + len(body[first.start():end].rstrip())
+        start = block if pending is None else pending
+        if body[end - 1] == ":" or (_HEADING.match(body, block) and "\n" not in body[block:end]):
+            pending = start
+            continue
+        pending = None
+        if len(_WORD.findall(body, start, min(end, start + 1000))) >= 3:
+            spans.append((start, end))
+    return spans if len(spans) >= 2 else []
+
+
+def chunk_rows(doc: Doc, windows: Spans) -> list[tuple[int, int, int]]:
+    """(chunk number, start, length) of every chunk of ``doc``: its windows numbered from 0, then a runbook's steps
+    numbered -1, -2, ... (a negative number is a step: a vector the keyword index does not hold)."""
+    rows = [(j, s, e - s) for j, (s, e) in enumerate(windows)]
+    if doc.kind == "procedure":
+        rows += [(-1 - j, s, e - s) for j, (s, e) in enumerate(step_spans(doc.body))]
+    return rows
+
 
 def cut_spans(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None) -> list[tuple[Spans, str]]:
     """The chunks of each doc as spans of its body, and how they were cut (``"model"`` or ``"words"``).
@@ -384,7 +440,9 @@ def cut_spans(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | 
     return out
 
 
-def cut(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None) -> list[tuple[list[str], str]]:
-    """:func:`cut_spans` as the chunk texts to embed (header included)."""
-    return [([chunk_text(d.header, d.body, s, e) for s, e in spans], how)
+def cut(docs: Sequence[Doc], splitter: Splitter | None, max_tokens: int | None
+        ) -> list[tuple[list[tuple[int, str]], str]]:
+    """:func:`cut_spans` as (chunk number, text to embed, header included) of every chunk (:func:`chunk_rows`: the
+    windows, then a runbook's steps), and how each doc was cut."""
+    return [([(j, chunk_text(d.header, d.body, s, s + n)) for j, s, n in chunk_rows(d, spans)], how)
             for d, (spans, how) in zip(docs, cut_spans(docs, splitter, max_tokens))]

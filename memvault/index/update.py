@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from .quantize import vector_blob
 from .db import batches, hash_key, marks, transaction
-from .documents import CHUNKING, CONTEXT_TURNS, FIELDS, Doc, Sources, Splitter, cut_spans, read_docs, stored_context
+from .documents import (CHUNKING, CONTEXT_TURNS, FIELDS, Doc, Sources, Splitter, chunk_rows, cut_spans, read_docs,
+                        stored_context)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -419,7 +420,7 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
                                        confidence = ?, source = ?, created = ?, updated = ?, valid_until = ?,
                                        review_after = ?, ekind = ?, ref = ?, meta = ?, context = ? WHERE doc = ?""",
                     (*values, doc_id))
-            conn.executemany(INSERT_CHUNK, [(doc_id, j, start, end - start) for j, (start, end) in enumerate(spans)])
+            conn.executemany(INSERT_CHUNK, [(doc_id, *row) for row in chunk_rows(d, spans)])
         conn.executemany("DELETE FROM files WHERE path = ?", [(rel,) for rel in gone_files])
         conn.executemany(
             "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
@@ -435,7 +436,15 @@ def _has_vectors(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone() is not None
 
 
-def _drop_chunks(conn: sqlite3.Connection, doc_ids: list[int], has_vec: bool) -> None:
+def _drop_chunks(conn: sqlite3.Connection, doc_ids: list[int], has_vec: bool,
+                 chunks: list[int] | None = None) -> None:
+    """Delete the chunks of ``doc_ids`` (only those numbered ``chunks`` when given: one doc), vectors first."""
+    if chunks is not None:
+        where, args = f"doc = ? AND chunk IN ({marks(chunks)})", (doc_ids[0], *chunks)
+        if has_vec:
+            conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN (SELECT rowid FROM chunks WHERE {where})", args)
+        conn.execute(f"DELETE FROM chunks WHERE {where}", args)
+        return
     for batch in batches(doc_ids, 500):
         if has_vec:
             conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN (SELECT rowid FROM chunks WHERE doc IN "

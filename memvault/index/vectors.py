@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..rules.errors import MemvaultError
 from .db import CHUNK_TEXT, connect, marks, transaction
-from .documents import Doc, Splitter, chunk_text, context_ids, cut_spans, resolve_context
+from .documents import Doc, Splitter, chunk_rows, chunk_text, context_ids, cut_spans, resolve_context
 from .quantize import DEFAULT_TYPE, encode, param, stored
 from .update import (EMBED_GROUP, INSERT_CHUNK, Progress, SyncReport, _drop_chunks, _has_vectors, _time,
                      mean_vector, model_id, pending_count, vector_blob, with_context)
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 PENDING_SQL = (f"SELECT c.rowid, d.kind, {CHUNK_TEXT.format(c='c')}, d.context, d.created FROM chunks c JOIN docs d "
                "ON d.doc = c.doc WHERE c.model IS NULL AND d.cut = 'model' ORDER BY c.rowid LIMIT ?")
 #: The texts of one doc's chunks, in order (what its vectors were computed from).
-DOC_CHUNK_TEXTS = (f"SELECT {CHUNK_TEXT.format(c='c')} FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.doc = ? "
-                   "ORDER BY c.chunk")
+DOC_CHUNK_TEXTS = (f"SELECT c.chunk, {CHUNK_TEXT.format(c='c')} FROM chunks c JOIN docs d ON d.doc = c.doc "
+                   "WHERE c.doc = ?")
 #: Seconds the encoder waits for the next batch of text before it looks again.
 TEXT_WAIT = 0.05
 #: The smallest group the encoder takes rather than wait for text (one batch of the model's).
@@ -195,14 +195,19 @@ def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) 
                     created=None, updated=None) for r in rows]
         cuts = cut_spans(docs, splitter, None)
         with transaction(conn):
-            for (doc_id, h, header, body, _kind), (spans, how) in zip(rows, cuts):
+            for doc, (doc_id, h, header, body, _kind), (spans, how) in zip(docs, rows, cuts):
                 current = conn.execute("SELECT hash FROM docs WHERE doc = ?", (doc_id,)).fetchone()
                 if current is None or current[0] != h:
                     continue  # changed meanwhile: its new text was cut by whoever wrote it
-                old = [r[0] for r in conn.execute(DOC_CHUNK_TEXTS, (doc_id,))]
-                if old != [chunk_text(header, body, s, e) for s, e in spans]:
-                    _drop_chunks(conn, [doc_id], has_vec)
-                    conn.executemany(INSERT_CHUNK, [(doc_id, j, s, e - s) for j, (s, e) in enumerate(spans)])
+                # chunk by chunk: one whose text is the same keeps its vector (a release that adds a runbook's
+                # steps embeds the steps, not its windows again)
+                old = dict(conn.execute(DOC_CHUNK_TEXTS, (doc_id,)).fetchall())
+                new = {j: (s, n, chunk_text(header, body, s, s + n)) for j, s, n in chunk_rows(doc, spans)}
+                stale = [j for j, text in old.items() if j not in new or new[j][2] != text]
+                if stale:
+                    _drop_chunks(conn, [doc_id], has_vec, stale)
+                conn.executemany(INSERT_CHUNK, [(doc_id, j, s, n) for j, (s, n, text) in sorted(new.items())
+                                                if old.get(j) != text])
                 conn.execute("UPDATE docs SET cut = ? WHERE doc = ?", (how, doc_id))
         done += len(rows)
 

@@ -182,6 +182,19 @@ VAULT_MIGRATIONS: list[tuple[str, str | Callable[[Any, int], None]]] = [
         """,
     ),
     ("0002_halfvec", _halfvec),
+    # A runbook's steps (chunks numbered below 0, documents.chunk_rows) are vectors only: no lexeme. Every runbook
+    # is re-cut at the next embedding, which adds its steps and keeps the vectors of windows that did not change.
+    (
+        "0003_runbook_steps",
+        """
+        ALTER TABLE {chunks} ALTER COLUMN tsv SET EXPRESSION AS (
+            CASE WHEN chunk >= 0
+                 THEN to_tsvector('english', regexp_replace(text, '[^[:alnum:]]+', ' ', 'g'))
+                      || array_to_tsvector(ARRAY['kind ' || kind])
+                 ELSE ''::tsvector END);
+        UPDATE {docs} SET cut = 'words' WHERE kind = 'procedure';
+        """,
+    ),
 ]
 
 

@@ -39,6 +39,13 @@ def chunk_docs(conn: Any, v: int, ids: Sequence[int]) -> dict[int, dict[str, Any
     return {int(r[0]): fields(r[1:]) for r in rows}
 
 
+def runbook_steps(conn: Any, v: int, doc_ids: list[int]) -> list[int]:
+    """The chunk ids of the steps (chunks numbered below 0) of ``doc_ids`` (the (doc_id, chunk) index; one query)."""
+    rows = conn.execute(vsql(v, "SELECT chunk_id FROM {chunks} WHERE doc_id = ANY(%s::bigint[]) AND chunk < 0"),
+                        ([int(i) for i in doc_ids],)).fetchall()
+    return [int(r[0]) for r in rows]
+
+
 def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
     """For the raw episodes among ``docs`` (chunk id -> fields), the chunk ids of the raw episodes just before and
     after each from the same source, at most NEIGHBOUR_GAP seconds away (one query)."""

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import InvalidValue, SearchIndexError
 from ..documents import KINDS, Doc
+from ..search import runbook_doc_ids
 from ..update import SyncReport
 from .cache import EmbeddingCache
 from .keywords import BUILDERS, coverage, feedback, read_terms, unknown_words
 from .keywords import run as run_keywords
-from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk_id, procedure_docs, runs_of,
-                    sample_chunks)
+from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk_id, procedure_docs, runbook_steps,
+                    runs_of, sample_chunks)
 from .connection import LOCK_WRITE, SCHEMA, Connected, psycopg_module, setup, where
 from .listings import SharedListings
 from .migrations import migrate_global, migrate_vault
@@ -249,6 +250,14 @@ class SharedIndex(SharedListings, Connected):
         """For the raw episodes among ``docs`` (chunk id -> fields), the turns just before and after each."""
         with self._errors("episode neighbours") as conn:
             return episode_neighbours(conn, self._state(conn).vault_id, docs)
+
+    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> list[int]:
+        """The chunk ids of every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``."""
+        ids = runbook_doc_ids(docs)
+        if not ids:
+            return []
+        with self._errors("runbook steps") as conn:
+            return runbook_steps(conn, self._state(conn).vault_id, ids)
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         """The last ``per_name`` procedure_run episodes of each procedure, newest first (one query)."""

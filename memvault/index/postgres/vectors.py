@@ -308,18 +308,18 @@ class ModelVectors:
                 current = dict(conn.execute(vsql(v, "SELECT doc_id, hash FROM {docs} "
                                                     "WHERE doc_id = ANY(%s::bigint[])"),
                                             ([r[0] for r in rows],)).fetchall())
-                old: dict[int, list[str]] = {}
-                for doc_id, text in conn.execute(vsql(v, "SELECT doc_id, text FROM {chunks} WHERE doc_id = "
-                                                         "ANY(%s::bigint[]) ORDER BY doc_id, chunk"),
-                                                 ([r[0] for r in rows],)):
-                    old.setdefault(doc_id, []).append(text)
+                old: dict[int, list[tuple[int, str]]] = {}
+                for doc_id, chunk, text in conn.execute(vsql(v, "SELECT doc_id, chunk, text FROM {chunks} WHERE "
+                                                                "doc_id = ANY(%s::bigint[]) ORDER BY doc_id, chunk"),
+                                                        ([r[0] for r in rows],)):
+                    old.setdefault(doc_id, []).append((chunk, text))
                 redo, fresh = [], []
                 for (doc_id, h, _header, _body, kind), (texts, _how) in zip(rows, cuts):
                     if current.get(doc_id) != h:
                         continue  # changed meanwhile: whoever wrote it cut its new text
-                    if old.get(doc_id, []) != texts:
+                    if old.get(doc_id, []) != sorted(texts):
                         redo.append(doc_id)
-                        fresh += [(doc_id, j, kind, t) for j, t in enumerate(texts)]
+                        fresh += [(doc_id, j, kind, t) for j, t in texts]
                 dn, dw = delete_chunks(conn, v, redo, vec_tables(state))
                 n_in, w_in = insert_chunks(conn, v, fresh)
                 conn.execute(vsql(v, "UPDATE {docs} d SET cut = 'model' FROM unnest(%s::bigint[], %s::text[]) "

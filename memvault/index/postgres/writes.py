@@ -49,7 +49,7 @@ def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc],
     # Cut outside the lock what is likely to need it (a tokenizer can be slow); anything a concurrent
     # writer changed meanwhile is cut under the lock below.
     before = _existing(conn, v, list(paths), list(unique))
-    cuts: dict[tuple[str, str], tuple[list[str], str]] = {}
+    cuts: dict[tuple[str, str], tuple[list[tuple[int, str]], str]] = {}
     todo = [d for key, d in unique.items() if before.get(key, (0, None))[1] != d.hash]
     for d, c in zip(todo, cut(todo, splitter, max_tokens)):
         cuts[(d.kind, d.item_id)] = c
@@ -83,7 +83,7 @@ def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc],
         for d in missing:
             texts, _how = cuts[(d.kind, d.item_id)]
             doc_id = doc_ids[(d.kind, d.item_id)]
-            rows += [(doc_id, j, d.kind, text) for j, text in enumerate(texts)]
+            rows += [(doc_id, j, d.kind, text) for j, text in texts]
         n_in, w_in = insert_chunks(conn, v, rows)
         gone_paths = [p for p, b in paths.items() if b is None]
         for part in slices(gone_paths):
@@ -136,31 +136,33 @@ def delete_chunks(conn: Any, v: int, doc_ids: list[int], vec_tables: list[Any]) 
                 sql.SQL(str(i)), t) for i, t in enumerate(vec_tables))
         row = conn.execute(vsql(v, """
             WITH gone AS (DELETE FROM {chunks} WHERE doc_id = ANY(%s::bigint[])
-                          RETURNING chunk_id, tsv, nwords){vec},
+                          RETURNING chunk_id, chunk, tsv, nwords){vec},
             df AS (UPDATE {lexemes} l SET df = l.df - g.n
                    FROM (SELECT u.lexeme, count(*) AS n FROM gone, unnest(gone.tsv) AS u GROUP BY u.lexeme) g
                    WHERE l.lexeme = g.lexeme)
-            SELECT count(*), coalesce(sum(nwords), 0) FROM gone""", vec=vec_deletes), (list(part),)).fetchone()
+            SELECT count(*) FILTER (WHERE chunk >= 0), coalesce(sum(nwords), 0) FROM gone""", vec=vec_deletes),
+            (list(part),)).fetchone()
         n, w = n + int(row[0]), w + int(row[1])
     return n, w
 
 
 def insert_chunks(conn: Any, v: int, rows: list[tuple[int, int, str, str]]) -> tuple[int, int]:
-    """Insert (doc_id, chunk, kind, text) rows, each pending, counting their lexemes; returns (chunks, words)."""
+    """Insert (doc_id, chunk, kind, text) rows, each pending, counting their lexemes; returns (chunks, words) the
+    keyword side counts: a runbook's step (chunk below 0) is a vector only, with no lexeme and no word."""
     n = w = 0
     for part in slices(rows):
         row = conn.execute(vsql(v, """
             WITH ins AS (
                 INSERT INTO {chunks} (doc_id, chunk, kind, text, hash, nwords)
                 SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::text[], %s::bytea[], %s::int[])
-                RETURNING chunk_id, tsv, nwords),
+                RETURNING chunk_id, chunk, tsv, nwords),
             p AS (INSERT INTO {pending} (chunk_id) SELECT chunk_id FROM ins),
             df AS (INSERT INTO {lexemes} AS l (lexeme, df)
                    SELECT u.lexeme, count(*) FROM ins, unnest(ins.tsv) AS u GROUP BY u.lexeme
                    ON CONFLICT (lexeme) DO UPDATE SET df = l.df + excluded.df)
-            SELECT count(*), coalesce(sum(nwords), 0) FROM ins"""),
+            SELECT count(*) FILTER (WHERE chunk >= 0), coalesce(sum(nwords), 0) FROM ins"""),
             ([r[0] for r in part], [r[1] for r in part], [r[2] for r in part], [r[3] for r in part],
-             [text_sha256(r[3]) for r in part], [len(WORD.findall(r[3])) for r in part])).fetchone()
+             [text_sha256(r[3]) for r in part], [len(WORD.findall(r[3])) if r[1] >= 0 else 0 for r in part])).fetchone()
         n, w = n + int(row[0]), w + int(row[1])
     return n, w
 
@@ -181,7 +183,7 @@ def _doc_values(d: Doc, how: str, problems: list[str]) -> tuple[Any, ...]:
 
 
 def _write_docs(conn: Any, v: int, changed: list[tuple[int, Doc]], added: list[Doc],
-                cuts: dict[tuple[str, str], tuple[list[str], str]], problems: list[str]
+                cuts: dict[tuple[str, str], tuple[list[tuple[int, str]], str]], problems: list[str]
                 ) -> dict[tuple[str, str], int]:
     """Rewrite changed docs and insert new ones; (kind, item_id) -> doc_id of both."""
     from psycopg import sql
