@@ -253,6 +253,13 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
         read(extra)
         if extra and vector is not None:
             cosine.update(index.similarities(vector, extra))
+    if vector is not None:
+        # A runbook is as close in meaning as its closest step, whichever of its chunks made it a candidate: the
+        # steps of every runbook found join with their cosines (the words never find a step: it is a vector only).
+        steps = sorted(set(index.runbook_steps(docs)) - fetched)
+        if steps:
+            read(steps)
+            cosine.update(index.similarities(vector, steps))
     out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, s, trust)
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
@@ -279,9 +286,22 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
     # One pass of plain arithmetic per chunk (a recall combines a few hundred, on the path after the vector).
     kw_scale, phrase_scale, cos_scale = trust / best_kw / (1 + p), trust * p / best_phrase / (1 + p), s / best_cos
     keyword_of, phrase_of, cosine_of = keyword.get, phrases.get, cosine.get
+    # A runbook's steps (chunks numbered below 0: vectors only) lend their best cosine to its windows, which hold
+    # its keyword rows: the runbook is as close in meaning as its closest step, and keeps what its words matched.
+    steps: dict[tuple[str, str], float] = {}
+    for rowid, doc in docs.items():
+        if doc.get("chunk", 0) < 0:
+            key = (doc["kind"], doc["id"])
+            cos = cosine_of(rowid, 0.0)
+            if cos > steps.get(key, 0.0):
+                steps[key] = cos
     cos_of, kw_of, rel_of = {}, {}, {}
     for rowid in docs:
         cos = cosine_of(rowid, 0.0)
+        if steps:
+            step = steps.get((docs[rowid]["kind"], docs[rowid]["id"]), 0.0)
+            if step > cos:
+                cos = step
         cos_of[rowid] = cos = cos if cos > 0.0 else 0.0
         kw_of[rowid] = kw = keyword_of(rowid, 0.0) * kw_scale + phrase_of(rowid, 0.0) * phrase_scale
         rel_of[rowid] = cos * cos_scale + (1 - s) * kw

@@ -579,6 +579,12 @@ class TeamIndex(TeamListings):
             out.update({sign * r: [sign * n for n in ns] for r, ns in found.items()})
         return out
 
+    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> list[int]:
+        out: list[int] = []
+        for index, sign, mine in self._by_part(list(docs)):
+            out += [sign * r for r in self._call(index.runbook_steps, {r: docs[sign * r] for r in mine})]
+        return out
+
     def _unshadowed(self, index: SearchIndex, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if index is not self._shared:
             return items

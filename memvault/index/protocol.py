@@ -90,6 +90,10 @@ class SearchIndex(Protocol):
         """For the raw episodes among ``docs``, the rowids of the turns just before and after each."""
         ...
 
+    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> list[int]:
+        """The rowids of every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``."""
+        ...
+
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         """The last runs (procedure_run episodes) of each procedure, newest first."""
         ...
