@@ -307,7 +307,9 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
         rel_of[rowid] = cos * cos_scale + (1 - s) * kw
     out: dict[tuple[str, str], Candidate] = {}
     boost = 1 - settings.exact_boost
-    for rowid, doc in docs.items():
+    # a runbook's windows before its steps: on a tie (no word matched) its best chunk is a window, which holds words
+    rows = docs.items() if not steps else sorted(docs.items(), key=lambda item: item[1].get("chunk", 0) < 0)
+    for rowid, doc in rows:
         cos, rel = cos_of[rowid], rel_of[rowid]
         if rowid in neighbours:
             rel = (rel + g * max(rel_of.get(r, 0.0) for r in neighbours[rowid])) / (1 + g)
