@@ -55,6 +55,9 @@ BUDGET_CHARS = 10_000
 BUDGET_TOKENS = 2_500
 #: ``--spare-episodes``: keyword_coverage (h) leaves the keyword side of episodes whole (an experiment).
 SPARE_EPISODES = False
+#: Recall reads the cosine of every step of a runbook found by its words (not only the steps among the vector
+#: candidates): ``--no-candidate-steps`` turns it off (an experiment).
+STEPS_OF_CANDIDATES = True
 
 
 @dataclass
@@ -105,9 +108,14 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
               for vname, v in data["vaults"].items()}
     lengths: dict[str, dict[str, int]] = {}
     for vname, v in data["vaults"].items():
+        steps_of: dict[str, list[int]] = {}
+        for r, d in v["docs"].items():
+            if d.get("chunk", 0) < 0:
+                steps_of.setdefault(v["dockey"][r], []).append(r)
+        v["steps_of"] = steps_of
         ln: dict[str, int] = {}
         for r, key in v["dockey"].items():
-            ln[key] = ln.get(key, 0) + len(v["bodies"][r])
+            ln[key] = len(v["bodies"][r])  # every chunk's row holds its doc's whole body
         lengths[vname] = ln
     out = []
     cos_cache: dict[str, np.ndarray] = {}
@@ -122,12 +130,22 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         rows = set(kw) | set(ph) | ex | {int(v["rowids"][i]) for i in top}
         neigh_ids = {r: v["neighbours"][r] for r in rows if r in v["neighbours"]}
         rows |= {x for ns in neigh_ids.values() for x in ns}
+        if STEPS_OF_CANDIDATES:  # every step of a candidate runbook, as recall reads them (Index.runbook_steps)
+            keys = {v["dockey"][r] for r in rows if r in v["dockey"]}
+            rows |= {r for key in keys for r in v.get("steps_of", {}).get(key, ())}
         # in doc-key order: a stable sort on score then breaks ties by key, as recall does
         rows = sorted((r for r in rows if r in ri and r in v["dockey"]), key=lambda r: (v["dockey"][r], r))
         pos = {r: i for i, r in enumerate(rows)}
         best_kw = max(kw.values(), default=0.0) or 1.0
         best_ph = max(ph.values(), default=0.0) or 1.0
         cos = np.array([cos_all[ri[r]] for r in rows], dtype=np.float64)
+        # a runbook's steps (chunks below 0) lend their best cosine to its windows, as candidates._combine does
+        steps: dict[str, float] = {}
+        for r, c in zip(rows, cos):
+            if v["docs"][r].get("chunk", 0) < 0:
+                steps[v["dockey"][r]] = max(steps.get(v["dockey"][r], 0.0), float(c))
+        if steps:
+            cos = np.array([max(c, steps.get(v["dockey"][r], 0.0)) for r, c in zip(rows, cos)], dtype=np.float64)
         kinds = [v["docs"][r]["kind"] for r in rows]
         scale = scales[q["vault"]]
         semantic = float("-inf")
@@ -330,7 +348,8 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
 
     widths = ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])
     tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
-                                    + widths).encode()).hexdigest()[:16]
+                                    + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"])).encode()
+                         ).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
         table = pickle.loads(cached.read_bytes())
@@ -415,7 +434,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global SPARE_EPISODES, N, NV
+    global SPARE_EPISODES, STEPS_OF_CANDIDATES, N, NV
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--folds", type=int, default=5)
@@ -429,8 +448,11 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "([recall] vector_candidates)")
     ap.add_argument("--spare-episodes", action="store_true",
                     help="keyword_coverage damps the keyword side of facts and runbooks only (an experiment)")
+    ap.add_argument("--no-candidate-steps", action="store_true",
+                    help="a runbook's steps count only when they are vector candidates themselves (an experiment)")
     args = ap.parse_args(argv)
     SPARE_EPISODES = args.spare_episodes
+    STEPS_OF_CANDIDATES = not args.no_candidate_steps
     if not 1 <= args.candidates <= 100:
         sys.exit(f"eval_folds: --candidates: {args.candidates} is not from 1 to 100 (the dumps hold 100)")
     N = args.candidates

@@ -41,7 +41,7 @@ def vault_dump(vault: Any) -> dict[str, Any]:
     all_rows = [r[0] for r in conn.execute("SELECT rowid FROM chunks")]
     docs = index.chunk_docs(all_rows)
     neighbours = index.episode_neighbours(docs) if any(d["kind"] == "episode" for d in docs.values()) else {}
-    slim = {r: {k: d[k] for k in ("kind", "id", "ekind", "source", "created", "ref", "importance", "confidence")}
+    slim = {r: {k: d[k] for k in ("kind", "id", "ekind", "source", "created", "ref", "importance", "confidence", "chunk")}
             for r, d in docs.items()}
     for r, d in docs.items():
         slim[r]["len"] = len(d["body"])
