@@ -58,6 +58,9 @@ SPARE_EPISODES = False
 #: Recall reads the cosine of every step of a runbook found by its words (not only the steps among the vector
 #: candidates): ``--no-candidate-steps`` turns it off (an experiment).
 STEPS_OF_CANDIDATES = True
+#: ``--no-steps``: runbooks ranked as before their steps were embedded (the same dump, every step row masked). Only the
+#: ranking is the old one: the relevance scale the floors use stays the one the index measured with its steps.
+STEPS = True
 
 
 @dataclass
@@ -112,7 +115,8 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         for r, d in v["docs"].items():
             if d.get("chunk", 0) < 0:
                 steps_of.setdefault(v["dockey"][r], []).append(r)
-        v["steps_of"] = steps_of
+        v["steps_of"] = steps_of if STEPS else {}
+        v["step_rows"] = np.array([v["docs"][int(r)].get("chunk", 0) < 0 for r in v["rowids"]], dtype=bool)
         ln: dict[str, int] = {}
         for r, key in v["dockey"].items():
             ln[key] = len(v["bodies"][r])  # every chunk's row holds its doc's whole body
@@ -122,6 +126,8 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
     for q in data["queries"]:
         v = data["vaults"][q["vault"]]
         cos_all = rs.cosines(v, q["qvec"])
+        if not STEPS and v["step_rows"].any():  # no step is ever a candidate: no vector for it in the index
+            cos_all = np.where(v["step_rows"], np.float32(-2.0), cos_all)
         ri = v["row_index"]
         kw = dict(q["kw"][:N])
         ph = dict(q["ph"][:N])
@@ -348,7 +354,7 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
 
     widths = ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])
     tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
-                                    + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"])).encode()
+                                    + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"]) + ([] if STEPS else ["no-steps"])).encode()
                          ).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
@@ -434,7 +440,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global SPARE_EPISODES, STEPS_OF_CANDIDATES, N, NV
+    global SPARE_EPISODES, STEPS_OF_CANDIDATES, STEPS, N, NV
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--folds", type=int, default=5)
@@ -450,7 +456,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="keyword_coverage damps the keyword side of facts and runbooks only (an experiment)")
     ap.add_argument("--no-candidate-steps", action="store_true",
                     help="a runbook's steps count only when they are vector candidates themselves (an experiment)")
+    ap.add_argument("--no-steps", action="store_true",
+                    help="runbooks ranked without their step vectors (the relevance scale stays the one measured "
+                         "with them: for abstention, dump with the code before the steps)")
     args = ap.parse_args(argv)
+    STEPS = not args.no_steps
     SPARE_EPISODES = args.spare_episodes
     STEPS_OF_CANDIDATES = not args.no_candidate_steps
     if not 1 <= args.candidates <= 100:
