@@ -454,6 +454,13 @@ def test_a_runbooks_steps_are_vectors_without_lexemes_as_in_sqlite(ix, url):
     step = "audio/aconnect — a runbook\n- List readable input ports:\n\n`aconnect -i`"  # as it is embedded
     best = ix.search_vectors(fake.embed_query(step), KINDS, 1)[0][0]
     assert ix.chunk_docs([best])[best]["chunk"] < 0  # the step is nearer than the whole page
+    # recall reads every step of a runbook it found by any chunk, as (chunk id -> the runbook's key), nothing more
+    steps = {r for r, in sql(url, f"SELECT c.chunk_id FROM memvault.v{v}_chunks c JOIN memvault.v{v}_docs d "
+                                  "USING (doc_id) WHERE d.item_id = 'audio/aconnect' AND c.chunk < 0")}
+    window = found[0][0]
+    assert ix.runbook_steps(ix.chunk_docs([window])) == {r: ("procedure", "audio/aconnect") for r in steps}
+    card = ix.search_keywords("sound card second USB port", ["fact"], 1)[0][0]
+    assert ix.runbook_steps(ix.chunk_docs([card])) == {}  # a fact has no steps
     # the shared index as the release before left it: no steps, the migration not recorded
     live = ix._read_state(ix._connection()).live_model
     sql(url, f"DELETE FROM memvault.v{v}_vec_{live} WHERE chunk_id IN (SELECT chunk_id FROM memvault.v{v}_chunks "

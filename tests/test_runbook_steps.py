@@ -269,3 +269,7 @@ def test_a_runbook_found_by_its_words_is_as_close_as_its_closest_step(vault, mod
     assert max(steps) > max(cosines[r] for c, r, _ in chunks(index.connection(), "audio/aconnect") if c >= 0)
     best_vector = index.search_vectors(vector, ["fact", "episode", "procedure"], 1)[0][0]
     assert best_vector not in rows  # the one vector candidate is a fact: the runbook came by its words
+    step_rows = {r for c, r, _ in chunks(index.connection(), "audio/aconnect") if c < 0}
+    window = min(r for c, r, _ in chunks(index.connection(), "audio/aconnect") if c == 0)
+    assert index.runbook_steps(index.chunk_docs([window, best_vector])) == {
+        r: ("procedure", "audio/aconnect") for r in step_rows}  # the runbook's steps, keyed; the fact has none

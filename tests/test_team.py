@@ -649,3 +649,49 @@ def test_a_team_host_leaves_out_an_untrusted_hub_as_a_single_host_does(team, mon
     hits = b.recall("primary database port")
     assert hits[0].id == "db/primary" and all(h.id != episode.id for h in hits), [h.id for h in hits]
     assert hits.evidence["hubs_left_out"] == [f"episode:{episode.id}"]
+
+
+RUNBOOK = """# {name}
+
+> {what}
+
+- List all {thing}:
+
+`{name} --all`
+
+- List readable input {thing}:
+
+`{name} --input`
+
+- Display help:
+
+`{name} --help`
+"""
+
+
+def test_a_team_host_reads_the_steps_of_runbooks_from_both_parts_keyed_by_runbook(team):
+    """Issue 27: recall lends a runbook the cosine of its closest step. On a team host the runbooks found come from
+    the team's index and from the host's own unpushed ones; each step comes back keyed by its runbook, whichever
+    part holds it (the two parts number their rows independently)."""
+    _remote, a, clone = team
+    path = a.root / "procedures" / "audio" / "aconnect.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(RUNBOOK.format(name="aconnect", what="Manage ALSA sequencer ports.", thing="ports"))
+    git(a.root, "add", "procedures")
+    git(a.root, "commit", "-qm", "aconnect runbook")
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    mine = b.root / "procedures" / "audio" / "amixer.md"
+    mine.write_text(RUNBOOK.format(name="amixer", what="Mix ALSA sound card ports.", thing="ports"))
+    git(b.root, "add", "procedures")
+    git(b.root, "commit", "-qm", "amixer runbook, not pushed")
+    b.reopen()
+    b.recall("list the readable input ports")  # the host's own runbook is indexed on the way
+    index = b.vault.index
+    rows = [r for r, _ in index.search_keywords("readable input ports", ["procedure"], 10)]
+    steps = index.runbook_steps(index.chunk_docs(rows))
+    per_runbook = {key: sum(1 for k in steps.values() if k == key) for key in set(steps.values())}
+    assert per_runbook == {("procedure", "audio/aconnect"): 4, ("procedure", "audio/amixer"): 4}  # title, 3 commands
+    assert {index.chunk_docs([r])[r]["chunk"] < 0 for r in steps} == {True}
+    assert held(b) == 1  # amixer in the host's own index, aconnect in the team's

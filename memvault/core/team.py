@@ -579,10 +579,11 @@ class TeamIndex(TeamListings):
             out.update({sign * r: [sign * n for n in ns] for r, ns in found.items()})
         return out
 
-    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> list[int]:
-        out: list[int] = []
+    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
+        out: dict[int, tuple[str, str]] = {}
         for index, sign, mine in self._by_part(list(docs)):
-            out += [sign * r for r in self._call(index.runbook_steps, {r: docs[sign * r] for r in mine})]
+            found = self._call(index.runbook_steps, {r: docs[sign * r] for r in mine})
+            out.update({sign * r: key for r, key in found.items()})
         return out
 
     def _unshadowed(self, index: SearchIndex, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -90,8 +90,9 @@ class SearchIndex(Protocol):
         """For the raw episodes among ``docs``, the rowids of the turns just before and after each."""
         ...
 
-    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> list[int]:
-        """The rowids of every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``."""
+    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
+        """Every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``: its rowid -> its
+        runbook's (kind, id). Nothing else of a step is read: recall needs only its cosine."""
         ...
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:

@@ -258,17 +258,18 @@ def chunk_docs(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dic
     return out
 
 
-def runbook_doc_ids(docs: dict[int, dict[str, Any]]) -> list[int]:
-    """The doc ids of the runbooks among ``docs`` (chunk rowid -> fields), each once."""
-    return sorted({d["doc"] for d in docs.values() if d.get("kind") == "procedure"})
+def runbook_keys(docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
+    """The runbooks among ``docs`` (chunk rowid -> fields): doc id -> (kind, id), each once."""
+    return {d["doc"]: (d["kind"], d["id"]) for d in docs.values() if d.get("kind") == "procedure"}
 
 
-def runbook_steps(conn: sqlite3.Connection, doc_ids: Sequence[int]) -> list[int]:
-    """The rowids of the steps (chunks numbered below 0) of ``doc_ids`` (the chunks' (doc, chunk) index)."""
-    out: list[int] = []
+def runbook_steps(conn: sqlite3.Connection, doc_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """(rowid, doc id) of the steps (chunks numbered below 0) of ``doc_ids``: the chunks' (doc, chunk) index covers
+    it, no doc is read."""
+    out: list[tuple[int, int]] = []
     for batch in batches(list(doc_ids), 500):
-        out += [r for (r,) in conn.execute(f"SELECT rowid FROM chunks WHERE doc IN ({marks(batch)}) AND chunk < 0",
-                                           tuple(batch))]
+        out += conn.execute(f"SELECT rowid, doc FROM chunks WHERE doc IN ({marks(batch)}) AND chunk < 0",
+                            tuple(batch)).fetchall()
     return out
 
 

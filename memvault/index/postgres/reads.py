@@ -39,11 +39,12 @@ def chunk_docs(conn: Any, v: int, ids: Sequence[int]) -> dict[int, dict[str, Any
     return {int(r[0]): fields(r[1:]) for r in rows}
 
 
-def runbook_steps(conn: Any, v: int, doc_ids: list[int]) -> list[int]:
-    """The chunk ids of the steps (chunks numbered below 0) of ``doc_ids`` (the (doc_id, chunk) index; one query)."""
-    rows = conn.execute(vsql(v, "SELECT chunk_id FROM {chunks} WHERE doc_id = ANY(%s::bigint[]) AND chunk < 0"),
+def runbook_steps(conn: Any, v: int, doc_ids: list[int]) -> list[tuple[int, int]]:
+    """(chunk id, doc id) of the steps (chunks numbered below 0) of ``doc_ids`` (the (doc_id, chunk) index; one
+    query, no doc read)."""
+    rows = conn.execute(vsql(v, "SELECT chunk_id, doc_id FROM {chunks} WHERE doc_id = ANY(%s::bigint[]) AND chunk < 0"),
                         ([int(i) for i in doc_ids],)).fetchall()
-    return [int(r[0]) for r in rows]
+    return [(int(r[0]), int(r[1])) for r in rows]
 
 
 def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import InvalidValue, SearchIndexError
 from ..documents import KINDS, Doc
-from ..search import runbook_doc_ids
+from ..search import runbook_keys
 from ..update import SyncReport
 from .cache import EmbeddingCache
 from .keywords import BUILDERS, coverage, feedback, read_terms, unknown_words
@@ -251,13 +251,14 @@ class SharedIndex(SharedListings, Connected):
         with self._errors("episode neighbours") as conn:
             return episode_neighbours(conn, self._state(conn).vault_id, docs)
 
-    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> list[int]:
-        """The chunk ids of every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``."""
-        ids = runbook_doc_ids(docs)
-        if not ids:
-            return []
+    def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
+        """Every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``: chunk id -> (kind,
+        id)."""
+        keys = runbook_keys(docs)
+        if not keys:
+            return {}
         with self._errors("runbook steps") as conn:
-            return runbook_steps(conn, self._state(conn).vault_id, ids)
+            return {r: keys[doc] for r, doc in runbook_steps(conn, self._state(conn).vault_id, sorted(keys))}
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         """The last ``per_name`` procedure_run episodes of each procedure, newest first (one query)."""
