@@ -66,7 +66,9 @@ def write_0004_index(v: Vault, emb: FakeEmbedder) -> None:
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (d.kind, d.item_id, d.path, d.body, d.hash, d.importance, d.confidence, d.source, d.created,
                  d.updated, d.valid_until, d.review_after, d.header, how, d.ekind, d.ref, d.meta, d.context)).lastrowid
-            for j, text in enumerate(texts):
+            for j, text in texts:
+                if j < 0:  # a runbook's steps came with schema 0007
+                    continue
                 rowid = conn.execute("INSERT INTO chunks(doc, chunk, kind, text, hash, model) VALUES (?,?,?,?,?,?)",
                                      (doc, j, d.kind, text, text_hash(text), model_key(ident))).lastrowid
                 blob = vector_blob(emb.embed_documents([text])[0])
