@@ -711,8 +711,7 @@ class Index(Freshness, Listings):
 
     def runbook_steps(self, docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
         """Every step (a chunk numbered below 0: a vector only) of the runbooks among ``docs``: rowid -> (kind, id)."""
-        keys = search.runbook_keys(docs)
-        return {r: keys[doc] for r, doc in search.runbook_steps(self.connection(), sorted(keys))}
+        return search.runbook_steps(self.connection(), docs)
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         """The last runs (procedure_run episodes) of each procedure, newest first."""

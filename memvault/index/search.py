@@ -263,13 +263,14 @@ def runbook_keys(docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
     return {d["doc"]: (d["kind"], d["id"]) for d in docs.values() if d.get("kind") == "procedure"}
 
 
-def runbook_steps(conn: sqlite3.Connection, doc_ids: Sequence[int]) -> list[tuple[int, int]]:
-    """(rowid, doc id) of the steps (chunks numbered below 0) of ``doc_ids``: the chunks' (doc, chunk) index covers
-    it, no doc is read."""
-    out: list[tuple[int, int]] = []
-    for batch in batches(list(doc_ids), 500):
-        out += conn.execute(f"SELECT rowid, doc FROM chunks WHERE doc IN ({marks(batch)}) AND chunk < 0",
-                            tuple(batch)).fetchall()
+def runbook_steps(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]]) -> dict[int, tuple[str, str]]:
+    """The steps (chunks numbered below 0) of the runbooks among ``docs``: rowid -> the runbook's (kind, id). The
+    chunks' (doc, chunk) index covers it: no doc is read."""
+    keys = runbook_keys(docs)
+    out: dict[int, tuple[str, str]] = {}
+    for batch in batches(sorted(keys), 500):
+        sql = f"SELECT rowid, doc FROM chunks WHERE doc IN ({marks(batch)}) AND chunk < 0"
+        out.update((rowid, keys[doc]) for rowid, doc in conn.execute(sql, tuple(batch)))
     return out
 
 
