@@ -814,7 +814,7 @@ def big(url, opened):
     return index, fake
 
 
-def test_plans_use_the_gin_and_hnsw_indexes(big):
+def test_plans_use_the_gin_and_hnsw_indexes(big, url):
     index, fake = big
     v = index._read_state(index._connection()).vault_id
     gin, hnsw = f"v{v}_chunks_tsv", f"v{v}_vec_1_hnsw"
@@ -833,6 +833,10 @@ def test_plans_use_the_gin_and_hnsw_indexes(big):
     assert f"Index Scan using {hnsw}" in plan and "Sort" not in plan, plan
     plan = index.explain("search_vectors", query, ["fact"], 10, force_index=True)
     assert f"Index Scan using {hnsw}" in plan and "Filter: (kind = ANY" in plan, plan
+    # the steps of the runbooks recall found (reads.runbook_steps): the (doc_id, chunk) index, never the table
+    steps = "\n".join(r[0] for r in sql(url, f"EXPLAIN SELECT chunk_id, doc_id FROM memvault.v{v}_chunks "
+                                             "WHERE doc_id = ANY(%s::bigint[]) AND chunk < 0", ([5, 50, 500],)))
+    assert f"Index Scan using v{v}_chunks_doc_id_chunk_key" in steps and "Seq Scan" not in steps, steps
 
 
 def test_plans_on_a_tiny_table_can_use_the_indexes(ix):
