@@ -253,7 +253,7 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
         read(extra)
         if extra and vector is not None:
             cosine.update(index.similarities(vector, extra))
-    lent: dict[tuple[str, str], float] = {}
+    best_step: dict[tuple[str, str], float] = {}  # runbook key -> the best cosine of its steps
     if vector is not None:
         # A runbook is as close in meaning as its closest step, whichever of its chunks made it a candidate: the
         # cosine of every step of every runbook found (the words never find a step: it is a vector only). Only the
@@ -264,9 +264,9 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
             found = index.similarities(vector, missing) if missing else {}
             for rowid, key in steps.items():
                 cos = cosine.get(rowid, found.get(rowid, 0.0))
-                if cos > lent.get(key, 0.0):
-                    lent[key] = cos
-    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, s, trust, lent)
+                if cos > best_step.get(key, 0.0):
+                    best_step[key] = cos
+    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, s, trust, best_step)
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
     return out
@@ -281,14 +281,13 @@ def _readable(parts: Parts, docs: dict[int, dict[str, Any]]) -> dict[int, dict[s
 
 def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, float], phrases: dict[int, float],
              exact: set[int], cosine: dict[int, float], neighbours: dict[int, list[int]], s: float,
-             trust: float, lent: dict[tuple[str, str], float] | None = None) -> dict[tuple[str, str], Candidate]:
-    """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``. ``lent``: the
-    best cosine of each runbook's steps, candidates or not (a step among ``docs`` lends its own too)."""
+             trust: float, steps: dict[tuple[str, str], float]) -> dict[tuple[str, str], Candidate]:
+    """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``. ``steps``: the
+    best cosine of each runbook's steps (every step of every runbook among ``docs``, candidate or not)."""
     settings = parts.config.recall
     p, g = settings.phrase_weight, settings.neighbour_weight
     index = parts.index
-    lent = lent or {}
-    best_cos = max(max((c for c in cosine.values() if c > 0), default=0.0), max(lent.values(), default=0.0)) or 1.0
+    best_cos = max(max((c for c in cosine.values() if c > 0), default=0.0), max(steps.values(), default=0.0)) or 1.0
     best_kw = max(keyword.values(), default=0.0) or 1.0
     best_phrase = max(phrases.values(), default=0.0) or 1.0
     # One pass of plain arithmetic per chunk (a recall combines a few hundred, on the path after the vector).
@@ -296,13 +295,6 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
     keyword_of, phrase_of, cosine_of = keyword.get, phrases.get, cosine.get
     # A runbook's steps (chunks numbered below 0: vectors only) lend their best cosine to its windows, which hold
     # its keyword rows: the runbook is as close in meaning as its closest step, and keeps what its words matched.
-    steps: dict[tuple[str, str], float] = dict(lent)
-    for rowid, doc in docs.items():
-        if doc.get("chunk", 0) < 0:
-            key = (doc["kind"], doc["id"])
-            cos = cosine_of(rowid, 0.0)
-            if cos > steps.get(key, 0.0):
-                steps[key] = cos
     cos_of, kw_of, rel_of = {}, {}, {}
     for rowid in docs:
         cos = cosine_of(rowid, 0.0)
