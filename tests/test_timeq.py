@@ -1,7 +1,7 @@
 """memvault.rules.timeq: every time phrase a question may hold, as a table of (phrase, now) -> window, UTC."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -44,6 +44,19 @@ TABLE = [
     ("errors past 2 weeks", "2026-11-19T15:30", "2026-12-03T15:30", "errors"),
     ("errors over the past 90 minutes", "2026-12-03T14:00", "2026-12-03T15:30", "errors"),
     ("last 3 days", "2026-11-30T15:30", "2026-12-03T15:30", ""),
+    # dates written out, as people (and LoCoMo's questions) write them
+    ("what did Gina find on 1 February, 2023?", "2023-02-01", "2023-02-02", "what did Gina find ?"),
+    ("accepted for on May 23, 2023", "2023-05-23", "2023-05-24", "accepted for"),
+    ("incident on the 3rd of March 2024", "2024-03-03", "2024-03-04", "incident"),
+    ("the week before August 3 2023", "2023-08-03", "2023-08-04", "the week before"),
+    ("what broke on 3rd June", "2026-06-03", "2026-06-04", "what broke"),  # no year: the most recent
+    ("deploy on December 5", "2025-12-05", "2025-12-06", "deploy"),  # not in the future: last year's
+    ("on 29 February", "2024-02-29", "2024-03-01", ""),  # the most recent one there was
+    ("tournament won in the beginning of November 2022", "2022-11-01", "2022-12-01",
+     "tournament won in the beginning of"),
+    ("painted in July, 2023", "2023-07-01", "2023-08-01", "painted"),
+    ("the beach in 2023", "2023-01-01", "2024-01-01", "the beach"),
+    ("outages during 2026", "2026-01-01", "2027-01-01", "outages"),
 ]
 
 
@@ -57,7 +70,9 @@ def test_a_time_phrase_becomes_a_window_and_leaves_the_words(query, since, until
 
 @pytest.mark.parametrize("query", ["which port does the primary listen on", "the last deploy of web3",
                                    "month-end report job", "may the backup run twice", "on call rota",
-                                   "incident on 2026-13-45", "week42 release notes"])
+                                   "incident on 2026-13-45", "week42 release notes", "errors in 8080",
+                                   "upload fails in 2048 chunks", "plans in 2031", "on 30 February",
+                                   "may 2 replicas lag", "runbook for may"])
 def test_a_question_without_a_time_phrase_has_no_window(query):
     assert timeq.parse(query, NOW) is None
 
@@ -75,3 +90,13 @@ def test_a_window_is_in_utc_whatever_the_clock_zone():
 
     tokyo = NOW.astimezone(timezone(timedelta(hours=9)))  # 2026-12-04 00:30 in Tokyo
     assert timeq.parse("today", tokyo).since == t("2026-12-03")
+
+
+def test_a_memory_written_up_to_a_week_after_a_time_is_of_it():
+    window = timeq.parse("what did we deploy on 1 May, 2023", NOW)
+    assert window is not None
+    assert window.holds(t("2023-05-01T09:00"))
+    assert window.holds(t("2023-05-08T23:59"))  # told about it within the week after the day
+    assert not window.holds(t("2023-05-09T00:00"))
+    assert not window.holds(t("2023-04-30T23:59"))  # written before it: not of it
+    assert window.holds(t("2023-05-09T12:00"), grace=timedelta(days=8))

@@ -12,6 +12,13 @@ Rules, all in UTC:
   from then until now; ``before 2026-11-03``: until then.
 - ``on 2026-11-03``, ``on Monday`` (the most recent), a bare ``2026-11-03``: that day.
 - ``last N days`` / ``past N hours`` / ``in the last N weeks``: from now minus that age until now.
+- ``1 May, 2022``, ``May 23, 2023``, ``on 3rd June 2023``: that day; ``on 1 May`` / ``on May 1`` (no year): the most
+  recent such day not in the future. ``July 2023`` (no "in"): that month. ``in 2023`` / ``during 2023``: that
+  year, from 1990 to this one (``in 8080`` is not a year).
+
+A window the question named (its ``phrase`` is not empty) ranks the memories of that time first: see
+:meth:`Window.holds`, which gives a memory written up to :data:`GRACE` after the window its place in it, since what
+is written about a time is often written after it ("the disk filled up last Tuesday", noted on Friday).
 """
 from __future__ import annotations
 
@@ -25,6 +32,10 @@ MONTHS = ("january", "february", "march", "april", "may", "june", "july", "augus
 _MONTH = "|".join(MONTHS + tuple(m[:3] for m in MONTHS if len(m) > 3) + ("sept",))
 _DAY = "|".join(WEEKDAYS)
 _DATE = r"\d{4}-\d{2}-\d{2}"
+_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+#: How long after a time a memory of it may be written, and still be of it (:meth:`Window.holds`).
+GRACE = timedelta(days=7)
+FIRST_YEAR = 1990
 _UNIT = {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400, "week": 604800,
          "weeks": 604800, "month": 30 * 86400, "months": 30 * 86400}
 
@@ -37,6 +48,11 @@ class Window:
     until: datetime | None
     phrase: str
     query: str
+
+    def holds(self, stamp: datetime, grace: timedelta = GRACE) -> bool:
+        """Whether a memory of time ``stamp`` is of this window: inside it, or written up to ``grace`` after."""
+        return ((self.since is None or stamp >= self.since)
+                and (self.until is None or stamp < self.until + grace))
 
 
 def _day_start(d: date) -> datetime:
@@ -76,7 +92,13 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\btoday\b", re.I), "today"),
     (re.compile(r"\b(this|last) week\b", re.I), "week"),
     (re.compile(r"\b(this|last) month\b", re.I), "month"),
-    (re.compile(rf"\b(?:in|during) ({_MONTH})\.?(?: (\d{{4}}))?\b", re.I), "in_month"),
+    (re.compile(rf"\b(?:on )?(?:the )?{_ORD} (?:of )?({_MONTH})\.?,? (\d{{4}})\b", re.I), "day_month_year"),
+    (re.compile(rf"\b(?:on )?({_MONTH})\.? {_ORD},? (\d{{4}})\b", re.I), "month_day_year"),
+    (re.compile(rf"\bon (?:the )?{_ORD} (?:of )?({_MONTH})\b\.?", re.I), "day_month"),
+    (re.compile(rf"\bon ({_MONTH})\.? {_ORD}\b", re.I), "month_day"),
+    (re.compile(rf"\b(?:in|during) ({_MONTH})\.?(?:,? (\d{{4}}))?\b", re.I), "in_month"),
+    (re.compile(rf"\b({_MONTH})\.?,? (\d{{4}})\b", re.I), "month_year"),
+    (re.compile(r"\b(?:in|during) (\d{4})\b", re.I), "year"),
 ]
 
 
@@ -90,6 +112,22 @@ def impossible_dates(query: str) -> list[str]:
         except ValueError:
             out.append(m.group(0))
     return out
+
+
+def _recent_day(month: int, day: int, today: date) -> date:
+    """``day`` of ``month`` in the most recent year that puts it not after ``today`` (29 February: a leap year)."""
+    year = today.year
+    while True:
+        try:
+            d = date(year, month, day)
+        except ValueError:
+            if day > 29 or year < today.year - 8:
+                raise
+            year -= 1
+            continue
+        if d <= today:
+            return d
+        year -= 1
 
 
 def parse(query: str, now: datetime) -> Window | None:
@@ -137,7 +175,20 @@ def parse(query: str, now: datetime) -> Window | None:
                 if m.group(1).lower() == "last":
                     year, month = (year - 1, 12) if month == 1 else (year, month - 1)
                 since, until = _month_window(year, month)
-            else:  # in_month
+            elif kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
+                if kind.startswith("day"):
+                    day_of, month = int(m.group(1)), _month(m.group(2))
+                else:
+                    month, day_of = _month(m.group(1)), int(m.group(2))
+                day = (date(int(m.group(3)), month, day_of) if kind.endswith("year")
+                       else _recent_day(month, day_of, today))
+                since, until = _day_start(day), _day_start(day + timedelta(days=1))
+            elif kind == "year":
+                year = int(m.group(1))
+                if not FIRST_YEAR <= year <= today.year:
+                    continue
+                since, until = _day_start(date(year, 1, 1)), _day_start(date(year + 1, 1, 1))
+            else:  # in_month, month_year
                 month = _month(m.group(1))
                 year = int(m.group(2)) if m.group(2) else (today.year if month <= today.month else today.year - 1)
                 since, until = _month_window(year, month)
