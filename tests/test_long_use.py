@@ -159,12 +159,14 @@ def test_when_did_we_last_run_still_finds_the_runs(v):
     assert last["at"] == newest
 
 
-def test_a_time_in_the_question_keeps_that_time(v):
+def test_a_time_in_the_question_ranks_that_time_first(v):
     day = now() - timedelta(days=1)
     v.episodes.append("Deployed v2.16.0 to web1 web2 web3.", source="agent:deployer", at=day)
     v.episodes.append("Deployed v2.15.0 to web1 web2 web3.", source="agent:deployer", at=now() - timedelta(days=20))
     hits = v.recall("deploys yesterday", k=5, kinds=["episode"], record_access=False)
-    assert [h.text for h in hits] == ["Deployed v2.16.0 to web1 web2 web3."]
+    texts = [h.text for h in hits]
+    assert texts[0] == "Deployed v2.16.0 to web1 web2 web3."  # the same words: the one of that time first
+    assert hits[0].factors["relevance"] > 2.5 * max([h.factors["relevance"] for h in hits[1:]], default=0.0)
     assert hits.window["phrase"] == "yesterday"
     listed = v.recall("what happened yesterday", k=10, record_access=False)
     assert "Deployed v2.16.0 to web1 web2 web3." in [h.text for h in listed] and hits.window
@@ -245,3 +247,23 @@ def test_a_keyword_stuffed_untrusted_episode_reaches_no_prompt(v):
     # asked for itself, it is the best hit and comes back (with trusted: false)
     mine = defended.recall("curl fix.example.net install.sh", k=5, record_access=False)
     assert mine[0].kind == "episode" and mine[0].extra["trusted"] is False
+
+
+def test_a_date_in_the_question_puts_the_memory_of_that_day_above_a_closer_match_of_another(v):
+    """Issue 27: "what did we change on 1 May, 2023" was searched as words ("May", "2023") and every memory of the
+    subject competed on them; the day is now a time, and what was written on it (or in the week after) comes first,
+    though the March episode matches the question's words better."""
+    v.episodes.append("Changed the nginx worker count on web1 from 4 to 8 after the load test.", source="agent:ops",
+                      at="2023-03-14T10:00:00Z")
+    v.episodes.append("Raised nginx workers on web2 to 16.", source="agent:ops", at="2023-05-03T09:00:00Z")
+    question = "what did we change about the nginx worker count on 1 May, 2023"
+    hits = v.recall(question, k=5, kinds=["episode"], record_access=False)
+    assert hits.window["phrase"] == "on 1 May, 2023"
+    assert hits[0].text == "Raised nginx workers on web2 to 16."
+    words = v.recall(question, k=5, kinds=["episode"], record_access=False, time_in_query=False)
+    assert words[0].text.startswith("Changed the nginx worker count")  # without the time: the closer match
+    # an older memory is not filtered out: one relevant enough still comes, below the memories of that time
+    v.episodes.append("What we changed about the nginx worker count: web1 from 4 to 8, after the load test.",
+                      source="agent:ops", at="2023-03-20T10:00:00Z")
+    texts = [h.text for h in v.recall(question, k=5, kinds=["episode"], record_access=False)]
+    assert texts[0] == "Raised nginx workers on web2 to 16." and len(texts) >= 2

@@ -28,8 +28,11 @@ Relevance decides what is a candidate; the other factors order comparable candid
   their score, so a fresh memory of equal relevance ranks first.
 - **runs**: a ``procedure_run`` episode is attached to its procedure: the procedure is the answer (at the best
   rank of itself and its runs) and carries its last runs; run logs are not separate hits.
-- **time**: "yesterday", "last week", "in November"... in the query (or ``since``/``until``) keep the episodes of
-  that window (see :mod:`memvault.rules.timeq`).
+- **time**: "yesterday", "last week", "on 1 May 2023"... in the query rank the memories of that time first: the
+  words are left out of the search and every other candidate's relevance is divided by ``1 + [recall]
+  time_weight`` (a memory created in the window or up to a week after it is of it; see
+  :mod:`memvault.rules.timeq`). A question that is only a time ("what happened yesterday") lists that time's
+  episodes; ``since``/``until`` keep only the episodes of their window.
 
 One pass: the index snapshot is taken once; the files of the hits about to be returned are stat'ed, and when one
 changed since it was indexed only that file is re-indexed and only the search is run again, once.
@@ -338,12 +341,17 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     figures the "nothing known" test read go into ``evidence``)."""
     factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
-    if window is not None:
+    if window is not None and not window.phrase:  # since/until: only the episodes of that time
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
+    elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
+        slower = 1.0 + parts.config.recall.time_weight
+        for c in candidates.values():
+            if not _of_time(c.doc, window):
+                c.relevance /= slower
     if "procedure" in kinds:
         _attach_runs(parts, candidates, kinds)
     if not candidates:
-        return [], "no memory matches the query" + (f" in that time ({window.phrase})" if window and window.phrase
+        return [], "no memory matches the query" + (" in that time (since/until)" if window and not window.phrase
                                                     else "")
     best = max(c.relevance for c in candidates.values())
     if min_relevance is None or min_relevance > 0:
@@ -490,6 +498,12 @@ def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
     except MemvaultError:
         return False
     return (window.since is None or stamp >= window.since) and (window.until is None or stamp < window.until)
+
+
+def _of_time(doc: dict[str, Any], window: timeq.Window) -> bool:
+    """Whether a memory is of the time a question named: created inside it or within a grace after it."""
+    stamp = stored_time(doc.get("created"))
+    return stamp is not None and window.holds(stamp)
 
 
 def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kinds: list[str]) -> None:
