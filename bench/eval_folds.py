@@ -8,7 +8,8 @@ Folds never split a group: LoCoMo by conversation (one vault each: its questions
 questions asked of it as unanswerable ones), cheat→tldr and tldr_self by the command page asked for, alert→runbook
 by runbook group (``node``, ``etcd``...; the half vault's questions with it). For each fold the ranking weights
 (``semantic_weight`` s, ``phrase_weight`` p, ``neighbour_weight`` g, ``coverage_weight`` c: the rescoring of the
-best candidates by the share of the question's words they hold) are chosen on the other folds by the mean, over
+best candidates by the share of the question's words they hold; ``keyword_coverage`` h; ``time_weight`` t,
+how far a time the question names puts its memories first) are chosen on the other folds by the mean, over
 sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
 which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
@@ -26,6 +27,7 @@ import itertools
 import json
 import random
 import sys
+from datetime import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
 from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
+from memvault.rules import timeq  # noqa: E402
+from memvault.rules.freshness import stored_time  # noqa: E402
 
 SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook", "ops")
 TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat_to_tldr": 10, "tldr_self": 5,
@@ -44,8 +48,8 @@ TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat
 N = 100  # [recall] candidates (the keyword searches)
 NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
-        "h": (0.0, 0.5, 0.75, 1.0)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
+        "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0)}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
            "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
@@ -88,6 +92,7 @@ class Q:
     unknown_terms: bool
     lengths: dict[str, int] = field(default_factory=dict)  # doc -> characters of its text
     single: bool = False  # every row is a doc of its own (no doc has two chunks among the candidates)
+    intime: np.ndarray | None = None  # per row: of the time the question names (timeq.Window.holds); None: no time
 
 
 def _groups(name: str, q: dict[str, Any]) -> str:
@@ -168,17 +173,24 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         kpart = (kwa + 0.25 * pha) / 1.25
         held = float(cov[int(np.argmax(kpart))]) if len(rows) and kpart.max() > 0 else 0.0
         top_cov = float(q["cov"].get(q["kw"][0][0], 0.0)) if q["kw"] else 0.0
+        intime = None
+        if q.get("window"):  # a time the question names (left out of its words): recall ranks its memories first
+            since, until = (datetime.fromisoformat(x) if x else None for x in q["window"])
+            w = timeq.Window(since, until, "dumped", q.get("searched", ""))
+            intime = np.array([float(bool((st := stored_time(v["docs"][r].get("created"))) and w.holds(st)))
+                               for r in rows])
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
                      {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
                      semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
-                     lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows)))
+                     lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows), intime))
     del cos_cache
     return out
 
 
-def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
+def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0,
+         floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10."""
     if not len(q.rows):
         return []
@@ -196,6 +208,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, floor: fl
     if q.any_exact:
         rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
     rel = np.minimum(rel, 1.0)
+    if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
+        rel = np.where(q.intime > 0, rel, rel / (1.0 + t))
     if q.single:  # the fast path: rows are docs, in key order
         keep = np.flatnonzero(rel >= floor * rel.max())
         r = rel[keep]
@@ -248,11 +262,13 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     out = {}
     pos = [q for q in qs if q.label == "pos"]
     memo: dict[tuple[int, tuple[float, ...]], float] = {}
-    gi = list(GRID).index("g")
+    gi, ti = list(GRID).index("g"), list(GRID).index("t")
     for combo in itertools.product(*GRID.values()):
         hits = []
         for i, q in enumerate(pos):
             eff = combo if q.neigh else combo[:gi] + (0.0,) + combo[gi + 1:]  # g moves only conversation turns
+            if q.intime is None:  # t moves only questions that name a time
+                eff = eff[:ti] + (0.0,) + eff[ti + 1:]
             key = (i, eff)
             if key not in memo:
                 memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0

@@ -55,10 +55,18 @@ def vault_dump(vault: Any) -> dict[str, Any]:
             "calibration": scale.to_json() if scale is not None else None}
 
 
-def query_dump(vault: Any, query: str) -> dict[str, Any]:
+def query_dump(vault: Any, asked: str) -> dict[str, Any]:
+    """What recall sees for ``asked``: a time it names is left out of the words searched (as recall does) and its
+    window kept, so the simulation can rank the memories of that time first."""
+    from memvault.core.recall import _content
+    from memvault.rules import timeq
+    from memvault.rules.timeutil import now
+
     index = vault.index
     emb = vault.engine.get()
     kinds = list(KINDS)
+    window = timeq.parse(asked, now())
+    query = window.query if window is not None and _content(window.query) else asked
     kw = index.search_keywords(query, kinds, 300)
     ph = index.search_phrases(query, kinds, 300)
     ex = index.search_exact(query, kinds, 300)
@@ -67,7 +75,9 @@ def query_dump(vault: Any, query: str) -> dict[str, Any]:
     # the best match's, the rescoring of the best candidates every one's
     cov = index.coverages(query, [r for r, _ in kw[:COVERED]])
     names = named_words(query)
-    return {"query": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov,
+    return {"query": asked, "searched": query, "qvec": qvec, "kw": kw, "ph": ph, "ex": ex, "cov": cov,
+            "window": None if window is None or query == asked else
+            (window.since.isoformat() if window.since else None, window.until.isoformat() if window.until else None),
             "names": names, "unknown_names": index.unknown_words(names) if names else [],
             "unknown_terms": index.unknown_words(query_terms(query))}
 
