@@ -100,3 +100,42 @@ def test_a_memory_written_up_to_a_week_after_a_time_is_of_it():
     assert not window.holds(t("2023-05-09T00:00"))
     assert not window.holds(t("2023-04-30T23:59"))  # written before it: not of it
     assert window.holds(t("2023-05-09T12:00"), grace=timedelta(days=8))
+
+
+AT = datetime(2026, 12, 5, 10, 0, tzinfo=timezone.utc)  # a Saturday
+
+
+@pytest.mark.parametrize("text, times", [
+    ("Incident, Tuesday last week: the disk of db-billing-1 reached 93%", [("2026-11-23", "2026-11-30")]),
+    ("Retro: on 3 March 2025 the backup job failed", [("2025-03-03", "2025-03-04")]),
+    ("failed yesterday, fixed 2026-12-05", [("2026-12-05", "2026-12-06"), ("2026-12-04", "2026-12-05")]),
+    # one phrase is one time: "on 3 June, 2023" is not also "on 3 June" (of this year) and "June, 2023"
+    ("will paint on 3 June, 2023", [("2023-06-03", "2023-06-04")]),
+    # open-ended spans and "until now" say when something holds, not what the text is about
+    ("Copies are kept for 35 days; renewed since 2026-01-01, before 2027-01-01, in the last 3 days, today",
+     []),
+    ("No deploys on Fridays. Port 8080, 2048 workers.", []),
+])
+def test_the_times_a_text_names_are_read_as_of_when_it_was_written(text, times):
+    assert timeq.named_times(text, AT) == [(t(a), t(b)) for a, b in times]
+
+
+def test_a_memory_is_of_a_time_it_was_written_in_or_names():
+    last_week = timeq.parse("disk incidents last week", AT)
+    assert last_week is not None and (last_week.since, last_week.until) == (t("2026-11-23"), t("2026-11-30"))
+    written = t("2026-10-01")
+    assert not last_week.covers(written, "The disk of db1 filled up.")
+    # read as of when it was written: last week then was 2026-09-21..28, not this one
+    assert not last_week.covers(written, "Incident, Tuesday last week: the disk of db1 filled up.")
+    assert last_week.covers(t("2026-12-01"), "Incident, Tuesday last week: the disk of db1 filled up.")
+    assert last_week.covers(written, "Incident on 24 November 2026: the disk of db1 filled up.")
+    assert not last_week.covers(written, "Incidents in 2026: the disk of db1 filled up.")  # wider than the window
+    assert not last_week.covers(None, "Incident on 24 November 2026")
+    assert last_week.covers(t("2026-12-06T23:59"), "") and not last_week.covers(t("2026-12-07"), "")
+
+
+def test_only_the_start_of_a_huge_text_is_read_for_its_times():
+    """Recall reads the times of every candidate of a question that names one: a 3 MB runbook costs what its
+    first TEXT_READ characters cost."""
+    head = "x" * (timeq.TEXT_READ - 20) + " on 3 March 2025 "
+    assert timeq.named_times(head + "and on 4 March 2025 " * 200_000, AT) == [(t("2025-03-03"), t("2025-03-04"))]

@@ -54,6 +54,16 @@ class Window:
         return ((self.since is None or stamp >= self.since)
                 and (self.until is None or stamp < self.until + grace))
 
+    def covers(self, created: datetime | None, text: str = "", grace: timedelta = GRACE) -> bool:
+        """Whether a memory written at ``created`` is of this window: written in it (or up to ``grace`` after), or
+        its ``text`` names a time inside it ("Tuesday last week", read as of ``created``)."""
+        if created is None:
+            return False
+        if self.holds(created, grace):
+            return True
+        return any((self.since is None or a >= self.since) and (self.until is None or b <= self.until)
+                   for a, b in named_times(text, created)) if text else False
+
 
 def _day_start(d: date) -> datetime:
     return datetime.combine(d, time(0), tzinfo=timezone.utc)
@@ -130,70 +140,137 @@ def _recent_day(month: int, day: int, today: date) -> date:
         year -= 1
 
 
+def _resolve(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime | None, datetime | None] | None:
+    """The window one matched phrase names, said at ``now``; None when it names no time ("on 2026-13-45")."""
+    today = now.date()
+    since: datetime | None
+    until: datetime | None
+    try:
+        if kind == "ago_span":
+            span = int(m.group(1)) * _UNIT[m.group(2).lower()]
+            since, until = now - timedelta(seconds=span), now
+        elif kind == "days_ago":
+            day = today - timedelta(days=int(m.group(1)))
+            since, until = _day_start(day), _day_start(day + timedelta(days=1))
+        elif kind == "since_date":
+            since, until = _day_start(date.fromisoformat(m.group(1))), now
+        elif kind == "since_weekday":
+            since, until = _day_start(_last_weekday(m.group(1), today)), now
+        elif kind == "since_yesterday":
+            since, until = _day_start(today - timedelta(days=1)), now
+        elif kind == "before_date":
+            since, until = None, _day_start(date.fromisoformat(m.group(1)))
+        elif kind == "on_date":
+            day = date.fromisoformat(m.group(1))
+            since, until = _day_start(day), _day_start(day + timedelta(days=1))
+        elif kind == "on_weekday":
+            day = _last_weekday(m.group(1), today)
+            since, until = _day_start(day), _day_start(day + timedelta(days=1))
+        elif kind == "yesterday":
+            since, until = _day_start(today - timedelta(days=1)), _day_start(today)
+        elif kind == "today":
+            since, until = _day_start(today), now
+        elif kind == "week":
+            monday = today - timedelta(days=today.weekday())
+            if m.group(1).lower() == "last":
+                monday -= timedelta(days=7)
+            since, until = _day_start(monday), _day_start(monday + timedelta(days=7))
+        elif kind == "month":
+            year, month = today.year, today.month
+            if m.group(1).lower() == "last":
+                year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+            since, until = _month_window(year, month)
+        elif kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
+            if kind.startswith("day"):
+                day_of, month = int(m.group(1)), _month(m.group(2))
+            else:
+                month, day_of = _month(m.group(1)), int(m.group(2))
+            day = (date(int(m.group(3)), month, day_of) if kind.endswith("year")
+                   else _recent_day(month, day_of, today))
+            since, until = _day_start(day), _day_start(day + timedelta(days=1))
+        elif kind == "year":
+            year = int(m.group(1))
+            if not FIRST_YEAR <= year <= today.year:
+                return None
+            since, until = _day_start(date(year, 1, 1)), _day_start(date(year + 1, 1, 1))
+        else:  # in_month, month_year
+            month = _month(m.group(1))
+            year = int(m.group(2)) if m.group(2) else (today.year if month <= today.month else today.year - 1)
+            since, until = _month_window(year, month)
+    except (ValueError, OverflowError):
+        return None  # "on 2026-13-45": not a date, so not a time expression
+    return since, until
+
+
 def parse(query: str, now: datetime) -> Window | None:
     """The first time expression of ``query`` as a :class:`Window`, or None when there is none."""
     now = now.astimezone(timezone.utc)
-    today = now.date()
     for pattern, kind in PATTERNS:
         m = pattern.search(query)
         if not m:
             continue
-        since: datetime | None
-        until: datetime | None
-        try:
-            if kind == "ago_span":
-                span = int(m.group(1)) * _UNIT[m.group(2).lower()]
-                since, until = now - timedelta(seconds=span), now
-            elif kind == "days_ago":
-                day = today - timedelta(days=int(m.group(1)))
-                since, until = _day_start(day), _day_start(day + timedelta(days=1))
-            elif kind == "since_date":
-                since, until = _day_start(date.fromisoformat(m.group(1))), now
-            elif kind == "since_weekday":
-                since, until = _day_start(_last_weekday(m.group(1), today)), now
-            elif kind == "since_yesterday":
-                since, until = _day_start(today - timedelta(days=1)), now
-            elif kind == "before_date":
-                since, until = None, _day_start(date.fromisoformat(m.group(1)))
-            elif kind == "on_date":
-                day = date.fromisoformat(m.group(1))
-                since, until = _day_start(day), _day_start(day + timedelta(days=1))
-            elif kind == "on_weekday":
-                day = _last_weekday(m.group(1), today)
-                since, until = _day_start(day), _day_start(day + timedelta(days=1))
-            elif kind == "yesterday":
-                since, until = _day_start(today - timedelta(days=1)), _day_start(today)
-            elif kind == "today":
-                since, until = _day_start(today), now
-            elif kind == "week":
-                monday = today - timedelta(days=today.weekday())
-                if m.group(1).lower() == "last":
-                    monday -= timedelta(days=7)
-                since, until = _day_start(monday), _day_start(monday + timedelta(days=7))
-            elif kind == "month":
-                year, month = today.year, today.month
-                if m.group(1).lower() == "last":
-                    year, month = (year - 1, 12) if month == 1 else (year, month - 1)
-                since, until = _month_window(year, month)
-            elif kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
-                if kind.startswith("day"):
-                    day_of, month = int(m.group(1)), _month(m.group(2))
-                else:
-                    month, day_of = _month(m.group(1)), int(m.group(2))
-                day = (date(int(m.group(3)), month, day_of) if kind.endswith("year")
-                       else _recent_day(month, day_of, today))
-                since, until = _day_start(day), _day_start(day + timedelta(days=1))
-            elif kind == "year":
-                year = int(m.group(1))
-                if not FIRST_YEAR <= year <= today.year:
-                    continue
-                since, until = _day_start(date(year, 1, 1)), _day_start(date(year + 1, 1, 1))
-            else:  # in_month, month_year
-                month = _month(m.group(1))
-                year = int(m.group(2)) if m.group(2) else (today.year if month <= today.month else today.year - 1)
-                since, until = _month_window(year, month)
-        except (ValueError, OverflowError):
-            continue  # "on 2026-13-45": not a date, so not a time expression
+        found = _resolve(kind, m, now)
+        if found is None:
+            continue
         rest = (query[: m.start()] + " " + query[m.end():]).strip()
-        return Window(since, until, m.group(0), " ".join(rest.split()))
+        return Window(found[0], found[1], m.group(0), " ".join(rest.split()))
     return None
+
+
+#: How much of a memory's text :func:`named_times` reads (a time is named near the start, and recall reads the
+#: text of every candidate of a question that names a time).
+TEXT_READ = 4000
+
+
+#: Every time phrase holds one of these (lower-cased; weekdays, "today" and "yesterday" end in "day"), or four
+#: digits: a text is read rule by rule only around them (most of a memory names no time, and recall reads the text
+#: of every candidate of a question that names one). ``str.find`` finds them at C speed.
+_CUES = ("day", "week", "month", "ago", "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+         "dec")
+_DIGITS = re.compile(r"\d{4}")
+_REACH = 32  # characters read either side of a cue: the longest phrase ("on the 23rd of September, 2026") fits
+
+
+def _cues(text: str) -> list[int]:
+    low = text.lower()
+    found = [m.start() for m in _DIGITS.finditer(text)]
+    for cue in _CUES:
+        i = low.find(cue)
+        while i >= 0:
+            found.append(i)
+            i = low.find(cue, i + 1)
+    return sorted(found)
+
+
+def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
+    """Every bounded time a text names ("Tuesday last week", "on 3 March 2024", "yesterday"), resolved as if said at
+    ``at`` (when it was written): what a memory is about, beside when it was written.
+
+    Only the stretches around a cue (:data:`_CUES`) are read rule by rule."""
+    text = text[:TEXT_READ]
+    segments: list[list[int]] = []
+    for i in _cues(text):
+        start = text.rfind(" ", 0, max(0, i - _REACH)) + 1  # from a word's start
+        end = i + _REACH
+        if segments and start <= segments[-1][1]:
+            segments[-1][1] = end
+        else:
+            segments.append([start, end])
+    if not segments:
+        return []
+    at = at.astimezone(timezone.utc)
+    out = []
+    for start, end in segments:
+        part = text[start:end]
+        taken: list[tuple[int, int]] = []  # a phrase is read once, by the first rule that takes it (as parse does)
+        for pattern, kind in PATTERNS:
+            for m in pattern.finditer(part):
+                if any(m.start() < b and a < m.end() for a, b in taken):
+                    continue
+                taken.append(m.span())
+                if kind in ("since_date", "since_weekday", "since_yesterday", "before_date", "ago_span", "today"):
+                    continue  # open-ended, or "until now": not a time the text is about
+                found = _resolve(kind, m, at)
+                if found is not None and found[0] is not None and found[1] is not None:
+                    out.append((found[0], found[1]))
+    return out
