@@ -267,3 +267,13 @@ def test_a_date_in_the_question_puts_the_memory_of_that_day_above_a_closer_match
                       source="agent:ops", at="2023-03-20T10:00:00Z")
     texts = [h.text for h in v.recall(question, k=5, kinds=["episode"], record_access=False)]
     assert texts[0] == "Raised nginx workers on web2 to 16." and len(texts) >= 2
+
+
+def test_a_memory_that_names_the_time_asked_about_comes_first_whenever_it_was_written(v):
+    """A retro written weeks after the day it is about is of that day: it names it."""
+    v.episodes.append("Retro: on 3 March 2025 the restic backup job failed because the bucket was full.",
+                      source="agent:ops", at="2025-03-28T10:00:00Z")
+    v.episodes.append("The restic backup job failed: the S3 credentials had expired.", source="agent:ops",
+                      at="2025-06-02T03:20:00Z")
+    hits = v.recall("why did the backup job fail on 3 March 2025", k=5, kinds=["episode"], record_access=False)
+    assert hits[0].text.startswith("Retro: on 3 March 2025")

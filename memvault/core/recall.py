@@ -30,8 +30,8 @@ Relevance decides what is a candidate; the other factors order comparable candid
   rank of itself and its runs) and carries its last runs; run logs are not separate hits.
 - **time**: "yesterday", "last week", "on 1 May 2023"... in the query rank the memories of that time first: the
   words are left out of the search and every other candidate's relevance is divided by ``1 + [recall]
-  time_weight`` (a memory created in the window or up to a week after it is of it; see
-  :mod:`memvault.rules.timeq`). A question that is only a time ("what happened yesterday") lists that time's
+  time_weight`` (a memory created in the window or up to a week after it, or whose text names a time inside it,
+  is of it; see :mod:`memvault.rules.timeq`). A question that is only a time ("what happened yesterday") lists that time's
   episodes; ``since``/``until`` keep only the episodes of their window.
 
 One pass: the index snapshot is taken once; the files of the hits about to be returned are stat'ed, and when one
@@ -501,9 +501,9 @@ def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
 
 
 def _of_time(doc: dict[str, Any], window: timeq.Window) -> bool:
-    """Whether a memory is of the time a question named: created inside it or within a grace after it."""
-    stamp = stored_time(doc.get("created"))
-    return stamp is not None and window.holds(stamp)
+    """Whether a memory is of the time a question named: created in it or within a week after it, or its text
+    names a time inside it (read as of its creation)."""
+    return window.covers(stored_time(doc.get("created")), doc.get("body") or "")
 
 
 def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kinds: list[str]) -> None:

@@ -256,10 +256,9 @@ class RecallSettings:
                                           "the question (the share of its words' IDF weight they hold), so the "
                                           "memory that answers the rest of the question outranks general ones "
                                           "sharing its subject (0: off)", _float(0.0, 1.0))
-    time_weight: float = setting(2.0, "a time the question names (\"on 1 May 2023\", \"last week\") ranks the "
-                                      "memories of it first: the others' relevance is divided by 1 + this (a memory "
-                                      "written up to a week after the time counts as of it; 0: the time is only "
-                                      "left out of the words searched)", _float(0.0, 10.0))
+    time_weight: float = setting(2.0, "a time the question names (\"on 1 May 2023\") ranks its memories first: "
+                                      "the others' relevance is divided by 1 + this (see docs/recall.md; 0: the "
+                                      "time is only left out of the words searched)", _float(0.0, 10.0))
     band: float = setting(0.05, "how far importance, confidence, recency and frequency together can move a memory, "
                                 "in relevance: they order memories of comparable relevance, never an unrelated one "
                                 "above a related one", _float(0.0, 1.0))
