@@ -27,7 +27,7 @@ import itertools
 import json
 import random
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ STEPS_OF_CANDIDATES = True
 #: ``--no-steps``: runbooks ranked as before their steps were embedded (the same dump, every step row masked). Only the
 #: ranking is the old one: the relevance scale the floors use stays the one the index measured with its steps.
 STEPS = True
+#: ``--grace-days``, ``--no-text-times``: what makes a memory of the time a question names (timeq.Window.covers).
+GRACE_DAYS = timeq.GRACE.days
+TEXT_TIMES = True
 
 
 @dataclass
@@ -177,7 +180,8 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         if q.get("window"):  # a time the question names (left out of its words): recall ranks its memories first
             since, until = (datetime.fromisoformat(x) if x else None for x in q["window"])
             w = timeq.Window(since, until, "dumped", q.get("searched", ""))
-            intime = np.array([float(bool((st := stored_time(v["docs"][r].get("created"))) and w.holds(st)))
+            intime = np.array([float(w.covers(stored_time(v["docs"][r].get("created")),
+                                              v["bodies"][r] if TEXT_TIMES else "", timedelta(days=GRACE_DAYS)))
                                for r in rows])
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
@@ -370,7 +374,8 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
 
     widths = ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])
     tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
-                                    + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"]) + ([] if STEPS else ["no-steps"])).encode()
+                                    + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"]) + ([] if STEPS else ["no-steps"])
+                                    + [f"grace{GRACE_DAYS}", "text-times" if TEXT_TIMES else "created-only"]).encode()
                          ).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
@@ -456,7 +461,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global SPARE_EPISODES, STEPS_OF_CANDIDATES, STEPS, N, NV
+    global SPARE_EPISODES, STEPS_OF_CANDIDATES, STEPS, N, NV, GRACE_DAYS, TEXT_TIMES
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--folds", type=int, default=5)
@@ -475,7 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-steps", action="store_true",
                     help="runbooks ranked without their step vectors (the relevance scale stays the one measured "
                          "with them: for abstention, dump with the code before the steps)")
+    ap.add_argument("--grace-days", type=int, default=GRACE_DAYS,
+                    help="a memory written this many days after a time is still of it (timeq.GRACE)")
+    ap.add_argument("--no-text-times", action="store_true",
+                    help="a memory is of a time only by when it was written, not by a time its text names")
     args = ap.parse_args(argv)
+    GRACE_DAYS, TEXT_TIMES = args.grace_days, not args.no_text_times
     STEPS = not args.no_steps
     SPARE_EPISODES = args.spare_episodes
     STEPS_OF_CANDIDATES = not args.no_candidate_steps
