@@ -194,3 +194,31 @@ def test_a_warm_recall_scans_the_vectors_while_it_searches_the_words(fv):
     finally:
         Index.vector_search, Index.search_keywords = scan, words
     assert again == first and scanned.is_set()
+
+
+def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
+    """_by_time: written in the window (or the week after): kept; written before it began: divided, text unread;
+    written after, naming a time inside it: kept, but only the `reads` most relevant such texts are read."""
+    from datetime import datetime, timezone
+
+    from memvault.core.candidates import Candidate
+    from memvault.core.recall import _by_time
+    from memvault.rules import timeq
+
+    window = timeq.parse("backup failures on 3 March 2025", datetime(2026, 12, 5, tzinfo=timezone.utc))
+
+    def c(name, created, body, relevance):
+        return Candidate(("episode", name), {"created": created, "body": body}, relevance=relevance)
+
+    inside = c("inside", "2025-03-03T10:00:00Z", "backup failed", 0.5)
+    week_after = c("week-after", "2025-03-09T10:00:00Z", "backup failed again", 0.5)
+    before = c("before", "2025-02-01T10:00:00Z", "plan: on 3 March 2025 we move the bucket", 0.9)
+    retro = c("retro", "2025-04-01T10:00:00Z", "Retro: on 3 March 2025 the backup failed", 0.8)
+    other = c("other", "2025-04-02T10:00:00Z", "backup failed: credentials", 0.7)
+    late = c("late-retro", "2025-04-03T10:00:00Z", "Retro: on 3 March 2025 the disk filled", 0.6)
+    undated = c("undated", None, "on 3 March 2025", 0.9)
+    _by_time([inside, week_after, before, retro, other, late, undated], window, 3.0, reads=2)
+    assert (inside.relevance, week_after.relevance, retro.relevance) == (0.5, 0.5, 0.8)
+    assert before.relevance == pytest.approx(0.3) and other.relevance == pytest.approx(0.7 / 3)
+    assert undated.relevance == pytest.approx(0.3)
+    assert late.relevance == pytest.approx(0.2)  # the third text of its kind: not read (reads=2)

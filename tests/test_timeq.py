@@ -128,7 +128,10 @@ def test_a_memory_is_of_a_time_it_was_written_in_or_names():
     # read as of when it was written: last week then was 2026-09-21..28, not this one
     assert not last_week.covers(written, "Incident, Tuesday last week: the disk of db1 filled up.")
     assert last_week.covers(t("2026-12-01"), "Incident, Tuesday last week: the disk of db1 filled up.")
-    assert last_week.covers(written, "Incident on 24 November 2026: the disk of db1 filled up.")
+    # written weeks after (past the grace), naming a day inside: of it; written before it: a plan, not a record
+    assert last_week.covers(t("2026-12-20"), "Incident on 24 November 2026: the disk of db1 filled up.")
+    assert not last_week.covers(t("2026-12-20"), "The disk of db1 filled up.")
+    assert not last_week.covers(written, "Maintenance on 24 November 2026: db1 gets a bigger disk.")
     assert not last_week.covers(written, "Incidents in 2026: the disk of db1 filled up.")  # wider than the window
     assert not last_week.covers(None, "Incident on 24 November 2026")
     assert last_week.covers(t("2026-12-06T23:59"), "") and not last_week.covers(t("2026-12-07"), "")

@@ -56,9 +56,9 @@ class Window:
 
     def covers(self, created: datetime | None, text: str = "", grace: timedelta = GRACE) -> bool:
         """Whether a memory written at ``created`` is of this window: written in it (or up to ``grace`` after), or
-        its ``text`` names a time inside it ("Tuesday last week", read as of ``created``)."""
-        if created is None:
-            return False
+        written after it and its ``text`` names a time inside it ("Tuesday last week", read as of ``created``)."""
+        if created is None or (self.since is not None and created < self.since):
+            return False  # written before the time: it cannot tell of it (and its text is not read)
         if self.holds(created, grace):
             return True
         return any((self.since is None or a >= self.since) and (self.until is None or b <= self.until)
@@ -222,11 +222,11 @@ def parse(query: str, now: datetime) -> Window | None:
 TEXT_READ = 4000
 
 
-#: Every time phrase holds one of these (lower-cased; weekdays, "today" and "yesterday" end in "day"), or four
-#: digits: a text is read rule by rule only around them (most of a memory names no time, and recall reads the text
-#: of every candidate of a question that names one). ``str.find`` finds them at C speed.
-_CUES = ("day", "week", "month", "ago", "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
-         "dec")
+#: A text is read rule by rule only around a cue every time phrase holds (most of a memory names no time, and recall
+#: reads the text of every candidate of a question that names one): four digits, or a word that is a month's name
+#: or abbreviation, "week", "month" or "ago", or that ends in "day" (weekdays, "today", "yesterday"). ``str.find``
+#: finds them at C speed; a cue inside another word ("maybe", "summary", "weekday") is passed over.
+_WORDS = ("week", "month", "ago") + MONTHS + tuple(m[:3] for m in MONTHS if len(m) > 3) + ("sept",)
 _DIGITS = re.compile(r"\d{4}")
 _REACH = 32  # characters read either side of a cue: the longest phrase ("on the 23rd of September, 2026") fits
 
@@ -234,11 +234,19 @@ _REACH = 32  # characters read either side of a cue: the longest phrase ("on the
 def _cues(text: str) -> list[int]:
     low = text.lower()
     found = [m.start() for m in _DIGITS.finditer(text)]
-    for cue in _CUES:
-        i = low.find(cue)
+    end = len(low)
+    for word in _WORDS:
+        n = len(word)
+        i = low.find(word)
         while i >= 0:
+            if (i == 0 or not low[i - 1].isalpha()) and (i + n == end or not low[i + n].isalpha()):
+                found.append(i)
+            i = low.find(word, i + n)
+    i = low.find("day")
+    while i >= 0:
+        if i + 3 == end or not low[i + 3].isalpha():
             found.append(i)
-            i = low.find(cue, i + 1)
+        i = low.find("day", i + 3)
     return sorted(found)
 
 
