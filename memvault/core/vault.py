@@ -29,7 +29,7 @@ from ..index.changes import ChangeFeed, follow
 from ..stores.procedures import ProcedureStore
 from .access import Reader
 from .candidates import QueryVector
-from .recall import Parts, RecallResult
+from .recall import Parts, RecallResult, searched_text
 from .views import Episodes, Facts, Procedures
 from ..rules.trust import Op
 from ..rules.validation import validate_source
@@ -336,7 +336,9 @@ class Vault:
         # A model already loaded starts on the query now, while the asker and the index are checked (0.3-0.6 ms
         # earlier); recall takes the vector when it embeds that text with that model (not a time phrase's rest).
         loaded = self.engine.loaded() if options.get("mode", "hybrid") != "keyword" else None
-        head_start = QueryVector.started(loaded, query) if loaded is not None else None
+        head_start = (QueryVector.started(loaded, searched_text(query, options.get("since"), options.get("until"),
+                                                                options.get("time_in_query", True)))
+                      if loaded is not None else None)
         asker = self._source(source) if log else ""
         if log:
             self.recall_log.redact_ahead(query)
