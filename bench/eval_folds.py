@@ -68,6 +68,7 @@ STEPS = True
 #: ``--grace-days``, ``--no-text-times``: what makes a memory of the time a question names (timeq.Window.covers).
 GRACE_DAYS = timeq.GRACE.days
 TEXT_TIMES = True
+TEXT_READS = 2 * 10 + 5
 
 
 @dataclass
@@ -95,7 +96,9 @@ class Q:
     unknown_terms: bool
     lengths: dict[str, int] = field(default_factory=dict)  # doc -> characters of its text
     single: bool = False  # every row is a doc of its own (no doc has two chunks among the candidates)
-    intime: np.ndarray | None = None  # per row: of the time the question names (timeq.Window.holds); None: no time
+    # per row, when the question names a time: 2 = written in it (or the week after), 1 = written after it began
+    # and its text names a time inside it, -1 = written after it began (its text read only among the best), 0 = not
+    intime: np.ndarray | None = None
 
 
 def _groups(name: str, q: dict[str, Any]) -> str:
@@ -180,9 +183,17 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         if q.get("window"):  # a time the question names (left out of its words): recall ranks its memories first
             since, until = (datetime.fromisoformat(x) if x else None for x in q["window"])
             w = timeq.Window(since, until, "dumped", q.get("searched", ""))
-            intime = np.array([float(w.covers(stored_time(v["docs"][r].get("created")),
-                                              v["bodies"][r] if TEXT_TIMES else "", timedelta(days=GRACE_DAYS)))
-                               for r in rows])
+            grace = timedelta(days=GRACE_DAYS)
+            marks = []
+            for r in rows:
+                created = stored_time(v["docs"][r].get("created"))
+                if created is not None and w.holds(created, grace):
+                    marks.append(2)
+                elif created is None or (w.since is not None and created < w.since):
+                    marks.append(0)
+                else:
+                    marks.append(1 if TEXT_TIMES and w.covers(created, v["bodies"][r], grace) else -1)
+            intime = np.array(marks)
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
@@ -213,7 +224,12 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
         rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
     rel = np.minimum(rel, 1.0)
     if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
-        rel = np.where(q.intime > 0, rel, rel / (1.0 + t))
+        of = q.intime == 2
+        readable = np.flatnonzero((q.intime == 1) | (q.intime == -1))
+        if readable.size:  # recall reads the texts of the 2k + 5 best of these only (k = 10)
+            best = readable[np.argsort(-rel[readable], kind="stable")[:TEXT_READS]]
+            of[best] |= q.intime[best] == 1
+        rel = np.where(of, rel, rel / (1.0 + t))
     if q.single:  # the fast path: rows are docs, in key order
         keep = np.flatnonzero(rel >= floor * rel.max())
         r = rel[keep]
