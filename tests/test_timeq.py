@@ -142,3 +142,16 @@ def test_only_the_start_of_a_huge_text_is_read_for_its_times():
     first TEXT_READ characters cost."""
     head = "x" * (timeq.TEXT_READ - 20) + " on 3 March 2025 "
     assert timeq.named_times(head + "and on 4 March 2025 " * 200_000, AT) == [(t("2025-03-03"), t("2025-03-04"))]
+
+
+@pytest.mark.parametrize("query, said, window", [
+    ("what happened 31 February 2023", ["31 February 2023"], None),  # not "February 2023" around it
+    ("deploys on February 30, 2024 and in May 2023", ["February 30, 2024"], ("2023-05-01", "2023-06-01")),
+    ("on the 31st of June", ["31st of June"], None),
+    ("incident on 2026-02-30", ["2026-02-30"], None),
+    ("on 29 February", [], ("2024-02-29", "2024-03-01")),
+])
+def test_a_date_no_calendar_has_is_said_and_not_read_as_the_month_around_it(query, said, window):
+    assert timeq.impossible_dates(query) == said
+    found = timeq.parse(query, NOW)
+    assert (found and (found.since, found.until)) == (window and (t(window[0]), t(window[1])))

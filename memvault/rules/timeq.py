@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
+from typing import Any
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -112,16 +113,32 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
-def impossible_dates(query: str) -> list[str]:
-    """The ``YYYY-MM-DD`` of ``query`` that are no day of any calendar (``2026-02-30``): :func:`parse` reads them
-    as words, and the caller says so instead of silently searching all time."""
-    out = []
-    for m in re.finditer(rf"\b{_DATE}\b", query):
-        try:
-            date.fromisoformat(m.group(0))
-        except ValueError:
-            out.append(m.group(0))
+def _impossible(query: str) -> list[re.Match[str]]:
+    out = [m for m in re.finditer(rf"\b{_DATE}\b", query) if _no_day(date.fromisoformat, m.group(0))]
+    for pattern, kind in PATTERNS:
+        if kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
+            for m in pattern.finditer(query):
+                day, month = ((m.group(1), m.group(2)) if kind.startswith("day") else (m.group(2), m.group(1)))
+                year = int(m.group(3)) if kind.endswith("year") else 2024  # a leap year: 29 February is a day
+                if (not any(m.start() < o.end() and o.start() < m.end() for o in out)
+                        and _no_day(lambda _: date(year, _month(month), int(day)), m.group(0))):
+                    out.append(m)
     return out
+
+
+def _no_day(make: Any, text: str) -> bool:
+    try:
+        make(text)
+    except ValueError:
+        return True
+    return False
+
+
+def impossible_dates(query: str) -> list[str]:
+    """The dates of ``query`` that are no day of any calendar (``2026-02-30``, ``31 February 2023``): :func:`parse`
+    reads them as words (not as the month around them), and the caller says so instead of silently searching all
+    time."""
+    return [re.sub(r"^(?:on )?(?:the )?", "", m.group(0), flags=re.I) for m in _impossible(query)]
 
 
 def _recent_day(month: int, day: int, today: date) -> date:
@@ -205,8 +222,10 @@ def _resolve(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime | Non
 def parse(query: str, now: datetime) -> Window | None:
     """The first time expression of ``query`` as a :class:`Window`, or None when there is none."""
     now = now.astimezone(timezone.utc)
+    bad = [m.span() for m in _impossible(query)]
     for pattern, kind in PATTERNS:
-        m = pattern.search(query)
+        m = next((m for m in pattern.finditer(query) if not any(m.start() < b and a < m.end() for a, b in bad)),
+                 None)
         if not m:
             continue
         found = _resolve(kind, m, now)
