@@ -155,3 +155,39 @@ def test_a_date_no_calendar_has_is_said_and_not_read_as_the_month_around_it(quer
     assert timeq.impossible_dates(query) == said
     found = timeq.parse(query, NOW)
     assert (found and (found.since, found.until)) == (window and (t(window[0]), t(window[1])))
+
+
+@pytest.mark.parametrize("query", [
+    "the pool may 4096 connections", "it may 8192 bytes", "the 1st of may 1066", "pgbouncer on 31 dec 9999",
+    "in 2027",  # a year to come holds no memory yet
+])
+def test_a_year_outside_1990_to_next_year_is_no_time(query):
+    assert timeq.parse(query, NOW) is None
+
+
+def test_the_end_of_the_calendar_does_not_overflow():
+    window = timeq.parse("pgbouncer pool connections before 9999-12-30", NOW)
+    assert window is not None and window.holds(t("2026-01-01")) and window.covers(t("2026-01-01"))
+
+
+def test_a_text_that_names_many_days_is_of_none_of_them():
+    """A log or a calendar (or a memory written to match every question about a day) is about no day in
+    particular: past MANY_TIMES distinct times its text names none."""
+    days = [f"on {d} March 2023" for d in range(1, 30)]
+    assert len(timeq.named_times(" ".join(days[: timeq.MANY_TIMES]), AT)) == timeq.MANY_TIMES
+    assert timeq.named_times(" ".join(days), AT) == []
+    window = timeq.parse("what failed on 14 March 2023", NOW)
+    assert window is not None and not window.covers(t("2026-01-01"), " ".join(days))
+
+
+def test_a_word_that_starts_like_a_month_is_not_one():
+    assert timeq.named_times("2023" + " " * 22 + "in mayonnaise recipes", AT) == []
+
+
+@pytest.mark.parametrize("text", ["2023-02-30 " * 20_000, "31 feb 2023 " * 20_000, "on 1 may 2023 " * 20_000])
+def test_a_question_of_thousands_of_dates_reads_a_bounded_number(text):
+    """At most MATCHES matches of a rule are read: each is compared with those before it, which was quadratic
+    (35 s for the second question)."""
+    assert len(timeq.impossible_dates(text)) <= timeq.MATCHES
+    window = timeq.parse(text, NOW)
+    assert window is None or window.phrase.strip() in text[:200]

@@ -22,6 +22,7 @@ is written about a time is often written after it ("the disk filled up last Tues
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
@@ -37,6 +38,11 @@ _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 #: How long after a time a memory of it may be written, and still be of it (:meth:`Window.holds`).
 GRACE = timedelta(days=7)
 FIRST_YEAR = 1990
+#: Matches of one rule read in one text or question (a question of 20,000 dates is no question).
+MATCHES = 64
+#: A text naming more distinct times than this is a log or a calendar, of none of them in particular (and a memory
+#: cannot escape the ranking of every question by listing every day of a year).
+MANY_TIMES = 8
 _UNIT = {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400, "week": 604800,
          "weeks": 604800, "month": 30 * 86400, "months": 30 * 86400}
 
@@ -53,7 +59,7 @@ class Window:
     def holds(self, stamp: datetime, grace: timedelta = GRACE) -> bool:
         """Whether a memory of time ``stamp`` is of this window: inside it, or written up to ``grace`` after."""
         return ((self.since is None or stamp >= self.since)
-                and (self.until is None or stamp < self.until + grace))
+                and (self.until is None or stamp - grace < self.until))  # never past the calendar's end
 
     def covers(self, created: datetime | None, text: str = "", grace: timedelta = GRACE) -> bool:
         """Whether a memory written at ``created`` is of this window: written in it (or up to ``grace`` after), or
@@ -114,16 +120,28 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
 
 
 def _impossible(query: str) -> list[re.Match[str]]:
-    out = [m for m in re.finditer(rf"\b{_DATE}\b", query) if _no_day(date.fromisoformat, m.group(0))]
+    out = [m for m in itertools.islice(re.finditer(rf"\b{_DATE}\b", query), MATCHES)
+           if _no_day(date.fromisoformat, m.group(0))]
     for pattern, kind in PATTERNS:
         if kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
-            for m in pattern.finditer(query):
+            for m in itertools.islice(pattern.finditer(query), MATCHES):
                 day, month = ((m.group(1), m.group(2)) if kind.startswith("day") else (m.group(2), m.group(1)))
+                if int(day) > 31:
+                    continue  # "top 50 may 2024": no one's try at a day
                 year = int(m.group(3)) if kind.endswith("year") else 2024  # a leap year: 29 February is a day
                 if (not any(m.start() < o.end() and o.start() < m.end() for o in out)
                         and _no_day(lambda _: date(year, _month(month), int(day)), m.group(0))):
                     out.append(m)
     return out
+
+
+def _year(text: str, today: date, ahead: int = 1) -> int:
+    """A written year, from 1990 to next year ("may 4096 connections" is no month; "in 2027": a plan); else
+    ValueError."""
+    year = int(text)
+    if not FIRST_YEAR <= year <= today.year + ahead:
+        raise ValueError(text)
+    return year
 
 
 def _no_day(make: Any, text: str) -> bool:
@@ -202,17 +220,16 @@ def _resolve(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime | Non
                 day_of, month = int(m.group(1)), _month(m.group(2))
             else:
                 month, day_of = _month(m.group(1)), int(m.group(2))
-            day = (date(int(m.group(3)), month, day_of) if kind.endswith("year")
+            day = (date(_year(m.group(3), today), month, day_of) if kind.endswith("year")
                    else _recent_day(month, day_of, today))
             since, until = _day_start(day), _day_start(day + timedelta(days=1))
         elif kind == "year":
-            year = int(m.group(1))
-            if not FIRST_YEAR <= year <= today.year:
-                return None
+            year = _year(m.group(1), today, ahead=0)
             since, until = _day_start(date(year, 1, 1)), _day_start(date(year + 1, 1, 1))
         else:  # in_month, month_year
             month = _month(m.group(1))
-            year = int(m.group(2)) if m.group(2) else (today.year if month <= today.month else today.year - 1)
+            year = (_year(m.group(2), today) if m.group(2)
+                    else today.year if month <= today.month else today.year - 1)
             since, until = _month_window(year, month)
     except (ValueError, OverflowError):
         return None  # "on 2026-13-45": not a date, so not a time expression
@@ -224,12 +241,13 @@ def parse(query: str, now: datetime) -> Window | None:
     now = now.astimezone(timezone.utc)
     bad = [m.span() for m in _impossible(query)]
     for pattern, kind in PATTERNS:
-        m = next((m for m in pattern.finditer(query) if not any(m.start() < b and a < m.end() for a, b in bad)),
-                 None)
+        m = next((m for m in itertools.islice(pattern.finditer(query), MATCHES)
+                  if not any(m.start() < b and a < m.end() for a, b in bad)), None)
         if not m:
             continue
         found = _resolve(kind, m, now)
-        if found is None:
+        if found is None:  # "on 31 dec 9999" is no time, and "on 31 dec" inside it is not one either
+            bad.append(m.span())
             continue
         rest = (query[: m.start()] + " " + query[m.end():]).strip()
         return Window(found[0], found[1], m.group(0), " ".join(rest.split()))
@@ -279,6 +297,8 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
     for i in _cues(text):
         start = text.rfind(" ", 0, max(0, i - _REACH)) + 1  # from a word's start
         end = i + _REACH
+        while end < len(text) and text[end].isalnum():  # to a word's end: "in mayonnaise" is no month
+            end += 1
         if segments and start <= segments[-1][1]:
             segments[-1][1] = end
         else:
@@ -286,12 +306,12 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
     if not segments:
         return []
     at = at.astimezone(timezone.utc)
-    out = []
+    out: list[tuple[datetime, datetime]] = []
     for start, end in segments:
         part = text[start:end]
         taken: list[tuple[int, int]] = []  # a phrase is read once, by the first rule that takes it (as parse does)
         for pattern, kind in PATTERNS:
-            for m in pattern.finditer(part):
+            for m in itertools.islice(pattern.finditer(part), MATCHES):
                 if any(m.start() < b and a < m.end() for a, b in taken):
                     continue
                 taken.append(m.span())
@@ -299,5 +319,8 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
                     continue  # open-ended, or "until now": not a time the text is about
                 found = _resolve(kind, m, at)
                 if found is not None and found[0] is not None and found[1] is not None:
-                    out.append((found[0], found[1]))
+                    if (found[0], found[1]) not in out:
+                        out.append((found[0], found[1]))
+                    if len(out) > MANY_TIMES:
+                        return []  # a log or a calendar: about no time in particular
     return out
