@@ -277,3 +277,15 @@ def test_a_memory_that_names_the_time_asked_about_comes_first_whenever_it_was_wr
                       at="2025-06-02T03:20:00Z")
     hits = v.recall("why did the backup job fail on 3 March 2025", k=5, kinds=["episode"], record_access=False)
     assert hits[0].text.startswith("Retro: on 3 March 2025")
+
+
+def test_a_time_no_memory_is_of_is_said(v):
+    """Every candidate divided alike ranks as the words alone would: the answer says no memory is of that time."""
+    hits = v.recall("which host runs the FTP server in 2019", k=5, record_access=False)
+    assert hits and hits.window["phrase"] == "in 2019"
+    assert [w for w in hits.warnings if "no memory found is of the time the question names (in 2019)" in w]
+    plain = v.recall("which host runs the FTP server", k=5, record_access=False)
+    assert [h.id for h in hits] == [h.id for h in plain]
+    v.episodes.append("Deployed v2.16.0 to web1.", source="agent:deployer", at=now() - timedelta(days=1))
+    said = v.recall("deploys yesterday", k=5, record_access=False)
+    assert said and not [w for w in said.warnings if "no memory found is of the time" in w]

@@ -217,8 +217,9 @@ def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
     other = c("other", "2025-04-02T10:00:00Z", "backup failed: credentials", 0.7)
     late = c("late-retro", "2025-04-03T10:00:00Z", "Retro: on 3 March 2025 the disk filled", 0.6)
     undated = c("undated", None, "on 3 March 2025", 0.9)
-    _by_time([inside, week_after, before, retro, other, late, undated], window, 3.0, reads=2)
+    assert _by_time([inside, week_after, before, retro, other, late, undated], window, 3.0, reads=2) == 3
     assert (inside.relevance, week_after.relevance, retro.relevance) == (0.5, 0.5, 0.8)
     assert before.relevance == pytest.approx(0.3) and other.relevance == pytest.approx(0.7 / 3)
     assert undated.relevance == pytest.approx(0.3)
     assert late.relevance == pytest.approx(0.2)  # the third text of its kind: not read (reads=2)
+    assert (retro.timed, other.timed, late.timed) == (1.0, pytest.approx(1 / 3), pytest.approx(1 / 3))

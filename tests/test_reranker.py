@@ -62,3 +62,26 @@ def test_a_reranker_that_cannot_load_is_one_warning(fv, models, tmp_path):
     hits = v.recall("which port does the primary database listen on", k=3)
     assert hits and hits[0].id == "db/primary"
     assert [w for w in hits.warnings if "results not reranked" in w and "no-such-model" in w]
+
+
+@pytest.mark.model
+def test_a_time_the_question_names_still_ranks_its_memories_first_after_the_reranker(fv, models, tmp_path):
+    """The reranker's score becomes a candidate's relevance; a candidate not of the time the question names keeps
+    its share of it (1 / (1 + time_weight)), as it had before the reranker read it."""
+    from model_variants import tiny_cross_encoder
+    from memvault.models.reranker import Reranker
+
+    fv.episodes.append("The backup job failed on db01: the disk was full.", source="agent:ops",
+                       at="2025-03-03T04:00:00Z")
+    fv.episodes.append("The backup job failed on db01: credentials expired.", source="agent:ops",
+                       at="2025-06-01T04:00:00Z")
+    path = tiny_cross_encoder(tmp_path / "ce")
+    v = set_reranker(fv, str(path), models)
+    hits = v.recall("backup job failed on db01 on 3 March 2025", k=5, kinds=["episode"], min_relevance=0)
+    assert hits.window["phrase"] == "on 3 March 2025"
+    texts = [h.text for h in hits]
+    scores = dict(zip(texts, Reranker(str(path)).score("backup job failed on db01", texts)))
+    share = 1 / (1 + v.config.recall.time_weight)
+    for h in hits:
+        of_time = h.created.startswith("2025-03-03")
+        assert h.factors["relevance"] == pytest.approx(scores[h.text] * (1 if of_time else share))

@@ -85,6 +85,7 @@ class Candidate:
     stale: str | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
     semantic: float = 0.0     # the cosine relevance used: its chunk's cosine ÷ the best cosine of the recall
+    timed: float = 1.0        # the share of its relevance a time the question names leaves it (1: of that time)
 
 
 # ------------------------------------------------------------------------------------------------ the query's vector

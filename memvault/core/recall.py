@@ -221,6 +221,9 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         ranked = [c for c in ranked if not str(c.doc.get("ref") or "").startswith(SUPERSEDED_REF)]
     if settings.reranker and ranked:
         ranked = _rerank(parts, search_query, ranked, warnings)
+    if window is not None and window.phrase and evidence.get("of_time") == 0 and ranked:
+        warnings.append(f"no memory found is of the time the question names ({window.phrase}): ranked by its "
+                        "other words alone")
     result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
     result.nothing_found = why
     result.evidence = evidence or None
@@ -351,7 +354,9 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     if window is not None and not window.phrase:  # since/until: only the episodes of that time
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
     elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
-        _by_time(candidates.values(), window, 1.0 + parts.config.recall.time_weight, 2 * k + 5)
+        of_time = _by_time(candidates.values(), window, 1.0 + parts.config.recall.time_weight, 2 * k + 5)
+        if evidence is not None:
+            evidence["of_time"] = of_time
     if "procedure" in kinds:
         _attach_runs(parts, candidates, kinds)
     if not candidates:
@@ -408,7 +413,7 @@ def _rerank(parts: Parts, query: str, ranked: list[Candidate], warnings: list[st
         return ranked
     head, tail = ranked[: settings.rerank_candidates], ranked[settings.rerank_candidates:]
     for c, score in zip(head, reranker.score(query, [c.doc["body"] for c in head])):
-        c.relevance = score
+        c.relevance = score * c.timed  # a time the question names still ranks its memories first
     _score(parts, head)
     return sorted(head, key=lambda c: (-c.score, c.key)) + tail
 
@@ -504,26 +509,32 @@ def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
     return (window.since is None or stamp >= window.since) and (window.until is None or stamp < window.until)
 
 
-def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int) -> None:
+def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int) -> int:
     """Divide the relevance of every candidate not of the time a question named by ``slower``.
 
     A candidate is of the time when it was created in the window or within a week after it, or, written after the
     window began, when its text names a time inside it. Texts are read best first and at most ``reads`` of them
     (2k + 5: the hits shown and a margin), so a question that names a time costs a bounded read whatever the vault
-    (a runbook's first 4,000 characters take 0.05 ms)."""
-    pending = []
+    (a runbook's first 4,000 characters take 0.05 ms). Returns how many candidates are of the time."""
+    pending, of_time = [], 0
     for c in candidates:
         created = stored_time(c.doc.get("created"))
         if created is not None and window.holds(created):
+            of_time += 1
             continue
         if created is not None and (window.since is None or created >= window.since):
             pending.append((c, created))
         else:
             c.relevance /= slower  # written before the time, or of no known time: not of it
+            c.timed = 1.0 / slower
     pending.sort(key=lambda pair: -pair[0].relevance)
     for i, (c, created) in enumerate(pending):
         if i >= reads or not window.covers(created, c.doc.get("body") or ""):
             c.relevance /= slower
+            c.timed = 1.0 / slower
+        else:
+            of_time += 1
+    return of_time
 
 
 def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kinds: list[str]) -> None:
