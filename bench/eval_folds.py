@@ -226,8 +226,13 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
     if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
         of = q.intime == 2
         readable = np.flatnonzero((q.intime == 1) | (q.intime == -1))
-        if readable.size:  # recall reads the texts of the 2k + 5 best of these only (k = 10)
-            best = readable[np.argsort(-rel[readable], kind="stable")[:TEXT_READS]]
+        if readable.size:  # recall reads the texts of the 2k + 5 best of these memories only (k = 10)
+            docs: dict[str, float] = {}
+            for i in readable[np.argsort(-rel[readable], kind="stable")]:
+                docs.setdefault(q.doc[i], rel[i])  # a memory is its best row
+                if len(docs) == TEXT_READS:
+                    break
+            best = np.array([i for i in readable if q.doc[i] in docs], dtype=int)
             of[best] |= q.intime[best] == 1
         rel = np.where(of, rel, rel / (1.0 + t))
     if q.single:  # the fast path: rows are docs, in key order
