@@ -57,6 +57,11 @@ TABLE = [
     ("painted in July, 2023", "2023-07-01", "2023-08-01", "painted"),
     ("the beach in 2023", "2023-01-01", "2024-01-01", "the beach"),
     ("outages during 2026", "2026-01-01", "2027-01-01", "outages"),
+    ("changes since 1 May 2023", "2023-05-01", "2026-12-03T15:30", "changes"),
+    ("changes since May 1, 2023", "2023-05-01", "2026-12-03T15:30", "changes"),
+    ("tickets before the 1st of May, 2023", None, "2023-05-01", "tickets"),
+    ("the puppy she got two weeks before August 11, 2023", "2023-08-11", "2023-08-12",
+     "the puppy she got two weeks before"),  # an offset from the day, not all time before it
 ]
 
 

@@ -8,8 +8,8 @@ Rules, all in UTC:
 - ``this week`` / ``last week``: Monday 00:00 to the next Monday (the current one, the one before).
 - ``this month`` / ``last month``, ``in November`` / ``in November 2026``: that calendar month; a month name
   without a year is the most recent such month not in the future.
-- ``since Monday`` (a weekday: the most recent one, today included), ``since 2026-11-03``, ``since yesterday``:
-  from then until now; ``before 2026-11-03``: until then.
+- ``since Monday`` (a weekday: the most recent one, today included), ``since 2026-11-03``, ``since 1 May 2023``,
+  ``since yesterday``: from then until now; ``before 2026-11-03``, ``before May 1, 2023``: until then.
 - ``on 2026-11-03``, ``on Monday`` (the most recent), a bare ``2026-11-03``: that day.
 - ``last N days`` / ``past N hours`` / ``in the last N weeks``: from now minus that age until now.
 - ``1 May, 2022``, ``May 23, 2023``, ``on 3rd June 2023``: that day; ``on 1 May`` / ``on May 1`` (no year): the most
@@ -95,6 +95,9 @@ def _month_window(year: int, month: int) -> tuple[datetime, datetime]:
     return start, end
 
 
+#: "two weeks before August 11" is an offset from a day, not everything before it: read as the day.
+_NOT_AN_OFFSET = "".join(f"(?<!{w} )" for w in ("day", "days", "week", "weeks", "weekend", "month", "months"))
+
 PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b(?:in|during|over) the (?:last|past) (\d+) ({'|'.join(_UNIT)})\b", re.I), "ago_span"),
     (re.compile(rf"\b(?:last|past) (\d+) ({'|'.join(_UNIT)})\b", re.I), "ago_span"),
@@ -103,6 +106,8 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\bsince (?:last )?({_DAY})\b", re.I), "since_weekday"),
     (re.compile(r"\bsince yesterday\b", re.I), "since_yesterday"),
     (re.compile(rf"\bbefore ({_DATE})\b", re.I), "before_date"),
+    (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) (?:the )?{_ORD} (?:of )?({_MONTH})\.?,? (\d{{4}})\b", re.I), "bound_dmy"),
+    (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) ({_MONTH})\.? {_ORD},? (\d{{4}})\b", re.I), "bound_mdy"),
     (re.compile(rf"\b(?:on )?({_DATE})\b", re.I), "on_date"),
     (re.compile(rf"\bon (?:last )?({_DAY})\b", re.I), "on_weekday"),
     (re.compile(r"\byesterday\b", re.I), "yesterday"),
@@ -195,6 +200,11 @@ def _resolve(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime | Non
             since, until = _day_start(today - timedelta(days=1)), now
         elif kind == "before_date":
             since, until = None, _day_start(date.fromisoformat(m.group(1)))
+        elif kind in ("bound_dmy", "bound_mdy"):  # since / before 1 May 2023, May 1, 2023
+            day_of, month = ((int(m.group(2)), _month(m.group(3))) if kind == "bound_dmy"
+                             else (int(m.group(3)), _month(m.group(2))))
+            start = _day_start(date(_year(m.group(4), today), month, day_of))
+            since, until = (start, now) if m.group(1).lower() == "since" else (None, start)
         elif kind == "on_date":
             day = date.fromisoformat(m.group(1))
             since, until = _day_start(day), _day_start(day + timedelta(days=1))
@@ -315,7 +325,8 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
                 if any(m.start() < b and a < m.end() for a, b in taken):
                     continue
                 taken.append(m.span())
-                if kind in ("since_date", "since_weekday", "since_yesterday", "before_date", "ago_span", "today"):
+                if kind in ("since_date", "since_weekday", "since_yesterday", "before_date", "bound_dmy", "bound_mdy",
+                            "ago_span", "today"):
                     continue  # open-ended, or "until now": not a time the text is about
                 found = _resolve(kind, m, at)
                 if found is not None and found[0] is not None and found[1] is not None:
