@@ -57,6 +57,8 @@ TABLE = [
     ("painted in July, 2023", "2023-07-01", "2023-08-01", "painted"),
     ("the beach in 2023", "2023-01-01", "2024-01-01", "the beach"),
     ("outages during 2026", "2026-01-01", "2027-01-01", "outages"),
+    ("errors at 2023-05-01T10:00:00Z on web1", "2023-05-01", "2023-05-02", "errors on web1"),  # its day
+    ("errors since 2023-05-01T10:00:00+02:00", "2023-05-01", "2026-12-03T15:30", "errors"),
     ("changes since 1 May 2023", "2023-05-01", "2026-12-03T15:30", "changes"),
     ("changes since May 1, 2023", "2023-05-01", "2026-12-03T15:30", "changes"),
     ("tickets before the 1st of May, 2023", None, "2023-05-01", "tickets"),
@@ -114,6 +116,7 @@ AT = datetime(2026, 12, 5, 10, 0, tzinfo=timezone.utc)  # a Saturday
     ("Incident, Tuesday last week: the disk of db-billing-1 reached 93%", [("2026-11-23", "2026-11-30")]),
     ("Retro: on 3 March 2025 the backup job failed", [("2025-03-03", "2025-03-04")]),
     ("failed yesterday, fixed 2026-12-05", [("2026-12-05", "2026-12-06"), ("2026-12-04", "2026-12-05")]),
+    ("2023-05-01T10:00:00Z: disk full on db1", [("2023-05-01", "2023-05-02")]),  # a log line's timestamp
     # one phrase is one time: "on 3 June, 2023" is not also "on 3 June" (of this year) and "June, 2023"
     ("will paint on 3 June, 2023", [("2023-06-03", "2023-06-04")]),
     # open-ended spans and "until now" say when something holds, not what the text is about
@@ -154,6 +157,7 @@ def test_only_the_start_of_a_huge_text_is_read_for_its_times():
     ("deploys on February 30, 2024 and in May 2023", ["February 30, 2024"], ("2023-05-01", "2023-06-01")),
     ("on the 31st of June", ["31st of June"], None),
     ("incident on 2026-02-30", ["2026-02-30"], None),
+    ("errors at 2026-02-30T10:00:00Z", ["2026-02-30T10:00:00Z"], None),
     ("on 29 February", [], ("2024-02-29", "2024-03-01")),
 ])
 def test_a_date_no_calendar_has_is_said_and_not_read_as_the_month_around_it(query, said, window):

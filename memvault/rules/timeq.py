@@ -10,7 +10,8 @@ Rules, all in UTC:
   without a year is the most recent such month not in the future.
 - ``since Monday`` (a weekday: the most recent one, today included), ``since 2026-11-03``, ``since 1 May 2023``,
   ``since yesterday``: from then until now; ``before 2026-11-03``, ``before May 1, 2023``: until then.
-- ``on 2026-11-03``, ``on Monday`` (the most recent), a bare ``2026-11-03``: that day.
+- ``on 2026-11-03``, ``on Monday`` (the most recent), a bare ``2026-11-03``, a timestamp ``2026-11-03T10:00:00Z``:
+  that day.
 - ``last N days`` / ``past N hours`` / ``in the last N weeks``: from now minus that age until now.
 - ``1 May, 2022``, ``May 23, 2023``, ``on 3rd June 2023``: that day; ``on 1 May`` / ``on May 1`` (no year): the most
   recent such day not in the future. ``July 2023`` (no "in"): that month. ``in 2023`` / ``during 2023``: that
@@ -34,6 +35,8 @@ MONTHS = ("january", "february", "march", "april", "may", "june", "july", "augus
 _MONTH = "|".join(MONTHS + tuple(m[:3] for m in MONTHS if len(m) > 3) + ("sept",))
 _DAY = "|".join(WEEKDAYS)
 _DATE = r"\d{4}-\d{2}-\d{2}"
+#: What may follow a date in an RFC 3339 timestamp (2023-05-01T10:00:00Z): the timestamp names that date's day.
+_CLOCK = r"(?:[Tt]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?)?"
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 #: How long after a time a memory of it may be written, and still be of it (:meth:`Window.holds`).
 GRACE = timedelta(days=7)
@@ -102,13 +105,13 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b(?:in|during|over) the (?:last|past) (\d+) ({'|'.join(_UNIT)})\b", re.I), "ago_span"),
     (re.compile(rf"\b(?:last|past) (\d+) ({'|'.join(_UNIT)})\b", re.I), "ago_span"),
     (re.compile(r"\b(\d+) (days?) ago\b", re.I), "days_ago"),
-    (re.compile(rf"\bsince ({_DATE})\b", re.I), "since_date"),
+    (re.compile(rf"\bsince ({_DATE}){_CLOCK}\b", re.I), "since_date"),
     (re.compile(rf"\bsince (?:last )?({_DAY})\b", re.I), "since_weekday"),
     (re.compile(r"\bsince yesterday\b", re.I), "since_yesterday"),
-    (re.compile(rf"\bbefore ({_DATE})\b", re.I), "before_date"),
+    (re.compile(rf"\bbefore ({_DATE}){_CLOCK}\b", re.I), "before_date"),
     (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) (?:the )?{_ORD} (?:of )?({_MONTH})\.?,? (\d{{4}})\b", re.I), "bound_dmy"),
     (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) ({_MONTH})\.? {_ORD},? (\d{{4}})\b", re.I), "bound_mdy"),
-    (re.compile(rf"\b(?:on )?({_DATE})\b", re.I), "on_date"),
+    (re.compile(rf"\b(?:on |at )?({_DATE}){_CLOCK}(?!\w|:\d)", re.I), "on_date"),
     (re.compile(rf"\bon (?:last )?({_DAY})\b", re.I), "on_weekday"),
     (re.compile(r"\byesterday\b", re.I), "yesterday"),
     (re.compile(r"\btoday\b", re.I), "today"),
@@ -125,8 +128,8 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
 
 
 def _impossible(query: str) -> list[re.Match[str]]:
-    out = [m for m in itertools.islice(re.finditer(rf"\b{_DATE}\b", query), MATCHES)
-           if _no_day(date.fromisoformat, m.group(0))]
+    out = [m for m in itertools.islice(re.finditer(rf"\b({_DATE}){_CLOCK}(?!\w|:\d)", query), MATCHES)
+           if _no_day(date.fromisoformat, m.group(1))]
     for pattern, kind in PATTERNS:
         if kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
             for m in itertools.islice(pattern.finditer(query), MATCHES):
