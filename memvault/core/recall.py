@@ -31,8 +31,9 @@ Relevance decides what is a candidate; the other factors order comparable candid
 - **time**: "yesterday", "last week", "on 1 May 2023"... in the query rank the memories of that time first: the
   words are left out of the search and every other candidate's relevance is divided by ``1 + [recall]
   time_weight`` (a memory created in the window or up to a week after it, or written after it began and whose
-  text names a time inside it, is of it: :func:`_by_time`, :mod:`memvault.rules.timeq`). A question that is only a time ("what happened yesterday") lists that time's
-  episodes; ``since``/``until`` keep only the episodes of their window.
+  text names a time inside it, is of it: :func:`_by_time`, :mod:`memvault.rules.timeq`). A question that is only
+  a time ("what happened yesterday") lists that time's episodes; ``since``/``until`` keep only the episodes of
+  their window.
 
 One pass: the index snapshot is taken once; the files of the hits about to be returned are stat'ed, and when one
 changed since it was indexed only that file is re-indexed and only the search is run again, once.
@@ -42,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..rules import timeq
@@ -141,7 +142,12 @@ def _window(query: str, since: datetime | str | None, until: datetime | str | No
 def searched_text(query: str, since: Any = None, until: Any = None, time_in_query: bool = True) -> str:
     """The text recall searches for and embeds: ``query`` without the time it names, when words are left (what a
     caller that starts the query's vector early must embed, or the vector is made twice)."""
-    window = timeq.parse(query, now()) if time_in_query and since is None and until is None else None
+    return _searched(query, timeq.parse(query, now()) if time_in_query and since is None and until is None
+                     else None)
+
+
+def _searched(query: str, window: timeq.Window | None) -> str:
+    """``query`` without the time ``window`` found in it, when words are left; else the whole query."""
     return window.query if window is not None and _content(window.query) else query
 
 
@@ -156,7 +162,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     index, config = parts.index, parts.config
     settings = config.recall
     embedder = _embedder(parts, mode, warnings)
-    search_query = window.query if window is not None and _content(window.query) else query
+    search_query = _searched(query, window)
     searched = window is None or _content(window.query)
     # The query's vector is computed in a worker thread from here on (then the vector scan, once bound below) while
     # this one starts the freshness check (the watcher's barrier) and searches the words; when the check changed
@@ -502,11 +508,8 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
 
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
-    try:
-        stamp = parse_time(doc.get("created"))
-    except MemvaultError:
-        return False
-    return (window.since is None or stamp >= window.since) and (window.until is None or stamp < window.until)
+    stamp = stored_time(doc.get("created"))
+    return stamp is not None and window.holds(stamp, grace=timedelta(0))
 
 
 def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int) -> int:
@@ -519,17 +522,16 @@ def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int) -
     pending, of_time = [], 0
     for c in candidates:
         created = stored_time(c.doc.get("created"))
-        if created is not None and window.holds(created):
-            of_time += 1
-            continue
-        if created is not None and (window.since is None or created >= window.since):
-            pending.append((c, created))
-        else:
+        if created is None or not window.may_tell(created):
             c.relevance /= slower  # written before the time, or of no known time: not of it
             c.timed = 1.0 / slower
+        elif window.holds(created):
+            of_time += 1
+        else:
+            pending.append((c, created))
     pending.sort(key=lambda pair: -pair[0].relevance)
     for i, (c, created) in enumerate(pending):
-        if i >= reads or not window.covers(created, c.doc.get("body") or ""):
+        if i >= reads or not window.named_in(c.doc.get("body") or "", created):
             c.relevance /= slower
             c.timed = 1.0 / slower
         else:

@@ -64,15 +64,22 @@ class Window:
         return ((self.since is None or stamp >= self.since)
                 and (self.until is None or stamp - grace < self.until))  # never past the calendar's end
 
+    def may_tell(self, created: datetime | None) -> bool:
+        """Whether a memory written at ``created`` can be of this window at all: one written before it began is a
+        plan, not a record (and one of no known time is of none)."""
+        return created is not None and (self.since is None or created >= self.since)
+
+    def named_in(self, text: str, written: datetime) -> bool:
+        """Whether ``text``, written at ``written``, names a time inside this window ("Tuesday last week")."""
+        return any((self.since is None or a >= self.since) and (self.until is None or b <= self.until)
+                   for a, b in named_times(text, written))
+
     def covers(self, created: datetime | None, text: str = "", grace: timedelta = GRACE) -> bool:
         """Whether a memory written at ``created`` is of this window: written in it (or up to ``grace`` after), or
-        written after it and its ``text`` names a time inside it ("Tuesday last week", read as of ``created``)."""
-        if created is None or (self.since is not None and created < self.since):
-            return False  # written before the time: it cannot tell of it (and its text is not read)
-        if self.holds(created, grace):
-            return True
-        return any((self.since is None or a >= self.since) and (self.until is None or b <= self.until)
-                   for a, b in named_times(text, created)) if text else False
+        written after it began and its ``text`` names a time inside it (read as of ``created``)."""
+        if created is None or not self.may_tell(created):
+            return False  # its text is not read
+        return self.holds(created, grace) or (bool(text) and self.named_in(text, created))
 
 
 def _day_start(d: date) -> datetime:
@@ -109,7 +116,8 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\bsince (?:last )?({_DAY})\b", re.I), "since_weekday"),
     (re.compile(r"\bsince yesterday\b", re.I), "since_yesterday"),
     (re.compile(rf"\bbefore ({_DATE}){_CLOCK}\b", re.I), "before_date"),
-    (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) (?:the )?{_ORD} (?:of )?({_MONTH})\.?,? (\d{{4}})\b", re.I), "bound_dmy"),
+    (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) (?:the )?{_ORD} (?:of )?({_MONTH})\.?,? (\d{{4}})\b", re.I),
+     "bound_dmy"),
     (re.compile(rf"{_NOT_AN_OFFSET}\b(since|before) ({_MONTH})\.? {_ORD},? (\d{{4}})\b", re.I), "bound_mdy"),
     (re.compile(rf"\b(?:on |at )?({_DATE}){_CLOCK}(?!\w|:\d)", re.I), "on_date"),
     (re.compile(rf"\bon (?:last )?({_DAY})\b", re.I), "on_weekday"),
@@ -125,6 +133,9 @@ PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b({_MONTH})\.?,? (\d{{4}})\b", re.I), "month_year"),
     (re.compile(r"\b(?:in|during) (\d{4})\b", re.I), "year"),
 ]
+#: Phrases that are open-ended or run "until now": a question may ask by them, a text is not about them.
+_OPEN_ENDED = frozenset({"since_date", "since_weekday", "since_yesterday", "before_date", "bound_dmy", "bound_mdy",
+                         "ago_span", "today"})
 
 
 def _impossible(query: str) -> list[re.Match[str]]:
@@ -285,18 +296,13 @@ def _cues(text: str) -> list[int]:
     low = text.lower()
     found = [m.start() for m in _DIGITS.finditer(text)]
     end = len(low)
-    for word in _WORDS:
+    for word, whole in [(w, True) for w in _WORDS] + [("day", False)]:  # "day" ends a word: today, Monday
         n = len(word)
         i = low.find(word)
         while i >= 0:
-            if (i == 0 or not low[i - 1].isalpha()) and (i + n == end or not low[i + n].isalpha()):
+            if (not whole or i == 0 or not low[i - 1].isalpha()) and (i + n == end or not low[i + n].isalpha()):
                 found.append(i)
             i = low.find(word, i + n)
-    i = low.find("day")
-    while i >= 0:
-        if i + 3 == end or not low[i + 3].isalpha():
-            found.append(i)
-        i = low.find("day", i + 3)
     return sorted(found)
 
 
@@ -304,7 +310,7 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
     """Every bounded time a text names ("Tuesday last week", "on 3 March 2024", "yesterday"), resolved as if said at
     ``at`` (when it was written): what a memory is about, beside when it was written.
 
-    Only the stretches around a cue (:data:`_CUES`) are read rule by rule."""
+    Only the stretches around a cue (:func:`_cues`) are read rule by rule."""
     text = text[:TEXT_READ]
     segments: list[list[int]] = []
     for i in _cues(text):
@@ -328,9 +334,8 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
                 if any(m.start() < b and a < m.end() for a, b in taken):
                     continue
                 taken.append(m.span())
-                if kind in ("since_date", "since_weekday", "since_yesterday", "before_date", "bound_dmy", "bound_mdy",
-                            "ago_span", "today"):
-                    continue  # open-ended, or "until now": not a time the text is about
+                if kind in _OPEN_ENDED:
+                    continue
                 found = _resolve(kind, m, at)
                 if found is not None and found[0] is not None and found[1] is not None:
                     if (found[0], found[1]) not in out:
