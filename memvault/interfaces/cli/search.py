@@ -42,8 +42,9 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
 
     Only memories relevant enough are returned; when nothing is, the answer is empty and says why (--json:
     "hits": [] and "nothing_found"). A time in the question ("yesterday", "last week", "on 1 May 2023") ranks the
-    memories of that time first; --since/--until keep only the episodes of their window. The index is brought in step with the files first, so an edited or deleted memory
-    never comes back stale. Warnings go to stderr; results still come.
+    memories of that time first; --since/--until keep only the episodes of their window. The index is brought in
+    step with the files first, so an edited or deleted memory never comes back stale. Warnings go to stderr;
+    results still come.
     """
     from ...core.render import render
 
