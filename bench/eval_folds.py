@@ -49,8 +49,8 @@ N = 100  # [recall] candidates (the keyword searches)
 NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5,
-           "rule": "named"}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "min_evidence": 0.3, "min_coverage": 0.35,
+           "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3
@@ -186,13 +186,13 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
             grace = timedelta(days=GRACE_DAYS)
             marks = []
             for r in rows:
-                created = stored_time(v["docs"][r].get("created"))
-                if created is not None and w.holds(created, grace):
-                    marks.append(2)
-                elif created is None or (w.since is not None and created < w.since):
+                created = stored_time(v["docs"][r].get("created"))  # the same tests as recall's _by_time
+                if created is None or not w.may_tell(created):
                     marks.append(0)
+                elif w.holds(created, grace):
+                    marks.append(2)
                 else:
-                    marks.append(1 if TEXT_TIMES and w.covers(created, v["bodies"][r], grace) else -1)
+                    marks.append(1 if TEXT_TIMES and w.named_in(v["bodies"][r], created) else -1)
             intime = np.array(marks)
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
@@ -394,9 +394,12 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
     import pickle
 
     widths = ([f"n{N}"] if N != 100 else []) + ([f"nv{NV}"] if NV != N else [])
-    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + (["spare"] if SPARE_EPISODES else [])
-                                    + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"]) + ([] if STEPS else ["no-steps"])
-                                    + [f"grace{GRACE_DAYS}", "text-times" if TEXT_TIMES else "created-only"]).encode()
+    variant = ((["spare"] if SPARE_EPISODES else []) + widths + ([] if STEPS_OF_CANDIDATES else ["window-steps"])
+               + ([] if STEPS else ["no-steps"]) + [f"grace{GRACE_DAYS}", "text-times" if TEXT_TIMES else "created-only"])
+    # the code that ranks is part of the key: a table computed by an earlier rank() must not be read as this one's
+    code = [hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()
+            for m in (sys.modules[__name__], rs, timeq, sys.modules[rescore.__module__])]
+    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + variant + code).encode()
                          ).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
