@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import os
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, InvalidValue
 from . import scopes as scopes_mod
+from .converters import (_age, _age0, _any_str, _bool, _choice, _float, _int, _invalid, _opt_float, _opt_str,
+                         _patterns, _size, _str, _weight_table, setting)
 
 CONFIG_NAME = "memvault.toml"
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
@@ -31,157 +31,8 @@ DEFAULT_FIELD_WEIGHTS = {"key": 3.0, "category": 1.0, "tags": 1.0, "body": 1.0}
 DEFAULT_RETENTION = {"raw": "30d", "summary": "365d", "procedure_run": "90d", "default": "90d"}
 BACKENDS = ("sqlite", "postgres")
 
-_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w|y)\s*", re.IGNORECASE)
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib)?\s*", re.IGNORECASE)
-_SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 1 << 20, "gb": 10**9, "gib": 1 << 30}
-
-
-def age_seconds(text: str) -> float | None:
-    """``30d``, ``12h``, ``2w``, ``90m``, ``45s``, ``1y`` in seconds; None when ``text`` is not an age."""
-    m = _AGE.fullmatch(text) if isinstance(text, str) else None
-    if not m:
-        return None
-    seconds = float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
-    return seconds if math.isfinite(seconds) else None
-
-
-# ------------------------------------------------------------------------------------------------ converters
-Convert = Callable[[Any, str], Any]
-
-
-def _invalid(reason: str) -> InvalidValue:
-    """A value of the wrong type or range; the loader turns it into a ConfigError naming the file and the key."""
-    return InvalidValue("setting", reason)
-
-
-def _bool(value: Any, _: str) -> bool:
-    if not isinstance(value, bool):
-        raise _invalid(f"must be true or false, not {value!r}")
-    return value
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Convert:
-    def convert(value: Any, _: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _invalid(f"must be a whole number, not {value!r}")
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise _invalid(f"must be between {lo} and {hi}, not {value}" if hi is not None else f"must be at least {lo}, not {value}")
-        return value
-    return convert
-
-
-def _float(lo: float = 0.0, hi: float | None = None, *, open_hi: bool = False) -> Convert:
-    def convert(value: Any, _: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _invalid(f"must be a number, not {value!r}")
-        if value < lo or (hi is not None and (value >= hi if open_hi else value > hi)):
-            bound = f"below {hi}" if open_hi else f"at most {hi}"
-            raise _invalid(f"must be at least {lo}" + (f" and {bound}" if hi is not None else "") + f", not {value}")
-        return float(value)
-    return convert
-
-
-def _opt_float(lo: float = 0.0, hi: float | None = None) -> Convert:
-    inner = _float(lo, hi)
-
-    def convert(value: Any, name: str) -> float | None:
-        return None if value is None else inner(value, name)
-    return convert
-
-
-def _any_str(value: Any, _: str) -> str:
-    if not isinstance(value, str):
-        raise _invalid(f"must be a string, not {value!r}")
-    return value.strip()
-
-
-def _str(value: Any, _: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _invalid(f"must be a non-empty string, not {value!r}")
-    return value
-
-
-def _opt_str(value: Any, name: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _invalid(f"must be a string, not {value!r}")
-    return value
-
-
-def _choice(*choices: str) -> Convert:
-    def convert(value: Any, _: str) -> str:
-        if value not in choices:
-            raise _invalid(f"must be one of {', '.join(choices)}, not {value!r}")
-        return value
-    return convert
-
-
-def _age(value: Any, _: str) -> float:
-    seconds = age_seconds(value) if isinstance(value, str) else None
-    if seconds is None or seconds <= 0:
-        raise _invalid(f"must be an age like 30d, 12h or 90m, not {value!r}")
-    return seconds
-
-
-def _age0(value: Any, name: str) -> float:
-    """An age that may be zero (``0s``: every time)."""
-    seconds = age_seconds(value) if isinstance(value, str) else None
-    if seconds is None:
-        raise _invalid(f"must be an age like 30s or 5m (0s: every time), not {value!r}")
-    return seconds
-
-
-def _size(value: Any, _: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = _SIZE.fullmatch(value) if isinstance(value, str) else None
-    if not m or float(m.group(1)) <= 0:
-        raise _invalid(f"must be a size like 64KiB or 2MiB (or a number of bytes), not {value!r}")
-    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()])
-
-
-def _patterns(value: Any, _: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise _invalid('must be a list of source patterns like ["user:*", "agent:deployer"]')
-    return tuple(value)
-
-
-def _weight_table(defaults: dict[str, float], noun: str, example: str) -> Convert:
-    """A table of non-negative weights over the names of ``defaults`` (those not given keep their default)."""
-    def convert(value: Any, _: str) -> dict[str, float]:
-        if not isinstance(value, dict):
-            raise _invalid(f"must be a table like {example}")
-        out = dict(defaults)
-        for name, weight in value.items():
-            if name not in defaults:
-                raise _invalid(f"unknown {noun} {name!r} (known: {', '.join(defaults)})")
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                    or weight < 0:
-                raise _invalid(f"{name} must be a number >= 0, not {weight!r}")
-            out[name] = float(weight)
-        if sum(out.values()) <= 0:
-            raise _invalid("must not all be zero")
-        return out
-
-    return convert
-
-
 _weights = _weight_table(DEFAULT_WEIGHTS, "factor", "{ relevance = 0.5, importance = 0.15, ... }")
 _field_weights = _weight_table(DEFAULT_FIELD_WEIGHTS, "field", "{ key = 3.0, category = 1.0, tags = 1.0, body = 1.0 }")
-
-
-def setting(default: Any, help: str, convert: Convert, *, shown: str | None = None,
-            template: bool = True) -> Any:
-    """A field of a section: ``default`` is in file form (``"30d"``), ``convert`` validates and converts.
-    ``template=False`` leaves it out of the generated memvault.toml (still documented in the README)."""
-    value = convert(default, "") if default is not None else None
-    if isinstance(value, (dict, list)):
-        return field(default_factory=lambda: convert(default, ""),
-                     metadata={"help": help, "convert": convert, "file": default, "shown": shown, "template": template})
-    return field(default=value, metadata={"help": help, "convert": convert, "file": default, "shown": shown,
-                                          "template": template})
 
 
 # ------------------------------------------------------------------------------------------------ sections
