@@ -9,7 +9,8 @@ questions asked of it as unanswerable ones), cheat→tldr and tldr_self by the c
 by runbook group (``node``, ``etcd``...; the half vault's questions with it). For each fold the ranking weights
 (``semantic_weight`` s, ``phrase_weight`` p, ``neighbour_weight`` g, ``coverage_weight`` c: the rescoring of the
 best candidates by the share of the question's words they hold; ``keyword_coverage`` h; ``time_weight`` t,
-how far a time the question names puts its memories first) are chosen on the other folds by the mean, over
+how far a time the question names puts its memories first; ``procedure_semantic_weight`` S and
+``procedure_phrase_weight`` P, a runbook's own s and p) are chosen on the other folds by the mean, over
 sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
 which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
@@ -48,9 +49,9 @@ TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat
 N = 100  # [recall] candidates (the keyword searches)
 NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
-        "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "min_evidence": 0.3, "min_coverage": 0.35,
-           "penalty": 0.5, "rule": "named"}
+        "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5)}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "min_evidence": 0.3,
+           "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3
@@ -99,6 +100,7 @@ class Q:
     # per row, when the question names a time: 2 = written in it (or the week after), 1 = written after it began
     # and its text names a time inside it, -1 = written after it began (its text read only among the best), 0 = not
     intime: np.ndarray | None = None
+    proc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's chunk
 
 
 def _groups(name: str, q: dict[str, Any]) -> str:
@@ -199,16 +201,22 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
                      {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
                      semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
-                     lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows), intime))
+                     lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows), intime,
+                     np.array([kind == "procedure" for kind in kinds], dtype=bool)))
     del cos_cache
     return out
 
 
-def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0,
-         floor: float = RELATIVE_FLOOR) -> list[str]:
-    """The ranked doc keys recall would return (before abstention), top 10."""
+def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0, S: float | None = None,
+         P: float | None = None, floor: float = RELATIVE_FLOOR) -> list[str]:
+    """The ranked doc keys recall would return (before abstention), top 10. ``S``: the semantic share of a
+    runbook's relevance (None: ``s``, as for every other kind)."""
     if not len(q.rows):
         return []
+    if S is not None and S != s and q.proc.any():
+        s = np.where(q.proc, S, s)
+    if P is not None and P != p and q.proc.any():
+        p = np.where(q.proc, P, p)
     best_cos = max(float(q.cos[q.cos > 0].max()) if (q.cos > 0).any() else 0.0, 0.0) or 1.0
     trust = keyword_trust(q.top_cov, h)
     if SPARE_EPISODES and trust < 1.0:  # keyword_coverage damps the keyword side of facts and runbooks only
@@ -288,12 +296,15 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     pos = [q for q in qs if q.label == "pos"]
     memo: dict[tuple[int, tuple[float, ...]], float] = {}
     gi, ti = list(GRID).index("g"), list(GRID).index("t")
+    si, pi = list(GRID).index("S"), list(GRID).index("P")
     for combo in itertools.product(*GRID.values()):
         hits = []
         for i, q in enumerate(pos):
             eff = combo if q.neigh else combo[:gi] + (0.0,) + combo[gi + 1:]  # g moves only conversation turns
             if q.intime is None:  # t moves only questions that name a time
                 eff = eff[:ti] + (0.0,) + eff[ti + 1:]
+            if not q.proc.any():  # S moves only questions with a runbook among the candidates
+                eff = eff[:si] + (0.0,) + eff[si + 1:pi] + (0.0,) + eff[pi + 1:]
             key = (i, eff)
             if key not in memo:
                 memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0

@@ -140,6 +140,40 @@ def test_a_quoted_line_and_word_order_win_over_shared_words(fv):
     assert hits[0].id == "ops/a"
 
 
+def _shares(v, models, **settings):
+    """Each hit's relevance against s·semantic + (1 - s)·keyword, and its keyword part, under ``settings``."""
+    toml = v.root / "memvault.toml"
+    text = toml.read_text()
+    for name, value in settings.items():
+        text = re.sub(rf"(?m)^#? ?{name} = .*$", f"{name} = {value}", text) if re.search(
+            rf"(?m)^#? ?{name} = ", text) else text.replace("[recall]\n", f"[recall]\n{name} = {value}\n", 1)
+    toml.write_text(text)
+    hits = Vault.open(v.root, embedder_factory=models).recall(
+        "promote replica", k=10, record_access=False, log=False)
+    return {h.kind: h for h in hits if not h.explain()["parts"]["exact"]}
+
+
+def test_a_runbook_weighs_meaning_and_words_by_its_own_shares(fv, models):
+    """A runbook is a page of many commands, a fact or an episode a few sentences: the folds choose the semantic
+    share and the phrase weight of each apart (docs/benchmarks.md, issue 27), and recall uses a runbook's own."""
+    hits = _shares(fv, models, semantic_weight=0.2, procedure_semantic_weight=0.9)
+    assert {"fact", "procedure"} <= hits.keys()
+    for kind, share in (("fact", 0.2), ("procedure", 0.9)):
+        parts = hits[kind].explain()["parts"]
+        assert hits[kind].factors["relevance"] == pytest.approx(
+            share * parts["semantic"] + (1 - share) * parts["keyword"], abs=1e-5), kind
+    # the phrase weight: a runbook's keyword part follows procedure_phrase_weight, a fact's phrase_weight
+    def keyword(hits, kind):
+        return hits[kind].explain()["parts"]["keyword"]
+
+    base = _shares(fv, models, phrase_weight=0.0, procedure_phrase_weight=0.0)
+    runbook = _shares(fv, models, phrase_weight=0.0, procedure_phrase_weight=1.0)
+    fact = _shares(fv, models, phrase_weight=1.0, procedure_phrase_weight=0.0)
+    assert keyword(runbook, "procedure") != keyword(base, "procedure") and keyword(runbook, "fact") == keyword(
+        base, "fact")
+    assert keyword(fact, "fact") != keyword(base, "fact") and keyword(fact, "procedure") == keyword(base, "procedure")
+
+
 def test_keyword_settings_are_validated(vault):
     from memvault.rules.config import load
     from memvault.rules.errors import ConfigError

@@ -384,12 +384,18 @@ def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
     for parts in facts:
         assert parts["semantic"] == pytest.approx(parts["cosine"] / best, abs=1e-5)
     assert any(p["semantic"] != p["cosine"] for p in facts)
-    weight = seeded.config.recall.semantic_weight
     top = shown[0]
+    recall = seeded.config.recall
+    weight = recall.procedure_semantic_weight if top["kind"] == "procedure" else recall.semantic_weight
     if not top["parts"]["exact"]:
         relevance = weight * top["parts"]["semantic"] + (1 - weight) * top["parts"]["keyword"]
         assert top["bars"][0]["factor"] == "relevance"
         assert top["bars"][0]["value"] >= relevance - 1e-5  # feedback and neighbours only add to it
+    # the formula the page states is the one recall used, a runbook's share included (no float noise: 0.3, not
+    # 0.30000000000000004)
+    s, runbook = recall.semantic_weight, recall.procedure_semantic_weight
+    assert (f"relevance = {s}·semantic + {round(1 - s, 3)}·keyword (a runbook: {runbook}·semantic + "
+            f"{round(1 - runbook, 3)}·keyword)") in html.unescape(page.text)
 
 
 def test_recall_explain_prints_the_same_figures(seeded):

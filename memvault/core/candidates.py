@@ -196,15 +196,14 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
     still being computed (then of what only the vectors found)."""
     settings = parts.config.recall
     n = width(parts, k)
-    s = settings.semantic_weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
-    p = settings.phrase_weight
+    shares = _shares(settings, used_mode)
     index = parts.index
     if not index.exists():
         return {}
     vectors_here = qvec is not None and index.identity() is not None
     words = used_mode != "vector"
     keyword = dict(index.search_keywords(query, kinds, n)) if words else {}
-    phrases = dict(index.search_phrases(query, kinds, n)) if words and p else {}
+    phrases = dict(index.search_phrases(query, kinds, n)) if words and any(p for _, p in shares.values()) else {}
     exact = set(index.search_exact(query, kinds, n)) if words and settings.exact_boost else set()
     # What the words found is read while the vectors are still being computed.
     fetched: set[int] = set()
@@ -267,10 +266,21 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
                 cos = cosine.get(rowid, found.get(rowid, 0.0))
                 if cos > best_step.get(key, 0.0):
                     best_step[key] = cos
-    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, s, trust, best_step)
+    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step)
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
     return out
+
+
+def _shares(settings: Any, used_mode: str) -> dict[str, tuple[float, float]]:
+    """The semantic share of relevance and the phrase weight, per kind: a runbook has its own (a page of many
+    commands), facts and episodes share theirs. Keyword mode is all words, vector mode all meaning."""
+    def semantic(weight: float) -> float:
+        return weight if used_mode == "hybrid" else (1.0 if used_mode == "vector" else 0.0)
+
+    general = (semantic(settings.semantic_weight), settings.phrase_weight)
+    return {"fact": general, "episode": general,
+            "procedure": (semantic(settings.procedure_semantic_weight), settings.procedure_phrase_weight)}
 
 
 def _readable(parts: Parts, docs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -281,18 +291,22 @@ def _readable(parts: Parts, docs: dict[int, dict[str, Any]]) -> dict[int, dict[s
 
 
 def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, float], phrases: dict[int, float],
-             exact: set[int], cosine: dict[int, float], neighbours: dict[int, list[int]], s: float,
-             trust: float, steps: dict[tuple[str, str], float]) -> dict[tuple[str, str], Candidate]:
-    """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``. ``steps``: the
-    best cosine of each runbook's steps (every step of every runbook among ``docs``, candidate or not)."""
+             exact: set[int], cosine: dict[int, float], neighbours: dict[int, list[int]],
+             shares: dict[str, tuple[float, float]], trust: float,
+             steps: dict[tuple[str, str], float]) -> dict[tuple[str, str], Candidate]:
+    """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``, ``s`` and the
+    phrase weight of its kind (``shares``). ``steps``: the best cosine of each runbook's steps (every step of every
+    runbook among ``docs``, candidate or not)."""
     settings = parts.config.recall
-    p, g = settings.phrase_weight, settings.neighbour_weight
+    g = settings.neighbour_weight
     index = parts.index
     best_cos = max(max((c for c in cosine.values() if c > 0), default=0.0), max(steps.values(), default=0.0)) or 1.0
     best_kw = max(keyword.values(), default=0.0) or 1.0
     best_phrase = max(phrases.values(), default=0.0) or 1.0
     # One pass of plain arithmetic per chunk (a recall combines a few hundred, on the path after the vector).
-    kw_scale, phrase_scale, cos_scale = trust / best_kw / (1 + p), trust * p / best_phrase / (1 + p), s / best_cos
+    # per kind: the scales of a keyword score, a phrase score and a cosine, and the keyword side's share (1 - s)
+    scales = {kind: (trust / best_kw / (1 + p), trust * p / best_phrase / (1 + p), s / best_cos, 1 - s)
+              for kind, (s, p) in shares.items()}
     keyword_of, phrase_of, cosine_of = keyword.get, phrases.get, cosine.get
     # A runbook's steps (chunks numbered below 0: vectors only) lend their best cosine to its windows, which hold
     # its keyword rows: the runbook is as close in meaning as its closest step, and keeps what its words matched.
@@ -304,8 +318,9 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
             if step > cos:
                 cos = step
         cos_of[rowid] = cos = cos if cos > 0.0 else 0.0
+        kw_scale, phrase_scale, cos_scale, kw_share = scales[docs[rowid]["kind"]]
         kw_of[rowid] = kw = keyword_of(rowid, 0.0) * kw_scale + phrase_of(rowid, 0.0) * phrase_scale
-        rel_of[rowid] = cos * cos_scale + (1 - s) * kw
+        rel_of[rowid] = cos * cos_scale + kw_share * kw
     out: dict[tuple[str, str], Candidate] = {}
     boost = 1 - settings.exact_boost
     # a runbook's windows before its steps: on a tie (no word matched) its best chunk is a window, which holds words

@@ -84,6 +84,10 @@ class RecallSettings:
                                               shown="3/1/1/1")
     phrase_weight: float = setting(0.25, "within keyword: weight of consecutive query-word pairs matched as phrases",
                                    _float(0.0))
+    procedure_semantic_weight: float = setting(0.7, "semantic_weight for runbooks: a page of many commands, where the "
+                                                    "words one step shares with a question tell less (chosen out of "
+                                                    "fold apart from the other kinds)", _float(0.0, 1.0))
+    procedure_phrase_weight: float = setting(0.25, "phrase_weight for runbooks", _float(0.0))
     prf_weight: float = setting(0.0, "pseudo-relevance feedback: the words the best three facts and procedures share "
                                      "(and the query lacks) are searched too, and add this times their BM25 / best to "
                                      "relevance (0: off; measured on the dev sets: no gain across them)",

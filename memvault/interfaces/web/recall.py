@@ -30,7 +30,9 @@ def recall(web: Web, req: Req) -> Page:
     data: dict[str, Any] = {
         "form": form,
         "settings": {"weights": dict(settings.weights), "band": settings.band,
-                     "semantic_weight": settings.semantic_weight, "relative_floor": settings.relative_floor,
+                     "semantic_weight": settings.semantic_weight,
+                     "procedure_semantic_weight": settings.procedure_semantic_weight,
+                     "relative_floor": settings.relative_floor,
                      "min_evidence": settings.min_evidence, "min_coverage": settings.min_coverage,
                      "unknown_name_penalty": settings.unknown_name_penalty},
         "result": None,
