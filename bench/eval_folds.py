@@ -9,8 +9,9 @@ questions asked of it as unanswerable ones), cheat→tldr and tldr_self by the c
 by runbook group (``node``, ``etcd``...; the half vault's questions with it). For each fold the ranking weights
 (``semantic_weight`` s, ``phrase_weight`` p, ``neighbour_weight`` g, ``coverage_weight`` c: the rescoring of the
 best candidates by the share of the question's words they hold; ``keyword_coverage`` h; ``time_weight`` t,
-how far a time the question names puts its memories first; ``procedure_semantic_weight`` S and
-``procedure_phrase_weight`` P, a runbook's own s and p) are chosen on the other folds by the mean, over
+how far a time the question names puts its memories first, and ``grace_weight`` e, how much less a memory of the
+time only by the week after it counts; ``procedure_semantic_weight`` S and ``procedure_phrase_weight`` P, a
+runbook's own s and p) are chosen on the other folds by the mean, over
 sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
 which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
@@ -49,8 +50,9 @@ TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat
 N = 100  # [recall] candidates (the keyword searches)
 NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
-        "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "min_evidence": 0.3,
+        "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
+        "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "min_evidence": 0.3,
            "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
@@ -97,8 +99,9 @@ class Q:
     unknown_terms: bool
     lengths: dict[str, int] = field(default_factory=dict)  # doc -> characters of its text
     single: bool = False  # every row is a doc of its own (no doc has two chunks among the candidates)
-    # per row, when the question names a time: 2 = written in it (or the week after), 1 = written after it began
-    # and its text names a time inside it, -1 = written after it began (its text read only among the best), 0 = not
+    # per row, when the question names a time: 2 = written in it, 3 / 4 = written in the week after it, its text
+    # naming a time inside it (3: read only among the best) or not (4), 1 = written after it began and its text names
+    # a time inside it, -1 = written after it began (its text read only among the best), 0 = not
     intime: np.ndarray | None = None
     proc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's chunk
 
@@ -191,8 +194,10 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                 created = stored_time(v["docs"][r].get("created"))  # the same tests as recall's _by_time
                 if created is None or not w.may_tell(created):
                     marks.append(0)
-                elif w.holds(created, grace):
+                elif w.inside(created):
                     marks.append(2)
+                elif w.holds(created, grace):  # only by the grace: 3 when its text names the time, else 4
+                    marks.append(3 if TEXT_TIMES and w.named_in(v["bodies"][r], created) else 4)
                 else:
                     marks.append(1 if TEXT_TIMES and w.named_in(v["bodies"][r], created) else -1)
             intime = np.array(marks)
@@ -208,7 +213,7 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
 
 
 def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0, S: float | None = None,
-         P: float | None = None, floor: float = RELATIVE_FLOOR) -> list[str]:
+         P: float | None = None, e: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10. ``S``: the semantic share of a
     runbook's relevance (None: ``s``, as for every other kind)."""
     if not len(q.rows):
@@ -233,7 +238,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
     rel = np.minimum(rel, 1.0)
     if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
         of = q.intime == 2
-        readable = np.flatnonzero((q.intime == 1) | (q.intime == -1))
+        graced = q.intime >= 3
+        readable = np.flatnonzero((q.intime == 1) | (q.intime == -1) | graced)
         if readable.size:  # recall reads the texts of the 2k + 5 best of these memories only (k = 10)
             docs: dict[str, float] = {}
             for i in readable[np.argsort(-rel[readable], kind="stable")]:
@@ -241,8 +247,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
                 if len(docs) == TEXT_READS:
                     break
             best = np.array([i for i in readable if q.doc[i] in docs], dtype=int)
-            of[best] |= q.intime[best] == 1
-        rel = np.where(of, rel, rel / (1.0 + t))
+            of[best] |= (q.intime[best] == 1) | (q.intime[best] == 3)
+        rel = np.where(of, rel, np.where(graced, rel / (1.0 + t) ** e, rel / (1.0 + t)))
     if q.single:  # the fast path: rows are docs, in key order
         keep = np.flatnonzero(rel >= floor * rel.max())
         r = rel[keep]
@@ -296,13 +302,15 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     pos = [q for q in qs if q.label == "pos"]
     memo: dict[tuple[int, tuple[float, ...]], float] = {}
     gi, ti = list(GRID).index("g"), list(GRID).index("t")
-    si, pi = list(GRID).index("S"), list(GRID).index("P")
+    si, pi, ei = list(GRID).index("S"), list(GRID).index("P"), list(GRID).index("e")
     for combo in itertools.product(*GRID.values()):
         hits = []
         for i, q in enumerate(pos):
             eff = combo if q.neigh else combo[:gi] + (0.0,) + combo[gi + 1:]  # g moves only conversation turns
             if q.intime is None:  # t moves only questions that name a time
                 eff = eff[:ti] + (0.0,) + eff[ti + 1:]
+            if q.intime is None or not (q.intime >= 3).any():  # e moves only memories of the time by the grace
+                eff = eff[:ei] + (0.0,) + eff[ei + 1:]
             if not q.proc.any():  # S moves only questions with a runbook among the candidates
                 eff = eff[:si] + (0.0,) + eff[si + 1:pi] + (0.0,) + eff[pi + 1:]
             key = (i, eff)

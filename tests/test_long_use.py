@@ -251,11 +251,12 @@ def test_a_keyword_stuffed_untrusted_episode_reaches_no_prompt(v):
 
 def test_a_date_in_the_question_puts_the_memory_of_that_day_above_a_closer_match_of_another(v):
     """Issue 27: "what did we change on 1 May, 2023" was searched as words ("May", "2023") and every memory of the
-    subject competed on them; the day is now a time, and what was written on it (or in the week after) comes first,
-    though the March episode matches the question's words better."""
+    subject competed on them; the day is now a time, and what was written on it comes first, though the March episode
+    matches the question's words better (one written in the week after, not naming the day, counts less surely:
+    tests/test_recall.py)."""
     v.episodes.append("Changed the nginx worker count on web1 from 4 to 8 after the load test.", source="agent:ops",
                       at="2023-03-14T10:00:00Z")
-    v.episodes.append("Raised nginx workers on web2 to 16.", source="agent:ops", at="2023-05-03T09:00:00Z")
+    v.episodes.append("Raised nginx workers on web2 to 16.", source="agent:ops", at="2023-05-01T17:00:00Z")
     question = "what did we change about the nginx worker count on 1 May, 2023"
     hits = v.recall(question, k=5, kinds=["episode"], record_access=False)
     assert hits.window["phrase"] == "on 1 May, 2023"

@@ -231,8 +231,9 @@ def test_a_warm_recall_scans_the_vectors_while_it_searches_the_words(fv):
 
 
 def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
-    """_by_time: written in the window (or the week after): kept; written before it began: divided, text unread;
-    written after, naming a time inside it: kept, but only the `reads` most relevant such texts are read."""
+    """_by_time: written in the window: kept; written before it began: divided, text unread; written after it,
+    naming a time inside it: kept, but only the `reads` most relevant such texts are read; written in the week after
+    it without naming it (the grace): divided by `graced`, less than a memory of another time."""
     from datetime import datetime, timezone
 
     from memvault.core.candidates import Candidate
@@ -245,15 +246,19 @@ def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
         return Candidate(("episode", name), {"created": created, "body": body}, relevance=relevance)
 
     inside = c("inside", "2025-03-03T10:00:00Z", "backup failed", 0.5)
-    week_after = c("week-after", "2025-03-09T10:00:00Z", "backup failed again", 0.5)
     before = c("before", "2025-02-01T10:00:00Z", "plan: on 3 March 2025 we move the bucket", 0.9)
     retro = c("retro", "2025-04-01T10:00:00Z", "Retro: on 3 March 2025 the backup failed", 0.8)
     other = c("other", "2025-04-02T10:00:00Z", "backup failed: credentials", 0.7)
+    named_after = c("named-after", "2025-03-08T10:00:00Z", "Monday's backup (3 March 2025) failed", 0.65)
     late = c("late-retro", "2025-04-03T10:00:00Z", "Retro: on 3 March 2025 the disk filled", 0.6)
+    week_after = c("week-after", "2025-03-09T10:00:00Z", "backup failed again", 0.5)
     undated = c("undated", None, "on 3 March 2025", 0.9)
-    assert _by_time([inside, week_after, before, retro, other, late, undated], window, 3.0, reads=2) == 3
-    assert (inside.relevance, week_after.relevance, retro.relevance) == (0.5, 0.5, 0.8)
+    found = [inside, week_after, before, retro, other, named_after, late, undated]
+    assert _by_time(found, window, 3.0, reads=3, graced=2.0) == 4  # inside, retro, named_after; week_after by grace
+    assert (inside.relevance, retro.relevance, named_after.relevance) == (0.5, 0.8, 0.65)
     assert before.relevance == pytest.approx(0.3) and other.relevance == pytest.approx(0.7 / 3)
     assert undated.relevance == pytest.approx(0.3)
-    assert late.relevance == pytest.approx(0.2)  # the third text of its kind: not read (reads=2)
-    assert (retro.timed, other.timed, late.timed) == (1.0, pytest.approx(1 / 3), pytest.approx(1 / 3))
+    assert late.relevance == pytest.approx(0.2)  # the fourth text after the window: not read (reads=3)
+    assert week_after.relevance == pytest.approx(0.25)  # unnamed, written in the week after: / graced
+    assert (retro.timed, other.timed, late.timed, week_after.timed) == (
+        1.0, pytest.approx(1 / 3), pytest.approx(1 / 3), pytest.approx(1 / 2))

@@ -30,8 +30,9 @@ Relevance decides what is a candidate; the other factors order comparable candid
   rank of itself and its runs) and carries its last runs; run logs are not separate hits.
 - **time**: "yesterday", "last week", "on 1 May 2023"... in the query rank the memories of that time first: the
   words are left out of the search and every other candidate's relevance is divided by ``1 + [recall]
-  time_weight`` (a memory created in the window or up to a week after it, or written after it began and whose
-  text names a time inside it, is of it: :func:`_by_time`, :mod:`memvault.rules.timeq`). A question that is only
+  time_weight`` (a memory created in the window, or written after it began and whose text names a time inside
+  it, is of it; one created in the week after it that does not name it, probably: divided by ``(1 + time_weight)
+  ** grace_weight``: :func:`_by_time`, :mod:`memvault.rules.timeq`). A question that is only
   a time ("what happened yesterday") lists that time's episodes; ``since``/``until`` keep only the episodes of
   their window.
 
@@ -43,7 +44,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..rules import timeq
@@ -360,7 +361,8 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     if window is not None and not window.phrase:  # since/until: only the episodes of that time
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
     elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
-        of_time = _by_time(candidates.values(), window, 1.0 + parts.config.recall.time_weight, 2 * k + 5)
+        slower = 1.0 + parts.config.recall.time_weight
+        of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight)
         if evidence is not None:
             evidence["of_time"] = of_time
     if "procedure" in kinds:
@@ -509,33 +511,37 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
     stamp = stored_time(doc.get("created"))
-    return stamp is not None and window.holds(stamp, grace=timedelta(0))
+    return stamp is not None and window.inside(stamp)
 
 
-def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int) -> int:
+def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int, graced: float = 1.0) -> int:
     """Divide the relevance of every candidate not of the time a question named by ``slower``.
 
-    A candidate is of the time when it was created in the window or within a week after it, or, written after the
-    window began, when its text names a time inside it. Texts are read best first and at most ``reads`` of them
-    (2k + 5: the hits shown and a margin), so a question that names a time costs a bounded read whatever the vault
-    (a runbook's first 4,000 characters take 0.05 ms). Returns how many candidates are of the time."""
+    A candidate is of the time when it was created in the window or, written after the window began, when its text
+    names a time inside it. One written in the week after the window (:data:`timeq.GRACE`) whose text does not name
+    it is probably of it (what happened is often written down later) but less surely: it is divided by ``graced``
+    (between 1 and ``slower``). Texts are read best first and at most ``reads`` of them (2k + 5: the hits shown and
+    a margin), so a question that names a time costs a bounded read whatever the vault (a runbook's first 4,000
+    characters take 0.05 ms). Returns how many candidates are of the time, the week after included."""
     pending, of_time = [], 0
     for c in candidates:
         created = stored_time(c.doc.get("created"))
         if created is None or not window.may_tell(created):
             c.relevance /= slower  # written before the time, or of no known time: not of it
             c.timed = 1.0 / slower
-        elif window.holds(created):
+        elif window.inside(created):
             of_time += 1
         else:
             pending.append((c, created))
     pending.sort(key=lambda pair: -pair[0].relevance)
     for i, (c, created) in enumerate(pending):
-        if i >= reads or not window.named_in(c.doc.get("body") or "", created):
-            c.relevance /= slower
-            c.timed = 1.0 / slower
-        else:
+        if i < reads and window.named_in(c.doc.get("body") or "", created):
             of_time += 1
+            continue
+        later = window.holds(created)  # written in the week after the window
+        of_time += later
+        c.relevance /= graced if later else slower
+        c.timed = 1.0 / (graced if later else slower)
     return of_time
 
 

@@ -114,6 +114,9 @@ class RecallSettings:
     time_weight: float = setting(2.0, "a time the question names (\"on 1 May 2023\") ranks its memories first: "
                                       "the others' relevance is divided by 1 + this (see docs/recall.md; 0: the "
                                       "time is only left out of the words searched)", _float(0.0, 10.0))
+    grace_weight: float = setting(0.75, "a memory written in the week after that time whose text does not name it is "
+                                        "divided by (1 + time_weight) ** this: 0 counts it as written in the time, "
+                                        "1 as of another time", _float(0.0, 1.0))
     band: float = setting(0.05, "how far importance, confidence, recency and frequency together can move a memory, "
                                 "in relevance: they order memories of comparable relevance, never an unrelated one "
                                 "above a related one", _float(0.0, 1.0))

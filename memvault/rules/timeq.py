@@ -64,6 +64,10 @@ class Window:
         return ((self.since is None or stamp >= self.since)
                 and (self.until is None or stamp - grace < self.until))  # never past the calendar's end
 
+    def inside(self, stamp: datetime) -> bool:
+        """Whether ``stamp`` is inside the window itself (no grace after it)."""
+        return self.holds(stamp, timedelta(0))
+
     def may_tell(self, created: datetime | None) -> bool:
         """Whether a memory written at ``created`` can be of this window at all: one written before it began is a
         plan, not a record (and one of no known time is of none)."""
