@@ -43,6 +43,8 @@ from memvault.core.calibration import Calibration  # noqa: E402
 from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
 from memvault.rules import timeq  # noqa: E402
 from memvault.rules.freshness import stored_time  # noqa: E402
+from memvault.rules.config import TrustSettings  # noqa: E402
+from memvault.rules.trust import Policy  # noqa: E402
 
 SETS = ("locomo_facts", "locomo_turns", "locomo_summaries", "cheat_to_tldr", "tldr_self", "alert_to_runbook", "ops")
 TARGET_K = {"locomo_facts": 5, "locomo_turns": 10, "locomo_summaries": 5, "cheat_to_tldr": 10, "tldr_self": 5,
@@ -68,10 +70,12 @@ STEPS_OF_CANDIDATES = True
 #: ``--no-steps``: runbooks ranked as before their steps were embedded (the same dump, every step row masked). Only the
 #: ranking is the old one: the relevance scale the floors use stays the one the index measured with its steps.
 STEPS = True
-#: ``--grace-days``, ``--no-text-times``: what makes a memory of the time a question names (timeq.Window.covers).
+#: ``--grace-days``, ``--no-text-times``: what makes a memory of the time a question names (recall._by_time).
 GRACE_DAYS = timeq.GRACE.days
 TEXT_TIMES = True
 TEXT_READS = 2 * 10 + 5
+#: The eval vaults keep the default [trust] (user:* only): their episodes (source eval:locomo) are untrusted.
+TRUST = Policy(TrustSettings().trusted)
 
 
 @dataclass
@@ -104,6 +108,8 @@ class Q:
     # a time inside it, -1 = written after it began (its text read only among the best), 0 = not
     intime: np.ndarray | None = None
     proc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's chunk
+    # per row: a fact, a runbook or a trusted episode (an untrusted episode's text vouches for no time)
+    vouched: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def _groups(name: str, q: dict[str, Any]) -> str:
@@ -207,7 +213,9 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                      {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
                      semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
                      lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows), intime,
-                     np.array([kind == "procedure" for kind in kinds], dtype=bool)))
+                     np.array([kind == "procedure" for kind in kinds], dtype=bool),
+                     np.array([kind != "episode" or TRUST.is_trusted(v["docs"][r].get("source") or "")
+                               for kind, r in zip(kinds, rows)], dtype=bool)))
     del cos_cache
     return out
 
@@ -237,9 +245,14 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
         rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
     rel = np.minimum(rel, 1.0)
     if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
-        of = q.intime == 2
-        graced = q.intime >= 3
-        readable = np.flatnonzero((q.intime == 1) | (q.intime == -1) | graced)
+        full = q.intime == 2
+        week = q.intime >= 3
+        if e == 0:  # graced 1: the week after is of the time, its texts unread (recall._by_time)
+            full = full | week
+            readable = np.flatnonzero((q.intime == 1) | (q.intime == -1))
+        else:
+            readable = np.flatnonzero((q.intime == 1) | (q.intime == -1) | week)
+        partial = week & ~full  # the week after, its text unread or not naming the time: / (1 + t) ** e
         if readable.size:  # recall reads the texts of the 2k + 5 best of these memories only (k = 10)
             docs: dict[str, float] = {}
             for i in readable[np.argsort(-rel[readable], kind="stable")]:
@@ -247,8 +260,11 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
                 if len(docs) == TEXT_READS:
                     break
             best = np.array([i for i in readable if q.doc[i] in docs], dtype=int)
-            of[best] |= (q.intime[best] == 1) | (q.intime[best] == 3)
-        rel = np.where(of, rel, np.where(graced, rel / (1.0 + t) ** e, rel / (1.0 + t)))
+            named = np.zeros(len(rel), dtype=bool)
+            named[best] = (q.intime[best] == 1) | (q.intime[best] == 3)
+            full |= named & q.vouched  # an untrusted episode's text makes it probably of the time, not surely
+            partial |= named & ~q.vouched
+        rel = np.where(full, rel, np.where(partial, rel / (1.0 + t) ** e, rel / (1.0 + t)))
     if q.single:  # the fast path: rows are docs, in key order
         keep = np.flatnonzero(rel >= floor * rel.max())
         r = rel[keep]

@@ -203,7 +203,7 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
     vectors_here = qvec is not None and index.identity() is not None
     words = used_mode != "vector"
     keyword = dict(index.search_keywords(query, kinds, n)) if words else {}
-    phrases = dict(index.search_phrases(query, kinds, n)) if words and any(p for _, p in shares.values()) else {}
+    phrases = dict(index.search_phrases(query, kinds, n)) if words and any(shares[kind][1] for kind in kinds) else {}
     exact = set(index.search_exact(query, kinds, n)) if words and settings.exact_boost else set()
     # What the words found is read while the vectors are still being computed.
     fetched: set[int] = set()

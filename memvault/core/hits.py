@@ -60,13 +60,15 @@ class Hit:
     def explain(self) -> dict[str, Any]:
         """What ranked this hit, as ``--explain`` and the web playground show it: the five factors (as in
         :meth:`to_dict`) and what relevance was made of: ``keyword`` (BM25 ÷ best), ``semantic`` (cosine ÷ best
-        cosine, the figure relevance used), the raw ``cosine``, and ``exact`` (quotes the query)."""
+        cosine, the figure relevance used), the raw ``cosine``, ``exact`` (quotes the query), and ``time``: the share
+        of its relevance a time the question names left it (1: of that time; see ``[recall] time_weight``)."""
         parts = self.parts
         return {"factors": {k: round(v, 6) for k, v in self.factors.items()},
                 "parts": {"keyword": round(float(parts.get("keyword", 0.0)), 6),
                           "semantic": round(float(parts.get("semantic", 0.0)), 6),
                           "cosine": round(float(parts.get("cosine", 0.0)), 6),
-                          "exact": bool(parts.get("exact", False))}}
+                          "exact": bool(parts.get("exact", False)),
+                          "time": round(float(parts.get("time", 1.0)), 6)}}
 
 
 class RecallResult(list):  # type: ignore[type-arg]

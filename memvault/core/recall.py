@@ -4,11 +4,11 @@
 
 Relevance decides what is a candidate; the other factors order comparable candidates:
 
-- **relevance**: ``s·semantic + (1-s)·keyword``. semantic is the cosine similarity to the query divided by the
-  best candidate's; keyword is ``(terms + p·pairs) / (1 + p)``, BM25 over the query's words and over its
-  consecutive word pairs taken as phrases, each divided by the best candidate's. A memory that quotes the whole
-  query word for word has relevance 1. Candidates are the union of FTS5 BM25 (any query term may match) and the
-  vector search; each gets both scores.
+- **relevance**: ``s·semantic + (1-s)·keyword`` (``s`` and ``p`` a runbook's own: ``procedure_semantic_weight``,
+  ``procedure_phrase_weight``). semantic is the cosine similarity to the query divided by the best candidate's;
+  keyword is ``(terms + p·pairs) / (1 + p)``, BM25 over the query's words and over its consecutive word pairs taken as
+  phrases, each divided by the best candidate's. A memory that quotes the whole query word for word has relevance 1.
+  Candidates are the union of FTS5 BM25 (any query term may match) and the vector search; each gets both scores.
 - **"nothing known"**: unless a memory quotes the query, or the best **semantic evidence** of any kind reaches
   ``[recall] min_evidence``, or the best keyword match holds ``min_coverage`` of the query's IDF weight, recall
   returns nothing and says why. Evidence is a cosine on the scale measured for this vault and model, per kind
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -362,7 +362,9 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
     elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
         slower = 1.0 + parts.config.recall.time_weight
-        of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight)
+        policy = Policy(parts.config.trust.trusted)
+        of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
+                           lambda c: c.key[0] != "episode" or policy.is_trusted(c.doc.get("source") or ""))
         if evidence is not None:
             evidence["of_time"] = of_time
     if "procedure" in kinds:
@@ -514,34 +516,44 @@ def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
     return stamp is not None and window.inside(stamp)
 
 
-def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int, graced: float = 1.0) -> int:
+def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int, graced: float = 1.0,
+             vouched: Callable[[Candidate], bool] = lambda c: True) -> int:
     """Divide the relevance of every candidate not of the time a question named by ``slower``.
 
     A candidate is of the time when it was created in the window or, written after the window began, when its text
     names a time inside it. One written in the week after the window (:data:`timeq.GRACE`) whose text does not name
     it is probably of it (what happened is often written down later) but less surely: it is divided by ``graced``
-    (between 1 and ``slower``). Texts are read best first and at most ``reads`` of them (2k + 5: the hits shown and
-    a margin), so a question that names a time costs a bounded read whatever the vault (a runbook's first 4,000
-    characters take 0.05 ms). Returns how many candidates are of the time, the week after included."""
+    (between 1 and ``slower``). So is one whose text names the time but whose writer is not ``vouched`` for (an
+    untrusted episode): its writer chose its text, not the time memvault wrote it down. Texts are read best first
+    (ties by key) and at most ``reads`` of them (2k + 5: the hits shown and a margin), so a question that names a
+    time costs a bounded read whatever the vault (a runbook's first 4,000 characters take 0.05-0.15 ms); with
+    ``graced`` 1 the week after is of the time and its texts are not read. Returns how many candidates are of the
+    time (those divided by ``graced`` included, unless ``graced`` is ``slower``)."""
     pending, of_time = [], 0
+    probably = graced < slower  # the week after (or an unvouched text) still counts for something
+
+    def divide(c: Candidate, by: float) -> None:
+        c.relevance /= by
+        c.timed = 1.0 / by
+
     for c in candidates:
         created = stored_time(c.doc.get("created"))
         if created is None or not window.may_tell(created):
-            c.relevance /= slower  # written before the time, or of no known time: not of it
-            c.timed = 1.0 / slower
-        elif window.inside(created):
+            divide(c, slower)  # written before the time, or of no known time: not of it
+        elif window.inside(created) or (graced <= 1.0 and window.holds(created)):
             of_time += 1
         else:
             pending.append((c, created))
-    pending.sort(key=lambda pair: -pair[0].relevance)
+    pending.sort(key=lambda pair: (-pair[0].relevance, pair[0].key))
     for i, (c, created) in enumerate(pending):
-        if i < reads and window.named_in(c.doc.get("body") or "", created):
+        named = i < reads and window.named_in(c.doc.get("body") or "", created)
+        if named and vouched(c):
             of_time += 1
-            continue
-        later = window.holds(created)  # written in the week after the window
-        of_time += later
-        c.relevance /= graced if later else slower
-        c.timed = 1.0 / (graced if later else slower)
+        elif named or window.holds(created):
+            of_time += probably
+            divide(c, graced)
+        else:
+            divide(c, slower)
     return of_time
 
 
@@ -729,7 +741,8 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
         doc = c.doc
         base = dict(kind=doc["kind"], id=doc["id"], score=c.score, factors=c.factors, source=doc["source"],
                     created=doc["created"], updated=doc["updated"], path=doc["path"],
-                    parts={"keyword": c.keyword, "semantic": c.semantic, "cosine": c.cosine, "exact": c.exact})
+                    parts={"keyword": c.keyword, "semantic": c.semantic, "cosine": c.cosine, "exact": c.exact,
+                           "time": c.timed})
         if doc["kind"] == "fact":
             extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
             if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):

@@ -76,14 +76,15 @@ class RecallSettings:
     weights: dict[str, float] = setting(dict(DEFAULT_WEIGHTS), "weights of the five factors",
                                         _weights, shown="0.50/0.15/0.15/0.10/0.10")
     half_life: float = setting("30d", "recency halves every half_life since the last update or use", _age)
-    semantic_weight: float = setting(0.6, "within relevance: the share of the semantic score (the rest is keyword "
-                                          "BM25)", _float(0.0, 1.0))
+    semantic_weight: float = setting(0.6, "within a fact's or an episode's relevance: the share of the semantic score "
+                                          "(the rest is keyword BM25; runbooks: procedure_semantic_weight)",
+                                     _float(0.0, 1.0))
     field_weights: dict[str, float] = setting(dict(DEFAULT_FIELD_WEIGHTS), "how much a query word counts in a "
                                               "memory's key, category (a runbook's description), tags and text in "
                                               "the keyword search (BM25 column weights)", _field_weights,
                                               shown="3/1/1/1")
-    phrase_weight: float = setting(0.25, "within keyword: weight of consecutive query-word pairs matched as phrases",
-                                   _float(0.0))
+    phrase_weight: float = setting(0.25, "within keyword: weight of consecutive query-word pairs matched as phrases "
+                                         "(facts and episodes; runbooks: procedure_phrase_weight)", _float(0.0))
     procedure_semantic_weight: float = setting(0.7, "semantic_weight for runbooks: a page of many commands, where the "
                                                     "words one step shares with a question tell less (chosen out of "
                                                     "fold apart from the other kinds)", _float(0.0, 1.0))

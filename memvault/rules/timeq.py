@@ -17,9 +17,11 @@ Rules, all in UTC:
   recent such day not in the future. ``July 2023`` (no "in"): that month. ``in 2023`` / ``during 2023``: that
   year, from 1990 to this one (``in 8080`` is not a year).
 
-A window the question named (its ``phrase`` is not empty) ranks the memories of that time first: see
-:meth:`Window.holds`, which gives a memory written up to :data:`GRACE` after the window its place in it, since what
-is written about a time is often written after it ("the disk filled up last Tuesday", noted on Friday).
+A window the question named (its ``phrase`` is not empty) ranks the memories of that time first
+(``memvault.core.recall._by_time``): one written inside it (:meth:`Window.inside`), or written after it began and
+naming a time inside it (:meth:`Window.named_in`), surely; one written up to :data:`GRACE` after it
+(:meth:`Window.holds`), probably, since what is written about a time is often written after it ("the disk filled up
+last Tuesday", noted on Friday).
 """
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ class Window:
     query: str
 
     def holds(self, stamp: datetime, grace: timedelta = GRACE) -> bool:
-        """Whether a memory of time ``stamp`` is of this window: inside it, or written up to ``grace`` after."""
+        """Whether ``stamp`` is inside this window or up to ``grace`` after it (a memory written in the week after a
+        time is probably of it)."""
         return ((self.since is None or stamp >= self.since)
                 and (self.until is None or stamp - grace < self.until))  # never past the calendar's end
 
@@ -77,13 +80,6 @@ class Window:
         """Whether ``text``, written at ``written``, names a time inside this window ("Tuesday last week")."""
         return any((self.since is None or a >= self.since) and (self.until is None or b <= self.until)
                    for a, b in named_times(text, written))
-
-    def covers(self, created: datetime | None, text: str = "", grace: timedelta = GRACE) -> bool:
-        """Whether a memory written at ``created`` is of this window: written in it (or up to ``grace`` after), or
-        written after it began and its ``text`` names a time inside it (read as of ``created``)."""
-        if created is None or not self.may_tell(created):
-            return False  # its text is not read
-        return self.holds(created, grace) or (bool(text) and self.named_in(text, created))
 
 
 def _day_start(d: date) -> datetime:

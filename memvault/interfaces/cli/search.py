@@ -21,7 +21,8 @@ from .base import Out, cli, output, pass_ctx, warn
 @click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits that fit this many tokens (≈ chars/4).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prompt"]), help="Output format (default text).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option("--explain", is_flag=True, help="Show the five factors and their weights per hit.")
+@click.option("--explain", is_flag=True,
+              help="Show the five factors and their weights per hit, and what relevance was made of.")
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid", show_default=True,
               help="Candidates from both searches, or one.")
 @click.option("--no-record", is_flag=True, help="Do not count this recall in the usage statistics.")
