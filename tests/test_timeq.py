@@ -128,21 +128,33 @@ def test_the_times_a_text_names_are_read_as_of_when_it_was_written(text, times):
     assert timeq.named_times(text, AT) == [(t(a), t(b)) for a, b in times]
 
 
+def of_it(window, written, text=""):
+    """What recall's _by_time asks of a memory, in its order: written before the window began (or at no known time):
+    not of it; written inside it, or naming a time inside it: of it; written in the week after: probably."""
+    if written is None or not window.may_tell(written):
+        return "no"
+    if window.inside(written) or (text and window.named_in(text, written)):
+        return "yes"
+    return "probably" if window.holds(written) else "no"
+
+
 def test_a_memory_is_of_a_time_it_was_written_in_or_names():
     last_week = timeq.parse("disk incidents last week", AT)
     assert last_week is not None and (last_week.since, last_week.until) == (t("2026-11-23"), t("2026-11-30"))
     written = t("2026-10-01")
-    assert not last_week.covers(written, "The disk of db1 filled up.")
+    assert of_it(last_week, written, "The disk of db1 filled up.") == "no"
     # read as of when it was written: last week then was 2026-09-21..28, not this one
-    assert not last_week.covers(written, "Incident, Tuesday last week: the disk of db1 filled up.")
-    assert last_week.covers(t("2026-12-01"), "Incident, Tuesday last week: the disk of db1 filled up.")
+    assert of_it(last_week, written, "Incident, Tuesday last week: the disk of db1 filled up.") == "no"
+    assert of_it(last_week, t("2026-12-01"), "Incident, Tuesday last week: the disk of db1 filled up.") == "yes"
     # written weeks after (past the grace), naming a day inside: of it; written before it: a plan, not a record
-    assert last_week.covers(t("2026-12-20"), "Incident on 24 November 2026: the disk of db1 filled up.")
-    assert not last_week.covers(t("2026-12-20"), "The disk of db1 filled up.")
-    assert not last_week.covers(written, "Maintenance on 24 November 2026: db1 gets a bigger disk.")
-    assert not last_week.covers(written, "Incidents in 2026: the disk of db1 filled up.")  # wider than the window
-    assert not last_week.covers(None, "Incident on 24 November 2026")
-    assert last_week.covers(t("2026-12-06T23:59"), "") and not last_week.covers(t("2026-12-07"), "")
+    assert of_it(last_week, t("2026-12-20"), "Incident on 24 November 2026: the disk of db1 filled up.") == "yes"
+    assert of_it(last_week, t("2026-12-20"), "The disk of db1 filled up.") == "no"
+    assert of_it(last_week, written, "Maintenance on 24 November 2026: db1 gets a bigger disk.") == "no"
+    assert of_it(last_week, written, "Incidents in 2026: the disk of db1 filled up.") == "no"  # wider than it
+    assert of_it(last_week, None, "Incident on 24 November 2026") == "no"
+    # inside; the week after it (up to its last instant); past it
+    assert of_it(last_week, t("2026-11-25")) == "yes"
+    assert of_it(last_week, t("2026-12-06T23:59")) == "probably" and of_it(last_week, t("2026-12-07")) == "no"
 
 
 def test_only_the_start_of_a_huge_text_is_read_for_its_times():
@@ -176,7 +188,8 @@ def test_a_year_outside_1990_to_next_year_is_no_time(query):
 
 def test_the_end_of_the_calendar_does_not_overflow():
     window = timeq.parse("pgbouncer pool connections before 9999-12-30", NOW)
-    assert window is not None and window.holds(t("2026-01-01")) and window.covers(t("2026-01-01"))
+    assert window is not None and window.holds(t("2026-01-01")) and window.inside(t("2026-01-01"))
+    assert of_it(window, t("2026-01-01")) == "yes" and of_it(window, t("9999-12-29")) == "yes"
 
 
 def test_a_text_that_names_many_days_is_of_none_of_them():
@@ -186,7 +199,7 @@ def test_a_text_that_names_many_days_is_of_none_of_them():
     assert len(timeq.named_times(" ".join(days[: timeq.MANY_TIMES]), AT)) == timeq.MANY_TIMES
     assert timeq.named_times(" ".join(days), AT) == []
     window = timeq.parse("what failed on 14 March 2023", NOW)
-    assert window is not None and not window.covers(t("2026-01-01"), " ".join(days))
+    assert window is not None and of_it(window, t("2026-01-01"), " ".join(days)) == "no"
 
 
 def test_a_word_that_starts_like_a_month_is_not_one():
