@@ -54,8 +54,8 @@ NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
         "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "min_evidence": 0.3,
-           "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75,
+           "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3
@@ -110,6 +110,18 @@ class Q:
     proc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's chunk
     # per row: a fact, a runbook or a trusted episode (an untrusted episode's text vouches for no time)
     vouched: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+
+def time_mark(w: timeq.Window, created: datetime | None, body: str) -> int:
+    """A row's mark (:attr:`Q.intime`) for a question naming ``w``: the tests recall's ``_by_time`` makes."""
+    if created is None or not w.may_tell(created):
+        return 0
+    if w.inside(created):
+        return 2
+    named = TEXT_TIMES and w.named_in(body, created)
+    if w.holds(created, timedelta(days=GRACE_DAYS)):  # only by the grace: 3 when its text names the time, else 4
+        return 3 if named else 4
+    return 1 if named else -1
 
 
 def _groups(name: str, q: dict[str, Any]) -> str:
@@ -194,19 +206,7 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         if q.get("window"):  # a time the question names (left out of its words): recall ranks its memories first
             since, until = (datetime.fromisoformat(x) if x else None for x in q["window"])
             w = timeq.Window(since, until, "dumped", q.get("searched", ""))
-            grace = timedelta(days=GRACE_DAYS)
-            marks = []
-            for r in rows:
-                created = stored_time(v["docs"][r].get("created"))  # the same tests as recall's _by_time
-                if created is None or not w.may_tell(created):
-                    marks.append(0)
-                elif w.inside(created):
-                    marks.append(2)
-                elif w.holds(created, grace):  # only by the grace: 3 when its text names the time, else 4
-                    marks.append(3 if TEXT_TIMES and w.named_in(v["bodies"][r], created) else 4)
-                else:
-                    marks.append(1 if TEXT_TIMES and w.named_in(v["bodies"][r], created) else -1)
-            intime = np.array(marks)
+            intime = np.array([time_mark(w, stored_time(v["docs"][r].get("created")), v["bodies"][r]) for r in rows])
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],

@@ -41,17 +41,7 @@ def test_the_simulation_ranks_a_time_question_as_recall_does(e):
         _by_time(found, window, 1 + t, ef.TEXT_READS, (1 + t) ** e,
                  lambda c: ef.TRUST.is_trusted(c.doc["source"]))
         recall = [f"episode:{c.key[1]}" for c in sorted(found, key=lambda c: (-c.relevance, c.key))][:10]
-        marks = []
-        for _key, c, b, _s, _r in rows:  # eval_folds.prepare's marks
-            written = stored_time(c)
-            if not window.may_tell(written):
-                marks.append(0)
-            elif window.inside(written):
-                marks.append(2)
-            elif window.holds(written):
-                marks.append(3 if window.named_in(b, written) else 4)
-            else:
-                marks.append(1 if window.named_in(b, written) else -1)
+        marks = [ef.time_mark(window, stored_time(c), b) for _key, c, b, _s, _r in rows]  # eval_folds.prepare's
         zero = np.zeros(n)
         q = ef.Q("set", "q", 0, "pos", set(), np.arange(n), np.array([r[-1] for r in rows]), zero, zero,
                  np.zeros(n, dtype=bool), zero, [f"episode:{r[0]}" for r in rows], {}, 0.0, 0.0, 1.0, False, False,

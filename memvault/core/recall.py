@@ -362,9 +362,8 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
         candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
     elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
         slower = 1.0 + parts.config.recall.time_weight
-        policy = Policy(parts.config.trust.trusted)
         of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
-                           lambda c: c.key[0] != "episode" or policy.is_trusted(c.doc.get("source") or ""))
+                           lambda c: not _untrusted_episode(factors.policy, c.key, c.doc))
         if evidence is not None:
             evidence["of_time"] = of_time
     if "procedure" in kinds:
@@ -438,8 +437,7 @@ def _without_hubs(parts: Parts, ranked: list[Candidate], k: int, holder: Any,
     from . import calibration
 
     policy = Policy(parts.config.trust.trusted)
-    suspects = [c for c in ranked[1: 2 * k + 5] if c.key[0] == "episode" and c.index is not None
-                and not policy.is_trusted(c.doc.get("source") or "")]
+    suspects = [c for c in ranked[1: 2 * k + 5] if c.index is not None and _untrusted_episode(policy, c.key, c.doc)]
     if not suspects:
         return ranked
     pieces = calibration.stored_fragments(holder)
@@ -509,6 +507,12 @@ def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], C
             f"questions get in this vault, 1 what a piece of one of its memories gets) and the best match holds "
             f"{against(held, settings.min_coverage + penalty, percent=True)} of the query's weight in words"
             f"{unknown_note}")
+
+
+def _untrusted_episode(policy: Policy, key: tuple[str, str], doc: dict[str, Any]) -> bool:
+    """An episode whose writer ``[trust]`` does not trust: its text is that writer's word alone (facts and runbooks
+    passed the gate or a review)."""
+    return key[0] == "episode" and not policy.is_trusted(doc.get("source") or "")
 
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
@@ -634,7 +638,7 @@ class _Factors:
                                          config.facts.review_after, current)
                 if stale is not None:
                     penalty = config.facts.stale_penalty
-            elif key[0] == "episode" and not self.policy.is_trusted(doc.get("source") or ""):
+            elif _untrusted_episode(self.policy, key, doc):
                 penalty = settings.untrusted_penalty
             self.of[key] = (factors, stale, penalty)
 
