@@ -49,3 +49,90 @@ def test_the_simulation_ranks_a_time_question_as_recall_does(e):
                  np.array([ef.TRUST.is_trusted(r[3]) for r in rows]))
         # s = 0 and no keyword side: the simulation's relevance is the given one, as recall's candidates' is
         assert ef.rank(q, 0.0, 0.0, 0.0, 0.0, 0.0, t, None, None, e, floor=0.0) == recall, trial
+
+
+class _Config:
+    def __init__(self, **recall):
+        from dataclasses import replace
+
+        from memvault.rules.config import Config
+
+        self.recall = replace(Config().recall, **recall)
+
+
+def _random_recall(rnd: random.Random):
+    """What both searches found for one question: facts, turns (with their neighbours) and runbooks (windows and
+    steps, the steps found by meaning only), scores rounded so that ties happen."""
+    docs: dict[int, dict] = {}
+    rowid = 0
+    for kind in ("fact", "episode", "procedure"):
+        for i in range(rnd.randint(0, 8)):
+            chunks = [0] if kind != "procedure" else list(range(rnd.randint(1, 3))) + [-1 - j for j in
+                                                                                      range(rnd.randint(0, 3))]
+            for chunk in chunks:
+                rowid += 1
+                docs[rowid] = {"kind": kind, "id": f"{kind[0]}{i}", "chunk": chunk, "path": f"{kind}/{i}"}
+    rows = list(docs)
+
+    def some(words_only: bool) -> dict[int, float]:
+        pool = [r for r in rows if not (words_only and docs[r]["chunk"] < 0)]
+        return {r: round(rnd.uniform(0.1, 9.0), 1) for r in rnd.sample(pool, rnd.randint(0, len(pool)))}
+
+    keyword, phrases = some(True), some(True)
+    cosine = {r: round(rnd.uniform(-0.1, 0.8), 2) for r in rnd.sample(rows, rnd.randint(0, len(rows)))}
+    exact = set(rnd.sample(sorted(keyword), min(len(keyword), rnd.choice([0, 0, 1, 2]))))
+    turns = [r for r in rows if docs[r]["kind"] == "episode"]
+    neighbours = {r: [x for x in (turns[i - 1] if i else None, turns[i + 1] if i + 1 < len(turns) else None) if x]
+                  for i, r in enumerate(turns)} if rnd.random() < 0.7 else {}
+    neighbours = {r: ns for r, ns in neighbours.items() if ns}
+    return docs, keyword, phrases, exact, cosine, neighbours
+
+
+@pytest.mark.parametrize("mode", ["shipped", "grid"])
+def test_the_simulation_combines_both_searches_as_recall_does(mode):
+    """candidates._combine (each memory's relevance from its chunks' keyword, phrase and cosine scores, a runbook's
+    steps lending their best cosine, turns smoothed with their neighbours, exact quotes first, the relative floor)
+    against the simulation's rank on random candidates, with the weights shipped and with others of the folds'
+    grid."""
+    from memvault.core.candidates import Parts, _combine, _shares
+    from memvault.core.rescore import keyword_trust
+
+    for trial in range(300):
+        rnd = random.Random(trial)
+        w = dict(ef.SHIPPED) if mode == "shipped" else {x: rnd.choice(v) for x, v in ef.GRID.items()}
+        docs, keyword, phrases, exact, cosine, neighbours = _random_recall(rnd)
+        if not docs:
+            continue
+        config = _Config(semantic_weight=w["s"], phrase_weight=w["p"], neighbour_weight=w["g"],
+                         procedure_semantic_weight=w["S"], procedure_phrase_weight=w["P"],
+                         exact_boost=ef.EXACT_BOOST)
+        parts = Parts(None, None, None, None, config, None)  # type: ignore[arg-type]
+        top_cov = round(rnd.random(), 2)
+        steps: dict[tuple[str, str], float] = {}
+        for r, d in docs.items():
+            if d["chunk"] < 0 and cosine.get(r, 0.0) > steps.get((d["kind"], d["id"]), 0.0):
+                steps[(d["kind"], d["id"])] = cosine[r]
+        found = _combine(parts, docs, keyword, phrases, exact, {r: c for r, c in cosine.items()}, neighbours,
+                         _shares(config.recall, "hybrid"), keyword_trust(top_cov, w["h"]), steps)
+        relevance = {f"{k[0]}:{k[1]}": c.relevance for k, c in found.items()}
+        best = max(relevance.values())  # recall._rank's relative floor
+        recall = sorted((d for d, r in relevance.items() if r >= ef.RELATIVE_FLOOR * best),
+                        key=lambda d: (-relevance[d], d))[:10]
+
+        # eval_folds.prepare's arrays: rows in doc-key order, scores over the best, a runbook's best step cosine
+        rows = sorted(docs, key=lambda r: (f"{docs[r]['kind']}:{docs[r]['id']}", r))
+        pos = {r: i for i, r in enumerate(rows)}
+        best_kw, best_ph = max(keyword.values(), default=0.0) or 1.0, max(phrases.values(), default=0.0) or 1.0
+        cos = np.array([max(cosine.get(r, 0.0), steps.get((docs[r]["kind"], docs[r]["id"]), 0.0)) for r in rows])
+        n = len(rows)
+        keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
+        q = ef.Q("set", "q", 0, "pos", set(), np.array(rows), np.array([keyword.get(r, 0.0) / best_kw for r in rows]),
+                 np.array([phrases.get(r, 0.0) / best_ph for r in rows]), cos,
+                 np.array([r in exact for r in rows]), np.zeros(n), keys,
+                 {pos[r]: [pos[x] for x in ns] for r, ns in neighbours.items()}, 0.0, 0.0, top_cov, bool(exact),
+                 False, False, {}, len(set(keys)) == n, None,
+                 np.array([docs[r]["kind"] == "procedure" for r in rows]), np.ones(n, dtype=bool))
+        simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0)
+        assert len(simulated) == len(recall), (trial, simulated, recall)
+        for mine, theirs in zip(simulated, recall):  # the same order, but for ties up to rounding
+            assert mine == theirs or abs(relevance[mine] - relevance[theirs]) < 1e-9, (trial, simulated, recall)
