@@ -164,6 +164,29 @@ def test_only_the_start_of_a_huge_text_is_read_for_its_times():
     assert timeq.named_times(head + "and on 4 March 2025 " * 200_000, AT) == [(t("2025-03-03"), t("2025-03-04"))]
 
 
+def test_a_text_read_before_is_known_again_without_being_kept(monkeypatch):
+    """A warm process asked about a time reads the same runbooks again: their times are remembered by a digest of
+    the text and when it was written (not the text), the oldest forgotten first."""
+    reads = []
+    real = timeq._read_times
+    monkeypatch.setattr(timeq, "_read_times", lambda text, at: reads.append(text) or real(text, at))
+    monkeypatch.setattr(timeq, "_known", {})
+    monkeypatch.setattr(timeq, "KNOWN_TEXTS", 3)
+    text = "Retro: on 3 March 2025 the backup failed"
+    first = timeq.named_times(text, AT)
+    assert first == [(t("2025-03-03"), t("2025-03-04"))]
+    first.clear()  # what a caller does with its list is not what the next one gets
+    assert timeq.named_times(text, AT) == [(t("2025-03-03"), t("2025-03-04"))] and reads == [text]
+    # the same words written at another time are another text: "yesterday" of another day
+    assert timeq.named_times("yesterday the disk filled", AT) != timeq.named_times("yesterday the disk filled",
+                                                                                   t("2025-01-10"))
+    assert len(reads) == 3 and all(len(digest) == 16 and isinstance(digest, bytes) for digest, _at in timeq._known)
+    timeq.named_times("on 4 March 2025", AT)  # a fourth text: the first one read is forgotten
+    assert len(timeq._known) == 3
+    timeq.named_times(text, AT)
+    assert reads[-1] == text and len(reads) == 5
+
+
 @pytest.mark.parametrize("query, said, window", [
     ("what happened 31 February 2023", ["31 February 2023"], None),  # not "February 2023" around it
     ("deploys on February 30, 2024 and in May 2023", ["February 30, 2024"], ("2023-05-01", "2023-06-01")),
