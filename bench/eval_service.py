@@ -21,13 +21,15 @@ PARA = [json.loads(line) for line in (ROOT / "bench" / "data" / "service_paraphr
 MODEL = "all-MiniLM-L6-v2"
 
 
-def build(root: Path) -> None:
+def build(root: Path, model: str = MODEL) -> None:
     from memvault import Vault
 
     Vault.init(root, daemon=False)
     toml = root / "memvault.toml"
-    toml.write_text(toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', f'model = "{MODEL}"'))
-    subprocess.run(["git", "-C", str(root), "commit", "-qm", "model", "--", "memvault.toml"], check=True)
+    before = toml.read_text()
+    toml.write_text(before.replace('model = "BAAI/bge-small-en-v1.5"', f'model = {json.dumps(model)}'))
+    if toml.read_text() != before:  # not the default model
+        subprocess.run(["git", "-C", str(root), "commit", "-qm", "model", "--", "memvault.toml"], check=True)
     v = Vault.open(root, daemon=False)
     for key, text in DATA["facts"].items():
         v.facts.set(key, text, source="user:admin")
@@ -65,13 +67,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", default="coverage_weight=0;coverage_weight=0.15;coverage_weight=0.3",
                     help="';'-separated runs, each ','-separated [recall] settings (name=value)")
+    ap.add_argument("--model", default=MODEL, help="the embedding model ([embedding] model; the default, "
+                                                   "bge-small, needs the Hugging Face hub or its cache)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="memvault-service-"))
+    from memvault.models.embeddings import load_embedder
+    from memvault.rules.errors import ModelUnavailable
+
     try:
-        build(tmp / "vault")
+        load_embedder(args.model)  # a vault whose model is unreachable answers by words alone: not this measure
+        build(tmp / "vault", args.model)
         res = {run: measure(tmp / "vault", {k: float(v) for k, v in (kv.split("=") for kv in run.split(",") if kv)})
                for run in args.runs.split(";")}
+    except ModelUnavailable as exc:
+        print(f"eval_service: {exc}", file=sys.stderr)
+        return 2
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for w, r in res.items():

@@ -11,12 +11,14 @@
   mean of those cosines (BERTScore's recall: a soft share of the question's words the fact holds).
 
 Needs sentence-transformers (token embeddings); the vectors of ``whole`` are the product's own (memvault's embedder).
+``--model`` measures another model (the same with ``bench/eval_service.py --model``).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +33,20 @@ STOP = set("what happens if is are the a an of do we did how who when where why 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--question", default="what happens if nobody answers an alert")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedding model (e.g. BAAI/bge-small-en-v1.5, "
+                                                                "the default of a vault, where the hub is reachable)")
     args = ap.parse_args(argv)
     from sentence_transformers import SentenceTransformer
 
     from memvault.models.embeddings import load_embedder
+    from memvault.rules.errors import ModelUnavailable
 
-    embedder = load_embedder("all-MiniLM-L6-v2")
-    st = SentenceTransformer(str(embedder.model_dir), device="cpu")
+    try:
+        embedder = load_embedder(args.model)
+    except ModelUnavailable as exc:
+        print(f"service_miss: {exc}", file=sys.stderr)
+        return 2
+    st = SentenceTransformer(str(getattr(embedder, "model_dir", None) or args.model), device="cpu")
     keys = list(DATA["facts"])
     texts = [DATA["facts"][k] for k in keys]
     facts = np.array(embedder.embed_documents(texts))
