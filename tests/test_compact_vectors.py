@@ -376,3 +376,33 @@ def test_a_recall_reads_its_candidates_cosines_from_its_own_scan(corpus, tmp_pat
     write_facts(v.root, 1, seed=99)
     ix.sync()
     assert ix._scanned is None  # a write drops the scan with the matrix
+
+
+@pytest.mark.parametrize("kind", ["int8", "float32"])
+def test_another_vector_of_a_recall_scores_many_rows_on_the_scanned_matrix(corpus, tmp_path, monkeypatch, kind):
+    """The runbooks' feedback reads a second vector's cosines for one row a runbook: past WHOLE_SCAN_ROWS rows the
+    matrix the recall scanned is scored whole by its kernel instead of a SQLite lookup a row, with SQLite's
+    figures."""
+    from memvault.index import search
+    from memvault.index.matrix import WHOLE_SCAN_ROWS
+
+    v, _models = corpus
+    emb = v.engine.get()
+    ix = built(v, tmp_path / kind, kind, emb)
+    ix._vector_searches = 1
+    q = emb.embed_query("backup postgres replica")
+    scan = ix.vector_search(list(KINDS), 200)
+    assert scan is not None
+    found = scan(q)
+    rows = sorted(r for r, _ in found)[: WHOLE_SCAN_ROWS + 8]
+    assert len(rows) > WHOLE_SCAN_ROWS
+    other = emb.embed_query("restore the database from last night's dump")
+    asked = []
+    sql = search.similarities
+    monkeypatch.setattr(search, "similarities", lambda *a, **kw: (asked.append(1), sql(*a, **kw))[1])
+    read = ix.similarities(other, rows)
+    assert asked == [] and sorted(read) == rows
+    assert read == pytest.approx(sql(ix.connection(), other, rows, ix._format or ix.vector_type), abs=2e-3)
+    few = ix.similarities(other, rows[:WHOLE_SCAN_ROWS])  # a few rows: looked up (float32: in the rows held)
+    assert asked == ([1] if kind == "int8" else [])
+    assert few == pytest.approx({r: read[r] for r in rows[:WHOLE_SCAN_ROWS]}, abs=2e-3)

@@ -609,16 +609,16 @@ class Index(Freshness, Listings):
     def similarities(self, vector: Any, rowids: Sequence[int]) -> dict[int, float]:
         """Cosine similarity of ``vector`` to the stored vectors of ``rowids``: from the in-memory matrix when this
         process holds it (a row lookup), else computed by sqlite-vec (a vec0 lookup per row)."""
-        scanned = self._scanned
-        if scanned is not None and scanned[0] is vector:  # this recall's own scan: the same matrix, scored whole
-            return scanned[1].cosines(self._row_index(scanned[1]), vector, rowids, scanned[2]) or {}
+        scanned = self._scanned  # this recall's own scan (every row scored), or another vector of it, many rows
+        if scanned is not None and (scanned[0] is vector or len(rowids) > matrix.WHOLE_SCAN_ROWS):
+            whole = scanned[2] if scanned[0] is vector else scanned[1].scores(vector)  # the matrix scored whole
+            return scanned[1].cosines(self._row_index(scanned[1]), vector, rowids, whole) or {}
         if self._vector_searches > 1:
             cached = self._vectors_in_memory()
             found = cached.cosines(self._row_index(cached), vector, rowids) if cached is not None else None
             if found is not None:
                 return found
-        conn = self.connection()
-        return search.similarities(conn, vector, rowids, self._format or self.vector_type)
+        return search.similarities(self.connection(), vector, rowids, self._format or self.vector_type)
 
     def _row_index(self, cached: matrix.VectorMatrix) -> dict[int, int]:
         if self._rows is None or self._rows[0] is not cached:
