@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
+from memvault.core.candidates import FEEDBACK_RUNBOOKS, feedback_vector  # noqa: E402
 from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
 from memvault.rules import timeq  # noqa: E402
 from memvault.rules.freshness import stored_time  # noqa: E402
@@ -53,8 +54,8 @@ N = 100  # [recall] candidates (the keyword searches)
 NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
-        "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)}
-SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75,
+        "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "f": (0.0, 0.25, 0.5, 1.0)}
+SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "f": 0.5,
            "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
@@ -110,6 +111,13 @@ class Q:
     proc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's chunk
     # per row: a fact, a runbook or a trusted episode (an untrusted episode's text vouches for no time)
     vouched: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # the runbooks' feedback (f): the query's vector, every row's vector and what a step is of (row -> its doc's
+    # row positions), and each runbook's chunk vectors (as Index.doc_vectors gives them); None when no runbook
+    qvec: np.ndarray | None = None
+    vecs: np.ndarray | None = None
+    chunks: dict[str, np.ndarray] = field(default_factory=dict)
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's step
+    moved: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)  # memo: (runbooks, f) -> cosines
 
 
 def time_mark(w: timeq.Window, created: datetime | None, body: str) -> int:
@@ -151,6 +159,11 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                 steps_of.setdefault(v["dockey"][r], []).append(r)
         v["steps_of"] = steps_of if STEPS else {}
         v["step_rows"] = np.array([v["docs"][int(r)].get("chunk", 0) < 0 for r in v["rowids"]], dtype=bool)
+        doc_rows: dict[str, list[int]] = {}  # a runbook's chunks, steps too (Index.doc_vectors)
+        for r, key in v["dockey"].items():
+            if key.startswith("procedure:") and r in v["row_index"]:
+                doc_rows.setdefault(key, []).append(v["row_index"][r])
+        v["doc_rows"] = doc_rows
         ln: dict[str, int] = {}
         for r, key in v["dockey"].items():
             ln[key] = len(v["bodies"][r])  # every chunk's row holds its doc's whole body
@@ -207,43 +220,86 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
             since, until = (datetime.fromisoformat(x) if x else None for x in q["window"])
             w = timeq.Window(since, until, "dumped", q.get("searched", ""))
             intime = np.array([time_mark(w, stored_time(v["docs"][r].get("created")), v["bodies"][r]) for r in rows])
+        proc = np.array([kind == "procedure" for kind in kinds], dtype=bool)
+        feedback: dict[str, Any] = {}
+        if proc.any():
+            keys = {v["dockey"][r] for r, is_proc in zip(rows, proc) if is_proc}
+            feedback = {"qvec": np.asarray(q["qvec"], dtype=np.float32),
+                        "vecs": v["matrix"][[ri[r] for r in rows]],
+                        "chunks": {key: v["matrix"][v["doc_rows"][key]] for key in keys},
+                        "steps": np.array([v["docs"][r].get("chunk", 0) < 0 for r in rows], dtype=bool)}
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
                      {pos[r]: [pos[x] for x in ns if x in pos] for r, ns in neigh_ids.items() if r in pos},
                      semantic, held, top_cov, bool(ex), bool(q.get("unknown_names")), bool(q.get("unknown_terms")),
                      lengths[q["vault"]], len({v["dockey"][r] for r in rows}) == len(rows), intime,
-                     np.array([kind == "procedure" for kind in kinds], dtype=bool),
+                     proc,
                      np.array([kind != "episode" or TRUST.is_trusted(v["docs"][r].get("source") or "")
-                               for kind, r in zip(kinds, rows)], dtype=bool)))
+                               for kind, r in zip(kinds, rows)], dtype=bool), **feedback))
     del cos_cache
     return out
 
 
+def _moved(q: Q, rel: np.ndarray, f: float) -> np.ndarray | None:
+    """The rows' cosines with the runbooks' read again (candidates._runbook_feedback): each runbook's chunk or step
+    closest to the question, against the query's vector moved toward the FEEDBACK_RUNBOOKS most relevant runbooks,
+    gives the runbook its cosine, scaled so that the best runbook cosine stays what it was; None when nothing
+    moves."""
+    best: dict[str, float] = {}
+    for d, r, is_proc in zip(q.doc, rel, q.proc):
+        if is_proc and r > best.get(d, -1.0):
+            best[d] = float(r)
+    top = tuple(sorted(best, key=lambda d: (-best[d], d))[:FEEDBACK_RUNBOOKS])
+    if (top, f) in q.moved:
+        return q.moved[(top, f)]
+    moved_q = feedback_vector(q.qvec, [q.chunks[d] for d in top], f)
+    first = q.vecs @ q.qvec  # each runbook's closest chunk or step to the question is read again
+    best_row: dict[str, int] = {}
+    for i, (d, is_proc) in enumerate(zip(q.doc, q.proc)):
+        if is_proc and (d not in best_row or first[i] > first[best_row[d]]):
+            best_row[d] = i
+    value = {d: float(q.vecs[i] @ moved_q) for d, i in best_row.items()}
+    new = np.array([value.get(d, 0.0) for d in q.doc])
+    before = float(np.max(q.cos[q.proc], initial=0.0))
+    after = float(np.max(new[q.proc], initial=0.0))
+    out = None if before <= 0 or after <= 0 else np.where(q.proc, new * (before / after), q.cos)
+    q.moved[(top, f)] = out
+    return out
+
+
 def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0, S: float | None = None,
-         P: float | None = None, e: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
+         P: float | None = None, e: float = 0.0, f: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10. ``S``: the semantic share of a
-    runbook's relevance (None: ``s``, as for every other kind)."""
+    runbook's relevance (None: ``s``, as for every other kind); ``f``: the runbooks' feedback weight."""
     if not len(q.rows):
         return []
     if S is not None and S != s and q.proc.any():
         s = np.where(q.proc, S, s)
     if P is not None and P != p and q.proc.any():
         p = np.where(q.proc, P, p)
-    best_cos = max(float(q.cos[q.cos > 0].max()) if (q.cos > 0).any() else 0.0, 0.0) or 1.0
     trust = keyword_trust(q.top_cov, h)
     if SPARE_EPISODES and trust < 1.0:  # keyword_coverage damps the keyword side of facts and runbooks only
         trust = np.array([1.0 if d.startswith("episode:") else trust for d in q.doc])
-    rel = s * np.maximum(q.cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
-    if q.neigh:
-        smooth = rel.copy()
-        for i, ns in q.neigh.items():
-            if ns:
-                smooth[i] = (rel[i] + g * max(rel[j] for j in ns)) / (1 + g)
-        rel = smooth
-    if q.any_exact:
-        rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
-    rel = np.minimum(rel, 1.0)
+
+    def combined(cos: np.ndarray) -> np.ndarray:  # candidates._combine
+        best_cos = max(float(cos[cos > 0].max()) if (cos > 0).any() else 0.0, 0.0) or 1.0
+        rel = s * np.maximum(cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
+        if q.neigh:
+            smooth = rel.copy()
+            for i, ns in q.neigh.items():
+                if ns:
+                    smooth[i] = (rel[i] + g * max(rel[j] for j in ns)) / (1 + g)
+            rel = smooth
+        if q.any_exact:
+            rel = np.where(q.exact, 1.0, rel * (1 - EXACT_BOOST))
+        return np.minimum(rel, 1.0)
+
+    rel = combined(q.cos)
+    if f and q.vecs is not None:
+        moved = _moved(q, rel, f)
+        if moved is not None:
+            rel = combined(moved)
     if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
         full = q.intime == 2
         week = q.intime >= 3
@@ -319,6 +375,8 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     memo: dict[tuple[int, tuple[float, ...]], float] = {}
     gi, ti = list(GRID).index("g"), list(GRID).index("t")
     si, pi, ei = list(GRID).index("S"), list(GRID).index("P"), list(GRID).index("e")
+    fi = list(GRID).index("f")
+    assert si < pi < fi
     for combo in itertools.product(*GRID.values()):
         hits = []
         for i, q in enumerate(pos):
@@ -327,8 +385,8 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
                 eff = eff[:ti] + (0.0,) + eff[ti + 1:]
             if q.intime is None or not (q.intime >= 3).any():  # e moves only memories of the time by the grace
                 eff = eff[:ei] + (0.0,) + eff[ei + 1:]
-            if not q.proc.any():  # S moves only questions with a runbook among the candidates
-                eff = eff[:si] + (0.0,) + eff[si + 1:pi] + (0.0,) + eff[pi + 1:]
+            if not q.proc.any():  # S, P and f move only questions with a runbook among the candidates
+                eff = eff[:si] + (0.0,) + eff[si + 1:pi] + (0.0,) + eff[pi + 1:fi] + (0.0,) + eff[fi + 1:]
             key = (i, eff)
             if key not in memo:
                 memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0

@@ -136,3 +136,86 @@ def test_the_simulation_combines_both_searches_as_recall_does(mode):
         assert len(simulated) == len(recall), (trial, simulated, recall)
         for mine, theirs in zip(simulated, recall):  # the same order, but for ties up to rounding
             assert mine == theirs or abs(relevance[mine] - relevance[theirs]) < 1e-9, (trial, simulated, recall)
+
+
+class _Vectors:
+    """The two index reads the runbooks' feedback makes, over a matrix of unit rows (as the index stores them)."""
+
+    def __init__(self, matrix, docs):
+        self.matrix, self.docs = matrix, docs
+
+    def doc_vectors(self, rowid):
+        key = (self.docs[rowid]["kind"], self.docs[rowid]["id"])
+        return [self.matrix[r] for r, d in self.docs.items() if (d["kind"], d["id"]) == key]
+
+    def similarities(self, vector, rowids):
+        return {r: float(self.matrix[r] @ vector) for r in rowids}
+
+
+@pytest.mark.parametrize("weight", [0.5, 1.0])
+def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weight):
+    """candidates._runbook_feedback (the query's vector moved toward the three most relevant runbooks, each
+    runbook's closest chunk or step read again, scaled to keep the best runbook cosine) then _combine, against the
+    simulation's rank with f, on random candidates with random vectors: facts keep their cosines."""
+    from memvault.core.candidates import Parts, _combine, _runbook_feedback, _shares
+    from memvault.core.rescore import keyword_trust
+
+    moved_any = 0
+    for trial in range(200):
+        rnd = random.Random(trial)
+        gen = np.random.default_rng(trial)
+        w = dict(ef.SHIPPED)
+        docs, keyword, phrases, exact, _cos, neighbours = _random_recall(rnd)
+        if not docs:
+            continue
+        matrix = {r: v / np.linalg.norm(v) for r, v in
+                  ((r, gen.normal(size=8).astype(np.float32)) for r in docs)}
+        qvec = gen.normal(size=8).astype(np.float32)
+        qvec /= np.linalg.norm(qvec)
+        # every chunk has a vector; a step is found by meaning only, and lends its cosine to its runbook
+        cosine = {r: float(matrix[r] @ qvec) for r in docs}
+        steps_of = {r: (d["kind"], d["id"]) for r, d in docs.items() if d["chunk"] < 0}
+        best_step: dict[tuple[str, str], float] = {}
+        step_row: dict[tuple[str, str], int] = {}
+        for r, key in steps_of.items():  # as gather reads them
+            if cosine[r] > best_step.get(key, 0.0):
+                best_step[key], step_row[key] = cosine[r], r
+        config = _Config(semantic_weight=w["s"], phrase_weight=w["p"], neighbour_weight=w["g"],
+                         procedure_semantic_weight=w["S"], procedure_phrase_weight=w["P"],
+                         exact_boost=ef.EXACT_BOOST)
+        index = _Vectors(matrix, docs)
+        parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
+        shares = _shares(config.recall, "hybrid")
+        trust = keyword_trust(0.5, w["h"])
+        found = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step)
+        moved = _runbook_feedback(index, qvec, found, docs, cosine, best_step, step_row, weight)
+        if moved is not None:
+            moved_any += 1
+            found = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1])
+            assert max(moved[0][r] for r in docs if docs[r]["kind"] == "procedure") == pytest.approx(
+                max(max(cosine[r] for r in docs if docs[r]["kind"] == "procedure"), 0.0), abs=1e-6)
+        relevance = {f"{k[0]}:{k[1]}": c.relevance for k, c in found.items()}
+        best = max(relevance.values())
+        recall = sorted((d for d, r in relevance.items() if r >= ef.RELATIVE_FLOOR * best),
+                        key=lambda d: (-relevance[d], d))[:10]
+
+        rows = sorted(docs, key=lambda r: (f"{docs[r]['kind']}:{docs[r]['id']}", r))
+        pos = {r: i for i, r in enumerate(rows)}
+        keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
+        best_kw, best_ph = max(keyword.values(), default=0.0) or 1.0, max(phrases.values(), default=0.0) or 1.0
+        cos = np.array([max(cosine[r], best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)) for r in rows])
+        proc = np.array([docs[r]["kind"] == "procedure" for r in rows])
+        n = len(rows)
+        q = ef.Q("set", "q", 0, "pos", set(), np.array(rows), np.array([keyword.get(r, 0.0) / best_kw for r in rows]),
+                 np.array([phrases.get(r, 0.0) / best_ph for r in rows]), cos,
+                 np.array([r in exact for r in rows]), np.zeros(n), keys,
+                 {pos[r]: [pos[x] for x in ns] for r, ns in neighbours.items()}, 0.0, 0.0, 0.5, bool(exact),
+                 False, False, {}, len(set(keys)) == n, None, proc, np.ones(n, dtype=bool),
+                 qvec=qvec if proc.any() else None, vecs=np.array([matrix[r] for r in rows]) if proc.any() else None,
+                 chunks={k: np.array(index.doc_vectors(r)) for r, k in zip(rows, keys) if k.startswith("procedure:")},
+                 steps=np.array([docs[r]["chunk"] < 0 for r in rows]))
+        simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0, weight)
+        assert len(simulated) == len(recall), (trial, simulated, recall)
+        for mine, theirs in zip(simulated, recall):
+            assert mine == theirs or abs(relevance[mine] - relevance[theirs]) < 1e-6, (trial, simulated, recall)
+    assert moved_any > 50

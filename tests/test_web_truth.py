@@ -395,7 +395,9 @@ def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
     # 0.30000000000000004)
     s, runbook = recall.semantic_weight, recall.procedure_semantic_weight
     assert (f"relevance = {s}·semantic + {round(1 - s, 3)}·keyword (a runbook: {runbook}·semantic + "
-            f"{round(1 - runbook, 3)}·keyword)") in html.unescape(page.text)
+            f"{round(1 - runbook, 3)}·keyword); a runbook's cosine is with the query moved toward the three most "
+            f"relevant runbooks found (weight {recall.procedure_feedback_weight})") in html.unescape(page.text)
+    assert recall.procedure_feedback_weight
 
 
 def test_recall_explain_prints_the_same_figures(seeded):

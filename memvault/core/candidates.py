@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: Pseudo-relevance feedback: the best memories it reads, and the words it adds (see _feedback).
 PRF_DOCS, PRF_TERMS = 3, 5
+#: The runbooks the query's vector is moved toward (``[recall] procedure_feedback_weight``, see _runbook_feedback).
+FEEDBACK_RUNBOOKS = 3
 #: How long recall polls for the query's vector before it sleeps on it (seconds): a query embeds in 5-10 ms.
 SPIN = 0.05
 #: sqlite-vec answers at most this many neighbours per KNN query: no search asks for more.
@@ -254,6 +256,8 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
         if extra and vector is not None:
             cosine.update(index.similarities(vector, extra))
     best_step: dict[tuple[str, str], float] = {}  # runbook key -> the best cosine of its steps
+    steps: dict[int, tuple[str, str]] = {}
+    step_row: dict[tuple[str, str], int] = {}  # runbook key -> its best step's rowid
     if vector is not None:
         # A runbook is as close in meaning as its closest step, whichever of its chunks made it a candidate: the
         # cosine of every step of every runbook found (the words never find a step: it is a vector only). Only the
@@ -266,10 +270,28 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
                 cos = cosine.get(rowid, found.get(rowid, 0.0))
                 if cos > best_step.get(key, 0.0):
                     best_step[key] = cos
+                    step_row[key] = rowid
     out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step)
+    if settings.procedure_feedback_weight and vector is not None and out:
+        moved = _runbook_feedback(index, vector, out, docs, cosine, best_step, step_row,
+                                  settings.procedure_feedback_weight)
+        if moved is not None:
+            out = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1])
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
     return out
+
+
+def feedback_vector(vector: Any, found: Sequence[Sequence[Any]], weight: float) -> Any:
+    """The query's vector moved toward the memories found first (Rocchio's feedback): ``vector + weight × the mean
+    of each memory's mean chunk vector``, of unit length. ``found``: per memory, the vectors of its chunks."""
+    import numpy as np
+
+    query = np.asarray(vector, dtype=np.float32)
+    centre = np.mean([np.mean(np.asarray(chunks, dtype=np.float32), axis=0) for chunks in found], axis=0)
+    moved = query + np.float32(weight) * centre
+    norm = float(np.linalg.norm(moved))
+    return moved / np.float32(norm) if norm > 0 else query
 
 
 def _shares(settings: Any, used_mode: str) -> dict[str, tuple[float, float]]:
@@ -281,6 +303,47 @@ def _shares(settings: Any, used_mode: str) -> dict[str, tuple[float, float]]:
     general = (semantic(settings.semantic_weight), settings.phrase_weight)
     return {"fact": general, "episode": general,
             "procedure": (semantic(settings.procedure_semantic_weight), settings.procedure_phrase_weight)}
+
+
+def _runbook_feedback(index: VaultIndex, vector: Any, out: dict[tuple[str, str], Candidate],
+                      docs: dict[int, dict[str, Any]], cosine: dict[int, float],
+                      best_step: dict[tuple[str, str], float], step_row: dict[tuple[str, str], int],
+                      weight: float) -> tuple[dict[int, float], dict[tuple[str, str], float]] | None:
+    """Runbooks read again by meaning against the query's vector moved toward the :data:`FEEDBACK_RUNBOOKS` most
+    relevant ones (``[recall] procedure_feedback_weight``; :func:`feedback_vector`): a short question ("extract an
+    archive") is understood through the pages it found first. Each candidate runbook's chunk or step closest to the
+    question gets its cosine with the moved vector, and that is the runbook's cosine (one row a runbook: a cold
+    process reads each from SQLite), scaled so that the best runbook cosine stays what it was: facts and episodes,
+    read with the question alone, keep their footing, and the calibrated evidence of the "nothing known" test is
+    unchanged. Returns the cosines and the runbooks' step cosines to combine again (None: nothing to move)."""
+    found = sorted((c for c in out.values() if c.key[0] == "procedure"), key=lambda c: (-c.relevance, c.key))
+    if not found:
+        return None
+    chunks = [index.doc_vectors(c.rowid) for c in found[:FEEDBACK_RUNBOOKS]]
+    if not all(len(vectors) for vectors in chunks):
+        return None
+    closest: dict[tuple[str, str], tuple[float, int]] = {}  # runbook -> (cosine, rowid) of its closest row
+    for rowid in sorted(docs):
+        doc = docs[rowid]
+        if doc["kind"] == "procedure":
+            key, cos = (doc["kind"], doc["id"]), cosine.get(rowid, 0.0)
+            if key not in closest or cos > closest[key][0]:
+                closest[key] = (cos, rowid)
+    for key, rowid in step_row.items():
+        if key in closest and best_step[key] > closest[key][0]:
+            closest[key] = (best_step[key], rowid)
+    before = max(max(cos for cos, _ in closest.values()), 0.0)
+    new = index.similarities(feedback_vector(vector, chunks, weight), sorted({r for _, r in closest.values()}))
+    value = {key: new.get(rowid, 0.0) for key, (_, rowid) in closest.items()}
+    after = max(max(value.values()), 0.0)
+    if before <= 0.0 or after <= 0.0:
+        return None
+    scale = before / after
+    moved = dict(cosine)
+    for rowid, doc in docs.items():
+        if doc["kind"] == "procedure":
+            moved[rowid] = value[(doc["kind"], doc["id"])] * scale
+    return moved, {key: v * scale for key, v in value.items()}
 
 
 def _readable(parts: Parts, docs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:

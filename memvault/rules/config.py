@@ -89,6 +89,10 @@ class RecallSettings:
                                                     "words one step shares with a question tell less (chosen out of "
                                                     "fold apart from the other kinds)", _float(0.0, 1.0))
     procedure_phrase_weight: float = setting(0.25, "phrase_weight for runbooks", _float(0.0))
+    procedure_feedback_weight: float = setting(0.5, "runbooks are read again by meaning against the query's vector "
+                                                    "moved this far toward the three most relevant runbooks found "
+                                                    "(Rocchio's feedback; 0: off; chosen out of fold)",
+                                               _float(0.0, 4.0))
     prf_weight: float = setting(0.0, "pseudo-relevance feedback: the words the best three facts and procedures share "
                                      "(and the query lacks) are searched too, and add this times their BM25 / best to "
                                      "relevance (0: off; measured on the dev sets: no gain across them)",
