@@ -174,6 +174,19 @@ def test_a_runbook_weighs_meaning_and_words_by_its_own_shares(fv, models):
     assert keyword(fact, "fact") != keyword(base, "fact") and keyword(fact, "procedure") == keyword(base, "procedure")
 
 
+def test_explain_says_which_cosines_were_read_through_the_best_runbooks(fv, models):
+    """A runbook's cosine after the feedback (procedure_feedback_weight) is not its plain cosine with the question:
+    --explain, the JSON and the playground say so for runbooks only, and not when the feedback is off."""
+    hits = _shares(fv, models)
+    assert {"fact", "procedure"} <= hits.keys()
+    assert hits["procedure"].explain()["parts"]["feedback"] is True
+    assert hits["fact"].explain()["parts"]["feedback"] is False
+    text = render(list(hits.values()), "text", explain=True)
+    assert text.count("read through the best runbooks found") == 1
+    off = _shares(fv, models, procedure_feedback_weight=0.0)
+    assert not any(h.explain()["parts"]["feedback"] for h in off.values())
+
+
 def test_a_time_named_by_an_untrusted_writer_counts_as_the_week_after_and_the_counts_follow_the_weights():
     """An untrusted episode chose its text, not when memvault wrote it down: naming the time makes it probably of it
     (divided by `graced`), not surely. With graced 1 the week after is of the time unread (the read budget stays for

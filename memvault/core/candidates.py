@@ -88,6 +88,7 @@ class Candidate:
     runs: list[dict[str, Any]] = field(default_factory=list)
     semantic: float = 0.0     # the cosine relevance used: its chunk's cosine ÷ the best cosine of the recall
     timed: float = 1.0        # the share of its relevance a time the question names leaves it (1: of that time)
+    moved: bool = False       # a runbook whose cosine was read through the best runbooks (procedure_feedback_weight)
 
 
 # ------------------------------------------------------------------------------------------------ the query's vector
@@ -277,6 +278,8 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
                                   settings.procedure_feedback_weight)
         if moved is not None:
             out = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1])
+            for candidate in out.values():
+                candidate.moved = candidate.key[0] == "procedure"
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
     return out

@@ -60,15 +60,18 @@ class Hit:
     def explain(self) -> dict[str, Any]:
         """What ranked this hit, as ``--explain`` and the web playground show it: the five factors (as in
         :meth:`to_dict`) and what relevance was made of: ``keyword`` (BM25 ÷ best), ``semantic`` (cosine ÷ best
-        cosine, the figure relevance used), the raw ``cosine``, ``exact`` (quotes the query), and ``time``: the share
-        of its relevance a time the question names left it (1: of that time; see ``[recall] time_weight``)."""
+        cosine, the figure relevance used), the raw ``cosine``, ``exact`` (quotes the query), ``time``: the share
+        of its relevance a time the question names left it (1: of that time; see ``[recall] time_weight``), and
+        ``feedback``: a runbook's cosine is with the query moved toward the best runbooks found
+        (``[recall] procedure_feedback_weight``)."""
         parts = self.parts
         return {"factors": {k: round(v, 6) for k, v in self.factors.items()},
                 "parts": {"keyword": round(float(parts.get("keyword", 0.0)), 6),
                           "semantic": round(float(parts.get("semantic", 0.0)), 6),
                           "cosine": round(float(parts.get("cosine", 0.0)), 6),
                           "exact": bool(parts.get("exact", False)),
-                          "time": round(float(parts.get("time", 1.0)), 6)}}
+                          "time": round(float(parts.get("time", 1.0)), 6),
+                          "feedback": bool(parts.get("feedback", False))}}
 
 
 class RecallResult(list):  # type: ignore[type-arg]

@@ -73,7 +73,9 @@ def _text_item(hit: Hit, rank: int, explain: bool, weights: dict[str, float] | N
             f"{name} {hit.factors[name]:.2f}" + (f"×{w[name]:.2f}" if name in w else "") for name in FACTORS))
         parts = hit.explain()["parts"]
         lines.append(f"   relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} "
-                     f"(cosine {parts['cosine']:.3f} ÷ best)" + ("  quotes the query" if parts["exact"] else "")
+                     f"(cosine {parts['cosine']:.3f} ÷ best"
+                     + (", read through the best runbooks found)" if parts["feedback"] else ")")
+                     + ("  quotes the query" if parts["exact"] else "")
                      + (f"  ×{parts['time']:.2f}: not surely of the time asked about" if parts["time"] < 1 else ""))
     body = hit.text.rstrip("\n")
     lines.extend("   " + line for line in body.splitlines())
