@@ -88,6 +88,49 @@ def _random_recall(rnd: random.Random):
     return docs, keyword, phrases, exact, cosine, neighbours
 
 
+def _config(w):
+    """The [recall] settings of the weights ``w`` (eval_folds' names)."""
+    return _Config(semantic_weight=w["s"], phrase_weight=w["p"], neighbour_weight=w["g"],
+                   procedure_semantic_weight=w["S"], procedure_phrase_weight=w["P"], exact_boost=ef.EXACT_BOOST)
+
+
+def _recall_order(found):
+    """Each memory's relevance, and the order recall._rank returns them in: above the relative floor, best first,
+    ties by key, top 10."""
+    relevance = {f"{k[0]}:{k[1]}": c.relevance for k, c in found.items()}
+    best = max(relevance.values())
+    return relevance, sorted((d for d, r in relevance.items() if r >= ef.RELATIVE_FLOOR * best),
+                             key=lambda d: (-relevance[d], d))[:10]
+
+
+def _in_key_order(docs):
+    """The rows as eval_folds.prepare orders them: by doc key, then rowid."""
+    return sorted(docs, key=lambda r: (f"{docs[r]['kind']}:{docs[r]['id']}", r))
+
+
+def _simulated_question(docs, keyword, phrases, exact, cosine_of, neighbours, top_cov, **feedback):
+    """eval_folds.prepare's arrays for these candidates: rows in doc-key order, scores over the best, each row's
+    cosine ``cosine_of(rowid)`` (a runbook's best step lent)."""
+    rows = _in_key_order(docs)
+    pos = {r: i for i, r in enumerate(rows)}
+    keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
+    best_kw, best_ph = max(keyword.values(), default=0.0) or 1.0, max(phrases.values(), default=0.0) or 1.0
+    n = len(rows)
+    return ef.Q("set", "q", 0, "pos", set(), np.array(rows), np.array([keyword.get(r, 0.0) / best_kw for r in rows]),
+                np.array([phrases.get(r, 0.0) / best_ph for r in rows]), np.array([cosine_of(r) for r in rows]),
+                np.array([r in exact for r in rows]), np.zeros(n), keys,
+                {pos[r]: [pos[x] for x in ns] for r, ns in neighbours.items()}, 0.0, 0.0, top_cov, bool(exact),
+                False, False, {}, len(set(keys)) == n, None,
+                np.array([docs[r]["kind"] == "procedure" for r in rows]), np.ones(n, dtype=bool), **feedback)
+
+
+def _same_order(simulated, recall, relevance, tolerance, trial):
+    """The same memories in the same order, but for ties up to rounding."""
+    assert len(simulated) == len(recall), (trial, simulated, recall)
+    for mine, theirs in zip(simulated, recall):
+        assert mine == theirs or abs(relevance[mine] - relevance[theirs]) < tolerance, (trial, simulated, recall)
+
+
 @pytest.mark.parametrize("mode", ["shipped", "grid"])
 def test_the_simulation_combines_both_searches_as_recall_does(mode):
     """candidates._combine (each memory's relevance from its chunks' keyword, phrase and cosine scores, a runbook's
@@ -103,9 +146,7 @@ def test_the_simulation_combines_both_searches_as_recall_does(mode):
         docs, keyword, phrases, exact, cosine, neighbours = _random_recall(rnd)
         if not docs:
             continue
-        config = _Config(semantic_weight=w["s"], phrase_weight=w["p"], neighbour_weight=w["g"],
-                         procedure_semantic_weight=w["S"], procedure_phrase_weight=w["P"],
-                         exact_boost=ef.EXACT_BOOST)
+        config = _config(w)
         parts = Parts(None, None, None, None, config, None)  # type: ignore[arg-type]
         top_cov = round(rnd.random(), 2)
         steps: dict[tuple[str, str], float] = {}
@@ -114,28 +155,12 @@ def test_the_simulation_combines_both_searches_as_recall_does(mode):
                 steps[(d["kind"], d["id"])] = cosine[r]
         found = _combine(parts, docs, keyword, phrases, exact, {r: c for r, c in cosine.items()}, neighbours,
                          _shares(config.recall, "hybrid"), keyword_trust(top_cov, w["h"]), steps)
-        relevance = {f"{k[0]}:{k[1]}": c.relevance for k, c in found.items()}
-        best = max(relevance.values())  # recall._rank's relative floor
-        recall = sorted((d for d, r in relevance.items() if r >= ef.RELATIVE_FLOOR * best),
-                        key=lambda d: (-relevance[d], d))[:10]
-
-        # eval_folds.prepare's arrays: rows in doc-key order, scores over the best, a runbook's best step cosine
-        rows = sorted(docs, key=lambda r: (f"{docs[r]['kind']}:{docs[r]['id']}", r))
-        pos = {r: i for i, r in enumerate(rows)}
-        best_kw, best_ph = max(keyword.values(), default=0.0) or 1.0, max(phrases.values(), default=0.0) or 1.0
-        cos = np.array([max(cosine.get(r, 0.0), steps.get((docs[r]["kind"], docs[r]["id"]), 0.0)) for r in rows])
-        n = len(rows)
-        keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
-        q = ef.Q("set", "q", 0, "pos", set(), np.array(rows), np.array([keyword.get(r, 0.0) / best_kw for r in rows]),
-                 np.array([phrases.get(r, 0.0) / best_ph for r in rows]), cos,
-                 np.array([r in exact for r in rows]), np.zeros(n), keys,
-                 {pos[r]: [pos[x] for x in ns] for r, ns in neighbours.items()}, 0.0, 0.0, top_cov, bool(exact),
-                 False, False, {}, len(set(keys)) == n, None,
-                 np.array([docs[r]["kind"] == "procedure" for r in rows]), np.ones(n, dtype=bool))
+        relevance, recall = _recall_order(found)
+        q = _simulated_question(
+            docs, keyword, phrases, exact,
+            lambda r: max(cosine.get(r, 0.0), steps.get((docs[r]["kind"], docs[r]["id"]), 0.0)), neighbours, top_cov)
         simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0)
-        assert len(simulated) == len(recall), (trial, simulated, recall)
-        for mine, theirs in zip(simulated, recall):  # the same order, but for ties up to rounding
-            assert mine == theirs or abs(relevance[mine] - relevance[theirs]) < 1e-9, (trial, simulated, recall)
+        _same_order(simulated, recall, relevance, 1e-9, trial)
 
 
 class _Vectors:
@@ -180,9 +205,7 @@ def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weigh
         for r, key in steps_of.items():  # as gather reads them
             if cosine[r] > best_step.get(key, 0.0):
                 best_step[key], step_row[key] = cosine[r], r
-        config = _Config(semantic_weight=w["s"], phrase_weight=w["p"], neighbour_weight=w["g"],
-                         procedure_semantic_weight=w["S"], procedure_phrase_weight=w["P"],
-                         exact_boost=ef.EXACT_BOOST)
+        config = _config(w)
         index = _Vectors(matrix, docs)
         parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
         shares = _shares(config.recall, "hybrid")
@@ -194,28 +217,16 @@ def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weigh
             found = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1])
             assert max(moved[0][r] for r in docs if docs[r]["kind"] == "procedure") == pytest.approx(
                 max(max(cosine[r] for r in docs if docs[r]["kind"] == "procedure"), 0.0), abs=1e-6)
-        relevance = {f"{k[0]}:{k[1]}": c.relevance for k, c in found.items()}
-        best = max(relevance.values())
-        recall = sorted((d for d, r in relevance.items() if r >= ef.RELATIVE_FLOOR * best),
-                        key=lambda d: (-relevance[d], d))[:10]
-
-        rows = sorted(docs, key=lambda r: (f"{docs[r]['kind']}:{docs[r]['id']}", r))
-        pos = {r: i for i, r in enumerate(rows)}
-        keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
-        best_kw, best_ph = max(keyword.values(), default=0.0) or 1.0, max(phrases.values(), default=0.0) or 1.0
-        cos = np.array([max(cosine[r], best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)) for r in rows])
-        proc = np.array([docs[r]["kind"] == "procedure" for r in rows])
-        n = len(rows)
-        q = ef.Q("set", "q", 0, "pos", set(), np.array(rows), np.array([keyword.get(r, 0.0) / best_kw for r in rows]),
-                 np.array([phrases.get(r, 0.0) / best_ph for r in rows]), cos,
-                 np.array([r in exact for r in rows]), np.zeros(n), keys,
-                 {pos[r]: [pos[x] for x in ns] for r, ns in neighbours.items()}, 0.0, 0.0, 0.5, bool(exact),
-                 False, False, {}, len(set(keys)) == n, None, proc, np.ones(n, dtype=bool),
-                 qvec=qvec if proc.any() else None, vecs=np.array([matrix[r] for r in rows]) if proc.any() else None,
-                 chunks={k: np.array(index.doc_vectors(r)) for r, k in zip(rows, keys) if k.startswith("procedure:")},
-                 steps=np.array([docs[r]["chunk"] < 0 for r in rows]))
+        relevance, recall = _recall_order(found)
+        procs = any(d["kind"] == "procedure" for d in docs.values())
+        rows = _in_key_order(docs)
+        q = _simulated_question(
+            docs, keyword, phrases, exact,
+            lambda r: max(cosine[r], best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)), neighbours, 0.5,
+            qvec=qvec if procs else None, vecs=np.array([matrix[r] for r in rows]) if procs else None,
+            chunks={f"procedure:{d['id']}": np.array(index.doc_vectors(r))
+                    for r, d in docs.items() if d["kind"] == "procedure"},
+            steps=np.array([docs[r]["chunk"] < 0 for r in rows]))
         simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0, weight)
-        assert len(simulated) == len(recall), (trial, simulated, recall)
-        for mine, theirs in zip(simulated, recall):
-            assert mine == theirs or abs(relevance[mine] - relevance[theirs]) < 1e-6, (trial, simulated, recall)
+        _same_order(simulated, recall, relevance, 1e-6, trial)
     assert moved_any > 50
