@@ -7,6 +7,9 @@
 - ``whole``: the cosine of the question and the fact (what recall ranks by meaning);
 - ``stripped``: the same with the question's frame ("what happens if", "how often do we", ...) taken off;
 - ``sentence``: the fact's best sentence;
+- ``less general``: ``whole`` less 0.3 × the fact's closeness to its two nearest other facts above the mean of that
+  closeness (hubness, CSLS's local scaling: a fact near many others is general on their subject; the weight the
+  folds chose for it, an experiment that was not shipped: docs/benchmarks.md);
 - ``soft words``: each content word of the question (its token in context) matched to the fact's nearest token, the
   mean of those cosines (BERTScore's recall: a soft share of the question's words the fact holds).
 
@@ -58,11 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         return out / np.linalg.norm(out, axis=1, keepdims=True), words
 
     fact_tokens = [tokens(t)[0][1:-1] for t in texts]
+    near = facts @ facts.T
+    np.fill_diagonal(near, -1.0)
+    close = np.sort(near, axis=1)[:, -2:].mean(axis=1)
+    general = close - close.mean()
 
     def signals(q: str) -> dict[str, np.ndarray]:
         qt, qw = tokens(q)
         keep = [i for i, w in enumerate(qw) if w not in ("[CLS]", "[SEP]") and w not in STOP]
         return {"whole": facts @ np.array(embedder.embed_query(q)),
+                "less general": facts @ np.array(embedder.embed_query(q)) - 0.3 * general,
                 "stripped": facts @ np.array(embedder.embed_query(FRAME.sub("", q))),
                 "sentence": np.array([float((s @ np.array(embedder.embed_query(q))).max()) for s in sentences]),
                 "soft words": np.array([float((qt[keep] @ ft.T).max(axis=1).mean()) for ft in fact_tokens])}
@@ -77,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         order = np.argsort(-values)
         rank = [keys[i] for i in order].index(gold) + 1 if gold else "-"
         top = ", ".join(f"{keys[i]} {values[i]:.3f}" for i in order[:3])
-        print(f"  {name:10}  answer at #{rank}; best: {top}   (first on {hits[name]} of {len(DATA['questions'])})")
+        print(f"  {name:12}  answer at #{rank}; best: {top}   (first on {hits[name]} of {len(DATA['questions'])})")
     return 0
 
 
