@@ -11,7 +11,8 @@ by runbook group (``node``, ``etcd``...; the half vault's questions with it). Fo
 best candidates by the share of the question's words they hold; ``keyword_coverage`` h; ``time_weight`` t,
 how far a time the question names puts its memories first, and ``grace_weight`` e, how much less a memory of the
 time only by the week after it counts; ``procedure_semantic_weight`` S and ``procedure_phrase_weight`` P, a
-runbook's own s and p) are chosen on the other folds by the mean, over
+runbook's own s and p; ``procedure_feedback_weight`` f; ``generality_weight`` u, how much a fact close to the
+other facts found loses) are chosen on the other folds by the mean, over
 sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
 which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
@@ -32,7 +33,7 @@ import sys
 from datetime import datetime, timedelta
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -40,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
-from memvault.core.candidates import FEEDBACK_RUNBOOKS, feedback_vector  # noqa: E402
+from memvault.core.candidates import (FEEDBACK_RUNBOOKS, GENERAL_NEIGHBOURS, GENERAL_ROWS,  # noqa: E402
+                                      feedback_vector)
 from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
 from memvault.rules import timeq  # noqa: E402
 from memvault.rules.freshness import stored_time  # noqa: E402
@@ -54,9 +56,10 @@ N = 100  # [recall] candidates (the keyword searches)
 NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
-        "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "f": (0.0, 0.25, 0.5, 1.0)}
+        "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "f": (0.0, 0.25, 0.5, 1.0),
+        "u": (0.0, 0.1, 0.2, 0.3, 0.4)}
 SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "f": 0.5,
-           "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
+           "u": 0.3, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3
@@ -118,6 +121,9 @@ class Q:
     chunks: dict[str, np.ndarray] = field(default_factory=dict)
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # per row: a runbook's step
     moved: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)  # memo: (runbooks, f) -> cosines
+    # per row: how general its fact is among the facts of the closest candidates (candidates.generality, unweighted);
+    # 0 elsewhere, and everywhere unless the grid has a u above 0
+    general: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def time_mark(w: timeq.Window, created: datetime | None, body: str) -> int:
@@ -164,6 +170,11 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
             if key.startswith("procedure:") and r in v["row_index"]:
                 doc_rows.setdefault(key, []).append(v["row_index"][r])
         v["doc_rows"] = doc_rows
+        fact_rows: dict[str, list[int]] = {}  # a fact's chunks (its vector: their mean, as candidates.generality)
+        for r, key in v["dockey"].items():
+            if key.startswith("fact:") and r in v["row_index"]:
+                fact_rows.setdefault(key, []).append(v["row_index"][r])
+        v["fact_rows"] = fact_rows
         ln: dict[str, int] = {}
         for r, key in v["dockey"].items():
             ln[key] = len(v["bodies"][r])  # every chunk's row holds its doc's whole body
@@ -228,6 +239,11 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                         "vecs": v["matrix"][[ri[r] for r in rows]],
                         "chunks": {key: v["matrix"][v["doc_rows"][key]] for key in keys},
                         "steps": np.array([v["docs"][r].get("chunk", 0) < 0 for r in rows], dtype=bool)}
+        general = np.zeros(len(rows))
+        if any(GRID["u"]):
+            fact_vector = lambda key: v["matrix"][v["fact_rows"][key]].astype(np.float32).mean(axis=0)  # noqa: E731
+            general = generality_of(cos, kinds, [v["dockey"][r] for r in rows], fact_vector)
+        feedback["general"] = general
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
@@ -239,6 +255,27 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
                                for kind, r in zip(kinds, rows)], dtype=bool), **feedback))
     del cos_cache
     return out
+
+
+def generality_of(cos: np.ndarray, kinds: list[str], doc: list[str],
+                  fact_vector: Callable[[str], np.ndarray]) -> np.ndarray:
+    """candidates.generality, unweighted, per row: the facts among the GENERAL_ROWS rows closest in meaning (each fact
+    once, its vector ``fact_vector(key)``, the mean of its chunks'), each one's mean cosine with its
+    GENERAL_NEIGHBOURS nearest of them less the mean of that over them; every row of such a fact gets its fact's,
+    the others 0."""
+    near: dict[str, int] = {}
+    for i in np.argsort(-cos, kind="stable")[:GENERAL_ROWS]:
+        if kinds[i] == "fact":
+            near.setdefault(doc[i], int(i))
+    if len(near) <= GENERAL_NEIGHBOURS:
+        return np.zeros(len(cos))
+    m = np.array([fact_vector(key) for key in near], dtype=np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    sim = m @ m.T
+    np.fill_diagonal(sim, -1.0)
+    close = np.sort(sim, axis=1)[:, -GENERAL_NEIGHBOURS:].mean(axis=1)
+    dev = dict(zip(near, (close - close.mean()).tolist()))
+    return np.array([dev.get(key, 0.0) for key in doc])
 
 
 def _moved(q: Q, rel: np.ndarray, f: float) -> np.ndarray | None:
@@ -269,9 +306,11 @@ def _moved(q: Q, rel: np.ndarray, f: float) -> np.ndarray | None:
 
 
 def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0, S: float | None = None,
-         P: float | None = None, e: float = 0.0, f: float = 0.0, floor: float = RELATIVE_FLOOR) -> list[str]:
+         P: float | None = None, e: float = 0.0, f: float = 0.0, u: float = 0.0,
+         floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10. ``S``: the semantic share of a
-    runbook's relevance (None: ``s``, as for every other kind); ``f``: the runbooks' feedback weight."""
+    runbook's relevance (None: ``s``, as for every other kind); ``f``: the runbooks' feedback weight; ``u``: how
+    much a fact's generality among the closest candidates costs it (``generality_weight``)."""
     if not len(q.rows):
         return []
     if S is not None and S != s and q.proc.any():
@@ -284,6 +323,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
 
     def combined(cos: np.ndarray) -> np.ndarray:  # candidates._combine
         best_cos = max(float(cos[cos > 0].max()) if (cos > 0).any() else 0.0, 0.0) or 1.0
+        if u and len(q.general):  # a fact's cosine less what it loses for being general (at least 0)
+            cos = np.maximum(np.maximum(cos, 0.0) - u * q.general, 0.0)
         rel = s * np.maximum(cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
         if q.neigh:
             smooth = rel.copy()
@@ -376,6 +417,7 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     gi, ti = list(GRID).index("g"), list(GRID).index("t")
     si, pi, ei = list(GRID).index("S"), list(GRID).index("P"), list(GRID).index("e")
     fi = list(GRID).index("f")
+    ui = list(GRID).index("u")
     assert si < pi < fi
     for combo in itertools.product(*GRID.values()):
         hits = []
@@ -387,6 +429,8 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
                 eff = eff[:ei] + (0.0,) + eff[ei + 1:]
             if not q.proc.any():  # S, P and f move only questions with a runbook among the candidates
                 eff = eff[:si] + (0.0,) + eff[si + 1:pi] + (0.0,) + eff[pi + 1:fi] + (0.0,) + eff[fi + 1:]
+            if not q.general.any():  # u moves only questions with a fact among the closest candidates
+                eff = eff[:ui] + (0.0,) + eff[ui + 1:]
             key = (i, eff)
             if key not in memo:
                 memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0

@@ -9,7 +9,7 @@
 - ``sentence``: the fact's best sentence;
 - ``less general``: ``whole`` less 0.3 × the fact's closeness to its two nearest other facts above the mean of that
   closeness (hubness, CSLS's local scaling: a fact near many others is general on their subject; the weight the
-  folds chose for it, an experiment that was not shipped: docs/benchmarks.md);
+  folds chose for it: `[recall] generality_weight`, docs/benchmarks.md);
 - ``soft words``: each content word of the question (its token in context) matched to the fact's nearest token, the
   mean of those cosines (BERTScore's recall: a soft share of the question's words the fact holds).
 

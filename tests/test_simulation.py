@@ -230,3 +230,53 @@ def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weigh
         simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0, weight)
         _same_order(simulated, recall, relevance, 1e-6, trial)
     assert moved_any > 50
+
+
+@pytest.mark.parametrize("weight", [0.1, 0.3])
+def test_the_simulation_reads_how_general_a_fact_is_as_recall_does(weight):
+    """candidates.generality (the facts among the closest candidates read against each other, each fact's
+    closeness to its nearest above their mean taken off its cosine) then _combine, against the simulation's
+    generality_of and rank with u, on random candidates with random vectors (a fact of two chunks among them)."""
+    from memvault.core.candidates import Parts, _combine, _shares, generality
+    from memvault.core.rescore import keyword_trust
+
+    general_any = 0
+    for trial in range(200):
+        rnd = random.Random(1000 + trial)
+        gen = np.random.default_rng(1000 + trial)
+        w = dict(ef.SHIPPED)
+        docs, keyword, phrases, exact, _cos, neighbours = _random_recall(rnd)
+        facts = [r for r, d in docs.items() if d["kind"] == "fact"]
+        if facts and rnd.random() < 0.5:  # a long fact: a second chunk
+            docs[max(docs) + 1] = dict(docs[facts[0]], chunk=1)
+        if not docs:
+            continue
+        matrix = {r: v / np.linalg.norm(v) for r, v in
+                  ((r, gen.normal(size=8).astype(np.float32)) for r in docs)}
+        qvec = gen.normal(size=8).astype(np.float32)
+        qvec /= np.linalg.norm(qvec)
+        cosine = {r: float(matrix[r] @ qvec) for r in docs}
+        best_step: dict[tuple[str, str], float] = {}
+        for r, d in docs.items():
+            if d["chunk"] < 0 and cosine[r] > best_step.get((d["kind"], d["id"]), 0.0):
+                best_step[(d["kind"], d["id"])] = cosine[r]
+        config = _config(w)
+        index = _Vectors(matrix, docs)
+        parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
+        lost = generality(index, docs, cosine, weight)
+        general_any += bool(lost)
+        found = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, _shares(config.recall, "hybrid"),
+                         keyword_trust(0.5, w["h"]), best_step, lost)
+        relevance, recall = _recall_order(found)
+        rows = _in_key_order(docs)
+        keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
+        q = _simulated_question(
+            docs, keyword, phrases, exact,
+            lambda r: max(cosine[r], best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)), neighbours, 0.5,
+            general=ef.generality_of(np.array([cosine[r] for r in rows]), [docs[r]["kind"] for r in rows], keys,
+                                     lambda key: np.mean([matrix[r] for r, k in zip(rows, keys) if k == key],
+                                                         axis=0)))
+        assert {r: weight * q.general[i] for i, r in enumerate(rows) if r in lost} == pytest.approx(lost, abs=1e-6)
+        simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0, 0.0, weight)
+        _same_order(simulated, recall, relevance, 1e-6, trial)
+    assert general_any > 50

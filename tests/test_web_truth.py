@@ -377,13 +377,18 @@ def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
         assert bars == pytest.approx({**explained["factors"], "keyword": explained["parts"]["keyword"],
                                       "semantic": explained["parts"]["semantic"]}, abs=1e-5)
         assert (bars["keyword"], bars["semantic"]) == (explained["parts"]["keyword"], explained["parts"]["semantic"])
-    # the semantic part is the cosine divided by the best cosine of the recall (what relevance used), not the cosine
+    # the semantic part is the cosine divided by the best cosine of the recall (what relevance used), not the cosine;
+    # a fact's cosine first less what it lost for being general among the facts found (at least 0; a fact that
+    # stands apart may pass the best cosine)
     facts = [h.explain()["parts"] for h in result if h.kind == "fact"]
     best = max(p["cosine"] for p in [h.explain()["parts"] for h in result])
-    assert best > 0 and max(p["semantic"] for p in [h.explain()["parts"] for h in result]) == pytest.approx(1.0)
+    assert best > 0
     for parts in facts:
-        assert parts["semantic"] == pytest.approx(parts["cosine"] / best, abs=1e-5)
+        used = max(parts["cosine"] - parts["general"], 0.0)
+        assert parts["semantic"] == pytest.approx(used / best, abs=1e-5)
     assert any(p["semantic"] != p["cosine"] for p in facts)
+    assert any(p["general"] > 0 for p in facts) and any(p["general"] < 0 for p in facts)
+    assert not any(h.explain()["parts"]["general"] for h in result if h.kind != "fact")
     top = shown[0]
     recall = seeded.config.recall
     weight = recall.procedure_semantic_weight if top["kind"] == "procedure" else recall.semantic_weight
@@ -396,8 +401,10 @@ def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
     s, runbook = recall.semantic_weight, recall.procedure_semantic_weight
     assert (f"relevance = {s}·semantic + {round(1 - s, 3)}·keyword (a runbook: {runbook}·semantic + "
             f"{round(1 - runbook, 3)}·keyword); a runbook's cosine is with the query moved toward the three most "
-            f"relevant runbooks found (weight {recall.procedure_feedback_weight})") in html.unescape(page.text)
-    assert recall.procedure_feedback_weight
+            f"relevant runbooks found (weight {recall.procedure_feedback_weight}), scaled to keep the best runbook's; "
+            f"a fact close to the other facts found loses {recall.generality_weight}× that closeness above theirs in "
+            f"the mean.") in html.unescape(page.text)
+    assert recall.procedure_feedback_weight and recall.generality_weight
 
 
 def test_recall_explain_prints_the_same_figures(seeded):
@@ -410,8 +417,11 @@ def test_recall_explain_prints_the_same_figures(seeded):
     assert [h["explain"] for h in data["hits"]] == [h.explain() for h in result]
     text = render(result, "text", explain=True, weights=seeded.config.recall.weights)
     parts = result[0].explain()["parts"]
+    general = parts["general"]
+    assert general, "the seeded vault's first fact is read among the other facts found"
     assert f"relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} " \
-           f"(cosine {parts['cosine']:.3f} ÷ best)" in text
+           f"(cosine {parts['cosine']:.3f} {'−' if general > 0 else '+'} {abs(general):.3f} as " \
+           f"{'general' if general > 0 else 'apart'} among the facts found ÷ best)" in text
     assert "explain" not in _json.loads(render(result, "json"))["hits"][0]  # the agents' answer is unchanged
 
 

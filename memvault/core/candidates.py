@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 PRF_DOCS, PRF_TERMS = 3, 5
 #: The runbooks the query's vector is moved toward (``[recall] procedure_feedback_weight``, see _runbook_feedback).
 FEEDBACK_RUNBOOKS = 3
+#: How general a fact is (``[recall] generality_weight``, see generality): read among the facts of this many
+#: candidates closest in meaning, as its closeness to this many of the others.
+GENERAL_ROWS, GENERAL_NEIGHBOURS = 20, 2
 #: How long recall polls for the query's vector before it sleeps on it (seconds): a query embeds in 5-10 ms.
 SPIN = 0.05
 #: sqlite-vec answers at most this many neighbours per KNN query: no search asks for more.
@@ -86,9 +89,10 @@ class Candidate:
     score: float = 0.0
     stale: str | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
-    semantic: float = 0.0     # the cosine relevance used: its chunk's cosine ÷ the best cosine of the recall
+    semantic: float = 0.0     # the cosine relevance used: its chunk's cosine (less ``general``) ÷ the recall's best
     timed: float = 1.0        # the share of its relevance a time the question names leaves it (1: of that time)
     moved: bool = False       # a runbook whose cosine was read through the best runbooks (procedure_feedback_weight)
+    general: float = 0.0      # the cosine a fact lost for being general among those found (gained: below 0)
 
 
 # ------------------------------------------------------------------------------------------------ the query's vector
@@ -272,17 +276,50 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
                 if cos > best_step.get(key, 0.0):
                     best_step[key] = cos
                     step_row[key] = rowid
-    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step)
+    general = generality(index, docs, cosine, settings.generality_weight) if settings.generality_weight else {}
+    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step, general)
     if settings.procedure_feedback_weight and vector is not None and out:
         moved = _runbook_feedback(index, vector, out, docs, cosine, best_step, step_row,
                                   settings.procedure_feedback_weight)
         if moved is not None:
-            out = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1])
+            out = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1],
+                           general)
             for candidate in out.values():
                 candidate.moved = candidate.key[0] == "procedure"
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
     return out
+
+
+def generality(index: VaultIndex, docs: dict[int, dict[str, Any]], cosine: dict[int, float],
+               weight: float) -> dict[int, float]:
+    """The cosine each candidate row of a fact loses for being general (``[recall] generality_weight``): when
+    several facts share the question's subject, the one close to the others is about the subject; the one that
+    stands apart answers the question's other terms. The facts among the :data:`GENERAL_ROWS` candidates closest in
+    meaning (each fact once, its vector the mean of its chunks') are read against each other: a fact's closeness is
+    its mean cosine with its :data:`GENERAL_NEIGHBOURS` nearest, and it loses ``weight ×`` (its closeness − the mean
+    closeness of them all), so a fact below the mean gains as much (hubness reduction; CSLS's local scaling, centred).
+    Empty when fewer than ``GENERAL_NEIGHBOURS + 1`` facts are among them. Chosen out of fold (docs/benchmarks.md,
+    issue 27 seventh pass)."""
+    import numpy as np
+
+    closest = sorted((r for r in docs if r in cosine), key=lambda r: (-cosine[r], r))[:GENERAL_ROWS]
+    facts: dict[str, int] = {}  # fact id -> its closest row
+    for rowid in closest:
+        if docs[rowid]["kind"] == "fact":
+            facts.setdefault(docs[rowid]["id"], rowid)
+    if len(facts) <= GENERAL_NEIGHBOURS:
+        return {}
+    vectors = [index.doc_vectors(rowid) for rowid in facts.values()]
+    if not all(len(v) for v in vectors):
+        return {}
+    m = np.array([np.mean(np.asarray(v, dtype=np.float32), axis=0) for v in vectors])
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    near = m @ m.T
+    np.fill_diagonal(near, -1.0)
+    close = np.sort(near, axis=1)[:, -GENERAL_NEIGHBOURS:].mean(axis=1)
+    lost = dict(zip(facts, (weight * (close - close.mean())).tolist()))
+    return {rowid: lost[doc["id"]] for rowid, doc in docs.items() if doc["kind"] == "fact" and doc["id"] in lost}
 
 
 def feedback_vector(vector: Any, found: Sequence[Sequence[Any]], weight: float) -> Any:
@@ -359,10 +396,12 @@ def _readable(parts: Parts, docs: dict[int, dict[str, Any]]) -> dict[int, dict[s
 def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, float], phrases: dict[int, float],
              exact: set[int], cosine: dict[int, float], neighbours: dict[int, list[int]],
              shares: dict[str, tuple[float, float]], trust: float,
-             steps: dict[tuple[str, str], float]) -> dict[tuple[str, str], Candidate]:
+             steps: dict[tuple[str, str], float],
+             general: dict[int, float] | None = None) -> dict[tuple[str, str], Candidate]:
     """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``, ``s`` and the
     phrase weight of its kind (``shares``). ``steps``: the best cosine of each runbook's steps (every step of every
-    runbook among ``docs``, candidate or not)."""
+    runbook among ``docs``, candidate or not). ``general``: the cosine a fact's row loses for being general
+    (:func:`generality`); its candidate keeps its own cosine, the evidence of the "nothing known" test."""
     settings = parts.config.recall
     g = settings.neighbour_weight
     index = parts.index
@@ -376,7 +415,8 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
     keyword_of, phrase_of, cosine_of = keyword.get, phrases.get, cosine.get
     # A runbook's steps (chunks numbered below 0: vectors only) lend their best cosine to its windows, which hold
     # its keyword rows: the runbook is as close in meaning as its closest step, and keeps what its words matched.
-    cos_of, kw_of, rel_of = {}, {}, {}
+    cos_of, kw_of, rel_of, used_of = {}, {}, {}, {}
+    lost_of = (general or {}).get
     for rowid in docs:
         cos = cosine_of(rowid, 0.0)
         if steps:
@@ -384,9 +424,14 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
             if step > cos:
                 cos = step
         cos_of[rowid] = cos = cos if cos > 0.0 else 0.0
+        used = cos
+        if general:
+            used = cos - lost_of(rowid, 0.0)
+            used = used if used > 0.0 else 0.0
+        used_of[rowid] = used
         kw_scale, phrase_scale, cos_scale, kw_share = scales[docs[rowid]["kind"]]
         kw_of[rowid] = kw = keyword_of(rowid, 0.0) * kw_scale + phrase_of(rowid, 0.0) * phrase_scale
-        rel_of[rowid] = cos * cos_scale + kw_share * kw
+        rel_of[rowid] = used * cos_scale + kw_share * kw
     out: dict[tuple[str, str], Candidate] = {}
     boost = 1 - settings.exact_boost
     # a runbook's windows before its steps: on a tie (no word matched) its best chunk is a window, which holds words
@@ -402,10 +447,11 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
         current = out.get(key)
         if current is None:
             out[key] = Candidate(key, doc, rel if rel < 1.0 else 1.0, cos, kw_of[rowid], rowid in exact, rowid, index,
-                                 semantic=cos / best_cos)
+                                 semantic=used_of[rowid] / best_cos, general=cos - used_of[rowid])
         elif rel > current.relevance:
             out[key] = Candidate(key, doc, rel if rel < 1.0 else 1.0, cos if cos > current.cosine else current.cosine,
-                                 kw_of[rowid], rowid in exact, rowid, index, semantic=cos / best_cos)
+                                 kw_of[rowid], rowid in exact, rowid, index, semantic=used_of[rowid] / best_cos,
+                                 general=cos - used_of[rowid])
         elif cos > current.cosine:
             current.cosine = cos
     return out

@@ -63,7 +63,9 @@ class Hit:
         cosine, the figure relevance used), the raw ``cosine``, ``exact`` (quotes the query), ``time``: the share
         of its relevance a time the question names left it (1: of that time; see ``[recall] time_weight``), and
         ``feedback``: a runbook's cosine is with the query moved toward the best runbooks found
-        (``[recall] procedure_feedback_weight``)."""
+        (``[recall] procedure_feedback_weight``), and ``general``: the cosine a fact lost for being close to the
+        other facts found (below 0: gained for standing apart; ``[recall] generality_weight``), so ``semantic`` is
+        ``(cosine − general) ÷ best``."""
         parts = self.parts
         return {"factors": {k: round(v, 6) for k, v in self.factors.items()},
                 "parts": {"keyword": round(float(parts.get("keyword", 0.0)), 6),
@@ -71,7 +73,8 @@ class Hit:
                           "cosine": round(float(parts.get("cosine", 0.0)), 6),
                           "exact": bool(parts.get("exact", False)),
                           "time": round(float(parts.get("time", 1.0)), 6),
-                          "feedback": bool(parts.get("feedback", False))}}
+                          "feedback": bool(parts.get("feedback", False)),
+                          "general": round(float(parts.get("general", 0.0)), 6)}}
 
 
 class RecallResult(list):  # type: ignore[type-arg]

@@ -73,7 +73,7 @@ def _text_item(hit: Hit, rank: int, explain: bool, weights: dict[str, float] | N
             f"{name} {hit.factors[name]:.2f}" + (f"×{w[name]:.2f}" if name in w else "") for name in FACTORS))
         parts = hit.explain()["parts"]
         lines.append(f"   relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} "
-                     f"(cosine {parts['cosine']:.3f} ÷ best"
+                     f"(cosine {parts['cosine']:.3f}" + _general(parts['general']) + " ÷ best"
                      + (", read through the best runbooks found)" if parts["feedback"] else ")")
                      + ("  quotes the query" if parts["exact"] else "")
                      + (f"  ×{parts['time']:.2f}: not surely of the time asked about" if parts["time"] < 1 else ""))
@@ -125,3 +125,10 @@ def trim_to_budget(hits: list[Hit], budget: int, fmt: str) -> list[Hit]:
             kept.append(hit)
             used += cost
     return kept
+
+
+def _general(lost: float) -> str:
+    """What a fact's cosine lost for being general among the facts found (gained, for standing apart)."""
+    if round(lost, 3) == 0:
+        return ""
+    return f" {'−' if lost > 0 else '+'} {abs(lost):.3f} as {'general' if lost > 0 else 'apart'} among the facts found"

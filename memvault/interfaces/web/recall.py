@@ -33,6 +33,7 @@ def recall(web: Web, req: Req) -> Page:
                      "semantic_weight": settings.semantic_weight,
                      "procedure_semantic_weight": settings.procedure_semantic_weight,
                      "procedure_feedback_weight": settings.procedure_feedback_weight,
+                     "generality_weight": settings.generality_weight,
                      "relative_floor": settings.relative_floor,
                      "min_evidence": settings.min_evidence, "min_coverage": settings.min_coverage,
                      "unknown_name_penalty": settings.unknown_name_penalty},
