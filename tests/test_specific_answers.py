@@ -48,7 +48,8 @@ def first(v, question: str) -> str | None:
         strict=True, reason="MiniLM puts the monitoring fact nearer in meaning (cosine .358 against the escalation "
                             "fact's .312; no sentence of the escalation fact reaches the monitoring fact's best) and "
                             "they share no word with the question but 'alert': no weighting of these two signals "
-                            "ranks it first (docs/benchmarks.md, issue 27)")),
+                            "ranks it first, nor does taking the monitoring fact's generality off its cosine at "
+                            "any generality_weight up to 0.75 (docs/benchmarks.md, issue 27)")),
 ])
 def test_the_specific_answer_ranks_first(service, question):
     assert first(service, question) == ISSUE[question]
