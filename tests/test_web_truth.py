@@ -389,6 +389,12 @@ def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
     assert any(p["semantic"] != p["cosine"] for p in facts)
     assert any(p["general"] > 0 for p in facts) and any(p["general"] < 0 for p in facts)
     assert not any(h.explain()["parts"]["general"] for h in result if h.kind != "fact")
+    text = html.unescape(page.text)
+    for parts in facts:  # the page says what each fact's cosine lost or gained
+        if round(parts["general"], 3) > 0:
+            assert f"cosine {parts['cosine']:.3f}, less {parts['general']:.3f} as general among the facts found" in text
+        elif round(parts["general"], 3) < 0:
+            assert f"cosine {parts['cosine']:.3f}, plus {-parts['general']:.3f} as apart from the facts found" in text
     top = shown[0]
     recall = seeded.config.recall
     weight = recall.procedure_semantic_weight if top["kind"] == "procedure" else recall.semantic_weight
@@ -420,8 +426,9 @@ def test_recall_explain_prints_the_same_figures(seeded):
     general = parts["general"]
     assert general, "the seeded vault's first fact is read among the other facts found"
     assert f"relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} " \
-           f"(cosine {parts['cosine']:.3f} {'−' if general > 0 else '+'} {abs(general):.3f} as " \
-           f"{'general' if general > 0 else 'apart'} among the facts found ÷ best)" in text
+           f"(cosine {parts['cosine']:.3f}, " + (f"less {general:.3f} as general among the facts found"
+                                                  if general > 0 else f"plus {-general:.3f} as apart from the facts "
+                                                                      f"found") + ", ÷ best)" in text
     assert "explain" not in _json.loads(render(result, "json"))["hits"][0]  # the agents' answer is unchanged
 
 

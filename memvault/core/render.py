@@ -131,4 +131,5 @@ def _general(lost: float) -> str:
     """What a fact's cosine lost for being general among the facts found (gained, for standing apart)."""
     if round(lost, 3) == 0:
         return ""
-    return f" {'−' if lost > 0 else '+'} {abs(lost):.3f} as {'general' if lost > 0 else 'apart'} among the facts found"
+    return (f", less {lost:.3f} as general among the facts found," if lost > 0
+            else f", plus {-lost:.3f} as apart from the facts found,")
