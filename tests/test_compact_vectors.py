@@ -226,6 +226,17 @@ def test_doc_vectors_are_unit_vectors_of_the_stored_rows(corpus):
     text = conn.execute("SELECT text FROM chunk_texts WHERE rowid = ?", (rowid,)).fetchone()[0]
     exact = models.instances["fake-hash"].embed_documents([text])[0]
     assert float(vec @ exact) > 0.999
+    # many at once, in one statement: the same vectors per chunk, a doc of several chunks whole and in order, a
+    # chunk that does not exist left out
+    v.facts.set("notes/long", " ".join(f"Step {i}: check the replica lag on db{i % 3} and note it." for i in range(300)))
+    v.reindex()
+    many = conn.execute("SELECT c.rowid FROM chunks c JOIN (SELECT doc FROM chunks GROUP BY doc HAVING COUNT(*) > 1 "
+                        "LIMIT 1) d ON d.doc = c.doc").fetchall()
+    rows = [rowid, many[-1][0], 10**9]
+    found = v.index.docs_vectors(rows)
+    assert set(found) == {rowid, many[-1][0]} and len(found[many[-1][0]]) == len(many) > 1
+    for r in rows[:2]:
+        assert np.array_equal(np.array(found[r]), np.array(v.index.doc_vectors(r)))
 
 
 @pytest.mark.model
@@ -406,3 +417,21 @@ def test_another_vector_of_a_recall_scores_many_rows_on_the_scanned_matrix(corpu
     few = ix.similarities(other, rows[:WHOLE_SCAN_ROWS])  # a few rows: looked up (float32: in the rows held)
     assert asked == ([1] if kind == "int8" else [])
     assert few == pytest.approx({r: read[r] for r in rows[:WHOLE_SCAN_ROWS]}, abs=2e-3)
+
+
+def test_many_stored_vectors_decode_at_once_as_each_does_alone():
+    """quantize.decode_rows (Index.docs_vectors' one pass over many rows) gives each row what decode gives it:
+    an int8 row divided by its length, a float32 row as stored; an all-zero int8 row stays zero."""
+    from memvault.index import quantize
+
+    rng = np.random.default_rng(7)
+    rows = [rng.normal(size=16).astype(np.float32) for _ in range(5)]
+    rows = [r / np.linalg.norm(r) for r in rows]
+    for kind in ("int8", "float32"):
+        blobs = [quantize.encode(kind, r) for r in rows]
+        if kind == "int8":
+            blobs.append(bytes(16))
+        together = quantize.decode_rows(kind, blobs)
+        assert together.dtype == np.float32 and together.shape == (len(blobs), 16)
+        for blob, row in zip(blobs, together):
+            assert np.allclose(row, quantize.decode(kind, blob), atol=1e-6), kind

@@ -88,7 +88,7 @@ def test_vector_lookups_and_the_float32_conversion_read_by_rowid(conn):
     lines = plan(conn, search.similarities_sql(3, "int8"), (bytes(32), 1, 2, 3))
     assert_no_table_scan(lines)
     assert any("chunks_vec VIRTUAL TABLE" in line for line in lines)
-    lines = plan(conn, search.DOC_VECTORS_SQL, (1,))
+    lines = plan(conn, search.docs_vectors_sql(3), (1, 2, 3))
     assert_no_table_scan(lines)
     conn.execute("CREATE TEMP TABLE chunks_vec_float32(id INTEGER PRIMARY KEY, kind TEXT, embedding BLOB)")
     try:  # a float32 index becoming int8 reads its rows a range of rowids at a time, never the table again

@@ -164,7 +164,8 @@ def test_the_simulation_combines_both_searches_as_recall_does(mode):
 
 
 class _Vectors:
-    """The two index reads the runbooks' feedback makes, over a matrix of unit rows (as the index stores them)."""
+    """The index reads the runbooks' feedback and the facts' generality make, over a matrix of unit rows (as the
+    index stores them)."""
 
     def __init__(self, matrix, docs):
         self.matrix, self.docs = matrix, docs
@@ -172,6 +173,9 @@ class _Vectors:
     def doc_vectors(self, rowid):
         key = (self.docs[rowid]["kind"], self.docs[rowid]["id"])
         return [self.matrix[r] for r, d in self.docs.items() if (d["kind"], d["id"]) == key]
+
+    def docs_vectors(self, rowids):
+        return {r: self.doc_vectors(r) for r in rowids}
 
     def similarities(self, vector, rowids):
         return {r: float(self.matrix[r] @ vector) for r in rowids}

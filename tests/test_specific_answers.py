@@ -101,14 +101,14 @@ def test_coverages_of_many_chunks_are_the_coverage_of_each(service):
 
 
 class _Index:
-    """The one read generality makes: a doc's chunk vectors (unit rows)."""
+    """The one read generality makes: each row's doc's chunk vectors (unit rows), all rows at once."""
 
     def __init__(self, vectors, docs):
         self.vectors, self.docs = vectors, docs
 
-    def doc_vectors(self, rowid):
-        doc = self.docs[rowid]
-        return [self.vectors[r] for r, d in self.docs.items() if (d["kind"], d["id"]) == (doc["kind"], doc["id"])]
+    def docs_vectors(self, rowids):
+        return {r: [self.vectors[x] for x, d in self.docs.items() if (d["kind"], d["id"]) == (
+            self.docs[r]["kind"], self.docs[r]["id"])] for r in rowids}
 
 
 def _unit(*xs):

@@ -310,10 +310,11 @@ def generality(index: VaultIndex, docs: dict[int, dict[str, Any]], cosine: dict[
             facts.setdefault(docs[rowid]["id"], rowid)
     if len(facts) <= GENERAL_NEIGHBOURS:
         return {}
-    vectors = [index.doc_vectors(rowid) for rowid in facts.values()]
-    if not all(len(v) for v in vectors):
+    found = index.docs_vectors(list(facts.values()))
+    vectors = [found.get(rowid) for rowid in facts.values()]
+    if not all(vectors):
         return {}
-    m = np.array([np.mean(np.asarray(v, dtype=np.float32), axis=0) for v in vectors])
+    m = np.array([v[0] if len(v) == 1 else np.mean(v, axis=0) for v in vectors], dtype=np.float32)
     m /= np.linalg.norm(m, axis=1, keepdims=True)
     near = m @ m.T
     np.fill_diagonal(near, -1.0)

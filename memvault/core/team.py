@@ -550,6 +550,13 @@ class TeamIndex(TeamListings):
             return list(self._call(index.doc_vectors, mine[0]))
         return []
 
+    def docs_vectors(self, rowids: Sequence[int]) -> dict[int, list[Any]]:
+        """:meth:`doc_vectors` of many rows, each from the part that holds it."""
+        out: dict[int, list[Any]] = {}
+        for index, sign, mine in self._by_part(rowids):
+            out.update({sign * r: list(v) for r, v in self._call(index.docs_vectors, mine).items()})
+        return out
+
     def unknown_words(self, words: Sequence[str]) -> list[str]:
         """Those of ``words`` that no part answering now holds (the shared index and this host's overlay, or the
         fallback while the shared index cannot be used)."""

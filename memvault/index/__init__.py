@@ -397,9 +397,8 @@ class Index(Freshness, Listings):
         """Build a whole new generation beside the current one, then swap it in with an atomic rename.
 
         Recall keeps reading the old generation until the swap; a failure leaves the old one in place and removes
-        the half-built file (after a crash, the next rebuild removes it). With no model available the new index is keyword-only
-        and says so.
-        """
+        the half-built file (after a crash, the next rebuild removes it). With no model the new index is keyword-only
+        and says so."""
         started = time.perf_counter()
         ensure_dir(self.dir)
         with locked(self.dir / "locks" / "rebuild.lock"):
@@ -566,8 +565,7 @@ class Index(Freshness, Listings):
         vectors in memory as they are stored (:mod:`.matrix`: int8, dims bytes per row, or float32) and scores them
         with numpy: the pip build of sqlite-vec has no SIMD and scans 4-8x slower than that. The matrix is
         reloaded when the index file changes (``PRAGMA data_version``, a generation swap, or a write here).
-        Both paths score the same cosines.
-        """
+        Both paths score the same cosines."""
         scan = self.vector_search(kinds, limit)
         if scan is not None:
             return scan(vector)
@@ -688,16 +686,18 @@ class Index(Freshness, Listings):
             conn.execute(search.META_SET_SQL, (key, value))
 
     def sample_chunks(self, kind: str, n: int) -> list[tuple[str, str]]:
-        """("kind:id", text) of ``n`` embedded chunks of ``kind``, the same ones for the same vault (ordered by
-        their hash, a sample that depends on the text only)."""
+        """("kind:id", text) of ``n`` embedded chunks of ``kind``, the same for the same vault (by text hash)."""
         return search.sample_chunks(self.connection(), kind, n)
 
     def doc_vectors(self, rowid: int) -> list[Any]:
-        """The stored vectors (float32 unit vectors, an int8 row divided by its length) of every chunk of the doc
-        chunk ``rowid`` belongs to."""
-        conn = self.connection()
-        kind = self._format or self.vector_type
-        return [quantize.decode(kind, b) for b in search.doc_vectors(conn, rowid)]
+        """The stored vectors (float32 unit vectors, an int8 row ÷ its length) of the chunks of ``rowid``'s doc."""
+        return self.docs_vectors([rowid]).get(rowid, [])
+
+    def docs_vectors(self, rowids: Sequence[int]) -> dict[int, list[Any]]:
+        """:meth:`doc_vectors` of many chunks, in one statement: chunk rowid -> its doc's vectors."""
+        found = search.docs_vectors(self.connection(), rowids)
+        rows = iter(quantize.decode_rows(self._format or self.vector_type, [b for bs in found.values() for b in bs]))
+        return {r: [next(rows) for _ in bs] for r, bs in found.items()}
 
     def last_chunk_id(self) -> int:
         """The newest chunk's rowid (grows as the vault grows)."""

@@ -112,6 +112,11 @@ class SearchIndex(Protocol):
         an untrusted memory that "matches every question")."""
         ...
 
+    def docs_vectors(self, rowids: Sequence[int]) -> dict[int, list[Any]]:
+        """:meth:`doc_vectors` of many chunks at once: chunk id -> its doc's vectors (recall's generality of the
+        facts found; a chunk without a vector is left out)."""
+        ...
+
     def unknown_words(self, words: Sequence[str]) -> list[str]:
         """Those of ``words`` that no chunk holds, compared as the keyword index stores words (recall's name rule)."""
         ...

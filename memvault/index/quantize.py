@@ -102,6 +102,17 @@ def decode(kind: str, blob: bytes) -> Any:
     return v / norm if norm else v
 
 
+def decode_rows(kind: str, blobs: list[bytes]) -> Any:
+    """Many stored vectors of one length at once, as :func:`decode` gives each: a float32 matrix of unit rows."""
+    import numpy as np
+
+    if kind != "int8":
+        return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+    m = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(blobs), -1).astype(np.float32)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms > 0, norms, np.float32(1.0))
+
+
 def stored(conn: sqlite3.Connection) -> str | None:
     """The format of the vectors this index holds: from its stamp, else from the vec0 table's declaration (an index
     built before the stamp); None when it has no vector table."""

@@ -380,14 +380,20 @@ def sample_chunks(conn: sqlite3.Connection, kind: str, n: int) -> list[tuple[str
     return [(r[0], r[1]) for r in conn.execute(SAMPLE_SQL, (kind, n))]
 
 
-DOC_VECTORS_SQL = ("SELECT v.embedding FROM chunks c1 JOIN chunks c2 ON c2.doc = c1.doc "
-                   "JOIN chunks_vec v ON v.rowid = c2.rowid WHERE c1.rowid = ?")
+def docs_vectors_sql(n: int) -> str:
+    return ("SELECT c1.rowid, v.embedding FROM chunks c1 JOIN chunks c2 ON c2.doc = c1.doc "
+            f"JOIN chunks_vec v ON v.rowid = c2.rowid WHERE c1.rowid IN ({marks(range(n))})")
 
 
-def doc_vectors(conn: sqlite3.Connection, rowid: int) -> list[bytes]:
-    """The stored vectors (as stored: see :mod:`.quantize`) of every chunk of the doc that chunk ``rowid`` belongs
-    to."""
-    return [r[0] for r in conn.execute(DOC_VECTORS_SQL, (rowid,))]
+def docs_vectors(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, list[bytes]]:
+    """Chunk rowid -> the stored vectors (as stored: see :mod:`.quantize`) of every chunk of its doc, in chunk order
+    (the doc's index on (doc, chunk)), for many chunks a statement: a vec0 lookup each, ~5 µs a row where a
+    statement a chunk took ~27."""
+    out: dict[int, list[bytes]] = {}
+    for batch in batches(list(rowids), 500):
+        for rowid, blob in conn.execute(docs_vectors_sql(len(batch)), batch):
+            out.setdefault(rowid, []).append(blob)
+    return out
 
 
 def last_chunk_id(conn: sqlite3.Connection) -> int:

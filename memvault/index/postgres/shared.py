@@ -210,6 +210,14 @@ class SharedIndex(SharedListings, Connected):
         with self._errors("doc vectors") as conn:
             return [np.frombuffer(b, dtype=np.float32) for b in self.vectors.doc_vectors(conn, rowid)]
 
+    def docs_vectors(self, rowids: Sequence[int]) -> dict[int, list[Any]]:
+        """:meth:`doc_vectors` of many chunks in one statement: chunk id -> its doc's vectors (float32 arrays)."""
+        import numpy as np
+
+        with self._errors("doc vectors") as conn:
+            return {r: [np.frombuffer(b, dtype=np.float32) for b in found]
+                    for r, found in self.vectors.docs_vectors(conn, rowids).items()}
+
     def unknown_words(self, words: Sequence[str]) -> list[str]:
         """Those of ``words`` that no chunk of the vault holds (recall's name rule)."""
         if not words:

@@ -532,6 +532,21 @@ class ModelVectors:
                             (int(chunk_id),), binary=True).fetchall()
         return [bytes(r[0]) for r in rows]
 
+    def docs_vectors(self, conn: Any, chunk_ids: Sequence[int]) -> dict[int, list[bytes]]:
+        """:meth:`doc_vectors` of many chunks in one statement: chunk id -> its doc's vectors, in chunk order."""
+        state = self._state(conn, False)
+        if state.live_model is None or not chunk_ids:
+            return {}
+        rows = conn.execute(vsql(state.vault_id, "SELECT c1.chunk_id, v.embedding::vector FROM {chunks} c1 JOIN {chunks} c "
+                                 "ON c.doc_id = c1.doc_id JOIN {vt} v ON v.chunk_id = c.chunk_id "
+                                 "WHERE c1.chunk_id = ANY(%s) ORDER BY c1.chunk_id, c.chunk",
+                                 vt=vec(state.vault_id, state.live_model)),
+                            ([int(i) for i in chunk_ids],), binary=True).fetchall()
+        out: dict[int, list[bytes]] = {}
+        for chunk_id, embedding in rows:
+            out.setdefault(int(chunk_id), []).append(bytes(embedding))
+        return out
+
     def similarities(self, conn: Any, vector: Any, ids: Sequence[int]) -> dict[int, float]:
         """Cosine similarity of ``vector`` to the live vectors of the given chunks (those that have one)."""
         from psycopg import sql
