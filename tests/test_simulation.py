@@ -181,6 +181,26 @@ class _Vectors:
         return {r: float(self.matrix[r] @ vector) for r in rowids}
 
 
+def _random_vectors(gen, docs):
+    """A unit vector for every chunk, the query's, and every chunk's cosine with it (a step is found by meaning
+    only)."""
+    matrix = {r: v / np.linalg.norm(v) for r, v in ((r, gen.normal(size=8).astype(np.float32)) for r in docs)}
+    qvec = gen.normal(size=8).astype(np.float32)
+    qvec /= np.linalg.norm(qvec)
+    return matrix, qvec, {r: float(matrix[r] @ qvec) for r in docs}
+
+
+def _best_steps(docs, cosine):
+    """Each runbook's best step cosine and that step's row, as gather reads them (a step lends its cosine)."""
+    best_step: dict[tuple[str, str], float] = {}
+    step_row: dict[tuple[str, str], int] = {}
+    for r, d in docs.items():
+        key = (d["kind"], d["id"])
+        if d["chunk"] < 0 and cosine[r] > best_step.get(key, 0.0):
+            best_step[key], step_row[key] = cosine[r], r
+    return best_step, step_row
+
+
 @pytest.mark.parametrize("weight", [0.5, 1.0])
 def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weight):
     """candidates._runbook_feedback (the query's vector moved toward the three most relevant runbooks, each
@@ -197,18 +217,8 @@ def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weigh
         docs, keyword, phrases, exact, _cos, neighbours = _random_recall(rnd)
         if not docs:
             continue
-        matrix = {r: v / np.linalg.norm(v) for r, v in
-                  ((r, gen.normal(size=8).astype(np.float32)) for r in docs)}
-        qvec = gen.normal(size=8).astype(np.float32)
-        qvec /= np.linalg.norm(qvec)
-        # every chunk has a vector; a step is found by meaning only, and lends its cosine to its runbook
-        cosine = {r: float(matrix[r] @ qvec) for r in docs}
-        steps_of = {r: (d["kind"], d["id"]) for r, d in docs.items() if d["chunk"] < 0}
-        best_step: dict[tuple[str, str], float] = {}
-        step_row: dict[tuple[str, str], int] = {}
-        for r, key in steps_of.items():  # as gather reads them
-            if cosine[r] > best_step.get(key, 0.0):
-                best_step[key], step_row[key] = cosine[r], r
+        matrix, qvec, cosine = _random_vectors(gen, docs)
+        best_step, step_row = _best_steps(docs, cosine)
         config = _config(w)
         index = _Vectors(matrix, docs)
         parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
@@ -255,15 +265,8 @@ def test_the_simulation_reads_how_general_a_fact_is_as_recall_does(weight):
             docs[max(docs) + 1] = dict(docs[facts[0]], chunk=1)
         if not docs:
             continue
-        matrix = {r: v / np.linalg.norm(v) for r, v in
-                  ((r, gen.normal(size=8).astype(np.float32)) for r in docs)}
-        qvec = gen.normal(size=8).astype(np.float32)
-        qvec /= np.linalg.norm(qvec)
-        cosine = {r: float(matrix[r] @ qvec) for r in docs}
-        best_step: dict[tuple[str, str], float] = {}
-        for r, d in docs.items():
-            if d["chunk"] < 0 and cosine[r] > best_step.get((d["kind"], d["id"]), 0.0):
-                best_step[(d["kind"], d["id"])] = cosine[r]
+        matrix, qvec, cosine = _random_vectors(gen, docs)
+        best_step, _rows = _best_steps(docs, cosine)
         config = _config(w)
         index = _Vectors(matrix, docs)
         parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
