@@ -11,8 +11,8 @@ by runbook group (``node``, ``etcd``...; the half vault's questions with it). Fo
 best candidates by the share of the question's words they hold; ``keyword_coverage`` h; ``time_weight`` t,
 how far a time the question names puts its memories first, and ``grace_weight`` e, how much less a memory of the
 time only by the week after it counts; ``procedure_semantic_weight`` S and ``procedure_phrase_weight`` P, a
-runbook's own s and p; ``procedure_feedback_weight`` f; ``generality_weight`` u, how much a fact close to the
-other facts found loses) are chosen on the other folds by the mean, over
+runbook's own s and p; ``procedure_feedback_weight`` f; and, only when ``--grid "u=0,0.3"`` names it,
+``generality_weight`` u, how much a fact close to the other facts found loses: off in recall) are chosen on the other folds by the mean, over
 sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
 which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
@@ -57,9 +57,9 @@ NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
         "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "f": (0.0, 0.25, 0.5, 1.0),
-        "u": (0.0, 0.1, 0.2, 0.3, 0.4)}
+        "u": (0.0,)}
 SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "f": 0.5,
-           "u": 0.3, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
+           "u": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3

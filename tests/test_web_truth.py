@@ -358,7 +358,23 @@ class Meters(HTMLParser):
 QUESTION = "which port does the primary database use"
 
 
-def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
+@pytest.fixture
+def general(seeded, models):
+    """The seeded vault with ``[recall] generality_weight`` 0.3 (off by default), and a client of it: what the
+    playground and --explain show of a fact's cosine that lost or gained for how general it is."""
+    toml = seeded.root / "memvault.toml"
+    assert "generality_weight = 0.0" in toml.read_text()
+    toml.write_text(toml.read_text().replace("generality_weight = 0.0", "generality_weight = 0.3"))
+    v = Vault.open(seeded.root, embedder_factory=models, daemon=False)
+    c = web_client(v)
+    try:
+        yield v, c
+    finally:
+        c.__exit__(None, None, None)
+
+
+def test_the_playground_bars_are_the_figures_recall_ranked_with(general):
+    seeded, client = general
     page = client.get("/recall", params={"q": QUESTION, "k": 20, "min_relevance": "0"})
     shown = client.get("/recall", params={"q": QUESTION, "k": 20, "min_relevance": "0", "format": "json"}
                        ).json()["result"]["hits"]
@@ -413,8 +429,19 @@ def test_the_playground_bars_are_the_figures_recall_ranked_with(client, seeded):
     assert recall.procedure_feedback_weight and recall.generality_weight
 
 
-def test_recall_explain_prints_the_same_figures(seeded):
+def test_off_by_default_no_fact_loses_for_being_general_and_the_playground_says_nothing_of_it(client, seeded):
+    page = client.get("/recall", params={"q": QUESTION, "k": 20, "min_relevance": "0"})
+    assert seeded.config.recall.generality_weight == 0.0
+    result = seeded.recall(QUESTION, k=20, min_relevance=0, record_access=False, log=False)
+    assert len(result) and all(h.explain()["parts"]["general"] == 0.0 for h in result)
+    text = html.unescape(page.text)
+    assert "a fact close to the other facts found" not in text and "among the facts found" not in text
+
+
+def test_recall_explain_prints_the_same_figures(general):
     from memvault.core.render import render
+
+    seeded = general[0]
 
     result = seeded.recall(QUESTION, k=5, record_access=False, log=False)
     import json as _json

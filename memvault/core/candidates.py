@@ -299,8 +299,9 @@ def generality(index: VaultIndex, docs: dict[int, dict[str, Any]], cosine: dict[
     meaning (each fact once, its vector the mean of its chunks') are read against each other: a fact's closeness is
     its mean cosine with its :data:`GENERAL_NEIGHBOURS` nearest, and it loses ``weight ×`` (its closeness − the mean
     closeness of them all), so a fact below the mean gains as much (hubness reduction; CSLS's local scaling, centred).
-    Empty when fewer than ``GENERAL_NEIGHBOURS + 1`` facts are among them. Chosen out of fold (docs/benchmarks.md,
-    issue 27 seventh pass)."""
+    Empty when fewer than ``GENERAL_NEIGHBOURS + 1`` facts are among them. Off by default: the folds chose 0.3 for
+    LoCoMo facts, but an answer central to its subject loses as a general fact does (docs/benchmarks.md, issue 27
+    seventh pass)."""
     import numpy as np
 
     closest = sorted((r for r in docs if r in cosine), key=lambda r: (-cosine[r], r))[:GENERAL_ROWS]

@@ -11,8 +11,9 @@ Relevance decides what is a candidate; the other factors order comparable candid
   Candidates are the union of FTS5 BM25 (any query term may match) and the vector search; each gets both scores.
   A runbook's closest chunk is read again against the query's vector moved toward the three most relevant
   runbooks found (``procedure_feedback_weight``, :func:`memvault.core.candidates.feedback_vector`), scaled to keep
-  the best runbook's cosine. A fact close to the other facts found (general on their subject) loses some cosine to
-  the one that stands apart (``generality_weight``, :func:`memvault.core.candidates.generality`).
+  the best runbook's cosine. With ``generality_weight`` (off by default), a fact close to the other facts found
+  (general on their subject) loses some cosine to the one that stands apart
+  (:func:`memvault.core.candidates.generality`).
 - **"nothing known"**: unless a memory quotes the query, or the best **semantic evidence** of any kind reaches
   ``[recall] min_evidence``, or the best keyword match holds ``min_coverage`` of the query's IDF weight, recall
   returns nothing and says why. Evidence is a cosine on the scale measured for this vault and model, per kind
