@@ -37,7 +37,7 @@ def timed(v, queries: list[str], forget: bool = False) -> list[float]:
     out = []
     for q in queries:
         if forget:
-            timeq._known.clear()
+            timeq.forget_times()
         start = time.perf_counter()
         v.recall(q, k=10, record_access=False, sync=False)
         out.append((time.perf_counter() - start) * 1000)

@@ -185,6 +185,10 @@ def test_a_text_read_before_is_known_again_without_being_kept(monkeypatch):
     assert len(timeq._known) == 3
     timeq.named_times(text, AT)
     assert reads[-1] == text and len(reads) == 5
+    timeq.forget_times()  # all forgotten: the next meeting reads the text again
+    assert len(timeq._known) == 0
+    timeq.named_times(text, AT)
+    assert len(timeq._known) == 1 and len(reads) == 6 and reads[-1] == text
 
 
 @pytest.mark.parametrize("query, said, window", [

@@ -334,6 +334,13 @@ def named_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
     return list(found)
 
 
+def forget_times() -> None:
+    """Forget every text's times this process knows (:func:`named_times` reads each again): a benchmark's first
+    meeting with the texts, or a process that wants its memory back."""
+    with _known_lock:
+        _known.clear()
+
+
 def _read_times(text: str, at: datetime) -> list[tuple[datetime, datetime]]:
     segments: list[list[int]] = []
     for i in _cues(text):
