@@ -361,7 +361,9 @@ def _runbook_feedback(index: VaultIndex, vector: Any, out: dict[tuple[str, str],
     found = sorted((c for c in out.values() if c.key[0] == "procedure"), key=lambda c: (-c.relevance, c.key))
     if not found:
         return None
-    chunks = [index.doc_vectors(c.rowid) for c in found[:FEEDBACK_RUNBOOKS]]
+    top = [c.rowid for c in found[:FEEDBACK_RUNBOOKS]]
+    vectors_of = index.docs_vectors(top)  # one read for the three
+    chunks = [vectors_of.get(rowid, []) for rowid in top]
     if not all(len(vectors) for vectors in chunks):
         return None
     closest: dict[tuple[str, str], tuple[float, int]] = {}  # runbook -> (cosine, rowid) of its closest row

@@ -546,9 +546,7 @@ class TeamIndex(TeamListings):
 
     def doc_vectors(self, rowid: int) -> list[Any]:
         """The stored vectors of the doc chunk ``rowid`` belongs to, from the part that holds it."""
-        for index, _sign, mine in self._by_part([rowid]):
-            return list(self._call(index.doc_vectors, mine[0]))
-        return []
+        return self.docs_vectors([rowid]).get(rowid, [])
 
     def docs_vectors(self, rowids: Sequence[int]) -> dict[int, list[Any]]:
         """:meth:`doc_vectors` of many rows, each from the part that holds it."""

@@ -205,10 +205,7 @@ class SharedIndex(SharedListings, Connected):
 
     def doc_vectors(self, rowid: int) -> list[Any]:
         """The stored vectors (float32 arrays) of every chunk of the doc chunk ``rowid`` belongs to."""
-        import numpy as np
-
-        with self._errors("doc vectors") as conn:
-            return [np.frombuffer(b, dtype=np.float32) for b in self.vectors.doc_vectors(conn, rowid)]
+        return self.docs_vectors([rowid]).get(rowid, [])
 
     def docs_vectors(self, rowids: Sequence[int]) -> dict[int, list[Any]]:
         """:meth:`doc_vectors` of many chunks in one statement: chunk id -> its doc's vectors (float32 arrays)."""

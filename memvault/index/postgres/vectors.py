@@ -520,20 +520,9 @@ class ModelVectors:
             return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
         return []  # pragma: no cover
 
-    def doc_vectors(self, conn: Any, chunk_id: int) -> list[bytes]:
-        """The live model's vectors (float32 bytes) of every chunk of the doc chunk ``chunk_id`` belongs to, in
-        order (recall's hub test)."""
-        state = self._state(conn, False)
-        if state.live_model is None:
-            return []
-        rows = conn.execute(vsql(state.vault_id, "SELECT v.embedding::vector FROM {chunks} c JOIN {vt} v ON v.chunk_id = "
-                                 "c.chunk_id WHERE c.doc_id = (SELECT doc_id FROM {chunks} WHERE chunk_id = %s) "
-                                 "ORDER BY c.chunk", vt=vec(state.vault_id, state.live_model)),
-                            (int(chunk_id),), binary=True).fetchall()
-        return [bytes(r[0]) for r in rows]
-
     def docs_vectors(self, conn: Any, chunk_ids: Sequence[int]) -> dict[int, list[bytes]]:
-        """:meth:`doc_vectors` of many chunks in one statement: chunk id -> its doc's vectors, in chunk order."""
+        """The live model's vectors (float32 bytes) of every chunk of each given chunk's doc, in chunk order, in
+        one statement: chunk id -> its doc's vectors (recall's hub test, the runbooks' feedback, generality)."""
         state = self._state(conn, False)
         if state.live_model is None or not chunk_ids:
             return {}
