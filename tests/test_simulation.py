@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -181,24 +182,63 @@ class _Vectors:
         return {r: float(self.matrix[r] @ vector) for r in rowids}
 
 
-def _random_vectors(gen, docs):
-    """A unit vector for every chunk, the query's, and every chunk's cosine with it (a step is found by meaning
-    only)."""
+@dataclass
+class _VectorRecall:
+    """One random recall with a unit vector for every chunk and for the query (the feedback and generality parity
+    tests): what gather hands _combine, and the index reads over those vectors."""
+
+    w: dict
+    docs: dict
+    keyword: dict
+    phrases: dict
+    exact: set
+    neighbours: dict
+    matrix: dict
+    qvec: np.ndarray
+    cosine: dict  # every chunk's cosine with the query (a step is found by meaning only)
+    best_step: dict  # each runbook's best step cosine, and that step's row, as gather reads them
+    step_row: dict
+    config: _Config
+    index: _Vectors
+    parts: object
+
+    def question(self, **fields):
+        """eval_folds.prepare's arrays for it, a runbook's best step lending its cosine."""
+        docs = self.docs
+        return _simulated_question(
+            docs, self.keyword, self.phrases, self.exact,
+            lambda r: max(self.cosine[r], self.best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)),
+            self.neighbours, 0.5, **fields)
+
+
+def _vector_recall(seed, long_fact=False):
+    """The random recall of ``seed`` with its vectors (None: no candidate); ``long_fact``: half the time a fact
+    gets a second chunk."""
+    from memvault.core.candidates import Parts
+
+    rnd = random.Random(seed)
+    gen = np.random.default_rng(seed)
+    w = dict(ef.SHIPPED)
+    docs, keyword, phrases, exact, _cos, neighbours = _random_recall(rnd)
+    facts = [r for r, d in docs.items() if d["kind"] == "fact"]
+    if long_fact and facts and rnd.random() < 0.5:
+        docs[max(docs) + 1] = dict(docs[facts[0]], chunk=1)
+    if not docs:
+        return None
     matrix = {r: v / np.linalg.norm(v) for r, v in ((r, gen.normal(size=8).astype(np.float32)) for r in docs)}
     qvec = gen.normal(size=8).astype(np.float32)
     qvec /= np.linalg.norm(qvec)
-    return matrix, qvec, {r: float(matrix[r] @ qvec) for r in docs}
-
-
-def _best_steps(docs, cosine):
-    """Each runbook's best step cosine and that step's row, as gather reads them (a step lends its cosine)."""
+    cosine = {r: float(matrix[r] @ qvec) for r in docs}
     best_step: dict[tuple[str, str], float] = {}
     step_row: dict[tuple[str, str], int] = {}
     for r, d in docs.items():
         key = (d["kind"], d["id"])
         if d["chunk"] < 0 and cosine[r] > best_step.get(key, 0.0):
             best_step[key], step_row[key] = cosine[r], r
-    return best_step, step_row
+    config = _config(w)
+    index = _Vectors(matrix, docs)
+    return _VectorRecall(w, docs, keyword, phrases, exact, neighbours, matrix, qvec, cosine, best_step, step_row,
+                         config, index, Parts(index, None, None, None, config, None))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("weight", [0.5, 1.0])
@@ -206,38 +246,31 @@ def test_the_simulation_moves_the_query_toward_the_runbooks_as_recall_does(weigh
     """candidates._runbook_feedback (the query's vector moved toward the three most relevant runbooks, each
     runbook's closest chunk or step read again, scaled to keep the best runbook cosine) then _combine, against the
     simulation's rank with f, on random candidates with random vectors: facts keep their cosines."""
-    from memvault.core.candidates import Parts, _combine, _runbook_feedback, _shares
+    from memvault.core.candidates import _combine, _runbook_feedback, _shares
     from memvault.core.rescore import keyword_trust
 
     moved_any = 0
     for trial in range(200):
-        rnd = random.Random(trial)
-        gen = np.random.default_rng(trial)
-        w = dict(ef.SHIPPED)
-        docs, keyword, phrases, exact, _cos, neighbours = _random_recall(rnd)
-        if not docs:
+        case = _vector_recall(trial)
+        if case is None:
             continue
-        matrix, qvec, cosine = _random_vectors(gen, docs)
-        best_step, step_row = _best_steps(docs, cosine)
-        config = _config(w)
-        index = _Vectors(matrix, docs)
-        parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
-        shares = _shares(config.recall, "hybrid")
+        w, docs, cosine, index = case.w, case.docs, case.cosine, case.index
+        shares = _shares(case.config.recall, "hybrid")
         trust = keyword_trust(0.5, w["h"])
-        found = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step)
-        moved = _runbook_feedback(index, qvec, found, docs, cosine, best_step, step_row, weight)
+        found = _combine(case.parts, docs, case.keyword, case.phrases, case.exact, cosine, case.neighbours, shares,
+                         trust, case.best_step)
+        moved = _runbook_feedback(index, case.qvec, found, docs, cosine, case.best_step, case.step_row, weight)
         if moved is not None:
             moved_any += 1
-            found = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1])
+            found = _combine(case.parts, docs, case.keyword, case.phrases, case.exact, moved[0], case.neighbours,
+                             shares, trust, moved[1])
             assert max(moved[0][r] for r in docs if docs[r]["kind"] == "procedure") == pytest.approx(
                 max(max(cosine[r] for r in docs if docs[r]["kind"] == "procedure"), 0.0), abs=1e-6)
         relevance, recall = _recall_order(found)
         procs = any(d["kind"] == "procedure" for d in docs.values())
         rows = _in_key_order(docs)
-        q = _simulated_question(
-            docs, keyword, phrases, exact,
-            lambda r: max(cosine[r], best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)), neighbours, 0.5,
-            qvec=qvec if procs else None, vecs=np.array([matrix[r] for r in rows]) if procs else None,
+        q = case.question(
+            qvec=case.qvec if procs else None, vecs=np.array([case.matrix[r] for r in rows]) if procs else None,
             chunks={f"procedure:{d['id']}": np.array(index.doc_vectors(r))
                     for r, d in docs.items() if d["kind"] == "procedure"},
             steps=np.array([docs[r]["chunk"] < 0 for r in rows]))
@@ -251,37 +284,25 @@ def test_the_simulation_reads_how_general_a_fact_is_as_recall_does(weight):
     """candidates.generality (the facts among the closest candidates read against each other, each fact's
     closeness to its nearest above their mean taken off its cosine) then _combine, against the simulation's
     generality_of and rank with u, on random candidates with random vectors (a fact of two chunks among them)."""
-    from memvault.core.candidates import Parts, _combine, _shares, generality
+    from memvault.core.candidates import _combine, _shares, generality
     from memvault.core.rescore import keyword_trust
 
     general_any = 0
     for trial in range(200):
-        rnd = random.Random(1000 + trial)
-        gen = np.random.default_rng(1000 + trial)
-        w = dict(ef.SHIPPED)
-        docs, keyword, phrases, exact, _cos, neighbours = _random_recall(rnd)
-        facts = [r for r, d in docs.items() if d["kind"] == "fact"]
-        if facts and rnd.random() < 0.5:  # a long fact: a second chunk
-            docs[max(docs) + 1] = dict(docs[facts[0]], chunk=1)
-        if not docs:
+        case = _vector_recall(1000 + trial, long_fact=True)
+        if case is None:
             continue
-        matrix, qvec, cosine = _random_vectors(gen, docs)
-        best_step, _rows = _best_steps(docs, cosine)
-        config = _config(w)
-        index = _Vectors(matrix, docs)
-        parts = Parts(index, None, None, None, config, None)  # type: ignore[arg-type]
-        lost = generality(index, docs, cosine, weight)
+        w, docs, cosine = case.w, case.docs, case.cosine
+        lost = generality(case.index, docs, cosine, weight)
         general_any += bool(lost)
-        found = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, _shares(config.recall, "hybrid"),
-                         keyword_trust(0.5, w["h"]), best_step, lost)
+        found = _combine(case.parts, docs, case.keyword, case.phrases, case.exact, cosine, case.neighbours,
+                         _shares(case.config.recall, "hybrid"), keyword_trust(0.5, w["h"]), case.best_step, lost)
         relevance, recall = _recall_order(found)
         rows = _in_key_order(docs)
         keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
-        q = _simulated_question(
-            docs, keyword, phrases, exact,
-            lambda r: max(cosine[r], best_step.get((docs[r]["kind"], docs[r]["id"]), 0.0)), neighbours, 0.5,
+        q = case.question(
             general=ef.generality_of(np.array([cosine[r] for r in rows]), [docs[r]["kind"] for r in rows], keys,
-                                     lambda key: np.mean([matrix[r] for r, k in zip(rows, keys) if k == key],
+                                     lambda key: np.mean([case.matrix[r] for r, k in zip(rows, keys) if k == key],
                                                          axis=0)))
         assert {r: weight * q.general[i] for i, r in enumerate(rows) if r in lost} == pytest.approx(lost, abs=1e-6)
         simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0, 0.0, weight)
