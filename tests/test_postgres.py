@@ -837,6 +837,18 @@ def test_plans_use_the_gin_and_hnsw_indexes(big, url):
     steps = "\n".join(r[0] for r in sql(url, f"EXPLAIN SELECT chunk_id, doc_id FROM memvault.v{v}_chunks "
                                              "WHERE doc_id = ANY(%s::bigint[]) AND chunk < 0", ([5, 50, 500],)))
     assert f"Index Scan using v{v}_chunks_doc_id_chunk_key" in steps and "Seq Scan" not in steps, steps
+    # the vectors of the docs of a few chunks (docs_vectors: the runbooks' feedback, the hub test, generality): the
+    # chunks' key, their (doc_id, chunk) index and the vector table's key, never a scan
+    from psycopg import sql as psql
+
+    from memvault.index.postgres.vectors import docs_vectors_sql
+
+    with psycopg.connect(url) as conn:
+        query = psql.SQL("EXPLAIN ") + docs_vectors_sql(v, 1)
+        plan = "\n".join(r[0] for r in conn.execute(query, ([5, 50, 500],)).fetchall())
+    assert all(f"Index Scan using {name}" in plan for name in (f"v{v}_chunks_pkey", f"v{v}_chunks_doc_id_chunk_key",
+                                                                f"v{v}_vec_1_pkey")), plan
+    assert "Seq Scan" not in plan, plan
 
 
 def test_plans_on_a_tiny_table_can_use_the_indexes(ix):

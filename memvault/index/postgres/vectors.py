@@ -57,6 +57,14 @@ def rows_of(matrix: Any) -> list[bytes]:
     return [row.tobytes() for row in data]
 
 
+def docs_vectors_sql(vault_id: int, model_id: int) -> Any:
+    """Every chunk of each given chunk's doc, with its vector of the model, in chunk order (one parameter: the chunk
+    ids): the chunks' primary key, then their (doc_id, chunk) index, then the vector table's key."""
+    return vsql(vault_id, "SELECT c1.chunk_id, v.embedding::vector FROM {chunks} c1 JOIN {chunks} c ON c.doc_id = "
+                "c1.doc_id JOIN {vt} v ON v.chunk_id = c.chunk_id WHERE c1.chunk_id = ANY(%s) ORDER BY c1.chunk_id, "
+                "c.chunk", vt=vec(vault_id, model_id))
+
+
 class ModelVectors:
     """The vectors of one vault: phase 2 (embed pending chunks), model switches, and vector search. Every method
     takes the connection its caller (the shared index) opened, inside that caller's error handling.
@@ -526,11 +534,8 @@ class ModelVectors:
         state = self._state(conn, False)
         if state.live_model is None or not chunk_ids:
             return {}
-        rows = conn.execute(vsql(state.vault_id, "SELECT c1.chunk_id, v.embedding::vector FROM {chunks} c1 JOIN {chunks} c "
-                                 "ON c.doc_id = c1.doc_id JOIN {vt} v ON v.chunk_id = c.chunk_id "
-                                 "WHERE c1.chunk_id = ANY(%s) ORDER BY c1.chunk_id, c.chunk",
-                                 vt=vec(state.vault_id, state.live_model)),
-                            ([int(i) for i in chunk_ids],), binary=True).fetchall()
+        rows = conn.execute(docs_vectors_sql(state.vault_id, state.live_model), ([int(i) for i in chunk_ids],),
+                            binary=True).fetchall()
         out: dict[int, list[bytes]] = {}
         for chunk_id, embedding in rows:
             out.setdefault(int(chunk_id), []).append(bytes(embedding))
