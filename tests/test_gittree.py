@@ -117,8 +117,83 @@ def test_a_commit_landing_meanwhile_is_never_overwritten(repo, monkeypatch):
     assert git(repo, "status", "--porcelain") == ""
 
 
-def test_concurrent_writers_lose_no_commit(repo):
+def test_a_commit_landing_inside_git_commit_is_never_overwritten(repo):
+    """Where git commit must run (here a hook), HEAD can move while it runs: git refuses to move HEAD ("cannot lock
+    ref 'HEAD': is at ... but expected ..."), and the commit is made again on top instead of failing the write."""
+    store = GitStore(repo)
+    hook = repo / ".git/hooks/commit-msg"
+    # once: another writer's commit lands after git commit has read HEAD and before it moves it
+    hook.write_text('#!/bin/sh\nflag="$(git rev-parse --git-dir)/raced"\n[ -e "$flag" ] && exit 0\n: > "$flag"\n'
+                    'git update-ref HEAD "$(git commit-tree HEAD^{tree} -p HEAD -m meanwhile)"\n')
+    hook.chmod(0o755)
+    (repo / "facts/db/primary.md").write_text("port 6432\n")
+    store.commit([repo / "facts/db/primary.md"], "mine")
+    assert (repo / ".git/raced").exists()
+    assert git(repo, "log", "--format=%s", "-3").splitlines() == ["mine", "meanwhile", "start"]
+    assert git(repo, "show", "HEAD:facts/db/primary.md") == "port 6432"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_head_moving_while_read_is_read_again(repo, monkeypatch):
+    """HEAD moves between the plumbing's reads of HEAD and of its trees: the commit is built again from the new
+    HEAD, still by the plumbing (git commit's whole-index path is not needed for it)."""
+    store = GitStore(repo)
+    (repo / "facts/db/primary.md").write_text("port 6432\n")
+    real = store._run
+    raced = []
+
+    def racing(args, data, env=None):
+        if args[0] == "cat-file" and not raced:
+            # the trees are read at a commit that landed after HEAD was read
+            raced.append(1)
+            (repo / "README").write_text("someone else's commit\n")
+            before = git(repo, "rev-parse", "HEAD")
+            git(repo, "commit", "-qm", "meanwhile", "--", "README")
+            after = git(repo, "rev-parse", "HEAD")
+            lines = data.decode().splitlines()
+            data = "".join(f"{before}\n" if line == "HEAD" else line.replace("HEAD", after, 1) + "\n"
+                           for line in lines).encode()
+        return real(args, data, env)
+
+    monkeypatch.setattr(store, "_run", racing)
+    git_real = store._git
+
+    def no_commit(*args, **kwargs):
+        assert args[0] not in ("add", "commit"), "the commit went through git commit"
+        return git_real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_git", no_commit)
+    store.commit([repo / "facts/db/primary.md"], "mine")
+    assert git(repo, "log", "--format=%s", "-3").splitlines() == ["mine", "meanwhile", "start"]
+    assert git(repo, "show", "HEAD:README") == "someone else's commit"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_commits_in_one_repository_wait_for_each_other(repo):
+    """git commit --only reads the index before locking it: two at once can write back an index without what the
+    other just staged ("pathspec did not match"). Every memvault commit in a repository holds one lock, kept in
+    the git directory, where no commit can put a link."""
+    from memvault.rules.fsutil import locked
+    from memvault.stores.gitstore import COMMIT_LOCK
+
+    store = GitStore(repo)
+    store.plumbing = False
+    (repo / "facts/db/primary.md").write_text("port 6432\n")
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (store.commit([repo / "facts/db/primary.md"], "mine"), done.set()))
+    with locked(repo / ".git" / COMMIT_LOCK):
+        worker.start()
+        assert not done.wait(0.5)  # another writer holds the repository: this commit waits
+        assert git(repo, "log", "--format=%s", "-1") == "start"
+    worker.join(10)
+    assert done.is_set() and git(repo, "log", "--format=%s", "-1") == "mine"
+
+
+@pytest.mark.parametrize("plumbing", [True, False], ids=["plumbing", "git-commit"])
+def test_concurrent_writers_lose_no_commit(repo, plumbing):
     stores = [GitStore(repo) for _ in range(4)]
+    for store in stores:
+        store.plumbing = plumbing
     errors = []
 
     def write(i):

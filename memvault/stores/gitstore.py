@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import GitError
+from ..rules.fsutil import locked
 from . import gittree
+
+#: In the git directory (which no commit can reach): held by every commit memvault makes in the repository, by
+#: every process and thread. ``git commit --only`` reads the index before it locks it, so two of them at once can
+#: write back an index that lacks what the other had just staged; one at a time, they cannot.
+COMMIT_LOCK = "memvault-commit.lock"
 
 
 def blob_id(data: bytes) -> str:
@@ -134,13 +140,23 @@ class GitStore:
     ) -> str | None:
         """Commit the current state of ``paths`` (new, changed or deleted) and nothing else.
 
-        Returns the new commit id, or None when those paths hold no change. Retries briefly while another
-        git process holds the index lock.
+        Returns the new commit id, or None when those paths hold no change. Another commit memvault makes in this
+        repository waits for this one (:data:`COMMIT_LOCK`); retries briefly while another git process holds the
+        index lock or moves HEAD meanwhile.
         """
         body = message
         if trailers:
             body += "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailers.items())
         env = self._env(author)
+        with locked(self._tree_info().git_dir / COMMIT_LOCK):
+            return self._commit(paths, body, env)
+
+    def _tree_info(self) -> gittree.Repo:
+        if self._repo is None:
+            self._repo = gittree.Repo(self.root, self._git)
+        return self._repo
+
+    def _commit(self, paths: list[Path], body: str, env: dict[str, str]) -> str | None:
         if self.plumbing:
             made = self._commit_plumbing(paths, body, env)
             if made is not gittree.DECLINED:
@@ -162,7 +178,9 @@ class GitStore:
                 # Whatever happened, the index must not keep what was refused: the next plain `git commit`
                 # would record it.
                 self._restore_index(rels, saved)
-                if "index.lock" in str(exc) and attempt < 49:
+                # another git process holds the index, or another commit moved HEAD after git commit read it
+                # ("cannot lock ref 'HEAD': is at ... but expected ..."): git changed nothing, so again on top
+                if _busy(exc) and attempt < 49:
                     time.sleep(0.1)
                     continue
                 raise
@@ -171,18 +189,18 @@ class GitStore:
     def _commit_plumbing(self, paths: list[Path], body: str, env: dict[str, str]) -> str | None | object:
         """:func:`memvault.stores.gittree.commit`: the same commit without a temporary index of the whole
         repository; tried again from the new HEAD when another commit landed meanwhile."""
-        if self._repo is None:
-            self._repo = gittree.Repo(self.root, self._git)
         rels = [self.rel(p) for p in paths]
         for attempt in range(50):
             try:
-                return gittree.commit(self.root, self._repo, rels, body, {**os.environ, **env}, self._run)
+                made = gittree.commit(self.root, self._tree_info(), rels, body, {**os.environ, **env}, self._run)
             except GitError as exc:
-                if ("index.lock" in str(exc) or "cannot lock ref" in str(exc)) and attempt < 49:
+                if _busy(exc) and attempt < 49:
                     time.sleep(0.1)  # another git process holds the index, or HEAD moved: again from the top
                     continue
                 raise
-        return gittree.DECLINED  # pragma: no cover
+            if made is not gittree.MOVED:
+                return made
+        return gittree.DECLINED  # HEAD kept moving while it was read: git commit does it
 
     def _run(self, args: list[str], data: bytes | None, env: dict[str, str] | None = None) -> bytes:
         """git ``args`` in the work tree's root with ``data`` on stdin; its stdout as bytes (GitError on failure)."""
@@ -340,3 +358,9 @@ def _stderr(exc: Any) -> str:
     text = (getattr(exc, "stderr", "") or str(exc)).strip()
     text = text.replace("stderr: ", "").strip().strip("'").strip()
     return " ".join(text.split())
+
+
+def _busy(exc: GitError) -> bool:
+    """git refused because another git process was at work: it held the index's lock, or its commit moved HEAD
+    (or another ref) after this one read it. Nothing was changed; the same commit can be tried again."""
+    return "index.lock" in str(exc) or "cannot lock ref" in str(exc)

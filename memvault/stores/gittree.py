@@ -40,6 +40,8 @@ CHAINED_SUFFIX = ".memvault-chained"
 #: Files in the git directory that say an operation is in progress (a partial commit is refused then).
 IN_PROGRESS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply", "BISECT_LOG")
 DECLINED = object()
+#: HEAD moved between the reads of HEAD and of its trees: the caller builds the commit again from the new HEAD.
+MOVED = object()
 #: Tries (0.1 s apart) while another git process holds the index.
 LOCK_TRIES = 50
 _TREE = b"40000"
@@ -89,7 +91,8 @@ def _inert(hook: Path) -> bool:
 def commit(root: Path, repo: Repo, rels: list[str], message: str, env: dict[str, str],
            run: Callable[..., bytes]) -> str | None | object:
     """Commit the work-tree state of ``rels`` (repository-relative; new, changed or deleted) on top of HEAD and
-    nothing else. Returns the commit id, None when they hold no change, or :data:`DECLINED`. ``run(args, input,
+    nothing else. Returns the commit id, None when they hold no change, :data:`DECLINED` or :data:`MOVED`.
+    ``run(args, input,
     env)`` runs git in the work tree's root and returns its stdout (raising GitError)."""
     if repo.blocker() is not None or any("\n" in r or "\t" in r for r in rels):
         return DECLINED
@@ -119,7 +122,7 @@ def commit(root: Path, repo: Repo, rels: list[str], message: str, env: dict[str,
     head_tree = body.split(b"\n", 1)[0].split()[1].decode()
     trees = {d: _parse_tree(b) if k == "tree" else {} for d, (_sha, k, b) in zip(dirs, objects[1:])}
     if objects[1][0] != head_tree:
-        return DECLINED  # HEAD moved while it was read: let git commit do it
+        return MOVED  # HEAD moved while it was read: again from the new HEAD
 
     # bottom-up: files into their directories, then each directory into its parent
     modes: dict[str, bytes] = {}
