@@ -144,8 +144,14 @@ def test_capture_at_session_end_runs_detached_and_returns_at_once(strict_vault, 
                     env={"MEMVAULT_NO_DAEMON": "1"})
     assert done.returncode == 0 and done.stdout == "" and done.stderr == ""
     assert time.monotonic() - started < 10
+    log = strict_vault.state_dir / "agents.log"
+
+    def finished() -> bool:  # the detached run logs its line after the episodes are written: wait for both
+        return (len(captured(strict_vault, "gemini")) >= 3 and log.exists()
+                and "captured 3 turns of gemini session" in log.read_text())
+
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(captured(strict_vault, "gemini")) < 3:
+    while time.monotonic() < deadline and not finished():
         time.sleep(0.2)
     assert len(captured(strict_vault, "gemini")) == 3
-    assert "captured 3 turns of gemini session" in (strict_vault.state_dir / "agents.log").read_text()
+    assert "captured 3 turns of gemini session" in log.read_text()

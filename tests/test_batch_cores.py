@@ -53,11 +53,16 @@ def test_onnx_batches_run_on_several_workers_with_the_same_vectors(monkeypatch):
     lock = threading.Lock()
     infer = onnx.OnnxEmbedder._infer
 
+    both = threading.Event()
+
     def spy(self, feed):
         with lock:
             seen.add(threading.get_ident())
             running["now"] += 1
             running["most"] = max(running["most"], running["now"])
+            if len(seen) >= 2:
+                both.set()
+        both.wait(5)  # the first run holds its worker until a second worker runs, however slow the caller is
         try:
             return infer(self, feed)
         finally:

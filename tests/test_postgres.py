@@ -706,7 +706,9 @@ def test_a_model_switch_while_writers_apply_leaves_one_consistent_index(url, ope
     threads = [threading.Thread(target=write, args=(w,)) for w in range(3)] + [threading.Thread(target=read)]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while 32 not in read_models and time.monotonic() < deadline and not errors:
+        time.sleep(0.05)  # the reader has found something on the old model before the switch
     report = index.switch_model(new)
     deadline = time.monotonic() + 10
     while 16 not in read_models and time.monotonic() < deadline and not errors:
@@ -738,10 +740,10 @@ def test_a_second_switch_returns_or_waits(ix, url):
     new = FakeEmbedder(16, name="fake-other")
     report = ix.switch_model(new)
     assert "another host is switching" in report.warnings[0] and ix.identity() == fake.identity
-    threading.Timer(0.5, lambda: holder.execute("SELECT pg_advisory_unlock(%s, %s)", (pg.LOCK_SWITCH, v))).start()
     started = time.monotonic()
+    threading.Timer(0.5, lambda: holder.execute("SELECT pg_advisory_unlock(%s, %s)", (pg.LOCK_SWITCH, v))).start()
     report = ix.switch_model(new, wait=True)
-    assert time.monotonic() - started >= 0.4 and not report.warnings and ix.identity() == new.identity
+    assert time.monotonic() - started >= 0.5 and not report.warnings and ix.identity() == new.identity
     holder.close()
     # The same document vectors with another query prefix: recorded, nothing re-embedded.
     prefixed = FakeEmbedder(16, name="fake-other", query_prefix="query: ")

@@ -3,7 +3,7 @@ committed by a writer of their own): the same index as the two phases one after 
 model works, pending work that only shrinks, and nothing lost when the model fails half way."""
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
@@ -55,9 +55,11 @@ def test_the_model_encodes_a_batch_of_text_while_the_next_is_read(pv, models, mo
 
     fake = models(pv.config)
     read, reads = update.read_docs, []
+    encoding = threading.Event()
 
     def slow_read(*args, **kwargs):
-        time.sleep(0.02)
+        if len(reads) >= 4:  # a pipeline encodes meanwhile, however slow its thread is to start; one in series
+            encoding.wait(10)  # cannot, and then reads on after the timeout, and the check below fails
         reads.append(args[1])
         return read(*args, **kwargs)
 
@@ -68,6 +70,7 @@ def test_the_model_encodes_a_batch_of_text_while_the_next_is_read(pv, models, mo
 
     def watching(texts, *args, **kwargs):
         read_at_encode.append(len(reads))
+        encoding.set()
         return embed(texts, *args, **kwargs)
 
     monkeypatch.setattr(fake, "embed_documents", watching)

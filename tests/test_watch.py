@@ -197,7 +197,7 @@ def test_unavailable_model_warns_once_and_indexes_keywords(wv, reader, start_wat
     for name in ("one", "two"):
         (wv.facts.dir / f"{name}.md").write_text(f"Fact {name} for keyword search.\n")
         poll(lambda name=name: reader.body(name), what=f"{name} indexed")
-    time.sleep(0.7)  # a couple of rescans
+    poll(lambda: watcher.rescans >= 2, what="a couple of rescans")
     warnings = [line for line in watcher.lines if line.startswith("warning:")]
     assert len(warnings) == 1 and "unavailable" in warnings[0], watcher.lines
     assert models.loads == 1 and watcher.rescans >= 2
