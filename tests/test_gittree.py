@@ -96,6 +96,19 @@ def test_a_commit_that_cannot_update_the_index_changes_nothing(repo, monkeypatch
     assert git(repo, "diff", "--cached", "--name-only") == ""
 
 
+def someone_commits(repo: Path) -> None:
+    """Another writer's commit (of a file memvault's commit does not touch) lands."""
+    (repo / "README").write_text("someone else's commit\n")
+    git(repo, "commit", "-qm", "meanwhile", "--", "README")
+
+
+def mine_is_on_top(repo: Path) -> None:
+    assert git(repo, "log", "--format=%s", "-3").splitlines() == ["mine", "meanwhile", "start"]
+    assert git(repo, "show", "HEAD:README") == "someone else's commit"
+    assert git(repo, "show", "HEAD:facts/db/primary.md") == "port 6432"
+    assert git(repo, "status", "--porcelain") == ""
+
+
 def test_a_commit_landing_meanwhile_is_never_overwritten(repo, monkeypatch):
     """HEAD moves between reading it and moving it: update-ref refuses, and the commit is made again on top."""
     store = GitStore(repo)
@@ -106,15 +119,12 @@ def test_a_commit_landing_meanwhile_is_never_overwritten(repo, monkeypatch):
     def racing(args, data, env=None):
         if args[0] == "update-ref" and not raced:
             raced.append(1)
-            (repo / "README").write_text("someone else's commit\n")
-            git(repo, "commit", "-qm", "meanwhile", "--", "README")
+            someone_commits(repo)
         return real(args, data, env)
 
     monkeypatch.setattr(store, "_run", racing)
     store.commit([repo / "facts/db/primary.md"], "mine")
-    assert git(repo, "log", "--format=%s", "-3").splitlines() == ["mine", "meanwhile", "start"]
-    assert git(repo, "show", "HEAD:README") == "someone else's commit"
-    assert git(repo, "status", "--porcelain") == ""
+    mine_is_on_top(repo)
 
 
 def test_a_commit_landing_inside_git_commit_is_never_overwritten(repo):
@@ -146,9 +156,8 @@ def test_a_head_moving_while_read_is_read_again(repo, monkeypatch):
         if args[0] == "cat-file" and not raced:
             # the trees are read at a commit that landed after HEAD was read
             raced.append(1)
-            (repo / "README").write_text("someone else's commit\n")
             before = git(repo, "rev-parse", "HEAD")
-            git(repo, "commit", "-qm", "meanwhile", "--", "README")
+            someone_commits(repo)
             after = git(repo, "rev-parse", "HEAD")
             lines = data.decode().splitlines()
             data = "".join(f"{before}\n" if line == "HEAD" else line.replace("HEAD", after, 1) + "\n"
@@ -164,9 +173,7 @@ def test_a_head_moving_while_read_is_read_again(repo, monkeypatch):
 
     monkeypatch.setattr(store, "_git", no_commit)
     store.commit([repo / "facts/db/primary.md"], "mine")
-    assert git(repo, "log", "--format=%s", "-3").splitlines() == ["mine", "meanwhile", "start"]
-    assert git(repo, "show", "HEAD:README") == "someone else's commit"
-    assert git(repo, "status", "--porcelain") == ""
+    mine_is_on_top(repo)
 
 
 def test_commits_in_one_repository_wait_for_each_other(repo):
