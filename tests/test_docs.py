@@ -74,3 +74,71 @@ def test_demo_runs_and_leaves_the_shipped_vault_untouched(tmp_path):
     after = subprocess.run(["git", "status", "--porcelain", "--", "vault"], cwd=REPO_ROOT, capture_output=True,
                            text=True).stdout
     assert after == before
+
+
+def _named_commands(text: str) -> set[tuple[str, ...]]:
+    """``memvault WORD [WORD]`` inside backticks (a command as the reader would type it)."""
+    import re
+
+    found = set()
+    for quoted in re.findall(r"`+([^`]+)`+", text):
+        words = quoted.split()
+        if len(words) >= 2 and words[0] == "memvault" and re.fullmatch(r"[a-z][a-z-]*", words[1]):
+            found.add(tuple(w for w in words[1:3] if re.fullmatch(r"[a-z][a-z-]*", w)))
+    return found
+
+
+def test_every_command_and_module_the_docs_name_exists():
+    """The docs once sent readers to `memvault status` (it is `memvault stats`) and to `memvault.errors` (a module
+    gone since the layer split): every command and module named in backticks in the README, docs/ (but the dated
+    benchmark log) and the CLI's help must exist."""
+    import re
+
+    import click
+
+    from memvault.interfaces.cli import cli
+
+    gen = load_generator()
+    pages = [REPO_ROOT / "README.md", *sorted(p for p in gen.DOCS.glob("*.md") if p.name != "benchmarks.md")]
+    wrong = []
+    for page in pages:
+        text = page.read_text()
+        for command in sorted(_named_commands(text)):
+            group: click.Command = cli
+            for depth, word in enumerate(command):
+                if not isinstance(group, click.Group):
+                    break  # the next word is an argument
+                sub = group.commands.get(word)
+                if sub is None:
+                    if depth == 0:
+                        wrong.append(f"{page.name}: memvault {' '.join(command)}")
+                    break
+                group = sub
+        for name in sorted(set(re.findall(r"`(memvault(?:\.[A-Za-z_]+)+)", text)) - {"memvault.toml"}):
+            if not _resolves(name) and not _pg_table(name):
+                wrong.append(f"{page.name}: {name}")
+    assert not wrong, wrong
+
+
+def _resolves(dotted: str) -> bool:
+    """``memvault.a.b.C.d``: the longest prefix that is a module, then attributes of it."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(found, attr):
+                return False
+            found = getattr(found, attr)
+        return True
+    return False
+
+
+def _pg_table(dotted: str) -> bool:
+    """``memvault.TABLE``: a table of the PostgreSQL schema the team index creates."""
+    sql = (REPO_ROOT / "memvault/index/postgres/migrations.py").read_text()
+    return dotted.count(".") == 1 and f"CREATE TABLE {dotted} (" in sql

@@ -105,6 +105,6 @@ class TeamListings:
 
     def lag(self) -> dict[str, int]:
         """What this host's own part has not caught up with: the fallback's files while the shared index cannot be
-        used, else the overlay's (what the shared index holds follows git: ``memvault status`` says what is not
+        used, else the overlay's (what the shared index holds follows git: ``memvault stats`` says what is not
         published)."""
         return (self.overlay if self._use() is not None else self.local_index()).lag()

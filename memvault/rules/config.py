@@ -466,7 +466,7 @@ def host_only(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
     capture = raw.get("capture")
     if isinstance(capture, dict) and capture.get("extractor") is not None:
         out.append(("capture", "extractor", "[capture] extractor names a command to run: only this host's "
-                                            "local.toml may set it (in the state directory `memvault status` names), "
+                                            "local.toml may set it (in the state directory `memvault stats` names), "
                                             "never the shared memvault.toml"))
     for section, key in (("embedding", "model"), ("recall", "reranker")):
         table = raw.get(section)

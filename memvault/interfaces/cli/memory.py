@@ -23,7 +23,7 @@ from .base import Out, cli, contradiction_text, output, pass_ctx, read_text_arg,
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--track-episodes", is_flag=True, help="Commit episodes to git too (default: git-ignored).")
 @click.option("--model", metavar="NAME|DIR", help="The embedding model: a name written to memvault.toml, or a "
-              "directory of this host (kept in this host's local.toml, in the state directory `memvault status` "
+              "directory of this host (kept in this host's local.toml, in the state directory `memvault stats` "
               "names; never committed). Default: "
               "BAAI/bge-small-en-v1.5.")
 def init(directory: str, track_episodes: bool, model: str | None) -> None:
