@@ -92,8 +92,7 @@ def commit(root: Path, repo: Repo, rels: list[str], message: str, env: dict[str,
            run: Callable[..., bytes]) -> str | None | object:
     """Commit the work-tree state of ``rels`` (repository-relative; new, changed or deleted) on top of HEAD and
     nothing else. Returns the commit id, None when they hold no change, :data:`DECLINED` or :data:`MOVED`.
-    ``run(args, input,
-    env)`` runs git in the work tree's root and returns its stdout (raising GitError)."""
+    ``run(args, input, env)`` runs git in the work tree's root and returns its stdout (raising GitError)."""
     if repo.blocker() is not None or any("\n" in r or "\t" in r for r in rels):
         return DECLINED
     present: dict[str, os.stat_result] = {}
