@@ -113,3 +113,16 @@ def test_tracked_episodes_go_to_a_per_host_folder_and_are_all_read(tmp_path, mon
     v.episodes.append("from db1", source="user:a", at="2026-12-02T00:00:00Z")
     assert [x.text for x in v.episodes.list()] == ["from web1", "from db1"]
     assert len(v.purge("user:a", dry_run=True).episodes.removed) == 2
+
+
+@pytest.mark.parametrize("micro", [0, 1, 499, 999, 1000, 1500, 999_999])
+def test_a_time_reads_back_as_the_same_text(micro):
+    """Written to the second, or to the millisecond when there are any: a time whose only fraction is below a
+    millisecond was written as ``…27.000Z``; read back (the team index keeps a timestamp) it became ``…27Z``, and a
+    team host's listing differed from the files (CI saw it once, on an episode stamped 0.4 ms past a second)."""
+    from memvault.rules.timeutil import format_time, parse_time
+
+    at = datetime(2026, 12, 6, 8, 38, 27, micro, tzinfo=timezone.utc)
+    text = format_time(at)
+    assert format_time(parse_time(text)) == text
+    assert text.endswith("27Z") == (micro < 1000)

@@ -17,7 +17,7 @@ def now() -> datetime:
 def format_time(dt: datetime) -> str:
     """RFC 3339 in UTC with a ``Z``, to the second (milliseconds when they are not zero)."""
     dt = dt.astimezone(timezone.utc)
-    if dt.microsecond:
+    if dt.microsecond >= 1000:  # a fraction below a millisecond is written as none, so the text reads back the same
         return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
