@@ -81,7 +81,8 @@ def _named_commands(text: str) -> set[tuple[str, ...]]:
     import re
 
     found = set()
-    for quoted in re.findall(r"`+([^`]+)`+", text):
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("```")]  # fences pair no quotes
+    for quoted in (q for line in lines for q in re.findall(r"`+([^`]+)`+", line)):
         words = quoted.split()
         if len(words) >= 2 and words[0] == "memvault" and re.fullmatch(r"[a-z][a-z-]*", words[1]):
             found.add(tuple(w for w in words[1:3] if re.fullmatch(r"[a-z][a-z-]*", w)))
