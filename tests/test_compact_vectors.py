@@ -241,6 +241,14 @@ def test_doc_vectors_are_unit_vectors_of_the_stored_rows(corpus):
     exact = models.instances["fake-hash"].embed_documents(texts)
     assert all(float(got @ want) > 0.999 for got, want in zip(found[many[-1][0]], exact))
     assert float(found[rowid][0] @ vec) == pytest.approx(1.0, abs=1e-6)
+    # no vector at all among them (a chunk gone, or not embedded yet): nothing, as doc_vectors always said
+    assert v.index.docs_vectors([10**9]) == {} and v.index.doc_vectors(10**9) == []
+    models.unavailable.add("fake-hash")  # written where no model is at hand: its vector waits for the next reindex
+    Vault.open(v.root, embedder_factory=models).facts.set("notes/pending", "Keywords now, its vector later.")
+    models.unavailable.discard("fake-hash")
+    pending = conn.execute("SELECT c.rowid FROM chunks c LEFT JOIN chunks_vec v ON v.rowid = c.rowid "
+                           "WHERE v.rowid IS NULL").fetchall()
+    assert pending and v.index.doc_vectors(pending[0][0]) == []
 
 
 @pytest.mark.model
@@ -439,3 +447,4 @@ def test_many_stored_vectors_decode_at_once_as_each_does_alone():
         assert together.dtype == np.float32 and together.shape == (len(blobs), 16)
         for blob, row in zip(blobs, together):
             assert np.allclose(row, quantize.decode(kind, blob), atol=1e-6), kind
+        assert len(quantize.decode_rows(kind, [])) == 0  # no rows: none, not an error

@@ -106,6 +106,8 @@ def decode_rows(kind: str, blobs: list[bytes]) -> Any:
     """Many stored vectors of one length at once, as :func:`decode` gives each: a float32 matrix of unit rows."""
     import numpy as np
 
+    if not blobs:
+        return np.zeros((0, 0), dtype=np.float32)
     if kind != "int8":
         return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
     m = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(blobs), -1).astype(np.float32)
