@@ -42,7 +42,7 @@ import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
 from memvault.core.candidates import (FEEDBACK_RUNBOOKS, GENERAL_NEIGHBOURS, GENERAL_ROWS,  # noqa: E402
-                                      feedback_vector)
+                                      centred_closeness, feedback_vector)
 from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
 from memvault.rules import timeq  # noqa: E402
 from memvault.rules.freshness import stored_time  # noqa: E402
@@ -269,12 +269,7 @@ def generality_of(cos: np.ndarray, kinds: list[str], doc: list[str],
             near.setdefault(doc[i], int(i))
     if len(near) <= GENERAL_NEIGHBOURS:
         return np.zeros(len(cos))
-    m = np.array([fact_vector(key) for key in near], dtype=np.float32)
-    m /= np.linalg.norm(m, axis=1, keepdims=True)
-    sim = m @ m.T
-    np.fill_diagonal(sim, -1.0)
-    close = np.sort(sim, axis=1)[:, -GENERAL_NEIGHBOURS:].mean(axis=1)
-    dev = dict(zip(near, (close - close.mean()).tolist()))
+    dev = dict(zip(near, centred_closeness([fact_vector(key) for key in near]).tolist()))
     return np.array([dev.get(key, 0.0) for key in doc])
 
 

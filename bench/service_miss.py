@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from sentence_transformers import SentenceTransformer
 
+    from memvault.core.candidates import centred_closeness
     from memvault.models.embeddings import load_embedder
     from memvault.rules.errors import ModelUnavailable
 
@@ -61,16 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         return out / np.linalg.norm(out, axis=1, keepdims=True), words
 
     fact_tokens = [tokens(t)[0][1:-1] for t in texts]
-    near = facts @ facts.T
-    np.fill_diagonal(near, -1.0)
-    close = np.sort(near, axis=1)[:, -2:].mean(axis=1)
-    general = close - close.mean()
+    general = centred_closeness(facts)
 
     def signals(q: str) -> dict[str, np.ndarray]:
         qt, qw = tokens(q)
         keep = [i for i, w in enumerate(qw) if w not in ("[CLS]", "[SEP]") and w not in STOP]
-        return {"whole": facts @ np.array(embedder.embed_query(q)),
-                "less general": facts @ np.array(embedder.embed_query(q)) - 0.3 * general,
+        whole = facts @ np.array(embedder.embed_query(q))
+        return {"whole": whole,
+                "less general": whole - 0.3 * general,
                 "stripped": facts @ np.array(embedder.embed_query(FRAME.sub("", q))),
                 "sentence": np.array([float((s @ np.array(embedder.embed_query(q))).max()) for s in sentences]),
                 "soft words": np.array([float((qt[keep] @ ft.T).max(axis=1).mean()) for ft in fact_tokens])}

@@ -316,12 +316,21 @@ def generality(index: VaultIndex, docs: dict[int, dict[str, Any]], cosine: dict[
     if not all(vectors):
         return {}
     m = np.array([v[0] if len(v) == 1 else np.mean(v, axis=0) for v in vectors], dtype=np.float32)
-    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    lost = dict(zip(facts, (weight * centred_closeness(m)).tolist()))
+    return {rowid: lost[doc["id"]] for rowid, doc in docs.items() if doc["kind"] == "fact" and doc["id"] in lost}
+
+
+def centred_closeness(vectors: Any, neighbours: int = GENERAL_NEIGHBOURS) -> Any:
+    """Per row of ``vectors`` (one memory each, at least ``neighbours + 1``): its mean cosine with its ``neighbours``
+    nearest other rows, less the mean of that over all rows (:func:`generality`'s measure, unweighted)."""
+    import numpy as np
+
+    m = np.asarray(vectors, dtype=np.float32)
+    m = m / np.linalg.norm(m, axis=1, keepdims=True)
     near = m @ m.T
     np.fill_diagonal(near, -1.0)
-    close = np.sort(near, axis=1)[:, -GENERAL_NEIGHBOURS:].mean(axis=1)
-    lost = dict(zip(facts, (weight * (close - close.mean())).tolist()))
-    return {rowid: lost[doc["id"]] for rowid, doc in docs.items() if doc["kind"] == "fact" and doc["id"] in lost}
+    close = np.sort(near, axis=1)[:, -neighbours:].mean(axis=1)
+    return close - close.mean()
 
 
 def feedback_vector(vector: Any, found: Sequence[Sequence[Any]], weight: float) -> Any:
