@@ -21,6 +21,7 @@ import pytest
 from fake_embedder import FakeEmbedder
 from memvault.rules.errors import InvalidValue, SearchIndexError
 from memvault.index.documents import KINDS, Doc
+from memvault.index.listings import EpisodeQuery
 from memvault.index.search import DOC_FIELDS
 from memvault.index.update import mean_vector, vector_blob, with_context
 from pgserver import pg_server  # noqa: F401
@@ -311,10 +312,41 @@ def test_fields_are_the_ones_the_sqlite_index_gives_for_the_same_vault(sample, i
         [(e["id"], e["created"]) for e in local.episodes_between(since, None, 50)]
 
 
+def test_times_written_in_any_form_list_and_filter_the_same_on_both_indexes(sample_times, ix):
+    """Lines giving their time with an offset, a fraction or as a bare date: both indexes order, filter and show
+    them the same (PostgreSQL keeps a timestamptz; SQLite its fixed-width UTC text)."""
+    from test_index_times import NEWEST_FIRST, SHOWN
+
+    local, docs = sample_times
+    assert not apply(ix, docs, splitter=FakeEmbedder(32)).problems
+    for query in (EpisodeQuery(source="import:chat"), EpisodeQuery(source="import:chat", before="2026-11-20T10:00:00Z"),
+                  EpisodeQuery(source="import:chat", after="2026-11-20T12:00:00+02:00")):
+        mine = [(e["id"], e["created"]) for e in ix.list_episodes(query, 50)]
+        assert mine == [(e["id"], e["created"]) for e in local.list_episodes(query, 50)]
+        assert {i for i, _c in mine} <= set(NEWEST_FIRST) and all(SHOWN[i] == c for i, c in mine)
+    assert [e["id"] for e in local.list_episodes(EpisodeQuery(source="import:chat"), 50)] == NEWEST_FIRST
+    for since, until in ((datetime(2026, 11, 20, 9, tzinfo=timezone.utc), datetime(2026, 11, 20, 10, 0, 0, 300000,
+                                                                                      tzinfo=timezone.utc)),
+                         (datetime(2026, 11, 20, tzinfo=timezone.utc), datetime(2026, 11, 21, tzinfo=timezone.utc))):
+        mine = [(e["id"], e["created"]) for e in ix.episodes_between(since, until, 50)]
+        assert mine and mine == [(e["id"], e["created"]) for e in local.episodes_between(since, until, 50)]
+
+
 @pytest.fixture
 def sample(tmp_path):
     """The repository's sample vault, indexed by the SQLite index (through the stores, not the Vault facade), and
     the docs its files hold as phase 1 reads them."""
+    yield from sample_vault(tmp_path)
+
+
+@pytest.fixture
+def sample_times(tmp_path):
+    """The sample vault with a hand-written episode file whose lines give their times in other forms
+    (tests/test_index_times.py)."""
+    yield from sample_vault(tmp_path, with_times=True)
+
+
+def sample_vault(tmp_path, with_times=False):
     import shutil
     from pathlib import Path
 
@@ -327,6 +359,10 @@ def sample(tmp_path):
 
     root = tmp_path / "vault"
     shutil.copytree(Path(__file__).resolve().parents[1] / "vault", root)
+    if with_times:
+        from test_index_times import write_lines
+
+        write_lines(root, name="2026-12.jsonl")
     sources = Sources(root, FactStore(root), EpisodeLog(root, tmp_path / "episodes.lock"),
                       ProcedureStore(root, lambda: None))
     local = Index(tmp_path / "state", sources)

@@ -22,6 +22,7 @@ from ..index import FieldWeights, Index, Sources, SyncReport
 from ..rules.config import CONFIG_NAME, Config
 from ..rules.errors import ConfigError, MemvaultError, SearchIndexError
 from ..rules.fsutil import atomic_write, read_inside, remove
+from ..rules.timeutil import index_time
 from ..stores.gitstore import GitStore
 from .publish import publish, split, vault_name
 from .team_listings import TeamListings
@@ -603,7 +604,7 @@ class TeamIndex(TeamListings):
             for name, runs in self._call(index.runs_of, names, per_name).items():
                 for run in self._unshadowed(index, runs):
                     merged[name].setdefault(run["id"], run)
-        return {name: sorted(runs.values(), key=lambda r: r["created"] or "", reverse=True)[:per_name]
+        return {name: sorted(runs.values(), key=lambda r: index_time(r["created"]) or "", reverse=True)[:per_name]
                 for name, runs in merged.items()}
 
     def procedure_docs(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -619,7 +620,7 @@ class TeamIndex(TeamListings):
         for index, _sign in self._parts():
             for doc in self._unshadowed(index, self._call(index.episodes_between, since, until, limit)):
                 docs.setdefault(doc["id"], doc)
-        return sorted(docs.values(), key=lambda d: d["created"] or "", reverse=True)[:limit]
+        return sorted(docs.values(), key=lambda d: index_time(d["created"]) or "", reverse=True)[:limit]
 
     # -- maintenance ---------------------------------------------------------------------------------------
     def scrub(self) -> None:

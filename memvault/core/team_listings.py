@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..index.listings import EpisodeQuery, FactQuery
 from ..rules.errors import SearchIndexError
+from ..rules.timeutil import index_time
 
 if TYPE_CHECKING:
     from ..index import Index
@@ -80,17 +81,17 @@ class TeamListings:
     def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
         found = self._listed(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
         rows = [r for rows in found for r in rows]
-        return sorted(rows, key=lambda r: (r["created"] or "", r["id"]), reverse=True)[:limit]
+        return sorted(rows, key=lambda r: (index_time(r["created"]) or "", r["id"]), reverse=True)[:limit]
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
         merged: dict[str, list[Any]] = {}
         for found in self._listed(lambda part, shadow: part.sessions(limit, shadow | set(hide))):
             for session, runtime, source, first, last, n in found:
                 have = merged.setdefault(session, [session, runtime, source, first, last, 0])
-                have[3] = min((t for t in (have[3], first) if t is not None), default=None)
-                have[4] = max((t for t in (have[4], last) if t is not None), default=None)
+                have[3] = min((t for t in (have[3], first) if t is not None), default=None, key=index_time)
+                have[4] = max((t for t in (have[4], last) if t is not None), default=None, key=index_time)
                 have[5] += n
-        return [tuple(s) for s in sorted(merged.values(), key=lambda s: s[4] or "", reverse=True)[:limit]]
+        return [tuple(s) for s in sorted(merged.values(), key=lambda s: index_time(s[4]) or "", reverse=True)[:limit]]
 
     def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
         return sorted({k for found in self._listed(lambda part, shadow: part.episode_kinds(shadow | set(hide)))

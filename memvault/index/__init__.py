@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules.errors import ModelUnavailable, SearchIndexError
 from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
                             try_lock)
-from ..rules.timeutil import format_time, now
+from ..rules.timeutil import format_time, index_time, now
 from . import matrix, quantize, search, words
 from .db import MIGRATIONS, connect, is_corruption, migrate, transaction
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
@@ -723,8 +723,8 @@ class Index(Freshness, Listings):
 
     def episodes_between(self, since: Any, until: Any, limit: int) -> list[dict[str, Any]]:
         """Episodes created in [since, until) (datetimes, None for open), newest first."""
-        low = format_time(since) if since is not None else "0000"
-        high = format_time(until) if until is not None else "9999"
+        low = index_time(since) if since is not None else "0000"
+        high = index_time(until) if until is not None else "9999"
         return search.episodes_between(self.connection(), low, high, limit)
 
     # -- maintenance -------------------------------------------------------------------------------------

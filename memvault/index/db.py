@@ -263,6 +263,18 @@ def _vector_format(conn: sqlite3.Connection) -> None:
         stamp(conn, kind)
 
 
+def _times_in_order(conn: sqlite3.Connection) -> None:
+    """0008: every time in one fixed-width UTC form (:data:`memvault.rules.timeutil.INDEX_TIME`), whose text order
+    is time order. The index held an episode's time as its line wrote it, and compared the text: "11:30+02:00" came
+    after "10:00Z", "10:00:00.500Z" before "10:00:00Z", and a bare date before every time of its day. Nothing is
+    read again or embedded: the times are rewritten where they are."""
+    from ..rules.timeutil import index_time
+
+    rows = conn.execute("SELECT doc, created, updated FROM docs WHERE created IS NOT NULL OR updated IS NOT NULL")
+    conn.executemany("UPDATE docs SET created = ?, updated = ? WHERE doc = ?",
+                     [(index_time(created), index_time(updated), doc) for doc, created, updated in rows.fetchall()])
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     (
         "0001_core",
@@ -362,6 +374,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0006_vector_format", _vector_format),
     # A runbook's steps are vectors only: chunks numbered below 0 have no keyword row (documents.chunk_rows).
     ("0007_runbook_steps", _STEPS),
+    ("0008_times_in_order", _times_in_order),
 ]
 
 

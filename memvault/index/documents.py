@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..stores.episodes import EpisodeLog, parse_lines
-from ..rules.errors import FactParseError, LimitExceeded, MemvaultError, UnsafePath
+from ..rules.errors import FactParseError, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
 from ..stores.facts import Fact, FactStore, default_confidence, parse_fact
 from ..rules.fsutil import read_inside
 from ..stores.procedures import ProcedureStore, parse_metadata
-from ..rules.timeutil import format_time
+from ..rules.timeutil import index_time, parse_time
 from ..rules.validation import Problem
 
 KINDS = ("fact", "episode", "procedure")
@@ -134,8 +134,7 @@ def fact_doc(fact: Fact, rel: str) -> Doc:
     return Doc(
         kind="fact", item_id=fact.key, path=rel, header=" · ".join(words), body=fact.text,
         importance=fact.importance, confidence=fact.confidence, source=fact.source,
-        created=format_time(fact.created) if fact.created else None,
-        updated=format_time(fact.updated) if fact.updated else None,
+        created=index_time(fact.created), updated=index_time(fact.updated),
         valid_until=fact.valid_until.isoformat() if fact.valid_until else None, review_after=fact.review_after,
         meta=meta_json({"category": fact.category, "tags": list(fact.tags)}),
         # a fact another superseded (issue 25): recall leaves it out unless asked (memvault.core.contradictions)
@@ -148,7 +147,7 @@ def procedure_doc(name: str, data: bytes, path: Path, rel: str, mtime: float) ->
     text = data.decode("utf-8", errors="replace")
     description, tags = parse_metadata(path, text)
     header = name + (f" — {description}" if description else "") + (f" ({', '.join(tags)})" if tags else "")
-    stamp = format_time(datetime.fromtimestamp(mtime, timezone.utc).replace(microsecond=0))
+    stamp = index_time(datetime.fromtimestamp(mtime, timezone.utc).replace(microsecond=0))
     meta = meta_json({"description": description, "tags": list(tags)}) if description or tags else None
     return Doc("procedure", name, rel, header, text, 0.5, 1.0, None, stamp, stamp, meta=meta)
 
@@ -199,7 +198,7 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
             ref = e.meta.get("name") if e.kind == "procedure_run" and isinstance(e.meta.get("name"), str) else None
             record = _episode_fields(e, ref)
             doc = Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
-                      default_confidence(e.source), e.source, e.created_at, e.created_at, ekind=e.kind, ref=ref,
+                      default_confidence(e.source), e.source, index_time(e.created_at), index_time(e.created_at), ekind=e.kind, ref=ref,
                       meta=record)
             if e.kind == "raw":
                 if doc.source not in chains:
@@ -258,8 +257,8 @@ def conversation(turns: Sequence[Doc]) -> list[Doc]:
 def day_of(created: str | None) -> str | None:
     """The day of an ISO time as words ("8 May 2023": what people write and ask, whatever the locale), or None."""
     try:
-        when = datetime.fromisoformat((created or "").replace("Z", "+00:00"))
-    except ValueError:
+        when = parse_time(created or "")
+    except InvalidValue:
         return None
     return f"{when.day} {MONTHS[when.month - 1]} {when.year}"
 
@@ -302,9 +301,8 @@ def _follows(previous: Doc, doc: Doc) -> bool:
     if previous.source != doc.source or previous.ekind != "raw":
         return False
     try:
-        gap = (datetime.fromisoformat((doc.created or "").replace("Z", "+00:00"))
-               - datetime.fromisoformat((previous.created or "").replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
+        gap = (parse_time(doc.created or "") - parse_time(previous.created or "")).total_seconds()
+    except InvalidValue:
         return False
     return 0 <= gap <= NEIGHBOUR_GAP
 

@@ -2,7 +2,9 @@
 staleness; episodes newest first by source, kind, agent session and words; counts, tags, sessions, kinds and
 growth per day. What they ask is a :class:`FactQuery` or an :class:`EpisodeQuery` (backend-neutral: the PostgreSQL
 index answers the same ones in :mod:`memvault.index.postgres.listings`); rows come back as dicts with the keys of
-:data:`FACT_KEYS` and :data:`EPISODE_KEYS`, times as the index stores them (RFC 3339 text, a date as YYYY-MM-DD).
+:data:`FACT_KEYS` and :data:`EPISODE_KEYS`, times as :func:`memvault.rules.timeutil.format_time` writes them (the
+index stores them as :data:`memvault.rules.timeutil.INDEX_TIME`, whose text order is time order), a date as
+YYYY-MM-DD.
 Presentation (trust, the stale reason, JSON fields) is :mod:`memvault.core.browse`'s.
 
 Queries are written to start from an index (``tests/test_query_plans.py`` reads their ``EXPLAIN QUERY PLAN``):
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..rules.timeutil import format_time
+from ..rules.timeutil import index_time, shown_time
 from .db import FTS_SEARCHED
 from .documents import meta_json
 from .search import query_terms
@@ -99,11 +101,11 @@ def prefix_range(prefix: str) -> tuple[str, str]:
 def stale_sql(stale: Stale) -> tuple[str, tuple[Any, ...]]:
     """The SQL condition (on ``docs``) of a stale fact, as :func:`memvault.rules.freshness.stale_doc_reason`."""
     at = stale.at
-    cutoff = format_time(at - timedelta(seconds=stale.default_review))
+    cutoff = index_time(at - timedelta(seconds=stale.default_review))
     return ("((valid_until IS NOT NULL AND valid_until < ?) OR (updated IS NOT NULL AND ("
             "(COALESCE(review_after, 0) = 0 AND updated < ?) OR "
             "(review_after > 0 AND julianday(?) - julianday(updated) > review_after / 86400.0))))",
-            (at.date().isoformat(), cutoff, format_time(at)))
+            (at.date().isoformat(), cutoff, index_time(at)))
 
 
 def _where(sql: str, args: list[Any], conditions: list[tuple[str, Any]], sources: Collection[str] | None,
@@ -148,7 +150,8 @@ def episodes_sql(query: EpisodeQuery) -> tuple[str, tuple[Any, ...]]:
     terms = query_terms(query.text) if query.text else []
     session = query.session
     sql, args = _where(EPISODES_SQL if terms or query.item_id else EPISODES_BY_TIME_SQL, [], [
-        ("item_id = ?", query.item_id), ("created < ?", query.before), ("created > ?", query.after),
+        ("item_id = ?", query.item_id), ("created < ?", index_time(query.before)),
+        ("created > ?", index_time(query.after)),
         ("source = ?", query.source), ("ekind = ?", query.kind),
         ("instr(meta, ?) > 0", meta_json(session) if session else None),
         ("json_extract(meta, '$.session') = ?", session)], query.sources, query.hide)
@@ -167,13 +170,21 @@ def list_facts(conn: sqlite3.Connection, query: FactQuery, limit: int, offset: i
     if limit <= 0:
         return [], total
     rows = conn.execute(sql + " ORDER BY item_id LIMIT ? OFFSET ?", (*args, limit, max(0, offset))).fetchall()
-    return [dict(zip(FACT_KEYS, row)) for row in rows], total
+    return [_shown(dict(zip(FACT_KEYS, row))) for row in rows], total
 
 
 def list_episodes(conn: sqlite3.Connection, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
     sql, args = episodes_sql(query)
     rows = conn.execute(sql + " ORDER BY created DESC, item_id DESC LIMIT ?", (*args, limit)).fetchall()
-    return [dict(zip(EPISODE_KEYS, row)) for row in rows]
+    return [_shown(dict(zip(EPISODE_KEYS, row))) for row in rows]
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A listing's row with its times as format_time writes them."""
+    for key in ("created", "updated"):
+        if key in row:
+            row[key] = shown_time(row[key])
+    return row
 
 
 def fact_keys(conn: sqlite3.Connection, prefix: str, hide: Collection[str]) -> list[str]:
@@ -193,7 +204,8 @@ def fact_tags(conn: sqlite3.Connection, hide: Collection[str]) -> list[tuple[str
 
 def sessions(conn: sqlite3.Connection, limit: int, hide: Collection[str]) -> list[tuple[Any, ...]]:
     sql, args = _hidden(SESSIONS_SQL, [], hide)
-    return [tuple(r) for r in conn.execute(sql + " GROUP BY s ORDER BY MAX(created) DESC LIMIT ?", (*args, limit))]
+    return [(*r[:3], shown_time(r[3]), shown_time(r[4]), *r[5:])
+            for r in conn.execute(sql + " GROUP BY s ORDER BY MAX(created) DESC LIMIT ?", (*args, limit))]
 
 
 def episode_kinds(conn: sqlite3.Connection, hide: Collection[str]) -> list[str]:
@@ -202,7 +214,7 @@ def episode_kinds(conn: sqlite3.Connection, hide: Collection[str]) -> list[str]:
 
 
 def episode_days(conn: sqlite3.Connection, since: str, hide: Collection[str]) -> list[tuple[str, int]]:
-    sql, args = _hidden(EPISODE_DAYS_SQL, [since], hide)
+    sql, args = _hidden(EPISODE_DAYS_SQL, [index_time(since)], hide)
     return [(d, n) for d, n in conn.execute(sql + " GROUP BY day ORDER BY day", args)]
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..rules.config import DEFAULT_FIELD_WEIGHTS as DEFAULT_FIELDS
+from ..rules.timeutil import index_time, shown_time
 from .db import CHUNK_TEXT, FTS_ROWS_SQL, FTS_SEARCHED, batches, marks, varints
 from .documents import KINDS
 from .quantize import encode as encode_vector
@@ -243,6 +244,15 @@ DOC_FIELDS = ("kind", "id", "path", "body", "importance", "confidence", "source"
               "valid_until", "review_after", "ekind", "ref", "doc")
 
 
+def doc_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of :data:`DOC_FIELDS` as a dict, its times as :func:`memvault.rules.timeutil.format_time` writes them
+    (the index stores them in :data:`memvault.rules.timeutil.INDEX_TIME`)."""
+    out = dict(zip(DOC_FIELDS, row))
+    out["created"] = shown_time(out["created"])
+    out["updated"] = shown_time(out["updated"])
+    return out
+
+
 def chunk_docs_sql(n: int) -> str:
     return (f"""SELECT c.rowid, d.kind, d.item_id, d.path, d.body, d.importance, d.confidence, d.source,
                        d.created, d.updated, c.chunk, d.valid_until, d.review_after, d.ekind, d.ref, d.doc
@@ -254,7 +264,7 @@ def chunk_docs(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dic
     out = {}
     for batch in batches(list(rowids), 500):
         for row in conn.execute(chunk_docs_sql(len(batch)), tuple(batch)):
-            out[row[0]] = dict(zip(DOC_FIELDS, row[1:]))
+            out[row[0]] = doc_fields(row[1:])
     return out
 
 
@@ -285,7 +295,7 @@ def runs_of(conn: sqlite3.Connection, names: Sequence[str], per_name: int) -> di
     out: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         rows = conn.execute(RUNS_SQL, (name, per_name)).fetchall()
-        out[name] = [{"id": r[0], "created": r[1], "text": r[2], "path": r[3], "meta": json.loads(r[4] or "{}"),
+        out[name] = [{"id": r[0], "created": shown_time(r[1]), "text": r[2], "path": r[3], "meta": json.loads(r[4] or "{}"),
                       "source": r[5]} for r in rows]
     return out
 
@@ -301,7 +311,7 @@ def docs_by_id(conn: sqlite3.Connection, kind: str, ids: Sequence[str]) -> dict[
     for item in ids:
         row = conn.execute(DOC_SQL, (kind, item)).fetchone()
         if row is not None:
-            out[item] = dict(zip(DOC_FIELDS, row[1:]))
+            out[item] = doc_fields(row[1:])
     return out
 
 
@@ -311,8 +321,9 @@ EPISODES_SQL = ("SELECT rowid AS r, kind, item_id, path, body, importance, confi
 
 
 def episodes_between(conn: sqlite3.Connection, since: str, until: str, limit: int) -> list[dict[str, Any]]:
-    """Episodes created in [since, until), newest first (RFC 3339 UTC strings sort as times)."""
-    return [dict(zip(DOC_FIELDS, row[1:])) for row in conn.execute(EPISODES_SQL, (since, until, limit))]
+    """Episodes created in [since, until) (times in :data:`memvault.rules.timeutil.INDEX_TIME`, which sort as
+    text), newest first."""
+    return [doc_fields(row[1:]) for row in conn.execute(EPISODES_SQL, (since, until, limit))]
 
 
 #: A row value, not "created < ? OR (created = ? AND item_id < ?)": the OR kept SQLite from a range on the index and
@@ -342,7 +353,7 @@ def episode_neighbours(conn: sqlite3.Connection, docs: dict[int, dict[str, Any]]
         here = seconds(doc["created"])
         found = []
         for sql in NEIGHBOUR_SQL.values():
-            row = conn.execute(sql, (doc["source"], doc["created"], doc["id"])).fetchone()
+            row = conn.execute(sql, (doc["source"], index_time(doc["created"]), doc["id"])).fetchone()
             if row is not None and abs(seconds(row[1]) - here) <= gap:
                 found.append(row[0])
         if found:

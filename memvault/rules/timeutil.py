@@ -22,6 +22,30 @@ def format_time(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: How the SQLite index stores a time: UTC to the microsecond, fixed width, so that text order is time order (a line
+#: may give its time in any RFC 3339 form, and "…00+02:00", "…00.5Z" or a bare date do not sort as the times they are).
+INDEX_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def index_time(value: str | datetime | None) -> str | None:
+    """``value`` (any form :func:`parse_time` reads) in the index's form (:data:`INDEX_TIME`); a text that is no
+    time is kept as it is (the index then holds what the file says, and the reader reports the line)."""
+    if value is None:
+        return None
+    try:
+        return parse_time(value).strftime(INDEX_TIME)
+    except InvalidValue:
+        return str(value)
+
+
+def shown_time(stored: str | None) -> str | None:
+    """A time as the index stores it (:func:`index_time`), given back as :func:`format_time` writes it."""
+    if stored is None or len(stored) != 27 or stored[19] != "." or not stored.endswith("Z"):
+        return stored
+    fraction = stored[20:26]
+    return stored[:19] + (f".{fraction[:3]}Z" if fraction >= "001000" else "Z")
+
+
 def parse_age(text: str) -> timedelta | None:
     """``30d``, ``12h``, ``2w``, ``90m``, ``45s``, ``1y`` -> timedelta; None when ``text`` is not an age."""
     m = _AGE.match(text) if isinstance(text, str) else None

@@ -1,0 +1,111 @@
+"""Times in the index order and filter as times, whatever form a line gives them in. An episode line is valid with
+any RFC 3339 time or a bare date ("+02:00", ".5Z", "2026-11-20": a hand-edited file, another tool's export), and
+the SQLite index compares its text: stored as written, 11:30+02:00 came after 10:00Z, 10:00:00.500Z before
+10:00:00Z and the bare date before every time of its own day. The index stores every time in one fixed-width UTC
+form and gives it back as :func:`memvault.rules.timeutil.format_time` writes it, as the PostgreSQL index (which
+keeps a timestamptz) always did."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from memvault.index import db as index_db
+from memvault.index import search
+from memvault.rules.timeutil import format_time, index_time, shown_time
+
+#: (id, created_at as written, the time it is, as format_time writes it)
+LINES = [
+    ("01JT0000000000000000000001", "2026-11-20T10:00:00Z", "2026-11-20T10:00:00Z"),
+    ("01JT0000000000000000000002", "2026-11-20T10:00:00.500Z", "2026-11-20T10:00:00.500Z"),
+    ("01JT0000000000000000000003", "2026-11-20T11:30:00+02:00", "2026-11-20T09:30:00Z"),
+    ("01JT0000000000000000000004", "2026-11-20", "2026-11-20T00:00:00Z"),
+    ("01JT0000000000000000000005", "2026-11-20T10:00:00.250+00:00", "2026-11-20T10:00:00.250Z"),
+    ("01JT0000000000000000000006", "2026-11-20T23:30:00-05:00", "2026-11-21T04:30:00Z"),
+]
+SHOWN = {i: shown for i, _w, shown in LINES}
+#: newest first, by the time each line is
+NEWEST_FIRST = [i for i, _w, shown in sorted(LINES, key=lambda line: line[2].replace("Z", ".000Z")[:23],
+                                            reverse=True)]
+
+
+def write_lines(root, lines=LINES, name="2026-11.jsonl") -> None:
+    path = root / "episodes" / name
+    path.parent.mkdir(exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        for item_id, written, _shown in lines:
+            fh.write(json.dumps({"id": item_id, "created_at": written, "source": "import:chat", "kind": "raw",
+                                 "text": f"line {item_id[-1]} of the hand-written export"}) + "\n")
+
+
+@pytest.fixture
+def hv(vault, models):
+    write_lines(vault.root)
+    vault.reindex()
+    return vault
+
+
+def utc(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def test_index_time_is_fixed_width_and_shown_as_format_time_writes():
+    for _i, written, shown in LINES:
+        stored = index_time(written)
+        assert len(stored) == 27 and stored.endswith("Z")
+        assert shown_time(stored) == shown == format_time(utc(shown))
+        assert index_time(stored) == stored  # once in the index form, it stays
+    assert sorted(index_time(w) for _i, w, _s in LINES) == [index_time(SHOWN[i]) for i in reversed(NEWEST_FIRST)]
+    assert index_time(None) is None and shown_time(None) is None
+
+
+def test_a_listing_orders_by_time_and_shows_utc(hv):
+    rows = hv.browse.episodes(limit=50)
+    assert [r.id for r in rows] == NEWEST_FIRST
+    assert {r.id: r.created for r in rows} == SHOWN
+
+
+def test_before_and_after_compare_times_not_text(hv):
+    at = "2026-11-20T10:00:00Z"
+    assert [r.id for r in hv.browse.episodes(before=at)] == [i for i in NEWEST_FIRST if utc(SHOWN[i]) < utc(at)]
+    assert [r.id for r in hv.browse.episodes(after=at)] == [i for i in NEWEST_FIRST if utc(SHOWN[i]) > utc(at)]
+    # the bound itself may be written in any form
+    assert [r.id for r in hv.browse.episodes(after="2026-11-20T12:00:00+02:00")] == \
+        [i for i in NEWEST_FIRST if utc(SHOWN[i]) > utc("2026-11-20T10:00:00Z")]
+
+
+def test_a_time_window_of_recall_holds_the_lines_of_that_time(hv):
+    since, until = utc("2026-11-20T09:00:00Z"), utc("2026-11-20T10:00:00.300Z")
+    got = hv.index.episodes_between(since, until, 50)
+    assert [e["id"] for e in got] == [i for i in NEWEST_FIRST if since <= utc(SHOWN[i]) < until]
+    assert {e["id"]: e["created"] for e in got} == {i: SHOWN[i] for i in SHOWN if since <= utc(SHOWN[i]) < until}
+    day = hv.index.episodes_between(utc("2026-11-20T00:00:00Z"), utc("2026-11-21T00:00:00Z"), 50)
+    assert "01JT0000000000000000000004" in [e["id"] for e in day]  # the bare date is midnight of its day
+
+
+def test_an_index_written_before_is_migrated(hv):
+    """An index of an earlier memvault holds the times as the lines wrote them: the migration rewrites them."""
+    conn = hv.index.connection()
+    with conn:
+        for item_id, written, _shown in LINES:
+            conn.execute("UPDATE docs SET created = ?, updated = ? WHERE item_id = ?", (written, written, item_id))
+        conn.execute("DELETE FROM migrations WHERE name = ?", (index_db.MIGRATIONS[-1][0],))
+    index_db.migrate(conn, index_db.MIGRATIONS)
+    stored = dict(conn.execute("SELECT item_id, created FROM docs WHERE kind = 'episode'").fetchall())
+    assert stored == {i: index_time(w) for i, w, _s in LINES}
+    assert [r.id for r in hv.browse.episodes(limit=50)] == NEWEST_FIRST
+
+
+def test_the_turns_around_a_line_are_found_by_time(hv):
+    """The turns before and after an episode (its context in recall) are its neighbours in time."""
+    conn = hv.index.connection()
+    rowid = {r[1]: r[0] for r in conn.execute(
+        "SELECT c.rowid, d.item_id FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0")}
+    order = list(reversed(NEWEST_FIRST))
+    for item_id in order[1:-1]:
+        docs = hv.index.chunk_docs([rowid[item_id]])
+        at = order.index(item_id)
+        near = search.episode_neighbours(conn, docs, 24 * 3600)
+        assert near[rowid[item_id]] == [rowid[order[at - 1]], rowid[order[at + 1]]], item_id
+
