@@ -30,12 +30,12 @@ NEWEST_FIRST = [i for i, _w, shown in sorted(LINES, key=lambda line: line[2].rep
                                             reverse=True)]
 
 
-def write_lines(root, lines=LINES, name="2026-11.jsonl") -> None:
+def write_lines(root, lines=LINES, name="2026-11.jsonl", source="import:chat") -> None:
     path = root / "episodes" / name
     path.parent.mkdir(exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
         for item_id, written, _shown in lines:
-            fh.write(json.dumps({"id": item_id, "created_at": written, "source": "import:chat", "kind": "raw",
+            fh.write(json.dumps({"id": item_id, "created_at": written, "source": source, "kind": "raw",
                                  "text": f"line {item_id[-1]} of the hand-written export"}) + "\n")
 
 
@@ -109,3 +109,21 @@ def test_the_turns_around_a_line_are_found_by_time(hv):
         near = search.episode_neighbours(conn, docs, 24 * 3600)
         assert near[rowid[item_id]] == [rowid[order[at - 1]], rowid[order[at + 1]]], item_id
 
+
+
+def test_pages_of_a_listing_lose_no_line_that_shares_its_time(vault, models):
+    """A page ends inside a run of lines of one time (an import, a capture's burst): the next page starts after the
+    last line shown, by time and then id, not before its time (which skipped the rest of the run)."""
+    same = "2026-11-20T10:00:00Z"
+    lines = [(f"01JT00000000000000000000S{n}", same, same) for n in range(7)]
+    lines += [("01JT0000000000000000000E01", "2026-11-20T09:00:00Z", "2026-11-20T09:00:00Z")]
+    write_lines(vault.root, lines)
+    vault.reindex()
+    seen, before, before_id = [], None, None
+    for _page in range(10):
+        rows = vault.browse.episodes(before=before, before_id=before_id, limit=3)
+        seen += [r.id for r in rows]
+        if len(rows) < 3:
+            break
+        before, before_id = rows[-1].created, rows[-1].id
+    assert seen == sorted((i for i, _w, _s in lines[:7]), reverse=True) + ["01JT0000000000000000000E01"]

@@ -330,6 +330,16 @@ def test_times_written_in_any_form_list_and_filter_the_same_on_both_indexes(samp
                          (datetime(2026, 11, 20, tzinfo=timezone.utc), datetime(2026, 11, 21, tzinfo=timezone.utc))):
         mine = [(e["id"], e["created"]) for e in ix.episodes_between(since, until, 50)]
         assert mine and mine == [(e["id"], e["created"]) for e in local.episodes_between(since, until, 50)]
+    # pages that end inside a run of lines of one time: both go on after the last line shown
+    for index in (ix, local):
+        seen, before, before_id = [], None, None
+        while True:
+            rows = index.list_episodes(EpisodeQuery(source="import:burst", before=before, before_id=before_id), 2)
+            seen += [r["id"] for r in rows]
+            if len(rows) < 2:
+                break
+            before, before_id = rows[-1]["created"], rows[-1]["id"]
+        assert seen == sorted((i for i, _w, _s in BURST), reverse=True), index
 
 
 @pytest.fixture
@@ -344,6 +354,10 @@ def sample_times(tmp_path):
     """The sample vault with a hand-written episode file whose lines give their times in other forms
     (tests/test_index_times.py)."""
     yield from sample_vault(tmp_path, with_times=True)
+
+
+#: Five lines of one time from one source (an import): a page of two ends inside the run.
+BURST = [(f"01JT00000000000000000000B{n}", "2026-11-21T08:00:00Z", "2026-11-21T08:00:00Z") for n in range(5)]
 
 
 def sample_vault(tmp_path, with_times=False):
@@ -363,6 +377,7 @@ def sample_vault(tmp_path, with_times=False):
         from test_index_times import write_lines
 
         write_lines(root, name="2026-12.jsonl")
+        write_lines(root, BURST, name="2026-12.jsonl", source="import:burst")
     sources = Sources(root, FactStore(root), EpisodeLog(root, tmp_path / "episodes.lock"),
                       ProcedureStore(root, lambda: None))
     local = Index(tmp_path / "state", sources)

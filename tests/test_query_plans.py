@@ -225,6 +225,8 @@ def _listing_queries():
                                   "SCAN docs USING INDEX docs_episode_time"),
         "episodes shadowed left out": (*L.episodes_sql(L.EpisodeQuery(hide=hide)),
                                        "SCAN docs USING INDEX docs_episode_time"),
+        "the next page of episodes": (*L.episodes_sql(L.EpisodeQuery(before="2026-11-20T10:00:00Z", before_id="e1")),
+                                      "SEARCH docs USING INDEX docs_episode_time (created<?)"),
         "one episode": (*L.episodes_sql(L.EpisodeQuery(item_id="e1")), "SEARCH docs USING"),
         "episodes by words": (*L.episodes_sql(L.EpisodeQuery(text="nginx reload")), "chunks_fts VIRTUAL TABLE"),
         # aggregates over a kind (cached by the caller until the index changes): from the kind's index range

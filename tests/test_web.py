@@ -126,6 +126,23 @@ def test_listings_filter_by_tree_tag_source_trust_staleness_session(client):
     assert runs[0]["exit_code"] == 0 and runs[0]["commit"] and runs[0]["blob"] and runs[0]["duration_ms"] is not None
 
 
+def test_the_older_link_goes_on_after_the_last_line_shown(seeded, client):
+    """Five lines of one time and pages of two: following "older" shows each once (a page that ended inside the
+    run used to start the next one before that time, and skipped the rest of the run)."""
+    for n in range(5):
+        seeded.episodes.append(f"burst line {n}", source="import:burst", at="2026-11-21T08:00:00Z")
+    page = "/timeline?source=import%3Aburst&limit=2"
+    seen = []
+    for _ in range(5):
+        r = client.get(page)
+        seen += re.findall(r"burst line (\d)", html.unescape(r.text))
+        older = re.search(r'<a href="([^"]+)">older</a>', r.text)
+        if older is None:
+            break
+        page = html.unescape(older.group(1))
+    assert sorted(seen) == ["0", "1", "2", "3", "4"]
+
+
 def test_stale_facts_are_found_by_sql_as_by_the_rule(seeded, client):
     path = seeded.root / "facts" / "db" / "replica.md"
     path.write_text(path.read_text().replace("category: database", "category: database\nvalid_until: 2020-01-01"))
@@ -385,7 +402,8 @@ def test_listing_queries_start_from_an_index(seeded):
                facts_sql(browse.fact_query(stale=True)), episodes_sql(browse.episode_query()),
                episodes_sql(browse.episode_query(source="agent:claude-code", kind="raw")),
                episodes_sql(browse.episode_query(session="sess-42")),
-               episodes_sql(browse.episode_query(before="2030-01-01"))]
+               episodes_sql(browse.episode_query(before="2030-01-01")),
+               episodes_sql(browse.episode_query(before="2030-01-01", before_id="01JT0000000000000000000001"))]
     for sql, args in queries:
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql + " ORDER BY item_id", args)]
         assert any("USING" in line and "docs" in line for line in plan), (sql, plan)

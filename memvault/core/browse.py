@@ -216,20 +216,21 @@ class Browse:
     # -- episodes ----------------------------------------------------------------------------------------
     def episodes(self, *, source: str | None = None, kind: str | None = None, session: str | None = None,
                  text: str | None = None, trust: str | None = None, before: str | None = None,
-                 after: str | None = None, limit: int = PAGE) -> list[EpisodeRow]:
-        """Episodes newest first (or, with ``after``, the ones newer than that time, for a live page)."""
+                 after: str | None = None, before_id: str | None = None, limit: int = PAGE) -> list[EpisodeRow]:
+        """Episodes newest first (or, with ``after``, the ones newer than that time, for a live page). The next
+        page: ``before`` and ``before_id``, the time and id of the last row of this one."""
         query = self.episode_query(source=source, kind=kind, session=session, text=text, trust=trust,
-                                   before=before, after=after)
+                                   before=before, after=after, before_id=before_id)
         return [self._episode_row(row) for row in self.index.list_episodes(query, max(1, min(limit, PAGE_MAX)))
                 if self._readable(row["path"])]
 
     def episode_query(self, *, source: str | None = None, kind: str | None = None, session: str | None = None,
                       text: str | None = None, trust: str | None = None, before: str | None = None,
-                      after: str | None = None) -> EpisodeQuery:
+                      after: str | None = None, before_id: str | None = None) -> EpisodeQuery:
         """What :meth:`episodes` asks the index (its SQL and plan: :func:`memvault.index.listings.episodes_sql`)."""
         return EpisodeQuery(source=source or None, kind=kind or None, session=session or None, text=text or None,
                             sources=self._sources("episode", trust), before=before or None, after=after or None,
-                            hide=self._hide())
+                            before_id=before_id or None, hide=self._hide())
 
     def _episode_row(self, row: dict[str, Any]) -> EpisodeRow:
         fields = _json(row["meta"])

@@ -77,7 +77,9 @@ class FactQuery:
 @dataclass(frozen=True)
 class EpisodeQuery:
     """Which episodes a listing wants: by source, episode kind, agent session, words (all of them), one of
-    ``sources``, created before or after a time, one episode by id; never those at the paths in ``hide``."""
+    ``sources``, created before or after a time, one episode by id; never those at the paths in ``hide``. With
+    ``before_id``, ``before`` is where the last page ended: the lines of that very time whose id sorts below
+    ``before_id`` come too (a page may end inside a run of lines of one time)."""
 
     source: str | None = None
     kind: str | None = None
@@ -87,6 +89,7 @@ class EpisodeQuery:
     before: str | None = None
     after: str | None = None
     item_id: str | None = None
+    before_id: str | None = None
     hide: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -114,7 +117,7 @@ def _where(sql: str, args: list[Any], conditions: list[tuple[str, Any]], sources
     for condition, value in conditions:
         if value:
             sql += f" AND {condition}"
-            args.append(value)
+            args.extend(value) if isinstance(value, tuple) else args.append(value)
     if sources is not None:
         sql += f" AND source IN ({','.join('?' * len(sources))})" if sources else " AND 0"
         args += list(sources)
@@ -150,7 +153,10 @@ def episodes_sql(query: EpisodeQuery) -> tuple[str, tuple[Any, ...]]:
     terms = query_terms(query.text) if query.text else []
     session = query.session
     sql, args = _where(EPISODES_SQL if terms or query.item_id else EPISODES_BY_TIME_SQL, [], [
-        ("item_id = ?", query.item_id), ("created < ?", index_time(query.before)),
+        ("item_id = ?", query.item_id),
+        ("created < ?", index_time(query.before) if not query.before_id else None),
+        ("(created, item_id) < (?, ?)", (index_time(query.before), query.before_id)
+         if query.before and query.before_id else None),
         ("created > ?", index_time(query.after)),
         ("source = ?", query.source), ("ekind = ?", query.kind),
         ("instr(meta, ?) > 0", meta_json(session) if session else None),

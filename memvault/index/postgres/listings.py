@@ -43,7 +43,7 @@ def _where(sql: str, args: list[Any], conditions: list[tuple[str, Any]], sources
     for condition, value in conditions:
         if value:
             sql += f" AND {condition}"
-            args.append(value)
+            args.extend(value) if isinstance(value, tuple) else args.append(value)
     if sources is not None:
         sql += " AND source = ANY(%s::text[])"
         args.append(list(sources))
@@ -84,7 +84,10 @@ def facts_sql(v: int, query: FactQuery) -> tuple[Any, list[Any]]:
 def episodes_sql(v: int, query: EpisodeQuery) -> tuple[str, list[Any]]:
     session = query.session
     sql, args = _where(f"SELECT {EPISODE_COLUMNS} FROM {{docs}} WHERE kind = 'episode'", [], [
-        ("item_id = %s", query.item_id), ("created < %s::timestamptz", query.before),
+        ("item_id = %s", query.item_id),
+        ("created < %s::timestamptz", query.before if not query.before_id else None),
+        ('(created, item_id COLLATE "C") < (%s::timestamptz, %s)',
+         (query.before, query.before_id) if query.before and query.before_id else None),
         ("created > %s::timestamptz", query.after), ("source = %s", query.source), ("ekind = %s", query.kind),
         ("strpos(meta, %s) > 0", meta_json(session) if session else None),
         ("(meta::jsonb) ->> 'session' = %s", session)], query.sources, query.hide)
@@ -109,7 +112,7 @@ def list_facts(conn: Any, v: int, query: FactQuery, limit: int, offset: int) -> 
 
 def list_episodes(conn: Any, v: int, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
     sql, args = episodes_sql(v, query)
-    rows = conn.execute(vsql(v, sql + " ORDER BY created DESC NULLS LAST, item_id DESC LIMIT %s"),
+    rows = conn.execute(vsql(v, sql + " ORDER BY created DESC NULLS LAST, item_id COLLATE \"C\" DESC LIMIT %s"),
                         (*args, limit)).fetchall()
     return [dict(zip(EPISODE_KEYS, map(_text, row))) for row in rows]
 

@@ -21,10 +21,12 @@ def timeline(web: Web, req: Req) -> Page:
     filters = {"source": req.arg("source"), "kind": req.arg("kind"), "session": req.arg("session"),
                "text": req.arg("text"), "trust": req.arg("trust")}
     limit = req.int_arg("limit", 100, 1, 500)
-    before = req.arg("before")
-    rows = browse.episodes(**filters, before=before, limit=limit)
+    before, before_id = req.arg("before"), req.arg("before_id")
+    rows = browse.episodes(**filters, before=before, before_id=before_id, limit=limit)
     data = {"filters": filters, "before": before, "limit": limit, "episodes": [r.to_dict() for r in rows],
+            # the next page starts after the last row, by time then id: a page may end inside a run of one time
             "next": rows[-1].created if len(rows) == limit else None,
+            "next_id": rows[-1].id if len(rows) == limit else None,
             "sources": [{"source": s or None, "count": n, "trusted": browse.trusted(s or None)}
                         for s, n in browse.sources("episode")][:50],
             "kinds": browse.episode_kinds()}
