@@ -271,8 +271,15 @@ def _times_in_order(conn: sqlite3.Connection) -> None:
     from ..rules.timeutil import index_time
 
     rows = conn.execute("SELECT doc, created, updated FROM docs WHERE created IS NOT NULL OR updated IS NOT NULL")
+    memo: dict[str | None, str | None] = {}  # an episode's two times are one; a runbook's often another's
+
+    def new(value: str | None) -> str | None:
+        if value not in memo:
+            memo[value] = index_time(value)
+        return memo[value]
+
     conn.executemany("UPDATE docs SET created = ?, updated = ? WHERE doc = ?",
-                     [(index_time(created), index_time(updated), doc) for doc, created, updated in rows.fetchall()])
+                     [(new(created), new(updated), doc) for doc, created, updated in rows.fetchall()])
 
 
 MIGRATIONS: list[tuple[str, Step]] = [
