@@ -110,9 +110,14 @@ def list_facts(conn: Any, v: int, query: FactQuery, limit: int, offset: int) -> 
     return [dict(zip(FACT_KEYS, map(_text, row))) for row in rows], total
 
 
+#: Newest first, ids in byte order as SQLite's: the backward scan of the index on episode time gives it (an episode
+#: always has its time). "created DESC NULLS LAST" is no order that index gives: every episode was read and sorted.
+EPISODE_ORDER = 'created DESC, item_id COLLATE "C" DESC'
+
+
 def list_episodes(conn: Any, v: int, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
     sql, args = episodes_sql(v, query)
-    rows = conn.execute(vsql(v, sql + " ORDER BY created DESC NULLS LAST, item_id COLLATE \"C\" DESC LIMIT %s"),
+    rows = conn.execute(vsql(v, sql + f" ORDER BY {EPISODE_ORDER} LIMIT %s"),
                         (*args, limit)).fetchall()
     return [dict(zip(EPISODE_KEYS, map(_text, row))) for row in rows]
 

@@ -77,16 +77,20 @@ def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> di
     return out
 
 
+#: The last runs of each name, from the backward scan of the index on (ref, created): a run always has its time, and
+#: "created DESC NULLS LAST" (no order that index gives) read and sorted every run of the runbook for each recall.
+RUNS_SQL = """
+        SELECT n.name, r.item_id, r.created, r.body, r.path, r.meta, r.source
+        FROM unnest(%s::text[]) AS n(name)
+        CROSS JOIN LATERAL (SELECT item_id, created, body, path, meta, source FROM {docs}
+                            WHERE ref = n.name ORDER BY created DESC LIMIT %s) r"""
+
+
 def runs_of(conn: Any, v: int, names: Sequence[str], per_name: int) -> dict[str, list[dict[str, Any]]]:
     """The last ``per_name`` procedure_run episodes of each procedure, newest first (one query)."""
     if not names:
         return {}
-    rows = conn.execute(vsql(v, """
-        SELECT n.name, r.item_id, r.created, r.body, r.path, r.meta, r.source
-        FROM unnest(%s::text[]) AS n(name)
-        CROSS JOIN LATERAL (SELECT item_id, created, body, path, meta, source FROM {docs}
-                            WHERE ref = n.name ORDER BY created DESC NULLS LAST LIMIT %s) r"""),
-                        (list(names), per_name)).fetchall()
+    rows = conn.execute(vsql(v, RUNS_SQL), (list(names), per_name)).fetchall()
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for name, item_id, created, body, path, meta, source in rows:
         out[name].append({"id": item_id, "created": format_time(created) if created is not None else None,
