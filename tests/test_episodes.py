@@ -126,3 +126,15 @@ def test_a_time_reads_back_as_the_same_text(micro):
     text = format_time(at)
     assert format_time(parse_time(text)) == text
     assert text.endswith("27Z") == (micro < 1000)
+
+
+
+@pytest.mark.parametrize("year", [1, 999, 1000, 2026, 9999])
+def test_a_time_of_any_year_reads_back(year):
+    """A year below 1000 was written with fewer than four digits ("999-01-01T…Z": strftime's %Y), which no RFC 3339
+    reader takes back (a line written by hand may be of any year; memvault shows and exports its time)."""
+    from memvault.rules.timeutil import format_time, index_time, parse_time
+
+    at = datetime(year, 3, 4, 5, 6, 7, 8000, tzinfo=timezone.utc)
+    assert format_time(at) == f"{year:04d}-03-04T05:06:07.008Z" and parse_time(format_time(at)) == at
+    assert index_time(at) == f"{year:04d}-03-04T05:06:07.008000Z"

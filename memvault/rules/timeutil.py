@@ -14,16 +14,23 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _seconds(dt: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of a UTC time, the year in four digits (strftime's %Y writes year 999 as "999", which
+    no RFC 3339 reader takes back and which sorts after every four-digit year)."""
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
+
+
 def format_time(dt: datetime) -> str:
     """RFC 3339 in UTC with a ``Z``, to the second (milliseconds when they are not zero)."""
     dt = dt.astimezone(timezone.utc)
     if dt.microsecond >= 1000:  # a fraction below a millisecond is written as none, so the text reads back the same
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{_seconds(dt)}.{dt.microsecond // 1000:03d}Z"
+    return _seconds(dt) + "Z"
 
 
-#: How the SQLite index stores a time: UTC to the microsecond, fixed width, so that text order is time order (a line
-#: may give its time in any RFC 3339 form, and "…00+02:00", "…00.5Z" or a bare date do not sort as the times they are).
+#: How the SQLite index stores a time: UTC to the microsecond, fixed width (a four-digit year), so that text order is
+#: time order (a line may give its time in any RFC 3339 form, and "…00+02:00", "…00.5Z" or a bare date do not sort as
+#: the times they are). As a strftime format; :func:`index_time` writes it.
 INDEX_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -33,9 +40,10 @@ def index_time(value: str | datetime | None) -> str | None:
     if value is None:
         return None
     try:
-        return parse_time(value).strftime(INDEX_TIME)
+        dt = parse_time(value)
     except InvalidValue:
         return str(value)
+    return f"{_seconds(dt)}.{dt.microsecond:06d}Z"
 
 
 def shown_time(stored: str | None) -> str | None:
