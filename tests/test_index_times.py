@@ -58,7 +58,7 @@ def utc(text: str) -> datetime:
 def test_index_time_is_fixed_width_and_shown_as_format_time_writes():
     for _i, written, shown in LINES:
         stored = index_time(written)
-        assert len(stored) == 27 and stored.endswith("Z")
+        assert len(stored) == 24 and stored.endswith("Z")
         assert shown_time(stored) == shown == format_time(utc(shown))
         assert index_time(stored) == stored  # once in the index form, it stays
     assert sorted(index_time(w) for _i, w, _s in LINES) == [index_time(SHOWN[i]) for i in reversed(NEWEST_FIRST)]
@@ -132,3 +132,63 @@ def test_pages_of_a_listing_lose_no_line_that_shares_its_time(vault, models):
             break
         before, before_id = rows[-1].created, rows[-1].id
     assert seen == sorted((i for i, _w, _s in lines[:7]), reverse=True) + ["01JT0000000000000000000E01"]
+
+
+def page_through(v, limit: int, **filters) -> list[str]:
+    """Every id of a listing, page after page as the timeline's "older" link goes."""
+    seen, before, before_id = [], None, None
+    for _page in range(50):
+        rows = v.browse.episodes(before=before, before_id=before_id, limit=limit, **filters)
+        seen += [r.id for r in rows]
+        if len(rows) < limit:
+            return seen
+        before, before_id = rows[-1].created, rows[-1].id
+    raise AssertionError("pages without end")
+
+
+def test_times_below_the_millisecond_page_and_neighbour_as_shown(vault, models):
+    """A line may carry microseconds or nanoseconds; what a listing shows (and a page's next bound, and the time recall
+    looks up the turns around a line by) is to the millisecond. Stored to the microsecond, a bound of
+    ...00.123Z sorted below every ...00.123456Z: the next page skipped the rest of the run and every line after it,
+    a line was its own next turn, and after=newest gave the newest again (review of this change)."""
+    sub = "2026-11-20T10:00:00.123456Z"
+    lines = [(f"01JT00000000000000000000S{n}", sub, "2026-11-20T10:00:00.123Z") for n in range(7)]
+    lines += [("01JT0000000000000000000E01", "2026-11-20T10:00:00.123400Z", "2026-11-20T10:00:00.123Z"),
+              ("01JT0000000000000000000E02", "2026-11-20T09:00:00Z", "2026-11-20T09:00:00Z"),
+              ("01JT0000000000000000000E03", "2026-11-20T10:00:05.000999999Z", "2026-11-20T10:00:05Z")]
+    write_lines(vault.root, lines)
+    vault.reindex()
+    everything = [r.id for r in vault.browse.episodes(limit=50)]
+    assert sorted(everything) == sorted(i for i, _w, _s in lines)
+    assert {r.id: r.created for r in vault.browse.episodes(limit=50)} == {i: shown for i, _w, shown in lines}
+    assert page_through(vault, 3) == everything
+    newest = vault.browse.episodes(limit=1)[0]
+    assert newest.id == "01JT0000000000000000000E03" and vault.browse.episodes(after=newest.created) == []
+    conn = vault.index.connection()
+    rowid = {r[1]: r[0] for r in conn.execute(
+        "SELECT c.rowid, d.item_id FROM docs d JOIN chunks c ON c.doc = d.doc AND c.chunk = 0")}
+    for at, item_id in enumerate(everything[1:-1], start=1):
+        near = search.episode_neighbours(conn, vault.index.chunk_docs([rowid[item_id]]), 1e12)[rowid[item_id]]
+        assert near == [rowid[everything[at + 1]], rowid[everything[at - 1]]], item_id
+
+
+def test_a_bound_that_is_no_time_is_one_line_naming_it(vault, models):
+    from memvault.rules.errors import InvalidValue
+
+    write_lines(vault.root)
+    vault.reindex()
+    for name in ("before", "after"):
+        with pytest.raises(InvalidValue, match=f"^{name}: not an RFC 3339 time"):
+            vault.browse.episodes(**{name: "yesterday-ish"})
+
+
+def test_an_open_window_holds_every_year(vault, models):
+    """recall's time window without an end (since ...) holds a line of any year, 9999 too (the open bounds were the
+    text "0000" and "9999", below "9999-...")."""
+    write_lines(vault.root, [("01JT0000000000000000000Y01", "9999-01-01T00:00:00Z", "9999-01-01T00:00:00Z"),
+                             ("01JT0000000000000000000Y02", "0001-01-01T00:00:00Z", "0001-01-01T00:00:00Z")])
+    vault.reindex()
+    assert [e["id"] for e in vault.index.episodes_between(utc("2026-01-01T00:00:00Z"), None, 10)] == \
+        ["01JT0000000000000000000Y01"]
+    assert [e["id"] for e in vault.index.episodes_between(None, utc("2026-01-01T00:00:00Z"), 10)] == \
+        ["01JT0000000000000000000Y02"]

@@ -59,3 +59,47 @@ def test_a_transaction_rolls_back_on_any_exception():
         c.execute("INSERT INTO t VALUES (1)")
         raise KeyboardInterrupt
     assert c.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 0
+
+
+def test_a_migration_another_process_applied_meanwhile_is_not_applied_again(tmp_path):
+    """Two processes open an index just after an upgrade (the web view and an agent's hook): both read which
+    migrations are done before either takes the write lock. The second, once it has the lock, finds the first has
+    applied it: it goes on instead of applying it again (a long data migration, then 'UNIQUE constraint failed' or
+    'table already exists': the index could not be opened)."""
+    import threading
+
+    from memvault.rules.migrations import migrate
+
+    path = tmp_path / "x.db"
+    runs = []
+
+    def add_column(conn):
+        runs.append(1)
+        conn.execute("ALTER TABLE t ADD COLUMN b TEXT")
+
+    steps = [("0001_t", "CREATE TABLE t(a TEXT)"), ("0002_b", add_column)]
+    read, go = threading.Event(), threading.Event()
+
+    class Paused(list):
+        def __iter__(self):  # migrate has read what is done: let the other process migrate first
+            read.set()
+            go.wait(10)
+            return super().__iter__()
+
+    errors = []
+
+    def slow():
+        try:
+            migrate(sqlite3.connect(path, isolation_level=None, check_same_thread=False), Paused(steps))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    assert read.wait(10)
+    assert migrate(sqlite3.connect(path, isolation_level=None), steps) == ["0001_t", "0002_b"]
+    go.set()
+    worker.join(10)
+    assert not errors and runs == [1]
+    names = [r[0] for r in sqlite3.connect(path).execute("SELECT name FROM migrations ORDER BY name")]
+    assert names == ["0001_t", "0002_b"]

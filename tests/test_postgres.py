@@ -339,7 +339,17 @@ def test_times_written_in_any_form_list_and_filter_the_same_on_both_indexes(samp
             if len(rows) < 2:
                 break
             before, before_id = rows[-1]["created"], rows[-1]["id"]
-        assert seen == sorted((i for i, _w, _s in BURST), reverse=True), index
+        assert sorted(seen) == sorted(i for i, _w, _s in BURST) and len(seen) == len(BURST), index
+        assert seen == [r["id"] for r in index.list_episodes(EpisodeQuery(source="import:burst"), 50)], index
+    # a bound without a zone is UTC on both, whatever zone the server's session is in
+    ix._connection().execute("SET timezone = 'America/New_York'")
+    for query in (EpisodeQuery(source="import:chat", before="2026-11-20T10:00:00"),
+                  EpisodeQuery(source="import:burst", after="2026-11-21")):
+        mine = [(e["id"], e["created"]) for e in ix.list_episodes(query, 50)]
+        assert mine and mine == [(e["id"], e["created"]) for e in local.list_episodes(query, 50)], query
+    assert ix.episode_days("2026-11-20") == local.episode_days("2026-11-20")
+    with pytest.raises(InvalidValue, match="^before: not an RFC 3339 time"):
+        ix.list_episodes(EpisodeQuery(before="soon"), 5)
 
 
 @pytest.fixture
@@ -356,8 +366,12 @@ def sample_times(tmp_path):
     yield from sample_vault(tmp_path, with_times=True)
 
 
-#: Five lines of one time from one source (an import): a page of two ends inside the run.
-BURST = [(f"01JT00000000000000000000B{n}", "2026-11-21T08:00:00Z", "2026-11-21T08:00:00Z") for n in range(5)]
+#: Five lines of one time from one source (an import): a page of two ends inside the run; then lines whose times have
+#: microseconds (shown, and given back as the next page's bound, to the millisecond).
+BURST = [(f"01JT00000000000000000000B{n}", "2026-11-21T08:00:00Z", "2026-11-21T08:00:00Z") for n in range(5)] + \
+    [(f"01JT00000000000000000000C{n}", "2026-11-21T07:00:00.123456Z", "2026-11-21T07:00:00.123Z") for n in range(3)] + \
+    [("01JT00000000000000000000D0", "2026-11-21T07:00:00.123400Z", "2026-11-21T07:00:00.123Z"),
+     ("01JT00000000000000000000D1", "2026-11-21T06:00:00Z", "2026-11-21T06:00:00Z")]
 
 
 def sample_vault(tmp_path, with_times=False):

@@ -140,7 +140,13 @@ def test_the_older_link_goes_on_after_the_last_line_shown(seeded, client):
         if older is None:
             break
         page = html.unescape(older.group(1))
+        assert "limit=2" in page  # the next page is of the same size
     assert sorted(seen) == ["0", "1", "2", "3", "4"]
+
+
+def test_a_timeline_bound_that_is_no_time_is_a_one_line_error(client):
+    r = client.get("/timeline?before=next+tuesday&format=json")
+    assert r.status_code == 422 and "before: not an RFC 3339 time or date: 'next tuesday'" in r.text
 
 
 def test_stale_facts_are_found_by_sql_as_by_the_rule(seeded, client):

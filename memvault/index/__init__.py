@@ -723,8 +723,9 @@ class Index(Freshness, Listings):
 
     def episodes_between(self, since: Any, until: Any, limit: int) -> list[dict[str, Any]]:
         """Episodes created in [since, until) (datetimes, None for open), newest first."""
-        low = index_time(since) if since is not None else "0000"
-        high = index_time(until) if until is not None else "9999"
+        # open ends: below and above every time (a time in the index's form starts with a digit)
+        low = index_time(since) if since is not None else ""
+        high = index_time(until) if until is not None else "~"
         return search.episodes_between(self.connection(), low, high, limit)
 
     # -- maintenance -------------------------------------------------------------------------------------

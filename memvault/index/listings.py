@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..rules.timeutil import index_time, shown_time
+from ..rules.timeutil import bound_time, index_time, shown_time
 from .db import FTS_SEARCHED
 from .documents import meta_json
 from .search import query_terms
@@ -154,10 +154,10 @@ def episodes_sql(query: EpisodeQuery) -> tuple[str, tuple[Any, ...]]:
     session = query.session
     sql, args = _where(EPISODES_SQL if terms or query.item_id else EPISODES_BY_TIME_SQL, [], [
         ("item_id = ?", query.item_id),
-        ("created < ?", index_time(query.before) if not query.before_id else None),
-        ("(created, item_id) < (?, ?)", (index_time(query.before), query.before_id)
+        ("created < ?", bound_time(query.before, "before") if query.before and not query.before_id else None),
+        ("(created, item_id) < (?, ?)", (bound_time(query.before, "before"), query.before_id)
          if query.before and query.before_id else None),
-        ("created > ?", index_time(query.after)),
+        ("created > ?", bound_time(query.after, "after") if query.after else None),
         ("source = ?", query.source), ("ekind = ?", query.kind),
         ("instr(meta, ?) > 0", meta_json(session) if session else None),
         ("json_extract(meta, '$.session') = ?", session)], query.sources, query.hide)
@@ -220,7 +220,7 @@ def episode_kinds(conn: sqlite3.Connection, hide: Collection[str]) -> list[str]:
 
 
 def episode_days(conn: sqlite3.Connection, since: str, hide: Collection[str]) -> list[tuple[str, int]]:
-    sql, args = _hidden(EPISODE_DAYS_SQL, [index_time(since)], hide)
+    sql, args = _hidden(EPISODE_DAYS_SQL, [bound_time(since, "since")], hide)
     return [(d, n) for d, n in conn.execute(sql + " GROUP BY day ORDER BY day", args)]
 
 

@@ -16,7 +16,9 @@ Step = Union[str, Callable[[Any], None]]
 
 
 def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
-    """Apply the named migrations this database has not recorded, in order, each in its own transaction."""
+    """Apply the named migrations this database has not recorded, in order, each in its own transaction. Another
+    process may apply them meanwhile (two opening the file just after an upgrade): each is looked up again once the
+    write lock is held, and one found applied is not applied again."""
     conn.execute("CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
     applied = []
@@ -24,6 +26,8 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
         if name in done:
             continue
         with transaction(conn):
+            if conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone() is not None:
+                continue
             if callable(sql):
                 sql(conn)
             else:

@@ -28,10 +28,12 @@ def format_time(dt: datetime) -> str:
     return _seconds(dt) + "Z"
 
 
-#: How the SQLite index stores a time: UTC to the microsecond, fixed width (a four-digit year), so that text order is
-#: time order (a line may give its time in any RFC 3339 form, and "…00+02:00", "…00.5Z" or a bare date do not sort as
-#: the times they are). As a strftime format; :func:`index_time` writes it.
-INDEX_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+#: How an index stores a time: UTC to the millisecond, fixed width (a four-digit year, always three digits of
+#: fraction), so that text order is time order (a line may give its time in any RFC 3339 form, and "…00+02:00",
+#: "…00.5Z" or a bare date do not sort as the times they are). To the millisecond, as :func:`format_time` shows it:
+#: a time shown and given back (a page's next bound, the time recall looks up a turn's neighbours by) is the time
+#: stored, not one that sorts below it. :func:`index_time` writes it, :func:`shown_time` reads it back.
+INDEX_TIME = "YYYY-MM-DDTHH:MM:SS.fffZ"
 
 
 def index_time(value: str | datetime | None) -> str | None:
@@ -43,15 +45,25 @@ def index_time(value: str | datetime | None) -> str | None:
         dt = parse_time(value)
     except InvalidValue:
         return str(value)
-    return f"{_seconds(dt)}.{dt.microsecond:06d}Z"
+    return f"{_seconds(dt)}.{dt.microsecond // 1000:03d}Z"
+
+
+def bound_time(value: str | datetime, name: str) -> str:
+    """A listing's bound (``before``, ``after``, ``since``) in the index's form; raises :class:`InvalidValue`
+    naming ``name`` when it is no time (compared as text, it would have been a bound of nothing in particular)."""
+    return index_time(parse_time(value, name)) or ""
+
+
+def to_milliseconds(dt: datetime) -> datetime:
+    """``dt`` without what is below its millisecond: the time an index keeps (:data:`INDEX_TIME`)."""
+    return dt.replace(microsecond=dt.microsecond // 1000 * 1000)
 
 
 def shown_time(stored: str | None) -> str | None:
     """A time as the index stores it (:func:`index_time`), given back as :func:`format_time` writes it."""
-    if stored is None or len(stored) != 27 or stored[19] != "." or not stored.endswith("Z"):
+    if stored is None or len(stored) != 24 or stored[19] != "." or not stored.endswith("Z"):
         return stored
-    fraction = stored[20:26]
-    return stored[:19] + (f".{fraction[:3]}Z" if fraction >= "001000" else "Z")
+    return stored[:19] + "Z" if stored[20:23] == "000" else stored
 
 
 def parse_age(text: str) -> timedelta | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
-from ...rules.timeutil import format_time
+from ...rules.timeutil import format_time, parse_time, to_milliseconds
 from ..documents import meta_json
 from ..listings import EPISODE_KEYS, FACT_KEYS, EpisodeQuery, FactQuery, Stale, prefix_range
 from ..search import query_terms
@@ -81,14 +81,22 @@ def facts_sql(v: int, query: FactQuery) -> tuple[Any, list[Any]]:
     return sql, args
 
 
+def bound(value: str, name: str) -> datetime:
+    """A listing's bound as the time it is (UTC when it names no zone, as SQLite reads it: a text cast by the server
+    would take the server's zone), to the millisecond as the index keeps times; :class:`InvalidValue` naming
+    ``name`` when it is no time."""
+    return to_milliseconds(parse_time(value, name))
+
+
 def episodes_sql(v: int, query: EpisodeQuery) -> tuple[str, list[Any]]:
     session = query.session
     sql, args = _where(f"SELECT {EPISODE_COLUMNS} FROM {{docs}} WHERE kind = 'episode'", [], [
         ("item_id = %s", query.item_id),
-        ("created < %s::timestamptz", query.before if not query.before_id else None),
+        ("created < %s::timestamptz", bound(query.before, "before") if query.before and not query.before_id else None),
         ('(created, item_id COLLATE "C") < (%s::timestamptz, %s)',
-         (query.before, query.before_id) if query.before and query.before_id else None),
-        ("created > %s::timestamptz", query.after), ("source = %s", query.source), ("ekind = %s", query.kind),
+         (bound(query.before, "before"), query.before_id) if query.before and query.before_id else None),
+        ("created > %s::timestamptz", bound(query.after, "after") if query.after else None),
+        ("source = %s", query.source), ("ekind = %s", query.kind),
         ("strpos(meta, %s) > 0", meta_json(session) if session else None),
         ("(meta::jsonb) ->> 'session' = %s", session)], query.sources, query.hide)
     words = [w for t in (query_terms(query.text) if query.text else []) for w in _words(t)]
@@ -158,7 +166,7 @@ def episode_kinds(conn: Any, v: int, hide: Collection[str]) -> list[str]:
 
 def episode_days(conn: Any, v: int, since: str, hide: Collection[str]) -> list[tuple[str, int]]:
     sql, args = _hidden("SELECT to_char(created AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, count(*) FROM {docs} "
-                        "WHERE kind = 'episode' AND created >= %s::timestamptz", [since], hide)
+                        "WHERE kind = 'episode' AND created >= %s::timestamptz", [bound(since, "since")], hide)
     return [(d, int(n)) for d, n in conn.execute(vsql(v, sql + " GROUP BY day ORDER BY day"), args)]
 
 

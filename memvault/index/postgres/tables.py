@@ -13,7 +13,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import MemvaultError
-from ...rules.timeutil import parse_time
+from ...rules.timeutil import parse_time, to_milliseconds
 from .connection import SCHEMA, psycopg_module
 
 if TYPE_CHECKING:
@@ -94,10 +94,12 @@ def pending_count(conn: Any, v: int) -> int:
 
 
 def to_time(value: str | None, problems: list[str], what: str) -> datetime | None:
+    """A doc's time as the index keeps it: to the millisecond, as it is shown and given back (a page's next bound,
+    the time recall looks up a turn's neighbours by), as the SQLite index keeps it (``timeutil.INDEX_TIME``)."""
     if value is None:
         return None
     try:
-        return parse_time(value, what)
+        return to_milliseconds(parse_time(value, what))
     except MemvaultError as exc:
         problems.append(str(exc))
         return None
