@@ -28,6 +28,8 @@ LINES = [
     ("01JT0000000000000000000009", "2026-11-20T10:00:00.750000999Z", "2026-11-20T10:00:00.750Z"),
     # a year of three digits was stored as "999-…", after every four-digit year: the newest line of every listing
     ("01JT0000000000000000000007", "0999-03-04T05:06:07Z", "0999-03-04T05:06:07Z"),
+    # the last day of the calendar (an open window's end must hold it), with microseconds
+    ("01JT000000000000000000000A", "9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999Z"),
 ]
 SHOWN = {i: shown for i, _w, shown in LINES}
 #: newest first, by the time each line is
@@ -192,3 +194,19 @@ def test_an_open_window_holds_every_year(vault, models):
         ["01JT0000000000000000000Y01"]
     assert [e["id"] for e in vault.index.episodes_between(None, utc("2026-01-01T00:00:00Z"), 10)] == \
         ["01JT0000000000000000000Y02"]
+
+
+def test_a_window_edge_inside_a_millisecond_is_decided_the_same_by_recall_and_the_index(vault, models):
+    """"The last 2 hours" starts at a time with microseconds; the index keeps a line's time to the millisecond. The
+    window is to the millisecond too, so recall's own test of a memory's time (Window.inside) and the index's window
+    query agree on a line in the window's first millisecond (they disagreed, each one way at each end)."""
+    from memvault.rules import timeq
+
+    write_lines(vault.root, [("01JT000000000000000000000W", "2026-11-20T10:00:00.123900Z", "2026-11-20T10:00:00.123Z")])
+    vault.reindex()
+    since, until = utc("2026-11-20T10:00:00.123456Z"), utc("2026-11-20T11:00:00.500700Z")
+    window = timeq.Window(since, until, "", "")
+    assert window.since == utc("2026-11-20T10:00:00.123Z") and window.until == utc("2026-11-20T11:00:00.500Z")
+    found = [e["id"] for e in vault.index.episodes_between(window.since, window.until, 10)]
+    stored = utc(vault.browse.episodes(limit=1)[0].created)
+    assert found == ["01JT000000000000000000000W"] and window.inside(stored)

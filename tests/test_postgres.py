@@ -330,6 +330,13 @@ def test_times_written_in_any_form_list_and_filter_the_same_on_both_indexes(samp
                          (datetime(2026, 11, 20, tzinfo=timezone.utc), datetime(2026, 11, 21, tzinfo=timezone.utc))):
         mine = [(e["id"], e["created"]) for e in ix.episodes_between(since, until, 50)]
         assert mine and mine == [(e["id"], e["created"]) for e in local.episodes_between(since, until, 50)]
+    # open windows hold every year, on both (PostgreSQL's ended on 9999-12-30)
+    for since, until in ((None, None), (datetime(2026, 11, 21, tzinfo=timezone.utc), None),
+                         (None, datetime(2000, 1, 1, tzinfo=timezone.utc))):
+        mine = [(e["id"], e["created"]) for e in ix.episodes_between(since, until, 1000)]
+        assert mine == [(e["id"], e["created"]) for e in local.episodes_between(since, until, 1000)]
+        assert ("01JT000000000000000000000A", "9999-12-31T23:59:59.999Z") in mine or until is not None
+        assert ("01JT0000000000000000000007", "0999-03-04T05:06:07Z") in mine or since is not None
     # pages that end inside a run of lines of one time: both go on after the last line shown
     for index in (ix, local):
         seen, before, before_id = [], None, None
@@ -828,6 +835,31 @@ def test_drop_removes_the_vault_and_ensure_starts_over(ix, url):
         ix.search_keywords("host", KINDS, 3)
     ix.ensure()
     assert ix.exists() and ix.pending() == 0 and ix.identity() is None and ix.stats()["chunks"] == 0
+
+
+def test_times_written_to_the_microsecond_are_kept_to_the_millisecond(ix, url):
+    """A shared index written before 0004 kept a line's microseconds; shown to the millisecond and given back as a
+    bound, its time sorted below itself. 0004 truncates them; tables.to_time does from then on."""
+    apply(ix, [episode(f"01JU{i:022d}", f"line {i}", "2026-11-20T10:00:00.123456Z", source="import:chat")
+               for i in range(4)])
+    v = ix._read_state(ix._connection()).vault_id
+    assert {r[0] for r in sql(url, f"SELECT to_char(created, 'US') FROM memvault.v{v}_docs")} == {"123000"}
+    # as the release before left it
+    sql(url, f"UPDATE memvault.v{v}_docs SET created = created + interval '456 microseconds', "
+             "updated = updated + interval '456 microseconds'")
+    sql(url, "DELETE FROM memvault.vault_migrations WHERE vault_id = %s AND name = '0004_times_to_milliseconds'", (v,))
+    with ix._connection() as conn:
+        assert pg.migrations.migrate_vault(conn, v) == ["0004_times_to_milliseconds"]
+    assert set(sql(url, f"SELECT to_char(created, 'US'), to_char(updated, 'US') FROM memvault.v{v}_docs")) == \
+        {("123000", "123000")}
+    seen, before, before_id = [], None, None
+    while True:
+        rows = ix.list_episodes(EpisodeQuery(before=before, before_id=before_id), 2)
+        seen += [r["id"] for r in rows]
+        if len(rows) < 2:
+            break
+        before, before_id = rows[-1]["created"], rows[-1]["id"]
+    assert seen == [f"01JU{i:022d}" for i in (3, 2, 1, 0)]
 
 
 def test_a_page_of_episodes_reads_the_time_index_not_every_episode(ix):

@@ -317,7 +317,7 @@ def docs_by_id(conn: sqlite3.Connection, kind: str, ids: Sequence[str]) -> dict[
 
 EPISODES_SQL = ("SELECT rowid AS r, kind, item_id, path, body, importance, confidence, source, created, updated, 0, "
                 "valid_until, review_after, ekind, ref, doc FROM docs WHERE kind = 'episode' AND created >= ? "
-                "AND created < ? ORDER BY created DESC LIMIT ?")
+                "AND created < ? ORDER BY created DESC, item_id DESC LIMIT ?")
 
 
 def episodes_between(conn: sqlite3.Connection, since: str, until: str, limit: int) -> list[dict[str, Any]]:

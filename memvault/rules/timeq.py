@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
+from .timeutil import to_milliseconds
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december")
@@ -62,6 +64,13 @@ class Window:
     until: datetime | None
     phrase: str
     query: str
+
+    def __post_init__(self) -> None:
+        # to the millisecond, as the indexes keep times: "the last 2 hours" ends where an index's window ends
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, to_milliseconds(value))
 
     def holds(self, stamp: datetime, grace: timedelta = GRACE) -> bool:
         """Whether ``stamp`` is inside this window or up to ``grace`` after it (a memory written in the week after a

@@ -195,6 +195,16 @@ VAULT_MIGRATIONS: list[tuple[str, str | Callable[[Any, int], None]]] = [
         UPDATE {docs} SET cut = 'words' WHERE kind = 'procedure';
         """,
     ),
+    # Times to the millisecond, as they are shown and given back as bounds (a page's next bound, the time recall looks
+    # up a turn's neighbours by): a line's time stored to the microsecond sorted above that bound (tables.to_time
+    # truncates what is written from here on; timeutil.INDEX_TIME).
+    (
+        "0004_times_to_milliseconds",
+        """
+        UPDATE {docs} SET created = date_trunc('milliseconds', created), updated = date_trunc('milliseconds', updated)
+        WHERE created <> date_trunc('milliseconds', created) OR updated <> date_trunc('milliseconds', updated);
+        """,
+    ),
 ]
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from ...rules.timeutil import format_time
+from ...rules.timeutil import format_time, to_milliseconds
 from ..documents import NEIGHBOUR_GAP
 from ..search import DOC_FIELDS
 from .tables import to_time, vsql
@@ -111,13 +111,15 @@ def procedure_docs(conn: Any, v: int, names: Sequence[str]) -> dict[str, dict[st
 
 def episodes_between(conn: Any, v: int, since: datetime | None, until: datetime | None,
                      limit: int) -> list[dict[str, Any]]:
-    """Episodes created in [since, until) (None for open), newest first."""
-    low = since if since is not None else datetime(1, 1, 2, tzinfo=timezone.utc)
-    high = until if until is not None else datetime(9999, 12, 30, tzinfo=timezone.utc)
-    rows = conn.execute(vsql(v, "SELECT " + FIELDS_SQL.format(chunk="0")
-                             + " FROM {docs} d WHERE d.kind = 'episode' AND d.created >= %s "
-                               "AND d.created < %s ORDER BY d.created DESC LIMIT %s"),
-                        (low, high, limit)).fetchall()
+    """Episodes created in [since, until) (None for open: every year), newest first; the bounds to the millisecond,
+    as the times are kept."""
+    where, args = "", []
+    for condition, bound in (("d.created >= %s", since), ("d.created < %s", until)):
+        if bound is not None:
+            where += f" AND {condition}"
+            args.append(to_milliseconds(bound))
+    rows = conn.execute(vsql(v, "SELECT " + FIELDS_SQL.format(chunk="0") + " FROM {docs} d WHERE d.kind = 'episode'"
+                             + where + ' ORDER BY d.created DESC, d.item_id COLLATE "C" DESC LIMIT %s'), (*args, limit)).fetchall()
     return [fields(r) for r in rows]
 
 
