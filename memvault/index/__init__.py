@@ -722,8 +722,7 @@ class Index(Freshness, Listings):
         return search.docs_by_id(self.connection(), "procedure", names)
 
     def episodes_between(self, since: Any, until: Any, limit: int) -> list[dict[str, Any]]:
-        """Episodes created in [since, until) (datetimes, None for open), newest first."""
-        # open ends: below and above every time (a time in the index's form starts with a digit)
+        """Episodes created in [since, until) (datetimes, None for open: "" and "~" sort around every time)."""
         low = index_time(since) if since is not None else ""
         high = index_time(until) if until is not None else "~"
         return search.episodes_between(self.connection(), low, high, limit)
