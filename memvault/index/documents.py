@@ -197,9 +197,9 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
             importance = float(meta_importance) if isinstance(meta_importance, (int, float)) else 0.5
             ref = e.meta.get("name") if e.kind == "procedure_run" and isinstance(e.meta.get("name"), str) else None
             record = _episode_fields(e, ref)
+            at = index_time(e.created_at)  # an episode is written once: created and updated are its one time
             doc = Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
-                      default_confidence(e.source), e.source, index_time(e.created_at), index_time(e.created_at), ekind=e.kind, ref=ref,
-                      meta=record)
+                      default_confidence(e.source), e.source, at, at, ekind=e.kind, ref=ref, meta=record)
             if e.kind == "raw":
                 if doc.source not in chains:
                     chains[doc.source] = conversation(previous(doc.source)) if previous is not None else []

@@ -119,7 +119,8 @@ def episodes_between(conn: Any, v: int, since: datetime | None, until: datetime 
             where += f" AND {condition}"
             args.append(to_milliseconds(bound))
     rows = conn.execute(vsql(v, "SELECT " + FIELDS_SQL.format(chunk="0") + " FROM {docs} d WHERE d.kind = 'episode'"
-                             + where + ' ORDER BY d.created DESC, d.item_id COLLATE "C" DESC LIMIT %s'), (*args, limit)).fetchall()
+                             + where + ' ORDER BY d.created DESC, d.item_id COLLATE "C" DESC LIMIT %s'),
+                        (*args, limit)).fetchall()
     return [fields(r) for r in rows]
 
 
