@@ -23,7 +23,7 @@ from typing import Any
 from ..rules.timeutil import bound_time, index_time, shown_time
 from .db import FTS_SEARCHED
 from .documents import meta_json
-from .search import query_terms
+from .search import query_terms, shown_times
 
 FACT_KEYS = ("key", "path", "source", "importance", "confidence", "created", "updated", "valid_until",
              "review_after", "meta", "excerpt")
@@ -176,21 +176,13 @@ def list_facts(conn: sqlite3.Connection, query: FactQuery, limit: int, offset: i
     if limit <= 0:
         return [], total
     rows = conn.execute(sql + " ORDER BY item_id LIMIT ? OFFSET ?", (*args, limit, max(0, offset))).fetchall()
-    return [_shown(dict(zip(FACT_KEYS, row))) for row in rows], total
+    return [shown_times(dict(zip(FACT_KEYS, row))) for row in rows], total
 
 
 def list_episodes(conn: sqlite3.Connection, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
     sql, args = episodes_sql(query)
     rows = conn.execute(sql + " ORDER BY created DESC, item_id DESC LIMIT ?", (*args, limit)).fetchall()
-    return [_shown(dict(zip(EPISODE_KEYS, row))) for row in rows]
-
-
-def _shown(row: dict[str, Any]) -> dict[str, Any]:
-    """A listing's row with its times as format_time writes them."""
-    for key in ("created", "updated"):
-        if key in row:
-            row[key] = shown_time(row[key])
-    return row
+    return [shown_times(dict(zip(EPISODE_KEYS, row))) for row in rows]
 
 
 def fact_keys(conn: sqlite3.Connection, prefix: str, hide: Collection[str]) -> list[str]:

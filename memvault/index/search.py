@@ -244,13 +244,19 @@ DOC_FIELDS = ("kind", "id", "path", "body", "importance", "confidence", "source"
               "valid_until", "review_after", "ekind", "ref", "doc")
 
 
+def shown_times(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` (a doc's fields, a listing's row) with its ``created`` and ``updated`` as
+    :func:`memvault.rules.timeutil.format_time` writes them (the index stores
+    :data:`memvault.rules.timeutil.INDEX_TIME`)."""
+    for key in ("created", "updated"):
+        if key in row:
+            row[key] = shown_time(row[key])
+    return row
+
+
 def doc_fields(row: Sequence[Any]) -> dict[str, Any]:
-    """A row of :data:`DOC_FIELDS` as a dict, its times as :func:`memvault.rules.timeutil.format_time` writes them
-    (the index stores them in :data:`memvault.rules.timeutil.INDEX_TIME`)."""
-    out = dict(zip(DOC_FIELDS, row))
-    out["created"] = shown_time(out["created"])
-    out["updated"] = shown_time(out["updated"])
-    return out
+    """A row of :data:`DOC_FIELDS` as a dict, its times shown (:func:`shown_times`)."""
+    return shown_times(dict(zip(DOC_FIELDS, row)))
 
 
 def chunk_docs_sql(n: int) -> str:
