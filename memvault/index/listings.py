@@ -152,11 +152,10 @@ def episodes_sql(query: EpisodeQuery) -> tuple[str, tuple[Any, ...]]:
     """The SQL of an episode listing (without order and limit), for its plan to be read."""
     terms = query_terms(query.text) if query.text else []
     session = query.session
+    before = bound_time(query.before, "before") if query.before else None
     sql, args = _where(EPISODES_SQL if terms or query.item_id else EPISODES_BY_TIME_SQL, [], [
-        ("item_id = ?", query.item_id),
-        ("created < ?", bound_time(query.before, "before") if query.before and not query.before_id else None),
-        ("(created, item_id) < (?, ?)", (bound_time(query.before, "before"), query.before_id)
-         if query.before and query.before_id else None),
+        ("item_id = ?", query.item_id), ("created < ?", None if query.before_id else before),
+        ("(created, item_id) < (?, ?)", (before, query.before_id) if before and query.before_id else None),
         ("created > ?", bound_time(query.after, "after") if query.after else None),
         ("source = ?", query.source), ("ekind = ?", query.kind),
         ("instr(meta, ?) > 0", meta_json(session) if session else None),

@@ -90,11 +90,11 @@ def bound(value: str, name: str) -> datetime:
 
 def episodes_sql(v: int, query: EpisodeQuery) -> tuple[str, list[Any]]:
     session = query.session
+    before = bound(query.before, "before") if query.before else None
     sql, args = _where(f"SELECT {EPISODE_COLUMNS} FROM {{docs}} WHERE kind = 'episode'", [], [
-        ("item_id = %s", query.item_id),
-        ("created < %s::timestamptz", bound(query.before, "before") if query.before and not query.before_id else None),
+        ("item_id = %s", query.item_id), ("created < %s::timestamptz", None if query.before_id else before),
         ('(created, item_id COLLATE "C") < (%s::timestamptz, %s)',
-         (bound(query.before, "before"), query.before_id) if query.before and query.before_id else None),
+         (before, query.before_id) if before and query.before_id else None),
         ("created > %s::timestamptz", bound(query.after, "after") if query.after else None),
         ("source = %s", query.source), ("ekind = %s", query.kind),
         ("strpos(meta, %s) > 0", meta_json(session) if session else None),
