@@ -315,9 +315,8 @@ class EpisodeLog:
         added to ``problems`` (or logged) with its file and line number, and skipped.
         """
         for path in self.files(problems):
-            m = _MONTH_FILE.match(path.name)
-            if m and (since or until):
-                month = (int(m.group(1)), int(m.group(2)))
+            month = month_of(path)
+            if month is not None and (since or until):
                 if since is not None and month < (since.year, since.month):
                     continue
                 if until is not None and month > (until.year, until.month):
@@ -377,6 +376,12 @@ class EpisodeLog:
         items = list(self.iter(**filters))
         items.sort(key=lambda e: (e.time, e.id))
         return items[-limit:] if limit else ([] if limit == 0 else items)
+
+
+def month_of(path: Path) -> tuple[int, int] | None:
+    """(year, month) of a month file's name (``2026-12.jsonl``), None for any other name."""
+    m = _MONTH_FILE.match(path.name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def parse_lines(data: bytes, path: Path, problems: list[Problem] | None = None, *,

@@ -13,24 +13,24 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import MemvaultError
 from ...rules.timeutil import now
-from ...stores.episodes import Episode, parse_line
+from ...rules.validation import MAX_FUTURE
+from ...stores.episodes import Episode, month_of, parse_line
 
 if TYPE_CHECKING:
     from .project import Project
 
 #: Bytes read from the end of each month file, newest first.
 EPISODE_TAIL = 1 << 20
-#: Month files read (this one and the one before: a failure late last month is still recent).
-MONTH_FILES = 2
 #: Days after which an episode counts half as much: yesterday's failure outweighs this morning's chat turn.
 HALF_LIFE_DAYS = 3.0
-#: Episodes older than this are not looked at.
+#: Episodes older than this are not looked at: the month files read are those of the months from this long ago
+#: to now (every host's: a vault tracked in git has a folder per host).
 HORIZON_DAYS = 30.0
 
 _FAILURE_KINDS = {"incident", "failure", "outage", "error", "postmortem"}
@@ -78,11 +78,16 @@ def owner(name: str) -> str:
 
 
 def weigh(episode: Episode, at: datetime) -> Pick | None:
-    """How much a session should hear of ``episode``: what it is times how recent it is (None: too old)."""
+    """How much a session should hear of ``episode``: what it is times how recent it is (None: too old, or dated
+    further after ``at`` than clock skew allows, which cannot have happened: a line placed by hand or by a host
+    whose clock is wrong would otherwise weigh as if it had just happened until its date came)."""
     try:
-        age = max(0.0, (at - episode.time).total_seconds() / 86400)
+        when = episode.time
     except MemvaultError:
         return None
+    if when > at + MAX_FUTURE:
+        return None
+    age = max(0.0, (at - when).total_seconds() / 86400)
     if age > HORIZON_DAYS:
         return None
     tags = {t.lower() for t in episode.tags}
@@ -116,7 +121,7 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
         return []
     at = at or now()
     picks: list[Pick] = []
-    for path in list(reversed(files))[:MONTH_FILES]:
+    for path in month_files(files, at):
         for episode in tail(path):
             if seen_tags is not None:
                 seen_tags.update(episode.tags)
@@ -137,6 +142,23 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
         if len(chosen) >= limit:
             break
     return chosen
+
+
+def month_files(files: list[Path], at: datetime) -> list[Path]:
+    """The month files of ``files`` that can hold an episode of the last :data:`HORIZON_DAYS` before ``at`` (up to
+    the clock skew a write allows after it), newest month first, every host's. A file named for a later month (a
+    host whose clock ran ahead) is not "the newest": taking the last files by name let it, or a third host's file
+    of this month, push this month's failures out."""
+    first = month_of_time(at - timedelta(days=HORIZON_DAYS))
+    last = month_of_time(at + MAX_FUTURE)
+    dated = [(m, p) for p in files if (m := month_of(p)) is not None and first <= m <= last]
+    return [p for _m, p in sorted(dated, key=lambda mp: mp[0], reverse=True)]
+
+
+def month_of_time(at: datetime) -> tuple[int, int]:
+    """The month file an episode of time ``at`` is appended to (months are UTC's, as the file names)."""
+    utc = at.astimezone(timezone.utc)
+    return utc.year, utc.month
 
 
 def tail(path: Path) -> Iterator[Episode]:
