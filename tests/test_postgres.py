@@ -206,6 +206,26 @@ def test_migrations_are_recorded_once_and_idempotent(url, opened):
         [name for name, _ in pg.VAULT_MIGRATIONS]
 
 
+@pytest.mark.parametrize("table", ["vault_migrations", "migrations"])
+def test_a_shared_index_a_newer_memvault_migrated_is_refused_by_an_older_one(ix, url, table):
+    """A team shares one PostgreSQL index; a teammate on a newer memvault migrates it: this older one stops, with
+    one line, instead of writing rows in the form the migration replaced — on its next open (ensure) and, being
+    a long-running process, on its next read of the vault row (every STATE_TTL)."""
+    from memvault.rules.errors import SchemaTooNew
+
+    v = ix._read_state(ix._connection()).vault_id
+    if table == "vault_migrations":
+        sql(url, "INSERT INTO memvault.vault_migrations(vault_id, name) VALUES (%s, '9999_newer')", (v,))
+    else:
+        sql(url, "INSERT INTO memvault.migrations(name) VALUES ('9999_newer')")
+    with pytest.raises(SchemaTooNew) as info:
+        ix.head(fresh=True)
+    assert "9999_newer" in str(info.value) and "\n" not in str(info.value)
+    assert "password" not in str(info.value)
+    with pytest.raises(SchemaTooNew):
+        ix.ensure()
+
+
 def test_concurrent_first_starts_neither_race_nor_duplicate(url, opened):
     """Eight hosts start at once on an empty database, four vaults: one schema, one row per vault."""
     barrier = threading.Barrier(8)

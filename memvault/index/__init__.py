@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import ModelUnavailable, SearchIndexError
+from ..rules.errors import ModelUnavailable, SchemaTooNew, SearchIndexError
 from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
                             try_lock)
 from ..rules.timeutil import format_time, index_time, now
 from . import matrix, quantize, search, words
-from .db import MIGRATIONS, connect, is_corruption, migrate, transaction
+from .db import MIGRATIONS, connect, is_corruption, migrate, still_known, transaction, used_bytes
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .freshness import Freshness
 from .listings import EpisodeQuery, FactQuery, Listings, Stale
@@ -94,6 +94,7 @@ class Index(Freshness, Listings):
         self._scanned: tuple[Any, matrix.VectorMatrix, Any] | None = None
         self._format: str | None = None  # how the open generation stores its vectors
         self._said_format = False
+        self._migrations_seen: int | None = None  # PRAGMA data_version when the migrations were last counted
         self._df: tuple[Any, dict[str, int]] = (None, {})
         self.warnings: list[str] = []
         #: Named-path syncs into a team's overlay (a cached view of which paths are local is stale after one).
@@ -152,6 +153,8 @@ class Index(Freshness, Listings):
         target = self.current_target()
         if target is None:
             raise SearchIndexError(f"{self.link}: no index yet; run 'memvault reindex'")
+        if self._conn is not None and self._conn_target == target:  # a newer memvault may have migrated it since
+            self._migrations_seen = still_known(self._conn, MIGRATIONS, self._migrations_seen)
         if self._conn is None or self._conn_target != target:
             self.close()
             for link in drop_links([Path(str(target) + s) for s in ("-wal", "-shm", "-journal")]):
@@ -161,6 +164,8 @@ class Index(Freshness, Listings):
                 applied = migrate(conn, MIGRATIONS)
             except Exception as exc:
                 conn.close()
+                if isinstance(exc, SchemaTooNew):  # a newer memvault's file: neither damaged nor to be rebuilt
+                    raise
                 if is_corruption(exc):
                     self.quarantine(target, exc)
                 raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
@@ -177,14 +182,14 @@ class Index(Freshness, Listings):
         kind = quantize.stored(conn)
         if kind == "float32" and self.vector_type == "int8":
             identity = self.identity(conn)
-            used = self._used_bytes(conn)
+            used = used_bytes(conn)
             with transaction(conn):
                 rows = quantize.to_int8(conn, identity.dims) if identity and quantize.stored(conn) == "float32" else 0
             if rows:
                 with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
                     conn.execute("VACUUM")
                 self.warnings.append(f"{target.name}: the index's vectors are now 8-bit ({rows} rows, "
-                                     f"{used / rows:,.0f} -> {self._used_bytes(conn) / rows:,.0f} bytes a row); "
+                                     f"{used / rows:,.0f} -> {used_bytes(conn) / rows:,.0f} bytes a row); "
                                      '[index] vectors = "float32" and `memvault reindex --full` keep float32')
             return quantize.stored(conn)
         if kind == "int8" and self.vector_type == "float32" and not self._said_format:
@@ -192,12 +197,6 @@ class Index(Freshness, Listings):
             self.warnings.append('the index holds 8-bit vectors; [index] vectors = "float32" takes effect with '
                                  "`memvault reindex --full`")
         return kind
-
-    @staticmethod
-    def _used_bytes(conn: sqlite3.Connection) -> int:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        return int((conn.execute("PRAGMA page_count").fetchone()[0]
-                    - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -207,6 +206,7 @@ class Index(Freshness, Listings):
         self._identity = None
         self._vector_cache = self._scanned = None
         self._format = None
+        self._migrations_seen = None
 
     def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
         """Move a damaged generation aside (``index-<n>.db.corrupt``) so the next sync rebuilds; returns where."""

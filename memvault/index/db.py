@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import SearchIndexError, UnsafePath
 from ..rules.fsutil import sqlite_path
-from ..rules.migrations import Step, migrate, statements, transaction
+from ..rules.migrations import Step, migrate, statements, still_known, transaction
 
 if TYPE_CHECKING:
     import sqlite3
@@ -386,6 +386,13 @@ MIGRATIONS: list[tuple[str, Step]] = [
 
 
 # ------------------------------------------------------------------------------------------------ sqlite
+def used_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes of the file's pages in use (its size less the free pages)."""
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    return int((conn.execute("PRAGMA page_count").fetchone()[0]
+                - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size)
+
+
 def sqlite_module() -> Any:
     """A DB-API sqlite module that can load extensions: the stdlib one when it can, else pysqlite3/sqlean.
 
@@ -462,4 +469,4 @@ def batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 __all__ = ["MIGRATIONS", "sqlite_module", "vec_extension_path", "connect", "is_corruption", "migrate", "transaction",
-           "marks", "batches"]
+           "still_known", "used_bytes", "marks", "batches"]

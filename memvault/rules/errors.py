@@ -151,6 +151,20 @@ class SearchIndexError(MemvaultError):
     """The search index (or the local state database) cannot be opened, read or rebuilt."""
 
 
+class SchemaTooNew(MemvaultError):
+    """A database (the index, the local state, the shared PostgreSQL index) records a migration this memvault does
+    not know: a newer one wrote it. Refused rather than written in the old form, and never taken for damage."""
+
+    def __init__(self, where: str, names: list[str]) -> None:
+        from .version import VERSION
+
+        self.where = where
+        self.names = names
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        super().__init__(f"{where}: written by a newer memvault (migration {names[0]!r}{more}; this is memvault "
+                         f"{VERSION}): upgrade memvault here, or restart a process started before the upgrade")
+
+
 class ModelUnavailable(MemvaultError):
     """The embedding model cannot be loaded (not installed, not downloadable offline, bad path)."""
 

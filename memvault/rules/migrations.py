@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
+from .errors import SchemaTooNew
 from .timeutil import format_time, now
 
 
@@ -21,12 +22,15 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
     write lock is held, and one found applied is not applied again."""
     conn.execute("CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    refuse_newer(conn, done, migrations)
     applied = []
     for name, sql in migrations:
         if name in done:
             continue
         with transaction(conn):
-            if conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone() is not None:
+            now_done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+            refuse_newer(conn, now_done, migrations)
+            if name in now_done:
                 continue
             if callable(sql):
                 sql(conn)
@@ -36,6 +40,32 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
             conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, format_time(now())))
         applied.append(name)
     return applied
+
+
+def refuse_newer(conn: Any, done: set[str], migrations: Sequence[tuple[str, Step]]) -> None:
+    """Raise :class:`SchemaTooNew` when ``done`` (the migrations the database records) holds one ``migrations``
+    does not name: a newer memvault wrote the file, and this one would write rows in the form it replaced."""
+    unknown = sorted(done - {name for name, _ in migrations})
+    if unknown:
+        raise SchemaTooNew(database_file(conn), unknown)
+
+
+def still_known(conn: Any, migrations: Sequence[tuple[str, Step]], seen: int | None) -> int:
+    """For a process that keeps its connection (a server, the watcher): when another connection has written since
+    ``seen`` (``PRAGMA data_version``), count the migrations again; one a newer memvault applied in place meanwhile
+    raises SchemaTooNew before this process writes the form it replaced. Returns the version to pass next time."""
+    version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+    if version != seen and conn.execute("SELECT count(*) FROM migrations").fetchone()[0] != len(migrations):
+        refuse_newer(conn, {row[0] for row in conn.execute("SELECT name FROM migrations")}, migrations)
+    return version
+
+
+def database_file(conn: Any) -> str:
+    """The file of the connection's main database (":memory:" for none)."""
+    for _seq, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main":
+            return file or ":memory:"
+    return ":memory:"
 
 
 def statements(sql: str) -> list[str]:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ...rules.errors import SearchIndexError
+from ...rules.errors import SchemaTooNew, SearchIndexError
 from .connection import LOCK_WRITE, one_line, psycopg_module, setup, where
 from .tables import BUILD_MEMORY, HNSW_EF_CONSTRUCTION, HNSW_M, vsql
 
@@ -208,6 +208,10 @@ VAULT_MIGRATIONS: list[tuple[str, str | Callable[[Any, int], None]]] = [
 ]
 
 
+#: Every migration name this memvault knows (global and per vault).
+KNOWN = frozenset(name for name, _ in GLOBAL_MIGRATIONS) | frozenset(name for name, _ in VAULT_MIGRATIONS)
+
+
 def _statements(script: str) -> list[str]:
     """Split a migration script on ';' at line ends (no migration has a ';' inside a statement)."""
     return [s.strip() for s in re.split(r";\s*\n", script) if s.strip()]
@@ -228,19 +232,29 @@ def _ensure_extension(conn: Any, url: str) -> None:
                                f"({one_line(exc)})") from None
 
 
-def _schema_current(conn: Any) -> bool:
-    """Whether every global migration is recorded (False when the schema does not exist yet)."""
+def _schema_current(conn: Any, url: str) -> bool:
+    """Whether every global migration is recorded (False when the schema does not exist yet); SchemaTooNew when
+    one is recorded that this memvault does not know."""
     psycopg = psycopg_module()
     try:
         done = {r[0] for r in conn.execute("SELECT name FROM memvault.migrations")}
     except psycopg.errors.UndefinedTable:
         return False
+    refuse_newer(done, url)
     return all(name in done for name, _ in GLOBAL_MIGRATIONS)
+
+
+def refuse_newer(recorded: set[str] | frozenset[str], url: str) -> None:
+    """SchemaTooNew when ``recorded`` (migrations the shared index records, global or a vault's) names one this
+    memvault does not know: a teammate's newer memvault migrated it, and this one would write the replaced form."""
+    unknown = sorted(recorded - KNOWN)
+    if unknown:
+        raise SchemaTooNew(f"shared index at {where(url)}", unknown)
 
 
 def migrate_global(conn: Any, url: str) -> list[str]:
     """Apply the global migrations this database has not recorded, under the migrations lock."""
-    if _schema_current(conn):
+    if _schema_current(conn, url):
         return []
     applied = []
     with conn.transaction():

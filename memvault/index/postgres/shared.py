@@ -24,7 +24,7 @@ from .reads import (chunk_docs, episode_neighbours, episodes_between, last_chunk
                     runs_of, sample_chunks)
 from .connection import LOCK_WRITE, SCHEMA, Connected, psycopg_module, setup, where
 from .listings import SharedListings
-from .migrations import migrate_global, migrate_vault
+from .migrations import migrate_global, migrate_vault, refuse_newer
 from .tables import VaultState, pending_count, read_state, vec, vsql
 from .vectors import ModelVectors
 from .writes import apply as apply_text
@@ -83,7 +83,12 @@ class SharedIndex(SharedListings, Connected):
         return self.vectors.cache_hits
 
     def _read_state(self, conn: Any) -> VaultState | None:
-        return read_state(conn, self.vault)
+        """The vault row; SchemaTooNew when a newer memvault has migrated the shared index since this process
+        opened it (a long-running one reads the row again every STATE_TTL)."""
+        state = read_state(conn, self.vault)
+        if state is not None:
+            refuse_newer(state.migrations, self.url)
+        return state
 
     def _state(self, conn: Any, fresh: bool = False) -> VaultState:
         state = self._state_cache

@@ -34,6 +34,8 @@ class VaultState:
     next_model: int | None
     head: str | None
     read_at: float
+    #: The migrations recorded, global and the vault's (a name memvault does not know: a newer one migrated it).
+    migrations: frozenset[str] = frozenset()
 
 
 def read_state(conn: Any, vault: str) -> VaultState | None:
@@ -42,14 +44,16 @@ def read_state(conn: Any, vault: str) -> VaultState | None:
 
     psycopg = psycopg_module()
     try:
-        row = conn.execute("SELECT vault_id, live_model, live_identity, next_model, indexed_head "
-                           "FROM memvault.vaults WHERE name = %s", (vault,)).fetchone()
+        row = conn.execute("SELECT vault_id, live_model, live_identity, next_model, indexed_head, "
+                           "ARRAY(SELECT name FROM memvault.vault_migrations m WHERE m.vault_id = v.vault_id) "
+                           "|| ARRAY(SELECT name FROM memvault.migrations) "
+                           "FROM memvault.vaults v WHERE name = %s", (vault,)).fetchone()
     except psycopg.errors.UndefinedTable:
         return None
     if row is None:
         return None
     identity = ModelIdentity.from_dict(row[2]) if row[2] else None
-    return VaultState(int(row[0]), row[1], identity, row[3], row[4], time.monotonic())
+    return VaultState(int(row[0]), row[1], identity, row[3], row[4], time.monotonic(), frozenset(row[5]))
 
 
 def table(vault_id: int, name: str) -> Any:
