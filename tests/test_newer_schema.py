@@ -6,6 +6,8 @@ rows in the old form (migration 0008 rewrote times into a new form: an old write
 from __future__ import annotations
 
 import sqlite3
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,6 +25,14 @@ def record(path, name: str = FUTURE) -> None:
         conn.execute("INSERT INTO migrations VALUES (?, '2027-01-01T00:00:00Z')", (name,))
     finally:
         conn.close()
+
+
+def a_second_later(monkeypatch) -> None:
+    """A process that keeps its connection looks again at most every second (SchemaWatch.every)."""
+    import memvault.rules.migrations as migrations
+
+    real = time.monotonic
+    monkeypatch.setattr(migrations, "time", SimpleNamespace(monotonic=lambda: real() + 1.5))
 
 
 def test_migrate_refuses_a_database_with_a_migration_it_does_not_know(tmp_path):
@@ -52,13 +62,14 @@ def test_an_index_a_newer_memvault_migrated_is_refused_not_rebuilt(vault, invoke
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_a_process_that_opened_the_index_before_a_newer_one_migrated_it_stops_writing(vault):
+def test_a_process_that_opened_the_index_before_a_newer_one_migrated_it_stops_writing(vault, monkeypatch):
     """The long-running case: the connection is open (a server, a watcher) when a newer process migrates the file
     in place."""
     vault.facts.set("db/primary", "The primary database runs on db-billing-1.", source="user:admin")
     vault.reindex()
     assert vault.recall("primary database", record_access=False)
     record(vault.index.current_target())
+    a_second_later(monkeypatch)
     with pytest.raises(SchemaTooNew):
         vault.facts.set("db/replica", "The replica runs on db-billing-2.", source="user:admin")
         vault.reindex()
@@ -76,9 +87,11 @@ def test_a_state_database_a_newer_memvault_migrated_is_refused_not_moved_aside(v
     assert path.exists() and not list(path.parent.glob(path.name + ".*corrupt*"))
 
 
-def test_a_process_that_opened_the_state_before_a_newer_one_migrated_it_stops_writing(vault):
+def test_a_process_that_opened_the_state_before_a_newer_one_migrated_it_stops_writing(vault, monkeypatch):
     state = vault.state
     state.connection()
     record(state.path)
+    state.connection()  # within the second: not looked at again
+    a_second_later(monkeypatch)
     with pytest.raises(SchemaTooNew):
         state.connection()

@@ -27,7 +27,7 @@ from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, rep
                             try_lock)
 from ..rules.timeutil import format_time, index_time, now
 from . import matrix, quantize, search, words
-from .db import MIGRATIONS, connect, is_corruption, migrate, still_known, transaction, used_bytes
+from .db import MIGRATIONS, SchemaWatch, connect, is_corruption, migrate, transaction, used_bytes
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .freshness import Freshness
 from .listings import EpisodeQuery, FactQuery, Listings, Stale
@@ -94,7 +94,7 @@ class Index(Freshness, Listings):
         self._scanned: tuple[Any, matrix.VectorMatrix, Any] | None = None
         self._format: str | None = None  # how the open generation stores its vectors
         self._said_format = False
-        self._migrations_seen: int | None = None  # PRAGMA data_version when the migrations were last counted
+        self._schema = SchemaWatch(MIGRATIONS)  # a newer memvault migrating the file while this process has it open
         self._df: tuple[Any, dict[str, int]] = (None, {})
         self.warnings: list[str] = []
         #: Named-path syncs into a team's overlay (a cached view of which paths are local is stale after one).
@@ -154,7 +154,7 @@ class Index(Freshness, Listings):
         if target is None:
             raise SearchIndexError(f"{self.link}: no index yet; run 'memvault reindex'")
         if self._conn is not None and self._conn_target == target:  # a newer memvault may have migrated it since
-            self._migrations_seen = still_known(self._conn, MIGRATIONS, self._migrations_seen)
+            self._schema.check(self._conn)
         if self._conn is None or self._conn_target != target:
             self.close()
             for link in drop_links([Path(str(target) + s) for s in ("-wal", "-shm", "-journal")]):
@@ -206,7 +206,7 @@ class Index(Freshness, Listings):
         self._identity = None
         self._vector_cache = self._scanned = None
         self._format = None
-        self._migrations_seen = None
+        self._schema.reset()
 
     def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
         """Move a damaged generation aside (``index-<n>.db.corrupt``) so the next sync rebuilds; returns where."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import SearchIndexError, UnsafePath
 from ..rules.fsutil import sqlite_path
-from ..rules.migrations import Step, migrate, statements, still_known, transaction
+from ..rules.migrations import SchemaWatch, Step, migrate, statements, transaction
 
 if TYPE_CHECKING:
     import sqlite3
@@ -469,4 +469,4 @@ def batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 __all__ = ["MIGRATIONS", "sqlite_module", "vec_extension_path", "connect", "is_corruption", "migrate", "transaction",
-           "still_known", "used_bytes", "marks", "batches"]
+           "SchemaWatch", "used_bytes", "marks", "batches"]

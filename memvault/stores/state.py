@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..rules.errors import SearchIndexError
 from ..rules.fsutil import drop_links, ensure_dir, remove, replace, sqlite_path
-from ..rules.migrations import migrate, still_known
+from ..rules.migrations import SchemaWatch, migrate
 from ..rules.timeutil import decayed, format_time, from_timestamp, now
 
 MIGRATIONS = [
@@ -121,11 +121,11 @@ class State:
         self._conn: sqlite3.Connection | None = None
         self.warnings: list[str] = []
         self._said: tuple[str, str] | None = None  # the last question redacted ahead (see redact_ahead)
-        self._migrations_seen: int | None = None  # PRAGMA data_version when the migrations were last counted
+        self._schema = SchemaWatch(MIGRATIONS)  # a newer memvault migrating the file while this process has it open
 
     def connection(self) -> sqlite3.Connection:
         if self._conn is not None:  # a long-running process: a newer memvault may have migrated the file since
-            self._migrations_seen = still_known(self._conn, MIGRATIONS, self._migrations_seen)
+            self._schema.check(self._conn)
         if self._conn is None:
             ensure_dir(self.path.parent)
             for link in drop_links([self.path, *(Path(str(self.path) + s) for s in ("-wal", "-shm", "-journal"))]):
@@ -388,7 +388,7 @@ class State:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        self._migrations_seen = None
+        self._schema.reset()
 
 
 @dataclass
