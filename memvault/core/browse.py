@@ -17,13 +17,13 @@ tested again on the way out. An unscoped reader's listings are the same queries 
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..index.listings import EpisodeQuery, FactQuery, Stale
+from ..rules import jsontext
 from ..rules.freshness import stale_doc_reason
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Policy
@@ -319,8 +319,8 @@ def _json(value: Any) -> dict[str, Any]:
     if not value:
         return {}
     try:
-        data = json.loads(value)
-    except (TypeError, ValueError):
+        data = jsontext.parse(value)
+    except (TypeError, ValueError, AttributeError):
         return {}
     return data if isinstance(data, dict) else {}
 

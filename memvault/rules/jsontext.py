@@ -66,6 +66,26 @@ def value_depth(value: Any) -> int:
     return deepest
 
 
+#: The deepest nesting read from a file someone else wrote (an episode line, a transcript line, a hook's payload):
+#: far below where Python's parser, or code walking what it gave, would raise RecursionError.
+MAX_READ_DEPTH = 200
+
+
+def parse(data: str | bytes, limit: int = MAX_READ_DEPTH) -> Any:
+    """``json.loads(data)``, with a value nested deeper than ``limit`` a ValueError like any other bad JSON (not a
+    RecursionError that stops the reading of every line after it). The depth is measured only when the text holds
+    more opening brackets than ``limit``: a line of the usual kind costs two counts."""
+    opening = data.count(b"[") + data.count(b"{") if isinstance(data, bytes) else data.count("[") + data.count("{")
+    if opening > limit:
+        text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+        if deeper_than(text, limit):
+            raise ValueError(f"nested deeper than {limit} levels")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"nested deeper than this Python can read (limit {limit})") from None
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
 

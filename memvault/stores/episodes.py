@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..rules import jsontext
 from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
 from ..rules.fsutil import FileChange, entry_problem, locked, open_private, read_inside, walk
 from ..rules.timeutil import format_time, now, parse_time
@@ -97,9 +98,11 @@ def parse_line(line: str, path: Path | None = None, lineno: int | None = None) -
         return EpisodeError(reason, path, lineno)
 
     try:
-        data = json.loads(line)
+        data = jsontext.parse(line)
     except json.JSONDecodeError as exc:
         raise bad(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # nested too deep: one bad line, not the end of the reading
+        raise bad(str(exc)) from None
     if not isinstance(data, dict):
         raise bad("a line must be a JSON object")
     for name in ("id", "created_at", "source", "text"):

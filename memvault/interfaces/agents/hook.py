@@ -83,10 +83,12 @@ def _args(argv: list[str]) -> dict[str, Any]:
 
 
 def _payload() -> dict[str, Any]:
+    from ...rules import jsontext
+
     try:
         if sys.stdin is None or sys.stdin.isatty():
             return {}
-        data = json.loads(sys.stdin.buffer.read() or b"{}")
+        data = jsontext.parse(sys.stdin.buffer.read() or b"{}")
     except (ValueError, OSError):
         return {}
     return data if isinstance(data, dict) else {}

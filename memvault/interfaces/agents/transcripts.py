@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...rules import jsontext
+
 RUNTIMES = ("claude-code", "codex", "gemini")
 _EXIT = re.compile(r"(?:^|\n)\s*(?:Exit code|Exit Code|Process exited with code)[: ]\s*(-?\d+)")
 _NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>", "<local-command-caveat>",
@@ -207,7 +209,7 @@ def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj = jsontext.parse(raw)
             except (ValueError, UnicodeDecodeError):
                 obj = None
             if not isinstance(obj, dict):
@@ -375,7 +377,7 @@ def _codex(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
             args: Any = payload.get("arguments", payload.get("input"))
             if isinstance(args, str) and payload.get("name") != "apply_patch":
                 try:
-                    args = json.loads(args)
+                    args = jsontext.parse(args)
                 except ValueError:
                     args = {}
             if payload.get("name") == "apply_patch" and isinstance(args, str):
@@ -414,7 +416,7 @@ def _codex_exit(output: Any) -> int | None:
         output = output.get("content", output)
     if isinstance(output, str):
         try:
-            parsed = json.loads(output)
+            parsed = jsontext.parse(output)
         except ValueError:
             parsed = None
         if isinstance(parsed, dict):
@@ -435,7 +437,7 @@ def _gemini(path: Path) -> Transcript:
     stripped = data.lstrip()
     if stripped.startswith(b"{") and b"\n{" not in stripped.rstrip():
         try:  # the older format: one JSON document
-            doc = json.loads(stripped)
+            doc = jsontext.parse(stripped)
         except (ValueError, UnicodeDecodeError):
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
