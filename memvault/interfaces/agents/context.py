@@ -365,12 +365,16 @@ def _run(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def _files(base: Path, limit: int) -> list[Path]:
+    """The project's runbook files, never a link (a committed link to a file outside the vault stopped the whole
+    block: its path is not in the work tree)."""
     found: list[Path] = []
     if not base.is_dir() or base.is_symlink():
         return found
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                continue
             found.append(Path(dirpath) / name)
             if len(found) >= limit:
                 return found
