@@ -36,6 +36,7 @@ from ...rules.markup import escape_text
 from ...rules.timeutil import format_time, now
 from ...rules.trust import Policy
 from . import project as project_mod
+from .project import shown
 from . import recent as recent_mod
 
 if TYPE_CHECKING:
@@ -129,26 +130,38 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
     # What the runtime's source may not read ([scopes]) is neither shown nor counted.
     reader = vault.reader(ask.get("source"))
     hits = [h for h in hits if reader.allows(h.path)]
-    kept = _fit(hits, settings.budget)
+    waiting = _inbox_count(vault) if reader.scope is None else len(vault.facts.inbox([], reader=reader.source))
+    tail = [f"memvault: {n} proposal{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} in the inbox for a person "
+            "('memvault inbox')."] if (n := waiting) else []
+
+    def heading(counts: dict[str, int], left: int) -> str:
+        return (f"memvault memory for {project.describe()}" + (f", session {shown(start)}" if start else "") + ": "
+                + ", ".join(_plural(counts[k], word) for k, word in (("fact", "fact"), ("episode", "episode"),
+                                                                       ("procedure", "runbook")))
+                + (f" ({left} more left out for the budget of {settings.budget} tokens)" if left else "") + ".")
+
+    # The lines around the memories, at their longest (every hit counted; then also some left out): the room the
+    # memories must leave them.
+    most = {k: sum(1 for h in hits if h.kind == k) for k in ("fact", "episode", "procedure")}
+    for left in (0, len(hits)):
+        frame = "\n".join([escape_text(heading(most, left))] + [escape_text(line) for line in tail])
+        kept = _fit(hits, settings.budget, frame)
+        if len(kept) == len(hits):
+            break
     counts = {k: sum(1 for h in kept if h.kind == k) for k in ("fact", "episode", "procedure")}
     if mode == "keyword":
         notices.insert(0, "keyword-only recall (no warm process to embed the question; meaning-based matches may "
                           "be missing)")
-    waiting = _inbox_count(vault) if reader.scope is None else len(vault.facts.inbox([], reader=reader.source))
-    head = (f"memvault memory for {project.describe()}" + (f", session {start}" if start else "") + ": "
-            + ", ".join(_plural(counts[k], word) for k, word in (("fact", "fact"), ("episode", "episode"),
-                                                                   ("procedure", "runbook")))
-            + (f" ({len(hits) - len(kept)} more left out for the budget of {settings.budget} tokens)"
-               if len(kept) < len(hits) else "") + ".")
-    tail = [f"memvault: {n} proposal{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} in the inbox for a person "
-            "('memvault inbox')."] if (n := waiting) else []
+    head = heading(counts, len(hits) - len(kept))
     # memvault's own health (keyword-only, the index, a watcher's warning) is not the model's business: it goes
     # to agents.log, which 'memvault agent status' shows, never into the block. The lines around the block carry
     # names memvault did not choose (the branch, the origin's name, the start the runtime reports): escaped as
     # memory text is, so none of them can open a tag.
     if notices and ask.get("log") and ask.get("source"):  # a runtime's session (a preview prints them itself)
         log_line(vault, f"session-start ({_who(ask)}) in {project.describe()}: " + "; ".join(notices))
-    body = render(kept, "prompt") if kept else "memvault: nothing stored yet about this project."
+    body = (render(kept, "prompt") if kept else "memvault: nothing stored yet about this project." if not hits
+            else f"memvault: none of the {len(hits)} memories about this project fits the budget of "
+                 f"{settings.budget} tokens ([agents] budget).")
     text = _cap("\n".join([escape_text(head), body] + [escape_text(line) for line in tail]))
     return Context(text, notices, {**counts, "inbox": waiting, "left_out": len(hits) - len(kept)})
 
@@ -175,11 +188,11 @@ def log_line(vault: Vault, line: str) -> None:
 SHARES = {"fact": 0.55, "episode": 0.25, "procedure": 0.35}
 
 
-def _fit(hits: list[Hit], budget: int) -> list[Hit]:
+def _fit(hits: list[Hit], budget: int, frame: str) -> list[Hit]:
     """The hits, in order, that fit ``budget`` tokens and the hard caps once rendered (one that does not fit is
     skipped, never cut; smaller ones after it may still fit), each kind first within its :data:`SHARES`. Room is
-    kept for the lines around the block."""
-    room = min(budget, CONTEXT_HARD_BYTES // 4) - 120
+    kept for ``frame``, the lines around the block."""
+    room = min(budget, CONTEXT_HARD_BYTES // 4) - count_tokens(frame) - 2
     costs = [count_tokens(render_one(hit, "prompt")) + 1 for hit in hits]
     used = count_tokens(render([], "prompt"))
     taken: set[int] = set()
@@ -194,7 +207,7 @@ def _fit(hits: list[Hit], budget: int) -> list[Hit]:
             used += cost
             by_kind[hit.kind] = by_kind.get(hit.kind, 0) + cost
     kept = [hit for i, hit in enumerate(hits) if i in taken]
-    while kept and not _within_caps(render(kept, "prompt"), reserve=600):
+    while kept and not _within_caps(render(kept, "prompt"), reserve=len(frame.encode("utf-8")) + 2):
         kept.pop()
     return kept
 

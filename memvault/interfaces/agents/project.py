@@ -52,7 +52,20 @@ class Project:
         return path == base or path.startswith(base.rstrip("/") + "/")
 
     def describe(self) -> str:
-        return f"project {self.name}" + (f" (branch {self.branch})" if self.branch else "")
+        """"project NAME (branch BRANCH)" on one line, each name at most :data:`SHOWN_NAME` characters: a folder or
+        a pushed branch is named by anyone, and a line break in one started lines of its own above the memories, a
+        long one (escaped, four times longer) pushed them out of the hook's cap."""
+        return f"project {shown(self.name)}" + (f" (branch {shown(self.branch)})" if self.branch else "")
+
+
+#: The most characters of a project's or branch's name shown in the line above the memories.
+SHOWN_NAME = 80
+
+
+def shown(name: str, limit: int = SHOWN_NAME) -> str:
+    """``name`` on one line (runs of white space, line breaks included, become one space), cut to ``limit``."""
+    flat = " ".join(name.split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
 def detect(cwd: str | None, *, commits: int = 5, timeout: float = 0.5) -> Project:
