@@ -659,6 +659,11 @@ class WriteGate:
         if self.scopes.for_source(source) is not None:
             access.Reader(source, self.scopes.for_source(source)).refuse(access.rel(self.root, proc.path),
                                                                            f"procedure {name}")
+        # The run is recorded as an episode: a source that may not append one is refused before the script starts
+        # (a side effect without its record, otherwise).
+        self.require(Op.APPEND_EPISODE, source)
+        access.write_or_refuse(self.scopes, source, access.rel(self.root, self.episodes.file_for(self.clock())),
+                               "record the run in")
         outcome = self.procedures.execute(proc, args, allow_dirty=allow_dirty, stdout=stdout, stderr=stderr, cwd=cwd,
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name},
                                           timeout=timeout)

@@ -269,9 +269,20 @@ def _gathered(parts: Parts, warnings: list[str]) -> None:
     warnings += index.warnings
     index.warnings.clear()
     unseen = index.problems()
+    if parts.readable is not None:  # a scoped reader is told of no file outside its read scope
+        unseen = [p for p in unseen if _problem_readable(p, parts)]
     if unseen:
         shown = "; ".join(unseen[:3]) + (f"; and {len(unseen) - 3} more" if len(unseen) > 3 else "")
         warnings.append(f"{len(unseen)} file{'s' if len(unseen) > 1 else ''} not searchable: {shown}")
+
+
+def _problem_readable(problem: str, parts: Parts) -> bool:
+    """Whether a problem the index keeps ("<path>:<line>: <reason>", "<path>: <reason>") is about a file the scoped
+    reader may read (vault paths hold no ':'); one naming no vault path is not told."""
+    root = str(parts.facts.root) + "/"
+    if not problem.startswith(root) or parts.readable is None:
+        return parts.readable is None
+    return parts.readable(problem[len(root):].split(":", 1)[0])
 
 
 def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:

@@ -31,6 +31,34 @@ tags: []
 
 
 # ------------------------------------------------------------------------------------------------ views
+class Told:
+    """The problems a read meets, as its reader may be told them: none about a file outside its read scope (the
+    path of an unreadable file is news of what is there). ``into`` is the caller's list; unscoped, it is passed to
+    the store as it is."""
+
+    def __init__(self, vault: Vault, reader: str | None, into: list[Problem] | None, *, target: bool = False) -> None:
+        self.who = vault.reader(reader)
+        self.root = vault.root
+        self.into = into
+        self.target = target
+        self.met: list[Problem] | None = [] if into is not None and self.who.scope is not None else into
+
+    def tell(self) -> None:
+        if self.met is self.into or self.into is None or self.met is None:
+            return
+        self.into.extend(p for p in self.met if self._may_read(p.path))
+        self.met.clear()
+
+    def _may_read(self, path: Path) -> bool:
+        try:
+            rel = Path(path).relative_to(self.root).as_posix()
+        except ValueError:
+            return False
+        if self.target and rel.startswith("inbox/"):  # a proposal is read as the fact it is for
+            rel = "facts/" + rel[len("inbox/"):]
+        return self.who.allows(rel)
+
+
 class Facts:
     """``vault.facts``: read facts from the store, write them through the gate."""
 
@@ -69,16 +97,25 @@ class Facts:
     def iter(self, problems: list[Problem] | None = None, *, inbox: bool = False,
              reader: str | None = None) -> Iterator[Fact]:
         who = self._vault.reader(reader)
-        for fact in self.store.iter(problems, inbox=inbox):
+        told = Told(self._vault, reader, problems, target=inbox)
+        for fact in self.store.iter(told.met, inbox=inbox):
+            told.tell()
             if who.scope is None or self._readable([fact], reader, target=inbox):
                 yield fact
+        told.tell()
 
     def list(self, category: str | None = None, tag: str | None = None,
              problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Fact]:
-        return self._readable(self.store.list(category, tag, problems), reader)
+        told = Told(self._vault, reader, problems)
+        facts = self._readable(self.store.list(category, tag, told.met), reader)
+        told.tell()
+        return facts
 
     def inbox(self, problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Fact]:
-        return self._readable(self.store.inbox(problems), reader, target=True)
+        told = Told(self._vault, reader, problems, target=True)
+        facts = self._readable(self.store.inbox(told.met), reader, target=True)
+        told.tell()
+        return facts
 
     def is_trusted(self, source: str | None) -> bool:
         return Policy(self._vault.config.trust.trusted).is_trusted(source)
@@ -180,14 +217,21 @@ class Episodes:
 
     def iter(self, *, reader: str | None = None, **filters: Any) -> Iterator[Episode]:
         """The episodes (``filters``: see the store) that ``reader`` (default: who the vault acts for) may read."""
-        return self._vault.reader(reader).only(self.store.iter(**filters), lambda e: e.path, self._vault.root)
+        told = Told(self._vault, reader, filters.pop("problems", None))
+        for episode in self._vault.reader(reader).only(self.store.iter(problems=told.met, **filters),
+                                                       lambda e: e.path, self._vault.root):
+            told.tell()
+            yield episode
+        told.tell()
 
     def list(self, *, limit: int | None = None, reader: str | None = None, **filters: Any) -> list[Episode]:
         who = self._vault.reader(reader)
         if who.scope is None:
             return self.store.list(limit=limit, **filters)
         # Filtered before the limit: what the caller may not read never takes a place in its answer.
-        items = list(who.only(self.store.list(**filters), lambda e: e.path, self._vault.root))
+        told = Told(self._vault, reader, filters.pop("problems", None))
+        items = list(who.only(self.store.list(problems=told.met, **filters), lambda e: e.path, self._vault.root))
+        told.tell()
         return items[-limit:] if limit else ([] if limit == 0 else items)
 
     def files(self) -> list[Path]:
@@ -218,8 +262,11 @@ class Procedures:
         return self.store.get(name, path=path)
 
     def list(self, problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Procedure]:
-        return list(self._vault.reader(reader).only(self.store.list(problems), lambda p: Path(p.path),
-                                                    self._vault.root))
+        told = Told(self._vault, reader, problems)
+        found = list(self._vault.reader(reader).only(self.store.list(told.met), lambda p: Path(p.path),
+                                                     self._vault.root))
+        told.tell()
+        return found
 
     def add(self, name: str, source_file: Path | str, *, force: bool = False, source: str | None = None,
             allow_secret: bool = False) -> Procedure:
