@@ -382,6 +382,15 @@ def test_live_version_moves_with_the_index(seeded, client):
     assert fragment.lstrip().startswith('<ol class="timeline"') and "a new episode arrives" in fragment
 
 
+@pytest.mark.parametrize("path", ["/", "/facts", "/timeline", "/procedures", "/recall", "/new", "/recalls"])
+def test_only_the_live_parts_of_a_page_are_served_alone(client, path):
+    """?fragment=main rendered the page's body without what the page defines around it: a plain-text 500 on eight
+    pages. A block that is not a live part is a 404 like a block the page does not have."""
+    for name in ("main", "title", "nothing"):
+        answer = client.get(f"{path}?fragment={name}")
+        assert answer.status_code == 404, (path, name, answer.status_code)
+
+
 def test_hand_edits_reach_the_listings_through_the_background_check(seeded):
     app, token = build(seeded, port=PORT)
     from memvault.interfaces.web import app as app_module

@@ -38,6 +38,9 @@ from .security import CSRF_FIELD, CSRF_HEADER, Guard
 if TYPE_CHECKING:
     from ...core.vault import Vault
 
+#: The blocks of a page served alone (``?fragment=NAME``): the parts a page swaps in when the vault changes.
+FRAGMENTS = frozenset({"live", "entries", "episodes"})
+
 T = TypeVar("T")
 HERE = Path(__file__).resolve().parent
 #: Seconds between two background checks of the files (new episodes, hand edits) and of the lag.
@@ -244,7 +247,7 @@ class WebApp:
         values = {**context, **page.extra, "data": page.data}
         fragment = req.query.get("fragment")
         if fragment:
-            if fragment not in template.blocks:
+            if fragment not in FRAGMENTS or fragment not in template.blocks:  # "main", "title": not parts to swap
                 return JSONResponse({"error": f"no fragment {fragment!r}"}, status_code=404)
             html = "".join(template.blocks[fragment](template.new_context(values)))
         else:
