@@ -260,6 +260,20 @@ def test_a_huge_item_is_refused_with_one_line(strict):
     assert r.exit_code == 1 and "fact_bytes" in r.stderr
 
 
+def test_a_huge_fact_committed_by_hand_is_not_read_whole_by_every_reader(strict):
+    """[limits] fact_bytes held for writes only: a 50 MB fact a teammate committed took the web view 205 s and 8.8
+    GB to show, and MCP's list_facts 104 s. A fact file past the limit is a problem named with its size and the
+    setting, everywhere it would be read; the other facts are read as before."""
+    big = strict.root / "facts" / "notes" / "dump.md"
+    big.parent.mkdir(parents=True)
+    big.write_text("---\nsource: user:mallory\n---\n" + "lorem ipsum dolor " * 500_000)  # 9 MB
+    r = strict.cli("fact", "get", "notes/dump")
+    assert r.exit_code == 1 and "fact_bytes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    problems: list = []
+    assert [f.key for f in strict.facts.list(problems=problems)] == ["db/primary"]
+    assert len(problems) == 1 and "fact_bytes" in problems[0].reason and "dump.md" in str(problems[0].path)
+
+
 def test_pending_work_shrinks_every_time_it_is_touched(vault, models, tmp_path):
     from fake_embedder import set_model
 

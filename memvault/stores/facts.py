@@ -237,15 +237,19 @@ class FactStore:
     # -- reading -----------------------------------------------------------------------------------------
     def read_file(self, key: str, path: Path) -> Fact:
         """The fact in ``path``. A symlink out of the folder or a special file raises UnsafePath, a missing file
-        FactNotFound, anything unreadable FactParseError."""
+        FactNotFound, anything unreadable or larger than ``max_bytes`` FactParseError."""
         inbox = self.inbox_dir in path.parents
         try:
-            data = read_inside(path, self.inbox_dir if inbox else self.dir)
+            data = read_inside(path, self.inbox_dir if inbox else self.dir, limit=self.max_bytes)
             mtime = os.stat(path).st_mtime
         except FileNotFoundError:
             raise FactNotFound(key) from None
         except UnsafePath as exc:
             raise FactParseError(path, exc.reason) from None
+        except LimitExceeded:  # a file committed or edited past the limit: every page, tool and check read it whole
+            raise FactParseError(path, f"{os.stat(path).st_size} bytes, more than [limits] fact_bytes "
+                                       f"({self.max_bytes}) allows: not read (shorten it, or raise the limit in "
+                                       "memvault.toml)") from None
         except OSError as exc:
             raise FactParseError(path, f"cannot read: {exc.strerror}") from None
         try:
