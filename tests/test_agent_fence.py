@@ -296,6 +296,21 @@ def test_a_damaged_captures_db_is_moved_aside_rebuilt_and_logged(damage, strict_
     assert len(list(Vault.open(v.root).episodes.iter(source="agent:claude-code"))) == 3
 
 
+def test_a_secret_where_the_time_should_be_is_redacted_and_the_turn_stored_once(strict_vault, tmp_path):
+    """A transcript line with timestamp "not-a-time ghp_..." put the token in agents.log and in meta.claimed_at,
+    where the gate's secret check refused the turn at every capture."""
+    from memvault.interfaces.agents.capture import capture
+
+    token = "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngXyZ12345678"
+    path = _claude_transcript(tmp_path / "t.jsonl", [("deploy please", "done")], stamp=f"not-a-time {token}")
+    report = capture(strict_vault, "claude-code", path, final=True)
+    [episode] = list(Vault.open(strict_vault.root).episodes.iter(source="agent:claude-code"))
+    assert "deploy please" in episode.text and token not in str(episode.meta)
+    assert "<redacted:" in episode.meta["claimed_at"]
+    assert report.problems and not any(token in p for p in report.problems)
+    assert capture(strict_vault, "claude-code", path, final=True).captured == []
+
+
 # ------------------------------------------------------------------------------------------------ too large to store
 def test_a_turn_with_a_huge_session_id_and_a_future_date_is_stored_clipped(strict_vault, tmp_path):
     from memvault.interfaces.agents.capture import capture

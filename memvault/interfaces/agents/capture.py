@@ -227,8 +227,10 @@ def _when(turn: Turn, meta: dict[str, Any], report: CaptureReport) -> str | None
         check_episode_time(parse_time(turn.at, "at"), now=now())
         return turn.at
     except InvalidValue as exc:
-        meta["claimed_at"] = _bounded(turn.at, 64)
-        report.problems.append(f"turn {meta['turn_id']}: {exc.reason}; stored with the time of capture")
+        # A secret where the time should be is redacted like any other text of the turn: kept as it was, it went
+        # to agents.log and made the gate refuse the turn at every capture.
+        meta["claimed_at"] = _bounded(redact(turn.at)[0], 64)
+        report.problems.append(f"turn {meta['turn_id']}: {redact(exc.reason)[0]}; stored with the time of capture")
         return None
 
 
