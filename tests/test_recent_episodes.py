@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from memvault.interfaces.agents.project import Project
 from memvault.interfaces.agents.recent import recent
 
@@ -64,3 +66,53 @@ def test_a_line_dated_after_the_present_is_not_heard_first_for_ever(tmp_path):
                    line("planted billing incident", AT + timedelta(days=20)),
                    line("skewed billing incident", AT + timedelta(minutes=3)))]
     assert ids(files) == ["e-skewed", "e-yesterday"]
+
+
+def test_a_busy_day_of_another_projects_turns_does_not_hide_yesterdays_failure(tmp_path):
+    """Only the last 1 MiB of a month file was read: 200 captured turns of ~6 KiB about another project after it
+    and yesterday's failed deploy was never looked at. Lines about other projects are skipped unparsed now."""
+    base = tmp_path / "episodes"
+    turns = [json.dumps({"id": f"t{i}", "created_at": (AT - timedelta(hours=20 - i / 20)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"), "source": "agent:claude-code", "kind": "raw", "tags": ["claude-code", "search"],
+        "text": "User: refactor the search module\n\nAssistant: done. " + "details " * 750,
+        "meta": {"cwd": "/src/search"}}) + "\n" for i in range(300)]
+    files = [write(base / "2026-12.jsonl", line("failed billing deploy", AT - timedelta(days=1)), *turns)]
+    assert files[0].stat().st_size > 1.5 * (1 << 20)
+    assert ids(files) == ["e-failed"]
+
+
+def test_every_line_about_the_project_from_sixty_hosts_is_weighed_within_the_parse_budget(tmp_path):
+    """A team of 60 hosts whose every line is about the project: what is parsed is bounded (PARSE_TOTAL shared
+    among the files), each host's newest lines first, so each host's failure of today is still heard."""
+    from memvault.interfaces.agents import recent as recent_mod
+
+    base = tmp_path / "episodes"
+    files = []
+    for h in range(60):
+        chatter = [line(f"h{h}x{k} billing chatter " + "z " * 200, AT - timedelta(hours=2, minutes=k), kind="raw",
+                        ident=f"c{h}-{k}") for k in range(400, 0, -1)]
+        files.append(write(base / f"host{h:02d}" / "2026-12.jsonl", *chatter,
+                           line(f"h{h} billing job failed", AT - timedelta(minutes=h), ident=f"f{h}")))
+    parsed = []
+    real = recent_mod.parse_line
+    recent_mod.parse_line = lambda raw, path=None: parsed.append(len(raw)) or real(raw, path)
+    try:
+        assert ids(files, limit=5) == [f"f{h}" for h in range(5)]
+    finally:
+        recent_mod.parse_line = real
+    assert sum(parsed) <= 60 * max(recent_mod.PARSE_LEAST, recent_mod.PARSE_TOTAL // 60) + 60 * 500
+
+
+@pytest.mark.parametrize("word", ["fail", "failed", "FAILS", "Failure", "incident", "outage", "rolled back", "Rollback",
+                                  "roll back", "rolledback", "crash", "crashed", "broke", "downtime", "down time",
+                                  "timed out", "deploy", "Deployed", "deployment", "deploys", "release", "released",
+                                  "rollout", "migration"])
+def test_a_text_the_patterns_match_holds_one_of_their_pieces(word):
+    """weigh() searches a text only when it holds a piece of a match (the search was most of the cost of a busy
+    month): every match must hold one, or a failure would go unheard."""
+    from memvault.interfaces.agents import recent as r
+
+    for pattern, pieces in ((r._FAILURE_TEXT, r._FAILURE_PIECES), (r._DEPLOY_TEXT, r._DEPLOY_PIECES)):
+        text = f"the {word} of the job"
+        if pattern.search(text):
+            assert r._says(pattern, pieces, text, text.lower())

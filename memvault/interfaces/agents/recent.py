@@ -8,6 +8,7 @@ project's slug, was captured in a directory inside it, records a run of one of i
 """
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
@@ -25,10 +26,25 @@ from ...stores.episodes import Episode, month_of, parse_line
 if TYPE_CHECKING:
     from .project import Project
 
-#: Bytes read from the end of each month file, newest first.
-EPISODE_TAIL = 1 << 20
+#: Bytes read from the end of each month file. A line is parsed only when it holds the project's slug, name or
+#: folder (everything :func:`about` asks for is one of them), so a busy day of another project's turns, which
+#: filled the 1 MiB read before, no longer hides yesterday's failure.
+EPISODE_TAIL = 8 << 20
+#: Bytes read over all the month files of one session start (a vault tracked in git has a folder per host), the
+#: most recently written files first: reading and finding the project's lines costs ~1 ms a MiB, so this bounds
+#: only the pathological (60 hosts' busy months are 160 MB: 0.2 s).
+TOTAL_TAIL = 256 << 20
+#: Bytes of lines about the project parsed over all the files, shared evenly among them (at least
+#: :data:`PARSE_LEAST` each, the newest lines first): parsing, not reading, is what costs (~0.1 s a MiB), and a
+#: team of 60 hosts whose every line is about the project took 4.8 s to weigh all 32 MiB.
+PARSE_TOTAL = 8 << 20
+PARSE_LEAST = 128 << 10
+_TAGS = re.compile(rb'"tags":\s*\[([^\]]*)\]')
+_TAG = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 #: Days after which an episode counts half as much: yesterday's failure outweighs this morning's chat turn.
 HALF_LIFE_DAYS = 3.0
+#: The weight of what a session most needs to hear, a failure of today (:func:`weigh`).
+MOST = 4.0
 #: Episodes older than this are not looked at: the month files read are those of the months from this long ago
 #: to now (every host's: a vault tracked in git has a folder per host).
 HORIZON_DAYS = 30.0
@@ -39,6 +55,14 @@ _DEPLOY_WORDS = {"deploy", "deployed", "deployment", "release", "released", "rol
 _FAILURE_TEXT = re.compile(r"\b(fail(ed|s|ure)?|incident|outage|rolled back|roll(ed)? ?back|crash(ed)?|"
                            r"broke|down ?time|timed out)\b", re.I)
 _DEPLOY_TEXT = re.compile(r"\b(deploy(ed|ment|s)?|releas(e|ed)|rollout|rollback|rolled back|migration)\b", re.I)
+#: A piece of every match of each pattern: a text holding none of them is not searched (the search cost 30 µs a
+#: line, the pieces 2 µs: most of weighing a busy month).
+_FAILURE_PIECES = ("fail", "incident", "outage", "roll", "crash", "broke", "down", "timed out")
+_DEPLOY_PIECES = ("deploy", "releas", "rollout", "rollback", "rolled back", "migration")
+
+
+def _says(pattern: re.Pattern[str], pieces: tuple[str, ...], text: str, low: str) -> bool:
+    return any(piece in low for piece in pieces) and pattern.search(text) is not None
 
 
 @dataclass
@@ -94,11 +118,13 @@ def weigh(episode: Episode, at: datetime) -> Pick | None:
     meta = episode.meta if isinstance(episode.meta, dict) else {}
     code = meta.get("exit_code")
     captured = episode.source.startswith("agent:") and episode.kind == "raw"
-    deploy = bool(tags & _DEPLOY_WORDS) or episode.kind in _DEPLOY_WORDS or bool(_DEPLOY_TEXT.search(episode.text))
+    low = episode.text.lower()
+    deploy = (bool(tags & _DEPLOY_WORDS) or episode.kind in _DEPLOY_WORDS
+              or _says(_DEPLOY_TEXT, _DEPLOY_PIECES, episode.text, low))
     if (episode.kind in _FAILURE_KINDS or tags & _FAILURE_TAGS
             or (episode.kind == "procedure_run" and isinstance(code, int) and code != 0)):
-        base, why = 4.0, "failure"
-    elif _FAILURE_TEXT.search(episode.text) and (deploy or not captured):
+        base, why = MOST, "failure"
+    elif _says(_FAILURE_TEXT, _FAILURE_PIECES, episode.text, low) and (deploy or not captured):
         # A chat turn saying a test failed is chatter; one saying the deploy failed is what happened.
         base, why = 3.5, "failure"
     elif deploy and not captured:
@@ -121,15 +147,29 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
         return []
     at = at or now()
     picks: list[Pick] = []
-    for path in month_files(files, at):
-        for episode in tail(path):
-            if seen_tags is not None:
-                seen_tags.update(episode.tags)
+    needles = _needles(project)
+    top: list[float] = []  # the heaviest ``limit`` weights of picks that are not turns (a min-heap)
+    budget = TOTAL_TAIL
+    paths = month_files(files, at)
+    share = max(PARSE_LEAST, PARSE_TOTAL // max(1, len(paths)))
+    for path in paths:
+        if budget <= 0:
+            break
+        data = _read_tail(path, min(EPISODE_TAIL, budget))
+        budget -= len(data)
+        if seen_tags is not None:
+            seen_tags.update(_tags_in(data))
+        for episode in _lines_with(data, needles, path, share):
             if not about(project, episode):
                 continue
             pick = weigh(episode, at)
-            if pick is not None:
-                picks.append(pick)
+            if pick is None:
+                continue
+            if len(top) == limit and MOST * 0.5 ** (_age(episode, at) / HALF_LIFE_DAYS) < top[0]:
+                break  # lines are appended in time order: nothing older in this file can take a place
+            picks.append(pick)
+            if pick.why != "turn":  # at most two turns are chosen: they hold no place against the others
+                (heapq.heappush if len(top) < limit else heapq.heappushpop)(top, pick.weight)
     picks.sort(key=lambda p: -p.weight)
     chosen: list[Pick] = []
     turns = 0
@@ -144,6 +184,10 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
     return chosen
 
 
+def _age(episode: Episode, at: datetime) -> float:
+    return max(0.0, (at - episode.time).total_seconds() / 86400)
+
+
 def month_files(files: list[Path], at: datetime) -> list[Path]:
     """The month files of ``files`` that can hold an episode of the last :data:`HORIZON_DAYS` before ``at`` (up to
     the clock skew a write allows after it), newest month first, every host's. A file named for a later month (a
@@ -151,8 +195,15 @@ def month_files(files: list[Path], at: datetime) -> list[Path]:
     of this month, push this month's failures out."""
     first = month_of_time(at - timedelta(days=HORIZON_DAYS))
     last = month_of_time(at + MAX_FUTURE)
-    dated = [(m, p) for p in files if (m := month_of(p)) is not None and first <= m <= last]
-    return [p for _m, p in sorted(dated, key=lambda mp: mp[0], reverse=True)]
+    dated = [(m, _mtime(p), p) for p in files if (m := month_of(p)) is not None and first <= m <= last]
+    return [p for _m, _t, p in sorted(dated, key=lambda mtp: (mtp[0], mtp[1]), reverse=True)]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def month_of_time(at: datetime) -> tuple[int, int]:
@@ -161,24 +212,64 @@ def month_of_time(at: datetime) -> tuple[int, int]:
     return utc.year, utc.month
 
 
-def tail(path: Path) -> Iterator[Episode]:
-    """The episodes at the end of a month file, newest first (at most :data:`EPISODE_TAIL` bytes read)."""
+def _needles(project: Project) -> list[bytes]:
+    """What a line about ``project`` holds, lower-cased: its slug (a tag, a runbook's folder), its name (a mention)
+    or its folder (a captured turn's cwd)."""
+    words = {project.slug, project.name.lower(), (project.root or project.cwd or "").lower()} - {"", "project"}
+    return sorted({w.encode("utf-8") for w in words} | {json.dumps(w)[1:-1].encode() for w in words}, key=len)
+
+
+def _read_tail(path: Path, limit: int) -> bytes:
+    """The last ``limit`` bytes of ``path``, from a line start."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - EPISODE_TAIL))
-            data = f.read()
+            f.seek(max(0, size - limit))
+            data = f.read(limit)
     except OSError:
-        return
-    lines = data.splitlines()
-    if size > EPISODE_TAIL and lines:
-        lines = lines[1:]  # the first one is cut
-    for raw in reversed(lines):
+        return b""
+    if size > limit:
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if cut >= 0 else b""  # the first line is cut
+    return data
+
+
+def _lines_with(data: bytes, needles: list[bytes], path: Path, most: int) -> Iterator[Episode]:
+    """The episodes of the lines of ``data`` holding one of ``needles`` (case aside), newest first (last line
+    first), until ``most`` bytes of them were parsed; no other line is parsed."""
+    low = data.lower()
+    starts: set[int] = set()
+    for needle in needles:
+        at = low.find(needle)
+        while at >= 0:
+            start = low.rfind(b"\n", 0, at) + 1
+            end = low.find(b"\n", at)
+            starts.add(start)
+            at = low.find(needle, end if end >= 0 else len(low))
+    for start in sorted(starts, reverse=True):
+        end = data.find(b"\n", start)
+        if most <= 0:
+            return
+        raw = data[start:end if end >= 0 else len(data)]
+        most -= len(raw)
         try:
-            episode = parse_line(raw.decode("utf-8"), path)
-        except (MemvaultError, UnicodeDecodeError, json.JSONDecodeError):
+            yield parse_line(raw.decode("utf-8"), path)
+        except (MemvaultError, UnicodeDecodeError, ValueError):
             continue
-        yield episode
+
+
+def _tags_in(data: bytes) -> set[str]:
+    """Every tag written in ``data``'s lines (the projects the vault knows of), without parsing the lines."""
+    found: set[str] = set()
+    for m in _TAGS.finditer(data):
+        for t in _TAG.finditer(m.group(1)):
+            try:
+                tag = json.loads(b'"' + t.group(1) + b'"')
+            except ValueError:
+                continue
+            if isinstance(tag, str):
+                found.add(tag)
+    return found
 
 
 def describe(pick: Pick) -> dict[str, Any]:
