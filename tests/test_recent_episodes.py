@@ -116,3 +116,17 @@ def test_a_text_the_patterns_match_holds_one_of_their_pieces(word):
         text = f"the {word} of the job"
         if pattern.search(text):
             assert r._says(pattern, pieces, text, text.lower())
+
+
+def test_a_turn_captured_in_another_project_is_not_about_this_one_for_naming_its_word(tmp_path):
+    """A repository named "api": a turn captured in /src/billing that says "the billing API" is billing's."""
+    api = Project(cwd="/src/api", root="/src/api", name="api")
+    base = tmp_path / "episodes"
+    turn = json.dumps({"id": "t1", "created_at": (AT - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       "source": "agent:claude-code", "kind": "raw", "tags": ["claude-code", "billing"],
+                       "text": "User: why did the billing API fail?\n\nAssistant: the deploy failed",
+                       "meta": {"cwd": "/src/billing"}}) + "\n"
+    note = line("api gateway deploy failed", AT - timedelta(hours=2), ident="e-note").replace('"tags": ["billing"]',
+                                                                                             '"tags": []')
+    files = [write(base / "2026-12.jsonl", turn, note)]
+    assert [p.episode.id for p in recent(files, api, 5, at=AT)] == ["e-note"]

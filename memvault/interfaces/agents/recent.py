@@ -4,7 +4,8 @@ chosen by what they are (a failure, an incident, a deploy outweighs a captured c
 A session in a service's repository must learn that yesterday's deploy failed even when thirty captured turns came
 after it: newest-first alone gave it the chatter. An episode is *about* the project when it is tagged with the
 project's slug, was captured in a directory inside it, records a run of one of its runbooks
-(``<slug>/...``), or names the project in its text.
+(``<slug>/...``), or names the project in its text (unless it was captured in a directory outside it: a session in
+a repository named "api" is not told every other service's turn that says "API").
 """
 from __future__ import annotations
 
@@ -84,6 +85,8 @@ def about(project: Project, episode: Episode) -> bool:
     name = meta.get("name")
     if episode.kind == "procedure_run" and isinstance(name, str) and owner(name) == slug:
         return True
+    if isinstance(cwd, str) and cwd:  # captured in another project: naming this one's word ("api") is not enough
+        return False
     return mentions(project, episode.text)
 
 
