@@ -138,3 +138,23 @@ def test_a_time_of_any_year_reads_back(year):
     at = datetime(year, 3, 4, 5, 6, 7, 8000, tzinfo=timezone.utc)
     assert format_time(at) == f"{year:04d}-03-04T05:06:07.008Z" and parse_time(format_time(at)) == at
     assert index_time(at) == f"{year:04d}-03-04T05:06:07.008Z"
+
+
+def test_the_newest_few_read_only_the_newest_months(vault, monkeypatch):
+    """list(limit=5) parsed every line of every month (MCP list_episodes at 100k lines: 3 s a call, 5.5 s scoped);
+    the newest months are read first and the older ones not once the limit is filled."""
+    from datetime import datetime, timezone
+
+    for month in range(1, 13):
+        for day in (3, 9):
+            vault.episodes.append(f"month {month} day {day}", source="user:ops",
+                                  at=datetime(2025, month, day, 12, tzinfo=timezone.utc))
+    read: list = []
+    real = vault.episodes.store.read_file
+    monkeypatch.setattr(vault.episodes.store, "read_file", lambda path, *a, **k: read.append(path.name) or real(path, *a, **k))
+    assert [e.text for e in vault.episodes.list(limit=5)] == ["month 10 day 9", "month 11 day 3", "month 11 day 9",
+                                                              "month 12 day 3", "month 12 day 9"]
+    assert sorted(read) == ["2025-10.jsonl", "2025-11.jsonl", "2025-12.jsonl"]
+    read.clear()
+    assert [e.text for e in vault.episodes.list(limit=3, reader="user:ops", source="user:ops")][-1] == "month 12 day 9"
+    assert len(read) == 2

@@ -230,9 +230,11 @@ class Episodes:
             return self.store.list(limit=limit, **filters)
         # Filtered before the limit: what the caller may not read never takes a place in its answer.
         told = Told(self._vault, reader, filters.pop("problems", None))
-        items = list(who.only(self.store.list(problems=told.met, **filters), lambda e: e.path, self._vault.root))
+        root = self._vault.root
+        items = self.store.list(limit=limit, problems=told.met, keep=lambda e: e.path is not None and who.allows(
+            e.path, root if Path(e.path).is_absolute() else None), **filters)
         told.tell()
-        return items[-limit:] if limit else ([] if limit == 0 else items)
+        return items
 
     def files(self) -> list[Path]:
         return self.store.files()

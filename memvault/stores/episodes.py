@@ -311,13 +311,15 @@ class EpisodeLog:
         source: str | None = None,
         kind: str | None = None,
         problems: list[Problem] | None = None,
+        files: list[Path] | None = None,
     ) -> Iterator[Episode]:
         """Episodes in file order (time order for lines appended as they happened), filtered.
 
         ``source`` matches exactly, or as a prefix when it ends in ``*`` (``web:*``). An unreadable line is
-        added to ``problems`` (or logged) with its file and line number, and skipped.
+        added to ``problems`` (or logged) with its file and line number, and skipped. ``files``: only these
+        (from :meth:`files`).
         """
-        for path in self.files(problems):
+        for path in self.files(problems) if files is None else files:
             month = month_of(path)
             if month is not None and (since or until):
                 if since is not None and month < (since.year, since.month):
@@ -372,13 +374,29 @@ class EpisodeLog:
                     return path
         return None
 
-    def list(self, *, limit: int | None = None, **filters: Any) -> list[Episode]:
-        """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes, oldest first."""
+    def list(self, *, limit: int | None = None, keep: Callable[[Episode], bool] | None = None,
+             **filters: Any) -> list[Episode]:
+        """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes (of those ``keep`` takes),
+        oldest first. With a limit the month files are read newest month first, and no older month once the limit
+        is filled (a line is in the file of its own month; a file named otherwise is always read)."""
         if limit is not None and limit < 0:
             raise InvalidValue("limit", "must not be negative")
-        items = list(self.iter(**filters))
+        if limit == 0:
+            return []
+        items: list[Episode] = []
+        if not limit:
+            items = [e for e in self.iter(**filters) if keep is None or keep(e)]
+        else:
+            problems = filters.pop("problems", None)
+            paths = self.files(problems)
+            months = sorted({m for p in paths if (m := month_of(p)) is not None}, reverse=True)
+            for month in [None, *months]:
+                if month is not None and len(items) >= limit:
+                    break
+                group = [p for p in paths if month_of(p) == month]
+                items += [e for e in self.iter(files=group, problems=problems, **filters) if keep is None or keep(e)]
         items.sort(key=lambda e: (e.time, e.id))
-        return items[-limit:] if limit else ([] if limit == 0 else items)
+        return items[-limit:] if limit else items
 
 
 def month_of(path: Path) -> tuple[int, int] | None:
