@@ -352,6 +352,8 @@ class WriteGate:
         # was asked to be a proposal (ingest's conflicts); a contradiction still waits for a person.
         rule = access.auto_accept(self.scopes, source, path) if proposal and not (propose or allow_secret) else None
         self.facts.path_for(key, inbox=proposal)
+        if isinstance(text, str):
+            self.facts.check_text(key, text)
         similar = self.similar_facts(key, text) if (check_similar or rule) and isinstance(text, str) else []
         warnings: list[str] = []
         contradicted = [access.shown_match(self.scopes, source, m)["key"] for m in similar if m["kind"] == "conflict"]

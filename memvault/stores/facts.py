@@ -321,6 +321,12 @@ class FactStore:
         except UnsafePath as exc:
             raise InvalidKey(self.key_for(path) or path.name, exc.reason) from None
 
+    def check_text(self, key: str, text: str) -> None:
+        """LimitExceeded when the text alone is larger than the file may be: checked before any work on the text
+        (the near-duplicate and contradiction checks read all of it)."""
+        if self.max_bytes is not None and len(text) > self.max_bytes // 4:
+            self._check_size(key, text.encode("utf-8"))
+
     def _check_size(self, key: str, data: bytes) -> bytes:
         if self.max_bytes is not None and len(data) > self.max_bytes:
             raise LimitExceeded(f"fact {key}", f"{len(data)} bytes, more than the {self.max_bytes} allowed "

@@ -1,0 +1,45 @@
+"""Outside input attacked (review of import, ingest and fact writes, 2026-12-06): each case reproduced first."""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from memvault.interfaces.transfer import read
+from memvault.core.transfer import import_items
+from memvault.rules import contradict
+from memvault.rules.errors import LimitExceeded
+from test_transfer import claude_mem_db
+
+
+def test_a_claude_mem_database_whose_name_holds_a_hash_is_read_not_another_file(strict_vault, tmp_path):
+    """'team#2.db' was opened as the URI 'file:team#2.db?mode=ro': '#' began the fragment, mode=ro was dropped,
+    and SQLite created (read-write) an empty 'team' beside it, or imported one that was there."""
+    path = claude_mem_db(tmp_path, "team#2.db")
+    report = import_items(strict_vault, read("claude-mem", path), fmt="claude-mem", source="import:claude-mem")
+    assert len(list(strict_vault.episodes.iter(source="import:claude-mem"))) == 3 and report.proposed
+    assert not (tmp_path / "team").exists()
+
+
+def test_the_host_pattern_is_the_same_language_and_stops_at_a_label_length():
+    """The host test split a long run of letters in n ways (quadratic: a 50,000-letter word made every fact write
+    on its subject take 15 s). The linear pattern accepts the same words; a word longer than a DNS label is none."""
+    old = re.compile(r"[a-z]{2,}[a-z-]*\d+[a-z0-9-]*")
+    rnd = random.Random(7)
+    for _ in range(50_000):
+        word = "".join(rnd.choice("ab-19") for _ in range(rnd.randint(1, 12)))
+        assert contradict._is_host(word) == (bool(old.fullmatch(word)) and not word.startswith(("ipv", "http"))
+                                             and word not in {"k8s", "s3", "ec2", "x86", "h2"}), word
+    assert contradict._is_host("pg-primary-1") and not contradict._is_host("db" + "x" * 100 + "1")
+
+
+def test_a_fact_past_the_limit_is_refused_before_its_text_is_compared(strict_vault, monkeypatch):
+    """The size was checked after the near-duplicate and contradiction checks had read the whole text (a 200 MB
+    fact from stdin was still being compared after 9.5 CPU-minutes)."""
+    strict_vault.facts.set("db/primary", "The primary database host is db01.", source="user:admin")
+    compared = []
+    monkeypatch.setattr(strict_vault.gate, "similar_facts", lambda *a, **k: compared.append(1) or [])
+    with pytest.raises(LimitExceeded, match="fact_bytes|allowed"):
+        strict_vault.facts.set("db/dump", "primary database host " + "x" * 300_000, source="user:admin")
+    assert compared == []
