@@ -43,3 +43,28 @@ def test_a_fact_past_the_limit_is_refused_before_its_text_is_compared(strict_vau
     with pytest.raises(LimitExceeded, match="fact_bytes|allowed"):
         strict_vault.facts.set("db/dump", "primary database host " + "x" * 300_000, source="user:admin")
     assert compared == []
+
+
+def test_a_fact_whose_text_has_windows_line_endings_keeps_its_front_matter(strict_vault, tmp_path):
+    """memvault writes the front matter with LF and keeps the text as given: a CRLF text made the parser take the
+    whole file for CRLF and find no front matter (source None: an agent's proposal escaped purge-by-source)."""
+    text = "Backups run nightly at 01:30.\r\nCopies are kept 35 days.\r\n"
+    fact = strict_vault.facts.set("ops/backup", text, source="user:admin", category="ops", tags=["backup"],
+                                  valid_until="2027-06-30")
+    again = strict_vault.facts.get("ops/backup")
+    assert (again.source, again.category, again.tags, str(again.valid_until)) == ("user:admin", "ops", ["backup"],
+                                                                                   "2027-06-30")
+    assert again.text.startswith("Backups run nightly") and "\r\n" in again.text and fact.key == "ops/backup"
+    strict_vault.facts.set("ops/dns", "DNS is at ns1.\r\nAnd ns2.\r\n", source="agent:extractor")
+    [proposal] = strict_vault.facts.inbox()
+    assert proposal.source == "agent:extractor"
+    strict_vault.purge("agent:extractor", source="user:admin")
+    assert strict_vault.facts.inbox() == []
+
+
+def test_a_file_written_on_windows_is_read_and_edited_in_its_own_line_endings(strict_vault):
+    path = strict_vault.facts.path_for("ops/win")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"---\r\nsource: user:admin\r\ncategory: ops\r\n---\r\nEdited in Notepad.\r\n")
+    fact = strict_vault.facts.get("ops/win")
+    assert (fact.source, fact.category, fact.text.strip()) == ("user:admin", "ops", "Edited in Notepad.")

@@ -49,7 +49,10 @@ class Document:
 
 def parse(text: str) -> Document:
     """Split and load. Raises :class:`FrontMatterError` with the file line of a YAML problem."""
-    newline = "\r\n" if "\r\n" in text[:2000] else "\n"
+    # The file's line ending is the first line's: a body with CRLF under front matter memvault wrote with LF
+    # (text pasted from Windows) made the whole file "CRLF", and its front matter, source included, was not found.
+    first = text.find("\n")
+    newline = "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
     lines = text.split(newline) if newline == "\r\n" else text.split("\n")
     if text.startswith("\ufeff"):
         lines[0] = lines[0][1:]
