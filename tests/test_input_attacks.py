@@ -68,3 +68,20 @@ def test_a_file_written_on_windows_is_read_and_edited_in_its_own_line_endings(st
     path.write_bytes(b"---\r\nsource: user:admin\r\ncategory: ops\r\n---\r\nEdited in Notepad.\r\n")
     fact = strict_vault.facts.get("ops/win")
     assert (fact.source, fact.category, fact.text.strip()) == ("user:admin", "ops", "Edited in Notepad.")
+
+
+def test_a_key_given_twice_in_an_episode_line_hides_no_secret():
+    """json.loads keeps the last value: a first "text" holding a token was never scanned (the pre-commit hook let
+    it into git), shown or exported. The scan reads both values; reading the line refuses it, naming the key."""
+    from memvault.rules.errors import EpisodeError
+    from memvault.stores.checks import episode_file_secrets
+    from memvault.stores.episodes import parse_line
+
+    token = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    line = ('{"id": "e1", "created_at": "2026-12-06T10:00:00Z", "source": "user:t", "kind": "raw", '
+            f'"text": "gh token {token}", "text": "rotated the CI token"}}')
+    assert [f.line for f in episode_file_secrets(line + "\n")] == [1]
+    escaped = line.replace("ghp_", "\\u0067hp_")  # escaped: the raw text does not show it, the value does
+    assert [f.line for f in episode_file_secrets(escaped + "\n")] == [1]
+    with pytest.raises(EpisodeError, match="'text' is given twice"):
+        parse_line(line)

@@ -71,17 +71,42 @@ def value_depth(value: Any) -> int:
 MAX_READ_DEPTH = 200
 
 
-def parse(data: str | bytes, limit: int = MAX_READ_DEPTH) -> Any:
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing an object that names a key twice (ValueError): ``json.loads`` keeps the last
+    value, so a first ``"text"`` holding a token was never scanned, shown or exported, yet committed."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def every_pair(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` keeping every value of a key given twice (the second as ``key~2``...): what a scan
+    for secrets must see."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        name, n = key, 1
+        while name in out:
+            n += 1
+            name = f"{key}~{n}"
+        out[name] = value
+    return out
+
+
+def parse(data: str | bytes, limit: int = MAX_READ_DEPTH, *, pairs: Any = None) -> Any:
     """``json.loads(data)``, with a value nested deeper than ``limit`` a ValueError like any other bad JSON (not a
     RecursionError that stops the reading of every line after it). The depth is measured only when the text holds
-    more opening brackets than ``limit``: a line of the usual kind costs two counts."""
+    more opening brackets than ``limit``: a line of the usual kind costs two counts. ``pairs``: json's
+    ``object_pairs_hook`` (:func:`unique_pairs`, :func:`every_pair`)."""
     opening = data.count(b"[") + data.count(b"{") if isinstance(data, bytes) else data.count("[") + data.count("{")
     if opening > limit:
         text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
         if deeper_than(text, limit):
             raise ValueError(f"nested deeper than {limit} levels")
     try:
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=pairs)
     except RecursionError:
         raise ValueError(f"nested deeper than this Python can read (limit {limit})") from None
 

@@ -192,8 +192,7 @@ def one_line(problems: list[Finding]) -> str | None:
 def episode_file_secrets(text: str) -> list[Finding]:
     """Secrets in an episode file as a person may have edited it: every line's fields (meta keys included), and
     the raw text of lines that are not valid JSON."""
-    import json
-
+    from ..rules.jsontext import every_pair, parse
     from ..rules.secrets import find_secrets
 
     found: list[Finding] = []
@@ -201,8 +200,8 @@ def episode_file_secrets(text: str) -> list[Finding]:
         if not line.strip():
             continue
         try:
-            fields = json.loads(line)
-        except (ValueError, RecursionError):
+            fields = parse(line, pairs=every_pair)  # a key given twice: both values are scanned
+        except ValueError:
             fields = None
         findings = episode_secrets(fields) if isinstance(fields, dict) else find_secrets(line)
         found += [Finding(f"looks like a secret: {f.kind} {f.excerpt}" + (f" in {f.field}" if f.field else ""),
