@@ -85,3 +85,44 @@ def test_a_key_given_twice_in_an_episode_line_hides_no_secret():
     assert [f.line for f in episode_file_secrets(escaped + "\n")] == [1]
     with pytest.raises(EpisodeError, match="'text' is given twice"):
         parse_line(line)
+
+
+@pytest.mark.parametrize("meta, said", [('{"n": ' + "9" * 5000 + "}", "--meta"), ('{"n": NaN}', "NaN"),
+                                        ("[" * 50 + "]" * 50, "deeper"), ('{"a": ', "not valid JSON")])
+def test_a_bad_meta_is_one_line_naming_the_option(invoke, meta, said):
+    """A number of 5,000 digits (Python refuses to read ints past 4,300) was 'internal error, please report it'."""
+    result = invoke("episode", "add", "deploy done", "--meta", meta)
+    assert result.exit_code == 2 and said in result.output and "internal error" not in result.output
+
+
+def test_a_mem0_export_with_a_byte_order_mark_is_read_as_json(strict_vault, tmp_path):
+    """With a BOM the file was taken for JSONL: every line refused as 'nested deeper than 20 levels', exit 0."""
+    import json
+
+    path = tmp_path / "mem0.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"results": [{"id": "a", "memory": "user prefers dark mode",
+                                                                "created_at": "2026-11-01T00:00:00Z"}]}).encode())
+    report = import_items(strict_vault, read("mem0", path), fmt="mem0", source="import:mem0")
+    assert len(report.proposed) == 1 and not report.refused
+
+
+def test_an_export_that_is_not_utf8_names_the_file_or_refuses_only_its_line(vault, invoke, tmp_path):
+    """One latin-1 byte ended the import with 'not UTF-8 text (... at byte 50)', naming no file. A mem0 file says
+    which file; a memvault export refuses the one line and reads the others."""
+    from memvault.rules.errors import InvalidValue
+
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"results": [{"id": "a", "memory": "m\xf8rk mode"}]}')
+    with pytest.raises(InvalidValue, match="latin1.json: not UTF-8"):
+        list(read("mem0", bad))
+    vault.episodes.append("a good line", source="user:admin")
+    vault.episodes.append("another good line", source="user:admin")
+    export = tmp_path / "export.jsonl"
+    assert invoke("export", "-o", str(export)).exit_code == 0
+    lines = export.read_bytes().splitlines(keepends=True)
+    n = next(i for i, line in enumerate(lines) if b"another good line" in line)
+    lines[n] = lines[n].replace(b"good", b"g\xf8od")
+    export.write_bytes(b"".join(lines))
+    items = list(read("memvault", export))
+    refused = [i for i in items if i.refusal]
+    assert len(items) == len(lines) - 1 and len(refused) == 1 and "not UTF-8" in refused[0].refusal

@@ -54,6 +54,20 @@ def deeper_than(text: str, limit: int) -> bool:
     return bool(brackets)
 
 
+def closes(text: str) -> bool:
+    """Whether every bracket of ``text`` outside strings is closed (in one linear count, whatever the depth)."""
+    depth = 0
+    for m in _TOKENS.finditer(text):
+        token = m.group()
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
 def value_depth(value: Any) -> int:
     """How deep lists and dicts nest in a value already parsed (by YAML, say), without recursing."""
     deepest = 0
@@ -119,6 +133,8 @@ def loads(text: str, name: str, *, max_depth: int = MAX_DEPTH) -> Any:
     """``text`` parsed, or InvalidValue naming ``name`` and why (too deep, not JSON, not standard JSON). The message
     never quotes the text."""
     if deeper_than(text, max_depth):
+        if not closes(text):
+            raise InvalidValue(name, "not valid JSON (its brackets never close: cut short?)")
         raise InvalidValue(name, f"nested deeper than {max_depth} levels")
     try:
         value = json.loads(text, parse_constant=_refuse_constant)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ...core.vault import Vault
+from ...rules import jsontext
 from ...rules.errors import InvalidValue, MemvaultError, describe
 from ...rules.fsutil import atomic_write, remove, temp_file
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
@@ -287,12 +288,10 @@ def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
     text = read_text_arg(text, "episode text")
     meta_obj = None
     if meta is not None:
-        try:
-            meta_obj = json.loads(meta, parse_constant=_no_constant)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--meta") from None
-        except RecursionError:
-            raise click.BadParameter("nested too deep (memvault takes at most 20 levels)", param_hint="--meta") from None
+        try:  # too deep, not JSON, NaN, a number of 5,000 digits (Python refuses to read it): one line each
+            meta_obj = jsontext.loads(meta, "--meta")
+        except InvalidValue as exc:
+            raise click.BadParameter(exc.reason, param_hint="--meta") from None
         if not isinstance(meta_obj, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--meta")
     e = ctx.vault.episodes.append(text, source=source, kind=kind, at=parse_time(at, "--at") if at else None,
@@ -302,10 +301,6 @@ def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
         click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
     else:
         click.echo(f"added {e.id} to {e.path.relative_to(ctx.vault.root)}")
-
-
-def _no_constant(name: str) -> Any:
-    raise click.BadParameter(f"{name} is not standard JSON (use null or a string)", param_hint="--meta")
 
 
 #: Width of a time as `episode list` shows it: UTC to the millisecond (a whole second is padded, not widened, so

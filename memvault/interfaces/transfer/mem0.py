@@ -24,7 +24,10 @@ LIST_KEYS = ("results", "memories", "data")
 
 
 def read(path: Path) -> Iterator[Item]:
-    text = path.read_text(encoding="utf-8")
+    try:  # a byte-order mark (a Windows editor's) is no part of the JSON: read as one, the file was taken for JSONL
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidValue("PATH", f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     stripped = text.lstrip()
     if stripped.startswith("[") or (stripped.startswith("{") and _one_document(stripped)):
         entries: Iterator[tuple[int, Any]] = array_items(text, str(path), keys=LIST_KEYS)

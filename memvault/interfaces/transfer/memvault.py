@@ -87,18 +87,21 @@ def read(path: Path) -> Iterator[Item]:
 
 
 def _read_jsonl(path: Path) -> Iterator[Item]:
-    with open(path, encoding="utf-8") as f:
-        first = f.readline()
+    with open(path, "rb") as f:  # each line decoded on its own: one that is not UTF-8 is refused, not the file
         try:
-            header = loads(first, "header")
-        except InvalidValue:
+            header = loads(f.readline().decode("utf-8-sig"), "header")
+        except (InvalidValue, UnicodeDecodeError):
             header = None
         if not isinstance(header, dict) or header.get("type") != HEADER:
             raise InvalidValue("PATH", f"{path}: not a memvault export (no {HEADER} header line)")
-        for n, line in enumerate(f, 2):
-            if not line.strip():
+        for n, raw in enumerate(f, 2):
+            if not raw.strip():
                 continue
             try:  # one record at a time: a line too deep or of the wrong shape is refused, the next one read
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InvalidValue("record", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
                 record = loads(line, "record")
                 if not isinstance(record, dict):
                     raise InvalidValue("record", "must be a JSON object")
