@@ -126,3 +126,59 @@ def test_an_export_that_is_not_utf8_names_the_file_or_refuses_only_its_line(vaul
     items = list(read("memvault", export))
     refused = [i for i in items if i.refusal]
     assert len(items) == len(lines) - 1 and len(refused) == 1 and "not UTF-8" in refused[0].refusal
+
+
+def _export_with(vault, invoke, tmp_path, extra: list[dict]) -> "Path":
+    import json
+
+    export = tmp_path / "export.jsonl"
+    assert invoke("export", "-o", str(export)).exit_code == 0
+    with export.open("a") as f:
+        for e in extra:
+            f.write(json.dumps({"type": "episode", "episode": e}) + "\n")
+    return export
+
+
+def test_one_bad_episode_in_a_restored_export_refuses_only_itself(vault, invoke, tmp_path):
+    """An export of 5 good episodes and one holding a token restored none ('episode 6 of 9 refused'), exit 0."""
+    from memvault import Vault
+    from memvault.core.transfer import restore_items
+    from memvault.stores.episodes import new_id
+    from conftest import git
+
+    for i in range(5):
+        vault.episodes.append(f"good episode {i}", source="user:admin")
+    token = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    export = _export_with(vault, invoke, tmp_path, [{"id": new_id(), "created_at": "2026-11-01T00:00:00Z",
+                                                     "source": "user:admin", "kind": "raw", "text": f"gh {token}"}])
+    target = Vault.init(tmp_path / "restored")
+    report = restore_items(target, read("memvault", export), source="user:admin")
+    assert sorted(e.text for e in target.episodes.iter()) == [f"good episode {i}" for i in range(5)]
+    assert len(report.refused) == 1 and "export.jsonl:" in report.refused[0]["origin"]
+    assert git(target.root, "status", "--porcelain") == ""
+
+
+def test_two_imports_of_one_export_at_once_store_each_episode_once(vault, invoke, tmp_path):
+    import threading
+
+    from memvault import Vault
+    from memvault.core.transfer import restore_items
+
+    for i in range(200):
+        vault.episodes.append(f"episode {i}", source="user:admin")
+    export = _export_with(vault, invoke, tmp_path, [])
+    target = Vault.init(tmp_path / "restored")
+    start = threading.Barrier(2)
+
+    def run():
+        v = Vault.open(target.root)
+        start.wait()
+        restore_items(v, read("memvault", export), source="user:admin")
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [e.id for e in Vault.open(target.root).episodes.iter()]
+    assert len(ids) == len(set(ids)) == 200

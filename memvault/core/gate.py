@@ -124,6 +124,11 @@ class WriteGate:
                     warnings += notices
             yield
 
+    def import_lock(self) -> Any:
+        """Held by an import from reading the ids already imported to appending the new ones: two imports of one
+        export at once both found nothing there and stored every episode twice."""
+        return locked(self.lock_path.with_name("import.lock"))
+
     def require(self, op: Op, source: str) -> str:
         validate_source(source)
         self.policy.require(op, source)

@@ -178,6 +178,14 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     gate.require(Op.APPEND_EPISODE, source)
     report = ImportReport(fmt, source, dry_run)
     trusted = gate.policy.is_trusted(source)
+    with gate.import_lock():
+        _import_items(vault, items, report, fmt=fmt, source=source, trusted=trusted, dry_run=dry_run)
+    return report
+
+
+def _import_items(vault: Vault, items: Iterable[Item], report: ImportReport, *, fmt: str, source: str, trusted: bool,
+                  dry_run: bool) -> None:
+    gate = vault.gate
     seen_keys: dict[str, str] = {}
     episodes: list[tuple[Item, dict[str, Any]]] = []
     known = _imported_ids(vault, source)
@@ -213,7 +221,6 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
         report.added += [{"origin": i.origin, "episode": e.id} for (i, _), e in zip(episodes, written)]
     elif episodes:
         report.added += [{"origin": i.origin, "episode": None} for i, _ in episodes]
-    return report
 
 
 def own_source(vault: Vault, source: str) -> str:
@@ -407,11 +414,18 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                                       "episodes as they were: a trusted source only")
     gate.require(Op.CONFIGURE, source)
     report = ImportReport("memvault", source, dry_run)
-    items = _checked(vault, items, report)
+    with gate.import_lock():
+        _restore_items(vault, _checked(vault, items, report), report, source=source, dry_run=dry_run)
+    return report
+
+
+def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: ImportReport, *, source: str,
+                   dry_run: bool) -> None:
+    gate = vault.gate
     changes: list[FileChange] = []
     modes: dict[Path, int] = {}
     existing_ids = {e.id for e in vault.episodes.iter()}
-    episodes: list[dict[str, Any]] = []
+    episodes: list[tuple[dict[str, Any], dict[str, Any]]] = []
     proposals: list[tuple[int, Item]] = []
     with gate.lock(source, report.problems):
         for n, item in items:
@@ -431,8 +445,12 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                         report.skipped.append({**entry, "episode": item.id, "reason": "already here"})
                         continue
                     existing_ids.add(item.id or "")
-                    episodes.append({"text": item.text, "kind": item.episode_kind, "at": item.at, "tags": item.tags,
-                                     "meta": item.meta or None, "id": item.id, "source": item.source})
+                    draft = {"text": item.text, "kind": item.episode_kind, "at": item.at, "tags": item.tags,
+                             "meta": item.meta or None, "id": item.id, "source": item.source}
+                    # Each checked here, refused by its own origin: one bad episode refused them all before.
+                    gate.check_episode(draft["text"], source=item.source or source, kind=draft["kind"] or "raw",
+                                       at=draft["at"], tags=draft["tags"], meta=draft["meta"], id=draft["id"])
+                    episodes.append((entry, draft))
                     continue
                 if change is not None:
                     gate.check_changes([change], what=f"{item.kind} {item.key}", allow_secret=False, source=source)
@@ -467,11 +485,10 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
     if episodes:
         try:
             if not dry_run:
-                vault.episodes.append_many(episodes, source=source)
-            report.added += [{"episode": e["id"]} for e in episodes]
+                vault.episodes.append_many([d for _, d in episodes], source=source)
+            report.added += [{**entry, "episode": d["id"]} for entry, d in episodes]
         except MemvaultError as exc:
             report.refused.append({"origin": "episodes", "reason": describe(exc)[0]})
-    return report
 
 
 def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry: dict[str, Any]) -> FileChange | None:
