@@ -182,3 +182,25 @@ def test_two_imports_of_one_export_at_once_store_each_episode_once(vault, invoke
         t.join()
     ids = [e.id for e in Vault.open(target.root).episodes.iter()]
     assert len(ids) == len(set(ids)) == 200
+
+
+BOMB = "---\nsource: user:admin\na: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
+       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n---\nBuild notes.\n"
+
+
+def test_front_matter_with_yaml_aliases_is_refused_naming_the_line(strict_vault):
+    """Nested aliases name exponentially many values in a few hundred bytes: an import's depth check and the
+    pre-commit hook's secret scan walked them all (8 levels: 39.5 s). memvault writes no alias; one is refused."""
+    from memvault.rules.errors import FactParseError
+    from memvault.rules.frontmatter_edit import parse
+    from memvault.rules.errors import FrontMatterError
+
+    with pytest.raises(FrontMatterError, match="alias") as info:
+        parse(BOMB)
+    assert info.value.line == 4
+    path = strict_vault.facts.path_for("ops/build")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(BOMB)
+    with pytest.raises(FactParseError, match="alias"):
+        strict_vault.facts.get("ops/build")
+    assert parse("---\nsource: user:admin\nnote: 'a * b'\n---\ntext\n").meta["note"] == "a * b"
