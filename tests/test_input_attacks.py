@@ -128,7 +128,7 @@ def test_an_export_that_is_not_utf8_names_the_file_or_refuses_only_its_line(vaul
     assert len(items) == len(lines) - 1 and len(refused) == 1 and "not UTF-8" in refused[0].refusal
 
 
-def _export_with(vault, invoke, tmp_path, extra: list[dict]) -> "Path":
+def _export_with(vault, invoke, tmp_path, extra: list[dict]):
     import json
 
     export = tmp_path / "export.jsonl"
