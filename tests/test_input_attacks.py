@@ -204,3 +204,12 @@ def test_front_matter_with_yaml_aliases_is_refused_naming_the_line(strict_vault)
     with pytest.raises(FactParseError, match="alias"):
         strict_vault.facts.get("ops/build")
     assert parse("---\nsource: user:admin\nnote: 'a * b'\n---\ntext\n").meta["note"] == "a * b"
+
+
+def test_an_episode_line_with_nan_is_a_bad_line_not_an_export_that_cannot_be_imported():
+    from memvault.rules.errors import EpisodeError
+    from memvault.stores.episodes import parse_line
+
+    with pytest.raises(EpisodeError, match="NaN is not standard JSON"):
+        parse_line('{"id": "e1", "created_at": "2026-12-06T10:00:00Z", "source": "user:t", "text": "t", '
+                   '"meta": {"load": NaN}}')

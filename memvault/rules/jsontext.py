@@ -109,18 +109,19 @@ def every_pair(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse(data: str | bytes, limit: int = MAX_READ_DEPTH, *, pairs: Any = None) -> Any:
+def parse(data: str | bytes, limit: int = MAX_READ_DEPTH, *, pairs: Any = None, standard: bool = False) -> Any:
     """``json.loads(data)``, with a value nested deeper than ``limit`` a ValueError like any other bad JSON (not a
     RecursionError that stops the reading of every line after it). The depth is measured only when the text holds
     more opening brackets than ``limit``: a line of the usual kind costs two counts. ``pairs``: json's
-    ``object_pairs_hook`` (:func:`unique_pairs`, :func:`every_pair`)."""
+    ``object_pairs_hook`` (:func:`unique_pairs`, :func:`every_pair`). ``standard``: NaN and Infinity are refused
+    (ValueError), as memvault never writes them."""
     opening = data.count(b"[") + data.count(b"{") if isinstance(data, bytes) else data.count("[") + data.count("{")
     if opening > limit:
         text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
         if deeper_than(text, limit):
             raise ValueError(f"nested deeper than {limit} levels")
     try:
-        return json.loads(data, object_pairs_hook=pairs)
+        return json.loads(data, object_pairs_hook=pairs, parse_constant=_refuse_constant if standard else None)
     except RecursionError:
         raise ValueError(f"nested deeper than this Python can read (limit {limit})") from None
 

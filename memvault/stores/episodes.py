@@ -98,7 +98,8 @@ def parse_line(line: str, path: Path | None = None, lineno: int | None = None) -
         return EpisodeError(reason, path, lineno)
 
     try:
-        data = jsontext.parse(line, pairs=jsontext.unique_pairs)
+        # standard JSON only: a NaN put in by hand was exported as it was, and the export could not be imported
+        data = jsontext.parse(line, pairs=jsontext.unique_pairs, standard=True)
     except json.JSONDecodeError as exc:
         raise bad(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except ValueError as exc:  # nested too deep: one bad line, not the end of the reading
