@@ -213,3 +213,18 @@ def test_an_episode_line_with_nan_is_a_bad_line_not_an_export_that_cannot_be_imp
     with pytest.raises(EpisodeError, match="NaN is not standard JSON"):
         parse_line('{"id": "e1", "created_at": "2026-12-06T10:00:00Z", "source": "user:t", "text": "t", '
                    '"meta": {"load": NaN}}')
+
+
+def test_an_ingest_line_longer_than_any_candidate_is_skipped_without_being_held(strict_vault, tmp_path):
+    """A 200 MB line peaked at 4.3 GB before the 64 KiB limit refused it. A line past what any candidate can be
+    is skipped while read, named by its number; the lines after it go in."""
+    import io
+    import json
+
+    good = json.dumps({"type": "episode", "text": "backup finished"}) + "\n"
+    huge = '{"type": "episode", "text": "' + "x" * 3_000_000 + '"}\n'
+    report = strict_vault.ingest(io.BytesIO((good + huge + good.replace("backup", "restore")).encode()),
+                                 source="user:admin", name="candidates.jsonl")
+    assert [s["line"] for s in report.skipped] == ["candidates.jsonl:2"]
+    assert "longer than any candidate" in report.skipped[0]["reason"]
+    assert sorted(e.text for e in strict_vault.episodes.iter()) == ["backup finished", "restore finished"]
