@@ -95,3 +95,17 @@ def test_a_process_that_opened_the_state_before_a_newer_one_migrated_it_stops_wr
     a_second_later(monkeypatch)
     with pytest.raises(SchemaTooNew):
         state.connection()
+
+
+def test_a_refused_state_database_is_refused_at_every_call_not_only_the_first(vault):
+    """The connection was kept although migrate() refused it: the next call within a second (SchemaWatch.every)
+    used it, and two recalls wrote to the newer memvault's recall log."""
+    state = vault.state
+    state.connection()
+    path = state.path
+    state.close()
+    record(path)
+    again = Vault.open(vault.root)
+    for _ in range(3):
+        with pytest.raises(SchemaTooNew):
+            again.state.connection()

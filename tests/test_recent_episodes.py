@@ -130,3 +130,28 @@ def test_a_turn_captured_in_another_project_is_not_about_this_one_for_naming_its
                                                                                              '"tags": []')
     files = [write(base / "2026-12.jsonl", turn, note)]
     assert [p.episode.id for p in recent(files, api, 5, at=AT)] == ["e-note"]
+
+
+def test_a_line_that_came_after_a_newer_one_is_still_weighed(tmp_path):
+    """A file is not in time order (episode add --at, an import): an incident of 2 hours ago followed by a note
+    dated 4 days back and three deploys was lost to a read that stopped at the old note."""
+    base = tmp_path / "episodes"
+    files = [write(base / "2026-12.jsonl",
+                   line("recent billing incident", AT - timedelta(hours=2), ident="e-incident"),
+                   line("old billing note", AT - timedelta(days=4), kind="raw", ident="e-note"),
+                   *[line(f"billing deploy {i}", AT - timedelta(hours=1), kind="deploy", ident=f"e-d{i}")
+                     for i in range(3)])]
+    assert "e-incident" in ids(files, limit=3)
+
+
+def test_a_project_named_in_another_alphabet_is_found_whatever_its_case(tmp_path):
+    project = Project(cwd="/home/u/Проект", root="/home/u/Проект", name="Проект")
+    base = tmp_path / "episodes"
+    turn = json.dumps({"id": "t1", "created_at": (AT - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       "source": "agent:claude-code", "kind": "raw", "tags": ["claude-code"], "text": "User: hi",
+                       "meta": {"cwd": "/home/u/Проект/src"}}, ensure_ascii=False) + "\n"
+    note = json.dumps({"id": "e-upper", "created_at": (AT - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       "source": "user:ops", "kind": "incident", "text": "ПРОЕКТ deploy failed"},
+                      ensure_ascii=False) + "\n"  # as memvault writes lines
+    files = [write(base / "2026-12.jsonl", turn, note)]
+    assert sorted(p.episode.id for p in recent(files, project, 5, at=AT)) == ["e-upper", "t1"]

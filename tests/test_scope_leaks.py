@@ -57,3 +57,17 @@ def test_no_problem_report_names_a_file_outside_the_read_scope(scoped):
     assert "payroll" not in said and "q3-layoffs" not in said
     assert "broken.md" in said  # its own files' problems are still told
 
+
+
+def test_a_problem_named_from_the_vault_root_in_the_read_scope_is_still_told(scoped, tmp_path):
+    """The index keeps some problems by their vault path (a link, a runbook over its size): the filter took only
+    absolute paths, so a scoped source heard nothing of its own files."""
+    v, _ = scoped
+    outside = tmp_path / "elsewhere.sh"
+    outside.write_text("#!/bin/sh\necho hi\n")
+    (v.root / "procedures" / "web" / "link.sh").symlink_to(outside)
+    (v.root / "procedures" / "db").mkdir(parents=True, exist_ok=True)
+    (v.root / "procedures" / "db" / "link.sh").symlink_to(outside)
+    v.reindex()
+    said = " ".join(v.recall("hello", source="agent:runner", record_access=False).warnings)
+    assert "procedures/web/link.sh" in said and "procedures/db/link.sh" not in said

@@ -277,12 +277,13 @@ def _gathered(parts: Parts, warnings: list[str]) -> None:
 
 
 def _problem_readable(problem: str, parts: Parts) -> bool:
-    """Whether a problem the index keeps ("<path>:<line>: <reason>", "<path>: <reason>") is about a file the scoped
-    reader may read (vault paths hold no ':'); one naming no vault path is not told."""
+    """Whether a problem the index keeps ("<path>:<line>: <reason>", "<path>: <reason>", the path absolute or from
+    the vault's root) is about a file the scoped reader may read (vault paths hold no ':')."""
+    if parts.readable is None:
+        return True
     root = str(parts.facts.root) + "/"
-    if not problem.startswith(root) or parts.readable is None:
-        return parts.readable is None
-    return parts.readable(problem[len(root):].split(":", 1)[0])
+    rel = problem[len(root):] if problem.startswith(root) else problem
+    return not rel.startswith("/") and parts.readable(rel.split(":", 1)[0])
 
 
 def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:

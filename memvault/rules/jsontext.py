@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -121,9 +122,19 @@ def parse(data: str | bytes, limit: int = MAX_READ_DEPTH, *, pairs: Any = None, 
         if deeper_than(text, limit):
             raise ValueError(f"nested deeper than {limit} levels")
     try:
-        return json.loads(data, object_pairs_hook=pairs, parse_constant=_refuse_constant if standard else None)
+        if pairs is None and not standard:
+            return json.loads(data)
+        text = data.decode(json.detect_encoding(data), "surrogatepass") if isinstance(data, bytes) else data
+        return _decoder(pairs, standard).decode(text)
     except RecursionError:
         raise ValueError(f"nested deeper than this Python can read (limit {limit})") from None
+
+
+@lru_cache(maxsize=8)
+def _decoder(pairs: Any, standard: bool) -> json.JSONDecoder:
+    """One decoder per set of hooks: ``json.loads`` with a hook builds a decoder and its scanner at every call
+    (episode lines read 60 % slower)."""
+    return json.JSONDecoder(object_pairs_hook=pairs, parse_constant=_refuse_constant if standard else None)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -132,15 +132,21 @@ class State:
                 self.warnings.append(f"{link} was a symlink, not memvault's file: removed, never written through "
                                      "(usage counts start afresh)")
             try:
-                self._conn = self._open()
-                migrate(self._conn, MIGRATIONS)
-                self._check_tables(self._conn)
+                conn = self._open()
+                try:  # kept only once it is known good: a file a newer memvault migrated is refused at every call
+                    migrate(conn, MIGRATIONS)
+                    self._check_tables(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                self._conn = conn
             except sqlite3.DatabaseError as exc:
                 self.close()
                 aside = self._move_aside(exc)
                 try:
-                    self._conn = self._open()
-                    migrate(self._conn, MIGRATIONS)
+                    conn = self._open()
+                    migrate(conn, MIGRATIONS)
+                    self._conn = conn
                 except sqlite3.Error as again:
                     raise SearchIndexError(f"{self.path}: cannot open the state database: {again}") from None
                 self.warnings.append(f"{self.path.name} was damaged ({exc}); moved aside to {aside.name} and "

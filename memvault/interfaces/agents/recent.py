@@ -9,7 +9,6 @@ a repository named "api" is not told every other service's turn that says "API")
 """
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import re
@@ -44,8 +43,6 @@ _TAGS = re.compile(rb'"tags":\s*\[([^\]]*)\]')
 _TAG = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 #: Days after which an episode counts half as much: yesterday's failure outweighs this morning's chat turn.
 HALF_LIFE_DAYS = 3.0
-#: The weight of what a session most needs to hear, a failure of today (:func:`weigh`).
-MOST = 4.0
 #: Episodes older than this are not looked at: the month files read are those of the months from this long ago
 #: to now (every host's: a vault tracked in git has a folder per host).
 HORIZON_DAYS = 30.0
@@ -126,7 +123,7 @@ def weigh(episode: Episode, at: datetime) -> Pick | None:
               or _says(_DEPLOY_TEXT, _DEPLOY_PIECES, episode.text, low))
     if (episode.kind in _FAILURE_KINDS or tags & _FAILURE_TAGS
             or (episode.kind == "procedure_run" and isinstance(code, int) and code != 0)):
-        base, why = MOST, "failure"
+        base, why = 4.0, "failure"
     elif _says(_FAILURE_TEXT, _FAILURE_PIECES, episode.text, low) and (deploy or not captured):
         # A chat turn saying a test failed is chatter; one saying the deploy failed is what happened.
         base, why = 3.5, "failure"
@@ -151,7 +148,6 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
     at = at or now()
     picks: list[Pick] = []
     needles = _needles(project)
-    top: list[float] = []  # the heaviest ``limit`` weights of picks that are not turns (a min-heap)
     budget = TOTAL_TAIL
     paths = month_files(files, at)
     share = max(PARSE_LEAST, PARSE_TOTAL // max(1, len(paths)))
@@ -166,13 +162,8 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
             if not about(project, episode):
                 continue
             pick = weigh(episode, at)
-            if pick is None:
-                continue
-            if len(top) == limit and MOST * 0.5 ** (_age(episode, at) / HALF_LIFE_DAYS) < top[0]:
-                break  # lines are appended in time order: nothing older in this file can take a place
-            picks.append(pick)
-            if pick.why != "turn":  # at most two turns are chosen: they hold no place against the others
-                (heapq.heappush if len(top) < limit else heapq.heappushpop)(top, pick.weight)
+            if pick is not None:  # read on: a line dated earlier can follow a later one (--at, an import)
+                picks.append(pick)
     picks.sort(key=lambda p: -p.weight)
     chosen: list[Pick] = []
     turns = 0
@@ -185,10 +176,6 @@ def recent(files: list[Path], project: Project, limit: int, *, at: datetime | No
         if len(chosen) >= limit:
             break
     return chosen
-
-
-def _age(episode: Episode, at: datetime) -> float:
-    return max(0.0, (at - episode.time).total_seconds() / 86400)
 
 
 def month_files(files: list[Path], at: datetime) -> list[Path]:
@@ -215,11 +202,14 @@ def month_of_time(at: datetime) -> tuple[int, int]:
     return utc.year, utc.month
 
 
-def _needles(project: Project) -> list[bytes]:
+def _needles(project: Project) -> tuple[list[bytes], list[str]]:
     """What a line about ``project`` holds, lower-cased: its slug (a tag, a runbook's folder), its name (a mention)
-    or its folder (a captured turn's cwd)."""
+    or its folder (a captured turn's cwd), as it is written and as JSON escapes it. ASCII ones as bytes (found in
+    the tail lower-cased as bytes); the others as text (``bytes.lower`` leaves "Проект" as it is: each line is
+    decoded and lower-cased for them)."""
     words = {project.slug, project.name.lower(), (project.root or project.cwd or "").lower()} - {"", "project"}
-    return sorted({w.encode("utf-8") for w in words} | {json.dumps(w)[1:-1].encode() for w in words}, key=len)
+    forms = words | {json.dumps(w)[1:-1] for w in words}
+    return (sorted({w.encode() for w in forms if w.isascii()}, key=len), sorted(w for w in forms if not w.isascii()))
 
 
 def _read_tail(path: Path, limit: int) -> bytes:
@@ -237,18 +227,25 @@ def _read_tail(path: Path, limit: int) -> bytes:
     return data
 
 
-def _lines_with(data: bytes, needles: list[bytes], path: Path, most: int) -> Iterator[Episode]:
+def _lines_with(data: bytes, needles: tuple[list[bytes], list[str]], path: Path, most: int) -> Iterator[Episode]:
     """The episodes of the lines of ``data`` holding one of ``needles`` (case aside), newest first (last line
     first), until ``most`` bytes of them were parsed; no other line is parsed."""
+    ascii_needles, other = needles
     low = data.lower()
     starts: set[int] = set()
-    for needle in needles:
+    for needle in ascii_needles:
         at = low.find(needle)
         while at >= 0:
             start = low.rfind(b"\n", 0, at) + 1
             end = low.find(b"\n", at)
             starts.add(start)
             at = low.find(needle, end if end >= 0 else len(low))
+    if other:
+        start = 0
+        for line in data.split(b"\n"):
+            if start not in starts and any(n in line.decode("utf-8", "replace").lower() for n in other):
+                starts.add(start)
+            start += len(line) + 1
     for start in sorted(starts, reverse=True):
         end = data.find(b"\n", start)
         if most <= 0:

@@ -30,7 +30,7 @@ def read(path: Path) -> Iterator[Item]:
     try:
         # as_uri() percent-encodes the path: a '#' or '?' in the name began the URI's fragment or query, dropped
         # mode=ro, and opened (and created) a shorter path read-write
-        conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as exc:
         raise InvalidValue("PATH", f"{path}: not a claude-mem database ({exc})") from None
