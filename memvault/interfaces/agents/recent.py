@@ -38,7 +38,7 @@ TOTAL_TAIL = 256 << 20
 #: :data:`PARSE_LEAST` each, the newest lines first): parsing, not reading, is what costs (~0.1 s a MiB), and a
 #: team of 60 hosts whose every line is about the project took 4.8 s to weigh all 32 MiB.
 PARSE_TOTAL = 8 << 20
-PARSE_LEAST = 128 << 10
+PARSE_LEAST = 32 << 10
 _TAGS = re.compile(rb'"tags":\s*\[([^\]]*)\]')
 _TAG = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 #: Days after which an episode counts half as much: yesterday's failure outweighs this morning's chat turn.
