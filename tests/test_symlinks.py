@@ -183,3 +183,66 @@ def test_sync_refuses_a_remote_that_replaces_memvault_with_a_link(tmp_path, monk
         b.sync(source="user:admin")
     assert (b.state_dir).is_dir() and not b.state_dir.is_symlink()
     assert sorted(p.name for p in b.state_dir.iterdir()) == before
+
+
+@pytest.mark.parametrize("place", ["facts", "procedures", "memvault.toml", ".gitignore"])
+def test_sync_refuses_a_remote_that_makes_a_vault_folder_or_file_a_link(tmp_path, place):
+    """A teammate's commit of facts -> ~/private made this host's own files facts (fact get printed them, reindex
+    indexed them, recall crashed); memvault.toml -> /dev/zero read until memory ran out; .gitignore -> /dev/zero
+    ended every later sync with an internal error."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    a = Vault.init(tmp_path / "a")
+    git(a.root, "remote", "add", "origin", str(remote))
+    a.facts.set("db/primary", "The primary database listens on port 5432.")
+    a.sync(source="user:admin")
+    git(tmp_path, "clone", "-q", str(remote), "b")
+    b = Vault.open(tmp_path / "b")
+    private = tmp_path / "home" / "private"
+    (private / "notes").mkdir(parents=True)
+    (private / "notes" / "hr.md").write_text("---\nsource: user:alice\n---\nsalary canary-42\n")
+    git(a.root, "rm", "-rq", "--cached", "--ignore-unmatch", place)
+    target = a.root / place
+    if target.is_dir():
+        import shutil
+
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    target.symlink_to(private if place in ("facts", "procedures") else "/dev/zero")
+    git(a.root, "add", place)
+    git(a.root, "commit", "-qm", "move", "--no-verify")
+    git(a.root, "push", "-q", "origin", "HEAD")
+    with pytest.raises(Exception, match="a symlink"):
+        b.sync(source="user:admin")
+    assert not (b.root / place).is_symlink()
+
+
+def test_a_vault_folder_that_is_a_link_is_not_read(strict_vault, tmp_path):
+    """However it got there (a pull with plain git): no fact is read through it, by listing, key or index."""
+    private = tmp_path / "private"
+    (private / "notes").mkdir(parents=True)
+    (private / "notes" / "hr.md").write_text("---\nsource: user:alice\n---\nsalary canary-42\n")
+    import shutil
+
+    shutil.rmtree(strict_vault.root / "facts")
+    (strict_vault.root / "facts").symlink_to(private)
+    problems: list = []
+    assert strict_vault.facts.list(problems=problems) == [] and problems
+    with pytest.raises(Exception):
+        strict_vault.facts.get("notes/hr")
+    strict_vault.reindex()
+    hits = strict_vault.recall("salary canary", mode="keyword", record_access=False)
+    assert "canary" not in " ".join(h.text for h in hits)
+
+
+def test_a_settings_file_that_is_a_link_or_endless_is_one_line_naming_it(strict_vault):
+    """memvault.toml -> /dev/zero (pulled with plain git) was read until memory ran out, in every command and in
+    the pre-commit hook of every commit."""
+    from memvault.rules.errors import ConfigError
+
+    toml = strict_vault.root / "memvault.toml"
+    toml.unlink()
+    toml.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="memvault.toml"):
+        Vault.open(strict_vault.root)

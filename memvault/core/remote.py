@@ -242,6 +242,12 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"where older memvaults kept a host's index, usage state and locks (.memvault is never committed, and "
             f"whatever someone commits there is suspicious); remove it on the remote with "
             f"'git rm -r --cached {state}', commit, push, then sync again"))
+    linked = _linked_areas(gate, git, fetched)
+    if linked:
+        raise SyncConflict([], linked, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote's commits make {', '.join(linked)} a symlink, where "
+            f"the vault's own folder or file should be (a link there would read this host's files as memories); "
+            f"replace it on the remote with the real folder or file, commit, push, then sync again"))
     local = set(git.status_paths())
     overlap = sorted(incoming & local)
     if overlap:
@@ -250,6 +256,17 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
             f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+
+
+#: The vault's own folders and files: a link at any of them is refused when pulled.
+VAULT_PLACES = ("facts", "procedures", "episodes", "inbox", "memvault.toml", ".gitignore", ".gitattributes")
+
+
+def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
+    """The vault's own folders and files that ``commit`` holds as symlinks (git mode 120000)."""
+    places = [git.rel(gate.root / name) for name in VAULT_PLACES]
+    out = git.run("ls-tree", "-z", commit, "--", *places, strip=False)
+    return sorted(line.split("\t", 1)[1] for line in out.split("\0") if line.startswith("120000 "))
 
 
 def _rebased(git: GitStore, old: str) -> str | None:

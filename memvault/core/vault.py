@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rules import config as config_mod
-from ..rules.config import CONFIG_NAME, Config
+from ..rules.config import CONFIG_NAME, Config, holds_config
 from ..models.engine import Engine, Status
 from ..stores.episodes import EpisodeLog
 from ..rules.errors import ConfigError, GitError, MemvaultError, ModelUnavailable, SearchIndexError, VaultNotFound
@@ -156,18 +156,18 @@ class Vault:
         """Discovery: ``path``, then ``MEMVAULT_DIR``, then the nearest parent of the cwd with memvault.toml."""
         if path is not None:
             root = Path(path).expanduser()
-            if not (root / CONFIG_NAME).is_file():
+            if not holds_config(root):
                 raise VaultNotFound(f"{root}: not a vault (no {CONFIG_NAME}); create one with 'memvault init {root}'")
             return root
         env = os.environ.get("MEMVAULT_DIR")
         if env:
             root = Path(env).expanduser()
-            if not (root / CONFIG_NAME).is_file():
+            if not holds_config(root):
                 raise VaultNotFound(f"MEMVAULT_DIR={env}: not a vault (no {CONFIG_NAME})")
             return root
         cwd = Path.cwd().resolve()
         for candidate in (cwd, *cwd.parents):
-            if (candidate / CONFIG_NAME).is_file():
+            if holds_config(candidate):
                 return candidate
         raise VaultNotFound(f"no vault here: no {CONFIG_NAME} in {cwd} or its parents; pass --vault PATH, set "
                             "MEMVAULT_DIR, or create one with 'memvault init'")

@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..rules.fsread import AREA_LINK, linked_folder
 from .quantize import vector_blob
 from .db import batches, hash_key, marks, transaction
 from .documents import (CHUNKING, CONTEXT_TURNS, FIELDS, Doc, Sources, Splitter, chunk_rows, cut_spans, read_docs,
@@ -161,6 +162,11 @@ def stat_paths(sources: Sources, rels: Sequence[str], problems: list[str] | None
         if kind is None:
             continue
         path = root / rel
+        linked = linked_folder(root, rel)
+        if linked is not None:
+            if problems is not None:
+                problems.append(f"{rel}: under {linked}, {AREA_LINK}")
+            continue
         try:
             st = os.lstat(path)
             if os.path.islink(path):

@@ -15,6 +15,13 @@ CONFIG_NAME = "memvault.toml"
 _models.warm_server = "memvault.interfaces.warm"
 
 
+def _holds_config(folder: str) -> bool:
+    """Whether ``folder`` holds memvault.toml: a file, or a link (refused when read, with one line naming it,
+    rather than "no vault here")."""
+    path = os.path.join(folder, CONFIG_NAME)
+    return os.path.isfile(path) or os.path.islink(path)
+
+
 def find_vault(given: str | None, start: str) -> str | None:
     """A vault's folder found without importing memvault's vault code (the quick path, agent hooks): ``given``,
     else ``MEMVAULT_DIR``, else the nearest of ``start`` and its parents that holds memvault.toml; None when the
@@ -22,10 +29,10 @@ def find_vault(given: str | None, start: str) -> str | None:
     given = given or os.environ.get("MEMVAULT_DIR")
     if given:
         root = os.path.abspath(os.path.expanduser(given))
-        return root if os.path.isfile(os.path.join(root, CONFIG_NAME)) else None
+        return root if _holds_config(root) else None
     current = start
     while True:
-        if os.path.isfile(os.path.join(current, CONFIG_NAME)):
+        if _holds_config(current):
             return current
         parent = os.path.dirname(current)
         if parent == current:

@@ -478,12 +478,28 @@ def host_only(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
+def holds_config(folder: Path) -> bool:
+    """Whether ``folder`` holds memvault.toml: a file, or a link (refused when read, with one line naming it,
+    rather than "no vault here")."""
+    path = folder / CONFIG_NAME
+    return path.is_file() or path.is_symlink()
+
+
+#: The largest settings file read (a committed memvault.toml -> /dev/zero was read until memory ran out).
+TOML_MAX = 1 << 20
+
+
 def _read_toml(path: Path) -> dict[str, Any] | None:
+    from .errors import LimitExceeded, UnsafePath
+    from .fsread import read_regular
+
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path, limit=TOML_MAX).decode("utf-8")
         return tomllib.loads(text)
     except FileNotFoundError:
         return None
+    except (UnsafePath, LimitExceeded) as exc:
+        raise ConfigError(path, getattr(exc, "reason", str(exc))) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:

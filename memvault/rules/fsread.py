@@ -80,6 +80,8 @@ def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:
     """
     from .errors import LimitExceeded
 
+    if os.path.islink(base):
+        raise unsafe(base, AREA_LINK)
     resolved = os.path.realpath(path)
     base_resolved = os.path.realpath(base)
     if resolved != base_resolved and not resolved.startswith(base_resolved + os.sep):
@@ -97,6 +99,21 @@ def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:
         os.close(fd)
 
 
+#: Why a vault area (``facts/``, ``procedures/``, ``episodes/``, ``inbox/``) that is a link is not read.
+AREA_LINK = "a symlink where a folder of the vault should be: not followed, none of its files is read"
+
+
+def linked_folder(root: Path, rel: str) -> str | None:
+    """The first folder on the way from ``root`` to the vault-relative ``rel`` that is a symlink (vault-relative),
+    or None: ``lstat`` follows every link but the last, so a file under a linked folder looks like the vault's."""
+    parts = rel.split("/")[:-1]
+    for n in range(1, len(parts) + 1):
+        folder = "/".join(parts[:n])
+        if os.path.islink(root / folder):
+            return folder
+    return None
+
+
 def walk(base: Path, report: Callable[[Path, str], None],
          on_dir: Callable[[str], None] | None = None) -> Iterator[os.DirEntry[str]]:
     """Every entry under ``base`` that is not a folder (a file, a link, anything else), at any depth: the one
@@ -104,6 +121,9 @@ def walk(base: Path, report: Callable[[Path, str], None],
     folders are entered only when they are real folders (a symlinked folder is yielded as an entry, for
     :func:`entry_problem` to report), and a folder that cannot be read is passed to ``report`` (its files are
     not seen, and the caller says so) instead of vanishing silently. ``on_dir`` is told each folder walked."""
+    if os.path.islink(base):  # a committed `facts -> ~/private` made this host's own files memories
+        report(Path(base), AREA_LINK)
+        return
     if not os.path.isdir(base):
         return
     stack = [str(base)]

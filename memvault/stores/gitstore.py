@@ -90,8 +90,10 @@ class GitStore:
 
     # -- helpers -----------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
-        """``path`` relative to the work tree root, in git's ``/`` form."""
-        return Path(os.path.abspath(path)).resolve().relative_to(self.root).as_posix()
+        """``path`` relative to the work tree root, in git's ``/`` form. The last part is not resolved: git tracks a
+        link as itself (resolving a committed ``.gitignore -> /dev/zero`` named a path outside the tree)."""
+        full = Path(os.path.abspath(path))
+        return (full.parent.resolve() / full.name).relative_to(self.root).as_posix()
 
     def _git(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
         try:
