@@ -263,3 +263,31 @@ def test_a_pull_that_touches_the_users_own_changed_file_stops_before_changing_an
     assert (big / "app.conf").read_text() == "port = 443\n"  # exactly as it was: no conflict markers
     assert git(big, "rev-parse", "HEAD") == head and not git(big, "stash", "list")
     assert git(big, "status", "--porcelain") == " M app.conf"
+
+
+@pytest.mark.parametrize("local_change", [False, True])
+def test_a_history_the_team_rewrote_is_not_pushed_back(hosts, local_change):
+    """A secret pushed by mistake; the team rewrites history without it and force-pushes. Host b had synced it:
+    its next sync rebased everything the remote no longer had onto the new tip, and pushed the secret back.
+    Only the commits b made since it last synced are put on top."""
+    hosts.sync("a")
+    a = hosts.on("a")
+    a.facts.set("ops/deploy", "Deploy with the key in the vault.", source="user:admin")
+    hosts.sync("a")
+    assert hosts.sync("b").pulled  # b has it, and remembers the remote's tip
+    clean = hosts.tmp / "clean"
+    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
+    git(clean, "reset", "-q", "--hard", "HEAD~1")
+    (clean / "README").write_text("rewritten\n")
+    git(clean, "add", "README")
+    git(clean, "commit", "-qm", "rewritten without the deploy fact")
+    git(clean, "push", "-q", "--force", "origin", "HEAD")
+    b = hosts.on("b")
+    if local_change:
+        b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
+    result = hosts.sync("b")
+    remote_files = git(hosts.tmp, "--git-dir", str(hosts.remote), "ls-tree", "-r", "--name-only", "HEAD")
+    assert "facts/ops/deploy.md" not in remote_files and "README" in remote_files
+    assert ("facts/db/replica.md" in remote_files) == local_change
+    assert any("rewritten" in w for w in result.warnings)
+    assert not (b.root / "facts" / "ops" / "deploy.md").exists()

@@ -703,3 +703,29 @@ def test_a_team_host_reads_the_steps_of_runbooks_from_both_parts_keyed_by_runboo
     assert per_runbook == {("procedure", "audio/aconnect"): 4, ("procedure", "audio/amixer"): 4}  # title, 3 commands
     assert {index.chunk_docs([r])[r]["chunk"] < 0 for r in steps} == {True}
     assert held(b) == 1  # amixer in the host's own index, aconnect in the team's
+
+
+def test_a_rewritten_upstream_is_published_over_what_it_removed(team):
+    """A secret fact pushed and published; the team rewrites history without it and force-pushes. The shared
+    index refused every later publish ("does not contain: pull first") and kept the removed fact's rows. A host
+    that had the old history sees the two diverge and publishes the upstream over it."""
+    remote, a, clone = team
+    facts_of_a(a)
+    a.vault.facts.set("ops/deploy", "The deploy key is kept in the team vault under ops.", source="user:ann")
+    push(a)
+    a.vault.reindex()
+    assert a.vault.index.shared.files().get("facts/ops/deploy.md")
+    old = git(a.root, "rev-parse", "HEAD").strip()
+    b = clone()
+    git(b.root, "reset", "-q", "--hard", "HEAD~1")
+    (b.root / "README").write_text("rewritten\n")
+    git(b.root, "add", "README")
+    git(b.root, "commit", "-qm", "rewritten without the deploy key", "--no-verify")
+    git(b.root, "push", "-q", "--force", "origin", "HEAD")
+    git(a.root, "fetch", "-q", "origin")
+    git(a.root, "reset", "-q", "--hard", "origin/main")
+    assert git(a.root, "cat-file", "-t", old).strip() == "commit"  # a had the old history
+    report = a.vault.reindex()
+    assert any("rewritten" in w for w in report.warnings), report.warnings
+    assert "facts/ops/deploy.md" not in a.vault.index.shared.files()
+    assert a.vault.index.shared.head() == git(a.root, "rev-parse", "HEAD").strip()

@@ -5,7 +5,8 @@ the current branch, else ``HEAD`` when there is no remote). :func:`split` asks g
 vault's size) which vault paths differ here from a commit; :func:`publish` brings the shared index to the
 upstream commit, reading the files from git's objects (not from the work tree, which may hold unpushed edits) and
 embedding only what neither the shared index nor the team's embedding cache already has. The shared index's commit
-only moves forward: a host that has not pulled yet does not publish an older state over a newer one.
+only moves forward: a host that has not pulled yet does not publish an older state over a newer one; when the
+upstream's history was rewritten (neither commit contains the other), the shared index follows the upstream.
 """
 from __future__ import annotations
 
@@ -162,9 +163,15 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
         return report
     head = shared.head()
     if head is not None and head != state.ref and not _is_ancestor(git, head, state.ref):
-        report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not contain: "
-                               "not published (pull first)")
-        return report
+        if not _known(git, head) or _is_ancestor(git, state.ref, head):  # the team is ahead of this host
+            report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not "
+                                   "contain: not published (pull first; if the upstream's history was rewritten, "
+                                   "a host that had synced the old one publishes over it)")
+            return report
+        # This host had the shared index's commit, and neither contains the other: the upstream's history was
+        # rewritten (a secret force-pushed away). The shared index follows it, or keeps what was removed for ever.
+        report.warnings.append(f"the shared index reflected {head[:12]}, which the upstream {state.ref[:12]} does not "
+                               "contain (its history was rewritten): published the upstream over it")
     known = shared.files()
     paths: dict[str, str | None] = {rel: blob for rel, blob in state.tree.items()
                                     if known.get(rel) != blob and kind_of(sources, rel) is not None}
@@ -182,6 +189,13 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
     report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))
     report.files_seen = len(state.tree)
     return report
+
+
+def _known(git: GitStore, commit: str) -> bool:
+    try:
+        return git.run("cat-file", "-t", commit) == "commit"
+    except GitError:
+        return False
 
 
 def _is_ancestor(git: GitStore, older: str, newer: str) -> bool:

@@ -26,12 +26,13 @@ Writers are held off for the duration (the vault's write lock, then the episode 
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..rules.errors import GitError, SyncConflict
-from ..rules.fsutil import atomic_write
+from ..rules.errors import GitError, MemvaultError, SyncConflict
+from ..rules.fsutil import atomic_write, ensure_dir, read_regular
 from .gate import WriteGate
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
@@ -97,12 +98,14 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
             result.warnings += committed.warnings
             for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
                 head = git.run("rev-parse", "HEAD")
-                result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch)]))
+                result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch,
+                                                                                       result.warnings)]))
                 if result.committed == head:
                     result.committed = _rebased(git, head)
                 result.push_attempts = attempt
                 try:
                     result.pushed = _push(git, remote, branch)
+                    remember_tip(gate, git, remote, branch)
                     break
                 except GitError as exc:
                     if not any(word in str(exc).lower() for word in _REJECTED):
@@ -194,7 +197,8 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
             "and replace this host's index and state; now '.memvault' (committed with this sync)"]
 
 
-def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str) -> list[str]:
+def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str,
+          warnings: list[str]) -> list[str]:
     """Fetch remote/branch and rebase onto it; the vault-relative paths that changed in the work tree."""
     try:
         heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
@@ -205,13 +209,20 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
     fetched = git.run("rev-parse", "FETCH_HEAD")
     before = git.run("rev-parse", "HEAD")
-    if git.run("merge-base", before, fetched) == fetched:
+    # What this host last had of the remote: when the remote no longer contains it, its history was rewritten
+    # (a secret force-pushed away), and only the commits made here since are ours to put back on top; rebasing
+    # everything not on the remote pushed the removed commits back.
+    last = _last_tip(gate, remote, branch)
+    rewritten = last is not None and last != fetched and _known(git, last) and not _ancestor(git, last, fetched) \
+        and _ancestor(git, last, before)
+    if not rewritten and git.run("merge-base", before, fetched) == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, before, fetched, remote, branch)
     stashed = _stash(git)
     try:
         try:
-            git.run("rebase", "--quiet", fetched, env=_env(git))
+            git.run("rebase", "--quiet", *(("--onto", fetched, last) if rewritten and last else (fetched,)),
+                    env=_env(git))
         except GitError as exc:
             if not _rebase_in_progress(git):
                 raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
@@ -222,11 +233,57 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     finally:
         if stashed:
             _unstash(git)
+    if rewritten:
+        warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host "
+                                   "last synced: the commits it removed are not pushed back; only those made here "
+                                   "since were put on top")
     after = git.run("rev-parse", "HEAD")
     if after == before:
         return []
     changed = git.run("diff", "--name-only", "-z", "--no-renames", before, after, "--", *specs, strip=False)
     return [_vault_rel(gate, git, p) for p in changed.split("\0") if p]
+
+
+#: Where this host keeps the remote's tip it last synced with, per remote and branch (local state).
+TIPS_NAME = "sync-tips.json"
+
+
+def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
+    try:
+        tips = json.loads(read_regular(gate.state_dir / TIPS_NAME, limit=1 << 20))
+    except (OSError, ValueError, MemvaultError):
+        return None
+    tip = tips.get(f"{remote} {branch}") if isinstance(tips, dict) else None
+    return tip if isinstance(tip, str) and len(tip) in (40, 64) and all(c in "0123456789abcdef" for c in tip) \
+        else None
+
+
+def remember_tip(gate: WriteGate, git: GitStore, remote: str, branch: str) -> None:
+    """Keep the remote's tip this host is now in step with (after a pull and push)."""
+    tip = _try(git, "rev-parse", "HEAD")
+    if tip is None:
+        return
+    try:
+        tips = json.loads(read_regular(gate.state_dir / TIPS_NAME, limit=1 << 20))
+    except (OSError, ValueError, MemvaultError):
+        tips = {}
+    if not isinstance(tips, dict):
+        tips = {}
+    tips[f"{remote} {branch}"] = tip
+    ensure_dir(gate.state_dir)
+    atomic_write(gate.state_dir / TIPS_NAME, json.dumps(tips, sort_keys=True).encode("utf-8"))
+
+
+def _known(git: GitStore, commit: str) -> bool:
+    return _try(git, "cat-file", "-t", commit) == "commit"
+
+
+def _ancestor(git: GitStore, older: str, newer: str) -> bool:
+    try:
+        git.run("merge-base", "--is-ancestor", older, newer)
+        return True
+    except GitError:
+        return False
 
 
 def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, remote: str, branch: str) -> None:
