@@ -291,3 +291,25 @@ def test_a_history_the_team_rewrote_is_not_pushed_back(hosts, local_change):
     assert ("facts/db/replica.md" in remote_files) == local_change
     assert any("rewritten" in w for w in result.warnings)
     assert not (b.root / "facts" / "ops" / "deploy.md").exists()
+
+
+def test_a_union_merge_rule_never_merges_a_fact_changed_on_both_sides(hosts):
+    """A teammate's '.gitattributes: * merge=union' made sync concatenate a fact changed on both sides (two
+    sources, two texts, a password) and push it unchecked. Sync stops before changing anything, naming the fact."""
+    hosts.sync("a")
+    a = hosts.on("a")
+    a.facts.set("db/primary", "The primary database listens on port 5432.", source="user:admin")
+    hosts.sync("a")
+    hosts.sync("b")
+    (a.root / ".gitattributes").write_text("* merge=union\n")
+    git(a.root, "add", ".gitattributes")
+    git(a.root, "commit", "-qm", "attrs")
+    a.facts.set("db/primary", "The primary database moved to port 6543.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.facts.set("db/primary", "The primary database listens on port 5433.", source="user:admin")
+    before = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(SyncConflict, match="db/primary") as info:
+        hosts.sync("b")
+    assert info.value.keys == ["db/primary"] and git(b.root, "rev-parse", "HEAD") == before
+    assert "5433" in b.facts.get("db/primary").text

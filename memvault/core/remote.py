@@ -221,7 +221,7 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     stashed = _stash(git)
     try:
         try:
-            git.run("rebase", "--quiet", *(("--onto", fetched, last) if rewritten and last else (fetched,)),
+            git.run(*NO_UNION, "rebase", "--quiet", *(("--onto", fetched, last) if rewritten and last else (fetched,)),
                     env=_env(git))
         except GitError as exc:
             if not _rebase_in_progress(git):
@@ -244,6 +244,9 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     return [_vault_rel(gate, git, p) for p in changed.split("\0") if p]
 
 
+#: git's built-in "union" merge (both sides' lines kept, no conflict) shadowed by a driver that fails: a rule a
+#: teammate commits in .gitattributes (``* merge=union``) makes a file changed on both sides a conflict again.
+NO_UNION = ("-c", "merge.union.driver=false")
 #: Where this host keeps the remote's tip it last synced with, per remote and branch (local state).
 TIPS_NAME = "sync-tips.json"
 
@@ -305,6 +308,15 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"sync stopped before changing anything: the remote's commits make {', '.join(linked)} a symlink, where "
             f"the vault's own folder or file should be (a link there would read this host's files as memories); "
             f"replace it on the remote with the real folder or file, commit, push, then sync again"))
+    ours = set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", base, head, strip=False).split("\0")
+               if p)
+    merged = _merged_by_driver(git, sorted(incoming & ours & set(_vault_paths(gate, git, incoming))))
+    if merged:
+        raise SyncConflict([_key_for(gate, git, p) for p in merged], merged, remote, branch, reason=(
+            f"sync stopped before changing anything: {', '.join(merged)} changed here and on the remote, and a "
+            f".gitattributes rule would merge them with a merge driver (union: both texts kept, no check run on the "
+            f"result); a memory is never merged line by line: remove the rule for the vault's paths, then sync "
+            f"again"))
     local = set(git.status_paths())
     overlap = sorted(incoming & local)
     if overlap:
@@ -313,6 +325,26 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
             f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+
+
+def _vault_paths(gate: WriteGate, git: GitStore, paths: set[str]) -> list[str]:
+    """The repository paths among ``paths`` that are the vault's own (its folders and settings)."""
+    places = [git.rel(gate.root / name) for name in VAULT_PLACES]
+    return [p for p in paths if any(p == place or p.startswith(place + "/") for place in places)]
+
+
+def _merged_by_driver(git: GitStore, paths: list[str]) -> list[str]:
+    """The paths a ``.gitattributes`` ``merge`` attribute of the work tree hands to a merge driver (``union``, or
+    one of a config). A rule that comes with the pull itself is met by the rebase (:data:`NO_UNION`)."""
+    if not paths:
+        return []
+    out = git.run("check-attr", "-z", "merge", "--", *paths, strip=False).split("\0")
+    found = []
+    for i in range(0, len(out) - 2, 3):
+        path, value = out[i], out[i + 2]
+        if value not in ("unspecified", "unset", "set", "text", "binary"):
+            found.append(path)
+    return found
 
 
 #: The vault's own folders and files: a link at any of them is refused when pulled.
