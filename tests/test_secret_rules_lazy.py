@@ -28,6 +28,8 @@ def _required_prefix(pattern: str, flags: int = 0) -> str:
             out.append(chr(arg))
         elif op is _constants.SUBPATTERN and arg[0] is not None and not arg[1] and not arg[2]:
             items = list(arg[3]) + items  # a capturing group: its body comes first
+        elif op in (_constants.ASSERT, _constants.ASSERT_NOT) and arg[0] == -1:
+            continue  # a lookbehind takes no text of the match
         else:
             break
     return "".join(out)
@@ -66,6 +68,7 @@ def test_every_literal_is_a_prefix_every_match_must_start_with():
     ("(?P<w>key)(?:=|:)", "key"),
     ("(?:abc)", ""),
     ("(?<![a-z])abc", ""),
+    ("(?<!-)---+x", "--"),  # not inside a run of dashes: the run's start is still the match's
     (r"redis\-cli\b", "redis-cli"),
     (r"\.apps\.x", ".apps.x"),
     (r"a\d", "a"),

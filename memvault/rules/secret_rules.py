@@ -28,6 +28,8 @@ def _leading_literal(source: str) -> str:
     """The literal text every match of ``source`` starts with, or "" when there is none to be sure of: read from the
     start (inside a leading capturing group too) up to the first special character; the last character is dropped
     when a quantifier follows it, and nothing is kept when the group is quantified or an alternation may bypass it."""
+    if source.startswith("(?<!-)"):  # "not inside a run of dashes" takes no text: what follows starts every match
+        return _leading_literal(source[len("(?<!-)"):])
     i, depth = (1, 1) if source.startswith("(") and not source.startswith("(?") else (0, 0)
     if source.startswith("(?P<") and ">" in source:  # a named group: "(?P<word>pass...)"
         i, depth = source.index(">") + 1, 1
@@ -157,8 +159,8 @@ class _Block:
 _PRIVATE_KEYS = (
     _Block(
         "private key block",
-        _compile(r"---+[ \t]*begin[ \t]+(?:[a-z0-9]+[ \t]+)*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
-        _compile(r"---+[ \t]*end[ \t]+[a-z0-9 \t]*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
+        _compile(r"(?<!-)---+[ \t]*begin[ \t]+(?:[a-z0-9]+[ \t]+)*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
+        _compile(r"(?<!-)---+[ \t]*end[ \t]+[a-z0-9 \t]*?private[ \t]+key(?:[ \t]+block)?[ \t]*---+"),
         20000,
         # a truncated paste: the header and the base64 (or "Proc-Type:" header) lines that follow it
         _compile(r"(?:\r?\n[ \t]*(?:[a-z0-9+/=]{16,}|[a-z-]+:[^\n]*))*"),
@@ -181,11 +183,11 @@ _PUBLIC_BLOCKS = (
     _Block(
         "",
         _compile(
-            r"---+[ \t]*begin[ \t]+(?:trusted[ \t]+|new[ \t]+)?(?:certificate(?:[ \t]+request)?|x509[ \t]+crl"
+            r"(?<!-)---+[ \t]*begin[ \t]+(?:trusted[ \t]+|new[ \t]+)?(?:certificate(?:[ \t]+request)?|x509[ \t]+crl"
             r"|(?:rsa[ \t]+|ssh2[ \t]+|pgp[ \t]+)?public[ \t]+key(?:[ \t]+block)?|pgp[ \t]+(?:signature|message)"
             r"|(?:dh|ec|dsa)[ \t]+parameters|pkcs7|cms)[ \t]*---+"
         ),
-        _compile(r"---+[ \t]*end[^\n]*?---+"),
+        _compile(r"(?<!-)---+[ \t]*end[^\n]*?---+"),
         50000,
         _compile(r"(?:\r?\n[ \t]*[a-z0-9+/]{40,}={0,2})*"),
     ),
