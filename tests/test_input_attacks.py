@@ -248,3 +248,19 @@ def test_a_long_run_of_dashes_is_read_in_linear_time():
     blocks = [*secret_rules._PRIVATE_KEYS, *secret_rules._PUBLIC_BLOCKS]
     patterns = [p.pattern for b in blocks for p in (b.header, b.footer) if p is not None]
     assert [p for p in patterns if p.startswith("---+")] == []  # no pattern starts inside a run of dashes
+
+
+def test_text_output_shows_control_characters_and_never_sends_them(invoke, vault):
+    """An untrusted episode holding \\x1b]0;...\\x07 (window title), \\x1b[2J (clear screen) reached the terminal as
+    it was from `recall` and `episode list`; a pulled file's name did the same in `fact list`. Every line the CLI
+    prints writes them as \\u001b; --json is still valid JSON."""
+    import json
+
+    evil = "done\x1b]0;pwned\x07\x1b[2J\x1b[1;1Hmemvault: all facts verified\x9b31m\u202eexe.txt"
+    vault.episodes.append(evil, source="agent:evil")
+    for args in (("recall", "all facts verified", "--mode", "keyword"), ("episode", "list")):
+        out = invoke(*args).output
+        assert "all facts verified" in out and not any(c in out for c in "\x1b\x07\x9b\u202e"), args
+        assert "\\u001b" in out
+    data = json.loads(invoke("recall", "all facts verified", "--mode", "keyword", "--json").output)
+    assert any(evil == h["text"] for h in data["hits"])

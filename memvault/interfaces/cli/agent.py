@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .base import Out, cli, output, pass_ctx, say
+from .base import Out, cli, echo, output, pass_ctx, say
 
 RUNTIME_NAMES = ("claude-code", "codex", "gemini")
 
@@ -152,8 +152,8 @@ def agent_print(ctx, client, vault_path):
     validate_source(f"agent:{client}", "CLIENT")
     vault = Vault.open(vault_path) if vault_path else ctx.vault
     text, where = runtimes.print_entry(client, vault.root)
-    click.echo(f"memvault: paste into {where}", err=True)
-    click.echo(text)
+    echo(f"memvault: paste into {where}", err=True)
+    echo(text)
 
 
 @agent.command("capture")

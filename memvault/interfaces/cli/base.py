@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -50,10 +51,27 @@ class Out:
     notes: list[str] = field(default_factory=list)
 
 
+#: Characters a terminal acts on instead of showing: C0 controls but tab and line feed, DEL, C1 (0x80-0x9f: an
+#: 8-bit CSI among them), and the bidirectional overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal should show it: every control character written as ``\\u001b``, so a memory's text or
+    a pulled file's name cannot clear the screen, set the window title or forge a line (the escape is also valid
+    inside a JSON string)."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def echo(text: str = "", **kwargs: Any) -> None:
+    """``click.echo`` of :func:`printable` text: every line the CLI prints goes through here."""
+    click.echo(printable(text), **kwargs)
+
+
 def say(message: str) -> None:
     """A line about a wait (a model loading), on stderr whether or not a person watches: an agent that shells out
     learns why the call takes seconds instead of seeing nothing."""
-    click.echo(f"memvault: {message}", err=True)
+    echo(f"memvault: {message}", err=True)
 
 
 def contradiction_text(values: dict[str, dict[str, list[str]]]) -> str:
@@ -67,7 +85,7 @@ def contradiction_text(values: dict[str, dict[str, list[str]]]) -> str:
 def warn(warnings: Iterable[object]) -> None:
     """What an operation says the person should know, one line each on stderr (stdout stays the result)."""
     for warning in warnings:
-        click.echo(f"memvault: warning: {warning}", err=True)
+        echo(f"memvault: warning: {warning}", err=True)
 
 
 def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
@@ -81,10 +99,10 @@ def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
             return
         warn(result.notes)
         if as_json:
-            click.echo(json.dumps(result.data, ensure_ascii=False, indent=2))
+            echo(json.dumps(result.data, ensure_ascii=False, indent=2))
         else:
             for line in result.lines:
-                click.echo(line)
+                echo(line)
 
     return command
 
@@ -110,7 +128,7 @@ class Failure(click.ClickException):
         self.exit_code = exit_code
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"memvault: error: {self.message}", err=True)
+        echo(f"memvault: error: {self.message}", err=True)
 
 
 def _owners(root: click.Command, option: str) -> list[str]:

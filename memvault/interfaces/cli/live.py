@@ -5,7 +5,7 @@ import os
 
 import click
 
-from .base import Out, cli, output, pass_ctx
+from .base import Out, cli, echo, output, pass_ctx
 
 
 # -- watch and git hooks -----------------------------------------------------------------------------------
@@ -46,7 +46,7 @@ def hooks_install(ctx, source):
 
     ctx.vault.authorize(Op.HOOKS, source)
     for action in install(ctx.vault.root):
-        click.echo(action)
+        echo(action)
 
 
 @hooks.command("uninstall")
@@ -59,7 +59,7 @@ def hooks_uninstall(ctx, source):
 
     ctx.vault.authorize(Op.HOOKS, source)
     for action in uninstall(ctx.vault.root):
-        click.echo(action)
+        echo(action)
 
 
 # -- several hosts, agents ----------------------------------------------------------------------------------

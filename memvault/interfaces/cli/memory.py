@@ -16,7 +16,7 @@ from ...rules import jsontext
 from ...rules.errors import InvalidValue, MemvaultError, describe
 from ...rules.fsutil import atomic_write, remove, temp_file
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
-from .base import Out, cli, contradiction_text, output, pass_ctx, read_text_arg, warn
+from .base import Out, cli, contradiction_text, echo, output, pass_ctx, read_text_arg, warn
 
 
 # -- init ----------------------------------------------------------------------------------------------------
@@ -34,12 +34,12 @@ def init(directory: str, track_episodes: bool, model: str | None) -> None:
     prepares it now (a one-time step of up to a minute, shown on stderr) so the first recall does not wait.
     """
     vault = Vault.init(Path(directory), track_episodes=track_episodes, model=model)
-    click.echo(f"vault ready at {vault.root}")
+    echo(f"vault ready at {vault.root}")
     note = vault.model_note()
     if note:
-        click.echo(f"memvault: note: {note}", err=True)
+        echo(f"memvault: note: {note}", err=True)
     else:
-        vault.prepare_model(lambda line: click.echo(f"memvault: {line}", err=True))
+        vault.prepare_model(lambda line: echo(f"memvault: {line}", err=True))
 
 
 # -- facts ---------------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def fact_rm(ctx, key, source):
     """Remove fact KEY and commit the removal (git keeps its history)."""
     old = ctx.vault.facts.delete(key, source=source)
     warn(old.warnings)
-    click.echo(f"removed {key}")
+    echo(f"removed {key}")
 
 
 @fact.command("history")
@@ -183,18 +183,18 @@ def fact_edit(ctx, key, source):
 
     def again(error: Exception) -> bool:
         nonlocal keep
-        click.echo(f"memvault: {describe(error)[0]}", err=True)
+        echo(f"memvault: {describe(error)[0]}", err=True)
         if sys.stdin.isatty() and click.confirm("Edit again?", default=True):
             return True
         keep = True
-        click.echo(f"memvault: your edit is kept in {tmp}", err=True)
+        echo(f"memvault: your edit is kept in {tmp}", err=True)
         return False
 
     try:
         f = ctx.vault.facts.edit(key, run_editor, again=again, source=source)
         if f is not None:
             warn(f.warnings)
-        click.echo("no change" if f is None else f"saved {f.key}")
+        echo("no change" if f is None else f"saved {f.key}")
     finally:
         if not keep:
             remove(tmp)
@@ -217,7 +217,7 @@ def proc_add(ctx, name, file, force, source, allow_secret):
     """Copy FILE in as procedure NAME and commit it."""
     p = ctx.vault.procedures.add(name, Path(file), force=force, source=source, allow_secret=allow_secret)
     warn(p.warnings)
-    click.echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
+    echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
 
 
 @proc.command("list")
@@ -242,8 +242,8 @@ def proc_show(ctx, name):
     notes = []
     if p.dirty:
         notes.append("the working copy differs from the last commit: this text is not what git recorded")
-    click.echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
-    click.echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
+    echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
+    echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
     return Out(p.to_dict(ctx.vault.root), [p.text[:-1] if p.text.endswith("\n") else p.text], notes=notes)
 
 
@@ -260,7 +260,7 @@ def proc_run(ctx, name, args, allow_dirty, source):
     """
     result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
     warn(result.episode.warnings)
-    click.echo(
+    echo(
         f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
         f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms", err=True)
     if result.exit_code != 0:
@@ -298,9 +298,9 @@ def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
                                   tags=list(tags), meta=meta_obj, allow_secret=allow_secret)
     warn(e.warnings)
     if as_json:
-        click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
+        echo(json.dumps(e.to_dict(), ensure_ascii=False))
     else:
-        click.echo(f"added {e.id} to {e.path.relative_to(ctx.vault.root)}")
+        echo(f"added {e.id} to {e.path.relative_to(ctx.vault.root)}")
 
 
 #: Width of a time as `episode list` shows it: UTC to the millisecond (a whole second is padded, not widened, so
@@ -333,7 +333,7 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
     items = ctx.vault.episodes.list(since=start, until=end, source=source, kind=kind, limit=limit, problems=problems)
     for e in items:  # streamed line by line: JSONL for agents, one line each for people
         if as_json:
-            click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
+            echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            click.echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+            echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
     warn(problems)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ...rules.timeutil import parse_time_or_age
-from .base import Out, cli, output, pass_ctx, warn
+from .base import Out, cli, echo, output, pass_ctx, warn
 
 
 # -- index and recall ----------------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
                           since=parse_time_or_age(since, "--since") if since else None,
                           until=parse_time_or_age(until, "--until") if until else None)
     warn(result.warnings)
-    click.echo(render(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))
+    echo(render(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))
 
 
 @cli.command()
@@ -71,7 +71,7 @@ def used(ctx, refs, source):
     """
     counted = ctx.vault.used(list(refs), source=source)
     warn(counted.warnings)
-    click.echo(f"counted {len(counted)} of {len(refs)} uses" + ("" if len(counted) == len(refs) or counted.warnings
+    echo(f"counted {len(counted)} of {len(refs)} uses" + ("" if len(counted) == len(refs) or counted.warnings
                                                                 else " (an untrusted source counts once a day)"))
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .base import Out, cli, output, pass_ctx
+from .base import Out, cli, echo, output, pass_ctx
 
 IMPORT_FORMATS = ("claude-code", "claude-mem", "basic-memory", "mem0", "openclaw", "markdown", "memvault")
 
@@ -89,9 +89,9 @@ def export_cmd(ctx, fmt, output, allow_secret):
             n = write_jsonl(snapshot(vault), f, vault.root.name)
     else:
         n = write_jsonl(snapshot(vault), sys.stdout, vault.root.name)
-    click.echo(f"memvault: exported {n} records" + (f" to {output}" if output and output != "-" else ""), err=True)
+    echo(f"memvault: exported {n} records" + (f" to {output}" if output and output != "-" else ""), err=True)
     if left_out:
         named = "; ".join(f"{e['type']} {e.get('key') or e.get('name') or e.get('id')}: {e['reason']}"
                           for e in left_out[:10])
-        click.echo(f"memvault: left out {len(left_out)} that look like secrets (--allow-secret includes them): "
+        echo(f"memvault: left out {len(left_out)} that look like secrets (--allow-secret includes them): "
                    f"{named}" + (f"; and {len(left_out) - 10} more" if len(left_out) > 10 else ""), err=True)

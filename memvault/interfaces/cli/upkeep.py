@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ...rules.timeutil import age_seconds, age_text
-from .base import Out, cli, contradiction_text, output, pass_ctx, warn
+from .base import Out, cli, contradiction_text, echo, output, pass_ctx, warn
 
 
 # -- lifecycle and trust ------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def accept(ctx, key, source):
     """Promote the proposal inbox/KEY.md to facts/KEY.md (one commit)."""
     f = ctx.vault.facts.accept(key, source=source)
     warn(f.warnings)
-    click.echo(f"accepted {f.key} (from {f.source})")
+    echo(f"accepted {f.key} (from {f.source})")
 
 
 @cli.command()
@@ -119,7 +119,7 @@ def reject(ctx, key, source):
     """Drop the proposal inbox/KEY.md."""
     f = ctx.vault.facts.reject(key, source=source)
     warn(f.warnings)
-    click.echo(f"rejected {key} (from {f.source})")
+    echo(f"rejected {key} (from {f.source})")
 
 
 @cli.command()
@@ -146,7 +146,7 @@ def verify(ctx, key, source, allow_secret):
     """Confirm fact KEY still holds: bump its updated time and commit, clearing review staleness."""
     f = ctx.vault.verify(key, source=source, allow_secret=allow_secret)
     warn(f.warnings)
-    click.echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
+    echo(f"verified {f.key} (updated {f.to_dict()['updated']})")
 
 
 @cli.command()
