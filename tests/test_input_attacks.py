@@ -264,3 +264,11 @@ def test_text_output_shows_control_characters_and_never_sends_them(invoke, vault
         assert "\\u001b" in out
     data = json.loads(invoke("recall", "all facts verified", "--mode", "keyword", "--json").output)
     assert any(evil == h["text"] for h in data["hits"])
+
+
+def test_explain_of_a_question_that_names_only_a_time_says_how_it_was_listed(invoke, vault):
+    """'recall "what happened today" --explain' was an internal error (KeyError 'relevance', exit 70): the
+    episodes of a time window carry no ranking factors."""
+    vault.episodes.append("the nightly backup finished", source="user:ops")
+    result = invoke("recall", "what happened today", "--explain")
+    assert result.exit_code == 0 and "nightly backup" in result.output and "listed by its time" in result.output

@@ -67,7 +67,9 @@ def _text_item(hit: Hit, rank: int, explain: bool, weights: dict[str, float] | N
     for run in hit.extra.get("runs", []):
         commit = (run.get("commit") or "uncommitted")[:12]
         lines.append(f"   ran {run['at']}: exit {run['exit_code']} at {commit}" + (" (dirty)" if run.get("dirty") else ""))
-    if explain:
+    if explain and not hit.factors:  # a question that names only a time: its episodes, newest first, unranked
+        lines.append("   listed by its time (the question names only a time): no ranking factors")
+    elif explain:
         w = weights or {}
         lines.append("   " + "  ".join(
             f"{name} {hit.factors[name]:.2f}" + (f"×{w[name]:.2f}" if name in w else "") for name in FACTORS))
