@@ -272,3 +272,23 @@ def test_explain_of_a_question_that_names_only_a_time_says_how_it_was_listed(inv
     vault.episodes.append("the nightly backup finished", source="user:ops")
     result = invoke("recall", "what happened today", "--explain")
     assert result.exit_code == 0 and "nightly backup" in result.output and "listed by its time" in result.output
+
+
+def test_a_question_longer_than_a_question_is_one_line_and_a_long_prompt_is_cut(invoke, vault, monkeypatch):
+    """A 1 MB question cost 12.7 s (a stem lookup per capitalised word, none capped) and went whole into the
+    recall log; MCP runs its tools one at a time, so it held the others up."""
+    from memvault.core.recall import QUERY_MAX, named_words
+    from memvault.index.search import MAX_TERMS
+
+    result = invoke("recall", "Word " * (QUERY_MAX // 5 + 1))
+    assert result.exit_code != 0 and "characters, more than the" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert len(named_words("ask " + " ".join(f"Name{i}" for i in range(1000)))) == MAX_TERMS
+    from memvault.interfaces.agents import context
+
+    vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:admin")
+    asked = []
+    real = vault.recall
+    monkeypatch.setattr(vault, "recall", lambda q, **kw: asked.append(q) or real(q, **kw))
+    context._prompt(vault, "which port does the primary database use " + "log line " * 10_000, "keyword", {})
+    assert asked and len(asked[0]) <= QUERY_MAX and asked[0].startswith("which port")

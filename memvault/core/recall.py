@@ -59,7 +59,7 @@ from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa:
 from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
 from .contradictions import SUPERSEDED_REF
 from ..index import KINDS
-from ..index.search import query_terms
+from ..index.search import MAX_TERMS, query_terms
 from ..rules.freshness import stale_doc_reason, stored_time, text_hash
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
@@ -76,6 +76,8 @@ COVERAGE_MARGIN = 0.5
 HUB_OVER_CHANCE = 2.0
 FORMATS = ("text", "json", "prompt")
 K_MAX = 1000
+#: The longest question recall takes (characters); the per-prompt hook asks with a prompt's first ones.
+QUERY_MAX = 16384
 RUNS_SHOWN = 3
 
 
@@ -83,6 +85,9 @@ def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budge
                     fmt: str) -> list[str]:
     if not isinstance(query, str) or not query.strip():
         raise InvalidValue("query", "must not be empty")
+    if len(query) > QUERY_MAX:  # a question, not a document: 1 MB cost 12.7 s and filled the recall log
+        raise InvalidValue("query", f"{len(query)} characters, more than the {QUERY_MAX} a question may have: ask "
+                                    "with its words, not the whole text")
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach Python as lone surrogates
@@ -480,7 +485,7 @@ def named_words(query: str) -> list[str]:
     """The words a question names things with: capitalised words other than the first ("Oracle" in "what is our
     Oracle license count"), all-capital ones excepted (acronyms are written both ways)."""
     words = _NAME.findall(query)
-    return list(dict.fromkeys(w for w in words[1:] if len(w) > 1 and w[0].isupper() and not w.isupper()))
+    return list(dict.fromkeys(w for w in words[1:] if len(w) > 1 and w[0].isupper() and not w.isupper()))[:MAX_TERMS]
 
 
 def _nothing_known(parts: Parts, query: str, candidates: dict[tuple[str, str], Candidate], calibration: Calibration,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...core.hits import Hit, count_tokens
+from ...core.recall import QUERY_MAX
 from ...core.render import render, render_one
 from ...rules.config import CONTEXT_HARD_BYTES
 from ...rules.errors import MemvaultError, describe
@@ -439,6 +440,8 @@ def _prompt(vault: Vault, prompt: str, mode: str, ask: dict[str, Any]) -> Contex
     if not prompt.strip():
         return Context("")
     budget = vault.config.agents.prompt_budget
+    if len(prompt) > QUERY_MAX:  # a pasted log or file: what it asks is at its start
+        prompt = prompt[:QUERY_MAX].rsplit(None, 1)[0]
     result = vault.recall(prompt, k=8, budget=min(budget, CONTEXT_HARD_BYTES // 4 - 50), fmt="prompt", mode=mode,
                           **ask)
     if not len(result):
