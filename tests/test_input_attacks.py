@@ -292,3 +292,31 @@ def test_a_question_longer_than_a_question_is_one_line_and_a_long_prompt_is_cut(
     monkeypatch.setattr(vault, "recall", lambda q, **kw: asked.append(q) or real(q, **kw))
     context._prompt(vault, "which port does the primary database use " + "log line " * 10_000, "keyword", {})
     assert asked and len(asked[0]) <= QUERY_MAX and asked[0].startswith("which port")
+
+
+def test_prune_keeps_to_this_hosts_folder_and_the_abandoned_ones(tmp_path, monkeypatch):
+    """With a folder per host, every host's prune rewrote every host's files: two hosts pruning a day apart
+    conflicted at every sync, and one teammate's committed secret line refused every host's prune."""
+    import json
+    import os
+    import time as _time
+
+    from memvault import Vault
+
+    monkeypatch.setenv("MEMVAULT_HOST", "alpha")
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    old = "2020-01-01T00:00:00Z"
+
+    def month_file(host: str) -> "object":
+        path = v.root / "episodes" / host / "2020-01.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"id": f"e-{host}", "created_at": old, "source": "user:ops",
+                                    "text": f"old line of {host}"}) + "\n")
+        return path
+
+    mine, theirs, gone = month_file("alpha"), month_file("beta"), month_file("gamma")
+    long_ago = _time.time() - 10 * 365 * 86400
+    os.utime(gone, (long_ago, long_ago))
+    report = v.prune(source="user:admin")
+    assert sorted(e.id for e in report.removed) == ["e-alpha", "e-gamma"]
+    assert not mine.exists() and not gone.exists() and "old line of beta" in theirs.read_text()

@@ -43,7 +43,9 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
 
     warnings: list[str] = []
     with gate.lock(None if dry_run else source, warnings), gate.episodes.lock():
-        report = gate.episodes.plan_rewrite(expired)
+        # with a folder per host, this host's own (and abandoned hosts'): another host prunes its own
+        idle = max(retention.ages.values())
+        report = gate.episodes.plan_rewrite(expired, gate.episodes.own_files(idle, current))
         report.warnings += warnings
         if future:  # kept by their date, which cannot be: a person looks at them
             last = max(future, key=lambda e: e.time)

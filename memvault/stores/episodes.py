@@ -268,15 +268,36 @@ class EpisodeLog:
             finally:
                 os.close(fd)
 
-    def plan_rewrite(self, drop: Callable[[Episode], bool]) -> RewriteReport:
-        """The changes that remove every episode for which ``drop`` is true, keeping everything else byte for byte.
+    def own_files(self, idle: float, at: datetime) -> list[Path]:
+        """The files this host keeps (prunes): all of them, or with a folder per host its own folder's, the files
+        outside any host folder, and the folders of hosts idle for more than ``idle`` seconds (gone, or never
+        back). Another host's live folder is its own: two hosts pruning one file a day apart conflicted at every
+        sync, and one teammate's committed secret line stopped every host's prune."""
+        files = self.files()
+        if not self.per_host:
+            return files
+        mine = self.host
+        newest: dict[str, float] = {}
+        for path in files:
+            folder = path.relative_to(self.dir).parts[0] if path.parent != self.dir else ""
+            try:
+                newest[folder] = max(newest.get(folder, 0.0), path.stat().st_mtime)
+            except OSError:
+                continue
+        cutoff = at.timestamp() - idle
+        keep = {f for f, t in newest.items() if f in ("", mine) or t < cutoff}
+        return [p for p in files if (p.relative_to(self.dir).parts[0] if p.parent != self.dir else "") in keep]
+
+    def plan_rewrite(self, drop: Callable[[Episode], bool], files: list[Path] | None = None) -> RewriteReport:
+        """The changes that remove every episode for which ``drop`` is true, keeping everything else byte for byte
+        (in ``files``, by default every file).
 
         Call it holding :meth:`lock` until the changes are applied, so no append lands in between. Lines that
         cannot be parsed are kept (and counted): a torn line is evidence, not garbage. A file left empty is
         deleted.
         """
         report = RewriteReport()
-        for path in self.files():
+        for path in self.files() if files is None else files:
             kept: list[bytes] = []
             removed_bytes = 0
             try:
