@@ -320,3 +320,16 @@ def test_prune_keeps_to_this_hosts_folder_and_the_abandoned_ones(tmp_path, monke
     report = v.prune(source="user:admin")
     assert sorted(e.id for e in report.removed) == ["e-alpha", "e-gamma"]
     assert not mine.exists() and not gone.exists() and "old line of beta" in theirs.read_text()
+
+
+def test_an_empty_answer_always_says_why(vault):
+    """A budget that leaves every hit out gave an empty <memory></memory> (an agent reads "nothing known"); vector
+    mode with no vectors of the model gave hits [] and nothing_found null."""
+    vault.facts.set("db/primary", "The primary database listens on port 5432 on db01.", source="user:admin")
+    result = vault.recall("primary database port", budget=1, mode="keyword", record_access=False)
+    assert len(result) == 0 and "budget of 1 tokens" in result.nothing_found
+    from memvault.core.render import render
+
+    assert "<nothing-found reason=" in render(result, "prompt")
+    vector = vault.recall("primary database port", mode="vector", record_access=False)
+    assert len(vector) == 0 and vector.nothing_found

@@ -201,7 +201,9 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         if finish is not None:
             _refreshed(finish(), warnings)
         _gathered(parts, warnings)
-        return RecallResult([], mode="vector", warnings=warnings)
+        empty = RecallResult([], mode="vector", warnings=warnings)
+        empty.nothing_found = "no vectors of this model to search by meaning ('memvault reindex' makes them)"
+        return empty
 
     floor = settings.relative_floor if min_relevance is None else min_relevance
     calibration, holder = (_calibration(parts, embedder, warnings)
@@ -356,6 +358,9 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
                 f"{len(dropped)} of {len(result)} hits left out for the budget of {budget} tokens; the best of "
                 f"them ({dropped[0].kind} {dropped[0].id}) needs {result.budget['best_dropped_tokens']} tokens")
         result[:] = kept
+        if dropped and not kept and result.nothing_found is None:  # an empty answer always says why
+            result.nothing_found = (f"every hit was left out for the budget of {budget} tokens (the best needs "
+                                    f"{result.budget['best_dropped_tokens']})")
     if record_access and len(result):
         try:
             state = parts.state()
