@@ -729,3 +729,26 @@ def test_a_rewritten_upstream_is_published_over_what_it_removed(team):
     assert any("rewritten" in w for w in report.warnings), report.warnings
     assert "facts/ops/deploy.md" not in a.vault.index.shared.files()
     assert a.vault.index.shared.head() == git(a.root, "rev-parse", "HEAD").strip()
+
+
+def test_a_fact_past_its_limit_is_never_read_by_publish(team, monkeypatch):
+    """One cat-file of every changed blob held a 291 MB fact whole (1.4 GB) on whichever host published next,
+    where the SQLite index reads no file past [limits] fact_bytes."""
+    from memvault.core import publish as publish_mod
+
+    remote, a, clone = team
+    facts_of_a(a)
+    big = a.root / "facts" / "dump" / "huge.md"
+    big.parent.mkdir(parents=True)
+    big.write_text("---\nsource: user:ann\n---\n" + "lorem ipsum " * 20_000)  # 240 KB > 64 KiB
+    git(a.root, "add", str(big))
+    git(a.root, "commit", "-qm", "a huge fact", "--no-verify")
+    push(a)
+    huge = git(a.root, "rev-parse", "HEAD:facts/dump/huge.md").strip()
+    read: list[str] = []
+    real = publish_mod._read_blobs
+    monkeypatch.setattr(publish_mod, "_read_blobs", lambda g, shas: read.extend(shas) or real(g, shas))
+    report = a.vault.reindex()
+    assert huge not in read and read
+    assert any("facts/dump/huge.md" in p and "fact_bytes" in p for p in report.problems), report.problems
+    assert any(h.id == "db/primary" for h in a.recall("primary database"))

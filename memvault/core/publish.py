@@ -178,10 +178,21 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
     paths.update({rel: None for rel in known if rel not in state.tree})
     if not paths and head == state.ref:
         return report
-    blobs = _read_blobs(git, sorted({b for b in paths.values() if b}))
+    # A fact or runbook past its limit is named, never read: one cat-file of every blob held a 291 MB fact whole
+    # (1.4 GB) on whichever host published next.
+    sizes = _blob_sizes(git, sorted({b for b in paths.values() if b}))
+    too_big = set()
+    for rel, blob in paths.items():
+        kind = kind_of(sources, rel)
+        limit = sources.max_fact if kind == "fact" else sources.max_procedure if kind == "procedure" else None
+        if blob and limit is not None and sizes.get(blob, 0) > limit:
+            too_big.add(rel)
+            report.problems.append(f"{rel}: {sizes[blob]} bytes, larger than [limits] "
+                                   f"{'fact' if kind == 'fact' else 'procedure'}_bytes ({limit}): not indexed")
+    blobs = _read_blobs(git, sorted({b for r, b in paths.items() if b and r not in too_big}))
     docs = []
     for rel, blob in paths.items():
-        if blob is None:
+        if blob is None or rel in too_big:
             continue
         kind = kind_of(sources, rel)
         assert kind is not None
@@ -204,6 +215,20 @@ def _is_ancestor(git: GitStore, older: str, newer: str) -> bool:
         return True
     except GitError:
         return False
+
+
+def _blob_sizes(git: GitStore, shas: list[str]) -> dict[str, int]:
+    """Each blob's size, from one ``git cat-file --batch-check`` (nothing read)."""
+    if not shas:
+        return {}
+    proc = subprocess.run(["git", "cat-file", "--batch-check"], cwd=git.root,
+                          input="\n".join(shas).encode() + b"\n", capture_output=True, check=False)
+    sizes = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit():
+            sizes[parts[0]] = int(parts[2])
+    return sizes
 
 
 def _read_blobs(git: GitStore, shas: list[str]) -> dict[str, bytes]:
