@@ -218,3 +218,21 @@ def test_post_commit_reindex_uses_the_warm_daemon(tmp_path, monkeypatch):
         assert "1 chunks embedded, 0 pending" in line and "model from daemon" in line, line
     finally:
         daemon.stop()
+
+
+def test_hooks_are_not_written_into_a_hooks_folder_the_team_commits(tmp_path):
+    """With core.hooksPath = .githooks (the team's committed hooks), install wrote scripts naming this host's Python
+    and vault there; one 'git commit -a' shared them: a teammate's pre-commit checked another vault, or failed."""
+    from memvault import Vault
+    from memvault.interfaces.githooks import install
+    from memvault.rules.errors import HookConflict
+
+    v = Vault.init(tmp_path / "v")
+    (v.root / ".githooks").mkdir()
+    (v.root / ".githooks" / "commit-msg").write_text("#!/bin/sh\nexit 0\n")
+    git(v.root, "add", ".githooks")
+    git(v.root, "commit", "-qm", "the team's hooks")
+    git(v.root, "config", "core.hooksPath", ".githooks")
+    with pytest.raises(HookConflict, match="a folder the repository tracks"):
+        install(v.root)
+    assert [p.name for p in (v.root / ".githooks").iterdir()] == ["commit-msg"]

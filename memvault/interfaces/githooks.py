@@ -91,6 +91,28 @@ def hooks_dir(root: Path) -> Path:
     return (root / out).resolve()
 
 
+def _refuse_tracked(root: Path, directory: Path) -> None:
+    """HookConflict when git runs hooks from a folder the repository tracks (``core.hooksPath = .githooks``, a
+    team's committed hooks): memvault's name this host's Python and vault path, and one ``git commit -a`` shared them (a
+    teammate's commit then checked another vault, or failed with 127)."""
+    try:
+        top = Path(_git(root, "rev-parse", "--show-toplevel").decode().strip()).resolve()
+        gitdir = (root / _git(root, "rev-parse", "--git-dir").decode().strip()).resolve()
+    except GitError:
+        return
+    inside = directory == top or top in directory.parents
+    if not inside or directory == gitdir or gitdir in directory.parents:
+        return
+    try:
+        tracked = _git(root, "ls-files", "--", str(directory)).strip()
+    except GitError:
+        return
+    if tracked:
+        raise HookConflict(directory, "is a folder the repository tracks (core.hooksPath), where the team commits its hooks: "
+                                      "memvault's name this host's Python and vault, so they are not written there; "
+                                      "call 'python -m memvault.githooks pre-commit --vault VAULT' from the team's own hook")
+
+
 def render(name: str, vault_root: Path, python: str | None = None) -> str:
     """Our script for hook ``name``: runs a chained hook first, then ``python -m memvault.githooks``."""
     template = _GATE if name in GATE_HOOKS else _NOTIFY
@@ -121,6 +143,7 @@ def install(root: Path, *, python: str | None = None) -> list[HookAction]:
     """Install memvault's hooks (idempotent). A foreign hook is kept as ``<name>.memvault-chained`` and run
     first by ours; nothing is touched unless every hook can be installed."""
     directory = hooks_dir(root)
+    _refuse_tracked(root, directory)
     plan = []
     for name in HOOKS:
         path, chained = directory / name, directory / (name + CHAINED_SUFFIX)
