@@ -75,13 +75,18 @@ def test_a_process_that_opened_the_index_before_a_newer_one_migrated_it_stops_wr
         vault.reindex()
 
 
-def test_a_state_database_a_newer_memvault_migrated_is_refused_not_moved_aside(vault):
+def newer_state(vault):
+    """The vault's state database as a newer memvault left it, and the vault opened again."""
     state = vault.state
     state.connection()
     path = state.path
     state.close()
     record(path)
-    again = Vault.open(vault.root)
+    return path, Vault.open(vault.root)
+
+
+def test_a_state_database_a_newer_memvault_migrated_is_refused_not_moved_aside(vault):
+    path, again = newer_state(vault)
     with pytest.raises(SchemaTooNew):
         again.state.connection()
     assert path.exists() and not list(path.parent.glob(path.name + ".*corrupt*"))
@@ -100,12 +105,7 @@ def test_a_process_that_opened_the_state_before_a_newer_one_migrated_it_stops_wr
 def test_a_refused_state_database_is_refused_at_every_call_not_only_the_first(vault):
     """The connection was kept although migrate() refused it: the next call within a second (SchemaWatch.every)
     used it, and two recalls wrote to the newer memvault's recall log."""
-    state = vault.state
-    state.connection()
-    path = state.path
-    state.close()
-    record(path)
-    again = Vault.open(vault.root)
+    _path, again = newer_state(vault)
     for _ in range(3):
         with pytest.raises(SchemaTooNew):
             again.state.connection()

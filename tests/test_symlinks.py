@@ -161,7 +161,8 @@ def test_the_ignore_rule_covers_a_memvault_symlink_and_old_vaults_are_fixed_by_s
     assert ".memvault/" not in git(remote, "show", "HEAD:.gitignore")
 
 
-def test_sync_refuses_a_remote_that_replaces_memvault_with_a_link(tmp_path, monkeypatch):
+def _two_hosts(tmp_path):
+    """Host a, which pushed a vault with one fact to a bare remote, and host b, a clone of it."""
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
     a = Vault.init(tmp_path / "a")
@@ -170,6 +171,11 @@ def test_sync_refuses_a_remote_that_replaces_memvault_with_a_link(tmp_path, monk
     a.sync(source="user:admin")
     git(tmp_path, "clone", "-q", str(remote), "b")
     b = Vault.open(tmp_path / "b")
+    return a, b
+
+
+def test_sync_refuses_a_remote_that_replaces_memvault_with_a_link(tmp_path, monkeypatch):
+    a, b = _two_hosts(tmp_path)
     b.facts.set("db/replica", "The replica listens on port 5433.")  # b has an index and state now
     b.reindex()
     b.recall("replica", mode="keyword")
@@ -190,14 +196,7 @@ def test_sync_refuses_a_remote_that_makes_a_vault_folder_or_file_a_link(tmp_path
     """A teammate's commit of facts -> ~/private made this host's own files facts (fact get printed them, reindex
     indexed them, recall crashed); memvault.toml -> /dev/zero read until memory ran out; .gitignore -> /dev/zero
     ended every later sync with an internal error."""
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    a = Vault.init(tmp_path / "a")
-    git(a.root, "remote", "add", "origin", str(remote))
-    a.facts.set("db/primary", "The primary database listens on port 5432.")
-    a.sync(source="user:admin")
-    git(tmp_path, "clone", "-q", str(remote), "b")
-    b = Vault.open(tmp_path / "b")
+    a, b = _two_hosts(tmp_path)
     private = tmp_path / "home" / "private"
     (private / "notes").mkdir(parents=True)
     (private / "notes" / "hr.md").write_text("---\nsource: user:alice\n---\nsalary canary-42\n")

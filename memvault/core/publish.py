@@ -162,8 +162,8 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
     if state.ref is None:
         return report
     head = shared.head()
-    if head is not None and head != state.ref and not _is_ancestor(git, head, state.ref):
-        if not _known(git, head) or _is_ancestor(git, state.ref, head):  # the team is ahead of this host
+    if head is not None and head != state.ref and not git.is_ancestor(head, state.ref):
+        if not git.has_commit(head) or git.is_ancestor(state.ref, head):  # the team is ahead of this host
             report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not "
                                    "contain: not published (pull first; if the upstream's history was rewritten, "
                                    "a host that had synced the old one publishes over it)")
@@ -200,21 +200,6 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
     report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))
     report.files_seen = len(state.tree)
     return report
-
-
-def _known(git: GitStore, commit: str) -> bool:
-    try:
-        return git.run("cat-file", "-t", commit) == "commit"
-    except GitError:
-        return False
-
-
-def _is_ancestor(git: GitStore, older: str, newer: str) -> bool:
-    try:
-        git.run("merge-base", "--is-ancestor", older, newer)
-        return True
-    except GitError:
-        return False
 
 
 def _blob_sizes(git: GitStore, shas: list[str]) -> dict[str, int]:

@@ -213,8 +213,8 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     # (a secret force-pushed away), and only the commits made here since are ours to put back on top; rebasing
     # everything not on the remote pushed the removed commits back.
     last = _last_tip(gate, remote, branch)
-    rewritten = last is not None and last != fetched and _known(git, last) and not _ancestor(git, last, fetched) \
-        and _ancestor(git, last, before)
+    rewritten = last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched) \
+        and git.is_ancestor(last, before)
     if not rewritten and git.run("merge-base", before, fetched) == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, before, fetched, remote, branch)
@@ -251,12 +251,16 @@ NO_UNION = ("-c", "merge.union.driver=false")
 TIPS_NAME = "sync-tips.json"
 
 
-def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
+def _tips(gate: WriteGate) -> dict[str, Any]:
     try:
         tips = json.loads(read_regular(gate.state_dir / TIPS_NAME, limit=1 << 20))
     except (OSError, ValueError, MemvaultError):
-        return None
-    tip = tips.get(f"{remote} {branch}") if isinstance(tips, dict) else None
+        return {}
+    return tips if isinstance(tips, dict) else {}
+
+
+def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
+    tip = _tips(gate).get(f"{remote} {branch}")
     return tip if isinstance(tip, str) and len(tip) in (40, 64) and all(c in "0123456789abcdef" for c in tip) \
         else None
 
@@ -266,27 +270,10 @@ def remember_tip(gate: WriteGate, git: GitStore, remote: str, branch: str) -> No
     tip = _try(git, "rev-parse", "HEAD")
     if tip is None:
         return
-    try:
-        tips = json.loads(read_regular(gate.state_dir / TIPS_NAME, limit=1 << 20))
-    except (OSError, ValueError, MemvaultError):
-        tips = {}
-    if not isinstance(tips, dict):
-        tips = {}
+    tips = _tips(gate)
     tips[f"{remote} {branch}"] = tip
     ensure_dir(gate.state_dir)
     atomic_write(gate.state_dir / TIPS_NAME, json.dumps(tips, sort_keys=True).encode("utf-8"))
-
-
-def _known(git: GitStore, commit: str) -> bool:
-    return _try(git, "cat-file", "-t", commit) == "commit"
-
-
-def _ancestor(git: GitStore, older: str, newer: str) -> bool:
-    try:
-        git.run("merge-base", "--is-ancestor", older, newer)
-        return True
-    except GitError:
-        return False
 
 
 def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, remote: str, branch: str) -> None:

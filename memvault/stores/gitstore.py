@@ -326,6 +326,21 @@ class GitStore:
                 i += 1
         return list(dict.fromkeys(rels))
 
+    def has_commit(self, commit: str) -> bool:
+        """Whether this repository holds ``commit``."""
+        try:
+            return self._git("cat-file", "-t", commit) == "commit"
+        except GitError:
+            return False
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """Whether ``newer`` contains ``older`` (a commit is its own ancestor)."""
+        try:
+            self._git("merge-base", "--is-ancestor", older, newer)
+            return True
+        except GitError:
+            return False
+
     def has_head(self) -> bool:
         try:
             self._git("rev-parse", "--verify", "--quiet", "HEAD")
