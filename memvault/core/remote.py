@@ -276,11 +276,15 @@ def remember_tip(gate: WriteGate, git: GitStore, remote: str, branch: str) -> No
     atomic_write(gate.state_dir / TIPS_NAME, json.dumps(tips, sort_keys=True).encode("utf-8"))
 
 
+def _changed(git: GitStore, old: str, new: str) -> set[str]:
+    """The repository paths that differ between two commits."""
+    return set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", old, new, strip=False).split("\0") if p)
+
+
 def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, remote: str, branch: str) -> None:
     """Stop, touching nothing, when the remote changed a file that has uncommitted changes here."""
     base = git.run("merge-base", head, fetched)
-    incoming = set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", base, fetched,
-                                      strip=False).split("\0") if p)
+    incoming = _changed(git, base, fetched)
     state = git.rel(gate.root / ".memvault")
     taken = sorted(p for p in incoming if p == state or p.startswith(state + "/"))
     if taken:
@@ -295,9 +299,8 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"sync stopped before changing anything: the remote's commits make {', '.join(linked)} a symlink, where "
             f"the vault's own folder or file should be (a link there would read this host's files as memories); "
             f"replace it on the remote with the real folder or file, commit, push, then sync again"))
-    ours = set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", base, head, strip=False).split("\0")
-               if p)
-    merged = _merged_by_driver(git, sorted(incoming & ours & set(_vault_paths(gate, git, incoming))))
+    both = incoming & _changed(git, base, head) & set(_vault_paths(gate, git, incoming))
+    merged = _merged_by_driver(git, sorted(both))
     if merged:
         raise SyncConflict([_key_for(gate, git, p) for p in merged], merged, remote, branch, reason=(
             f"sync stopped before changing anything: {', '.join(merged)} changed here and on the remote, and a "
