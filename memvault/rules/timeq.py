@@ -205,6 +205,18 @@ def _recent_day(month: int, day: int, today: date) -> date:
         year -= 1
 
 
+#: Abbreviations that are also words of their own in technical text ("written in oct" is octal, "in dec" decimal,
+#: "in mar" rarely March): with no year after them, not a month.
+_AMBIGUOUS = frozenset({"oct", "dec", "mar"})
+
+
+def _surely_a_month(word: str) -> bool:
+    """Whether ``in WORD`` with no year names a month: not one of the :data:`_AMBIGUOUS` abbreviations, and "May"
+    only written so ("in may" is a verb as often: "why sign in may fail")."""
+    low = word.lower()
+    return low not in _AMBIGUOUS and (low != "may" or word == "May")
+
+
 def _resolve(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime | None, datetime | None] | None:
     """The window one matched phrase names, said at ``now``; None when it names no time ("on 2026-13-45")."""
     today = now.date()
@@ -262,6 +274,8 @@ def _resolve(kind: str, m: re.Match[str], now: datetime) -> tuple[datetime | Non
             year = _year(m.group(1), today, ahead=0)
             since, until = _day_start(date(year, 1, 1)), _day_start(date(year + 1, 1, 1))
         else:  # in_month, month_year
+            if kind == "in_month" and not m.group(2) and not _surely_a_month(m.group(1)):
+                return None  # "written in oct", "stored in dec", "sign in may fail": words, not a time
             month = _month(m.group(1))
             year = (_year(m.group(2), today) if m.group(2)
                     else today.year if month <= today.month else today.year - 1)
