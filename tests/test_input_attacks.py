@@ -333,3 +333,18 @@ def test_an_empty_answer_always_says_why(vault):
     assert "<nothing-found reason=" in render(result, "prompt")
     vector = vault.recall("primary database port", mode="vector", record_access=False)
     assert len(vector) == 0 and vector.nothing_found
+
+
+@pytest.mark.parametrize("budget", [73, 109, 148, 187, 259, 301, 337, 409, 481])
+def test_a_prompt_block_fits_the_budget_with_its_sections(vault, budget):
+    """Budget 80 printed 84 tokens and 200 printed 203: the <facts>/<episodes> wrappers and line breaks were not
+    counted. The block as printed (hits kept) is within the budget."""
+    from memvault.core.hits import count_tokens
+    from memvault.core.render import render
+
+    for i in range(6):
+        vault.facts.set(f"db/note-{i}", f"The primary database note {i}: port 5432 on db0{i}.", source="user:admin")
+        vault.episodes.append(f"the primary database restarted on db0{i}", source="user:ops")
+    result = vault.recall("primary database", k=12, budget=budget, fmt="prompt", mode="keyword", record_access=False)
+    if len(result):
+        assert count_tokens(render(result, "prompt")) <= budget

@@ -25,6 +25,10 @@ def render_one(hit: Hit, fmt: str, *, explain: bool = False, rank: int = 1) -> s
     return _text_item(hit, rank, explain)
 
 
+#: The prompt block's sections, in their order.
+_SECTIONS = {"fact": "facts", "episode": "episodes", "procedure": "procedures"}
+
+
 def render(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dict[str, float] | None = None) -> str:
     """The hits as ``json`` (the whole answer as an object when ``hits`` is a RecallResult, else an array),
     ``text`` (for people) or ``prompt`` (a context block for an agent)."""
@@ -37,7 +41,7 @@ def render(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dic
         return json.dumps(data, ensure_ascii=False, indent=2)
     if fmt == "prompt":
         sections = []
-        for kind, title in (("fact", "facts"), ("episode", "episodes"), ("procedure", "procedures")):
+        for kind, title in _SECTIONS.items():
             items = [_prompt_item(h) for h in hits if h.kind == kind]
             if items:
                 sections.append(f"<{title}>\n" + "\n".join(items) + f"\n</{title}>")
@@ -121,11 +125,16 @@ def trim_to_budget(hits: list[Hit], budget: int, fmt: str) -> list[Hit]:
     skipped (never cut: a memory is returned whole or not at all) and smaller ones after it may still fit."""
     kept: list[Hit] = []
     used = count_tokens(render([], fmt)) if fmt == "prompt" else 0
+    sections: set[str] = set()
     for hit in hits:
-        cost = count_tokens(render_one(hit, fmt))
+        cost = count_tokens(render_one(hit, fmt)) + 1  # the line break (text: the blank line) after it
+        if fmt == "prompt" and hit.kind not in sections:  # the first of its kind opens <facts>...</facts>
+            title = _SECTIONS[hit.kind]
+            cost += count_tokens(f"<{title}>\n</{title}>\n")
         if used + cost <= budget:
             kept.append(hit)
             used += cost
+            sections.add(hit.kind)
     return kept
 
 
