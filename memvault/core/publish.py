@@ -181,9 +181,10 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
     # A fact or runbook past its limit is named, never read: one cat-file of every blob held a 291 MB fact whole
     # (1.4 GB) on whichever host published next.
     sizes = _blob_sizes(git, sorted({b for b in paths.values() if b}))
+    kinds = {rel: kind_of(sources, rel) for rel in paths}
     too_big = set()
     for rel, blob in paths.items():
-        kind = kind_of(sources, rel)
+        kind = kinds[rel]
         limit = sources.max_fact if kind == "fact" else sources.max_procedure if kind == "procedure" else None
         if blob and limit is not None and sizes.get(blob, 0) > limit:
             too_big.add(rel)
@@ -194,7 +195,7 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
     for rel, blob in paths.items():
         if blob is None or rel in too_big:
             continue
-        kind = kind_of(sources, rel)
+        kind = kinds[rel]
         assert kind is not None
         docs.extend(read_docs(sources, rel, kind, report.problems, data=blobs[blob]))
     report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))

@@ -213,16 +213,16 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     # (a secret force-pushed away), and only the commits made here since are ours to put back on top; rebasing
     # everything not on the remote pushed the removed commits back.
     last = _last_tip(gate, remote, branch)
-    rewritten = last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched) \
-        and git.is_ancestor(last, before)
+    rewritten = (last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched)
+                 and git.is_ancestor(last, before))
     if not rewritten and git.run("merge-base", before, fetched) == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, before, fetched, remote, branch)
     stashed = _stash(git)
     try:
         try:
-            git.run(*NO_UNION, "rebase", "--quiet", *(("--onto", fetched, last) if rewritten and last else (fetched,)),
-                    env=_env(git))
+            onto = ("--onto", fetched, last) if rewritten and last is not None else (fetched,)
+            git.run(*NO_UNION, "rebase", "--quiet", *onto, env=_env(git))
         except GitError as exc:
             if not _rebase_in_progress(git):
                 raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
@@ -234,9 +234,9 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
         if stashed:
             _unstash(git)
     if rewritten:
-        warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host "
-                                   "last synced: the commits it removed are not pushed back; only those made here "
-                                   "since were put on top")
+        warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
+                        "synced: the commits it removed are not pushed back; only those made here since were put "
+                        "on top")
     after = git.run("rev-parse", "HEAD")
     if after == before:
         return []
@@ -317,9 +317,14 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
 
 
+def _places(gate: WriteGate, git: GitStore) -> list[str]:
+    """The repository paths of the vault's own folders and files (:data:`VAULT_PLACES`)."""
+    return [git.rel(gate.root / name) for name in VAULT_PLACES]
+
+
 def _vault_paths(gate: WriteGate, git: GitStore, paths: set[str]) -> list[str]:
     """The repository paths among ``paths`` that are the vault's own (its folders and settings)."""
-    places = [git.rel(gate.root / name) for name in VAULT_PLACES]
+    places = _places(gate, git)
     return [p for p in paths if any(p == place or p.startswith(place + "/") for place in places)]
 
 
@@ -343,8 +348,7 @@ VAULT_PLACES = ("facts", "procedures", "episodes", "inbox", "memvault.toml", ".g
 
 def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
     """The vault's own folders and files that ``commit`` holds as symlinks (git mode 120000)."""
-    places = [git.rel(gate.root / name) for name in VAULT_PLACES]
-    out = git.run("ls-tree", "-z", commit, "--", *places, strip=False)
+    out = git.run("ls-tree", "-z", commit, "--", *_places(gate, git), strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0") if line.startswith("120000 "))
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidValue

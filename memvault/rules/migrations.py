@@ -22,14 +22,14 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
     process may apply them meanwhile (two opening the file just after an upgrade): each is looked up again once the
     write lock is held, and one found applied is not applied again."""
     conn.execute("CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
-    done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    done = recorded(conn)
     refuse_newer(conn, done, migrations)
     applied = []
     for name, sql in migrations:
         if name in done:
             continue
         with transaction(conn):
-            now_done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+            now_done = recorded(conn)
             refuse_newer(conn, now_done, migrations)
             if name in now_done:
                 continue
@@ -43,6 +43,11 @@ def migrate(conn: Any, migrations: Sequence[tuple[str, Step]]) -> list[str]:
     return applied
 
 
+def recorded(conn: Any) -> set[str]:
+    """The names of the migrations the database records."""
+    return {row[0] for row in conn.execute("SELECT name FROM migrations")}
+
+
 def refuse_newer(conn: Any, done: set[str], migrations: Sequence[tuple[str, Step]]) -> None:
     """Raise :class:`SchemaTooNew` when ``done`` (the migrations the database records) holds one ``migrations``
     does not name: a newer memvault wrote the file, and this one would write rows in the form it replaced."""
@@ -53,7 +58,7 @@ def refuse_newer(conn: Any, done: set[str], migrations: Sequence[tuple[str, Step
 
 class SchemaWatch:
     """For a process that keeps its connection (a server, the watcher): at most every :attr:`every` seconds, and only
-    when another connection has written since (``PRAGMA data_version``), the migrations are counted again; one a
+    when another connection has written since (``PRAGMA data_version``), the migrations are read again; one a
     newer memvault applied in place meanwhile raises SchemaTooNew before this process writes the form it replaced.
     (Every time would cost ~7 µs a look, 17 looks a recall: 1.4 % of a warm one.)"""
 
@@ -73,9 +78,8 @@ class SchemaWatch:
         if time.monotonic() < self._next:
             return
         version = int(conn.execute("PRAGMA data_version").fetchone()[0])
-        if version != self._seen and conn.execute("SELECT count(*) FROM migrations").fetchone()[0] != len(
-                self.migrations):
-            refuse_newer(conn, {row[0] for row in conn.execute("SELECT name FROM migrations")}, self.migrations)
+        if version != self._seen:
+            refuse_newer(conn, recorded(conn), self.migrations)
         self._seen = version
         self._next = time.monotonic() + self.every
 

@@ -276,17 +276,16 @@ class EpisodeLog:
         files = self.files()
         if not self.per_host:
             return files
-        mine = self.host
+        folders = {p: p.relative_to(self.dir).parts[0] if p.parent != self.dir else "" for p in files}
         newest: dict[str, float] = {}
-        for path in files:
-            folder = path.relative_to(self.dir).parts[0] if path.parent != self.dir else ""
+        for path, folder in folders.items():
             try:
                 newest[folder] = max(newest.get(folder, 0.0), path.stat().st_mtime)
             except OSError:
                 continue
         cutoff = at.timestamp() - idle
-        keep = {f for f, t in newest.items() if f in ("", mine) or t < cutoff}
-        return [p for p in files if (p.relative_to(self.dir).parts[0] if p.parent != self.dir else "") in keep]
+        keep = {f for f, t in newest.items() if f in ("", self.host) or t < cutoff}
+        return [p for p in files if folders[p] in keep]
 
     def plan_rewrite(self, drop: Callable[[Episode], bool], files: list[Path] | None = None) -> RewriteReport:
         """The changes that remove every episode for which ``drop`` is true, keeping everything else byte for byte
@@ -410,13 +409,14 @@ class EpisodeLog:
             items = [e for e in self.iter(**filters) if keep is None or keep(e)]
         else:
             problems = filters.pop("problems", None)
-            paths = self.files(problems)
-            months = sorted({m for p in paths if (m := month_of(p)) is not None}, reverse=True)
-            for month in [None, *months]:
+            groups: dict[tuple[int, int] | None, list[Path]] = {None: []}  # None: files not named for a month
+            for path in self.files(problems):
+                groups.setdefault(month_of(path), []).append(path)
+            for month in [None, *sorted((m for m in groups if m is not None), reverse=True)]:
                 if month is not None and len(items) >= limit:
                     break
-                group = [p for p in paths if month_of(p) == month]
-                items += [e for e in self.iter(files=group, problems=problems, **filters) if keep is None or keep(e)]
+                items += [e for e in self.iter(files=groups[month], problems=problems, **filters)
+                          if keep is None or keep(e)]
         items.sort(key=lambda e: (e.time, e.id))
         return items[-limit:] if limit else items
 

@@ -132,26 +132,29 @@ class State:
                 self.warnings.append(f"{link} was a symlink, not memvault's file: removed, never written through "
                                      "(usage counts start afresh)")
             try:
-                conn = self._open()
-                try:  # kept only once it is known good: a file a newer memvault migrated is refused at every call
-                    migrate(conn, MIGRATIONS)
-                    self._check_tables(conn)
-                except BaseException:
-                    conn.close()
-                    raise
-                self._conn = conn
+                self._conn = self._open_migrated()
             except sqlite3.DatabaseError as exc:
                 self.close()
                 aside = self._move_aside(exc)
                 try:
-                    conn = self._open()
-                    migrate(conn, MIGRATIONS)
-                    self._conn = conn
+                    self._conn = self._open_migrated()
                 except sqlite3.Error as again:
                     raise SearchIndexError(f"{self.path}: cannot open the state database: {again}") from None
                 self.warnings.append(f"{self.path.name} was damaged ({exc}); moved aside to {aside.name} and "
                                      "started afresh (usage counts restart)")
         return self._conn
+
+    def _open_migrated(self) -> sqlite3.Connection:
+        """A connection with every migration applied and the tables there; closed, not kept, when anything fails
+        (a file a newer memvault migrated is refused at every call, never used for a second)."""
+        conn = self._open()
+        try:
+            migrate(conn, MIGRATIONS)
+            self._check_tables(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     @staticmethod
     def _check_tables(conn: sqlite3.Connection) -> None:
