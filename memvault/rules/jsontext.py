@@ -124,7 +124,8 @@ def parse(data: str | bytes, limit: int = MAX_READ_DEPTH, *, pairs: Any = None, 
     try:
         if pairs is None and not standard:
             return json.loads(data)
-        text = data.decode(json.detect_encoding(data), "surrogatepass") if isinstance(data, bytes) else data
+        # bytes as json.loads reads UTF-8 ones (a byte-order mark skipped), without its undocumented helper
+        text = data.decode("utf-8-sig", "surrogatepass") if isinstance(data, bytes) else data
         return _decoder(pairs, standard).decode(text)
     except RecursionError:
         raise ValueError(f"nested deeper than this Python can read (limit {limit})") from None
