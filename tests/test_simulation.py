@@ -308,3 +308,51 @@ def test_the_simulation_reads_how_general_a_fact_is_as_recall_does(weight):
         simulated = ef.rank(q, w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0, 0.0, weight)
         _same_order(simulated, recall, relevance, 1e-6, trial)
     assert general_any > 50
+
+
+@pytest.mark.parametrize("weight,generality", [(0.3, 0.0), (0.45, 0.0), (0.45, 0.3)])
+def test_the_simulation_reads_the_rest_of_the_question_as_recall_does(weight, generality):
+    """_combine with ``[recall] rest_weight`` (a fact's or a turn's cosine in part its cosine with the question less
+    its subject; a runbook's untouched), and with the generality taken off after, against the simulation's rank with
+    r (and u), on random candidates with random vectors for the question and its rest."""
+    from dataclasses import replace
+
+    from memvault.core.candidates import Parts, _combine, _shares, generality as general_of
+    from memvault.core.rescore import keyword_trust
+
+    moved_any = 0
+    for trial in range(200):
+        case = _vector_recall(2000 + trial, long_fact=True)
+        if case is None:
+            continue
+        w, docs, cosine = case.w, case.docs, case.cosine
+        gen = np.random.default_rng(trial)
+        rest_q = gen.normal(size=8).astype(np.float32)
+        rest_q /= np.linalg.norm(rest_q)
+        rest = {r: float(case.matrix[r] @ rest_q) for r, d in docs.items() if d["kind"] != "procedure"}
+        config = _Config(**{k: getattr(case.config.recall, k) for k in (
+            "semantic_weight", "phrase_weight", "neighbour_weight", "procedure_semantic_weight",
+            "procedure_phrase_weight", "exact_boost")}, rest_weight=weight)
+        parts = replace(case.parts, config=config)  # type: ignore[type-var]
+        lost = general_of(case.index, docs, cosine, generality) if generality else {}
+        shares, trust = _shares(config.recall, "hybrid"), keyword_trust(0.5, w["h"])
+        found = _combine(parts, docs, case.keyword, case.phrases, case.exact, cosine, case.neighbours, shares, trust,
+                         case.best_step, lost, rest)
+        plain = _combine(parts, docs, case.keyword, case.phrases, case.exact, cosine, case.neighbours, shares, trust,
+                         case.best_step, lost)
+        moved_any += [k for k in sorted(found, key=lambda k: -found[k].relevance)] != [
+            k for k in sorted(plain, key=lambda k: -plain[k].relevance)]
+        for key, c in found.items():  # what --explain shows: the rest cosine of facts and turns only
+            assert (c.rest is None) == (key[0] == "procedure"), key
+        relevance, recall = _recall_order(found)
+        rows = _in_key_order(docs)
+        keys = [f"{docs[r]['kind']}:{docs[r]['id']}" for r in rows]
+        fields = {"rcos": np.array([rest.get(r, 0.0) for r in rows])}
+        if generality:
+            fields["general"] = ef.generality_of(
+                np.array([cosine[r] for r in rows]), [docs[r]["kind"] for r in rows], keys,
+                lambda key: np.mean([case.matrix[r] for r, k in zip(rows, keys) if k == key], axis=0))
+        simulated = ef.rank(case.question(**fields), w["s"], w["p"], w["g"], 0.0, w["h"], 0.0, w["S"], w["P"], 0.0,
+                            0.0, generality, weight)
+        _same_order(simulated, recall, relevance, 1e-6, trial)
+    assert moved_any > 30

@@ -93,6 +93,7 @@ class Candidate:
     timed: float = 1.0        # the share of its relevance a time the question names leaves it (1: of that time)
     moved: bool = False       # a runbook whose cosine was read through the best runbooks (procedure_feedback_weight)
     general: float = 0.0      # the cosine a fact lost for being general among those found (gained: below 0)
+    rest: float | None = None  # its chunk's cosine with the rest of the question (``[recall] rest_weight``; None: unused)
 
 
 # ------------------------------------------------------------------------------------------------ the query's vector
@@ -230,6 +231,9 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
     if prepare is not None and best_words is not None:
         prepare.best_words(query, best_words)
     read(set(keyword) | set(phrases) | exact)
+    # The rest of the question (its subject, the words most of the best keyword matches hold, taken out) is embedded
+    # beside the rest of the work, once the words are known.
+    rest_vector = _rest_vector(parts, query, keyword, docs, qvec) if settings.rest_weight and vectors_here else None
     neighbours: dict[int, list[int]] = {}
     if settings.neighbour_weight:
         # A turn of a conversation is understood with the turns around it: they join the candidates, and a
@@ -277,18 +281,38 @@ def gather(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, q
                     best_step[key] = cos
                     step_row[key] = rowid
     general = generality(index, docs, cosine, settings.generality_weight) if settings.generality_weight else {}
-    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step, general)
+    rest: dict[int, float] | None = None
+    if rest_vector is not None:
+        rows = sorted(r for r, doc in docs.items() if doc["kind"] != "procedure")
+        rest = index.similarities(rest_vector.vector(), rows) if rows else {}
+    out = _combine(parts, docs, keyword, phrases, exact, cosine, neighbours, shares, trust, best_step, general, rest)
     if settings.procedure_feedback_weight and vector is not None and out:
         moved = _runbook_feedback(index, vector, out, docs, cosine, best_step, step_row,
                                   settings.procedure_feedback_weight)
         if moved is not None:
             out = _combine(parts, docs, keyword, phrases, exact, moved[0], neighbours, shares, trust, moved[1],
-                           general)
+                           general, rest)
             for candidate in out.values():
                 candidate.moved = candidate.key[0] == "procedure"
     if settings.prf_weight and used_mode != "vector" and out:
         _feedback(parts, query, kinds, n, out)
     return out
+
+
+def _rest_vector(parts: Parts, query: str, keyword: dict[int, float], docs: dict[int, dict[str, Any]],
+                 qvec: QueryVector | Any) -> QueryVector | None:
+    """The vector of the rest of ``query`` (:func:`memvault.rules.subject.rest` of the best keyword matches the asker
+    may read, in the search's order), started in a worker; None when the question has no subject or no words are
+    left. The model is the one that embeds the question."""
+    from ..index.search import STOPWORDS
+    from ..rules import subject
+
+    texts = [docs[r]["body"] for r in keyword if r in docs][:subject.TOP]
+    left = subject.rest(query, texts, STOPWORDS)
+    if left is None:
+        return None
+    embedder = qvec.embedder if isinstance(qvec, QueryVector) and qvec.embedder is not None else parts.engine.get()
+    return QueryVector.started(embedder, left)
 
 
 def generality(index: VaultIndex, docs: dict[int, dict[str, Any]], cosine: dict[int, float],
@@ -410,11 +434,14 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
              exact: set[int], cosine: dict[int, float], neighbours: dict[int, list[int]],
              shares: dict[str, tuple[float, float]], trust: float,
              steps: dict[tuple[str, str], float],
-             general: dict[int, float] | None = None) -> dict[tuple[str, str], Candidate]:
+             general: dict[int, float] | None = None,
+             rest: dict[int, float] | None = None) -> dict[tuple[str, str], Candidate]:
     """One candidate per memory (its best chunk), with relevance ``s·cosine/best + (1-s)·keyword``, ``s`` and the
     phrase weight of its kind (``shares``). ``steps``: the best cosine of each runbook's steps (every step of every
     runbook among ``docs``, candidate or not). ``general``: the cosine a fact's row loses for being general
-    (:func:`generality`); its candidate keeps its own cosine, the evidence of the "nothing known" test."""
+    (:func:`generality`); its candidate keeps its own cosine, the evidence of the "nothing known" test. ``rest``: the
+    cosine of each fact's and episode's row with the rest of the question (:func:`_rest_vector`), of which the
+    cosine used takes ``[recall] rest_weight`` (at least 0, as the cosine)."""
     settings = parts.config.recall
     g = settings.neighbour_weight
     index = parts.index
@@ -428,8 +455,10 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
     keyword_of, phrase_of, cosine_of = keyword.get, phrases.get, cosine.get
     # A runbook's steps (chunks numbered below 0: vectors only) lend their best cosine to its windows, which hold
     # its keyword rows: the runbook is as close in meaning as its closest step, and keeps what its words matched.
-    cos_of, kw_of, rel_of, used_of = {}, {}, {}, {}
+    cos_of, kw_of, rel_of, used_of, lost = {}, {}, {}, {}, {}
     lost_of = (general or {}).get
+    r = settings.rest_weight if rest is not None else 0.0
+    rest_of = (rest or {}).get
     for rowid in docs:
         cos = cosine_of(rowid, 0.0)
         if steps:
@@ -438,9 +467,14 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
                 cos = step
         cos_of[rowid] = cos = cos if cos > 0.0 else 0.0
         used = cos
+        if r and docs[rowid]["kind"] != "procedure":
+            other = rest_of(rowid, 0.0)
+            used = (1 - r) * cos + r * (other if other > 0.0 else 0.0)
         if general:
-            used = cos - lost_of(rowid, 0.0)
+            mixed = used
+            used = used - lost_of(rowid, 0.0)
             used = used if used > 0.0 else 0.0
+            lost[rowid] = mixed - used
         used_of[rowid] = used
         kw_scale, phrase_scale, cos_scale, kw_share = scales[docs[rowid]["kind"]]
         kw_of[rowid] = kw = keyword_of(rowid, 0.0) * kw_scale + phrase_of(rowid, 0.0) * phrase_scale
@@ -460,11 +494,13 @@ def _combine(parts: Parts, docs: dict[int, dict[str, Any]], keyword: dict[int, f
         current = out.get(key)
         if current is None:
             out[key] = Candidate(key, doc, rel if rel < 1.0 else 1.0, cos, kw_of[rowid], rowid in exact, rowid, index,
-                                 semantic=used_of[rowid] / best_cos, general=cos - used_of[rowid])
+                                 semantic=used_of[rowid] / best_cos, general=lost.get(rowid, 0.0),
+                                 rest=rest_of(rowid, 0.0) if r and doc["kind"] != "procedure" else None)
         elif rel > current.relevance:
             out[key] = Candidate(key, doc, rel if rel < 1.0 else 1.0, cos if cos > current.cosine else current.cosine,
                                  kw_of[rowid], rowid in exact, rowid, index, semantic=used_of[rowid] / best_cos,
-                                 general=cos - used_of[rowid])
+                                 general=lost.get(rowid, 0.0),
+                                 rest=rest_of(rowid, 0.0) if r and doc["kind"] != "procedure" else None)
         elif cos > current.cosine:
             current.cosine = cos
     return out

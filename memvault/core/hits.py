@@ -64,8 +64,10 @@ class Hit:
         of its relevance a time the question names left it (1: of that time; see ``[recall] time_weight``), and
         ``feedback``: a runbook's cosine is with the query moved toward the best runbooks found
         (``[recall] procedure_feedback_weight``), and ``general``: the cosine a fact lost for being close to the
-        other facts found (below 0: gained for standing apart; ``[recall] generality_weight``), so ``semantic`` is
-        ``(cosine − general) ÷ best``."""
+        other facts found (below 0: gained for standing apart; ``[recall] generality_weight``), and ``rest``: the
+        cosine with the question less its subject (None when not read: a runbook, no subject, ``[recall]
+        rest_weight`` 0), so ``semantic`` is ``((1 − w)·cosine + w·rest − general) ÷ best``, ``w`` the rest
+        weight."""
         parts = self.parts
         return {"factors": {k: round(v, 6) for k, v in self.factors.items()},
                 "parts": {"keyword": round(float(parts.get("keyword", 0.0)), 6),
@@ -74,7 +76,8 @@ class Hit:
                           "exact": bool(parts.get("exact", False)),
                           "time": round(float(parts.get("time", 1.0)), 6),
                           "feedback": bool(parts.get("feedback", False)),
-                          "general": round(float(parts.get("general", 0.0)), 6)}}
+                          "general": round(float(parts.get("general", 0.0)), 6),
+                          "rest": None if parts.get("rest") is None else round(float(parts["rest"]), 6)}}
 
 
 class RecallResult(list):  # type: ignore[type-arg]

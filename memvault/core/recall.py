@@ -773,7 +773,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
         base = dict(kind=doc["kind"], id=doc["id"], score=c.score, factors=c.factors, source=doc["source"],
                     created=doc["created"], updated=doc["updated"], path=doc["path"],
                     parts={"keyword": c.keyword, "semantic": c.semantic, "cosine": c.cosine, "exact": c.exact,
-                           "time": c.timed, "feedback": c.moved, "general": c.general})
+                           "time": c.timed, "feedback": c.moved, "general": c.general, "rest": c.rest})
         if doc["kind"] == "fact":
             extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
             if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):

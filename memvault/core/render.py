@@ -79,7 +79,7 @@ def _text_item(hit: Hit, rank: int, explain: bool, weights: dict[str, float] | N
             f"{name} {hit.factors[name]:.2f}" + (f"×{w[name]:.2f}" if name in w else "") for name in FACTORS))
         parts = hit.explain()["parts"]
         lines.append(f"   relevance parts: keyword {parts['keyword']:.3f}  semantic {parts['semantic']:.3f} "
-                     f"(cosine {parts['cosine']:.3f}" + _general(parts['general']) + " ÷ best"
+                     f"(cosine {parts['cosine']:.3f}" + _rest(parts['rest']) + _general(parts['general']) + " ÷ best"
                      + (", read through the best runbooks found)" if parts["feedback"] else ")")
                      + ("  quotes the query" if parts["exact"] else "")
                      + (f"  ×{parts['time']:.2f}: not surely of the time asked about" if parts["time"] < 1 else ""))
@@ -136,6 +136,11 @@ def trim_to_budget(hits: list[Hit], budget: int, fmt: str) -> list[Hit]:
             used += cost
             sections.add(hit.kind)
     return kept
+
+
+def _rest(rest: float | None) -> str:
+    """The cosine with the question less its subject, when recall read it (``[recall] rest_weight``)."""
+    return "" if rest is None else f", {rest:.3f} without the question's subject,"
 
 
 def _general(lost: float) -> str:

@@ -23,7 +23,7 @@ from .quantize import param as vector_param
 if TYPE_CHECKING:
     import sqlite3
 
-_STOPWORDS = frozenset(
+STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below between
     both but by can could did do does doing down during each few for from further had has have having he her here
     hers herself him himself his how i if in into is it its itself just me more most my myself no nor not now of
@@ -40,7 +40,7 @@ VEC_K_MAX = 4096
 def query_terms(text: str) -> list[str]:
     """The query's distinct words, stop words dropped (all of them kept when nothing else is left)."""
     tokens = TOKEN.findall(text.lower())
-    terms = list(dict.fromkeys(t for t in tokens if t not in _STOPWORDS))
+    terms = list(dict.fromkeys(t for t in tokens if t not in STOPWORDS))
     return (terms or list(dict.fromkeys(tokens)))[:MAX_TERMS]
 
 
@@ -56,7 +56,7 @@ def fts_query(text: str) -> str:
 def phrase_pairs(text: str) -> list[tuple[str, str]]:
     """Consecutive word pairs of the query, each once, in order; pairs of two stop words are left out."""
     tokens = TOKEN.findall(text.lower())
-    pairs = [(a, b) for a, b in zip(tokens, tokens[1:]) if not (a in _STOPWORDS and b in _STOPWORDS)]
+    pairs = [(a, b) for a, b in zip(tokens, tokens[1:]) if not (a in STOPWORDS and b in STOPWORDS)]
     return list(dict.fromkeys(pairs))[:MAX_TERMS]
 
 

@@ -99,6 +99,10 @@ class RecallSettings:
                                             "facts R@5 +.008 out of fold at 0.3, but an ops vault's VPN answer, "
                                             "central to its subject, leaves the top 3, and a warm recall costs "
                                             "~0.6 ms)", _float(0.0, 1.0))
+    rest_weight: float = setting(0.0, "the share of a fact's or a conversation turn's cosine read with the rest of "
+                                      "the question: the question less its subject, the words most of the best "
+                                      "keyword matches hold (memvault.rules.subject; one more query embedded; 0: off)",
+                                 _float(0.0, 1.0))
     prf_weight: float = setting(0.0, "pseudo-relevance feedback: the words the best three facts and procedures share "
                                      "(and the query lacks) are searched too, and add this times their BM25 / best to "
                                      "relevance (0: off; measured on the dev sets: no gain across them)",
