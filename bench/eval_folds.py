@@ -57,12 +57,14 @@ NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
         "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "f": (0.0, 0.25, 0.5, 1.0),
-        "u": (0.0,)}
+        "u": (0.0,), "r": (0.0,)}
 SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "f": 0.5,
-           "u": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
+           "u": 0.0, "r": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3
+#: qid/label -> the vector of the question less its subject (bench/remainders.py), when the grid names r
+REMAINDERS: dict[str, np.ndarray] = {}
 EXACT_BOOST = 0.2
 BUDGET_CHARS = 10_000
 BUDGET_TOKENS = 2_500
@@ -124,6 +126,9 @@ class Q:
     # per row: how general its fact is among the facts of the closest candidates (candidates.generality, unweighted);
     # 0 elsewhere, and everywhere unless the grid has a u above 0
     general: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per row: its cosine with the question less its subject (the words most of the best keyword matches share);
+    # empty when the question has no such subject (an experiment: ``--grid "r=0,0.25"``)
+    rcos: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def time_mark(w: timeq.Window, created: datetime | None, body: str) -> int:
@@ -244,6 +249,16 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
             fact_vector = lambda key: v["matrix"][v["fact_rows"][key]].astype(np.float32).mean(axis=0)  # noqa: E731
             general = generality_of(cos, kinds, [v["dockey"][r] for r in rows], fact_vector)
         feedback["general"] = general
+        rvec = REMAINDERS.get(q["qid"] + "/" + q["label"])
+        if rvec is not None:
+            rc = v["matrix"][[ri[r] for r in rows]] @ rvec
+            if steps:
+                rsteps: dict[str, float] = {}
+                for r, c in zip(rows, rc):
+                    if v["docs"][r].get("chunk", 0) < 0:
+                        rsteps[v["dockey"][r]] = max(rsteps.get(v["dockey"][r], 0.0), float(c))
+                rc = np.array([max(c, rsteps.get(v["dockey"][r], 0.0)) for r, c in zip(rows, rc)])
+            feedback["rcos"] = np.asarray(rc, dtype=np.float64)
         out.append(Q(name, q["qid"] + ("" if q["label"] == "pos" else "/" + q["label"]), fold_of[_groups(name, q)],
                      q["label"], set(q["relevant"]), np.array(rows), kwa, pha, cos,
                      np.array([r in ex for r in rows]), cov, [v["dockey"][r] for r in rows],
@@ -301,7 +316,7 @@ def _moved(q: Q, rel: np.ndarray, f: float) -> np.ndarray | None:
 
 
 def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0, S: float | None = None,
-         P: float | None = None, e: float = 0.0, f: float = 0.0, u: float = 0.0,
+         P: float | None = None, e: float = 0.0, f: float = 0.0, u: float = 0.0, r: float = 0.0,
          floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10. ``S``: the semantic share of a
     runbook's relevance (None: ``s``, as for every other kind); ``f``: the runbooks' feedback weight; ``u``: how
@@ -318,6 +333,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
 
     def combined(cos: np.ndarray) -> np.ndarray:  # candidates._combine
         best_cos = max(float(cos[cos > 0].max()) if (cos > 0).any() else 0.0, 0.0) or 1.0
+        if r and len(q.rcos):  # facts and episodes: in part their cosine with the question less its subject
+            cos = np.where(q.proc, cos, (1 - r) * np.maximum(cos, 0.0) + r * np.maximum(q.rcos, 0.0))
         if u and len(q.general):  # a fact's cosine less what it loses for being general (at least 0)
             cos = np.maximum(np.maximum(cos, 0.0) - u * q.general, 0.0)
         rel = s * np.maximum(cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
@@ -413,6 +430,7 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     si, pi, ei = list(GRID).index("S"), list(GRID).index("P"), list(GRID).index("e")
     fi = list(GRID).index("f")
     ui = list(GRID).index("u")
+    ri_ = list(GRID).index("r")
     assert si < pi < fi
     for combo in itertools.product(*GRID.values()):
         hits = []
@@ -426,6 +444,8 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
                 eff = eff[:si] + (0.0,) + eff[si + 1:pi] + (0.0,) + eff[pi + 1:fi] + (0.0,) + eff[fi + 1:]
             if not q.general.any():  # u moves only questions with a fact among the closest candidates
                 eff = eff[:ui] + (0.0,) + eff[ui + 1:]
+            if not len(q.rcos):  # r moves only questions with a subject
+                eff = eff[:ri_] + (0.0,) + eff[ri_ + 1:]
             key = (i, eff)
             if key not in memo:
                 memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0
@@ -531,7 +551,11 @@ def run(names: list[str], k: int, max_false: float) -> dict[str, Any]:
     # the code that ranks is part of the key: a table computed by an earlier rank() must not be read as this one's
     code = [hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()
             for m in (sys.modules[__name__], rs, timeq, sys.modules[rescore.__module__])]
-    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + variant + code).encode()
+    # and what it ranks: a dump made again (by newer code), or the rest vectors of another subject rule
+    made = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for n in names
+            for p in (rs.LAB / f"{n}.pkl", rs.LAB / f"{n}.rem.pkl") if p.exists() and (any(GRID["r"]) or
+                                                                               p.name == f"{n}.pkl")]
+    tag = hashlib.sha256(json.dumps([names, GRID, k, [(q.set, q.qid) for q in pos]] + variant + code + made).encode()
                          ).hexdigest()[:16]
     cached = rs.LAB / f"folds-table-{tag}.pkl"
     if cached.exists():
@@ -656,6 +680,10 @@ def main(argv: list[str] | None = None) -> int:
         if key not in GRID:
             sys.exit(f"eval_folds: --grid: {key!r} is not one of {', '.join(GRID)}")
         GRID[key] = tuple(float(x) for x in values.split(","))
+    if any(GRID["r"]):
+        import pickle
+        for n in args.sets.split(","):
+            REMAINDERS.update(pickle.load(open(rs.LAB / f"{n}.rem.pkl", "rb")))
     names = [n for n in args.sets.split(",") if (rs.LAB / f"{n}.pkl").exists() or sys.exit(
         f"eval_folds: no dump for {n} in {rs.LAB}: run bench/rank_lab.py dump --sets {n}")]
     res = run(names, args.folds, args.max_false)
