@@ -106,7 +106,7 @@ class WarmVaults:
         self._lock = threading.Lock()
 
     def roots(self) -> list[str]:
-        return [str(root) for root in self._vaults]
+        return [str(root) for root in list(self._vaults)]  # one copy: a vault opened meanwhile (status, any thread)
 
     def _open(self, root: Path) -> Vault:
         if self._open_vault is not None:

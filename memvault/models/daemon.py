@@ -308,8 +308,10 @@ class Models:
         self._guard = threading.Lock()
 
     def names(self) -> list[dict[str, Any]]:
+        # list() copies the dict in one step: a model loaded on another thread meanwhile must not make a status
+        # request fail with "dictionary changed size during iteration"
         return [{"model": model, "backend": getattr(e, "backend", backend), "revision": e.identity.revision}
-                for (model, _prefix, backend), e in self._models.items()]
+                for (model, _prefix, backend), e in list(self._models.items())]
 
     def lock(self, key: tuple[str, str | None, str]) -> threading.Lock:
         with self._guard:
