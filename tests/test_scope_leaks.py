@@ -143,3 +143,29 @@ def test_vault_paths_names_files_from_the_vault_root_and_only_the_last_part_of_o
         "procedures/web/a.sh: a symlink (to .../a.sh): not followed"
     kept = "facts/db/x.md: 10.0.0.0/8 via https://example.com/a/b, see facts/web/y"
     assert vault_paths(kept, root) == kept  # no path of the host's in it: nothing changes
+
+
+def test_the_web_view_names_vault_paths_in_problems_and_errors(vault, tmp_path):
+    """The web view may be served to a browser on another machine (--host with a token): its problems and error
+    lines name the vault's paths, as the MCP server's do, for every reader."""
+    from web_fixtures import web_client
+
+    host = str(vault.root)
+    (vault.root / "facts" / "web").mkdir(parents=True)
+    (vault.root / "facts" / "web" / "broken.md").write_text("---\nsource: [unclosed\n---\nweb notes\n")
+    outside = tmp_path / "private" / "elsewhere.sh"
+    outside.parent.mkdir()
+    outside.write_text("#!/bin/sh\necho hi\n")
+    (vault.root / "procedures" / "web").mkdir(parents=True)
+    (vault.root / "procedures" / "web" / "link.sh").symlink_to(outside)
+    client = web_client(vault)
+    try:
+        procs = client.get("/procedures?format=json")
+        fact = client.get("/fact/web/broken?format=json")
+    finally:
+        client.__exit__(None, None, None)
+    problems = procs.json()["problems"]
+    assert any(p.startswith("procedures/web/link.sh") for p in problems), problems
+    assert fact.status_code >= 400 and "facts/web/broken.md" in fact.json()["error"], fact.text
+    for line in [*problems, fact.json()["error"]]:
+        assert host not in line and str(tmp_path) not in line, line
