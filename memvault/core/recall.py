@@ -63,7 +63,7 @@ from ..index.search import MAX_TERMS, query_terms
 from ..rules.freshness import stale_doc_reason, stored_time, text_hash
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
-from ..rules.validation import MAX_FUTURE
+from ..rules.validation import MAX_FUTURE, vault_paths
 
 if TYPE_CHECKING:
     from ..index.update import SyncReport
@@ -278,6 +278,9 @@ def _gathered(parts: Parts, warnings: list[str]) -> None:
     unseen = index.problems()
     if parts.readable is not None:  # a scoped reader is told of no file outside its read scope
         unseen = [p for p in unseen if _problem_readable(p, parts)]
+    # Named as the vault names them (most index problems already were): the host's path tells an asker the user's
+    # home layout, and a recall's warnings reach agents, MCP clients and served hooks.
+    unseen = [vault_paths(p, parts.facts.root) for p in unseen]
     if unseen:
         shown = "; ".join(unseen[:3]) + (f"; and {len(unseen) - 3} more" if len(unseen) > 3 else "")
         warnings.append(f"{len(unseen)} file{'s' if len(unseen) > 1 else ''} not searchable: {shown}")

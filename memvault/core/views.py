@@ -33,8 +33,9 @@ tags: []
 # ------------------------------------------------------------------------------------------------ views
 class Told:
     """The problems a read meets, as its reader may be told them: none about a file outside its read scope (the
-    path of an unreadable file is news of what is there). ``into`` is the caller's list; unscoped, it is passed to
-    the store as it is."""
+    path of an unreadable file is news of what is there), and those it is told by their path in the vault, not the
+    host's (:meth:`Problem.in_vault`: the user's home layout is no part of any read scope). ``into`` is the
+    caller's list; unscoped, it is passed to the store as it is (a person at the host may open the path)."""
 
     def __init__(self, vault: Vault, reader: str | None, into: list[Problem] | None, *, target: bool = False) -> None:
         self.who = vault.reader(reader)
@@ -46,7 +47,7 @@ class Told:
     def tell(self) -> None:
         if self.met is self.into or self.into is None or self.met is None:
             return
-        self.into.extend(p for p in self.met if self._may_read(p.path))
+        self.into.extend(p.in_vault(self.root) for p in self.met if self._may_read(p.path))
         self.met.clear()
 
     def _may_read(self, path: Path) -> bool:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, describe
 from ..rules.timeutil import parse_time_or_age
-from ..rules.validation import validate_source
+from ..rules.validation import validate_source, vault_paths
 from .guard import is_loopback, new_token, resolve_token  # noqa: F401 - is_loopback: part of this module's API
 
 if TYPE_CHECKING:
@@ -85,10 +85,12 @@ class _Warmup:
 
 
 class _VaultThread:
-    """Runs every vault call on one thread, in order."""
+    """Runs every vault call on one thread, in order. An error is told as the CLI's one line, naming files by their
+    path in the vault (``root``): an MCP client, perhaps on another machine, learns nothing of the host's layout."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memvault-vault")
+        self.root = root
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         from mcp.server.mcpserver.exceptions import ToolError
@@ -96,7 +98,7 @@ class _VaultThread:
         try:
             return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - the same funnel as the CLI: one line, the reason, no traceback
-            raise ToolError(describe(exc)[0]) from None
+            raise ToolError(vault_paths(describe(exc)[0], self.root)) from None
 
 
 @dataclass
@@ -107,6 +109,10 @@ class _Tools:
     source: str
     on_vault: _VaultThread
     warmup: _Warmup
+
+    def problems(self, found: list[Any]) -> list[str]:
+        """The problems a listing met, each naming its file by its path in the vault (never the host's)."""
+        return [str(p.in_vault(self.vault.root)) for p in found]
 
     def fact_dict(self, fact: Any) -> dict[str, Any]:
         return {**fact.to_dict(self.vault.root), "quarantined": fact.quarantined, "similar": fact.similar,
@@ -137,7 +143,7 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
     """
     from mcp.server.mcpserver import MCPServer
 
-    tools = _Tools(vault, validate_source(source, "--source"), _VaultThread(), _Warmup(vault))
+    tools = _Tools(vault, validate_source(source, "--source"), _VaultThread(vault.root), _Warmup(vault))
     vault.act_as(tools.source)  # every read of this server is its source's: its [scopes] apply to each tool
 
     @asynccontextmanager
@@ -224,11 +230,11 @@ def _fact_tools(server: MCPServer, t: _Tools) -> None:
     async def list_facts(category: str | None = None, tag: str | None = None) -> dict[str, Any]:
         """Every fact, sorted by key, optionally only those of `category` and/or carrying `tag`.
 
-        `problems` names fact files that could not be read (they are skipped)."""
+        `problems` names fact files that could not be read (they are skipped), by their path in the vault."""
         def listing() -> dict[str, Any]:
             problems: list[Any] = []
             facts = t.vault.facts.list(category=category, tag=tag, problems=problems)
-            return {"facts": [t.fact_dict(f) for f in facts], "problems": [str(p) for p in problems]}
+            return {"facts": [t.fact_dict(f) for f in facts], "problems": t.problems(problems)}
 
         return await t.on_vault(listing)
 
@@ -258,7 +264,7 @@ def _episode_tools(server: MCPServer, t: _Tools) -> None:
                 limit=limit, since=parse_time_or_age(since, "since") if since else None,
                 until=parse_time_or_age(until, "until") if until else None, source=source, kind=kind,
                 problems=problems)
-            return {"episodes": [e.to_dict() for e in episodes], "problems": [str(p) for p in problems]}
+            return {"episodes": [e.to_dict() for e in episodes], "problems": t.problems(problems)}
 
         return await t.on_vault(listing)
 
@@ -280,7 +286,7 @@ def _procedure_tools(server: MCPServer, t: _Tools, *, allow_run: bool) -> None:
                 d = proc.to_dict(t.vault.root)
                 del d["text"]
                 out.append(d)
-            return {"procedures": out, "problems": [str(p) for p in problems]}
+            return {"procedures": out, "problems": t.problems(problems)}
 
         return await t.on_vault(listing)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..models import daemon
+from ..models import channel, daemon
 from ..rules.errors import InvalidValue, describe
 from ..rules.validation import validate_source
 
@@ -106,7 +106,7 @@ class WarmVaults:
         self._lock = threading.Lock()
 
     def roots(self) -> list[str]:
-        return [str(root) for root in self._vaults]
+        return [str(root) for root in list(self._vaults)]  # one copy: a vault opened meanwhile (status, any thread)
 
     def _open(self, root: Path) -> Vault:
         if self._open_vault is not None:
@@ -208,7 +208,14 @@ def build(idle: float = daemon.DEFAULT_IDLE, *, models: daemon.Models | None = N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memvault.interfaces.warm", description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=float, default=daemon.DEFAULT_IDLE, help="exit after this many idle seconds")
+    parser.add_argument("--expect", metavar="NAME", help="exit at once unless this install's socket has this name "
+                        "(the name the starting process computed from its own code)")
     args = parser.parse_args(argv)
+    if args.expect is not None and args.expect != channel.socket_name():
+        print(f"memvault warm process: its code is not the starting process's (it would listen as "
+              f"{channel.socket_name()}, {args.expect} is expected): memvault was upgraded or edited since that "
+              "process started; restart it", file=sys.stderr, flush=True)
+        return 1
     server = build(args.idle)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: server.stopping.set())

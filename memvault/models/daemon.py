@@ -23,6 +23,7 @@ import fcntl
 import gc
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -216,7 +217,11 @@ def start(idle: float = DEFAULT_IDLE) -> None:
                    "MALLOC_MMAP_THRESHOLD_": "131072",
                    **{k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}}
             try:
-                proc = subprocess.Popen([sys.executable, "-m", warm_server, "--idle", str(idle)],
+                # --expect: a process that would listen under another name (its code changed since this one
+                # computed the name: an upgrade, an edit) exits at once saying so, instead of this wait running
+                # out after START_TIMEOUT while it listens where nobody of this install looks
+                proc = subprocess.Popen([sys.executable, "-m", warm_server, "--idle", str(idle),
+                                         "--expect", channel.socket_name()],
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
                                         start_new_session=True, close_fds=True)
             finally:
@@ -254,13 +259,46 @@ def status() -> dict[str, Any] | None:
     return {k: v for k, v in header.items() if k not in ("ok", "key")}
 
 
-def stop() -> bool:
-    """Ask this install's warm process to exit. True when one was running."""
+def stop(timeout: float = 10.0) -> bool:
+    """Ask this install's warm process to exit, and wait (up to ``timeout`` seconds) until it has: once this returns,
+    :func:`status` says None and :func:`start` starts a new process rather than finding the one on its way out.
+    True when one was running."""
     try:
-        channel.call({"op": "stop"}, 10.0)
-        return True
+        header, _ = channel.call({"op": "stop"}, timeout)
     except DaemonUnavailable:
         return False
+    # The reply comes before the process exits (its loop wakes up to a second later, then closes its vaults): a
+    # caller that starts a new one, or removes the runtime directory, at once would race the old one.
+    pid = header.get("pid")
+    if isinstance(pid, int) and pid > 0 and pid != os.getpid():  # not a server on a thread of this process
+        _wait_exit(pid, timeout)
+    return True
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Wait until process ``pid`` has exited (its pidfd becomes readable then, reaped or not), at most ``timeout``
+    seconds. Without pidfds (not Linux), until its socket no longer answers: it is removed just before the exit."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone already
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(int(timeout * 1000))
+        finally:
+            os.close(fd)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            channel.call({"op": "hello"}, 1.0)
+        except DaemonUnavailable:
+            return
+        time.sleep(0.02)
 
 
 # ------------------------------------------------------------------------------------------------ server: models
@@ -274,8 +312,10 @@ class Models:
         self._guard = threading.Lock()
 
     def names(self) -> list[dict[str, Any]]:
+        # list() copies the dict in one step: a model loaded on another thread meanwhile must not make a status
+        # request fail with "dictionary changed size during iteration"
         return [{"model": model, "backend": getattr(e, "backend", backend), "revision": e.identity.revision}
-                for (model, _prefix, backend), e in self._models.items()]
+                for (model, _prefix, backend), e in list(self._models.items())]
 
     def lock(self, key: tuple[str, str | None, str]) -> threading.Lock:
         with self._guard:
@@ -440,7 +480,7 @@ class Server:
             return {"ok": True, "pid": os.getpid()}, b""
         if op == "stop":
             self.stopping.set()
-            return {"ok": True}, b""
+            return {"ok": True, "pid": os.getpid()}, b""  # the caller waits for this pid to exit
         if op == "status":
             info = {"ok": True, "pid": os.getpid(), "rss_bytes": resident_bytes(), "started": self.started,
                     "idle_after": self.idle, "idle_for": round(time.monotonic() - self.last, 1),

@@ -39,6 +39,25 @@ class Problem:
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
 
+    def in_vault(self, root: Path) -> Problem:
+        """This problem as an asker who is not the host's user is told it: see :func:`vault_paths`."""
+        path = Path(vault_paths(str(self.path), root))
+        return Problem(path, vault_paths(self.reason, root), self.line)
+
+
+#: An absolute path in a line of text (up to a space, a colon, a bracket or a quote), not a part of a relative path
+#: (``facts/x``), a number (``10.0.0.0/8``) or a URL (``https://...``).
+_ABSOLUTE = re.compile(r"(?<![\w.~/:-])/[^\s:()\[\]<>'\"]+")
+
+
+def vault_paths(text: str, root: Path) -> str:
+    """``text`` (a problem, an error line) naming files as the vault does, from its root (``facts/web/x.md``), not
+    as the host does (``/home/alice/vaults/team/facts/web/x.md``: the user's name and home layout). A path outside
+    the vault (a link's target) keeps only its last part (``.../elsewhere.sh``): enough to recognise, nothing of
+    where it lives."""
+    text = text.replace(str(root).rstrip("/") + "/", "")  # the vault's root is resolved, as the paths below it
+    return _ABSOLUTE.sub(lambda m: ".../" + m.group().rstrip("/").rsplit("/", 1)[-1], text)
+
 
 def validate_key(key: object, what: str = "a key") -> str:
     """Return ``key`` if it is a valid fact key (or procedure name), else raise :class:`InvalidKey` saying why."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...rules.errors import (FactNotFound, FactParseError, InvalidKey, InvalidValue, MemvaultError, ProcedureNotFound,
                              SecretRefused, UntrustedSource, describe)
 from ...rules.timeutil import format_time, now
+from ...rules.validation import vault_paths
 # Importing a page module registers its pages (a package-relative ``from . import`` would name the package).
 from .facts import patch_lines
 from .overview import overview  # noqa: F401
@@ -227,7 +228,9 @@ class WebApp:
             try:
                 page = await self.on_vault(fn, self.web, req)
             except Exception as exc:  # noqa: BLE001 - the one funnel: one line, a status
-                message = describe(exc)[0]
+                # files by their vault path: a browser may be on another machine (--host), the host's home is no
+                # business of the page
+                message = vault_paths(describe(exc)[0], self.web.vault.root)
                 if wants_json:
                     return JSONResponse({"error": message}, status_code=status_of(exc))
                 page = Page("error.html", {"error": message}, status=status_of(exc))

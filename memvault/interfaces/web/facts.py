@@ -187,7 +187,7 @@ def inbox(web: Web, req: Req) -> Page:
                      key=lambda p: (p[0].source or "", -age_seconds(p[0].updated or p[0].created)))
     proposals = [_proposal(web, item, exists) for item, exists in waiting]
     scope = web.vault.reader(web.source).scope
-    data = {"proposals": proposals, "results": results, "problems": [str(p) for p in problems],
+    data = {"proposals": proposals, "results": results, "problems": [str(p.in_vault(web.vault.root)) for p in problems],
             "reviewer": web.source, "reviewer_trusted": web.vault.facts.is_trusted(web.source),
             "reviewer_scope": scope.to_dict() if scope is not None else None}
     return Page("inbox.html", data, status=200 if all(r["ok"] for r in results) else 207)

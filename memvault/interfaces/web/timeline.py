@@ -85,7 +85,7 @@ def procedures(web: Web, req: Req) -> Page:
         runs = browse.runs(proc.name, 1)
         item = {k: v for k, v in proc.to_dict(web.vault.root).items() if k != "text"}
         rows.append({**item, "last_run": runs[0] if runs else None, "provenance": provenance_of(web, item["path"])})
-    return Page("procedures.html", {"procedures": rows, "problems": [str(p) for p in problems]})
+    return Page("procedures.html", {"procedures": rows, "problems": [str(p.in_vault(web.vault.root)) for p in problems]})
 
 
 @route("/procedure/{name:path}", "procedure")
