@@ -101,7 +101,9 @@ class RecallSettings:
                                             "~0.6 ms)", _float(0.0, 1.0))
     rest_weight: float = setting(0.0, "the share of a fact's or a conversation turn's cosine read with the rest of "
                                       "the question: the question less its subject, the words most of the best "
-                                      "keyword matches hold (memvault.rules.subject; one more query embedded; 0: off)",
+                                      "keyword matches hold (0: off; measured: LoCoMo turns R@10 +.015 out of fold "
+                                      "at 0.45, the other sets within one question, for one more query embedded: a "
+                                      "warm recall at 10k facts 2.4x the embedding instead of 1.8x)",
                                  _float(0.0, 1.0))
     prf_weight: float = setting(0.0, "pseudo-relevance feedback: the words the best three facts and procedures share "
                                      "(and the query lacks) are searched too, and add this times their BM25 / best to "
