@@ -134,3 +134,55 @@ def test_the_mcp_answer_fits_the_budget(bv):
         if answer.structured_content["hits"] and count_tokens(text) > budget:
             over[budget] = count_tokens(text)
     assert over == {}, f"MCP: budget -> tokens returned, over the budget: {over}"
+
+
+def _synthetic(rng) -> list:
+    from memvault.core.hits import Hit
+
+    texts = ["plain text", "ünïcödé ✓ 数据库", "a\x1b[31m control \x85 and \u202e bidi", 'quotes " and \\ back',
+             "line one\nline two\n\nline four", "<fact>&amp;</fact>"]
+    hits = []
+    for i in range(rng.randint(1, 14)):
+        kind = rng.choice(["fact", "episode", "procedure"])
+        extra = {"trusted": rng.random() < 0.8}
+        if kind == "fact":
+            extra.update(stale=rng.random() < 0.3, stale_reason="past its valid_until" if rng.random() < 0.5 else None)
+        if kind == "procedure":
+            extra["runs"] = [{"episode": "E1", "at": "2026-12-01T00:00:00Z", "exit_code": rng.choice([0, 3]),
+                              "commit": rng.choice([None, "abc123def4567890"]), "dirty": rng.random() < 0.5}]
+        hits.append(Hit(kind, f"{kind[:2]}/{'x' * rng.randint(1, 30)}-{i}",
+                        " ".join(rng.choice(texts) for _ in range(rng.randint(1, 12))), 1 - i / 20,
+                        {"relevance": rng.random(), "importance": 0.5, "confidence": rng.choice([1.0, 0.5]),
+                         "recency": rng.random(), "frequency": 0.0},
+                        rng.choice(["user:admin", "agent:x"]), "2026-12-01T00:00:00Z", rng.choice([None, "2026-12-02T00:00:00.5Z"]),
+                        f"facts/{i}.md", commit="abc123def4567890" if kind == "procedure" else None,
+                        blob="0123456789abcdef" if kind == "procedure" else None, extra=extra))
+    return hits
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_count_is_exact_at_the_edge(seed):
+    """At a budget of exactly what the whole answer prints, nothing is left out; one token less and something is
+    (in any format, with control characters, non-ASCII, escapes, runs, --explain, warnings and a window)."""
+    import random
+
+    from memvault.core.hits import RecallResult
+    from memvault.core.render import fit_budget
+    from memvault.rules.config import RecallSettings
+    from memvault.rules.markup import printable
+
+    rng = random.Random(seed)
+    hits = _synthetic(rng)
+    for fmt in ("json", "text", "prompt"):
+        for explain in (False, True):
+            weights = RecallSettings().weights if explain else None
+            whole = RecallResult(hits, mode="hybrid", warnings=["a warning ✓"] * rng.randint(0, 2))
+            whole.window = {"since": "2026-11-01T00:00:00Z", "until": None, "phrase": "last month"} if seed % 3 else None
+            exact = count_tokens(printable(render(whole, fmt, explain=explain, weights=weights)) + "\n")
+            for budget, all_kept in ((exact, True), (exact - 1, False)):
+                result = RecallResult(hits, mode="hybrid", warnings=list(whole.warnings))
+                result.window = whole.window
+                fit_budget(result, budget, fmt, explain=explain, weights=weights)
+                assert (len(result) == len(hits)) is all_kept, (fmt, explain, budget)
+                if len(result):
+                    assert count_tokens(printable(render(result, fmt, explain=explain, weights=weights)) + "\n") <= budget

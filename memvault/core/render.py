@@ -34,8 +34,10 @@ def render(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dic
     ``text`` (for people) or ``prompt`` (a context block for an agent)."""
     nothing = getattr(hits, "nothing_found", None)
     if fmt == "json":
-        items = [_json_item(h, explain) for h in hits]
-        data = {**hits.to_dict(), "hits": items} if isinstance(hits, RecallResult) else items
+        data = hits.to_dict() if isinstance(hits, RecallResult) else [h.to_dict() for h in hits]
+        if explain:
+            for item, hit in zip(data["hits"] if isinstance(data, dict) else data, hits):
+                item["explain"] = hit.explain()
         return json.dumps(data, ensure_ascii=False, indent=2)
     if fmt == "prompt":
         sections = []
@@ -50,13 +52,6 @@ def render(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dic
     if not hits:
         return f"no memories found: {nothing}" if nothing else "no memories found"
     return "\n\n".join(_text_item(h, i, explain, weights) for i, h in enumerate(hits, 1))
-
-
-def _json_item(hit: Hit, explain: bool) -> dict[str, Any]:
-    item = hit.to_dict()
-    if explain:
-        item["explain"] = hit.explain()
-    return item
 
 
 def result_json(result: RecallResult) -> dict[str, Any]:
@@ -139,12 +134,16 @@ def fit_budget(result: RecallResult, budget: int, fmt: str, *, explain: bool = F
     result.unbudgeted = hits
     _unsay(result)
     result[:] = hits
-    size = _Size(fmt, explain, weights)
-    if not hits or size.tokens(result) <= budget:
+    if not hits:
         return
+    size = _Size(fmt, explain, weights)
+    costs = [size.cost(h, rank) for rank, h in enumerate(hits, 1)]  # text: the rank each has if all are kept
+    if size.frame(result, None) + sum(costs) + size.sections(hits) <= 4 * budget:
+        return
+    if fmt == "text":  # a hit's rank once some are left out is not known yet: count the widest number
+        costs = [size.cost(h, len(hits)) for h in hits]
     # Some hit is left out, and the note that says so is part of the answer: room is kept for the longest it can
     # be (the longest id, counts of as many digits as there are hits).
-    costs = [size.cost(h, len(hits)) for h in hits]
     longest = max(hits, key=lambda h: len(printable(json.dumps(h.id, ensure_ascii=False))) + len(h.kind))
     reserve = _Note(budget, len(hits), len(hits), longest, max(costs), len(hits))
     room = 4 * budget - size.frame(result, reserve)
@@ -233,11 +232,23 @@ class _Size:
     def cost(self, hit: Hit, rank: int) -> int:
         """What ``hit`` adds (``rank``: the largest it can have, for the text format's number)."""
         if self.fmt == "json":  # "\n    " before it, "," after it, and indented two levels deeper
-            item = json.dumps(_json_item(hit, self.explain), ensure_ascii=False, indent=2)
+            data = hit.to_dict()
+            if self.explain:
+                data["explain"] = hit.explain()
+            item = json.dumps(data, ensure_ascii=False, indent=2)
             return len(printable(item)) + 4 * item.count("\n") + 6
         if self.fmt == "prompt":
             return len(printable(_prompt_item(hit))) + 1
-        return len(printable(_text_item(hit, rank, self.explain, self.weights))) + 2  # the blank line between
+        return len(printable(_text_item(hit, rank, self.explain, self.weights))) + 2  # the blank line after
+
+    def sections(self, hits: Sequence[Hit]) -> int:
+        """The prompt block's sections around all of ``hits``."""
+        kinds: set[str] = set()
+        total = 0
+        for hit in hits:
+            total += self.section(hit, kinds)
+            kinds.add(hit.kind)
+        return total
 
     def section(self, hit: Hit, kinds: set[str]) -> int:
         """The prompt block's <facts>...</facts> the first hit of its kind opens (with its line break)."""
@@ -246,15 +257,15 @@ class _Size:
         title = _SECTIONS[hit.kind]
         return len(f"<{title}>\n</{title}>") + 1
 
-    def frame(self, result: RecallResult, note: _Note) -> int:
+    def frame(self, result: RecallResult, note: _Note | None) -> int:
         """Everything printed around the hits once one is kept, with ``note``'s warning and data."""
-        if self.fmt == "text":  # the warnings go to stderr; the line break after the answer
-            return 1
-        empty = RecallResult([], mode=result.mode, warnings=[*result.warnings, note.warning()])
+        if self.fmt == "text":  # the warnings go to stderr; the line break after the answer, less the blank line
+            return 1 - 2        # counted after every hit where there is one fewer
+        empty = RecallResult([], mode=result.mode, warnings=[*result.warnings, *([note.warning()] if note else [])])
         empty.window = result.window
         if self.fmt == "prompt":
             return len(printable(render(empty, "prompt"))) + 1
-        empty.nothing_found, empty.budget = result.nothing_found, note.data()
+        empty.nothing_found, empty.budget = result.nothing_found, note.data() if note else None
         return len(printable(render(empty, "json"))) + 1 + 2  # "[]" becomes "[" ... "\n  ]"
 
 
