@@ -186,3 +186,36 @@ def test_the_count_is_exact_at_the_edge(seed):
                 assert (len(result) == len(hits)) is all_kept, (fmt, explain, budget)
                 if len(result):
                     assert count_tokens(printable(render(result, fmt, explain=explain, weights=weights)) + "\n") <= budget
+
+
+def test_a_warning_added_after_the_fit_is_made_room_for(bv, monkeypatch):
+    """The recall log that cannot be written says so in the answer, after the hits were fitted: the fit runs again."""
+    from memvault.rules.errors import MemvaultError
+
+    def fail(entry):
+        raise MemvaultError("the recall log is locked " + "and busy " * 40)
+
+    monkeypatch.setattr(bv.recall_log, "log_recall", fail)
+    for budget in (400, 520, 900):
+        result = bv.recall(QUERY, k=20, budget=budget, record_access=False)
+        assert any(w.startswith("recall not logged") for w in result.warnings)
+        assert len(result) and count_tokens(render(result, "json") + "\n") <= budget
+        assert sum(w.startswith("1") or " hits left out " in w for w in result.warnings) == 1  # one note, not two
+
+
+def test_the_mcp_keyword_only_warning_is_inside_the_budget(bv, models):
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    from memvault.interfaces.mcp import build_server
+
+    models.unavailable.add("fake-hash")
+
+    async def go():
+        async with Client(build_server(bv, source="agent:t")) as client:
+            return [await client.call_tool("recall", {"query": QUERY, "k": 20, "budget": b}) for b in (250, 520)]
+
+    for budget, answer in zip((250, 520), asyncio.run(go())):
+        data = answer.structured_content
+        assert data["mode"] == "keyword" and "keyword-only" in data["warnings"][0]
+        assert data["hits"] and count_tokens(answer.content[0].text) <= budget

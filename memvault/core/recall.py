@@ -347,10 +347,13 @@ _VAGUE = frozenset({"happened", "happen", "happens", "anything", "something", "e
 
 def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool,
             explain: bool = False) -> RecallResult:
-    from .render import fit_budget
+    def fit(budget: int) -> None:
+        from .render import fit_budget
+
+        fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
 
     if budget is not None:
-        fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
+        fit(budget)
     said = len(result.warnings)
     if record_access and len(result):
         try:
@@ -363,8 +366,8 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
             state.warnings.clear()
         except MemvaultError as exc:
             result.warnings.append(f"usage not recorded: {exc}")
-    if budget is not None and len(result.warnings) > said:  # room for what the record had to say
-        fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
+    if budget is not None and len(result.warnings) > said:  # room for what the record had to say (rare: a
+        fit(budget)                                          # damaged state.db; the hits it counted as shown stay)
     return result
 
 
