@@ -150,8 +150,8 @@ def test_the_newest_few_read_only_the_newest_months(vault, monkeypatch):
             vault.episodes.append(f"month {month} day {day}", source="user:ops",
                                   at=datetime(2025, month, day, 12, tzinfo=timezone.utc))
     read: list = []
-    real = vault.episodes.store.read_file
-    monkeypatch.setattr(vault.episodes.store, "read_file", lambda path, *a, **k: read.append(path.name) or real(path, *a, **k))
+    real = vault.episodes.store.read_bytes
+    monkeypatch.setattr(vault.episodes.store, "read_bytes", lambda path, *a, **k: read.append(path.name) or real(path, *a, **k))
     assert [e.text for e in vault.episodes.list(limit=5)] == ["month 10 day 9", "month 11 day 3", "month 11 day 9",
                                                               "month 12 day 3", "month 12 day 9"]
     assert sorted(read) == ["2025-10.jsonl", "2025-11.jsonl", "2025-12.jsonl"]

@@ -62,12 +62,15 @@ def test_kind_filter(fv):
 
 def test_budget_keeps_whole_hits_that_fit(fv):
     all_hits = fv.recall("replica database primary", k=10, record_access=False)
-    sizes = [count_tokens(json.dumps(h.to_dict(), ensure_ascii=False)) for h in all_hits]
-    # + 2: a score's last digits (the warm int8 scan and sqlite-vec agree to 1e-6, not to the bit) may cost a token
-    budget = sizes[0] + min(sizes[1:]) + 2
+    items = [json.dumps(h.to_dict(), ensure_ascii=False, indent=2) for h in all_hits]
+    sizes = [(len(item) + 4 * item.count("\n") + 6 + 3) // 4 for item in items]  # as printed, two levels in
+    # The budget the best hit needs, the answer around it included, and room for the smallest other (+ 2: a
+    # score's last digits, the warm int8 scan and sqlite-vec agree to 1e-6, not to the bit, may cost a token)
+    one = fv.recall("replica database primary", k=10, budget=1, record_access=False).budget["needed"]
+    budget = one + min(sizes[1:]) + 2
     kept = fv.recall("replica database primary", k=10, budget=budget, record_access=False)
     assert kept[0].id == all_hits[0].id
-    assert sum(count_tokens(json.dumps(h.to_dict(), ensure_ascii=False)) for h in kept) <= budget
+    assert count_tokens(render(kept, "json") + "\n") <= budget
     assert len(kept) >= 2 and all(h.text == next(a for a in all_hits if a.id == h.id).text for h in kept)
     assert list(fv.recall("replica database primary", budget=1)) == []
 

@@ -93,6 +93,11 @@ class RecallResult(list):  # type: ignore[type-arg]
         self.window: dict[str, Any] | None = None
         #: What the token budget left out (``dropped``, ``best_dropped``, ``best_dropped_tokens``), or None.
         self.budget: dict[str, Any] | None = None
+        #: Every hit before the token budget trimmed them (None: no budget applied), so a warning added later can
+        #: be made room for (:func:`memvault.core.render.fit_budget` runs again); not part of the JSON answer.
+        self.unbudgeted: list[Hit] | None = None
+        #: The warning and nothing-found line the last fit to the budget added (taken back when it runs again).
+        self.budget_said: tuple[str | None, str | None] = (None, None)
         #: What the "nothing known" test read (``semantic``, ``by_kind``, ``coverage``, ``unknown_names``,
         #: ``penalty``), or None when it did not run (keyword-only, ``min_relevance=0``, no candidates).
         self.evidence: dict[str, Any] | None = None

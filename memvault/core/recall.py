@@ -111,23 +111,26 @@ def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = 
            *, mode: str = "hybrid", fmt: str = "json", sync: bool = True, record_access: bool = True,
            verify: bool = True, since: datetime | str | None = None, until: datetime | str | None = None,
            min_relevance: float | None = None, time_in_query: bool = True,
-           include_superseded: bool = False) -> RecallResult:
+           include_superseded: bool = False, explain: bool = False, warnings: Sequence[str] = ()) -> RecallResult:
     """Find the ``k`` best memories for ``query`` (see the module doc for the ranking).
 
     ``since``/``until`` keep episodes of that window (a time in the query does too, unless ``time_in_query`` is
     false). ``min_relevance`` overrides ``[recall] relative_floor``; 0 turns every floor off. A fact another has
     superseded (an accepted proposal that contradicted it) is left out unless ``include_superseded``.
+    ``budget`` holds for the answer as printed in ``fmt`` (with ``explain``: see
+    :func:`memvault.core.render.fit_budget`); ``warnings`` are the caller's own about this answer (the MCP server's
+    "keyword-only"), first among its warnings and counted in the budget.
     """
     kinds = check_arguments(query, k, kinds, budget, mode, fmt)
     if min_relevance is not None and (isinstance(min_relevance, bool) or not isinstance(min_relevance, (int, float))
                                       or not 0.0 <= min_relevance <= 1.0):  # NaN fails the comparison too
         raise InvalidValue("min_relevance", f"must be a number from 0 to 1, not {min_relevance!r}")
     window = _window(query, since, until, time_in_query)
-    warnings: list[str] = [f"{day} in the question is not a date: searched as words, not as a time"
+    warnings = [*warnings] + [f"{day} in the question is not a date: searched as words, not as a time"
                            for day in (timeq.impossible_dates(query) if time_in_query else [])]
     try:
         return _recall(parts, query, k, kinds, budget, mode, fmt, sync, record_access, verify, window, min_relevance,
-                       warnings, include_superseded)
+                       warnings, include_superseded, explain)
     except Exception as exc:
         if not parts.index.guard(exc):
             raise
@@ -135,7 +138,7 @@ def recall(parts: Parts, query: str, k: int = 10, kinds: Sequence[str] | None = 
     # (the vectors come back piecemeal, with each recall, or at once with 'memvault reindex').
     parts.index.sync(splitter=parts.engine.warm())
     return _recall(parts, query, k, kinds, budget, mode, fmt, True, record_access, False, window, min_relevance,
-                   warnings, include_superseded)
+                   warnings, include_superseded, explain)
 
 
 def _window(query: str, since: datetime | str | None, until: datetime | str | None,
@@ -169,7 +172,7 @@ def _time_or_age(value: datetime | str, name: str) -> datetime:
 
 def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | None, mode: str, fmt: str, sync: bool,
             record_access: bool, verify: bool, window: timeq.Window | None, min_relevance: float | None,
-            warnings: list[str], include_superseded: bool = False) -> RecallResult:
+            warnings: list[str], include_superseded: bool = False, explain: bool = False) -> RecallResult:
     index, config = parts.index, parts.config
     settings = config.recall
     embedder = _embedder(parts, mode, warnings)
@@ -195,7 +198,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         qvec.bind(index.vector_search(kinds, vector_width(parts, k)))
     if not searched:  # "what happened yesterday": no subject left to search for, the window is the question
         _gathered(parts, warnings)
-        return _finish(parts, _in_window(parts, window, kinds, k, warnings), budget, fmt, record_access)
+        return _finish(parts, _in_window(parts, window, kinds, k, warnings), budget, fmt, record_access, explain)
     used_mode = mode if qvec is not None else "keyword"
     if mode == "vector" and qvec is None:
         if finish is not None:
@@ -249,7 +252,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     if window is not None:
         result.window = {"since": format_time(window.since) if window.since else None,
                          "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
-    return _finish(parts, result, budget, fmt, record_access)
+    return _finish(parts, result, budget, fmt, record_access, explain)
 
 
 def _refreshed(report: SyncReport | None, warnings: list[str]) -> bool:
@@ -345,25 +348,16 @@ _VAGUE = frozenset({"happened", "happen", "happens", "anything", "something", "e
                     "went", "done", "did", "do", "new", "changes", "changed", "recent", "recently", "last", "ago"})
 
 
-def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool) -> RecallResult:
+def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool,
+            explain: bool = False) -> RecallResult:
+    def fit(budget: int) -> None:
+        from .render import fit_budget
+
+        fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
+
     if budget is not None:
-        from .render import trim_to_budget
-
-        kept = trim_to_budget(list(result), budget, fmt)
-        dropped = [h for h in result if h not in kept]
-        if dropped:
-            from .render import render_one
-
-            result.budget = {"budget": budget, "kept": len(kept), "dropped": len(dropped),
-                             "best_dropped": dropped[0].id,
-                             "best_dropped_tokens": count_tokens(render_one(dropped[0], fmt))}
-            result.warnings.append(
-                f"{len(dropped)} of {len(result)} hits left out for the budget of {budget} tokens; the best of "
-                f"them ({dropped[0].kind} {dropped[0].id}) needs {result.budget['best_dropped_tokens']} tokens")
-        result[:] = kept
-        if dropped and not kept and result.nothing_found is None:  # an empty answer always says why
-            result.nothing_found = (f"every hit was left out for the budget of {budget} tokens (the best needs "
-                                    f"{result.budget['best_dropped_tokens']})")
+        fit(budget)
+    said = len(result.warnings)
     if record_access and len(result):
         try:
             state = parts.state()
@@ -375,6 +369,8 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
             state.warnings.clear()
         except MemvaultError as exc:
             result.warnings.append(f"usage not recorded: {exc}")
+    if budget is not None and len(result.warnings) > said:  # room for what the record had to say (rare: a
+        fit(budget)                                          # damaged state.db; the hits it counted as shown stay)
     return result
 
 

@@ -327,7 +327,8 @@ class Vault:
     def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, *,
                source: str | None = None, log: bool = True, **options: Any) -> RecallResult:
         """The ``k`` memories that best answer ``query`` (a list of :class:`memvault.core.recall.Hit`, best first,
-        with ``.warnings``). ``budget`` keeps the best hits that fit that many tokens. Every recall is written to
+        with ``.warnings``). ``budget`` keeps the best hits whose answer, as rendered in ``fmt`` (default json) and
+        printed, fits that many tokens, envelope and warnings included. Every recall is written to
         the local recall log under ``source`` (who asked; default as for writes) unless ``log`` is false."""
         from .recall import check_arguments
 
@@ -345,7 +346,14 @@ class Vault:
         result = self._recall(query, k, kinds, budget, readable=self.reader(source).test(self.root),
                               head_start=head_start, **options)
         if log:
+            said = len(result.warnings)
             self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
+            if budget is not None and len(result.warnings) > said:  # "recall not logged" fits the budget too
+                from .render import fit_budget
+
+                explain = bool(options.get("explain"))
+                fit_budget(result, budget, options.get("fmt", "json"), explain=explain,
+                           weights=self.config.recall.weights if explain else None)
         return result
 
     def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None, *,

@@ -111,3 +111,15 @@ def escape_text(text: str) -> str:
 def escape_attr(value: object) -> str:
     """A value as a double-quoted attribute, quotes included: ``key="db/primary"``."""
     return '"' + _ATTR.sub(_attr_sub, "" if value is None else str(value)) + '"'
+
+
+#: Characters a terminal acts on instead of showing: C0 controls but tab and line feed, DEL, C1 (0x80-0x9f: an
+#: 8-bit CSI among them), and the bidirectional overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal should show it: every control character written as ``\\u001b``, so a memory's text or
+    a pulled file's name cannot clear the screen, set the window title or forge a line (the escape is also valid
+    inside a JSON string). The CLI prints everything through it; recall's budget counts what it prints."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -7,6 +7,7 @@ temp + rename (prune) holding the same lock cannot strand a waiting appender on 
 """
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -360,14 +362,19 @@ class EpisodeLog:
 
     def read_file(self, path: Path, problems: list[Problem] | None = None, *, start: int = 0) -> Iterator[Episode]:
         """The episodes of one file (from byte ``start``, which must begin a line). Bad lines go to ``problems``."""
+        data = self.read_bytes(path, problems)
+        if data is not None:
+            yield from parse_lines(data, path, problems, start=start)
+
+    def read_bytes(self, path: Path, problems: list[Problem] | None = None) -> bytes | None:
+        """The bytes of one episode file, or None when it is gone or not safe to read (said in ``problems``)."""
         try:
-            data = read_inside(path, self.dir)
+            return read_inside(path, self.dir)
         except FileNotFoundError:
-            return
+            return None
         except UnsafePath as exc:
             _report(problems, Problem(path, exc.reason))
-            return
-        yield from parse_lines(data, path, problems, start=start)
+            return None
 
     def has(self, episode_id: str) -> bool:
         """Whether an episode with this id is stored: only the month files of the time its ULID holds are read."""
@@ -399,26 +406,151 @@ class EpisodeLog:
              **filters: Any) -> list[Episode]:
         """Like :meth:`iter`, as a list; with ``limit`` the newest ``limit`` episodes (of those ``keep`` takes),
         oldest first. With a limit the month files are read newest month first, and no older month once the limit
-        is filled (a line is in the file of its own month; a file named otherwise is always read)."""
+        is filled (a line is in the file of its own month; a file named otherwise is always read). Within a file
+        the lines are parsed from its end until the limit is filled; of the lines before, only those whose time
+        could reach the page are parsed (see :class:`_Page`): the same episodes as parsing every line, for the
+        parsing of the page and a scan of the file's bytes. A bad line among those passed over is not reported (as
+        in a month not read)."""
         if limit is not None and limit < 0:
             raise InvalidValue("limit", "must not be negative")
         if limit == 0:
             return []
-        items: list[Episode] = []
         if not limit:
             items = [e for e in self.iter(**filters) if keep is None or keep(e)]
+            items.sort(key=lambda e: (e.time, e.id))
+            return items
+        problems = filters.pop("problems", None)
+        since, until = filters.get("since"), filters.get("until")
+        groups: dict[tuple[int, int] | None, list[Path]] = {None: []}  # None: files not named for a month
+        for path in self.files(problems):
+            groups.setdefault(month_of(path), []).append(path)
+        page = _Page(limit, keep, **filters)
+        for order, month in enumerate([None, *sorted((m for m in groups if m is not None), reverse=True)]):
+            if month is not None and len(page) >= limit:
+                break
+            if month is not None and ((since is not None and month < (since.year, since.month))
+                                      or (until is not None and month > (until.year, until.month))):
+                continue  # as iter: a month file outside since/until is not read
+            for number, path in enumerate(groups[month]):
+                data = self.read_bytes(path, problems)
+                if data is not None:
+                    page.read(data, path, (order, number), problems)
+        return page.newest()
+
+
+#: The first block of lines :class:`_Page` scans back through before its bound can rise (each next one is double).
+SCAN_BLOCK = 1 << 16
+
+
+class _Page:
+    """The newest ``limit`` episodes of the files read so far, exactly as parsing every line of them finds them.
+
+    A file is parsed from its last line back until the page is full. Of the lines before, only those a scan of the
+    bytes cannot prove older than the page's oldest episode (to the second) are parsed: a line holding a ``\\u``
+    escape (it could spell the key another way), or a ``"created_at"`` key whose value is not a plain UTC time
+    (``YYYY-MM-DDTHH:MM:SS[.fff]Z``, the form memvault writes) before that second. The scan runs back in blocks
+    that double, its bound rising as newer lines join the page, so lines appended out of time order (an import, a
+    file per host for one month) cost the lines that could reach the page. A line with no ``created_at`` key is
+    not an episode and is passed over unreported (as a month not read is). A file with a carriage return (which
+    also ends a line when lines are counted) is parsed whole. Ties keep file and line order."""
+
+    def __init__(self, limit: int, keep: Callable[[Episode], bool] | None, *, since: datetime | None = None,
+                 until: datetime | None = None, source: str | None = None, kind: str | None = None) -> None:
+        self.limit, self.keep = limit, keep
+        self.since, self.until, self.source, self.kind = since, until, source, kind
+        self.found: list[tuple[datetime, str, tuple[int, int, int], Episode]] = []
+        self.top: list[datetime] = []  # a heap of the ``limit`` latest times found: top[0] is the page's oldest
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+    def read(self, data: bytes, path: Path, where: tuple[int, int], problems: list[Problem] | None) -> None:
+        bad: list[Problem] = []  # reported in line order, as parse_lines would
+        if b"\r" in data:
+            for number, raw in enumerate(data.splitlines(), 1):
+                self._take(raw, path, (*where, number), bad)
         else:
-            problems = filters.pop("problems", None)
-            groups: dict[tuple[int, int] | None, list[Path]] = {None: []}  # None: files not named for a month
-            for path in self.files(problems):
-                groups.setdefault(month_of(path), []).append(path)
-            for month in [None, *sorted((m for m in groups if m is not None), reverse=True)]:
-                if month is not None and len(items) >= limit:
-                    break
-                items += [e for e in self.iter(files=groups[month], problems=problems, **filters)
-                          if keep is None or keep(e)]
-        items.sort(key=lambda e: (e.time, e.id))
-        return items[-limit:] if limit else items
+            self._read_back(data, path, where, bad)
+        for problem in sorted(bad, key=lambda p: p.line or 0):
+            _report(problems, problem)
+
+    def _read_back(self, data: bytes, path: Path, where: tuple[int, int], bad: list[Problem]) -> None:
+        number = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)  # as splitlines counts
+        end = len(data) - 1 if data.endswith(b"\n") else len(data)  # where line ``number`` ends
+        while number > 0 and len(self.found) < self.limit:
+            start = data.rfind(b"\n", 0, end) + 1
+            self._take(data[start:end], path, (*where, number), bad)
+            end, number = start - 1, number - 1
+        block, anchor = SCAN_BLOCK, (end, number)  # position anchor[0] is on line anchor[1]
+        while end > 0:  # data[:end] holds the lines before: a block of whole lines at a time, back from the end
+            start = data.rfind(b"\n", 0, max(0, end - block)) + 1
+            chunk = data[start:end]
+            at = {chunk.rfind(b"\n", 0, m.start()) + 1 for m in _late(self._floor()).finditer(chunk)}
+            if b"\\" in chunk:
+                at.update(chunk.rfind(b"\n", 0, m.start()) + 1 for m in _ESCAPE.finditer(chunk))
+            if at:  # lines are counted only where one is parsed, back from the last place counted
+                line = anchor[1] - data.count(b"\n", start, anchor[0])
+                anchor, counted = (start, line), 0
+                for begin in sorted(at):
+                    line += chunk.count(b"\n", counted, begin)
+                    counted = begin
+                    stop = chunk.find(b"\n", begin)
+                    self._take(chunk[begin:stop if stop >= 0 else len(chunk)], path, (*where, line), bad)
+            end, block = start - 1, block * 2
+
+    def _take(self, raw: bytes, path: Path, where: tuple[int, int, int], bad: list[Problem]) -> None:
+        if not raw.strip():
+            return
+        try:
+            episode = parse_line(raw.decode("utf-8"), path, where[2])
+        except UnicodeDecodeError:
+            bad.append(Problem(path, "not UTF-8 text", where[2]))
+            return
+        except EpisodeError as exc:
+            bad.append(Problem(path, exc.reason, where[2]))
+            return
+        if self.kind is not None and episode.kind != self.kind:
+            return
+        if self.source is not None and not source_matches(self.source, episode.source):
+            return
+        t = episode.time
+        if (self.since is not None and t < self.since) or (self.until is not None and t > self.until):
+            return
+        if self.keep is None or self.keep(episode):
+            self.found.append((t, episode.id, where, episode))
+            heapq.heappush(self.top, t)
+            if len(self.top) > self.limit:
+                heapq.heappop(self.top)
+
+    def _floor(self) -> bytes:
+        """``YYYY-MM-DDTHH:MM:SS``, the second of the page's oldest episode: a plain time of an earlier second is
+        older than every episode of the page (a fraction is cut to the microsecond when parsed, never rounded)."""
+        at = self.top[0]
+        return (f"{at.year:04d}-{at.month:02d}-{at.day:02d}T{at.hour:02d}:{at.minute:02d}:{at.second:02d}"
+                .encode())
+
+    def newest(self) -> list[Episode]:
+        self.found.sort(key=lambda f: (f[0], f[1], f[2]))
+        return [f[3] for f in self.found[-self.limit:]]
+
+
+#: A ``\\u`` escape (a backslash before it escaped: counted too, which only parses a line more).
+_ESCAPE = re.compile(rb"\\u")
+
+
+@lru_cache(maxsize=64)
+def _late(floor: bytes) -> re.Pattern[bytes]:
+    """A ``"created_at"`` key whose value is not a plain UTC time of a second before ``floor``: the start of a line
+    that must be parsed. The times before ``floor`` as a pattern: at the first character that differs, a smaller
+    digit (the text of a plain time sorts as its time)."""
+    shape = "dddd-dd-ddTdd:dd:dd"
+    branches = []
+    for i, c in enumerate(shape):
+        if c == "d" and floor[i] > ord("0"):
+            rest = "".join(r"\d" if x == "d" else x for x in shape[i + 1:])
+            branches.append(re.escape(floor[:i].decode()) + f"[0-{chr(floor[i] - 1)}]" + rest)
+    earlier = "|".join(branches) or "(?!)"
+    return re.compile(rf'"created_at"[ \t]*:[ \t]*"(?!(?:{earlier})(?:\.\d{{1,9}})?Z")'.encode())
 
 
 def month_of(path: Path) -> tuple[int, int] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import click
 
 from ...core.vault import Vault
 from ...rules.errors import InvalidValue, MemvaultError, describe
+from ...rules.markup import printable
 
 
 class Context:
@@ -49,18 +49,6 @@ class Out:
     data: Any
     lines: Iterable[str] = ()
     notes: list[str] = field(default_factory=list)
-
-
-#: Characters a terminal acts on instead of showing: C0 controls but tab and line feed, DEL, C1 (0x80-0x9f: an
-#: 8-bit CSI among them), and the bidirectional overrides that reorder what is shown.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """``text`` as a terminal should show it: every control character written as ``\\u001b``, so a memory's text or
-    a pulled file's name cannot clear the screen, set the window title or forge a line (the escape is also valid
-    inside a JSON string)."""
-    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def echo(text: str = "", **kwargs: Any) -> None:

@@ -18,7 +18,7 @@ from .base import Out, cli, echo, output, pass_ctx, warn
               help="How many memories (at most 1000).")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["fact", "episode", "procedure"]),
               help="Only these kinds (repeat for several).")
-@click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits that fit this many tokens (≈ chars/4).")
+@click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits whose answer, as printed, fits this many tokens (≈ chars/4).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prompt"]), help="Output format (default text).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--explain", is_flag=True,
@@ -53,7 +53,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
     vault = ctx.vault
     result = vault.recall(query, k=k, kinds=list(kinds) or None, budget=budget, mode=mode, fmt=fmt,
                           record_access=not no_record, min_relevance=min_relevance, source=source,
-                          include_superseded=include_superseded,
+                          include_superseded=include_superseded, explain=explain,
                           since=parse_time_or_age(since, "--since") if since else None,
                           until=parse_time_or_age(until, "--until") if until else None)
     warn(result.warnings)
