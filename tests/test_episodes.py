@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -8,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memvault.rules.timeutil import format_time
 from memvault.stores.episodes import new_id
 from memvault.rules.errors import InvalidValue
 
@@ -113,6 +115,158 @@ def test_tracked_episodes_go_to_a_per_host_folder_and_are_all_read(tmp_path, mon
     v.episodes.append("from db1", source="user:a", at="2026-12-02T00:00:00Z")
     assert [x.text for x in v.episodes.list()] == ["from web1", "from db1"]
     assert len(v.purge("user:a", dry_run=True).episodes.removed) == 2
+
+
+# ------------------------------------------------------------------------------------------- this clone's folder
+@pytest.fixture
+def laptop(monkeypatch):
+    """This machine is called MacBook-Pro.local, as every Mac is out of the box, and nobody chose a folder name."""
+    import socket
+
+    monkeypatch.delenv("MEMVAULT_HOST", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "MacBook-Pro.local")
+
+
+def _old_line(v, folder: str, text: str) -> "object":
+    """A line an older memvault appended to ``episodes/<folder>/2020-01.jsonl`` (past every retention), committed."""
+    from conftest import git
+
+    path = v.root / "episodes" / folder / "2020-01.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"id": f"old-{folder}", "created_at": "2020-01-01T00:00:00Z", "source": "user:ops",
+                                "text": text}) + "\n")
+    git(v.root, "add", "episodes")
+    git(v.root, "commit", "-qm", "an older memvault's episodes")
+    return path
+
+
+def test_the_default_folder_is_the_hostname_and_an_id_kept_in_local_state(tmp_path, laptop):
+    from conftest import git
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    e = v.episodes.append("one", source="user:a")
+    folder = e.path.parent.name
+    assert re.fullmatch(r"macbook-pro\.local-[0-9a-z]{8}", folder)
+    record = json.loads((v.state_dir / "episode-folders.json").read_text())
+    assert record == {"folder": folder, "older": []}
+    assert git(v.root, "status", "--porcelain", "--untracked-files=all") == f"?? episodes/{folder}/{e.path.name}"
+    assert Vault.open(v.root).episodes.append("two", source="user:a").path.parent.name == folder  # stable
+
+
+def test_a_chosen_name_is_the_folder_as_before_and_draws_nothing(tmp_path, laptop, monkeypatch):
+    from conftest import git
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    monkeypatch.setenv("MEMVAULT_HOST", "Web-1.Example")
+    assert v.episodes.append("env", source="user:a").path.parent.name == "web-1.example"
+    monkeypatch.delenv("MEMVAULT_HOST")
+    toml = v.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace("track_in_git = true", 'track_in_git = true\nhost = "db1"', 1))
+    git(v.root, "commit", "-qm", "host", "--", "memvault.toml")
+    v = Vault.open(v.root)
+    assert v.episodes.append("toml", source="user:a").path.parent.name == "db1"
+    assert not (v.state_dir / "episode-folders.json").exists()
+    v.prune(source="user:admin")
+    assert not (v.state_dir / "episode-folders.json").exists()
+
+
+def test_an_upgraded_clone_keeps_reading_and_pruning_the_folder_it_wrote(tmp_path, laptop):
+    """An older memvault appended to episodes/macbook-pro.local/ from this clone (its append lock is in the local
+    state): that folder is still this clone's to prune, new lines go to the new folder, and nothing is lost or read
+    twice."""
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    legacy = _old_line(v, "macbook-pro.local", "written by the older memvault")
+    recent = legacy.with_name(f"{datetime.now(timezone.utc):%Y-%m}.jsonl")
+    recent.write_text(json.dumps({"id": "recent", "created_at": format_time(datetime.now(timezone.utc)),
+                                  "source": "user:ops", "text": "recent, from the older memvault"}) + "\n")
+    (v.state_dir / "locks").mkdir(exist_ok=True)
+    (v.state_dir / "locks" / "episodes.lock").touch()  # what the older memvault's appends left
+    v = Vault.open(v.root)
+    e = v.episodes.append("after the upgrade", source="user:a")
+    assert e.path.parent.name.startswith("macbook-pro.local-")
+    assert sorted(x.text for x in v.episodes.iter()) == ["after the upgrade", "recent, from the older memvault",
+                                                       "written by the older memvault"]
+    assert v.episodes.store.own_folders() == {e.path.parent.name, "macbook-pro.local"}
+    report = v.prune(source="user:admin")
+    assert [x.id for x in report.removed] == ["old-macbook-pro.local"] and not legacy.exists()
+    assert sorted(x.text for x in v.episodes.iter()) == ["after the upgrade", "recent, from the older memvault"]
+
+
+def test_a_fresh_clone_does_not_take_another_laptops_old_folder_for_its_own(tmp_path, laptop):
+    """A new clone (no local state) finds episodes/macbook-pro.local/ pulled from a teammate's laptop of the same
+    name: it is read, and left to that laptop to prune while it is live (pruned from two clones, it conflicted)."""
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    legacy = _old_line(v, "macbook-pro.local", "the other laptop's")
+    v.episodes.append("mine", source="user:a")
+    assert "macbook-pro.local" not in v.episodes.store.own_folders()
+    assert v.prune(source="user:admin").removed == [] and legacy.exists()
+    assert "the other laptop's" in [x.text for x in v.episodes.iter()]
+
+
+def test_a_deleted_or_damaged_record_draws_a_new_folder_and_loses_nothing(tmp_path, laptop):
+    from memvault import Vault
+    from memvault.rules.errors import UnsafePath
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    first = v.episodes.append("first", source="user:a").path.parent.name
+    record = v.state_dir / "episode-folders.json"
+    seen = {first}
+    for damage in (None, "not json", '{"folder": "../facts"}', '{"folder": ".."}', '{"folder": "a/b"}',
+                   '{"folder": 7}', '["x"]', '{"folder": "ok-folder", "older": ["../../etc", ".", "fine"]}'):
+        if damage is None:
+            record.unlink()
+        else:
+            record.write_text(damage)
+        e = Vault.open(v.root).episodes.append(f"after {damage}", source="user:a")
+        assert e.path.parent.parent == v.root / "episodes"
+        seen.add(e.path.parent.name)
+    assert e.path.parent.name == "ok-folder"  # a sound record is used as it is...
+    assert Vault.open(v.root).episodes.store.own_folders() == {"ok-folder", "fine"}  # ...less what is no folder
+    assert len(seen) == 9 and not list((v.root / "facts").rglob("*.jsonl"))  # one new folder per damage
+    assert len(list(v.episodes.iter())) == 9
+    record.unlink()
+    (v.state_dir / "elsewhere.json").write_text('{"folder": "planted", "older": []}')
+    record.symlink_to(v.state_dir / "elsewhere.json")
+    with pytest.raises(UnsafePath, match="episode-folders.json"):  # never read or written through a link
+        Vault.open(v.root).episodes.append("through a link", source="user:a")
+    assert not (v.root / "episodes" / "planted").exists()
+
+
+def test_a_folder_already_in_the_vault_is_never_drawn(tmp_path, laptop, monkeypatch):
+    """A teammate committed episodes/macbook-pro.local-00000000/ (or a link of that name): the id drawn next is
+    another, so this clone never appends to a folder someone else writes."""
+    import memvault.stores.episodes as episodes
+
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    (v.root / "episodes" / "macbook-pro.local-00000000").mkdir()
+    (v.root / "episodes" / "macbook-pro.local-11111111").symlink_to(tmp_path)
+    draws = iter([0] * 8 + [1] * 8 + [2] * 8)
+    monkeypatch.setattr(episodes.secrets, "randbelow", lambda n: next(draws))
+    assert v.episodes.append("mine", source="user:a").path.parent.name == "macbook-pro.local-22222222"
+
+
+@pytest.mark.parametrize("hostname", ["<script>alert(1)</script>", "..", "", "-", "Ünïcödé Höst", "a" * 300,
+                                      "../../etc", "web1/../../x", "host\nname", ".hidden."])
+def test_any_hostname_makes_a_plain_folder_inside_episodes(tmp_path, monkeypatch, hostname):
+    import socket
+
+    from memvault import Vault
+
+    monkeypatch.delenv("MEMVAULT_HOST", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: hostname)
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    e = v.episodes.append("one", source="user:a")
+    name = e.path.parent.name
+    assert e.path.parent.parent == v.root / "episodes" and re.fullmatch(r"[a-z0-9][a-z0-9._-]*-[0-9a-z]{8}", name)
+    assert len(name) <= 49 and Vault.open(v.root).episodes.store.host == name
 
 
 @pytest.mark.parametrize("micro", [0, 1, 499, 999, 1000, 1500, 999_999])

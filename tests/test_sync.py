@@ -313,3 +313,47 @@ def test_a_union_merge_rule_never_merges_a_fact_changed_on_both_sides(hosts):
         hosts.sync("b")
     assert info.value.keys == ["db/primary"] and git(b.root, "rev-parse", "HEAD") == before
     assert "5433" in b.facts.get("db/primary").text
+
+
+# ------------------------------------------------------------------------------------------- one hostname, two clones
+@pytest.fixture
+def twins(tmp_path, monkeypatch, models):
+    """Two clones of one tracked-episodes vault on machines with one hostname (macOS's default, a container's
+    'localhost', CI runners), nobody having chosen a folder name: ``(a, b)``, both synced."""
+    import socket
+
+    monkeypatch.delenv("MEMVAULT_HOST", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "MacBook-Pro.local")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), "a")
+    a = Vault.init(tmp_path / "a", track_episodes=True)
+    set_model(a.root, "fake-hash")
+    git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+    a = Vault.open(a.root, embedder_factory=models)
+    a.sync()
+    git(tmp_path, "clone", "-q", str(remote), "b")
+    return a, Vault.open(tmp_path / "b", embedder_factory=models)
+
+
+def test_two_clones_with_one_hostname_append_to_their_own_folders_and_sync(twins):
+    """Both appended to episodes/macbook-pro.local/<month>.jsonl: the second sync stopped on that file at every
+    try (union merging is shadowed on purpose), and that clone's episodes never reached the remote."""
+    a, b = twins
+    ea = a.episodes.append("Rotated the logs on laptop a.", source="agent:ops")
+    eb = b.episodes.append("Rotated the logs on laptop b.", source="agent:ops")
+    a.sync()
+    result = b.sync()
+    assert result.pushed and not result.warnings
+    assert ea.path.parent != eb.path.parent
+    for e in (ea, eb):
+        assert e.path.parent.name.startswith("macbook-pro.local-")  # still says whose it is
+    assert a.sync().pulled == [eb.path.relative_to(b.root).as_posix()]
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Rotated the logs on laptop a.",
+                                                             "Rotated the logs on laptop b."]
+        assert not git(v.root, "status", "--porcelain")
+    # Stable: reopened, each clone keeps appending to the folder it drew.
+    again = Vault.open(b.root).episodes.append("And again on b.", source="agent:ops")
+    assert again.path.parent == eb.path.parent
+
