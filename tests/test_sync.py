@@ -357,3 +357,65 @@ def test_two_clones_with_one_hostname_append_to_their_own_folders_and_sync(twins
     again = Vault.open(b.root).episodes.append("And again on b.", source="agent:ops")
     assert again.path.parent == eb.path.parent
 
+
+def test_a_clone_whose_folder_another_clone_appends_to_draws_a_new_one(twins):
+    """A copy of a clone brings its local state along (``cp -r``, a container image): both append to one folder.
+    The first sync that pulls the other's lines into this clone's folder says so and draws a new folder, so the
+    next appends never meet in one file; the shared folder is read as before and no longer pruned from here."""
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    ea = a.episodes.append("From the original.", source="agent:ops")
+    b = Vault.open(b.root)
+    assert b.episodes.store.host == a.episodes.store.host  # the copy
+    a.sync()
+    result = b.sync()
+    assert len(result.warnings) == 1 and f"episodes/{a.episodes.store.host}/" in result.warnings[0]
+    assert b.episodes.store.host != a.episodes.store.host and b.episodes.store.host in result.warnings[0]
+    assert a.episodes.store.host not in b.episodes.store.own_folders()
+    eb = b.episodes.append("From the copy.", source="agent:ops")
+    a.episodes.append("From the original, later.", source="agent:ops")
+    assert b.sync().pushed and not a.sync().warnings
+    assert b.sync().warnings == []  # said once: the folder it gave up is the original's alone now
+    assert {e.id for e in a.episodes.iter()} == {e.id for e in b.episodes.iter()} and len(list(a.episodes.iter())) == 3
+    assert eb.path.parent != ea.path.parent
+
+
+def test_a_chosen_folder_name_is_kept_and_a_clash_is_named(twins, monkeypatch):
+    """MEMVAULT_HOST and [episodes] host mean what they meant: that folder, no id. Two clones given one name are
+    told, not renamed."""
+    a, b = twins
+    monkeypatch.setenv("MEMVAULT_HOST", "Shared-Name")
+    assert a.episodes.append("a", source="agent:ops").path.parent.name == "shared-name"
+    a.sync()
+    b.sync()
+    b.episodes.append("b", source="agent:ops", at="2026-01-01T00:00:00Z")  # another month: no conflict
+    a.episodes.append("a again", source="agent:ops")
+    a.sync()
+    result = b.sync()
+    assert any("episodes/shared-name/" in w and "own name" in w for w in result.warnings)
+    assert b.episodes.store.host == "shared-name"
+
+
+def test_a_teammate_committing_into_this_clones_folder_moves_this_clone_on(twins):
+    """The folder names are in the repository for all to see: a teammate who commits lines into this clone's folder
+    (by hand, a script, a copied name) is named at the next sync, their lines read, and this clone appends elsewhere;
+    lines only removed there (a teammate's purge) are no sign of another writer."""
+    a, b = twins
+    mine = a.episodes.append("Mine.", source="agent:ops")
+    a.sync()
+    b.sync()
+    theirs = b.root / mine.path.relative_to(a.root)
+    theirs.write_text("")  # a purge of the only line: removed, nothing added
+    git(b.root, "commit", "-qam", "purge")
+    git(b.root, "push", "-q", "origin", "main")
+    assert a.sync().warnings == [] and a.episodes.store.host == mine.path.parent.name
+    line = '{"id": "planted", "created_at": "2026-01-01T00:00:00Z", "source": "user:x", "text": "Planted."}\n'
+    theirs.write_text(line)
+    git(b.root, "commit", "-qam", "lines in a's folder")
+    git(b.root, "push", "-q", "origin", "main")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{mine.path.parent.name}/" in warning and a.episodes.store.host in warning
+    assert a.episodes.append("Next.", source="agent:ops").path.parent.name == a.episodes.store.host
+    assert "Planted." in [e.text for e in a.episodes.iter()]

@@ -218,6 +218,7 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     if not rewritten and git.run("merge-base", before, fetched) == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, before, fetched, remote, branch)
+    warnings += _shared_folders(gate, git, before, fetched)
     stashed = _stash(git)
     try:
         try:
@@ -315,6 +316,39 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
             f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+
+
+def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> list[str]:
+    """What to say when the remote's commits add lines to a host folder this clone appends to: another clone writes
+    there too (its local state copied along with the repository, a teammate's commit, an old clone with the same
+    hostname), and the next lines both append to one month file would conflict at every sync. A folder named by
+    default is given up (this clone draws a new one, and no longer prunes the old); a chosen name is the person's
+    to change. Lines only removed (a teammate's purge) are no sign of another writer."""
+    episodes = gate.episodes
+    own = sorted(f for f in episodes.own_folders() if f)
+    if not own:
+        return []
+    base = git.run("merge-base", head, fetched)
+    specs = [":(literal)" + git.rel(episodes.dir / folder) for folder in own]
+    out = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
+    shared: set[str] = set()
+    for entry in out.split("\0"):
+        added, _, rest = entry.partition("\t")
+        path = rest.partition("\t")[2]
+        if path and added != "0":
+            with contextlib.suppress(ValueError):
+                shared.add((git.root / path).relative_to(episodes.dir).parts[0])
+    if not shared:
+        return []
+    names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
+    if episodes.host in shared and episodes.named:
+        return [f"the remote's commits add lines to {names}, where this host appends too ([episodes] host or "
+                "MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its own name"]
+    fresh = episodes.folders.disown(shared) if episodes.folders is not None else None
+    now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
+    return [f"the remote's commits add lines to {names}, a folder this clone wrote: another clone writes there too "
+            f"(a copy of this clone with its local state, or a teammate's commit){now}; the folder is no longer "
+            "pruned from here until it is idle"]
 
 
 def _places(gate: WriteGate, git: GitStore) -> list[str]:
