@@ -14,9 +14,10 @@
    It also stops when the remote's commits put anything at ``.memvault`` (where older memvaults kept a host's
    index and state: nothing reads it now, but whoever commits there is up to something).
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
-   exactly as they were. Tracked episodes go to ``episodes/<host>/``, so hosts only conflict when they change the
-   same fact, procedure or setting; on such a conflict the rebase is aborted at once (the work tree is back at this
-   host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
+   exactly as they were. Tracked episodes go to each clone's own ``episodes/<folder>/``, so hosts only conflict when
+   they change the same fact, procedure or setting (a clone whose folder the remote's commits add lines to is told,
+   and draws a new one: :func:`_shared_folders`); on such a conflict the rebase is aborted at once (the work tree
+   is back at this host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
 4. The index is told which files the pull changed (text at once; vectors when a warm model is at hand).
 5. ``git push <remote> HEAD:refs/heads/<branch>``; when the remote moved meanwhile, fetch, rebase and push again,
    up to :data:`PUSH_ATTEMPTS` times.
