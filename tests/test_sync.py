@@ -419,3 +419,40 @@ def test_a_teammate_committing_into_this_clones_folder_moves_this_clone_on(twins
     assert f"episodes/{mine.path.parent.name}/" in warning and a.episodes.store.host in warning
     assert a.episodes.append("Next.", source="agent:ops").path.parent.name == a.episodes.store.host
     assert "Planted." in [e.text for e in a.episodes.iter()]
+
+
+def test_two_upgraded_laptops_of_one_name_leave_their_old_shared_folder_to_one_pruner(twins):
+    """Both laptops wrote episodes/macbook-pro.local/ with an older memvault, so both take it for their own after
+    the upgrade: pruned from both, a day apart, it would conflict. The first sync that pulls the other's change to
+    it gives it up here (read as before, pruned by the other); no line is lost or read twice."""
+    import json
+
+    from datetime import datetime, timezone
+
+    a, b = twins
+    legacy = a.root / "episodes" / "macbook-pro.local" / "2020-01.jsonl"
+    legacy.parent.mkdir(parents=True)
+    lines = [{"id": "old", "created_at": "2020-01-01T00:00:00Z", "source": "user:ops", "text": "Past retention."},
+             {"id": "kept", "created_at": "2020-01-02T00:00:00Z", "source": "user:ops", "text": "A summary.",
+              "kind": "summary"}]
+    legacy.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "what the older memvaults appended")
+    git(a.root, "push", "-q", "origin", "main")
+    git(b.root, "pull", "-q", "origin", "main")
+    for v in (a, b):  # as the older memvault left them: an append lock, and no record of folders
+        (v.state_dir / "episode-folders.json").unlink(missing_ok=True)
+        (v.state_dir / "locks").mkdir(exist_ok=True)
+        (v.state_dir / "locks" / "episodes.lock").touch()
+    a, b = Vault.open(a.root), Vault.open(b.root)
+    assert "macbook-pro.local" in a.episodes.store.own_folders() & b.episodes.store.own_folders()
+    when = datetime(2020, 6, 1, tzinfo=timezone.utc)  # the raw line is past 30 days, the summary within 365
+    assert [e.id for e in a.prune(source="user:admin", at=when).removed] == ["old"]
+    a.sync()
+    (warning,) = b.sync().warnings
+    assert "episodes/macbook-pro.local/" in warning and "no longer pruned from here" in warning
+    assert "macbook-pro.local" not in b.episodes.store.own_folders()
+    later = datetime(2021, 6, 1, tzinfo=timezone.utc)  # the summary is past retention too: the other's to prune
+    assert b.prune(source="user:admin", at=later).removed == []
+    assert "macbook-pro.local" in a.episodes.store.own_folders()  # the other still prunes it
+    assert [e.id for e in b.episodes.iter()] == [e.id for e in a.episodes.iter()] == ["kept"]

@@ -320,12 +320,15 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
 
 
 def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> list[str]:
-    """What to say when the remote's commits add lines to a host folder this clone appends to: another clone writes
-    there too (its local state copied along with the repository, a teammate's commit, an old clone with the same
-    hostname), and the next lines both append to one month file would conflict at every sync. A folder named by
-    default is given up (this clone draws a new one, and no longer prunes the old); a chosen name is the person's
-    to change. Lines only removed (a teammate's purge) are no sign of another writer."""
+    """What to say when the remote's commits show another clone writing in a host folder this clone owns: lines
+    added to the folder it appends to (its local state copied along with the repository, a teammate's commit), or
+    any change to one it wrote before (``episodes/<hostname>/`` from before the upgrade, which a laptop of the same
+    name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
+    A folder drawn by default is given up: no longer pruned from here (its writer, or whoever finds it idle, does),
+    and a new one drawn when it was the current one. A name the person chose is theirs to change: only named. Lines
+    only removed from the current folder (a teammate's purge) are no sign of another writer."""
     episodes = gate.episodes
+    current = episodes.host
     own = sorted(f for f in episodes.own_folders() if f)
     if not own:
         return []
@@ -336,20 +339,24 @@ def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> 
     for entry in out.split("\0"):
         added, _, rest = entry.partition("\t")
         path = rest.partition("\t")[2]
-        if path and added != "0":
-            with contextlib.suppress(ValueError):
-                shared.add((git.root / path).relative_to(episodes.dir).parts[0])
-    if not shared:
-        return []
-    names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
-    if episodes.host in shared and episodes.named:
-        return [f"the remote's commits add lines to {names}, where this host appends too ([episodes] host or "
-                "MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its own name"]
-    fresh = episodes.folders.disown(shared) if episodes.folders is not None else None
-    now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
-    return [f"the remote's commits add lines to {names}, a folder this clone wrote: another clone writes there too "
-            f"(a copy of this clone with its local state, or a teammate's commit){now}; the folder is no longer "
-            "pruned from here until it is idle"]
+        with contextlib.suppress(ValueError, IndexError):
+            folder = (git.root / path).relative_to(episodes.dir).parts[0] if path else ""
+            if folder and (added != "0" or folder != current):
+                shared.add(folder)
+    said: list[str] = []
+    if current in shared and episodes.named:
+        shared.discard(current)
+        said.append(f"the remote's commits add lines to episodes/{current}/, where this host appends too ([episodes] "
+                    "host or MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its "
+                    "own name")
+    if shared and episodes.folders is not None:
+        fresh = episodes.folders.disown(shared)
+        names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
+        now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
+        said.append(f"the remote's commits change {names}, written here before: another clone writes there too (a "
+                    f"copy of this clone with its local state, a teammate's commit, a laptop of the same name){now}; "
+                    "no longer pruned from here (by its writer, or once idle)")
+    return said
 
 
 def _places(gate: WriteGate, git: GitStore) -> list[str]:
