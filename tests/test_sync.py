@@ -456,3 +456,50 @@ def test_two_upgraded_laptops_of_one_name_leave_their_old_shared_folder_to_one_p
     assert b.prune(source="user:admin", at=later).removed == []
     assert "macbook-pro.local" in a.episodes.store.own_folders()  # the other still prunes it
     assert [e.id for e in b.episodes.iter()] == [e.id for e in a.episodes.iter()] == ["kept"]
+
+
+# ------------------------------------------------------------------------------------------- review: attacks on the folder id
+def test_a_copy_that_appended_too_syncs_after_naming_the_shared_folder(twins):
+    """The copy (local state and all) appended to the shared month file before its first sync, as a copy does: the
+    redraw alone left that commit in the shared file, so the rebase stopped on it at this sync and every later one.
+    Both clones' lines must arrive, each once, and the copy append elsewhere from then on."""
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    shared = a.episodes.store.host
+    a.episodes.append("From the original.", source="agent:ops")
+    b.episodes.append("From the copy.", source="agent:ops")
+    a.sync()
+    result = b.sync()
+    assert result.pushed and any("this clone now appends to" in w for w in result.warnings)
+    # The copy's line went to its new folder with it: the original's folder holds only the original's lines, so
+    # the original is not moved on in turn.
+    assert b.sync().warnings == [] and a.sync().warnings == [] and a.episodes.store.host == shared
+    for v in (a, b):
+        got = {e.text: e.path.parent.name for e in v.episodes.iter()}
+        assert got == {"From the original.": shared, "From the copy.": b.episodes.store.host}
+        assert len(list(v.episodes.iter())) == 2
+        assert not git(v.root, "status", "--porcelain")
+    assert b.episodes.append("Later.", source="agent:ops").path.parent.name == b.episodes.store.host
+
+
+def test_an_empty_file_committed_into_this_clones_folder_is_a_sign_of_another_writer(twins):
+    """A teammate commits an empty month file in this clone's folder (no line added: a numstat of 0): a creation,
+    not a purge. Left unnamed, this clone's own new file of that month conflicted (add/add) at every sync."""
+    from datetime import datetime, timezone
+
+    a, b = twins
+    a.episodes.append("First.", source="agent:ops")
+    a.sync()
+    b.sync()
+    folder = a.episodes.store.host
+    month = f"{datetime.now(timezone.utc):%Y}-01.jsonl"
+    planted = b.root / "episodes" / folder / month
+    planted.write_text("")
+    git(b.root, "add", "episodes")
+    git(b.root, "commit", "-qm", "an empty file in a's folder")
+    git(b.root, "push", "-q", "origin", "main")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{folder}/" in warning and a.episodes.store.host != folder

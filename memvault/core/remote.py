@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
-from ..rules.fsutil import atomic_write, ensure_dir, read_regular
+from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from .gate import WriteGate
+from ..stores.episodes import merge_appended, month_of
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
 
@@ -219,7 +220,12 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     if not rewritten and git.run("merge-base", before, fetched) == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, before, fetched, remote, branch)
-    warnings += _shared_folders(gate, git, before, fetched)
+    shared = _shared_folders(gate, git, before, fetched)
+    # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
+    # _give_up) only once the rebase went through.
+    folders = gate.episodes.folders
+    successor = (folders.draw() if folders is not None and not gate.episodes.named and gate.episodes.host in shared
+                 else None)
     stashed = _stash(git)
     try:
         try:
@@ -228,13 +234,15 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
         except GitError as exc:
             if not _rebase_in_progress(git):
                 raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
-            conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0")
-                          if p]
-            git.run("rebase", "--abort", env=_env(git))
-            raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
+            conflicted = _merge_shared_lines(gate, git, shared, successor)
+            if conflicted:
+                git.run("rebase", "--abort", env=_env(git))
+                raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
     finally:
         if stashed:
             _unstash(git)
+    # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
+    warnings += _give_up(gate, shared, successor)
     if rewritten:
         warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
                         "synced: the commits it removed are not pushed back; only those made here since were put "
@@ -319,30 +327,96 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
 
 
-def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> list[str]:
-    """What to say when the remote's commits show another clone writing in a host folder this clone owns: lines
+def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> set[str]:
+    """The host folders this clone owns in which the remote's commits show another clone writing: lines or files
     added to the folder it appends to (its local state copied along with the repository, a teammate's commit), or
     any change to one it wrote before (``episodes/<hostname>/`` from before the upgrade, which a laptop of the same
     name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
-    A folder drawn by default is given up: no longer pruned from here (its writer, or whoever finds it idle, does),
-    and a new one drawn when it was the current one. A name the person chose is theirs to change: only named. Lines
-    only removed from the current folder (a teammate's purge) are no sign of another writer."""
+    Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
+    writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase)."""
     episodes = gate.episodes
     current = episodes.host
     own = sorted(f for f in episodes.own_folders() if f)
     if not own:
-        return []
+        return set()
     base = git.run("merge-base", head, fetched)
     specs = [":(literal)" + git.rel(episodes.dir / folder) for folder in own]
-    out = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
+    counts = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
+    created = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=AT", base, fetched, "--", *specs,
+                      strip=False)
+    changes = [(e.partition("\t")[0], e.partition("\t")[2].partition("\t")[2]) for e in counts.split("\0")]
+    changes += [("+", path) for path in created.split("\0")]
     shared: set[str] = set()
-    for entry in out.split("\0"):
-        added, _, rest = entry.partition("\t")
-        path = rest.partition("\t")[2]
+    for added, path in changes:
         with contextlib.suppress(ValueError, IndexError):
             folder = (git.root / path).relative_to(episodes.dir).parts[0] if path else ""
-            if folder and (added != "0" or folder != current):
+            if folder in own and (added != "0" or folder != current):
                 shared.add(folder)
+    return shared
+
+
+def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:
+    """A rebase stopped on conflicts: when every conflicted file is a month file in ``shared`` (another clone
+    writes there too), each is resolved and the rebase goes on. The file keeps the remote's lines; the lines this
+    clone added go to the same month file in ``successor`` (this clone's next folder, so the other clone never sees
+    them in its own and is not moved on in turn), or when there is none (a name the person chose, a folder written
+    before the upgrade) after the remote's in the same file (:func:`merge_appended`). Nothing removed on either side
+    comes back, nothing is written twice. Returns the conflicted files left (any other file: a fact changed on both
+    sides) with the rebase still in progress; empty when it went through."""
+    current = gate.episodes.host
+    while True:
+        conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0") if p]
+        if not conflicted or not all(_in_folders(gate, git, p, shared) for p in conflicted):
+            return conflicted
+        for path in conflicted:
+            base, ours, theirs = (git.staged(n, path) for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
+            target = git.root / path
+            if successor is not None and target.parent.name == current:
+                added = merge_appended(base or b"", b"", theirs or b"")
+                if ours is None:
+                    git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", ":(literal)" + path)
+                    remove(target)
+                else:
+                    atomic_write(target, ours)
+                    git.run("add", "--", ":(literal)" + path)
+                moved = gate.episodes.dir / successor / target.name
+                if added:
+                    ensure_dir(moved.parent)
+                    atomic_write(moved, merge_appended(b"", _read_or_empty(moved), added))
+                    git.run("add", "--", ":(literal)" + git.rel(moved))
+            else:
+                atomic_write(target, merge_appended(base or b"", ours or b"", theirs or b""))
+                git.run("add", "--", ":(literal)" + path)
+        try:
+            git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
+            return []
+        except GitError as exc:
+            if not _rebase_in_progress(git):
+                raise GitError(f"sync: git rebase --continue failed: {exc}") from None
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return b""
+
+
+def _in_folders(gate: WriteGate, git: GitStore, repo_rel: str, folders: set[str]) -> bool:
+    try:
+        parts = (git.root / repo_rel).relative_to(gate.episodes.dir).parts
+    except ValueError:
+        return False
+    return len(parts) == 2 and parts[0] in folders and month_of(Path(parts[1])) is not None
+
+
+def _give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:
+    """What to say about ``shared`` (see :func:`_shared_folders`), giving up those drawn by default: no longer
+    pruned from here (their writer, or whoever finds them idle, does), and a new folder drawn when the current one
+    is among them. A name the person chose is theirs to change: only named."""
+    episodes = gate.episodes
+    current = episodes.host
+    shared = set(shared)
     said: list[str] = []
     if current in shared and episodes.named:
         shared.discard(current)
@@ -350,7 +424,7 @@ def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> 
                     "host or MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its "
                     "own name")
     if shared and episodes.folders is not None:
-        fresh = episodes.folders.disown(shared)
+        fresh = episodes.folders.disown(shared, successor)
         names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
         now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
         said.append(f"the remote's commits change {names}, written here before: another clone writes there too (a "

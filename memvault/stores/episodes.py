@@ -540,16 +540,19 @@ class HostFolders:
         record = self._read()
         return set() if record is None else {record["folder"], *record["older"]}
 
-    def disown(self, folders: set[str]) -> str | None:
+    def disown(self, folders: set[str], successor: str | None = None) -> str | None:
         """``folders`` are written by another clone too (it pulled their new lines): drop them from this clone's
-        own, and when the current folder is among them draw a new one. The new folder, or None."""
+        own, and when the current folder is among them move to ``successor`` (from :meth:`draw`, which a sync has
+        already moved this clone's lines to) or a new one. The new folder, or None."""
+        if successor is not None and not _valid_folder(successor):
+            raise InvalidValue("folder", f"{successor!r} is not a host folder name")
         with locked(self._lock_path()):
             record = self._read()
             if record is None or not ({record["folder"], *record["older"]} & folders):
                 return None
             older = [f for f in record["older"] if f not in folders]
             fresh = record["folder"] in folders
-            record = {"folder": self._draw() if fresh else record["folder"], "older": older}
+            record = {"folder": (successor or self._draw()) if fresh else record["folder"], "older": older}
             self._write(record)
             return record["folder"] if fresh else None
 
@@ -572,6 +575,10 @@ class HostFolders:
         ensure_dir(self.path.parent)
         atomic_write(self.path, (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"), mode=0o600)
 
+    def draw(self) -> str:
+        """A new folder name (see :meth:`_draw`), recorded nowhere: :meth:`disown` records it."""
+        return self._draw()
+
     def _draw(self) -> str:
         """``<hostname>-<id>``, an id whose folder is not in the work tree (a teammate may have committed one)."""
         base = _path_name(_hostname())[:_HOSTNAME_PART].rstrip(".-")
@@ -587,6 +594,20 @@ class HostFolders:
 
 def _valid_folder(name: object) -> bool:
     return isinstance(name, str) and bool(_FOLDER_NAME.match(name))
+
+
+def merge_appended(base: bytes, ours: bytes, theirs: bytes) -> bytes:
+    """One month file two clones changed (both appended to one folder): ``ours`` as it is, then each line ``theirs``
+    added to ``base`` that ``ours`` does not hold, in ``theirs``' order. A line removed on either side (a prune, a
+    purge) is never put back, and no line is written twice (a line is an episode with its own id)."""
+    old = set(base.splitlines())
+    have = set(ours.splitlines())
+    out = [ours if not ours or ours.endswith(b"\n") else ours + b"\n"]
+    for line in theirs.splitlines():
+        if line.strip() and line not in old and line not in have:
+            out.append(line + b"\n")
+            have.add(line)
+    return b"".join(out)
 
 
 def source_matches(pattern: str, source: str | None) -> bool:

@@ -366,6 +366,14 @@ class GitStore:
             entries.append(LogEntry(commit, author, date, message.strip(), diff.strip("\n")))
         return entries
 
+    def staged(self, stage: int, repo_rel: str) -> bytes | None:
+        """The bytes of ``repo_rel`` at ``stage`` of the git index (0 merged; in a conflict 1 base, 2 ours, 3 theirs),
+        or None when that stage holds no such file (deleted on that side)."""
+        try:
+            return self._run(["show", f":{stage}:{repo_rel}"], None)
+        except GitError:
+            return None
+
     def run(self, *args: str, **kwargs: Any) -> str:
         """Any other git command in this repository; raises :class:`GitError`."""
         return self._git(*args, **kwargs)
