@@ -312,3 +312,75 @@ def test_the_newest_few_read_only_the_newest_months(vault, monkeypatch):
     read.clear()
     assert [e.text for e in vault.episodes.list(limit=3, reader="user:ops", source="user:ops")][-1] == "month 12 day 9"
     assert len(read) == 2
+
+
+# ------------------------------------------------------------------------------------------- review: the folder id
+def test_a_line_made_before_a_redraw_goes_to_the_folder_drawn(tmp_path, laptop, monkeypatch):
+    """The line's file was chosen before the append lock was held; a sync in another process drew a new folder
+    meanwhile (its old one is another clone's too). The line lands in the new folder, once, and the episode and
+    the index say where."""
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    store = v.episodes.store
+    old = store.host
+    episode, line = store.make("made before the redraw", source="user:a")
+    store.folders.disown({old})
+    assert store.append_line(episode.path, line).parent.name == store.host != old
+    assert not (v.root / "episodes" / old).exists()
+    # Through the vault: check, then the redraw, then the write.
+    real = store.make
+
+    def make_then_redraw(*args, **kwargs):
+        made = real(*args, **kwargs)
+        store.folders.disown({store.host})
+        return made
+
+    monkeypatch.setattr(store, "make", make_then_redraw)
+    e = v.episodes.append("via the vault", source="user:a")
+    assert e.path.parent.name == store.host and e.path.exists()
+    got = [(x.text, x.path.parent.name) for x in v.episodes.iter()]
+    assert sorted(t for t, _ in got) == ["made before the redraw", "via the vault"]
+    assert all(folder != old for _, folder in got)
+
+
+def test_appending_processes_lose_no_line_while_another_redraws(tmp_path, laptop):
+    """Two processes append while a third (a sync) gives up the folder three times: every line is stored once and
+    whole, and none lands in a folder after it was given up."""
+    import os
+    import subprocess
+
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    v.episodes.append("first", source="user:a")
+    script = textwrap.dedent(f"""
+        import socket, sys
+        socket.gethostname = lambda: "MacBook-Pro.local"
+        from memvault import Vault
+        v = Vault.open({str(v.root)!r})
+        for n in range(60):
+            v.episodes.append(f"{{sys.argv[1]}} {{n}}", source="user:a")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("MEMVAULT_HOST", None)
+    procs = [subprocess.Popen([sys.executable, "-c", script, name], env=env) for name in ("p", "q")]
+    store = Vault.open(v.root).episodes.store
+    given_up: dict[str, int] = {}
+    import time
+
+    for threshold in (20, 50, 80):
+        deadline = time.monotonic() + 60
+        while len(list(store.iter())) < threshold and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with store.lock():  # as sync does: the append lock held while the folder is given up
+            folder = store.host
+            store.folders.disown({folder})
+            given_up[folder] = sum(p.stat().st_size for p in (v.root / "episodes" / folder).glob("*.jsonl"))
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    problems: list = []
+    texts = [e.text for e in store.iter(problems=problems)]
+    assert not problems and len(texts) == len(set(texts)) == 121
+    for folder, size in given_up.items():
+        assert sum(p.stat().st_size for p in (v.root / "episodes" / folder).glob("*.jsonl")) == size

@@ -275,9 +275,15 @@ class EpisodeLog:
         episode.path = self.file_for(when)
         return episode, data
 
-    def append_line(self, path: Path, data: bytes) -> None:
-        """Append one rendered line (see :meth:`make`) as one ``write(2)`` under the append lock."""
+    def append_line(self, path: Path, data: bytes) -> Path:
+        """Append one rendered line (see :meth:`make`) as one ``write(2)`` under the append lock; the file written.
+
+        With a folder per host the folder is this clone's at the time the lock is held, not when the line was made:
+        a sync in another process may have drawn a new one meanwhile (its old folder is another clone's too), and a
+        line put there after the draw met that clone's lines in one file again."""
         with self.lock():
+            if self.per_host and path.parent.parent == self.dir:
+                path = self.dir / str(self.host) / path.name
             # Never through a link: not the month file, nor episodes/ or a host folder on the way to it.
             fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
@@ -294,6 +300,7 @@ class EpisodeLog:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+        return path
 
     def own_files(self, idle: float, at: datetime) -> list[Path]:
         """The files this host keeps (prunes): all of them, or with a folder per host its own folders' (see
