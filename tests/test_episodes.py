@@ -344,6 +344,21 @@ def test_a_line_made_before_a_redraw_goes_to_the_folder_drawn(tmp_path, laptop, 
     assert all(folder != old for _, folder in got)
 
 
+def test_a_damaged_record_never_adopts_another_laptops_old_folder(tmp_path, laptop):
+    """The append lock is an older memvault's evidence only when no record was ever kept: with a damaged record
+    the lock is this version's own, and episodes/macbook-pro.local/ a teammate's laptop of the same name (pruned
+    from here too, it conflicted at every sync and lost that laptop's expired lines twice over)."""
+    from memvault import Vault
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    v.episodes.append("mine", source="user:a")  # this version: a record, then the lock
+    legacy = _old_line(v, "macbook-pro.local", "the other laptop's")
+    (v.state_dir / "episode-folders.json").write_text("{damaged")
+    v = Vault.open(v.root)
+    assert "macbook-pro.local" not in v.episodes.store.own_folders()
+    assert v.prune(source="user:admin").removed == [] and legacy.exists()
+
+
 def test_appending_processes_lose_no_line_while_another_redraws(tmp_path, laptop):
     """Two processes append while a third (a sync) gives up the folder three times: every line is stored once and
     whole, and none lands in a folder after it was given up."""

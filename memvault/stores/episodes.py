@@ -537,7 +537,10 @@ class HostFolders:
                 record = self._read()  # another process may have drawn it meanwhile
                 if record is None:
                     legacy = _path_name(_hostname())  # where an older memvault appended
-                    older = [legacy] if os.path.lexists(self.append_lock) and self._exists(legacy) else []
+                    # The append lock is an older memvault's evidence only when this version never kept a record
+                    # here: a damaged record means the lock is this version's, and the folder another laptop's.
+                    upgraded = os.path.lexists(self.append_lock) and not os.path.lexists(self.path)
+                    older = [legacy] if upgraded and self._exists(legacy) else []
                     record = {"folder": self._draw(), "older": older}
                     self._write(record)
         return str(record["folder"])
