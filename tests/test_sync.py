@@ -503,3 +503,23 @@ def test_an_empty_file_committed_into_this_clones_folder_is_a_sign_of_another_wr
     git(b.root, "push", "-q", "origin", "main")
     (warning,) = a.sync().warnings
     assert f"episodes/{folder}/" in warning and a.episodes.store.host != folder
+
+
+def test_a_file_name_that_is_not_utf8_in_this_clones_folder_is_named_not_a_traceback(twins):
+    """Git paths are bytes: a teammate's commit of ``episodes/<this clone's folder>/\\xff.jsonl`` stopped every
+    teammate's sync with a UnicodeDecodeError, at every try."""
+    import os
+
+    a, b = twins
+    a.episodes.append("First.", source="agent:ops")
+    a.sync()
+    b.sync()
+    folder = a.episodes.store.host
+    with open(os.fsencode(b.root / "episodes" / folder) + b"/\xff\xfe.jsonl", "wb") as planted:
+        planted.write(b'{"id": "x", "created_at": "2026-01-01T00:00:00Z", "source": "user:x", "text": "odd"}\n')
+    git(b.root, "add", "episodes")
+    git(b.root, "commit", "-qm", "a name that is not UTF-8")
+    git(b.root, "push", "-q", "origin", "main")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{folder}/" in warning and a.episodes.store.host != folder
+    assert a.sync().warnings == [] and b.sync().warnings == []

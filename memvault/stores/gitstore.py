@@ -100,6 +100,9 @@ class GitStore:
             out = subprocess.run(
                 ["git", *args], cwd=self.root, capture_output=True, text=True, check=False,
                 env={**os.environ, **env} if env else None,
+                # A path is bytes to git: a teammate's file whose name is not UTF-8 stopped every sync with a
+                # traceback. Kept as the file system's own name (os.fsencode gives the bytes back to git).
+                errors="surrogateescape",
             )
         except OSError as exc:
             raise GitError(f"cannot run git: {exc.strerror}") from None
