@@ -399,3 +399,36 @@ def test_appending_processes_lose_no_line_while_another_redraws(tmp_path, laptop
     assert not problems and len(texts) == len(set(texts)) == 121
     for folder, size in given_up.items():
         assert sum(p.stat().st_size for p in (v.root / "episodes" / folder).glob("*.jsonl")) == size
+
+
+@pytest.mark.parametrize("damage", ["huge", "deep", "nul", "older", "folder", "fifo", "dangling"])
+def test_any_damage_to_the_record_is_a_new_folder_or_one_line_naming_it(tmp_path, laptop, damage):
+    import os
+
+    from memvault import Vault
+    from memvault.rules.errors import MemvaultError
+
+    v = Vault.init(tmp_path / "v", track_episodes=True)
+    record = v.state_dir / "episode-folders.json"
+    record.unlink(missing_ok=True)
+    if damage == "huge":
+        record.write_text('{"folder": "ok", "older": [' + ",".join(['"x"'] * 40000) + "]}")
+    elif damage == "deep":
+        record.write_text("[" * 30000 + "]" * 30000)
+    elif damage == "nul":
+        record.write_text('{"folder": "a\\u0000b"}')
+    elif damage == "older":
+        record.write_text('{"folder": "ok", "older": ["a\\u0000b", "../x", "/etc", "a/b", 5, null, {"a": 1}]}')
+    elif damage == "folder":
+        record.mkdir()
+    elif damage == "fifo":
+        os.mkfifo(record)
+    else:
+        record.symlink_to(tmp_path / "nowhere")
+    try:
+        e = Vault.open(v.root).episodes.append("x", source="user:a")
+    except MemvaultError as exc:
+        assert damage in ("folder", "fifo", "dangling") and "episode-folders.json" in str(exc) and "\n" not in str(exc)
+        return
+    assert e.path.parent.parent == v.root / "episodes" and e.path.exists()
+    assert Vault.open(v.root).episodes.store.own_folders() <= {e.path.parent.name}
