@@ -523,3 +523,46 @@ def test_a_file_name_that_is_not_utf8_in_this_clones_folder_is_named_not_a_trace
     (warning,) = a.sync().warnings
     assert f"episodes/{folder}/" in warning and a.episodes.store.host != folder
     assert a.sync().warnings == [] and b.sync().warnings == []
+
+
+def test_a_purge_meeting_another_clones_appends_in_one_month_file_stays_purged(twins):
+    """The copy purges a line from the month file the original appended to meanwhile: git stops on the file, and
+    the sync's resolution kept the remote's version, the purged line (a secret, say) with it."""
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    a.episodes.append("Deploy token was pasted here.", source="user:leaky")
+    a.sync()
+    b.sync()
+    a.episodes.append("Rotated the logs.", source="agent:ops")
+    a.sync()
+    assert [e.text for e in b.purge("user:leaky").episodes.removed] == ["Deploy token was pasted here."]
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert [e.text for e in v.episodes.iter()] == ["Rotated the logs."]
+
+
+def test_a_link_committed_over_this_clones_month_file_stops_the_sync_cleanly(twins):
+    """A teammate replaces the copy's shared month file by a link: never resolved as lines (never written through
+    or over), the rebase is aborted and the work tree is this clone's version."""
+    import os
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    e = a.episodes.append("From the original.", source="agent:ops")
+    a.sync()
+    os.unlink(e.path)
+    os.symlink("/etc/passwd", e.path)
+    git(a.root, "add", "-A", "episodes")
+    git(a.root, "commit", "-qm", "a link")
+    git(a.root, "push", "-q", "origin", "main")
+    mine = b.episodes.append("From the copy.", source="agent:ops")
+    with pytest.raises(SyncConflict):
+        b.sync()
+    assert not mine.path.is_symlink() and "From the copy." in mine.path.read_text()
+    assert not (b.root / ".git" / "rebase-merge").exists()

@@ -35,7 +35,7 @@ from typing import Any
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from .gate import WriteGate
-from ..stores.episodes import merge_appended, month_of
+from ..stores.episodes import merge_lines, month_of
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
 
@@ -234,7 +234,12 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
         except GitError as exc:
             if not _rebase_in_progress(git):
                 raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
-            conflicted = _merge_shared_lines(gate, git, shared, successor)
+            try:
+                conflicted = _merge_shared_lines(gate, git, shared, successor)
+            except BaseException:  # never leave a rebase half done: the work tree goes back to this host's version
+                if _rebase_in_progress(git):
+                    git.run("rebase", "--abort", env=_env(git))
+                raise
             if conflicted:
                 git.run("rebase", "--abort", env=_env(git))
                 raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
@@ -356,37 +361,31 @@ def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> 
 
 
 def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:
-    """A rebase stopped on conflicts: when every conflicted file is a month file in ``shared`` (another clone
-    writes there too), each is resolved and the rebase goes on. The file keeps the remote's lines; the lines this
-    clone added go to the same month file in ``successor`` (this clone's next folder, so the other clone never sees
-    them in its own and is not moved on in turn), or when there is none (a name the person chose, a folder written
-    before the upgrade) after the remote's in the same file (:func:`merge_appended`). Nothing removed on either side
-    comes back, nothing is written twice. Returns the conflicted files left (any other file: a fact changed on both
-    sides) with the rebase still in progress; empty when it went through."""
+    """A rebase stopped on conflicts: when every conflicted file is an episode month file (two clones appended to
+    one folder; a purge or a prune met another clone's appends), each is resolved line by line (:func:`merge_lines`:
+    the removals of both sides kept, nothing written twice) and the rebase goes on. The lines this clone added to
+    its shared current folder go to the same month file in ``successor`` (its next folder, so the other clone never
+    sees them in its own and is not moved on in turn); any other file gets them after the remote's. Returns the
+    conflicted files left (any other file: a fact changed on both sides) with the rebase still in progress; empty
+    when it went through."""
     current = gate.episodes.host
     while True:
         conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0") if p]
-        if not conflicted or not all(_in_folders(gate, git, p, shared) for p in conflicted):
+        links = {p for p in git.run("ls-files", "-u", "-z", strip=False).split("\0")
+                 if p and not p.startswith(("100644 ", "100755 "))}  # a link or a submodule on a side: not lines
+        if not conflicted or links or not all(_month_file(gate, git, p) for p in conflicted):
             return conflicted
         for path in conflicted:
-            base, ours, theirs = (git.staged(n, path) for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
+            base, ours, theirs = (git.staged(n, path) or b"" for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
+            kept, added = merge_lines(base, ours, theirs)
             target = git.root / path
-            if successor is not None and target.parent.name == current:
-                added = merge_appended(base or b"", b"", theirs or b"")
-                if ours is None:
-                    git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", ":(literal)" + path)
-                    remove(target)
-                else:
-                    atomic_write(target, ours)
-                    git.run("add", "--", ":(literal)" + path)
-                moved = gate.episodes.dir / successor / target.name
-                if added:
-                    ensure_dir(moved.parent)
-                    atomic_write(moved, merge_appended(b"", _read_or_empty(moved), added))
-                    git.run("add", "--", ":(literal)" + git.rel(moved))
-            else:
-                atomic_write(target, merge_appended(base or b"", ours or b"", theirs or b""))
-                git.run("add", "--", ":(literal)" + path)
+            move = successor is not None and current in shared and target.parent == gate.episodes.dir / str(current)
+            _stage_file(git, target, kept if move else kept + added)
+            if move and added:
+                moved = gate.episodes.dir / str(successor) / target.name
+                ensure_dir(moved.parent)
+                kept_there, _ = merge_lines(b"", _read_or_empty(moved), b"")
+                _stage_file(git, moved, kept_there + added)
         try:
             git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
             return []
@@ -395,19 +394,31 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
                 raise GitError(f"sync: git rebase --continue failed: {exc}") from None
 
 
+def _stage_file(git: GitStore, path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` in the work tree and the git index; a month file left empty is deleted, as prune does."""
+    rel = ":(literal)" + git.rel(path)
+    if data:
+        atomic_write(path, data)
+        git.run("add", "--", rel)
+    else:
+        remove(path)
+        git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", rel)
+
+
+def _month_file(gate: WriteGate, git: GitStore, repo_rel: str) -> bool:
+    """Whether ``repo_rel`` is an episode month file: ``episodes/YYYY-MM.jsonl`` or in a host folder."""
+    try:
+        parts = (git.root / repo_rel).relative_to(gate.episodes.dir).parts
+    except ValueError:
+        return False
+    return 1 <= len(parts) <= 2 and month_of(Path(parts[-1])) is not None
+
+
 def _read_or_empty(path: Path) -> bytes:
     try:
         return read_regular(path)
     except FileNotFoundError:
         return b""
-
-
-def _in_folders(gate: WriteGate, git: GitStore, repo_rel: str, folders: set[str]) -> bool:
-    try:
-        parts = (git.root / repo_rel).relative_to(gate.episodes.dir).parts
-    except ValueError:
-        return False
-    return len(parts) == 2 and parts[0] in folders and month_of(Path(parts[1])) is not None
 
 
 def _give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:

@@ -606,18 +606,22 @@ def _valid_folder(name: object) -> bool:
     return isinstance(name, str) and bool(_FOLDER_NAME.match(name))
 
 
-def merge_appended(base: bytes, ours: bytes, theirs: bytes) -> bytes:
-    """One month file two clones changed (both appended to one folder): ``ours`` as it is, then each line ``theirs``
-    added to ``base`` that ``ours`` does not hold, in ``theirs``' order. A line removed on either side (a prune, a
-    purge) is never put back, and no line is written twice (a line is an episode with its own id)."""
+def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes]:
+    """One month file changed on two sides (two clones appended to one folder; a purge or a prune met another's
+    appends), as lines: ``ours`` less the lines ``theirs`` removed from ``base``, and apart the lines ``theirs``
+    added that ``ours`` does not hold (in ``theirs``' order), for the caller to put after them or elsewhere. A line
+    removed on either side (a purged secret, a pruned one) never comes back; none is written twice (a line is an
+    episode with its own id)."""
     old = set(base.splitlines())
+    gone = old - set(theirs.splitlines())
     have = set(ours.splitlines())
-    out = [ours if not ours or ours.endswith(b"\n") else ours + b"\n"]
+    kept = b"".join(line + b"\n" for line in ours.splitlines() if line.strip() and line not in gone)
+    added: list[bytes] = []
     for line in theirs.splitlines():
         if line.strip() and line not in old and line not in have:
-            out.append(line + b"\n")
+            added.append(line + b"\n")
             have.add(line)
-    return b"".join(out)
+    return kept, b"".join(added)
 
 
 def source_matches(pattern: str, source: str | None) -> bool:
