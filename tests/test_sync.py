@@ -481,6 +481,11 @@ def test_a_copy_that_appended_too_syncs_after_naming_the_shared_folder(twins):
         got = {e.text: e.path.parent.name for e in v.episodes.iter()}
         assert got == {"From the original.": shared, "From the copy.": b.episodes.store.host}
         assert len(list(v.episodes.iter())) == 2
+        for text, folder in got.items():
+            hits = [h for h in v.recall(text, k=10, mode="keyword", log=False) if h.kind == "episode"]
+            # the index followed the move: each line found once, where it is now
+            assert [h.path for h in hits if h.id == hits[0].id] == [f"episodes/{folder}/{hits[0].path.split('/')[-1]}"]
+            assert len(hits) == len({h.id for h in hits})
         assert not git(v.root, "status", "--porcelain")
     assert b.episodes.append("Later.", source="agent:ops").path.parent.name == b.episodes.store.host
 
