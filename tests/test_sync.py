@@ -313,3 +313,261 @@ def test_a_union_merge_rule_never_merges_a_fact_changed_on_both_sides(hosts):
         hosts.sync("b")
     assert info.value.keys == ["db/primary"] and git(b.root, "rev-parse", "HEAD") == before
     assert "5433" in b.facts.get("db/primary").text
+
+
+# ------------------------------------------------------------------------------------------- one hostname, two clones
+@pytest.fixture
+def twins(tmp_path, monkeypatch, models):
+    """Two clones of one tracked-episodes vault on machines with one hostname (macOS's default, a container's
+    'localhost', CI runners), nobody having chosen a folder name: ``(a, b)``, both synced."""
+    import socket
+
+    monkeypatch.delenv("MEMVAULT_HOST", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "MacBook-Pro.local")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), "a")
+    a = Vault.init(tmp_path / "a", track_episodes=True)
+    set_model(a.root, "fake-hash")
+    git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+    a = Vault.open(a.root, embedder_factory=models)
+    a.sync()
+    git(tmp_path, "clone", "-q", str(remote), "b")
+    return a, Vault.open(tmp_path / "b", embedder_factory=models)
+
+
+def test_two_clones_with_one_hostname_append_to_their_own_folders_and_sync(twins):
+    """Both appended to episodes/macbook-pro.local/<month>.jsonl: the second sync stopped on that file at every
+    try (union merging is shadowed on purpose), and that clone's episodes never reached the remote."""
+    a, b = twins
+    ea = a.episodes.append("Rotated the logs on laptop a.", source="agent:ops")
+    eb = b.episodes.append("Rotated the logs on laptop b.", source="agent:ops")
+    a.sync()
+    result = b.sync()
+    assert result.pushed and not result.warnings
+    assert ea.path.parent != eb.path.parent
+    for e in (ea, eb):
+        assert e.path.parent.name.startswith("macbook-pro.local-")  # still says whose it is
+    assert a.sync().pulled == [eb.path.relative_to(b.root).as_posix()]
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Rotated the logs on laptop a.",
+                                                             "Rotated the logs on laptop b."]
+        assert not git(v.root, "status", "--porcelain")
+    # Stable: reopened, each clone keeps appending to the folder it drew.
+    again = Vault.open(b.root).episodes.append("And again on b.", source="agent:ops")
+    assert again.path.parent == eb.path.parent
+
+
+def test_a_clone_whose_folder_another_clone_appends_to_draws_a_new_one(twins):
+    """A copy of a clone brings its local state along (``cp -r``, a container image): both append to one folder.
+    The first sync that pulls the other's lines into this clone's folder says so and draws a new folder, so the
+    next appends never meet in one file; the shared folder is read as before and no longer pruned from here."""
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    ea = a.episodes.append("From the original.", source="agent:ops")
+    b = Vault.open(b.root)
+    assert b.episodes.store.host == a.episodes.store.host  # the copy
+    a.sync()
+    result = b.sync()
+    assert len(result.warnings) == 1 and f"episodes/{a.episodes.store.host}/" in result.warnings[0]
+    assert b.episodes.store.host != a.episodes.store.host and b.episodes.store.host in result.warnings[0]
+    assert a.episodes.store.host not in b.episodes.store.own_folders()
+    eb = b.episodes.append("From the copy.", source="agent:ops")
+    a.episodes.append("From the original, later.", source="agent:ops")
+    assert b.sync().pushed and not a.sync().warnings
+    assert b.sync().warnings == []  # said once: the folder it gave up is the original's alone now
+    assert {e.id for e in a.episodes.iter()} == {e.id for e in b.episodes.iter()} and len(list(a.episodes.iter())) == 3
+    assert eb.path.parent != ea.path.parent
+
+
+def test_a_chosen_folder_name_is_kept_and_a_clash_is_named(twins, monkeypatch):
+    """MEMVAULT_HOST and [episodes] host mean what they meant: that folder, no id. Two clones given one name are
+    told, not renamed."""
+    a, b = twins
+    monkeypatch.setenv("MEMVAULT_HOST", "Shared-Name")
+    assert a.episodes.append("a", source="agent:ops").path.parent.name == "shared-name"
+    a.sync()
+    b.sync()
+    b.episodes.append("b", source="agent:ops", at="2026-01-01T00:00:00Z")  # another month: no conflict
+    a.episodes.append("a again", source="agent:ops")
+    a.sync()
+    result = b.sync()
+    assert any("episodes/shared-name/" in w and "own name" in w for w in result.warnings)
+    assert b.episodes.store.host == "shared-name"
+
+
+def test_a_teammate_committing_into_this_clones_folder_moves_this_clone_on(twins):
+    """The folder names are in the repository for all to see: a teammate who commits lines into this clone's folder
+    (by hand, a script, a copied name) is named at the next sync, their lines read, and this clone appends elsewhere;
+    lines only removed there (a teammate's purge) are no sign of another writer."""
+    a, b = twins
+    mine = a.episodes.append("Mine.", source="agent:ops")
+    a.sync()
+    b.sync()
+    theirs = b.root / mine.path.relative_to(a.root)
+    theirs.write_text("")  # a purge of the only line: removed, nothing added
+    git(b.root, "commit", "-qam", "purge")
+    git(b.root, "push", "-q", "origin", "main")
+    assert a.sync().warnings == [] and a.episodes.store.host == mine.path.parent.name
+    line = '{"id": "planted", "created_at": "2026-01-01T00:00:00Z", "source": "user:x", "text": "Planted."}\n'
+    theirs.write_text(line)
+    git(b.root, "commit", "-qam", "lines in a's folder")
+    git(b.root, "push", "-q", "origin", "main")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{mine.path.parent.name}/" in warning and a.episodes.store.host in warning
+    assert a.episodes.append("Next.", source="agent:ops").path.parent.name == a.episodes.store.host
+    assert "Planted." in [e.text for e in a.episodes.iter()]
+
+
+def test_two_upgraded_laptops_of_one_name_leave_their_old_shared_folder_to_one_pruner(twins):
+    """Both laptops wrote episodes/macbook-pro.local/ with an older memvault, so both take it for their own after
+    the upgrade: pruned from both, a day apart, it would conflict. The first sync that pulls the other's change to
+    it gives it up here (read as before, pruned by the other); no line is lost or read twice."""
+    import json
+
+    from datetime import datetime, timezone
+
+    a, b = twins
+    legacy = a.root / "episodes" / "macbook-pro.local" / "2020-01.jsonl"
+    legacy.parent.mkdir(parents=True)
+    lines = [{"id": "old", "created_at": "2020-01-01T00:00:00Z", "source": "user:ops", "text": "Past retention."},
+             {"id": "kept", "created_at": "2020-01-02T00:00:00Z", "source": "user:ops", "text": "A summary.",
+              "kind": "summary"}]
+    legacy.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "what the older memvaults appended")
+    git(a.root, "push", "-q", "origin", "main")
+    git(b.root, "pull", "-q", "origin", "main")
+    for v in (a, b):  # as the older memvault left them: an append lock, and no record of folders
+        (v.state_dir / "episode-folders.json").unlink(missing_ok=True)
+        (v.state_dir / "locks").mkdir(exist_ok=True)
+        (v.state_dir / "locks" / "episodes.lock").touch()
+    a, b = Vault.open(a.root), Vault.open(b.root)
+    assert "macbook-pro.local" in a.episodes.store.own_folders() & b.episodes.store.own_folders()
+    when = datetime(2020, 6, 1, tzinfo=timezone.utc)  # the raw line is past 30 days, the summary within 365
+    assert [e.id for e in a.prune(source="user:admin", at=when).removed] == ["old"]
+    a.sync()
+    (warning,) = b.sync().warnings
+    assert "episodes/macbook-pro.local/" in warning and "no longer pruned from here" in warning
+    assert "macbook-pro.local" not in b.episodes.store.own_folders()
+    later = datetime(2021, 6, 1, tzinfo=timezone.utc)  # the summary is past retention too: the other's to prune
+    assert b.prune(source="user:admin", at=later).removed == []
+    assert "macbook-pro.local" in a.episodes.store.own_folders()  # the other still prunes it
+    assert [e.id for e in b.episodes.iter()] == [e.id for e in a.episodes.iter()] == ["kept"]
+
+
+# ------------------------------------------------------------------------------------------- review: attacks on the folder id
+def test_a_copy_that_appended_too_syncs_after_naming_the_shared_folder(twins):
+    """The copy (local state and all) appended to the shared month file before its first sync, as a copy does: the
+    redraw alone left that commit in the shared file, so the rebase stopped on it at this sync and every later one.
+    Both clones' lines must arrive, each once, and the copy append elsewhere from then on."""
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    shared = a.episodes.store.host
+    a.episodes.append("From the original.", source="agent:ops")
+    b.episodes.append("From the copy.", source="agent:ops")
+    a.sync()
+    result = b.sync()
+    assert result.pushed and any("this clone now appends to" in w for w in result.warnings)
+    # The copy's line went to its new folder with it: the original's folder holds only the original's lines, so
+    # the original is not moved on in turn.
+    assert b.sync().warnings == [] and a.sync().warnings == [] and a.episodes.store.host == shared
+    for v in (a, b):
+        got = {e.text: e.path.parent.name for e in v.episodes.iter()}
+        assert got == {"From the original.": shared, "From the copy.": b.episodes.store.host}
+        assert len(list(v.episodes.iter())) == 2
+        for text, folder in got.items():
+            hits = [h for h in v.recall(text, k=10, mode="keyword", log=False) if h.kind == "episode"]
+            # the index followed the move: each line found once, where it is now
+            assert [h.path for h in hits if h.id == hits[0].id] == [f"episodes/{folder}/{hits[0].path.split('/')[-1]}"]
+            assert len(hits) == len({h.id for h in hits})
+        assert not git(v.root, "status", "--porcelain")
+    assert b.episodes.append("Later.", source="agent:ops").path.parent.name == b.episodes.store.host
+
+
+def test_an_empty_file_committed_into_this_clones_folder_is_a_sign_of_another_writer(twins):
+    """A teammate commits an empty month file in this clone's folder (no line added: a numstat of 0): a creation,
+    not a purge. Left unnamed, this clone's own new file of that month conflicted (add/add) at every sync."""
+    from datetime import datetime, timezone
+
+    a, b = twins
+    a.episodes.append("First.", source="agent:ops")
+    a.sync()
+    b.sync()
+    folder = a.episodes.store.host
+    month = f"{datetime.now(timezone.utc):%Y}-01.jsonl"
+    planted = b.root / "episodes" / folder / month
+    planted.write_text("")
+    git(b.root, "add", "episodes")
+    git(b.root, "commit", "-qm", "an empty file in a's folder")
+    git(b.root, "push", "-q", "origin", "main")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{folder}/" in warning and a.episodes.store.host != folder
+
+
+def test_a_file_name_that_is_not_utf8_in_this_clones_folder_is_named_not_a_traceback(twins):
+    """Git paths are bytes: a teammate's commit of ``episodes/<this clone's folder>/\\xff.jsonl`` stopped every
+    teammate's sync with a UnicodeDecodeError, at every try."""
+    import os
+
+    a, b = twins
+    a.episodes.append("First.", source="agent:ops")
+    a.sync()
+    b.sync()
+    folder = a.episodes.store.host
+    with open(os.fsencode(b.root / "episodes" / folder) + b"/\xff\xfe.jsonl", "wb") as planted:
+        planted.write(b'{"id": "x", "created_at": "2026-01-01T00:00:00Z", "source": "user:x", "text": "odd"}\n')
+    git(b.root, "add", "episodes")
+    git(b.root, "commit", "-qm", "a name that is not UTF-8")
+    git(b.root, "push", "-q", "origin", "main")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{folder}/" in warning and a.episodes.store.host != folder
+    assert a.sync().warnings == [] and b.sync().warnings == []
+
+
+def test_a_purge_meeting_another_clones_appends_in_one_month_file_stays_purged(twins):
+    """The copy purges a line from the month file the original appended to meanwhile: git stops on the file, and
+    the sync's resolution kept the remote's version, the purged line (a secret, say) with it."""
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    a.episodes.append("Deploy token was pasted here.", source="user:leaky")
+    a.sync()
+    b.sync()
+    a.episodes.append("Rotated the logs.", source="agent:ops")
+    a.sync()
+    assert [e.text for e in b.purge("user:leaky").episodes.removed] == ["Deploy token was pasted here."]
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert [e.text for e in v.episodes.iter()] == ["Rotated the logs."]
+
+
+def test_a_link_committed_over_this_clones_month_file_stops_the_sync_cleanly(twins):
+    """A teammate replaces the copy's shared month file by a link: never resolved as lines (never written through
+    or over), the rebase is aborted and the work tree is this clone's version."""
+    import os
+    import shutil
+
+    a, b = twins
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    e = a.episodes.append("From the original.", source="agent:ops")
+    a.sync()
+    os.unlink(e.path)
+    os.symlink("/etc/passwd", e.path)
+    git(a.root, "add", "-A", "episodes")
+    git(a.root, "commit", "-qm", "a link")
+    git(a.root, "push", "-q", "origin", "main")
+    mine = b.episodes.append("From the copy.", source="agent:ops")
+    with pytest.raises(SyncConflict):
+        b.sync()
+    assert not mine.path.is_symlink() and "From the copy." in mine.path.read_text()
+    assert not (b.root / ".git" / "rebase-merge").exists()

@@ -589,7 +589,7 @@ class WriteGate:
         episode, line = self.check_episode(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
                                            allow_secret=allow_secret)
         assert episode.path is not None
-        self.episodes.append_line(episode.path, line)
+        episode.path = self.episodes.append_line(episode.path, line)
         episode.warnings = self.tell_index([episode.path])
         return episode
 
@@ -619,11 +619,14 @@ class WriteGate:
         for episode, line in made:
             assert episode.path is not None
             by_file.setdefault(episode.path, []).append(line)
+        written: dict[Path, Path] = {}
         for path, lines in by_file.items():
-            self.episodes.append_line(path, b"".join(lines))
-        warnings = self.tell_index(list(by_file)) if by_file else []
+            written[path] = self.episodes.append_line(path, b"".join(lines))
+        warnings = self.tell_index(list(dict.fromkeys(written.values()))) if written else []
         episodes = [e for e, _ in made]
         for e in episodes:
+            assert e.path is not None
+            e.path = written[e.path]
             e.warnings = warnings
         return episodes
 

@@ -14,9 +14,10 @@
    It also stops when the remote's commits put anything at ``.memvault`` (where older memvaults kept a host's
    index and state: nothing reads it now, but whoever commits there is up to something).
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
-   exactly as they were. Tracked episodes go to ``episodes/<host>/``, so hosts only conflict when they change the
-   same fact, procedure or setting; on such a conflict the rebase is aborted at once (the work tree is back at this
-   host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
+   exactly as they were. Tracked episodes go to each clone's own ``episodes/<folder>/``, so hosts only conflict when
+   they change the same fact, procedure or setting (a clone whose folder the remote's commits add lines to is told,
+   and draws a new one: :func:`_shared_folders`); on such a conflict the rebase is aborted at once (the work tree
+   is back at this host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
 4. The index is told which files the pull changed (text at once; vectors when a warm model is at hand).
 5. ``git push <remote> HEAD:refs/heads/<branch>``; when the remote moved meanwhile, fetch, rebase and push again,
    up to :data:`PUSH_ATTEMPTS` times.
@@ -32,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
-from ..rules.fsutil import atomic_write, ensure_dir, read_regular
+from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from .gate import WriteGate
+from ..stores.episodes import merge_lines, month_of
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
 
@@ -218,6 +220,12 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     if not rewritten and git.run("merge-base", before, fetched) == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, before, fetched, remote, branch)
+    shared = _shared_folders(gate, git, before, fetched)
+    # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
+    # _give_up) only once the rebase went through.
+    folders = gate.episodes.folders
+    successor = (folders.draw() if folders is not None and not gate.episodes.named and gate.episodes.host in shared
+                 else None)
     stashed = _stash(git)
     try:
         try:
@@ -226,13 +234,20 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
         except GitError as exc:
             if not _rebase_in_progress(git):
                 raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
-            conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0")
-                          if p]
-            git.run("rebase", "--abort", env=_env(git))
-            raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
+            try:
+                conflicted = _merge_shared_lines(gate, git, shared, successor)
+            except BaseException:  # never leave a rebase half done: the work tree goes back to this host's version
+                if _rebase_in_progress(git):
+                    git.run("rebase", "--abort", env=_env(git))
+                raise
+            if conflicted:
+                git.run("rebase", "--abort", env=_env(git))
+                raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
     finally:
         if stashed:
             _unstash(git)
+    # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
+    warnings += _give_up(gate, shared, successor)
     if rewritten:
         warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
                         "synced: the commits it removed are not pushed back; only those made here since were put "
@@ -315,6 +330,118 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
             f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+
+
+def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> set[str]:
+    """The host folders this clone owns in which the remote's commits show another clone writing: lines or files
+    added to the folder it appends to (its local state copied along with the repository, a teammate's commit), or
+    any change to one it wrote before (``episodes/<hostname>/`` from before the upgrade, which a laptop of the same
+    name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
+    Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
+    writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase)."""
+    episodes = gate.episodes
+    current = episodes.host
+    own = sorted(f for f in episodes.own_folders() if f)
+    if not own:
+        return set()
+    base = git.run("merge-base", head, fetched)
+    specs = [":(literal)" + git.rel(episodes.dir / folder) for folder in own]
+    counts = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
+    created = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=AT", base, fetched, "--", *specs,
+                      strip=False)
+    changes = [(e.partition("\t")[0], e.partition("\t")[2].partition("\t")[2]) for e in counts.split("\0")]
+    changes += [("+", path) for path in created.split("\0")]
+    shared: set[str] = set()
+    for added, path in changes:
+        with contextlib.suppress(ValueError, IndexError):
+            folder = (git.root / path).relative_to(episodes.dir).parts[0] if path else ""
+            if folder in own and (added != "0" or folder != current):
+                shared.add(folder)
+    return shared
+
+
+def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:
+    """A rebase stopped on conflicts: when every conflicted file is an episode month file (two clones appended to
+    one folder; a purge or a prune met another clone's appends), each is resolved line by line (:func:`merge_lines`:
+    the removals of both sides kept, nothing written twice) and the rebase goes on. The lines this clone added to
+    its shared current folder go to the same month file in ``successor`` (its next folder, so the other clone never
+    sees them in its own and is not moved on in turn); any other file gets them after the remote's. Returns the
+    conflicted files left (any other file: a fact changed on both sides) with the rebase still in progress; empty
+    when it went through."""
+    current = gate.episodes.host
+    while True:
+        conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0") if p]
+        links = {p for p in git.run("ls-files", "-u", "-z", strip=False).split("\0")
+                 if p and not p.startswith(("100644 ", "100755 "))}  # a link or a submodule on a side: not lines
+        if not conflicted or links or not all(_month_file(gate, git, p) for p in conflicted):
+            return conflicted
+        for path in conflicted:
+            base, ours, theirs = (git.staged(n, path) or b"" for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
+            kept, added = merge_lines(base, ours, theirs)
+            target = git.root / path
+            move = successor is not None and current in shared and target.parent == gate.episodes.dir / str(current)
+            _stage_file(git, target, kept if move else kept + added)
+            if move and added:
+                moved = gate.episodes.dir / str(successor) / target.name
+                ensure_dir(moved.parent)
+                kept_there, _ = merge_lines(b"", _read_or_empty(moved), b"")
+                _stage_file(git, moved, kept_there + added)
+        try:
+            git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
+            return []
+        except GitError as exc:
+            if not _rebase_in_progress(git):
+                raise GitError(f"sync: git rebase --continue failed: {exc}") from None
+
+
+def _stage_file(git: GitStore, path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` in the work tree and the git index; a month file left empty is deleted, as prune does."""
+    rel = ":(literal)" + git.rel(path)
+    if data:
+        atomic_write(path, data)
+        git.run("add", "--", rel)
+    else:
+        remove(path)
+        git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", rel)
+
+
+def _month_file(gate: WriteGate, git: GitStore, repo_rel: str) -> bool:
+    """Whether ``repo_rel`` is an episode month file: ``episodes/YYYY-MM.jsonl`` or in a host folder."""
+    try:
+        parts = (git.root / repo_rel).relative_to(gate.episodes.dir).parts
+    except ValueError:
+        return False
+    return 1 <= len(parts) <= 2 and month_of(Path(parts[-1])) is not None
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return b""
+
+
+def _give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:
+    """What to say about ``shared`` (see :func:`_shared_folders`), giving up those drawn by default: no longer
+    pruned from here (their writer, or whoever finds them idle, does), and a new folder drawn when the current one
+    is among them. A name the person chose is theirs to change: only named."""
+    episodes = gate.episodes
+    current = episodes.host
+    shared = set(shared)
+    said: list[str] = []
+    if current in shared and episodes.named:
+        shared.discard(current)
+        said.append(f"the remote's commits add lines to episodes/{current}/, where this host appends too ([episodes] "
+                    "host or MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its "
+                    "own name")
+    if shared and episodes.folders is not None:
+        fresh = episodes.folders.disown(shared, successor)
+        names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
+        now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
+        said.append(f"the remote's commits change {names}, written here before: another clone writes there too (a "
+                    f"copy of this clone with its local state, a teammate's commit, a laptop of the same name){now}; "
+                    "no longer pruned from here (by its writer, or once idle)")
+    return said
 
 
 def _places(gate: WriteGate, git: GitStore) -> list[str]:

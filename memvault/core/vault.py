@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config, holds_config
 from ..models.engine import Engine, Status
-from ..stores.episodes import EpisodeLog
+from ..stores.episodes import EPISODE_FOLDERS, EpisodeLog
 from ..rules.errors import ConfigError, GitError, MemvaultError, ModelUnavailable, SearchIndexError, VaultNotFound
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, ensure_dir
@@ -133,7 +133,8 @@ class Vault:
         self._facts = FactStore(self.root, max_bytes=limits.fact_bytes)
         self._episodes = EpisodeLog(self.root, self.state_dir / "locks" / "episodes.lock",
                                     fsync=self.config.episodes.fsync, per_host=self.config.track_episodes,
-                                    host=self.config.episodes.host, max_bytes=limits.episode_bytes)
+                                    host=self.config.episodes.host, max_bytes=limits.episode_bytes,
+                                    folders=self.state_dir / EPISODE_FOLDERS)
         self._procedures = ProcedureStore(self.root, lambda: self.git, max_bytes=limits.procedure_bytes)
         changes = getattr(self.__dict__.get("index"), "changes", None)  # a file watcher outlives a reload
         self.index: VaultIndex

@@ -40,11 +40,12 @@ _field_weights = _weight_table(DEFAULT_FIELD_WEIGHTS, "field", "{ key = 3.0, cat
 class EpisodesSettings:
     """Episodes are high-volume and retention must really delete them, so by default they stay out of git."""
 
-    track_in_git: bool = setting(False, "commit episodes to git (each host then writes its own files, so merges "
+    track_in_git: bool = setting(False, "commit episodes to git (each clone then writes its own files, so merges "
                                         "never conflict)", _bool)
     fsync: bool = setting(True, "fsync every appended line: an acknowledged episode survives a power loss", _bool)
     host: str | None = setting(None, "this host's episode folder when tracked in git (default: MEMVAULT_HOST, then "
-                                     "the hostname)", _opt_str, shown='""', template=False)
+                                     "the hostname and an id drawn once per clone)", _opt_str, shown='""',
+                               template=False)
 
 
 @dataclass(frozen=True)

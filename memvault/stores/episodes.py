@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..rules import jsontext
-from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, locked, open_private, read_inside, walk
+from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
+from ..rules.fsread import read_regular
+from ..rules.fsutil import FileChange, atomic_write, ensure_dir, entry_problem, locked, open_private, read_inside, walk
 from ..rules.timeutil import format_time, now, parse_time
 from ..rules.timeutil import now as clock
 from ..rules.validation import Problem, check_episode_time, check_json_value, validate_kind, validate_source, validate_tags
@@ -175,12 +176,14 @@ class RewriteReport:
 class EpisodeLog:
     """The ``episodes/`` directory of a vault: month files, appended under a lock, read line by line.
 
-    With ``per_host`` (episodes tracked in git) each host appends to its own sub-folder (``[episodes] host``,
-    ``MEMVAULT_HOST``, else the hostname), so hosts sharing a remote never append to the same file.
+    With ``per_host`` (episodes tracked in git) each clone appends to its own sub-folder, so clones sharing a remote
+    never append to the same file: ``[episodes] host`` or ``MEMVAULT_HOST`` when set (the person's choice), else the
+    hostname and a random id drawn once and kept in ``folders`` (:class:`HostFolders`, in the local state), since
+    two laptops or containers often share a hostname.
     """
 
     def __init__(self, root: Path, lock_path: Path, *, fsync: bool = True, per_host: bool = False,
-                 host: str | None = None, max_bytes: int | None = None) -> None:
+                 host: str | None = None, max_bytes: int | None = None, folders: Path | None = None) -> None:
         self.root = root
         self.dir = root / "episodes"
         self.lock_path = lock_path
@@ -188,14 +191,38 @@ class EpisodeLog:
         self.per_host = per_host
         self._host = host
         self.max_bytes = max_bytes
+        #: This clone's own folders, in its local state (None: a log with no state, which writes by hostname).
+        self.folders = HostFolders(folders, self.dir, lock_path) if folders is not None else None
 
     @property
     def host(self) -> str | None:
         """This host's folder when episodes are per host, else None."""
-        return host_folder(self._host) if self.per_host else None
+        if not self.per_host:
+            return None
+        explicit = chosen_host(self._host)
+        if explicit is not None or self.folders is None:
+            return host_folder(explicit)
+        return self.folders.current()
+
+    @property
+    def named(self) -> bool:
+        """Whether the person chose this host's folder (``[episodes] host`` or ``MEMVAULT_HOST``)."""
+        return chosen_host(self._host) is not None
+
+    def own_folders(self) -> set[str]:
+        """The host folders this clone writes or wrote (its current one, and those its local state names); empty
+        when episodes are not per host."""
+        host = self.host
+        if host is None:
+            return set()
+        return {host, *self.folders.known()} if self.folders is not None else {host}
 
     def lock(self) -> Any:
         """The append lock: held by every append, and by rewrites and sync for their whole duration."""
+        if self.per_host and self.folders is not None and not self.named:
+            # Settle this clone's folder before the lock file can exist: its presence tells an older memvault's
+            # clone (see HostFolders.current), so no lock this version takes may stand in for that evidence.
+            self.folders.current()
         return locked(self.lock_path)
 
     def file_for(self, at: datetime) -> Path:
@@ -250,9 +277,15 @@ class EpisodeLog:
         episode.path = self.file_for(when)
         return episode, data
 
-    def append_line(self, path: Path, data: bytes) -> None:
-        """Append one rendered line (see :meth:`make`) as one ``write(2)`` under the append lock."""
+    def append_line(self, path: Path, data: bytes) -> Path:
+        """Append one rendered line (see :meth:`make`) as one ``write(2)`` under the append lock; the file written.
+
+        With a folder per host the folder is this clone's at the time the lock is held, not when the line was made:
+        a sync in another process may have drawn a new one meanwhile (its old folder is another clone's too), and a
+        line put there after the draw met that clone's lines in one file again."""
         with self.lock():
+            if self.per_host and path.parent.parent == self.dir:
+                path = self.dir / str(self.host) / path.name
             # Never through a link: not the month file, nor episodes/ or a host folder on the way to it.
             fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
@@ -269,12 +302,13 @@ class EpisodeLog:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+        return path
 
     def own_files(self, idle: float, at: datetime) -> list[Path]:
-        """The files this host keeps (prunes): all of them, or with a folder per host its own folder's, the files
-        outside any host folder, and the folders of hosts idle for more than ``idle`` seconds (gone, or never
-        back). Another host's live folder is its own: two hosts pruning one file a day apart conflicted at every
-        sync, and one teammate's committed secret line stopped every host's prune."""
+        """The files this host keeps (prunes): all of them, or with a folder per host its own folders' (see
+        :meth:`own_folders`), the files outside any host folder, and the folders of hosts idle for more than ``idle``
+        seconds (gone, or never back). Another host's live folder is its own: two hosts pruning one file a day apart
+        conflicted at every sync, and one teammate's committed secret line stopped every host's prune."""
         files = self.files()
         if not self.per_host:
             return files
@@ -286,7 +320,8 @@ class EpisodeLog:
             except OSError:
                 continue
         cutoff = at.timestamp() - idle
-        keep = {f for f, t in newest.items() if f in ("", self.host) or t < cutoff}
+        own = self.own_folders() | {""}
+        keep = {f for f, t in newest.items() if f in own or t < cutoff}
         return [p for p in files if folders[p] in keep]
 
     def plan_rewrite(self, drop: Callable[[Episode], bool], files: list[Path] | None = None) -> RewriteReport:
@@ -575,13 +610,150 @@ def parse_lines(data: bytes, path: Path, problems: list[Problem] | None = None, 
             _report(problems, Problem(path, exc.reason, lineno))
 
 
-def host_folder(configured: str | None) -> str:
-    """This host's episode folder: ``[episodes] host``, else ``MEMVAULT_HOST``, else the hostname."""
-    import socket
+def chosen_host(configured: str | None) -> str | None:
+    """The folder name the person chose: ``[episodes] host``, else ``MEMVAULT_HOST``; None when neither is set."""
+    return configured or os.environ.get("MEMVAULT_HOST") or None
 
-    raw = configured or os.environ.get("MEMVAULT_HOST") or socket.gethostname()
+
+def host_folder(configured: str | None) -> str:
+    """A host folder's name from ``[episodes] host``, else ``MEMVAULT_HOST``, else the hostname, made safe for a
+    path. Without a chosen name :class:`HostFolders` adds an id to the hostname: this alone is what older memvaults
+    wrote to."""
+    return _path_name(chosen_host(configured) or _hostname())
+
+
+def _hostname() -> str:
+    import socket  # only with episodes per host
+
+    return socket.gethostname()
+
+
+def _path_name(raw: str) -> str:
+    """``raw`` as a folder name: lower case; letters, digits, ``.``, ``_``, ``-``; never empty, ``.`` or ``..``."""
     name = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip(".-")
     return name or "host"
+
+
+#: The file in a vault's state directory naming this clone's host folders (see :class:`HostFolders`).
+EPISODE_FOLDERS = "episode-folders.json"
+#: A folder name read back from local state: what :func:`host_folder` can make (never ``.``, ``..`` or a path).
+_FOLDER_NAME = re.compile(r"^[a-z0-9_](?:[a-z0-9._-]{0,98}[a-z0-9_])?$")
+#: How much of the hostname a default folder keeps before its id.
+_HOSTNAME_PART = 40
+
+
+class HostFolders:
+    """This clone's episode folders, kept in its local state (``episode-folders.json``, out of reach of commits).
+
+    ``folder`` is where this clone appends when no name is chosen: ``<hostname>-<id>``, the id eight random base32
+    characters drawn once, so two laptops named ``MacBook-Pro.local``, containers named ``localhost`` or CI runners
+    never append to one file. ``older`` are folders this clone wrote before and still prunes: on the upgrade from a
+    memvault that wrote ``episodes/<hostname>/``, that folder when this clone's state shows it appended, synced or
+    pruned here before (the append lock exists), since a fresh clone's folder of that name is another host's.
+
+    A record that is missing or unreadable (the state dir deleted) is drawn afresh: a new folder, read like any
+    other; the old one is pruned by whoever finds it idle, as a host that left.
+    """
+
+    def __init__(self, path: Path, episodes_dir: Path, append_lock: Path) -> None:
+        self.path = path
+        self.dir = episodes_dir
+        self.append_lock = append_lock
+
+    def current(self) -> str:
+        """This clone's default folder, drawn and recorded on first use. Read at each call, not kept: a long-running
+        process (the MCP server, the watcher) follows a new folder drawn by another (see :meth:`disown`)."""
+        record = self._read()
+        if record is None:
+            with locked(self._lock_path()):
+                record = self._read()  # another process may have drawn it meanwhile
+                if record is None:
+                    legacy = _path_name(_hostname())  # where an older memvault appended
+                    # The append lock is an older memvault's evidence only when this version never kept a record
+                    # here: a damaged record means the lock is this version's, and the folder another laptop's.
+                    upgraded = os.path.lexists(self.append_lock) and not os.path.lexists(self.path)
+                    older = [legacy] if upgraded and self._exists(legacy) else []
+                    record = {"folder": self._draw(), "older": older}
+                    self._write(record)
+        return str(record["folder"])
+
+    def known(self) -> set[str]:
+        """Every folder the record names (its current and older ones); empty when there is no record yet."""
+        record = self._read()
+        return set() if record is None else {record["folder"], *record["older"]}
+
+    def disown(self, folders: set[str], successor: str | None = None) -> str | None:
+        """``folders`` are written by another clone too (it pulled their new lines): drop them from this clone's
+        own, and when the current folder is among them move to ``successor`` (from :meth:`draw`, which a sync has
+        already moved this clone's lines to) or a new one. The new folder, or None."""
+        if successor is not None and not _valid_folder(successor):
+            raise InvalidValue("folder", f"{successor!r} is not a host folder name")
+        with locked(self._lock_path()):
+            record = self._read()
+            if record is None or not ({record["folder"], *record["older"]} & folders):
+                return None
+            older = [f for f in record["older"] if f not in folders]
+            fresh = record["folder"] in folders
+            record = {"folder": (successor or self._draw()) if fresh else record["folder"], "older": older}
+            self._write(record)
+            return record["folder"] if fresh else None
+
+    # -- the record ----------------------------------------------------------------------------------------
+    def _lock_path(self) -> Path:
+        return self.append_lock.with_name("episode-folders.lock")
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            data = jsontext.parse(read_regular(self.path, limit=1 << 16))
+        except (OSError, ValueError, MemvaultError):  # missing, a link, damaged: drawn afresh
+            return None
+        if not isinstance(data, dict) or not _valid_folder(data.get("folder")):
+            return None
+        older = data.get("older")
+        return {"folder": data["folder"],
+                "older": [f for f in older if _valid_folder(f)] if isinstance(older, list) else []}
+
+    def _write(self, record: dict[str, Any]) -> None:
+        ensure_dir(self.path.parent)
+        atomic_write(self.path, (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"), mode=0o600)
+
+    def draw(self) -> str:
+        """A new folder name (see :meth:`_draw`), recorded nowhere: :meth:`disown` records it."""
+        return self._draw()
+
+    def _draw(self) -> str:
+        """``<hostname>-<id>``, an id whose folder is not in the work tree (a teammate may have committed one)."""
+        base = _path_name(_hostname())[:_HOSTNAME_PART].rstrip(".-")
+        while True:
+            suffix = "".join(_CROCKFORD[secrets.randbelow(32)] for _ in range(8)).lower()
+            name = f"{base}-{suffix}" if base else suffix
+            if not self._exists(name):
+                return name
+
+    def _exists(self, folder: str) -> bool:
+        return os.path.lexists(self.dir / folder)
+
+
+def _valid_folder(name: object) -> bool:
+    return isinstance(name, str) and bool(_FOLDER_NAME.match(name))
+
+
+def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes]:
+    """One month file changed on two sides (two clones appended to one folder; a purge or a prune met another's
+    appends), as lines: ``ours`` less the lines ``theirs`` removed from ``base``, and apart the lines ``theirs``
+    added that ``ours`` does not hold (in ``theirs``' order), for the caller to put after them or elsewhere. A line
+    removed on either side (a purged secret, a pruned one) never comes back; none is written twice (a line is an
+    episode with its own id)."""
+    old = set(base.splitlines())
+    gone = old - set(theirs.splitlines())
+    have = set(ours.splitlines())
+    kept = b"".join(line + b"\n" for line in ours.splitlines() if line.strip() and line not in gone)
+    added: list[bytes] = []
+    for line in theirs.splitlines():
+        if line.strip() and line not in old and line not in have:
+            added.append(line + b"\n")
+            have.add(line)
+    return kept, b"".join(added)
 
 
 def source_matches(pattern: str, source: str | None) -> bool:

@@ -100,6 +100,9 @@ class GitStore:
             out = subprocess.run(
                 ["git", *args], cwd=self.root, capture_output=True, text=True, check=False,
                 env={**os.environ, **env} if env else None,
+                # A path is bytes to git: a teammate's file whose name is not UTF-8 stopped every sync with a
+                # traceback. Kept as the file system's own name (os.fsencode gives the bytes back to git).
+                errors="surrogateescape",
             )
         except OSError as exc:
             raise GitError(f"cannot run git: {exc.strerror}") from None
@@ -365,6 +368,14 @@ class GitStore:
             commit, author, date, message, diff = chunk.split("\x1f", 4)
             entries.append(LogEntry(commit, author, date, message.strip(), diff.strip("\n")))
         return entries
+
+    def staged(self, stage: int, repo_rel: str) -> bytes | None:
+        """The bytes of ``repo_rel`` at ``stage`` of the git index (0 merged; in a conflict 1 base, 2 ours, 3 theirs),
+        or None when that stage holds no such file (deleted on that side)."""
+        try:
+            return self._run(["show", f":{stage}:{repo_rel}"], None)
+        except GitError:
+            return None
 
     def run(self, *args: str, **kwargs: Any) -> str:
         """Any other git command in this repository; raises :class:`GitError`."""
