@@ -219,3 +219,15 @@ def test_the_mcp_keyword_only_warning_is_inside_the_budget(bv, models):
         data = answer.structured_content
         assert data["mode"] == "keyword" and "keyword-only" in data["warnings"][0]
         assert data["hits"] and count_tokens(answer.content[0].text) <= budget
+
+
+def test_a_character_beyond_ascii_counts_a_token_and_ascii_a_quarter():
+    """A CJK memory counted at a quarter token a character took 2.8x its count in a real tokenizer's tokens
+    (MiniLM's WordPiece: one a CJK character), so a budget let through nearly three times what it said."""
+    from memvault.core.hits import count_tokens
+
+    assert count_tokens("") == 0
+    assert count_tokens("The billing database is PostgreSQL 15.") == 10  # ⌈38 / 4⌉, as before
+    assert count_tokens("数据库主服务器") == 7
+    assert count_tokens("db-billing-1 上运行") == 4 + 3  # ⌈13 / 4⌉ ASCII, and 3 beyond
+    assert count_tokens("Die Datenbank läuft") == 5 + 1

@@ -281,7 +281,8 @@ CONTEXT_HARD_BYTES = 8000
 class AgentsSettings:
     """Agent runtimes wired with `memvault agent install`: what a session starts with and what a prompt gets."""
 
-    budget: int = setting(1200, "tokens (characters / 4) of context a session starts with; the block is also cut at "
+    budget: int = setting(1200, "tokens (ASCII characters / 4, one a character beyond) of context a session starts "
+                                "with; the block is also cut at "
                                 f"{CONTEXT_HARD_BYTES} bytes whatever this says", _int(100, 4000))
     prompt_budget: int = setting(400, "tokens of recalled memory added to a prompt (per-prompt recall, opt-in at "
                                       "install); nothing at all when nothing clears the relevance floor",

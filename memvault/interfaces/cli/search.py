@@ -18,7 +18,7 @@ from .base import Out, cli, echo, output, pass_ctx, warn
               help="How many memories (at most 1000).")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["fact", "episode", "procedure"]),
               help="Only these kinds (repeat for several).")
-@click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits whose answer, as printed, fits this many tokens (≈ chars/4).")
+@click.option("--budget", type=click.IntRange(min=1), help="Keep the best hits whose answer, as printed, fits this many tokens (≈ ASCII characters / 4, one a character beyond ASCII).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prompt"]), help="Output format (default text).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--explain", is_flag=True,
