@@ -514,3 +514,29 @@ def test_stats_reports_the_warm_process_and_never_starts_one(vault, monkeypatch)
         stats = v.stats()
         assert stats["warm_process"]["rss_bytes"] > 10 * 2**20
         assert "resident" in stats["summary"][-1] and str(os.getpid()) in stats["summary"][-1]
+
+
+def test_a_warm_process_that_never_listens_is_not_left_running(warm_on, monkeypatch, tmp_path):
+    """start() gave up after START_TIMEOUT and left the process it had started running (a model load stuck on a
+    network share, a wedged import): each later start added one more, each holding memory until killed."""
+    import memvault.models as models
+
+    (tmp_path / "never_listens.py").write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{REPO_ROOT}")
+    monkeypatch.setattr(models, "warm_server", "never_listens")
+    monkeypatch.setattr(daemon, "START_TIMEOUT", 1.0)
+    with pytest.raises(DaemonUnavailable, match="did not listen"):
+        daemon.start(idle=60)
+
+    def running() -> list[str]:
+        out = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                args = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"-m" in args[:-1] and args[args.index(b"-m") + 1] == b"never_listens":  # not pytest's own -k
+                out.append(cmdline.parent.name)
+        return out
+
+    assert running() == []

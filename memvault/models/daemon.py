@@ -234,9 +234,21 @@ def start(idle: float = DEFAULT_IDLE) -> None:
                     channel.call({"op": "hello"}, 5.0)
                     return
                 time.sleep(0.02)
+            _end(proc)  # left running, it would hold its memory, and each later start would add one more
             raise DaemonUnavailable(f"the warm process did not listen within {START_TIMEOUT:.0f} s")
         finally:
             os.close(lock)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Ends a warm process this one started that never listened: asked first, then killed."""
+    with contextlib.suppress(OSError):
+        proc.terminate()
+        try:
+            proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(2.0)
 
 
 def _log_tail(fd: int) -> str:
