@@ -4,6 +4,7 @@ every command line the quick path does not read completely."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -107,3 +108,63 @@ def test_the_vault_is_found_as_the_cli_finds_it(vault, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MEMVAULT_DIR")
     assert quick._root(None) is None
+
+
+#: A teammate's fact that speaks to the terminal: a window title (OSC), a screen clear (CSI), an 8-bit CSI (C1), a
+#: bidi override and a carriage return that would overwrite the line shown.
+HOSTILE = "The database port is 5432 \x1b]0;pwned\x07 \x1b[2J \u202eevil\u202c \x9b31m \x85 \rforged"
+
+
+@pytest.mark.parametrize("fmt", [["--json"], ["--format", "text"], ["--format", "prompt"]])
+def test_the_quick_path_escapes_control_characters_as_the_full_cli_does(warm_vault, fmt, monkeypatch):
+    """The console script, run as a person runs it, with and without the warm process: the same bytes, and no
+    character a terminal acts on."""
+    warm_vault.facts.set("db/primary", HOSTILE, source="user:t")
+    line = [sys.executable, "-m", "memvault", "--vault", str(warm_vault.root), "recall", "database port",
+            "--mode", "keyword", "--no-record", *fmt]
+
+    def run(**env: str) -> subprocess.CompletedProcess[bytes]:
+        import os
+
+        out = subprocess.run(line, capture_output=True, timeout=60, cwd=REPO_ROOT, env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr
+        return out
+
+    fast, full = run(), run(MEMVAULT_NO_DAEMON="1")
+    controls = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+    for out in (fast, full):
+        text = out.stdout.decode()
+        assert "db/primary" in text and not controls.search(text), text
+    if fmt == ["--json"]:
+        mine, theirs = json.loads(fast.stdout), json.loads(full.stdout)
+        for hit in mine["hits"] + theirs["hits"]:
+            hit["factors"].pop("recency")
+            hit.pop("score")
+        assert mine == theirs and mine["hits"][0]["text"] == HOSTILE
+        assert re.sub(rb'"(recency|score)": [0-9.e-]+', b"", fast.stdout) == \
+            re.sub(rb'"(recency|score)": [0-9.e-]+', b"", full.stdout)
+    else:
+        assert fast.stdout == full.stdout
+
+
+def test_the_quick_paths_warnings_are_escaped_as_the_clis(vault, monkeypatch, capsys):
+    """A warning can name what a teammate committed (a file, a key): on stderr it is escaped as warn() escapes it."""
+    from memvault.interfaces import warm_client
+    from memvault.interfaces.cli.base import warn
+
+    monkeypatch.delenv("MEMVAULT_NO_DAEMON", raising=False)
+    warning = "facts/\x1b]0;pwned\x07\u202ex.md could not be read"
+    monkeypatch.setattr(warm_client, "call", lambda *a, **k: {"hits": [], "warnings": [warning], "printed": "[]"})
+    assert quick.recall(["--vault", str(vault.root), "recall", "q"]) == 0
+    fast = capsys.readouterr()
+    warn([warning])
+    assert fast.err == capsys.readouterr().err and "\x1b" not in fast.err and "\u202e" not in fast.err
+
+
+def test_a_reply_without_the_printed_answer_leaves_it_to_the_full_cli(vault, monkeypatch, capsys):
+    from memvault.interfaces import warm_client
+
+    monkeypatch.delenv("MEMVAULT_NO_DAEMON", raising=False)
+    monkeypatch.setattr(warm_client, "call", lambda *a, **k: {"hits": [], "warnings": [], "rendered": "\x1b[2J"})
+    assert quick.recall(["--vault", str(vault.root), "recall", "q"]) is None
+    assert capsys.readouterr() == ("", "")

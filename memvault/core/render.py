@@ -54,6 +54,13 @@ def render(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dic
     return "\n\n".join(_text_item(h, i, explain, weights) for i, h in enumerate(hits, 1))
 
 
+def printed(hits: Sequence[Hit], fmt: str, *, explain: bool = False, weights: dict[str, float] | None = None) -> str:
+    """The answer exactly as ``memvault recall`` prints it (less the final line break): :func:`render` through
+    :func:`~memvault.rules.markup.printable`, so no stored character can act on the reader's terminal. The full CLI,
+    the warm process (for the quick path) and the budget's count all take it from here."""
+    return printable(render(hits, fmt, explain=explain, weights=weights))
+
+
 def result_json(result: RecallResult) -> dict[str, Any]:
     """The whole result as one JSON object (MCP and ``recall --json``): hits plus how they were found."""
     return result.to_dict()
@@ -227,7 +234,7 @@ class _Size:
         self.fmt, self.explain, self.weights = fmt, explain, weights
 
     def tokens(self, result: RecallResult) -> int:
-        return count_tokens(printable(render(result, self.fmt, explain=self.explain, weights=self.weights)) + "\n")
+        return count_tokens(printed(result, self.fmt, explain=self.explain, weights=self.weights) + "\n")
 
     def cost(self, hit: Hit, rank: int) -> int:
         """What ``hit`` adds (``rank``: the largest it can have, for the text format's number)."""

@@ -58,18 +58,16 @@ def recall(argv: list[str]) -> int | None:
     from .warm_client import call
 
     reply = call(root, "recall", {**parsed, "fmt": fmt}, timeout=TIMEOUT)
-    if reply is None or "error" in reply:
+    if reply is None or "error" in reply or not isinstance(reply.get("printed"), str):
         return None
-    import json
+    # The answer comes printed by the function the full CLI prints with (memvault.core.render.printed): a memory's
+    # control characters arrive escaped, as the full CLI shows them. The warnings are escaped here as its warn() does.
+    from ..rules.markup import printable
 
     try:
         for warning in reply.get("warnings") or ():
-            print(f"memvault: warning: {warning}", file=sys.stderr)
-        if fmt == "json":
-            reply.pop("rendered", None)
-            print(json.dumps(reply, ensure_ascii=False, indent=2))
-        else:
-            print(reply["rendered"])
+            print(printable(f"memvault: warning: {warning}"), file=sys.stderr)
+        print(reply["printed"])
         sys.stdout.flush()
     except BrokenPipeError:
         from .pipes import silence_stdout

@@ -51,8 +51,9 @@ def serve_recall(vault: Vault, *, query: str, source: str | None = None, k: int 
                  budget: int | None = None, mode: str = "hybrid", fmt: str = "json", since: str | None = None,
                  until: str | None = None, min_relevance: float | None = None, record: bool = True) -> dict[str, Any]:
     """``memvault recall QUERY --json`` as a call: the JSON answer, plus ``rendered`` (the text or prompt block)
-    when ``fmt`` is not json. ``since``/``until`` are RFC 3339 times or ages ("7d"), as on the command line."""
-    from ..core.render import render, result_json
+    when ``fmt`` is not json, and ``printed``: the answer in ``fmt`` exactly as the full CLI prints it (control
+    characters escaped), which is all the quick path prints. ``since``/``until`` are RFC 3339 times or ages ("7d"), as on the command line."""
+    from ..core.render import printed, render, result_json
     from ..rules.timeutil import parse_time_or_age
 
     options: dict[str, Any] = {"mode": mode, "fmt": fmt, "record_access": record, "min_relevance": min_relevance}
@@ -64,6 +65,7 @@ def serve_recall(vault: Vault, *, query: str, source: str | None = None, k: int 
     out = result_json(result)
     if fmt != "json":
         out["rendered"] = render(result, fmt)
+    out["printed"] = printed(result, fmt)
     return out
 
 

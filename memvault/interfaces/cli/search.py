@@ -47,7 +47,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
     step with the files first, so an edited or deleted memory never comes back stale. Warnings go to stderr;
     results still come.
     """
-    from ...core.render import render
+    from ...core.render import printed
 
     fmt = "json" if as_json else (fmt or "text")
     vault = ctx.vault
@@ -57,7 +57,7 @@ def recall(ctx, query, k, kinds, budget, fmt, as_json, explain, mode, no_record,
                           since=parse_time_or_age(since, "--since") if since else None,
                           until=parse_time_or_age(until, "--until") if until else None)
     warn(result.warnings)
-    echo(render(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))
+    echo(printed(result, fmt, explain=explain, weights=vault.config.recall.weights if explain else None))
 
 
 @cli.command()
