@@ -231,3 +231,28 @@ def test_a_character_beyond_ascii_counts_a_token_and_ascii_a_quarter():
     assert count_tokens("数据库主服务器") == 7
     assert count_tokens("db-billing-1 上运行") == 4 + 3  # ⌈13 / 4⌉ ASCII, and 3 beyond
     assert count_tokens("Die Datenbank läuft") == 5 + 1
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "prompt"])
+def test_the_budget_said_to_be_needed_returns_the_best_hit(fmt):
+    """"Needs a budget of N" is a promise: at N the best hit comes back. The room kept for the note was sized by
+    the hit whose kind and id together are longest, but the note prints the id twice (``best_dropped`` and the
+    warning) and the kind once: a runbook "p" outweighed a fact "pppppp" there while the fact's note is 5
+    characters longer, and at N the answer said "too small for even one hit" again (JSON, 1 in 4 text lengths)."""
+    from memvault.core.hits import Hit, RecallResult
+    from memvault.core.render import fit_budget
+
+    factors = {"relevance": 1.0, "importance": 0.5, "confidence": 1.0, "recency": 1.0, "frequency": 0.0}
+    broken = {}
+    for extra in range(8):
+        hits = [Hit("procedure", "p", "run it " * 100 + "x" * extra, 0.9, factors, "user:a", None, None, "p.sh"),
+                Hit("fact", "pppppp", "small", 0.8, factors, "user:a", None, None, "facts/pppppp.md")]
+        first = RecallResult(hits)
+        fit_budget(first, 1, fmt)
+        needed = first.budget["needed"]
+        again = RecallResult(hits)
+        fit_budget(again, needed, fmt)
+        if [h.id for h in again][:1] != ["p"]:
+            broken[extra] = (needed, again.nothing_found)
+    assert broken == {}
+

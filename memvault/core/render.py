@@ -150,8 +150,9 @@ def fit_budget(result: RecallResult, budget: int, fmt: str, *, explain: bool = F
     if fmt == "text":  # a hit's rank once some are left out is not known yet: count the widest number
         costs = [size.cost(h, len(hits)) for h in hits]
     # Some hit is left out, and the note that says so is part of the answer: room is kept for the longest it can
-    # be (the longest id, counts of as many digits as there are hits).
-    longest = max(hits, key=lambda h: token_units(printable(json.dumps(h.id, ensure_ascii=False))) + len(h.kind))
+    # be (the longest note names its hit's id twice, in best_dropped and the warning, and its kind once; counts of
+    # as many digits as there are hits).
+    longest = max(hits, key=lambda h: 2 * token_units(printable(json.dumps(h.id, ensure_ascii=False))) + len(h.kind))
     reserve = _Note(budget, len(hits), len(hits), longest, max(costs), len(hits))
     room = 4 * budget - size.frame(result, reserve)
     kept: list[Hit] = []
