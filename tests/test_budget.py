@@ -11,6 +11,7 @@ import pytest
 from memvault import Vault
 from memvault.core.hits import count_tokens
 from memvault.core.render import render
+from memvault.rules.markup import printable
 from memvault.interfaces.cli import Context, cli
 from conftest import git
 from fake_embedder import set_model
@@ -256,3 +257,22 @@ def test_the_budget_said_to_be_needed_returns_the_best_hit(fmt):
             broken[extra] = (needed, again.nothing_found)
     assert broken == {}
 
+
+@pytest.mark.parametrize("fmt", ["json", "text", "prompt"])
+def test_the_budget_said_to_be_needed_for_a_lone_hit_is_the_least(fmt):
+    """A lone hit that fits leaves nothing out, so its answer carries no note; the budget said to be needed counted
+    room for one all the same (JSON: ~80 tokens more than the answer takes)."""
+    from memvault.core.hits import Hit, RecallResult
+    from memvault.core.render import fit_budget
+
+    factors = {"relevance": 1.0, "importance": 0.5, "confidence": 1.0, "recency": 1.0, "frequency": 0.0}
+    hit = Hit("fact", "db/primary", "The primary database listens on port 5432. " * 20, 0.9, factors, "user:a",
+              None, None, "facts/db/primary.md")
+    first = RecallResult([hit])
+    fit_budget(first, 1, fmt)
+    needed = first.budget["needed"]
+    exact = count_tokens(printable(render(RecallResult([hit]), fmt)) + "\n")
+    assert needed == exact
+    at = RecallResult([hit])
+    fit_budget(at, needed, fmt)
+    assert list(at) == [hit] and at.budget is None

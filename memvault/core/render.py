@@ -168,7 +168,9 @@ def fit_budget(result: RecallResult, budget: int, fmt: str, *, explain: bool = F
         dropped = [(h, c) for h, c in zip(hits, costs) if id(h) not in chosen]
         best, cost = dropped[0]
         note = _Note(budget, len(kept), len(dropped), best, cost, len(hits))
-        if not kept:
+        if not kept and len(hits) == 1:  # alone it leaves nothing out: its answer carries no note
+            note.needed = max(budget + 1, -(-(size.frame(result, None) + cost + size.section(best, set())) // 4))
+        elif not kept:
             needed = budget
             for _ in range(3):  # the note holds the budget's digits: settle them
                 needed = max(budget + 1, -(-(size.frame(result, _Note(needed, len(hits), len(hits), longest,
