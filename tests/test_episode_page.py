@@ -147,3 +147,26 @@ def test_a_time_ordered_month_parses_only_the_page(tmp_path, monkeypatch):
     page = log.list(limit=20)
     assert [e.text for e in page] == [f"line {k}" for k in range(4980, 5000)]
     assert len(parsed) <= 20 + 3  # the page, and the few lines within a second of its oldest
+
+
+def test_a_midnight_written_as_24_00_is_parsed_as_the_full_parse_reads_it(tmp_path, monkeypatch):
+    """Python 3.14's fromisoformat reads ``T24:00:00`` as the next day's midnight (ISO 8601's end of day, gh-102450;
+    3.11-3.13 refuse it): the text sorts before the next day's ``T00:00:00``, its time does not. The scan skipped such
+    a line as older than the page's oldest second when it ties with it. Emulated here on any Python."""
+    import memvault.stores.episodes as episodes_mod
+    from memvault.rules.timeutil import parse_time
+
+    def parse_time_314(value, name="time"):
+        if isinstance(value, str) and "T24:00:00" in value:
+            return parse_time(value.replace("T24:00:00", "T00:00:00"), name) + timedelta(days=1)
+        return parse_time(value, name)
+
+    monkeypatch.setattr(episodes_mod, "parse_time", parse_time_314)
+    log = EpisodeLog(tmp_path, tmp_path / "episodes.lock")
+    path = tmp_path / "episodes" / "2026-05.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps({"id": i, "created_at": at, "source": "user:ops", "text": i}) + "\n"
+                            for i, at in (("z", "2026-05-01T24:00:00Z"), ("a", "2026-05-02T00:00:00Z"))))
+    expected, _ = full_parse(log, 1)
+    assert [e.id for e in expected] == ["z"]  # the same second: the greater id is the newer
+    assert [e.id for e in log.list(limit=1)] == ["z"]

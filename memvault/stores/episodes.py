@@ -577,7 +577,8 @@ _ESCAPE = re.compile(rb"\\u")
 def _late(floor: bytes) -> re.Pattern[bytes]:
     """A ``"created_at"`` key whose value is not a plain UTC time of a second before ``floor``: the start of a line
     that must be parsed. The times before ``floor`` as a pattern: at the first character that differs, a smaller
-    digit (the text of a plain time sorts as its time)."""
+    digit (the text of a plain time sorts as its time). Hour 24 is never earlier: Python 3.14 reads ``T24:00:00`` as
+    the next day's midnight, whose text sorts before that day's ``T00``."""
     shape = "dddd-dd-ddTdd:dd:dd"
     branches = []
     for i, c in enumerate(shape):
@@ -585,7 +586,11 @@ def _late(floor: bytes) -> re.Pattern[bytes]:
             rest = "".join(r"\d" if x == "d" else x for x in shape[i + 1:])
             branches.append(re.escape(floor[:i].decode()) + f"[0-{chr(floor[i] - 1)}]" + rest)
     earlier = "|".join(branches) or "(?!)"
-    return re.compile(rf'"created_at"[ \t]*:[ \t]*"(?!(?:{earlier})(?:\.\d{{1,9}})?Z")'.encode())
+    return re.compile(rf'"created_at"[ \t]*:[ \t]*"(?!{_HOUR}(?:{earlier})(?:\.\d{{1,9}})?Z")'.encode())
+
+
+#: A plain time's hour as the clock shows it (00-23): only such a time's text sorts as its time.
+_HOUR = r"(?=\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3]))"
 
 
 def month_of(path: Path) -> tuple[int, int] | None:
