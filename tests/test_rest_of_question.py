@@ -124,3 +124,44 @@ def test_a_scoped_asker_s_subject_is_read_from_what_it_may_read(caroline):
     hits = v.recall("What did Caroline research?", k=5, record_access=False, source="agent:narrow")
     assert fake.query_calls == 1  # "Caroline" is in no fact it may read: no subject, no second embedding
     assert {h.id for h in hits} <= {"melanie/guitar"}
+
+
+def test_keyword_mode_embeds_nothing_for_the_rest(caroline):
+    v, fake = caroline
+    v = _weight(v, 0.45)
+    fake.reset_counts()
+    hits = v.recall("What did Caroline research?", k=5, record_access=False, mode="keyword")
+    assert fake.query_calls == 0 and hits
+    assert all(h.explain()["parts"]["rest"] is None for h in hits)
+
+
+def test_the_rest_read_through_a_warm_process_client_is_the_same(caroline):
+    """The CLI's embedder is often the warm process's client (memvault.models.daemon.RemoteEmbedder): its query
+    vector is an ``array('f')``, not numpy, and it has no ``query_job``. The rest is read from it the same."""
+    import array
+
+    v, fake = caroline
+    v = _weight(v, 0.45)
+    expected = [(h.id, round(h.score, 6), h.explain()["parts"]["rest"])
+                for h in v.recall("What did Caroline research?", k=5, record_access=False)]
+
+    class Client:
+        identity = fake.identity
+
+        def __getattr__(self, name):
+            if name == "query_job":
+                raise AttributeError(name)
+            return getattr(fake, name)
+
+        def embed_query(self, text):
+            return array.array("f", [float(x) for x in fake.embed_query(text)])
+
+    client = Client()
+    v = Vault.open(v.root, embedder_factory=lambda config: client)
+    fake.reset_counts()
+    got = [(h.id, round(h.score, 6), h.explain()["parts"]["rest"])
+           for h in v.recall("What did Caroline research?", k=5, record_access=False)]
+    assert fake.query_calls == 2
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    for (_, score, rest), (_, score2, rest2) in zip(got, expected):
+        assert score == pytest.approx(score2, abs=1e-5) and rest == pytest.approx(rest2, abs=1e-5)
