@@ -540,3 +540,45 @@ def test_a_warm_process_that_never_listens_is_not_left_running(warm_on, monkeypa
         return out
 
     assert running() == []
+
+
+def test_a_gone_warm_process_loads_the_model_here_once_for_threads_asking_together():
+    """Recall embeds on two threads at once (the question and, with ``[recall] rest_weight``, the question less its
+    subject; or the pending chunks beside the question): when the warm process is gone for good, each found no local
+    model yet and loaded its own copy (a second model in memory, seconds each)."""
+    import threading
+
+    from memvault.models.daemon import RemoteEmbedder
+    from memvault.rules.errors import DaemonUnavailable
+
+    from fake_embedder import FakeEmbedder
+
+    fake = FakeEmbedder(dims=32, name="fake-hash")
+    loads = []
+    started = threading.Barrier(2)
+
+    def load():
+        loads.append(1)
+        time.sleep(0.2)
+        return fake
+
+    client = object.__new__(RemoteEmbedder)  # a client whose warm process is gone and will not start again
+    client.model, client.query_prefix, client.backend, client.threads = "fake-hash", None, "auto", 0
+    client.identity, client.fallback, client._local = fake.identity, load, None
+
+    def gone(request):
+        raise DaemonUnavailable("gone")
+
+    client._call = gone
+    vectors = []
+
+    def ask(text):
+        started.wait()
+        vectors.append(client.embed_query(text))
+
+    threads = [threading.Thread(target=ask, args=(t,)) for t in ("the question", "the rest")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(vectors) == 2 and len(loads) == 1

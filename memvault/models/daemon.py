@@ -68,6 +68,9 @@ class RemoteEmbedder:
     once per call: a long-lived client never fails because its model process idled out.
     """
 
+    #: Held while the model is loaded here (``fallback``): rare, so one lock for every client.
+    _loading = threading.Lock()
+
     def __init__(self, model: str, query_prefix: str | None, *, idle: float = DEFAULT_IDLE, start: bool = True,
                  timeout: float = CALL_TIMEOUT, backend: str = "auto") -> None:
         self.model = model
@@ -121,11 +124,13 @@ class RemoteEmbedder:
             except DaemonUnavailable:
                 if self.fallback is None:
                     raise
-                embedder = self.fallback()
-                if not embedder.identity.same_vectors(self.identity):
-                    raise
-                self._local = embedder
-                self._local.threads = self.threads  # type: ignore[attr-defined]
+                with self._loading:  # threads that found it gone together (a recall embeds on two) load it once
+                    if self._local is None:
+                        embedder = self.fallback()
+                        if not embedder.identity.same_vectors(self.identity):
+                            raise
+                        embedder.threads = self.threads  # type: ignore[attr-defined]
+                        self._local = embedder
         return local(self._local)
 
     def _matrix(self, request: dict[str, Any]) -> np.ndarray:
