@@ -375,17 +375,22 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
                  if p and not p.startswith(("100644 ", "100755 "))}  # a link or a submodule on a side: not lines
         if not conflicted or links or not all(_month_file(gate, git, p) for p in conflicted):
             return conflicted
+        merged: dict[str, tuple[bytes, bytes]] = {}
         for path in conflicted:
             base, ours, theirs = (git.staged(n, path) or b"" for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
-            kept, added = merge_lines(base, ours, theirs)
+            lines = merge_lines(base, ours, theirs)
+            if lines is None:  # one episode changed on both sides: for the person, and nothing written before that
+                return conflicted
+            merged[path] = lines
+        for path, (kept, added) in merged.items():
             target = git.root / path
             move = successor is not None and current in shared and target.parent == gate.episodes.dir / str(current)
             _stage_file(git, target, kept if move else kept + added)
             if move and added:
                 moved = gate.episodes.dir / str(successor) / target.name
                 ensure_dir(moved.parent)
-                kept_there, _ = merge_lines(b"", _read_or_empty(moved), b"")
-                _stage_file(git, moved, kept_there + added)
+                there = _read_or_empty(moved)
+                _stage_file(git, moved, there + (b"\n" if there and not there.endswith(b"\n") else b"") + added)
         try:
             git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
             return []

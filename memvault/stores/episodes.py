@@ -743,22 +743,52 @@ def _valid_folder(name: object) -> bool:
     return isinstance(name, str) and bool(_FOLDER_NAME.match(name))
 
 
-def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes]:
+def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes] | None:
     """One month file changed on two sides (two clones appended to one folder; a purge or a prune met another's
     appends), as lines: ``ours`` less the lines ``theirs`` removed from ``base``, and apart the lines ``theirs``
     added that ``ours`` does not hold (in ``theirs``' order), for the caller to put after them or elsewhere. A line
     removed on either side (a purged secret, a pruned one) never comes back; none is written twice (a line is an
-    episode with its own id)."""
+    episode with its own id).
+
+    Lines are also matched by episode id, since an episode edited in place (a redacted secret) is a new line with an
+    old id: an episode one side removed is not brought back by the other side's edit of it (the purge stands), and
+    None when both sides changed one episode differently (two redactions, a redaction and a typo fix): which text
+    may hold the secret cannot be told from the bytes, so the caller leaves the conflict to the person."""
     old = set(base.splitlines())
     gone = old - set(theirs.splitlines())
     have = set(ours.splitlines())
-    kept = b"".join(line + b"\n" for line in ours.splitlines() if line.strip() and line not in gone)
+    base_ids = _line_ids(old)
+    gone_ids = base_ids - _line_ids(theirs.splitlines())  # episodes removed here: their edits there go too
+    ours_new = {_line_id(line): line for line in have - old}
+    removed_there = base_ids - _line_ids(have)  # episodes removed there: their edits here do not come back
+    kept = b"".join(line + b"\n" for line in ours.splitlines()
+                    if line.strip() and line not in gone and _line_id(line) not in gone_ids)
     added: list[bytes] = []
     for line in theirs.splitlines():
         if line.strip() and line not in old and line not in have:
-            added.append(line + b"\n")
+            episode = _line_id(line)
+            if episode is not None and ours_new.get(episode, line) != line:
+                return None  # one episode given a different new text on each side
+            if episode is None or episode not in removed_there:
+                added.append(line + b"\n")
             have.add(line)
     return kept, b"".join(added)
+
+
+def _line_id(line: bytes) -> str | None:
+    """The episode id of a stored line, or None (not JSON, no id: such a line is matched by its bytes only)."""
+    if b'"id"' not in line:
+        return None
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    episode = data.get("id") if isinstance(data, dict) else None
+    return episode if isinstance(episode, str) else None
+
+
+def _line_ids(lines: Any) -> set[str]:
+    return {i for i in map(_line_id, lines) if i is not None}
 
 
 def source_matches(pattern: str, source: str | None) -> bool:

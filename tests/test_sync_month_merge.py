@@ -1,0 +1,237 @@
+"""Review of the line merge of episode month files at sync (5d9e2a0, 9de8829): two clones writing one month file,
+real git (a bare remote, two clones), each side's bytes committed by hand so every shape can be tried."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memvault import Vault
+from memvault.rules.errors import SyncConflict
+from memvault.stores.episodes import merge_lines
+from conftest import git
+from fake_embedder import set_model
+
+MONTH = "episodes/shared/2026-11.jsonl"
+
+
+def line(id: str, text: str, source: str = "agent:ops", at: str = "2026-11-03T10:00:00Z") -> bytes:
+    return (json.dumps({"id": id, "created_at": at, "source": source, "kind": "raw", "text": text},
+                       separators=(", ", ": ")) + "\n").encode()
+
+
+class Pair:
+    """Two clones whose person chose one folder name for both (``MEMVAULT_HOST=shared``): both append to
+    ``episodes/shared/``, so a month file changed on both sides is merged in place (no successor folder)."""
+
+    def __init__(self, tmp_path, monkeypatch, models):
+        monkeypatch.setenv("MEMVAULT_HOST", "shared")
+        self.remote = tmp_path / "remote.git"
+        git(tmp_path, "init", "-q", "--bare", str(self.remote))
+        git(tmp_path, "clone", "-q", str(self.remote), "a")
+        a = Vault.init(tmp_path / "a", track_episodes=True)
+        set_model(a.root, "fake-hash")
+        git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+        self.a = Vault.open(a.root, embedder_factory=models)
+        self.a.sync()
+        git(tmp_path, "clone", "-q", str(self.remote), "b")
+        self.b = Vault.open(tmp_path / "b", embedder_factory=models)
+
+    def commit(self, vault: Vault, data: bytes | None, path: str = MONTH, message: str = "edit") -> None:
+        target = vault.root / path
+        if data is None:
+            git(vault.root, "rm", "-q", "--", path)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            git(vault.root, "add", "--", path)
+        git(vault.root, "commit", "-qm", message)
+
+    def base(self, data: bytes, path: str = MONTH) -> None:
+        self.commit(self.a, data, path, "base")
+        git(self.a.root, "push", "-q", "origin", "HEAD:main")
+        self.b.sync()
+        assert (self.b.root / path).read_bytes() == data
+
+    def remote_side(self, data: bytes | None, path: str = MONTH) -> None:
+        """The other clone's commit, pushed: in b's rebase it is "ours" (stage 2)."""
+        self.commit(self.a, data, path, "remote side")
+        git(self.a.root, "push", "-q", "origin", "HEAD:main")
+
+    def merged(self, path: str = MONTH) -> bytes:
+        """b syncs (its own commit made by hand before); the month file as b and then a see it."""
+        self.b.sync()
+        self.assert_clean(self.b)
+        assert git(self.b.root, "rev-parse", "HEAD") == git(self.b.root, "rev-parse", "origin/main")
+        self.a.sync()
+        mine = (self.b.root / path).read_bytes()
+        assert (self.a.root / path).read_bytes() == mine
+        return mine
+
+    @staticmethod
+    def assert_clean(vault: Vault) -> None:
+        assert not (vault.root / ".git" / "rebase-merge").exists()
+        assert not (vault.root / ".git" / "rebase-apply").exists()
+        assert git(vault.root, "status", "--porcelain") == ""
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch, models):
+    return Pair(tmp_path, monkeypatch, models)
+
+
+A, B, C = line("A", "alpha"), line("B", "beta"), line("C", "gamma")
+X, Y = line("X", "from the remote"), line("Y", "from here")
+
+
+def test_both_append_different_lines_each_kept_once(pair):
+    pair.base(A)
+    pair.remote_side(A + X)
+    pair.commit(pair.b, A + Y)
+    assert pair.merged() == A + X + Y
+
+
+def test_both_append_the_same_line_it_is_kept_once(pair):
+    pair.base(A)
+    pair.remote_side(A + X + B)
+    pair.commit(pair.b, A + B + Y)
+    assert pair.merged() == A + X + B + Y
+
+
+def test_a_purge_here_meeting_an_append_there_stays_purged(pair):
+    secret = line("S", "token ghp_0123456789abcdef", source="user:leaky")
+    pair.base(A + secret)
+    pair.remote_side(A + secret + X)
+    pair.commit(pair.b, A)
+    assert pair.merged() == A + X
+
+
+def test_a_purge_there_meeting_an_append_here_stays_purged(pair):
+    secret = line("S", "token", source="user:leaky")
+    pair.base(A + secret)
+    pair.remote_side(A)
+    pair.commit(pair.b, A + secret + Y)
+    assert pair.merged() == A + Y
+
+
+def test_both_purge_different_lines(pair):
+    pair.base(A + B + C)
+    pair.remote_side(A + C + X)
+    pair.commit(pair.b, B + C + Y)
+    assert pair.merged() == C + X + Y
+
+
+def test_a_redaction_here_wins_over_an_append_there(pair):
+    secret, redacted = line("S", "password hunter2"), line("S", "password <redacted>")
+    pair.base(A + secret)
+    pair.remote_side(A + secret + X)
+    pair.commit(pair.b, A + redacted)
+    out = pair.merged()
+    assert b"hunter2" not in out and out.count(b'"id": "S"') == 1
+
+
+def test_a_redaction_there_wins_over_an_append_here(pair):
+    secret, redacted = line("S", "password hunter2"), line("S", "password <redacted>")
+    pair.base(A + secret)
+    pair.remote_side(A + redacted)
+    pair.commit(pair.b, A + secret + Y)
+    out = pair.merged()
+    assert b"hunter2" not in out and out == A + redacted + Y
+
+
+def test_a_line_edited_on_both_sides_is_never_kept_twice_nor_guessed(pair):
+    """Both sides changed one episode (two redactions of one secret, or a redaction and a typo fix): neither can be
+    chosen without reading them (the other may still hold the secret), so the sync stops on the file as before."""
+    secret = line("S", "password hunter2 for db1")
+    pair.base(A + secret)
+    pair.remote_side(A + line("S", "password hunter2 for db1 (typo fixed)") + X)
+    pair.commit(pair.b, A + line("S", "password <redacted> for db1"))
+    head = git(pair.b.root, "rev-parse", "HEAD")
+    with pytest.raises(SyncConflict):
+        pair.b.sync()
+    assert git(pair.b.root, "rev-parse", "HEAD") == head
+    pair.assert_clean(pair.b)
+
+
+def test_an_episode_purged_there_does_not_come_back_through_its_edit_here(pair):
+    """The remote purged a source; this clone had redacted one of its lines (same id, new text): the purge stands."""
+    leaky = line("S", "password hunter2", source="user:leaky")
+    pair.base(A + leaky)
+    pair.remote_side(A + X)
+    pair.commit(pair.b, A + line("S", "password <redacted>", source="user:leaky"))
+    assert b'"id": "S"' not in pair.merged()
+
+
+def test_an_episode_purged_here_does_not_come_back_through_its_edit_there(pair):
+    leaky = line("S", "password hunter2", source="user:leaky")
+    pair.base(A + leaky)
+    pair.remote_side(A + line("S", "password <redacted>", source="user:leaky") + X)
+    pair.commit(pair.b, A + Y)
+    assert pair.merged() == A + X + Y
+
+
+def test_lines_without_ids_and_malformed_lines_are_kept_as_bytes(pair):
+    junk, noid = b"{not json\n", b'{"text": "no id"}\n'
+    pair.base(A + junk)
+    pair.remote_side(A + junk + noid + X)
+    pair.commit(pair.b, A + junk + Y + noid)
+    out = pair.merged()
+    assert out.count(noid) == 1 and out.count(junk) == 1 and X in out and Y in out
+
+
+def test_a_final_line_without_newline(pair):
+    pair.base(A)
+    pair.remote_side(A + X.rstrip(b"\n"))
+    pair.commit(pair.b, A + Y.rstrip(b"\n"))
+    assert pair.merged() == A + X + Y
+
+
+def test_delete_modify_both_ways(pair):
+    pair.base(A)
+    pair.remote_side(None)  # the remote purged every line: the file is gone
+    pair.commit(pair.b, A + Y)
+    assert pair.merged() == Y
+
+
+def test_modify_delete(pair):
+    pair.base(A)
+    pair.remote_side(A + X)
+    pair.commit(pair.b, None)  # this clone purged every line
+    assert pair.merged() == X
+
+
+def test_several_month_files_and_a_fact_stop_untouched(pair):
+    other = "episodes/shared/2026-10.jsonl"
+    fact = "facts/db/primary.md"
+    pair.commit(pair.a, A, other, "base other")
+    pair.commit(pair.a, b"---\n---\nThe primary is db1.\n", fact, "fact")
+    pair.base(A)
+    pair.remote_side(A + X)
+    pair.remote_side(A + X, other)
+    pair.remote_side(b"---\n---\nThe primary is db2.\n", fact)
+    pair.commit(pair.b, A + Y)
+    pair.commit(pair.b, A + Y, other)
+    pair.commit(pair.b, b"---\n---\nThe primary is db3.\n", fact)
+    head = git(pair.b.root, "rev-parse", "HEAD")
+    with pytest.raises(SyncConflict) as info:
+        pair.b.sync()
+    assert "db/primary" in info.value.keys
+    assert git(pair.b.root, "rev-parse", "HEAD") == head
+    pair.assert_clean(pair.b)
+    assert (pair.b.root / MONTH).read_bytes() == A + Y == (pair.b.root / other).read_bytes()
+
+
+def test_merged_lines_are_indexed_once(pair):
+    pair.base(A)
+    pair.remote_side(A + line("X", "rotated the nginx logs on web7"))
+    pair.commit(pair.b, A + line("Y", "rotated the nginx logs on web8"))
+    pair.b.reindex()
+    pair.merged()
+    hits = [h.id for h in pair.b.recall("rotated nginx logs", k=10)]
+    assert sorted(h for h in hits if h in ("X", "Y")) == ["X", "Y"]
+    assert len(hits) == len(set(hits))
+
+
+def test_merge_lines_unit_cases():
+    # the same line appended on both sides, and a line only this side added twice in one commit
+    assert merge_lines(A, A + B, A + B + C) == (A + B, C)
