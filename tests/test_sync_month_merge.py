@@ -179,6 +179,14 @@ def test_lines_without_ids_and_malformed_lines_are_kept_as_bytes(pair):
     assert out.count(noid) == 1 and out.count(junk) == 1 and X in out and Y in out
 
 
+def test_crlf_lines_keep_their_bytes(pair):
+    crlf = A.replace(b"\n", b"\r\n")
+    pair.base(crlf)
+    pair.remote_side(crlf + X)
+    pair.commit(pair.b, crlf + Y)
+    assert pair.merged() == crlf + X + Y
+
+
 def test_a_final_line_without_newline(pair):
     pair.base(A)
     pair.remote_side(A + X.rstrip(b"\n"))
@@ -233,5 +241,8 @@ def test_merged_lines_are_indexed_once(pair):
 
 
 def test_merge_lines_unit_cases():
-    # the same line appended on both sides, and a line only this side added twice in one commit
-    assert merge_lines(A, A + B, A + B + C) == (A + B, C)
+    assert merge_lines(A, A + B, A + B + C) == (A + B, C)  # the same line appended on both sides: once
+    # a lone CR splits a line for the reader (parse_lines) and for the merge alike, and is written back as it was
+    assert merge_lines(b"", A + b"junk\rmore\n", b"") == (A + b"junk\rmore\n", b"")
+    assert merge_lines(A, A + b"\n\n  \n" + B, A) == (A + B, b"")  # blank lines are no episodes
+    assert merge_lines(A, X, Y) == (X, Y)  # X is a new file there, Y here: both are kept

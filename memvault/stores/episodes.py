@@ -754,25 +754,38 @@ def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes] 
     old id: an episode one side removed is not brought back by the other side's edit of it (the purge stands), and
     None when both sides changed one episode differently (two redactions, a redaction and a typo fix): which text
     may hold the secret cannot be told from the bytes, so the caller leaves the conflict to the person."""
-    old = set(base.splitlines())
-    gone = old - set(theirs.splitlines())
-    have = set(ours.splitlines())
+    old = {key for key, _ in _lines(base)}
+    mine = _lines(theirs)
+    gone = old - {key for key, _ in mine}
+    there = _lines(ours)
+    have = {key for key, _ in there}
     base_ids = _line_ids(old)
-    gone_ids = base_ids - _line_ids(theirs.splitlines())  # episodes removed here: their edits there go too
-    ours_new = {_line_id(line): line for line in have - old}
+    gone_ids = base_ids - _line_ids(key for key, _ in mine)  # episodes removed here: their edits there go too
+    ours_new = {_line_id(key): key for key in have - old}
     removed_there = base_ids - _line_ids(have)  # episodes removed there: their edits here do not come back
-    kept = b"".join(line + b"\n" for line in ours.splitlines()
-                    if line.strip() and line not in gone and _line_id(line) not in gone_ids)
+    kept = b"".join(raw for key, raw in there if key not in gone and _line_id(key) not in gone_ids)
     added: list[bytes] = []
-    for line in theirs.splitlines():
-        if line.strip() and line not in old and line not in have:
-            episode = _line_id(line)
-            if episode is not None and ours_new.get(episode, line) != line:
+    for key, raw in mine:
+        if key not in old and key not in have:
+            episode = _line_id(key)
+            if episode is not None and ours_new.get(episode, key) != key:
                 return None  # one episode given a different new text on each side
             if episode is None or episode not in removed_there:
-                added.append(line + b"\n")
-            have.add(line)
+                added.append(raw)
+            have.add(key)
     return kept, b"".join(added)
+
+
+def _lines(data: bytes) -> list[tuple[bytes, bytes]]:
+    """The non-blank lines of a file as (text without its line end, bytes to write): a line keeps its own end
+    (CRLF stays CRLF, untouched lines are written back as they were); a last line without one is given ``\\n``.
+    Split where :func:`parse_lines` splits, so a merge sees the lines a reader sees."""
+    out = []
+    for raw in data.splitlines(keepends=True):
+        key = raw.rstrip(b"\r\n")
+        if key.strip():
+            out.append((key, raw if raw.endswith((b"\n", b"\r")) else raw + b"\n"))
+    return out
 
 
 def _line_id(line: bytes) -> str | None:
