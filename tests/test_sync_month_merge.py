@@ -11,6 +11,7 @@ from memvault.rules.errors import SyncConflict
 from memvault.stores.episodes import merge_lines
 from conftest import git
 from fake_embedder import set_model
+from test_sync import twins  # noqa: F401 (a fixture)
 
 MONTH = "episodes/shared/2026-11.jsonl"
 
@@ -246,3 +247,98 @@ def test_merge_lines_unit_cases():
     assert merge_lines(b"", A + b"junk\rmore\n", b"") == (A + b"junk\rmore\n", b"")
     assert merge_lines(A, A + b"\n\n  \n" + B, A) == (A + B, b"")  # blank lines are no episodes
     assert merge_lines(A, X, Y) == (X, Y)  # X is a new file there, Y here: both are kept
+
+
+def test_several_local_commits_each_merged_in_turn(pair):
+    secret = line("S", "token", source="user:leaky")
+    pair.base(A + secret)
+    pair.remote_side(A + secret + X)
+    pair.commit(pair.b, A + secret + Y, message="append")
+    pair.commit(pair.b, A + Y, message="purge")
+    pair.commit(pair.b, A + Y + line("Z", "later"), message="append again")
+    assert pair.merged() == A + X + Y + line("Z", "later")
+
+
+def test_lines_merged_out_of_time_order_still_list_newest_first(pair):
+    """The merge puts this clone's lines after the remote's whatever their times: a listing with a limit must not
+    read the file's order as time order."""
+    early, late = line("Y", "here, earlier", at="2026-11-04T09:00:00Z"), line("X", "there, later",
+                                                                           at="2026-11-05T09:00:00Z")
+    pair.base(A)
+    pair.remote_side(A + late)
+    pair.commit(pair.b, A + early)
+    assert pair.merged() == A + late + early
+    assert [e.id for e in pair.b.episodes.list(limit=1)] == ["X"]
+    assert [e.id for e in pair.b.episodes.list(limit=2)] == ["Y", "X"]
+
+
+def test_a_failure_while_resolving_aborts_the_rebase_and_keeps_local_commits(pair, monkeypatch):
+    from memvault.core import remote
+
+    pair.base(A)
+    pair.remote_side(A + X)
+    pair.commit(pair.b, A + Y)
+    head = git(pair.b.root, "rev-parse", "HEAD")
+
+    def boom(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(remote, "_stage_file", boom)
+    with pytest.raises(OSError):
+        pair.b.sync()
+    assert git(pair.b.root, "rev-parse", "HEAD") == head
+    pair.assert_clean(pair.b)
+    assert (pair.b.root / MONTH).read_bytes() == A + Y
+
+
+def test_a_host_folder_made_a_link_there_is_never_written_through(pair, tmp_path):
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    pair.base(A)
+    git(pair.a.root, "rm", "-rq", "episodes/shared")
+    (pair.a.root / "episodes").mkdir(exist_ok=True)
+    os.symlink(outside, pair.a.root / "episodes" / "shared")
+    git(pair.a.root, "add", "episodes/shared")
+    git(pair.a.root, "commit", "-qm", "a link")
+    git(pair.a.root, "push", "-q", "origin", "HEAD:main")
+    pair.commit(pair.b, A + Y)
+    head = git(pair.b.root, "rev-parse", "HEAD")
+    with pytest.raises(Exception):
+        pair.b.sync()
+    assert list(outside.iterdir()) == []
+    assert git(pair.b.root, "rev-parse", "HEAD") == head
+    pair.assert_clean(pair.b)
+
+
+def test_a_redaction_in_a_copy_moving_on_meets_the_originals_appends(twins):
+    """The drawn-folder case: the copy's lines move to its next folder; its redaction must still win and its purge
+    of the secret's line must not come back, and the original is not moved on in turn."""
+    import shutil
+
+    a, b = twins
+    shared = a.episodes.store.host
+    path = f"episodes/{shared}/2026-11.jsonl"
+    secret = line("S", "password hunter2")
+    (a.root / path).parent.mkdir(parents=True, exist_ok=True)
+    (a.root / path).write_bytes(A + secret)
+    git(a.root, "add", "--", path)
+    git(a.root, "commit", "-qm", "base")
+    git(a.root, "push", "-q", "origin", "HEAD:main")
+    git(b.root, "pull", "-q", "origin", "main")  # the copy is made now: both hold the month file, one folder
+    shutil.copyfile(a.state_dir / "episode-folders.json", b.state_dir / "episode-folders.json")
+    b = Vault.open(b.root)
+    (a.root / path).write_bytes(A + secret + X)
+    git(a.root, "commit", "-qam", "append there")
+    git(a.root, "push", "-q", "origin", "HEAD:main")
+    (b.root / path).write_bytes(A + line("S", "password <redacted>"))
+    git(b.root, "commit", "-qam", "redact here")
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert not git(v.root, "status", "--porcelain")
+        texts = [e.text for e in v.episodes.iter()]
+        assert "password hunter2" not in texts and texts.count("password <redacted>") == 1
+        assert sorted(texts) == sorted(["alpha", "from the remote", "password <redacted>"])
+    assert a.episodes.store.host == shared
