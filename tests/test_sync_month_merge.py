@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memvault import Vault
-from memvault.rules.errors import SyncConflict
+from memvault.rules.errors import GitError, SyncConflict
 from memvault.stores.episodes import merge_lines
 from conftest import git
 from fake_embedder import set_model
@@ -342,3 +342,21 @@ def test_a_redaction_in_a_copy_moving_on_meets_the_originals_appends(twins):
         assert "password hunter2" not in texts and texts.count("password <redacted>") == 1
         assert sorted(texts) == sorted(["alpha", "from the remote", "password <redacted>"])
     assert a.episodes.store.host == shared
+
+
+def test_a_side_that_cannot_be_read_is_an_error_never_an_empty_side(pair, monkeypatch):
+    """git.staged answers None for a stage it cannot show, whatever the reason: the remote's side read as empty
+    made its every line "not there", and the merge deleted them with no word."""
+    from memvault.stores.gitstore import GitStore
+
+    pair.base(A)
+    pair.remote_side(A + X)
+    pair.commit(pair.b, A + Y)
+    head = git(pair.b.root, "rev-parse", "HEAD")
+    real = GitStore.staged
+    monkeypatch.setattr(GitStore, "staged", lambda self, n, rel: None if n == 2 else real(self, n, rel))
+    with pytest.raises(GitError):
+        pair.b.sync()
+    assert git(pair.b.root, "rev-parse", "HEAD") == head
+    pair.assert_clean(pair.b)
+    assert git(pair.a.root, "rev-parse", "HEAD") == git(pair.b.root, "rev-parse", "origin/main")

@@ -371,13 +371,18 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
     current = gate.episodes.host
     while True:
         conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0") if p]
-        links = {p for p in git.run("ls-files", "-u", "-z", strip=False).split("\0")
-                 if p and not p.startswith(("100644 ", "100755 "))}  # a link or a submodule on a side: not lines
+        entries = [p for p in git.run("ls-files", "-u", "-z", strip=False).split("\0") if p]
+        links = {p for p in entries if not p.startswith(("100644 ", "100755 "))}  # a link or a submodule: not lines
         if not conflicted or links or not all(_month_file(gate, git, p) for p in conflicted):
             return conflicted
+        # The stages each file has ("<mode> <object> <stage>\t<path>"): a missing one is a side that deleted the
+        # file, read as empty; one that is there but cannot be read is an error, never an empty side (the
+        # remote's lines would all count as removed).
+        stages = {(e.partition("\t")[2], e.partition("\t")[0].rpartition(" ")[2]) for e in entries}
         merged: dict[str, tuple[bytes, bytes]] = {}
         for path in conflicted:
-            base, ours, theirs = (git.staged(n, path) or b"" for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
+            base, ours, theirs = (_stage(git, path, n) if (path, str(n)) in stages else b""
+                                  for n in (1, 2, 3))  # in a rebase, "ours" is the remote's
             lines = merge_lines(base, ours, theirs)
             if lines is None:  # one episode changed on both sides: for the person, and nothing written before that
                 return conflicted
@@ -397,6 +402,13 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
         except GitError as exc:
             if not _rebase_in_progress(git):
                 raise GitError(f"sync: git rebase --continue failed: {exc}") from None
+
+
+def _stage(git: GitStore, repo_rel: str, stage: int) -> bytes:
+    data = git.staged(stage, repo_rel)
+    if data is None:
+        raise GitError(f"sync: stage {stage} of {repo_rel} could not be read while merging its lines")
+    return data
 
 
 def _stage_file(git: GitStore, path: Path, data: bytes) -> None:
