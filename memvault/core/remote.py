@@ -366,8 +366,9 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
     the removals of both sides kept, nothing written twice) and the rebase goes on. The lines this clone added to
     its shared current folder go to the same month file in ``successor`` (its next folder, so the other clone never
     sees them in its own and is not moved on in turn); any other file gets them after the remote's. Returns the
-    conflicted files left (any other file: a fact changed on both sides) with the rebase still in progress; empty
-    when it went through."""
+    conflicted files left (any other file: a fact changed on both sides; an episode changed differently on both
+    sides, which may be a redaction either way) with the rebase still in progress, nothing of that step written;
+    empty when it went through."""
     current = gate.episodes.host
     while True:
         conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0") if p]
