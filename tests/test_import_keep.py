@@ -403,3 +403,32 @@ def test_an_auto_memory_folder_is_named_after_the_project_it_stands_for(strict_v
     claude_md(gone, "- Builds take ten minutes.\n", "MEMORY.md")
     report = imported(strict_vault, "claude-code", gone)
     assert [e["key"] for e in report.proposed] == ["claude-code/nowhere-on-this-machine/memory-builds-take-ten-minutes"]
+
+
+def test_a_project_beside_thousands_of_folders_is_still_found(strict_vault, tmp_path):
+    """The folder an auto memory stands for is found one path segment at a time; the walk read at most 2,000
+    folder entries in all, so a checkout beside 10,000 others (a busy ~/src, /tmp on a build host, the test run's
+    own temporary folders in CI) was not found and the project was named after the munged path."""
+    src = tmp_path / "src"
+    for i in range(10_000):
+        (src / f"other-{i:04d}").mkdir(parents=True)
+    checkout = repo(src / "shop_api.v2", "https://github.com/acme/shop-api.git")
+    munged = re.sub(r"[^A-Za-z0-9]", "-", str(checkout.resolve()))
+    memory = tmp_path / "home" / ".claude" / "projects" / munged / "memory"
+    claude_md(memory, "- Builds take ten minutes.\n", "MEMORY.md")
+    report = imported(strict_vault, "claude-code", memory)
+    assert [e["key"] for e in report.proposed] == ["claude-code/shop-api/memory-builds-take-ten-minutes"]
+
+
+def test_a_folder_larger_than_what_is_left_to_read_is_not_guessed_from(tmp_path):
+    """The walk's bound holds: a folder with more entries than the walk may still read is not read in part (a
+    part, in the file system's order, is a guess), and the project is then not found rather than found by luck."""
+    from memvault.interfaces.transfer.claude_code import _unmunged
+
+    src = tmp_path / "src"
+    for i in range(300):
+        (src / f"other-{i:03d}").mkdir(parents=True)
+    (src / "shop_api.v2").mkdir()
+    munged = re.sub(r"[^A-Za-z0-9]", "-", str((src / "shop_api.v2").resolve()))
+    assert _unmunged(munged) == (src / "shop_api.v2").resolve()
+    assert _unmunged(munged, budget=250) is None  # whatever order the file system lists them in

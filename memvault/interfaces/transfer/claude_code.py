@@ -79,11 +79,13 @@ def _project(folder: Path) -> str:
     return "project"
 
 
-def _unmunged(name: str, budget: int = 2000) -> Path | None:
+def _unmunged(name: str, budget: int = 200_000) -> Path | None:
     """The folder a ``~/.claude/projects/<name>`` folder stands for, when it is on this machine: Claude Code names
     it by the session's working directory with every character but ``[A-Za-z0-9]`` turned into ``-``, so the
-    name is matched against the folders that exist, one path segment at a time (at most ``budget`` folder entries
-    read). None when no folder matches: the project is not checked out here."""
+    name is matched against the folders that exist, one path segment at a time. Each folder is read whole (a part
+    of one, in the order the file system lists it, missed a checkout beside a few thousand others: a busy ~/src,
+    /tmp on a build host); at most ``budget`` entries in all (~0.1 s), and a folder that would pass it is not read.
+    None when no folder matches: the project is not checked out here."""
     left = [budget]
 
     def walk(folder: Path, rest: str) -> Path | None:
@@ -91,11 +93,14 @@ def _unmunged(name: str, budget: int = 2000) -> Path | None:
             return folder
         try:
             with os.scandir(folder) as scan:
-                entries = sorted(itertools.islice(scan, max(0, left[0])), key=lambda e: e.name)
+                entries = list(itertools.islice(scan, max(0, left[0]) + 1))
         except OSError:
             return None
+        if len(entries) > left[0]:  # more than is left: reading a part would be a guess
+            left[0] = 0
+            return None
         left[0] -= len(entries)
-        for entry in entries:
+        for entry in sorted(entries, key=lambda e: e.name):
             munged = _MUNGE.sub("-", entry.name)
             if (rest == munged or rest.startswith(munged + "-")) and entry.is_dir(follow_symlinks=False):
                 found = walk(Path(entry.path), rest[len(munged) + 1:])
