@@ -241,7 +241,7 @@ def test_a_deleted_or_damaged_record_draws_a_new_folder_and_loses_nothing(tmp_pa
 def test_a_folder_already_in_the_vault_is_never_drawn(tmp_path, laptop, monkeypatch):
     """A teammate committed episodes/macbook-pro.local-00000000/ (or a link of that name): the id drawn next is
     another, so this clone never appends to a folder someone else writes."""
-    import memvault.stores.episodes as episodes
+    import memvault.stores.host_folders as host_folders
 
     from memvault import Vault
 
@@ -249,7 +249,7 @@ def test_a_folder_already_in_the_vault_is_never_drawn(tmp_path, laptop, monkeypa
     (v.root / "episodes" / "macbook-pro.local-00000000").mkdir()
     (v.root / "episodes" / "macbook-pro.local-11111111").symlink_to(tmp_path)
     draws = iter([0] * 8 + [1] * 8 + [2] * 8)
-    monkeypatch.setattr(episodes.secrets, "randbelow", lambda n: next(draws))
+    monkeypatch.setattr(host_folders.secrets, "randbelow", lambda n: next(draws))
     assert v.episodes.append("mine", source="user:a").path.parent.name == "macbook-pro.local-22222222"
 
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..rules import config as config_mod
 from ..rules.config import CONFIG_NAME, Config, holds_config
 from ..models.engine import Engine, Status
-from ..stores.episodes import EPISODE_FOLDERS, EpisodeLog
+from ..stores.episodes import EpisodeLog
+from ..stores.host_folders import EPISODE_FOLDERS
 from ..rules.errors import ConfigError, GitError, MemvaultError, ModelUnavailable, SearchIndexError, VaultNotFound
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import atomic_write, ensure_dir
