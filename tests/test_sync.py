@@ -571,3 +571,24 @@ def test_a_link_committed_over_this_clones_month_file_stops_the_sync_cleanly(twi
         b.sync()
     assert not mine.path.is_symlink() and "From the copy." in mine.path.read_text()
     assert not (b.root / ".git" / "rebase-merge").exists()
+
+
+def test_a_teammates_redaction_in_this_clones_folder_is_no_other_writer(twins):
+    """A teammate who redacts a secret in a line this clone wrote (the same episode, its text changed) adds no
+    episode to the folder: git counts the edited line as one added, and this clone drew a new folder and said
+    another clone appended to its own. Only an episode id new to the folder is another writer."""
+    import json
+
+    a, b = twins
+    mine = a.episodes.append("Deployed with token hunter2.", source="agent:ops")
+    a.sync()
+    b.sync()
+    theirs = b.root / mine.path.relative_to(a.root)
+    data = json.loads(theirs.read_text())
+    data["text"] = "Deployed with token [redacted]."
+    theirs.write_text(json.dumps(data) + "\n")
+    git(b.root, "commit", "-qam", "redact a token")
+    git(b.root, "push", "-q", "origin", "main")
+    assert a.sync().warnings == []
+    assert a.episodes.store.host == mine.path.parent.name
+    assert [e.text for e in a.episodes.iter()] == ["Deployed with token [redacted]."]

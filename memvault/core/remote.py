@@ -35,7 +35,7 @@ from typing import Any
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from .gate import WriteGate
-from ..stores.episodes import merge_lines, month_of
+from ..stores.episodes import merge_lines, month_of, new_lines
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
 
@@ -356,8 +356,19 @@ def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> 
         with contextlib.suppress(ValueError, IndexError):
             folder = (git.root / path).relative_to(episodes.dir).parts[0] if path else ""
             if folder in own and (added != "0" or folder != current):
+                if folder == current and added not in ("+", "-") and not _adds_episodes(git, base, fetched, path):
+                    continue  # lines only edited (a teammate's redaction) or removed: no one else appends here
                 shared.add(folder)
     return shared
+
+
+def _adds_episodes(git: GitStore, base: str, fetched: str, path: str) -> bool:
+    """Whether the remote's ``path`` holds an episode the merge base's did not (:func:`new_lines`): all of it when the
+    base has no such file, none when the remote has none."""
+    before, after = git.blob_at(base, path), git.blob_at(fetched, path)
+    if after is None:
+        return False
+    return before is None or new_lines(before, after)
 
 
 def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:

@@ -676,6 +676,19 @@ def _line_ids(lines: Any) -> set[str]:
     return {i for i in map(_line_id, lines) if i is not None}
 
 
+def new_lines(before: bytes, after: bytes) -> bool:
+    """Whether ``after`` (a month file's bytes) holds an episode ``before`` did not: a line with an id new to it, or
+    a line without an id that ``before`` does not hold as it is. A line only edited (a redaction keeps its id) or
+    removed is none."""
+    old = _lines(before)
+    ids, texts = _line_ids(key for key, _ in old), {key for key, _ in old}
+    for key, _ in _lines(after):
+        episode = _line_id(key)
+        if (episode not in ids) if episode is not None else (key not in texts):
+            return True
+    return False
+
+
 def source_matches(pattern: str, source: str | None) -> bool:
     """Exact match, or a prefix match when ``pattern`` ends in ``*`` (``web:*``, ``ticket:OPS-*``)."""
     if source is None:

@@ -377,6 +377,13 @@ class GitStore:
         except GitError:
             return None
 
+    def blob_at(self, rev: str, repo_rel: str) -> bytes | None:
+        """The bytes of ``repo_rel`` in commit ``rev``, or None when it has no such file."""
+        try:
+            return self._run(["show", f"{rev}:{repo_rel}"], None)
+        except GitError:
+            return None
+
     def run(self, *args: str, **kwargs: Any) -> str:
         """Any other git command in this repository; raises :class:`GitError`."""
         return self._git(*args, **kwargs)
