@@ -378,22 +378,11 @@ class EpisodeLog:
         (from :meth:`files`).
         """
         for path in self.files(problems) if files is None else files:
-            month = month_of(path)
-            if month is not None and (since or until):
-                if since is not None and month < (since.year, since.month):
-                    continue
-                if until is not None and month > (until.year, until.month):
-                    continue
+            if _outside(month_of(path), since, until):
+                continue
             for episode in self.read_file(path, problems):
-                if kind is not None and episode.kind != kind:
-                    continue
-                if source is not None and not source_matches(source, episode.source):
-                    continue
-                if since is not None or until is not None:
-                    t = episode.time
-                    if (since is not None and t < since) or (until is not None and t > until):
-                        continue
-                yield episode
+                if _matches(episode, since, until, source, kind):
+                    yield episode
 
     def read_file(self, path: Path, problems: list[Problem] | None = None, *, start: int = 0) -> Iterator[Episode]:
         """The episodes of one file (from byte ``start``, which must begin a line). Bad lines go to ``problems``."""
@@ -463,8 +452,7 @@ class EpisodeLog:
         for order, month in enumerate([None, *sorted((m for m in groups if m is not None), reverse=True)]):
             if month is not None and len(page) >= limit:
                 break
-            if month is not None and ((since is not None and month < (since.year, since.month))
-                                      or (until is not None and month > (until.year, until.month))):
+            if _outside(month, since, until):
                 continue  # as iter: a month file outside since/until is not read
             for number, path in enumerate(groups[month]):
                 data = self.read_bytes(path, problems)
@@ -536,22 +524,14 @@ class _Page:
     def _take(self, raw: bytes, path: Path, where: tuple[int, int, int], bad: list[Problem]) -> None:
         if not raw.strip():
             return
-        try:
-            episode = parse_line(raw.decode("utf-8"), path, where[2])
-        except UnicodeDecodeError:
-            bad.append(Problem(path, "not UTF-8 text", where[2]))
+        episode = _parsed(raw, path, where[2])
+        if isinstance(episode, Problem):
+            bad.append(episode)
             return
-        except EpisodeError as exc:
-            bad.append(Problem(path, exc.reason, where[2]))
-            return
-        if self.kind is not None and episode.kind != self.kind:
-            return
-        if self.source is not None and not source_matches(self.source, episode.source):
-            return
-        t = episode.time
-        if (self.since is not None and t < self.since) or (self.until is not None and t > self.until):
+        if not _matches(episode, self.since, self.until, self.source, self.kind):
             return
         if self.keep is None or self.keep(episode):
+            t = episode.time
             self.found.append((t, episode.id, where, episode))
             heapq.heappush(self.top, t)
             if len(self.top) > self.limit:
@@ -607,12 +587,41 @@ def parse_lines(data: bytes, path: Path, problems: list[Problem] | None = None, 
         lineno += 1
         if not raw.strip():
             continue
-        try:
-            yield parse_line(raw.decode("utf-8"), path, lineno)
-        except UnicodeDecodeError:
-            _report(problems, Problem(path, "not UTF-8 text", lineno))
-        except EpisodeError as exc:
-            _report(problems, Problem(path, exc.reason, lineno))
+        episode = _parsed(raw, path, lineno)
+        if isinstance(episode, Problem):
+            _report(problems, episode)
+        else:
+            yield episode
+
+
+def _parsed(raw: bytes, path: Path, lineno: int) -> Episode | Problem:
+    """One stored line as its episode, or the problem that it is not one (named by file and line)."""
+    try:
+        return parse_line(raw.decode("utf-8"), path, lineno)
+    except UnicodeDecodeError:
+        return Problem(path, "not UTF-8 text", lineno)
+    except EpisodeError as exc:
+        return Problem(path, exc.reason, lineno)
+
+
+def _outside(month: tuple[int, int] | None, since: datetime | None, until: datetime | None) -> bool:
+    """Whether a month file (its month; None: a file named otherwise) holds no time from ``since`` to ``until``."""
+    return month is not None and ((since is not None and month < (since.year, since.month))
+                                  or (until is not None and month > (until.year, until.month)))
+
+
+def _matches(episode: Episode, since: datetime | None, until: datetime | None, source: str | None,
+             kind: str | None) -> bool:
+    """Whether ``episode`` passes a listing's filters (``source`` as :func:`source_matches` reads it)."""
+    if kind is not None and episode.kind != kind:
+        return False
+    if source is not None and not source_matches(source, episode.source):
+        return False
+    if since is not None or until is not None:
+        t = episode.time
+        if (since is not None and t < since) or (until is not None and t > until):
+            return False
+    return True
 
 
 def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes] | None:
