@@ -640,15 +640,16 @@ def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes] 
     gone = old - {key for key, _ in mine}
     there = _lines(ours)
     have = {key for key, _ in there}
-    base_ids = _line_ids(old)
-    gone_ids = base_ids - _line_ids(key for key, _ in mine)  # episodes removed here: their edits there go too
-    ours_new = {_line_id(key): key for key in have - old}
-    removed_there = base_ids - _line_ids(have)  # episodes removed there: their edits here do not come back
-    kept = b"".join(raw for key, raw in there if key not in gone and _line_id(key) not in gone_ids)
+    id_of = {key: _line_id(key) for key in old | have | {key for key, _ in mine}}  # each line parsed once
+    base_ids = _line_ids(old, id_of)
+    gone_ids = base_ids - _line_ids((key for key, _ in mine), id_of)  # episodes removed here: their edits there go
+    ours_new = {id_of[key]: key for key in have - old}
+    removed_there = base_ids - _line_ids(have, id_of)  # episodes removed there: their edits here do not come back
+    kept = b"".join(raw for key, raw in there if key not in gone and id_of[key] not in gone_ids)
     added: list[bytes] = []
     for key, raw in mine:
         if key not in old and key not in have:
-            episode = _line_id(key)
+            episode = id_of[key]
             if episode is not None and ours_new.get(episode, key) != key:
                 return None  # one episode given a different new text on each side
             if episode is None or episode not in removed_there:
@@ -681,8 +682,10 @@ def _line_id(line: bytes) -> str | None:
     return episode if isinstance(episode, str) else None
 
 
-def _line_ids(lines: Any) -> set[str]:
-    return {i for i in map(_line_id, lines) if i is not None}
+def _line_ids(lines: Any, id_of: dict[bytes, str | None] | None = None) -> set[str]:
+    """The episode ids of ``lines`` (their texts), read from ``id_of`` when given (each line parsed once)."""
+    ident = _line_id if id_of is None else id_of.__getitem__
+    return {i for i in map(ident, lines) if i is not None}
 
 
 def new_lines(before: bytes, after: bytes) -> bool:
