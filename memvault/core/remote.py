@@ -217,10 +217,11 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     last = _last_tip(gate, remote, branch)
     rewritten = (last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched)
                  and git.is_ancestor(last, before))
-    if not rewritten and git.run("merge-base", before, fetched) == fetched:
+    base = git.run("merge-base", before, fetched)
+    if not rewritten and base == fetched:
         return []  # nothing new on the remote
-    _refuse_overlap(gate, git, before, fetched, remote, branch)
-    shared = _shared_folders(gate, git, before, fetched)
+    _refuse_overlap(gate, git, base, before, fetched, remote, branch)
+    shared = _shared_folders(gate, git, base, fetched)
     # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
     # _give_up) only once the rebase went through.
     folders = gate.episodes.folders
@@ -296,9 +297,10 @@ def _changed(git: GitStore, old: str, new: str) -> set[str]:
     return set(p for p in git.run("diff", "--name-only", "-z", "--no-renames", old, new, strip=False).split("\0") if p)
 
 
-def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, remote: str, branch: str) -> None:
-    """Stop, touching nothing, when the remote changed a file that has uncommitted changes here."""
-    base = git.run("merge-base", head, fetched)
+def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetched: str, remote: str,
+                    branch: str) -> None:
+    """Stop, touching nothing, when the remote changed a file that has uncommitted changes here (``base``: the
+    merge base of ``head`` and ``fetched``)."""
     incoming = _changed(git, base, fetched)
     state = git.rel(gate.root / ".memvault")
     taken = sorted(p for p in incoming if p == state or p.startswith(state + "/"))
@@ -332,19 +334,19 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, head: str, fetched: str, rem
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
 
 
-def _shared_folders(gate: WriteGate, git: GitStore, head: str, fetched: str) -> set[str]:
+def _shared_folders(gate: WriteGate, git: GitStore, base: str, fetched: str) -> set[str]:
     """The host folders this clone owns in which the remote's commits show another clone writing: lines or files
     added to the folder it appends to (its local state copied along with the repository, a teammate's commit), or
     any change to one it wrote before (``episodes/<hostname>/`` from before the upgrade, which a laptop of the same
     name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
     Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
-    writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase)."""
+    writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase).
+    ``base``: the merge base of this clone's head and ``fetched``."""
     episodes = gate.episodes
     current = episodes.host
     own = sorted(f for f in episodes.own_folders() if f)
     if not own:
         return set()
-    base = git.run("merge-base", head, fetched)
     specs = [":(literal)" + git.rel(episodes.dir / folder) for folder in own]
     counts = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
     created = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=AT", base, fetched, "--", *specs,

@@ -372,13 +372,11 @@ class GitStore:
     def staged(self, stage: int, repo_rel: str) -> bytes | None:
         """The bytes of ``repo_rel`` at ``stage`` of the git index (0 merged; in a conflict 1 base, 2 ours, 3 theirs),
         or None when that stage holds no such file (deleted on that side)."""
-        try:
-            return self._run(["show", f":{stage}:{repo_rel}"], None)
-        except GitError:
-            return None
+        return self.blob_at(f":{stage}", repo_rel)
 
     def blob_at(self, rev: str, repo_rel: str) -> bytes | None:
-        """The bytes of ``repo_rel`` in commit ``rev``, or None when it has no such file."""
+        """The bytes of ``repo_rel`` in commit ``rev`` (or ``:<stage>``, a stage of the index), or None when it has no
+        such file."""
         try:
             return self._run(["show", f"{rev}:{repo_rel}"], None)
         except GitError:
