@@ -98,6 +98,9 @@ class RecallResult(list):  # type: ignore[type-arg]
         self.unbudgeted: list[Hit] | None = None
         #: The warning and nothing-found line the last fit to the budget added (taken back when it runs again).
         self.budget_said: tuple[str | None, str | None] = (None, None)
+        #: How the last fit measured the answer (budget, format, explain, weights), for
+        #: :func:`memvault.core.render.refit`; None when no budget applied.
+        self.fitted: tuple[int, str, bool, dict[str, float] | None] | None = None
         #: What the "nothing known" test read (``semantic``, ``by_kind``, ``coverage``, ``unknown_names``,
         #: ``penalty``), or None when it did not run (keyword-only, ``min_relevance=0``, no candidates).
         self.evidence: dict[str, Any] | None = None

@@ -350,13 +350,10 @@ _VAGUE = frozenset({"happened", "happen", "happens", "anything", "something", "e
 
 def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool,
             explain: bool = False) -> RecallResult:
-    def fit(budget: int) -> None:
+    if budget is not None:
         from .render import fit_budget
 
         fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
-
-    if budget is not None:
-        fit(budget)
     said = len(result.warnings)
     if record_access and len(result):
         try:
@@ -369,8 +366,10 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
             state.warnings.clear()
         except MemvaultError as exc:
             result.warnings.append(f"usage not recorded: {exc}")
-    if budget is not None and len(result.warnings) > said:  # room for what the record had to say (rare: a
-        fit(budget)                                          # damaged state.db; the hits it counted as shown stay)
+    if len(result.warnings) > said:  # room for what the record had to say (rare: a damaged state.db; the hits it
+        from .render import refit     # counted as shown stay)
+
+        refit(result)
     return result
 
 

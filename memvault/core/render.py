@@ -139,6 +139,7 @@ def fit_budget(result: RecallResult, budget: int, fmt: str, *, explain: bool = F
     larger than the budget. Runs again, from every hit, when a warning was added after the first fit."""
     hits = result.unbudgeted if result.unbudgeted is not None else list(result)
     result.unbudgeted = hits
+    result.fitted = (budget, fmt, explain, weights)
     _unsay(result)
     result[:] = hits
     if not hits:
@@ -182,6 +183,14 @@ def fit_budget(result: RecallResult, budget: int, fmt: str, *, explain: bool = F
         if not kept or size.tokens(result) <= budget:
             return
         kept.pop()  # never when the costs above are exact; a guard that the answer as printed fits
+
+
+def refit(result: RecallResult) -> None:
+    """:func:`fit_budget` again, as ``result`` was last fitted (a warning joined the answer since: the usage record's,
+    the recall log's); nothing when no budget applied."""
+    if result.fitted is not None:
+        budget, fmt, explain, weights = result.fitted
+        fit_budget(result, budget, fmt, explain=explain, weights=weights)
 
 
 class _Note:
@@ -274,9 +283,9 @@ class _Size:
         empty = RecallResult([], mode=result.mode, warnings=[*result.warnings, *([note.warning()] if note else [])])
         empty.window = result.window
         if self.fmt == "prompt":
-            return token_units(printable(render(empty, "prompt"))) + 1
+            return token_units(printed(empty, "prompt")) + 1
         empty.nothing_found, empty.budget = result.nothing_found, note.data() if note else None
-        return token_units(printable(render(empty, "json"))) + 1 + 2  # "[]" becomes "[" ... "\n  ]"
+        return token_units(printed(empty, "json")) + 1 + 2  # "[]" becomes "[" ... "\n  ]"
 
 
 def _rest(rest: float | None) -> str:

@@ -350,12 +350,10 @@ class Vault:
         if log:
             said = len(result.warnings)
             self._log_recall(asker, query, k, kinds, budget, options, result, time.perf_counter() - started)
-            if budget is not None and len(result.warnings) > said:  # "recall not logged" fits the budget too
-                from .render import fit_budget
+            if len(result.warnings) > said:  # "recall not logged" fits the budget too
+                from .render import refit
 
-                explain = bool(options.get("explain"))
-                fit_budget(result, budget, options.get("fmt", "json"), explain=explain,
-                           weights=self.config.recall.weights if explain else None)
+                refit(result)
         return result
 
     def _recall(self, query: str, k: int, kinds: Sequence[str] | None, budget: int | None, *,

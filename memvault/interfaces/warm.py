@@ -53,7 +53,8 @@ def serve_recall(vault: Vault, *, query: str, source: str | None = None, k: int 
     """``memvault recall QUERY --json`` as a call: the JSON answer, plus ``rendered`` (the text or prompt block)
     when ``fmt`` is not json, and ``printed``: the answer in ``fmt`` exactly as the full CLI prints it (control
     characters escaped), which is all the quick path prints. ``since``/``until`` are RFC 3339 times or ages ("7d"), as on the command line."""
-    from ..core.render import printed, render, result_json
+    from ..core.render import render, result_json
+    from ..rules.markup import printable
     from ..rules.timeutil import parse_time_or_age
 
     options: dict[str, Any] = {"mode": mode, "fmt": fmt, "record_access": record, "min_relevance": min_relevance}
@@ -63,9 +64,10 @@ def serve_recall(vault: Vault, *, query: str, source: str | None = None, k: int 
         options["until"] = parse_time_or_age(until, "until")
     result = vault.recall(query, k=k, kinds=kinds or None, budget=budget, source=source, **options)
     out = result_json(result)
+    text = render(result, fmt)  # rendered once: printed is this through printable, as render.printed makes it
     if fmt != "json":
-        out["rendered"] = render(result, fmt)
-    out["printed"] = printed(result, fmt)
+        out["rendered"] = text
+    out["printed"] = printable(text)
     return out
 
 
