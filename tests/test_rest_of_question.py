@@ -91,20 +91,15 @@ def test_recall_reads_each_fact_against_the_rest_and_says_so(caroline):
             assert rest[docs[rowid]["id"]] == pytest.approx(cos, abs=1e-5)
 
 
-def test_a_question_without_a_subject_is_embedded_once(caroline):
+@pytest.mark.parametrize("weight,question", [
+    (0.45, "who bought a guitar"),           # a question without a subject
+    (0.0, "What did Caroline research?"),    # the weight at zero
+])
+def test_nothing_more_is_embedded_or_shown_without_a_subject_or_a_weight(caroline, weight, question):
     v, fake = caroline
-    v = _weight(v, 0.45)
+    v = _weight(v, weight)
     fake.reset_counts()
-    hits = v.recall("who bought a guitar", k=5, record_access=False)
-    assert fake.query_calls == 1
-    assert all(h.explain()["parts"]["rest"] is None for h in hits)
-
-
-def test_at_weight_zero_nothing_more_is_embedded_or_shown(caroline):
-    v, fake = caroline
-    v = _weight(v, 0.0)
-    fake.reset_counts()
-    hits = v.recall("What did Caroline research?", k=5, record_access=False)
+    hits = v.recall(question, k=5, record_access=False)
     assert fake.query_calls == 1
     assert all(h.explain()["parts"]["rest"] is None for h in hits)
 

@@ -32,6 +32,22 @@ def git_calls(monkeypatch):
 
 
 
+def tracked_clones(tmp_path, models):
+    """A bare remote (``tmp_path/remote.git``) and two clones of one tracked-episodes vault with the fake model:
+    ``a`` made there and synced (its first push creates the branch), then ``b`` cloned. ``(a, b, a's sync)``; the
+    caller sets MEMVAULT_HOST or the hostname first."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), "a")
+    a = Vault.init(tmp_path / "a", track_episodes=True)
+    set_model(a.root, "fake-hash")
+    git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+    a = Vault.open(a.root, embedder_factory=models)
+    first = a.sync()
+    git(tmp_path, "clone", "-q", str(remote), "b")
+    return a, Vault.open(tmp_path / "b", embedder_factory=models), first
+
+
 class Hosts:
     """Two clones of one bare remote; ``on(name)`` sets MEMVAULT_HOST and returns that host's vault."""
 
@@ -40,16 +56,10 @@ class Hosts:
         self.tmp = tmp_path
         self.monkeypatch = monkeypatch
         self.remote = tmp_path / "remote.git"
-        git(tmp_path, "init", "-q", "--bare", str(self.remote))
-        git(tmp_path, "clone", "-q", str(self.remote), "a")
-        a = Vault.init(tmp_path / "a", track_episodes=True)
-        set_model(a.root, "fake-hash")
-        git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
-        self.vaults = {"a": Vault.open(a.root, embedder_factory=models)}
-        first = self.sync("a")  # the remote has no branch yet: the first push creates it
-        assert first.pushed and first.pulled == []
-        git(tmp_path, "clone", "-q", str(self.remote), "b")
-        self.vaults["b"] = Vault.open(tmp_path / "b", embedder_factory=models)
+        monkeypatch.setenv("MEMVAULT_HOST", "a")
+        a, b, first = tracked_clones(tmp_path, models)
+        assert first.pushed and first.pulled == []  # the remote had no branch yet: the first push created it
+        self.vaults = {"a": a, "b": b}
 
     def on(self, name: str) -> Vault:
         self.monkeypatch.setenv("MEMVAULT_HOST", name)
@@ -324,16 +334,8 @@ def twins(tmp_path, monkeypatch, models):
 
     monkeypatch.delenv("MEMVAULT_HOST", raising=False)
     monkeypatch.setattr(socket, "gethostname", lambda: "MacBook-Pro.local")
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(tmp_path, "clone", "-q", str(remote), "a")
-    a = Vault.init(tmp_path / "a", track_episodes=True)
-    set_model(a.root, "fake-hash")
-    git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
-    a = Vault.open(a.root, embedder_factory=models)
-    a.sync()
-    git(tmp_path, "clone", "-q", str(remote), "b")
-    return a, Vault.open(tmp_path / "b", embedder_factory=models)
+    a, b, _ = tracked_clones(tmp_path, models)
+    return a, b
 
 
 def test_two_clones_with_one_hostname_append_to_their_own_folders_and_sync(twins):

@@ -10,8 +10,7 @@ from memvault import Vault
 from memvault.rules.errors import GitError, SyncConflict
 from memvault.stores.episodes import merge_lines
 from conftest import git
-from fake_embedder import set_model
-from test_sync import twins  # noqa: F401 (a fixture)
+from test_sync import tracked_clones, twins  # noqa: F401 (twins: a fixture)
 
 MONTH = "episodes/shared/2026-11.jsonl"
 
@@ -28,15 +27,7 @@ class Pair:
     def __init__(self, tmp_path, monkeypatch, models):
         monkeypatch.setenv("MEMVAULT_HOST", "shared")
         self.remote = tmp_path / "remote.git"
-        git(tmp_path, "init", "-q", "--bare", str(self.remote))
-        git(tmp_path, "clone", "-q", str(self.remote), "a")
-        a = Vault.init(tmp_path / "a", track_episodes=True)
-        set_model(a.root, "fake-hash")
-        git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
-        self.a = Vault.open(a.root, embedder_factory=models)
-        self.a.sync()
-        git(tmp_path, "clone", "-q", str(self.remote), "b")
-        self.b = Vault.open(tmp_path / "b", embedder_factory=models)
+        self.a, self.b, _ = tracked_clones(tmp_path, models)
 
     def commit(self, vault: Vault, data: bytes | None, path: str = MONTH, message: str = "edit") -> None:
         target = vault.root / path
