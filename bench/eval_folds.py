@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rank_sim as rs  # noqa: E402
 
 from memvault.core.calibration import Calibration  # noqa: E402
+from memvault.core.hits import token_units  # noqa: E402
 from memvault.core.candidates import (FEEDBACK_RUNBOOKS, GENERAL_NEIGHBOURS, GENERAL_ROWS,  # noqa: E402
                                       centred_closeness, feedback_vector)
 from memvault.core.rescore import DEPTH, keyword_trust, rescore  # noqa: E402
@@ -68,6 +69,7 @@ REMAINDERS: dict[str, np.ndarray] = {}
 EXACT_BOOST = 0.2
 BUDGET_CHARS = 10_000
 BUDGET_TOKENS = 2_500
+HEADER = 80  # characters of a hit's header as printed: kind, id, score, source, time
 #: ``--spare-episodes``: keyword_coverage (h) leaves the keyword side of episodes whole (an experiment).
 SPARE_EPISODES = False
 #: Recall reads the cosine of every step of a runbook found by its words (not only the steps among the vector
@@ -107,7 +109,7 @@ class Q:
     any_exact: bool
     unknown_names: bool
     unknown_terms: bool
-    lengths: dict[str, int] = field(default_factory=dict)  # doc -> characters of its text
+    lengths: dict[str, tuple[int, int]] = field(default_factory=dict)  # doc -> (characters, quarter tokens) of its text
     single: bool = False  # every row is a doc of its own (no doc has two chunks among the candidates)
     # per row, when the question names a time: 2 = written in it, 3 / 4 = written in the week after it, its text
     # naming a time inside it (3: read only among the best) or not (4), 1 = written after it began and its text names
@@ -162,7 +164,7 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
         fold_of = {g: i % k for i, g in enumerate(order)}
     scales = {vname: Calibration.from_json(v["calibration"]) if v.get("calibration") else None
               for vname, v in data["vaults"].items()}
-    lengths: dict[str, dict[str, int]] = {}
+    lengths: dict[str, dict[str, tuple[int, int]]] = {}
     for vname, v in data["vaults"].items():
         steps_of: dict[str, list[int]] = {}
         for r, d in v["docs"].items():
@@ -180,9 +182,9 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
             if key.startswith("fact:") and r in v["row_index"]:
                 fact_rows.setdefault(key, []).append(v["row_index"][r])
         v["fact_rows"] = fact_rows
-        ln: dict[str, int] = {}
-        for r, key in v["dockey"].items():
-            ln[key] = len(v["bodies"][r])  # every chunk's row holds its doc's whole body
+        ln: dict[str, tuple[int, int]] = {}
+        for r, key in v["dockey"].items():  # every chunk's row holds its doc's whole body
+            ln[key] = (len(v["bodies"][r]), token_units(v["bodies"][r]))
         lengths[vname] = ln
     out = []
     cos_cache: dict[str, np.ndarray] = {}
@@ -405,18 +407,19 @@ def abstains(q: Q, me: float, mc: float, pen: float, rule: str) -> bool:
 
 
 def within_budget(q: Q, ranked: list[str]) -> tuple[float, float]:
-    """Share of the gold items whose whole text is inside the first BUDGET_CHARS / BUDGET_TOKENS of the answers."""
+    """Share of the gold items whose whole text is inside the first BUDGET_CHARS / BUDGET_TOKENS of the answers,
+    tokens counted as recall's budget counts them (memvault.core.hits.token_units, rounded once)."""
     if not q.relevant:
         return 0.0, 0.0
-    used_c = used_t = 0
+    used_c = used_u = 0
     in_c = in_t = 0
     for d in ranked:
-        n = q.lengths.get(d, 0) + 80  # a hit's header: kind, id, score, source, time
-        used_c += n
-        used_t += (n + 3) // 4
+        chars, units = q.lengths.get(d, (0, 0))
+        used_c += chars + HEADER  # a hit's header: kind, id, score, source, time (ASCII)
+        used_u += units + HEADER
         if d in q.relevant:
             in_c += used_c <= BUDGET_CHARS
-            in_t += used_t <= BUDGET_TOKENS
+            in_t += -(-used_u // 4) <= BUDGET_TOKENS
     return in_c / len(q.relevant), in_t / len(q.relevant)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from memvault.core.candidates import Candidate
+from memvault.core.hits import count_tokens, token_units
 from memvault.core.recall import _by_time
 from memvault.rules import timeq
 from memvault.rules.freshness import stored_time
@@ -317,7 +318,7 @@ def test_the_simulation_reads_the_rest_of_the_question_as_recall_does(weight, ge
     r (and u), on random candidates with random vectors for the question and its rest."""
     from dataclasses import replace
 
-    from memvault.core.candidates import Parts, _combine, _shares, generality as general_of
+    from memvault.core.candidates import _combine, _shares, generality as general_of
     from memvault.core.rescore import keyword_trust
 
     moved_any = 0
@@ -356,3 +357,17 @@ def test_the_simulation_reads_the_rest_of_the_question_as_recall_does(weight, ge
                             0.0, generality, weight)
         _same_order(simulated, recall, relevance, 1e-6, trial)
     assert moved_any > 30
+
+
+@pytest.mark.parametrize("text", ["word " * 1_990, "词" * 2_470, "词" * 2_490, "word 词 " * 620, "ü" * 2_481])
+def test_the_simulation_counts_the_budget_in_tokens_as_recall_does(text):
+    """Evidence within the budget (issue 27, item 4) is counted as recall counts its budget (count_tokens: a
+    character beyond ASCII is a token of its own); a quarter token a character passed 2,490 CJK characters as 623."""
+    empty = np.zeros(0)
+    q = ef.Q(set="s", qid="q", fold=0, label="pos", relevant={"fact:a"}, rows=empty, kw=empty,
+             ph=empty, cos=empty, exact=empty, cov=empty, doc=[], neigh={}, semantic=0.0, held=0.0, top_cov=0.0,
+             any_exact=False, unknown_names=False, unknown_terms=False,
+             lengths={"fact:a": (len(text), token_units(text))})
+    header = "h" * ef.HEADER
+    assert ef.within_budget(q, ["fact:a"]) == (float(len(text) + ef.HEADER <= ef.BUDGET_CHARS),
+                                               float(count_tokens(header + text) <= ef.BUDGET_TOKENS))
