@@ -276,3 +276,26 @@ def test_the_budget_said_to_be_needed_for_a_lone_hit_is_the_least(fmt):
     at = RecallResult([hit])
     fit_budget(at, needed, fmt)
     assert list(at) == [hit] and at.budget is None
+
+
+def test_the_usage_record_counts_the_hits_returned_when_a_damaged_state_says_so(bv):
+    """A damaged state.db is moved aside while recall reads the usage counts, and its warning joins the answer: the
+    budget is fitted with that warning in it, so the hits counted as shown are the hits returned (the answer was
+    fitted first and fitted again after, and the record kept counting the hits the second fit dropped)."""
+    everything = bv.recall(QUERY, k=20, record_access=False)
+    keys = [(h.kind, h.id) for h in everything]
+    dropped_by_the_warning = 0
+    for budget in BUDGETS:
+        bv.state.close()
+        (bv.state_dir / "state.db").write_bytes(b"not a database at all" * 100)
+        for suffix in ("-wal", "-shm"):
+            (bv.state_dir / f"state.db{suffix}").unlink(missing_ok=True)
+        kept = bv.recall(QUERY, k=20, budget=budget)
+        clean = bv.recall(QUERY, k=20, budget=budget, record_access=False)
+        if not len(clean):
+            continue
+        assert any("was damaged" in w for w in kept.warnings), kept.warnings
+        dropped_by_the_warning += len(kept) < len(clean)
+        shown = {key for key, u in bv.state.get(keys).items() if u.shown > 0}
+        assert shown == {(h.kind, h.id) for h in kept}, budget
+    assert dropped_by_the_warning  # the warning takes the room of a hit at some budget

@@ -350,14 +350,22 @@ _VAGUE = frozenset({"happened", "happen", "happens", "anything", "something", "e
 
 def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool,
             explain: bool = False) -> RecallResult:
+    state = None
+    if record_access and len(result):
+        try:
+            state = parts.state()
+        except MemvaultError as exc:
+            result.warnings.append(f"usage not recorded: {exc}")
+        else:  # what it said while the ranking read its counts (a damaged file moved aside) is fitted with the hits,
+            result.warnings += state.warnings  # so the hits it then counts as shown are the hits returned
+            state.warnings.clear()
     if budget is not None:
         from .render import fit_budget
 
         fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
     said = len(result.warnings)
-    if record_access and len(result):
+    if state is not None and len(result):
         try:
-            state = parts.state()
             weight = parts.config.recall.exposure_weight
             shown = {(h.kind, h.id): weight * h.factors.get("relevance", 0.0) / rank
                      for rank, h in enumerate(result, 1)}
@@ -366,8 +374,8 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
             state.warnings.clear()
         except MemvaultError as exc:
             result.warnings.append(f"usage not recorded: {exc}")
-    if len(result.warnings) > said:  # room for what the record had to say (rare: a damaged state.db; the hits it
-        from .render import refit     # counted as shown stay)
+    if len(result.warnings) > said:  # room for what the record had to say (rare: the file damaged between the
+        from .render import refit     # ranking's read and the record; the hits it counted as shown stay)
 
         refit(result)
     return result
