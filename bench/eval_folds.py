@@ -12,7 +12,9 @@ best candidates by the share of the question's words they hold; ``keyword_covera
 how far a time the question names puts its memories first, and ``grace_weight`` e, how much less a memory of the
 time only by the week after it counts; ``procedure_semantic_weight`` S and ``procedure_phrase_weight`` P, a
 runbook's own s and p; ``procedure_feedback_weight`` f; and, only when ``--grid "u=0,0.3"`` names it,
-``generality_weight`` u, how much a fact close to the other facts found loses: off in recall) are chosen on the other folds by the mean, over
+``generality_weight`` u, how much a fact close to the other facts found loses: off in recall; and, only when
+``--grid "m=0,0.5"`` names it, m, how much a fact loses for its closeness to the mean of the vault's facts, centred
+(simulated only: recall has no such weight, docs/benchmarks.md, issue 27 twelfth pass)) are chosen on the other folds by the mean, over
 sets, of each set's target metric; then the abstention settings (``min_evidence``, ``min_coverage``, the penalty and
 which rule earns it: ``named_words``, any content word no memory holds, or none) by the most unanswerable LoCoMo
 questions refused while refusing at most ``--max-false`` of each set's answerable ones. Out-of-fold figures are the
@@ -58,9 +60,9 @@ NV = 50  # [recall] vector_candidates
 GRID = {"s": (0.5, 0.6, 0.7), "p": (0.25, 0.5), "g": (0.25, 0.5, 1.0), "c": (0.0, 0.15, 0.3),
         "h": (0.0, 0.5, 0.75, 1.0), "t": (0.0, 0.5, 1.0, 2.0), "S": (0.5, 0.6, 0.7), "P": (0.25, 0.5),
         "e": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "f": (0.0, 0.25, 0.5, 1.0),
-        "u": (0.0,), "r": (0.0,)}
+        "u": (0.0,), "r": (0.0,), "m": (0.0,)}
 SHIPPED = {"s": 0.6, "p": 0.25, "g": 0.5, "c": 0.0, "h": 0.0, "t": 2.0, "S": 0.7, "P": 0.25, "e": 0.75, "f": 0.5,
-           "u": 0.0, "r": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
+           "u": 0.0, "r": 0.0, "m": 0.0, "min_evidence": 0.3, "min_coverage": 0.35, "penalty": 0.5, "rule": "named"}
 ABSTAIN_GRID = {"min_evidence": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5), "min_coverage": (0.35, 0.45, 0.55, 0.7, 2.0),
                 "penalty": (0.25, 0.5, 0.7, 1.0), "rule": ("named", "unknown", "none")}
 RELATIVE_FLOOR = 0.3
@@ -128,6 +130,9 @@ class Q:
     # per row: how general its fact is among the facts of the closest candidates (candidates.generality, unweighted);
     # 0 elsewhere, and everywhere unless the grid has a u above 0
     general: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per row: a fact chunk's closeness to the mean of the vault's fact vectors, less the mean of that closeness over
+    # them (d·μ − |μ|²); 0 elsewhere, and everywhere unless the grid has an m above 0
+    hub: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # per row: its cosine with the question less its subject (the words most of the best keyword matches share);
     # empty when the question has no such subject (an experiment: ``--grid "r=0,0.25"``)
     rcos: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -251,6 +256,14 @@ def prepare(name: str, data: dict[str, Any], k: int, seed: int = 27) -> list[Q]:
             fact_vector = lambda key: v["matrix"][v["fact_rows"][key]].astype(np.float32).mean(axis=0)  # noqa: E731
             general = generality_of(cos, kinds, [v["dockey"][r] for r in rows], fact_vector)
         feedback["general"] = general
+        if any(GRID["m"]):
+            if "hub" not in v:
+                facts = np.array([k == "fact" for k in v["kinds"]], dtype=bool) & ~v["step_rows"]
+                mat = v["matrix"].astype(np.float64)
+                mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+                mu = mat[facts].mean(axis=0) if facts.any() else np.zeros(mat.shape[1])
+                v["hub"] = np.where(facts, mat @ mu - mu @ mu, 0.0)
+            feedback["hub"] = np.array([v["hub"][ri[r]] for r in rows])
         rvec = REMAINDERS.get(q["qid"] + "/" + q["label"])
         if rvec is not None:
             rc = v["matrix"][[ri[r] for r in rows]] @ rvec
@@ -318,7 +331,7 @@ def _moved(q: Q, rel: np.ndarray, f: float) -> np.ndarray | None:
 
 
 def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float = 0.0, S: float | None = None,
-         P: float | None = None, e: float = 0.0, f: float = 0.0, u: float = 0.0, r: float = 0.0,
+         P: float | None = None, e: float = 0.0, f: float = 0.0, u: float = 0.0, r: float = 0.0, m: float = 0.0,
          floor: float = RELATIVE_FLOOR) -> list[str]:
     """The ranked doc keys recall would return (before abstention), top 10. ``S``: the semantic share of a
     runbook's relevance (None: ``s``, as for every other kind); ``f``: the runbooks' feedback weight; ``u``: how
@@ -339,6 +352,8 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
             cos = np.where(q.proc, cos, (1 - r) * np.maximum(cos, 0.0) + r * np.maximum(q.rcos, 0.0))
         if u and len(q.general):  # a fact's cosine less what it loses for being general (at least 0)
             cos = np.maximum(np.maximum(cos, 0.0) - u * q.general, 0.0)
+        if m and len(q.hub):  # a fact's cosine less its closeness to the mean fact, centred (at least 0)
+            cos = np.maximum(np.maximum(cos, 0.0) - m * q.hub, 0.0)
         rel = s * np.maximum(cos, 0.0) / best_cos + (1 - s) * trust * (q.kw + p * q.ph) / (1 + p)
         if q.neigh:
             smooth = rel.copy()
@@ -434,6 +449,7 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
     fi = list(GRID).index("f")
     ui = list(GRID).index("u")
     ri_ = list(GRID).index("r")
+    mi = list(GRID).index("m")
     assert si < pi < fi
     for combo in itertools.product(*GRID.values()):
         hits = []
@@ -449,6 +465,8 @@ def ranking_table(qs: list[Q]) -> dict[tuple[float, ...], np.ndarray]:
                 eff = eff[:ui] + (0.0,) + eff[ui + 1:]
             if not len(q.rcos):  # r moves only questions with a subject
                 eff = eff[:ri_] + (0.0,) + eff[ri_ + 1:]
+            if not q.hub.any():  # m moves only questions with a fact among the candidates
+                eff = eff[:mi] + (0.0,) + eff[mi + 1:]
             key = (i, eff)
             if key not in memo:
                 memo[key] = 1.0 if q.relevant.intersection(rank(q, *combo)[:TARGET_K[q.set.split("@")[0]]]) else 0.0
