@@ -176,3 +176,79 @@ def test_listings_and_their_pages_are_in_the_sqlite_indexs_order(both):
         theirs, m = local.list_facts(FactQuery(prefix="net"), 3, offset)
         assert [f["key"] for f in mine] == [f["key"] for f in theirs] and n == m == len(KEYS)
     assert shared.fact_tags() == local.fact_tags()
+
+
+def test_0005_puts_an_existing_vaults_ids_in_byte_order_in_place(both):
+    """A vault indexed before 0005 (ids in the database's collation) answers in byte order all the same (the
+    queries say COLLATE "C"); 0005 changes the column's collation without rewriting the table, and its indexes,
+    the unique key among them, are rebuilt in that order."""
+    local, shared = both
+    conn = shared._connection()
+    v = shared._read_state(conn).vault_id
+    docs = f"memvault.v{v}_docs"
+
+    def collation() -> str:
+        return conn.execute("SELECT c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation "
+                            "WHERE a.attrelid = %s::regclass AND a.attname = 'item_id'", (docs,)).fetchone()[0]
+
+    def turns() -> dict[str, list[str]]:
+        return neighbours(shared, [cid for (cid,) in conn.execute(vsql(
+            v, "SELECT chunk_id FROM {chunks} c JOIN {docs} d USING (doc_id) WHERE d.kind = 'episode' AND c.chunk = 0"))])
+
+    assert collation() == "C"
+    expected = turns()
+    # as the release before left it
+    conn.execute(f'ALTER TABLE {docs} ALTER COLUMN item_id TYPE text COLLATE "default"')
+    conn.execute("DELETE FROM memvault.vault_migrations WHERE vault_id = %s AND name = '0005_ids_in_byte_order'", (v,))
+    assert collation() == "default"
+    assert turns() == expected and shared.fact_keys("net") == local.fact_keys("net")
+    table_file = conn.execute("SELECT pg_relation_filenode(%s::regclass)", (docs,)).fetchone()[0]
+    assert pg.migrations.migrate_vault(conn, v) == ["0005_ids_in_byte_order"]
+    assert collation() == "C"
+    assert conn.execute("SELECT pg_relation_filenode(%s::regclass)", (docs,)).fetchone()[0] == table_file
+    keys = {r[0]: r[1] for r in conn.execute(
+        "SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+        "WHERE x.indrelid = %s::regclass", (docs,))}
+    assert "UNIQUE" in keys[f"v{v}_docs_kind_item_id_key"] and f"v{v}_docs_turns" in keys
+    assert turns() == expected and shared.fact_keys("net") == local.fact_keys("net")
+
+
+def test_the_indexes_serve_the_id_order_on_a_collating_database(collated):
+    """Read with EXPLAIN ANALYZE on a few thousand rows: a turn's neighbours come from the (source, created,
+    item_id) index, one row each way, even for a source whose turns are far apart among another's; a page of facts
+    and the keys under a prefix are a range of UNIQUE (kind, item_id), in its order (no sort). Before 0005 a
+    COLLATE "C" the indexes lacked sent the first to the time index (every other source's turns read between) and
+    made the others read every fact and sort it."""
+    from datetime import datetime, timedelta, timezone
+
+    from memvault.index.postgres.listings import KEY_RANGE, facts_sql
+    from memvault.index.postgres.reads import NEIGHBOURS_SQL
+    from test_postgres import actual_rows, episode, fact, sql
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = lambda s: (t0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    docs = [episode(f"b{i:05d}-{'aB_-'[i % 4]}", f"busy {i}", at(2 * i), source="import:busy",
+                    ekind="raw") for i in range(4000)]
+    docs += [episode(f"r{i:02d}", f"rare {i}", at(400 * i), source="import:rare", ekind="raw") for i in range(20)]
+    docs += [fact(f"k{i % 20}/f-{i:04d}{['a', 'b', '_x', '-y'][i % 4]}", f"fact {i}") for i in range(2000)]
+    apply(collated, docs)
+    sql(collated.url, "VACUUM ANALYZE")
+    conn = collated._connection()
+    v = collated._read_state(conn).vault_id
+    rare = conn.execute(vsql(v, "SELECT c.chunk_id, d.source, d.created, d.item_id FROM {docs} d JOIN {chunks} c "
+                                "ON c.doc_id = d.doc_id AND c.chunk = 0 WHERE d.source = 'import:rare'")).fetchall()
+
+    def plan(query, args) -> str:
+        return "\n".join(r[0] for r in conn.execute(vsql(v, "EXPLAIN ANALYZE " + query), args))
+
+    turns = plan(NEIGHBOURS_SQL, [list(col) for col in zip(*rare)])
+    assert f"Index Scan Backward using v{v}_docs_turns" in turns and f"Index Scan using v{v}_docs_turns" in turns, \
+        turns
+    assert "Sort" not in turns and actual_rows(turns, "docs_turns") <= 1, turns
+    for query in (facts_sql(v, FactQuery(prefix="k7")), facts_sql(v, FactQuery())):
+        page = plan(query[0] + ' ORDER BY item_id COLLATE "C" LIMIT 50', query[1])
+        assert f"Index Scan using v{v}_docs_kind_item_id_key" in page and "item_id >=" in page, page
+        assert "Sort" not in page and actual_rows(page, "docs_kind_item_id_key") == 50, page
+    keys = plan("SELECT item_id FROM {docs} WHERE kind = 'fact' AND " + KEY_RANGE + ' ORDER BY item_id COLLATE "C"',
+                ["k7/", "k70"])
+    assert "docs_kind_item_id_key" in keys and "Sort" not in keys and actual_rows(keys, "Index") == 100, keys
