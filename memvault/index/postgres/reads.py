@@ -47,6 +47,22 @@ def runbook_steps(conn: Any, v: int, doc_ids: list[int]) -> list[tuple[int, int]
     return [(int(r[0]), int(r[1])) for r in rows]
 
 
+#: The raw turns just before and after each given one from its source (parameters: chunk ids, sources, times, ids),
+#: from the index on (source, created, item_id). Ids in byte order, as SQLite's: a database created en_US or ICU
+#: puts same-time turns in another order. Since 0005 the column and that index are in byte order, so the index serves
+#: the comparison and the order (a COLLATE the index lacks left it for the time index: every source's turns read).
+_SIDE = ("SELECT c.chunk_id, d.created FROM {docs} d JOIN {chunks} c ON c.doc_id = d.doc_id AND c.chunk = 0 "
+         "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = u.source "
+         "AND (d.created, d.item_id COLLATE \"C\") ")
+NEIGHBOURS_SQL = f"""
+        SELECT u.cid, b.chunk_id, b.created, a.chunk_id, a.created
+        FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[]) AS u(cid, source, created, item_id)
+        LEFT JOIN LATERAL ({_SIDE} < (u.created, u.item_id)
+                           ORDER BY d.created DESC, d.item_id COLLATE "C" DESC LIMIT 1) b ON true
+        LEFT JOIN LATERAL ({_SIDE} > (u.created, u.item_id)
+                           ORDER BY d.created, d.item_id COLLATE "C" LIMIT 1) a ON true"""
+
+
 def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
     """For the raw episodes among ``docs`` (chunk id -> fields), the chunk ids of the raw episodes just before and
     after each from the same source, at most NEIGHBOUR_GAP seconds away (one query)."""
@@ -56,16 +72,8 @@ def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> di
         return {}
     problems: list[str] = []
     stamps = [to_time(d["created"], problems, "created") for _, d in raw]
-    side = ("SELECT c.chunk_id, d.created FROM {docs} d JOIN {chunks} c ON c.doc_id = d.doc_id AND c.chunk = 0 "
-            "WHERE d.kind = 'episode' AND d.ekind = 'raw' AND d.source = u.source AND (d.created, d.item_id) ")
-    rows = conn.execute(vsql(v, f"""
-        SELECT u.cid, b.chunk_id, b.created, a.chunk_id, a.created
-        FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[]) AS u(cid, source, created, item_id)
-        LEFT JOIN LATERAL ({side} < (u.created, u.item_id) ORDER BY d.created DESC, d.item_id DESC LIMIT 1) b
-            ON true
-        LEFT JOIN LATERAL ({side} > (u.created, u.item_id) ORDER BY d.created, d.item_id LIMIT 1) a ON true"""),
-                        ([cid for cid, _ in raw], [d["source"] for _, d in raw], stamps,
-                         [d["id"] for _, d in raw])).fetchall()
+    rows = conn.execute(vsql(v, NEIGHBOURS_SQL), ([cid for cid, _ in raw], [d["source"] for _, d in raw], stamps,
+                                                  [d["id"] for _, d in raw])).fetchall()
     here = {cid: stamp for (cid, _), stamp in zip(raw, stamps)}
     out: dict[int, list[int]] = {}
     for cid, before, t_before, after, t_after in rows:
