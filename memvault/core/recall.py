@@ -58,9 +58,10 @@ from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultE
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
 from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
 from .contradictions import SUPERSEDED_REF
+from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
-from ..rules.freshness import stale_doc_reason, stored_time, text_hash
+from ..rules.freshness import stale_doc_reason, stored_time
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
 from ..rules.validation import MAX_FUTURE, vault_paths
@@ -350,6 +351,8 @@ _VAGUE = frozenset({"happened", "happen", "happens", "anything", "something", "e
 
 def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, record_access: bool,
             explain: bool = False) -> RecallResult:
+    from .render import fit_budget, refit
+
     state = None
     if record_access and len(result):
         try:
@@ -360,24 +363,17 @@ def _finish(parts: Parts, result: RecallResult, budget: int | None, fmt: str, re
             result.warnings += state.warnings  # so the hits it then counts as shown are the hits returned
             state.warnings.clear()
     if budget is not None:
-        from .render import fit_budget
-
         fit_budget(result, budget, fmt, explain=explain, weights=parts.config.recall.weights if explain else None)
     said = len(result.warnings)
     if state is not None and len(result):
         try:
-            weight = parts.config.recall.exposure_weight
-            shown = {(h.kind, h.id): weight * h.factors.get("relevance", 0.0) / rank
-                     for rank, h in enumerate(result, 1)}
-            state.record_shown(shown, texts=[(text_hash(h.text), h.kind, h.id) for h in result])
+            record_shown(state, result, parts.config.recall.exposure_weight)
             result.warnings += state.warnings
             state.warnings.clear()
         except MemvaultError as exc:
             result.warnings.append(f"usage not recorded: {exc}")
     if len(result.warnings) > said:  # room for what the record had to say (rare: the file damaged between the
-        from .render import refit     # ranking's read and the record; the hits it counted as shown stay)
-
-        refit(result)
+        refit(result)                 # ranking's read and the record; the hits it counted as shown stay)
     return result
 
 

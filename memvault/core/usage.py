@@ -1,4 +1,5 @@
-"""``used`` reports: what recall's frequency factor counts, within what the reporter may read.
+"""What recall's frequency factor counts: the hits recall showed, and ``used`` reports within what the reporter
+may read.
 
 A source a scope names counts only memories it may read, and a ref outside its read scope gets the very line a ref
 to nothing gets: a report can neither pump another area's ranking nor learn what exists there.
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import InvalidValue, ProcedureError, ProcedureNotFound
+from ..rules.freshness import text_hash
 from .access import Reader
 
 #: The write gate (memvault.core.gate.WriteGate, which calls in here: not imported back, so no cycle).
@@ -25,6 +27,13 @@ class Counted(list):  # type: ignore[type-arg]
     def __init__(self, items: Sequence[tuple[str, str]] = (), warnings: Sequence[str] = ()) -> None:
         super().__init__(items)
         self.warnings = list(warnings)
+
+
+def record_shown(state: Any, hits: Sequence[Any], exposure_weight: float) -> None:
+    """Count each of recall's ``hits`` as shown, by its relevance over its rank times ``exposure_weight``, with the
+    hash of its text (an extractor cannot feed a recalled memory back in as new)."""
+    state.record_shown({(h.kind, h.id): exposure_weight * h.factors.get("relevance", 0.0) / rank
+                        for rank, h in enumerate(hits, 1)}, texts=[(text_hash(h.text), h.kind, h.id) for h in hits])
 
 
 def used(gate: WriteGate, refs: Sequence[str], *, source: str) -> Counted:
