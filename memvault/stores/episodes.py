@@ -219,9 +219,11 @@ class EpisodeLog:
 
     def lock(self) -> Any:
         """The append lock: held by every append, and by rewrites and sync for their whole duration."""
-        if self.per_host and self.folders is not None and not self.named:
+        if self.folders is not None and not self.named:
             # Settle this clone's folder before the lock file can exist: its presence tells an older memvault's
-            # clone (see HostFolders.current), so no lock this version takes may stand in for that evidence.
+            # clone (see HostFolders.current), so no lock this version takes may stand in for that evidence. Also
+            # with episodes untracked: a clone that turned tracking on later took a same-named laptop's
+            # episodes/<hostname>/ for its own, and pruned it.
             self.folders.current()
         return locked(self.lock_path)
 
