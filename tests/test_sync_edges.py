@@ -28,7 +28,6 @@ def by_text(vault: Vault) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- a copied clone
-@pytest.mark.xfail(strict=True, reason="the copy's clean-rebased lines stay in the shared folder")
 @pytest.mark.parametrize("first", ["original", "copy"])
 def test_a_copied_clone_with_local_commits_leaves_one_writer_per_folder(twins, tmp_path, first):
     """``cp -a`` of a whole clone: both copies hold one folder id. Each commits appends in a month only it writes
@@ -43,20 +42,25 @@ def test_a_copied_clone_with_local_commits_leaves_one_writer_per_folder(twins, t
     subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
     copy = Vault.open(tmp_path / "copy")
     assert copy.episodes.store.host == shared
+    # Each: a local commit of a month only it writes (rebased cleanly), then the month both write, committed by
+    # the sync (merged line by line).
     october = datetime(2026, 10, 3, tzinfo=timezone.utc)
     a.episodes.append("Original, August.", source="agent:ops", at=datetime(2026, 8, 3, tzinfo=timezone.utc))
+    commit_appends(a, "the original's own month")
     a.episodes.append("Original, October.", source="agent:ops", at=october)
-    commit_appends(a, "the original's appends")
     copy.episodes.append("Copy, September.", source="agent:ops", at=datetime(2026, 9, 3, tzinfo=timezone.utc))
-    commit_appends(copy, "the copy's first commit")  # rebased cleanly: no one else wrote that month
+    commit_appends(copy, "the copy's own month")
     copy.episodes.append("Copy, October.", source="agent:ops", at=october)
-    commit_appends(copy, "the copy's second commit")  # the month both wrote: merged line by line
     order = [a, copy] if first == "original" else [copy, a]
     assert order[0].sync().warnings == []
-    (warning,) = order[1].sync().warnings
+    result = order[1].sync()
     keeper, mover = order
     moved = mover.episodes.store.host
+    (warning,) = result.warnings
     assert moved != shared and f"now appends to episodes/{moved}/" in warning
+    # Its lines left the shared folder in a commit of their own, on top of the sync's commit (still named).
+    assert f"moved from episodes/{shared}/ to episodes/{moved}/" in git(mover.root, "log", "-1", "--format=%s")
+    assert result.committed == git(mover.root, "rev-parse", "HEAD~1") and result.pushed
     for v in order:
         assert v.sync().warnings == []  # the keeper finds no line of the other's in its folder: it stays
     assert keeper.episodes.store.host == shared and shared not in mover.episodes.store.own_folders()
@@ -77,6 +81,32 @@ def test_a_copied_clone_with_local_commits_leaves_one_writer_per_folder(twins, t
     assert by_text(a) == by_text(copy) == {**expected, "Keeper, later.": shared, "Mover, later.": moved}
     assert git(a.root, "rev-parse", "HEAD") == git(copy.root, "rev-parse", "HEAD")
 
+
+
+def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins, tmp_path):
+    """The lines to move hold what the commit's checks refuse (a token in a line committed by hand): the move is
+    not made, every file is as the rebase left it, the sync says so and goes through; the original, finding the
+    copy's line in its folder, is moved on in turn. Nothing lost."""
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append("From the original.", source="agent:ops")
+    a.sync()
+    leaky = copy.root / "episodes" / shared / "2026-09.jsonl"
+    leaky.parent.mkdir(parents=True, exist_ok=True)
+    leaky.write_text('{"id": "leaky", "created_at": "2026-09-03T00:00:00Z", "source": "user:x", '
+                     '"text": "token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"}\n')
+    commit_appends(copy, "a token, committed by hand")
+    result = copy.sync()
+    assert result.pushed and any("could not be moved" in w and "nothing lost" in w for w in result.warnings)
+    assert leaky.is_file() and not git(copy.root, "status", "--porcelain")
+    assert "moved from" not in git(copy.root, "log", "-1", "--format=%s")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{shared}/" in warning and a.episodes.store.host != shared
+    assert sorted(e.text for e in a.episodes.iter()) == sorted(e.text for e in copy.episodes.iter())
+    assert len(list(a.episodes.iter())) == 2
 
 # ------------------------------------------------------------------------------------------- tracking turned on later
 @pytest.fixture

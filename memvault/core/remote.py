@@ -35,7 +35,7 @@ from typing import Any
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from .gate import WriteGate
-from ..stores.episodes import merge_lines, month_of, new_lines
+from ..stores.episodes import merge_lines, month_of, new_lines, split_new
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
 
@@ -99,9 +99,9 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
             result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
             result.warnings += committed.warnings
             for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
-                head = git.run("rev-parse", "HEAD")
+                head = _tip(git)
                 result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch,
-                                                                                       result.warnings)]))
+                                                                                       result.warnings, source)]))
                 if result.committed == head:
                     result.committed = _rebased(git, head)
                 result.push_attempts = attempt
@@ -200,7 +200,7 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
 
 
 def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str,
-          warnings: list[str]) -> list[str]:
+          warnings: list[str], source: str) -> list[str]:
     """Fetch remote/branch and rebase onto it; the vault-relative paths that changed in the work tree."""
     try:
         heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
@@ -224,9 +224,8 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     shared = _shared_folders(gate, git, base, fetched)
     # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
     # _give_up) only once the rebase went through.
-    folders = gate.episodes.folders
-    successor = (folders.draw() if folders is not None and not gate.episodes.named and gate.episodes.host in shared
-                 else None)
+    folders, current = gate.episodes.folders, gate.episodes.host
+    successor = folders.draw() if folders is not None and not gate.episodes.named and current in shared else None
     stashed = _stash(git)
     try:
         try:
@@ -249,6 +248,8 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
             _unstash(git)
     # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
     warnings += _give_up(gate, shared, successor)
+    if successor is not None and current is not None:
+        warnings += _move_own_lines(gate, git, current, successor, fetched, source)
     if rewritten:
         warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
                         "synced: the commits it removed are not pushed back; only those made here since were put "
@@ -452,6 +453,71 @@ def _read_or_empty(path: Path) -> bytes:
         return b""
 
 
+def _move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, fetched: str,
+                    source: str) -> list[str]:
+    """This clone gave up ``shared`` (another clone writes there: a copy of it, local state and all) for
+    ``successor``: the episodes its rebased commits added there (lines of HEAD's month files there that
+    ``fetched`` does not hold, by episode id) go to the same month file in ``successor``, in one commit through
+    the commit's checks. The conflicted files were resolved so already (:func:`_merge_shared_lines`); a commit that
+    rebased cleanly (a month the other did not write) left its lines in ``shared``, and the other clone, finding
+    them, was moved on too. What to say: nothing when it went through; when the commit is refused, the lines stay
+    where they are (nothing lost; the other clone moves on in turn) and every file is put back."""
+    episodes = gate.episodes
+    raw = git.run("diff", "--raw", "-z", "--no-renames", fetched, "HEAD", "--",
+                  ":(literal)" + git.rel(episodes.dir / shared), strip=False).split("\0")
+    files: dict[Path, bytes | None] = {}
+    before: dict[Path, bytes | None] = {}  # what each file held, to put back
+    try:
+        for info, path in zip(raw[0::2], raw[1::2]):
+            if info.split(" ")[1:2] not in (["100644"], ["100755"]) or not _month_file(gate, git, path):
+                continue  # a link, a file deleted here, anything but a month file: no lines to move
+            head = git.blob_at("HEAD", path)
+            kept, mine = split_new(git.blob_at(fetched, path) or b"", head or b"")
+            if not mine:
+                continue
+            here = git.root / path
+            there = episodes.dir / successor / here.name
+            ahead = files.get(there, before.setdefault(there, _read_or_none(there))) or b""
+            before[here], files[here] = head, kept or None
+            files[there] = (ahead + (b"\n" if ahead and not ahead.endswith((b"\n", b"\r")) else b"")
+                            + split_new(ahead, mine)[1])  # nothing written twice
+        if not files:
+            return []
+        for path, data in files.items():
+            if data is None:
+                remove(path)
+            else:
+                ensure_dir(path.parent)
+                atomic_write(path, data)
+        gate.commit_files(files, f"sync: this clone's episodes moved from episodes/{shared}/ to "
+                                 f"episodes/{successor}/ (another clone writes there)", author=source,
+                          trailers={"Memvault-Source": source, MOVED_TRAILER: f"{shared} -> {successor}"})
+    except MemvaultError as exc:
+        _put_back(before)
+        return [f"this clone's episodes in episodes/{shared}/ could not be moved to episodes/{successor}/ and stay "
+                f"there (nothing lost; the other clone writing there is moved on too): {exc}"]
+    except BaseException:
+        _put_back(before)
+        raise
+    return []
+
+
+def _put_back(files: dict[Path, bytes | None]) -> None:
+    for path, data in files.items():
+        with contextlib.suppress(OSError, MemvaultError):
+            if data is None:
+                remove(path)
+            else:
+                atomic_write(path, data)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+
+
 def _give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:
     """What to say about ``shared`` (see :func:`_shared_folders`), giving up those drawn by default: no longer
     pruned from here (their writer, or whoever finds them idle, does), and a new folder drawn when the current one
@@ -512,11 +578,23 @@ def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
 
 def _rebased(git: GitStore, old: str) -> str | None:
     """The id our commit ``old`` has after the rebase put it on top (None if the rebase dropped it as empty)."""
-    new = git.run("rev-parse", "HEAD")
+    new = _tip(git)
     if new == old:
         return old
     same = git.run("log", "-1", "--format=%B", old) == git.run("log", "-1", "--format=%B", new)
     return new if same else None
+
+
+#: The trailer of the commit in which a sync moved this clone's lines out of a folder another clone writes.
+MOVED_TRAILER = "Memvault-Moved-Episodes"
+
+
+def _tip(git: GitStore) -> str:
+    """HEAD, or the commit under it when HEAD is the move of :func:`_move_own_lines` (the local changes' commit is
+    under it)."""
+    head = git.run("rev-parse", "HEAD")
+    body = git.run("log", "-1", "--format=%B", head)
+    return git.run("rev-parse", f"{head}~1") if f"\n{MOVED_TRAILER}: " in f"\n{body}" else head
 
 
 def _push(git: GitStore, remote: str, branch: str) -> bool:
