@@ -139,7 +139,6 @@ def track_episodes(vault: Vault, models) -> Vault:
     return Vault.open(vault.root, embedder_factory=models)
 
 
-@pytest.mark.xfail(strict=True, reason="git checks a tracked file out over an ignored one")
 def test_turning_tracking_on_keeps_this_clones_untracked_lines_of_a_month_the_remote_brings(untracked, models):
     """Both clones kept this month's episodes in episodes/<month>.jsonl, ignored by git. One turns tracking on and
     syncs: its file is committed. The other's next sync checked that file out over its own, which git takes for
@@ -183,3 +182,69 @@ def test_turning_tracking_on_later_never_adopts_a_same_named_laptops_folder(untr
     assert b.episodes.append("On b, tracked.", source="agent:ops").path.parent.name == b.episodes.store.host
     assert b.sync().warnings == []
     assert sorted(e.text for e in b.episodes.iter()) == ["On a, long ago.", "On b, tracked.", "On b, untracked."]
+
+
+def test_untracked_lines_set_aside_come_back_when_the_rebase_stops_or_the_sync_is_killed(untracked, models,
+                                                                                         monkeypatch):
+    """The same pull stopped by a fact changed on both sides: the rebase is aborted, which removes the remote's
+    month file, and this clone's file is back byte for byte. A sync killed between its pull and the putting back
+    leaves the lines in the local state, and the next sync puts them back."""
+    from memvault.core import remote
+    from memvault.core.episode_sync import ASIDE_NAME
+    from memvault.rules.errors import SyncConflict
+
+    a, b = untracked
+    a.facts.set("db/primary", "The primary listens on 5432.", source="user:admin")
+    a.sync()
+    b.sync()
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    before = mine.read_bytes()
+    a = track_episodes(a, models)
+    a.facts.set("db/primary", "The primary moved to 6543.", source="user:admin")
+    a.sync()
+    b.facts.set("db/primary", "The primary listens on 5433.", source="user:admin")
+    with pytest.raises(SyncConflict):
+        b.sync()
+    assert mine.read_bytes() == before and not (b.state_dir / ASIDE_NAME).exists()
+    git(b.root, "reset", "-q", "--hard", "HEAD~1")  # the person gives up their change of the fact
+    real, calls = remote.put_aside_back, []
+
+    def killed_after_the_pull(gate, git_store):
+        calls.append(1)
+        if len(calls) == 2:  # the first is the check at the start of the sync
+            raise KeyboardInterrupt
+        return real(gate, git_store)
+
+    monkeypatch.setattr(remote, "put_aside_back", killed_after_the_pull)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    monkeypatch.setattr(remote, "put_aside_back", real)
+    assert b"Kept on b" not in mine.read_bytes() and (b.state_dir / ASIDE_NAME).is_file()
+    b = Vault.open(b.root, embedder_factory=models)
+    b.sync()  # puts them back, and commits them with tracking on
+    assert not (b.state_dir / ASIDE_NAME).exists()
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert not git(v.root, "status", "--porcelain")
+
+
+def test_a_damaged_record_of_lines_set_aside_is_named_and_never_written_over(untracked, models):
+    from memvault.core.episode_sync import ASIDE_NAME
+    from memvault.rules.errors import GitError
+
+    a, b = untracked
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    record = b.state_dir / ASIDE_NAME
+    record.write_text("{damaged")
+    assert any(ASIDE_NAME in w and "left as it is" in w for w in b.sync().warnings)
+    a = track_episodes(a, models)
+    a.sync()
+    head = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(GitError, match="before changing anything"):
+        b.sync()
+    assert record.read_text() == "{damaged" and git(b.root, "rev-parse", "HEAD") == head
+    assert b"Kept on b" in mine.read_bytes()

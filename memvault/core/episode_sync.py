@@ -8,10 +8,14 @@ name): :func:`shared_folders` finds it, :func:`give_up` leaves the folder and dr
 """
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import os
+import stat
 from pathlib import Path
 
-from ..rules.errors import MemvaultError
+from ..rules.errors import GitError, MemvaultError
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from ..stores.episodes import month_of, new_lines, split_new
 from ..stores.gitstore import GitStore
@@ -74,7 +78,7 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
     """This clone gave up ``shared`` (another clone writes there: a copy of it, local state and all) for
     ``successor``: the episodes its rebased commits added there (lines of HEAD's month files there that
     ``fetched`` does not hold, by episode id) go to the same month file in ``successor``, in one commit through
-    the commit's checks. The conflicted files were resolved so already (:func:`memvault.core.remote._merge_shared_lines`); a commit that
+    the commit's checks. The rebase resolved the files it stopped on so already (sync's line merge); a commit that
     rebased cleanly (a month the other did not write) left its lines in ``shared``, and the other clone, finding
     them, was moved on too. What to say: nothing when it went through; when the commit is refused, the lines stay
     where they are (nothing lost; the other clone moves on in turn) and every file is put back."""
@@ -157,4 +161,73 @@ def give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[st
     return said
 
 
-__all__ = ["MOVED_TRAILER", "give_up", "month_file", "move_own_lines", "shared_folders"]
+# ------------------------------------------------------------------------------- untracked files a pull brings
+#: Where a sync keeps this clone's untracked month files while the pull checks the remote's over them (local state).
+ASIDE_NAME = "sync-aside.json"
+
+
+def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
+    """Keep in the local state (:data:`ASIDE_NAME`) every month file here that git does not track and the remote's
+    commits add (``head``: this clone's HEAD): this clone kept that month's episodes untracked (``episodes/`` in
+    .gitignore) and another clone, tracking episodes now, committed its own file of that name. Git checks a file out
+    over an ignored one without a word; :func:`put_aside_back` adds this clone's lines to it once the rebase is over,
+    whatever its outcome, or at the next sync when this one was killed."""
+    added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
+                    ":(literal)" + git.rel(gate.episodes.dir), strip=False)
+    kept: dict[str, str] = {}
+    for path in added.split("\0"):
+        if path and month_file(gate, git, path) and _regular(git.root / path):
+            kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
+    if not kept:
+        return
+    record = gate.state_dir / ASIDE_NAME
+    if os.path.lexists(record):  # one put_aside_back could not read: never written over
+        raise GitError(f"sync stopped before changing anything: {record} holds episodes set aside by an earlier "
+                       "sync that could not be put back; move them back by hand (base64) and remove the file, then "
+                       "sync again")
+    ensure_dir(gate.state_dir)
+    atomic_write(record, json.dumps({"files": kept}, sort_keys=True).encode("utf-8"), mode=0o600)
+
+
+def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str]]:
+    """Add the lines of each file :func:`set_aside` kept to the file there now (the remote's, or this clone's own
+    when the rebase was aborted), each line once (by episode id); a file gone is written as it was. The record goes
+    only once every file is back: a sync killed meanwhile puts them back at its next run (each line once again).
+    The files changed, and what to say (a record that cannot be read is left as it is, and named)."""
+    record = gate.state_dir / ASIDE_NAME
+    try:
+        files = json.loads(read_regular(record))["files"]
+        kept = {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+    except FileNotFoundError:
+        return [], []
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
+        return [], [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not put back; "
+                    "they are in that file (base64), which is left as it is"]
+    changed = []
+    for path, mine in kept.items():
+        target = git.root / path
+        if not month_file(gate, git, path):
+            continue  # only ever a month file of this vault's episodes/
+        there = _read_or_none(target)
+        if there is None:
+            ensure_dir(target.parent)
+            atomic_write(target, mine)
+        else:
+            add = split_new(there, mine)[1]
+            if not add:
+                continue
+            atomic_write(target, there + (b"\n" if there and not there.endswith((b"\n", b"\r")) else b"") + add)
+        changed.append(target)
+    remove(record)
+    return changed, []
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
+           "shared_folders"]

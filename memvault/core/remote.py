@@ -16,8 +16,10 @@
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
    exactly as they were. Tracked episodes go to each clone's own ``episodes/<folder>/``, so hosts only conflict when
    they change the same fact, procedure or setting (a clone whose folder the remote's commits add lines to is told,
-   and draws a new one: :func:`~memvault.core.episode_sync.shared_folders`); on such a conflict the rebase is aborted at once (the work tree
-   is back at this host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
+   draws a new one and takes the lines it added there with it: :mod:`memvault.core.episode_sync`; a month file kept
+   untracked here that the remote's commits add is set aside, and its lines put back after); on such a conflict the
+   rebase is aborted at once (the work tree is back at this host's last good version, which recall keeps serving)
+   and :class:`SyncConflict` names the keys.
 4. The index is told which files the pull changed (text at once; vectors when a warm model is at hand).
 5. ``git push <remote> HEAD:refs/heads/<branch>``; when the remote moved meanwhile, fetch, rebase and push again,
    up to :data:`PUSH_ATTEMPTS` times.
@@ -34,7 +36,8 @@ from typing import Any
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
-from .episode_sync import MOVED_TRAILER, give_up, month_file, move_own_lines, shared_folders
+from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
+                           shared_folders)
 from .gate import WriteGate
 from ..stores.episodes import merge_lines
 from ..stores.gitstore import GitStore
@@ -94,9 +97,13 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     try:
         with gate.lock(source, result.warnings), gate.episodes.lock():
             result.warnings += _fix_ignore_rule(gate)
+            back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
+            touched += back
+            result.warnings += said
             pending = pending_edits(gate, git)
             committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))
-            result.committed, touched = committed.commit, list(committed.paths)
+            result.committed = committed.commit
+            touched += committed.paths
             result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
             result.warnings += committed.warnings
             for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
@@ -227,6 +234,7 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     # give_up) only once the rebase went through.
     folders, current = gate.episodes.folders, gate.episodes.host
     successor = folders.draw() if folders is not None and not gate.episodes.named and current in shared else None
+    set_aside(gate, git, before, fetched)
     stashed = _stash(git)
     try:
         try:
@@ -245,8 +253,11 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
                 git.run("rebase", "--abort", env=_env(git))
                 raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
     finally:
-        if stashed:
-            _unstash(git)
+        try:
+            warnings += put_aside_back(gate, git)[1]
+        finally:
+            if stashed:
+                _unstash(git)
     # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
     warnings += give_up(gate, shared, successor)
     if successor is not None and current is not None:
@@ -451,8 +462,8 @@ def _rebased(git: GitStore, old: str) -> str | None:
 
 
 def _tip(git: GitStore) -> str:
-    """HEAD, or the commit under it when HEAD is the move of :func:`~memvault.core.episode_sync.move_own_lines` (the local changes' commit is
-    under it)."""
+    """HEAD, or the commit under it when HEAD is a sync's move of this clone's lines to its new folder
+    (:func:`~memvault.core.episode_sync.move_own_lines`): the local changes' commit is under it."""
     head = git.run("rev-parse", "HEAD")
     body = git.run("log", "-1", "--format=%B", head)
     return git.run("rev-parse", f"{head}~1") if f"\n{MOVED_TRAILER}: " in f"\n{body}" else head
