@@ -11,7 +11,7 @@ import pytest
 from memvault import Vault
 from conftest import git
 from fake_embedder import set_model
-from test_sync import twins  # noqa: F401 (a fixture)
+from test_sync import git_calls, twins  # noqa: F401 (fixtures: git_calls checks that nothing is force-pushed)
 
 
 def commit_appends(vault: Vault, message: str) -> None:
@@ -82,6 +82,40 @@ def test_a_copied_clone_with_local_commits_leaves_one_writer_per_folder(twins, t
     assert git(a.root, "rev-parse", "HEAD") == git(copy.root, "rev-parse", "HEAD")
 
 
+
+def test_a_copy_whose_push_is_rejected_after_the_move_rebases_it_again(twins, tmp_path, monkeypatch):
+    """The original pushes again between the copy's move and its push: the copy's next try rebases its commits,
+    the move with them, onto that; every line once, each clone in its own folder."""
+    from memvault.stores.gitstore import GitStore
+
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append("Original, first.", source="agent:ops")
+    a.sync()
+    copy.episodes.append("Copy, September.", source="agent:ops", at=datetime(2026, 9, 3, tzinfo=timezone.utc))
+    commit_appends(copy, "the copy's own month")
+    copy.episodes.append("Copy, now.", source="agent:ops")
+    real, raced = GitStore.run, []
+
+    def racing(self, *args, **kwargs):
+        if args[:1] == ("push",) and self.root == copy.root and not raced:
+            raced.append(1)
+            a.episodes.append("Original, meanwhile.", source="agent:ops")
+            a.sync()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GitStore, "run", racing)
+    result = copy.sync()
+    assert raced and result.pushed and result.push_attempts == 2
+    moved = copy.episodes.store.host
+    assert a.sync().warnings == [] and copy.sync().warnings == [] and a.episodes.store.host == shared
+    for v in (a, copy):
+        assert by_text(v) == {"Original, first.": shared, "Original, meanwhile.": shared,
+                              "Copy, September.": moved, "Copy, now.": moved}
+        assert not git(v.root, "status", "--porcelain")
 
 def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins, tmp_path):
     """The lines to move hold what the commit's checks refuse (a token in a line committed by hand): the move is
