@@ -282,3 +282,28 @@ def test_a_damaged_record_of_lines_set_aside_is_named_and_never_written_over(unt
         b.sync()
     assert record.read_text() == "{damaged" and git(b.root, "rev-parse", "HEAD") == head
     assert b"Kept on b" in mine.read_bytes()
+
+
+def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(untracked, models):
+    """The remote's file of that month is a link: this clone's lines are not written through it; they stay in the
+    local state, named, and the sync goes through."""
+    import base64
+    import json
+    import os
+
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    outside = a.root.parent / "outside.jsonl"
+    outside.write_text("")
+    a = track_episodes(a, models)
+    os.symlink(outside, a.root / "episodes" / mine.name)
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "a link for a month file")
+    a.sync()
+    result = b.sync()
+    assert any(mine.name in w and "cannot be put back" in w for w in result.warnings)
+    assert outside.read_text() == ""
+    kept = json.loads((b.state_dir / ASIDE_NAME).read_text())["files"][f"episodes/{mine.name}"]
+    assert b"Kept on b" in base64.b64decode(kept)

@@ -203,23 +203,30 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
         return [], [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not put back; "
                     "they are in that file (base64), which is left as it is"]
-    changed = []
+    changed: list[Path] = []
+    left: dict[str, str] = {}  # what cannot be put back (a link committed there): kept in the record, named
+    said: list[str] = []
     for path, mine in kept.items():
         target = git.root / path
         if not month_file(gate, git, path):
             continue  # only ever a month file of this vault's episodes/
-        there = _read_or_none(target)
-        if there is None:
-            ensure_dir(target.parent)
-            atomic_write(target, mine)
-        else:
-            add = split_new(there, mine)[1]
-            if not add:
-                continue
-            atomic_write(target, there + (b"\n" if there and not there.endswith((b"\n", b"\r")) else b"") + add)
-        changed.append(target)
-    remove(record)
-    return changed, []
+        try:
+            there = _read_or_none(target)
+            add = mine if there is None else split_new(there, mine)[1]
+            if add:
+                ensure_dir(target.parent)
+                atomic_write(target, (there or b"") + (b"\n" if there and not there.endswith((b"\n", b"\r")) else b"")
+                             + add)
+                changed.append(target)
+        except (OSError, MemvaultError) as exc:
+            left[path] = base64.b64encode(mine).decode("ascii")
+            said.append(f"{path}: this clone's untracked episodes set aside during a sync cannot be put back ({exc});"
+                        f" they stay in {record} (base64)")
+    if left:
+        atomic_write(record, json.dumps({"files": left}, sort_keys=True).encode("utf-8"), mode=0o600)
+    else:
+        remove(record)
+    return changed, said
 
 
 def _regular(path: Path) -> bool:
