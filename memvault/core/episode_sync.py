@@ -96,8 +96,9 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
             if not mine:
                 continue
             here = git.root / path
-            there = episodes.dir / successor / here.name
-            ahead = files.get(there, before.setdefault(there, _read_or_none(there))) or b""
+            there = episodes.dir / successor / here.name  # one month file there for each here
+            before[there] = _read_or_none(there)
+            ahead = before[there] or b""
             before[here], files[here] = head, kept or None
             files[there] = (ahead + (b"\n" if ahead and not ahead.endswith((b"\n", b"\r")) else b"")
                             + split_new(ahead, mine)[1])  # nothing written twice
