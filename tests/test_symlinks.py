@@ -177,6 +177,7 @@ def _two_hosts(tmp_path):
 def test_sync_refuses_a_remote_that_replaces_memvault_with_a_link(tmp_path, monkeypatch):
     a, b = _two_hosts(tmp_path)
     b.facts.set("db/replica", "The replica listens on port 5433.")  # b has an index and state now
+    b.episodes.append("Set the replica.", source="user:admin")  # and its record of episode folders
     b.reindex()
     b.recall("replica", mode="keyword")
     before = sorted(p.name for p in b.state_dir.iterdir())

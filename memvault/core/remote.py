@@ -16,8 +16,10 @@
 3. The local commits are rebased onto the remote's, with the user's other uncommitted changes set aside and put back
    exactly as they were. Tracked episodes go to each clone's own ``episodes/<folder>/``, so hosts only conflict when
    they change the same fact, procedure or setting (a clone whose folder the remote's commits add lines to is told,
-   and draws a new one: :func:`_shared_folders`); on such a conflict the rebase is aborted at once (the work tree
-   is back at this host's last good version, which recall keeps serving) and :class:`SyncConflict` names the keys.
+   draws a new one and takes the lines it added there with it: :mod:`memvault.core.episode_sync`; a month file kept
+   untracked here that the remote's commits add is set aside, and its lines put back after); on such a conflict the
+   rebase is aborted at once (the work tree is back at this host's last good version, which recall keeps serving)
+   and :class:`SyncConflict` names the keys.
 4. The index is told which files the pull changed (text at once; vectors when a warm model is at hand).
 5. ``git push <remote> HEAD:refs/heads/<branch>``; when the remote moved meanwhile, fetch, rebase and push again,
    up to :data:`PUSH_ATTEMPTS` times.
@@ -34,8 +36,10 @@ from typing import Any
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
+from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
+                           shared_folders)
 from .gate import WriteGate
-from ..stores.episodes import merge_lines, month_of, new_lines
+from ..stores.episodes import merge_lines
 from ..stores.gitstore import GitStore
 from ..rules.trust import Op
 
@@ -93,15 +97,19 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     try:
         with gate.lock(source, result.warnings), gate.episodes.lock():
             result.warnings += _fix_ignore_rule(gate)
+            back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
+            touched += back
+            result.warnings += said
             pending = pending_edits(gate, git)
             committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))
-            result.committed, touched = committed.commit, list(committed.paths)
+            result.committed = committed.commit
+            touched += committed.paths
             result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
             result.warnings += committed.warnings
             for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
-                head = git.run("rev-parse", "HEAD")
+                head = _tip(git)
                 result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch,
-                                                                                       result.warnings)]))
+                                                                                       result.warnings, source)]))
                 if result.committed == head:
                     result.committed = _rebased(git, head)
                 result.push_attempts = attempt
@@ -200,7 +208,7 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
 
 
 def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str,
-          warnings: list[str]) -> list[str]:
+          warnings: list[str], source: str) -> list[str]:
     """Fetch remote/branch and rebase onto it; the vault-relative paths that changed in the work tree."""
     try:
         heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
@@ -221,12 +229,12 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     if not rewritten and base == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, base, before, fetched, remote, branch)
-    shared = _shared_folders(gate, git, base, fetched)
+    shared = shared_folders(gate, git, base, fetched)
     # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
-    # _give_up) only once the rebase went through.
-    folders = gate.episodes.folders
-    successor = (folders.draw() if folders is not None and not gate.episodes.named and gate.episodes.host in shared
-                 else None)
+    # give_up) only once the rebase went through.
+    folders, current = gate.episodes.folders, gate.episodes.host
+    successor = folders.draw() if folders is not None and not gate.episodes.named and current in shared else None
+    set_aside(gate, git, before, fetched)
     stashed = _stash(git)
     try:
         try:
@@ -245,10 +253,15 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
                 git.run("rebase", "--abort", env=_env(git))
                 raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
     finally:
-        if stashed:
-            _unstash(git)
+        try:
+            warnings += put_aside_back(gate, git)[1]
+        finally:
+            if stashed:
+                _unstash(git)
     # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
-    warnings += _give_up(gate, shared, successor)
+    warnings += give_up(gate, shared, successor)
+    if successor is not None and current is not None:
+        warnings += move_own_lines(gate, git, current, successor, fetched, source)
     if rewritten:
         warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
                         "synced: the commits it removed are not pushed back; only those made here since were put "
@@ -334,45 +347,6 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
 
 
-def _shared_folders(gate: WriteGate, git: GitStore, base: str, fetched: str) -> set[str]:
-    """The host folders this clone owns in which the remote's commits show another clone writing: lines or files
-    added to the folder it appends to (its local state copied along with the repository, a teammate's commit), or
-    any change to one it wrote before (``episodes/<hostname>/`` from before the upgrade, which a laptop of the same
-    name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
-    Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
-    writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase).
-    ``base``: the merge base of this clone's head and ``fetched``."""
-    episodes = gate.episodes
-    current = episodes.host
-    own = sorted(f for f in episodes.own_folders() if f)
-    if not own:
-        return set()
-    specs = [":(literal)" + git.rel(episodes.dir / folder) for folder in own]
-    counts = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
-    created = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=AT", base, fetched, "--", *specs,
-                      strip=False)
-    changes = [(e.partition("\t")[0], e.partition("\t")[2].partition("\t")[2]) for e in counts.split("\0")]
-    changes += [("+", path) for path in created.split("\0")]
-    shared: set[str] = set()
-    for added, path in changes:
-        with contextlib.suppress(ValueError, IndexError):
-            folder = (git.root / path).relative_to(episodes.dir).parts[0] if path else ""
-            if folder in own and (added != "0" or folder != current):
-                if folder == current and added not in ("+", "-") and not _adds_episodes(git, base, fetched, path):
-                    continue  # lines only edited (a teammate's redaction) or removed: no one else appends here
-                shared.add(folder)
-    return shared
-
-
-def _adds_episodes(git: GitStore, base: str, fetched: str, path: str) -> bool:
-    """Whether the remote's ``path`` holds an episode the merge base's did not (:func:`new_lines`): all of it when the
-    base has no such file, none when the remote has none."""
-    before, after = git.blob_at(base, path), git.blob_at(fetched, path)
-    if after is None:
-        return False
-    return before is None or new_lines(before, after)
-
-
 def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:
     """A rebase stopped on conflicts: when every conflicted file is an episode month file (two clones appended to
     one folder; a purge or a prune met another clone's appends), each is resolved line by line (:func:`merge_lines`:
@@ -387,7 +361,7 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
         conflicted = [p for p in git.run("diff", "--name-only", "-z", "--diff-filter=U", strip=False).split("\0") if p]
         entries = [p for p in git.run("ls-files", "-u", "-z", strip=False).split("\0") if p]
         links = {p for p in entries if not p.startswith(("100644 ", "100755 "))}  # a link or a submodule: not lines
-        if not conflicted or links or not all(_month_file(gate, git, p) for p in conflicted):
+        if not conflicted or links or not all(month_file(gate, git, p) for p in conflicted):
             return conflicted
         # The stages each file has ("<mode> <object> <stage>\t<path>"): a missing one is a side that deleted the
         # file, read as empty; one that is there but cannot be read is an error, never an empty side (the
@@ -436,43 +410,11 @@ def _stage_file(git: GitStore, path: Path, data: bytes) -> None:
         git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", rel)
 
 
-def _month_file(gate: WriteGate, git: GitStore, repo_rel: str) -> bool:
-    """Whether ``repo_rel`` is an episode month file: ``episodes/YYYY-MM.jsonl`` or in a host folder."""
-    try:
-        parts = (git.root / repo_rel).relative_to(gate.episodes.dir).parts
-    except ValueError:
-        return False
-    return 1 <= len(parts) <= 2 and month_of(Path(parts[-1])) is not None
-
-
 def _read_or_empty(path: Path) -> bytes:
     try:
         return read_regular(path)
     except FileNotFoundError:
         return b""
-
-
-def _give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:
-    """What to say about ``shared`` (see :func:`_shared_folders`), giving up those drawn by default: no longer
-    pruned from here (their writer, or whoever finds them idle, does), and a new folder drawn when the current one
-    is among them. A name the person chose is theirs to change: only named."""
-    episodes = gate.episodes
-    current = episodes.host
-    shared = set(shared)
-    said: list[str] = []
-    if current in shared and episodes.named:
-        shared.discard(current)
-        said.append(f"the remote's commits add lines to episodes/{current}/, where this host appends too ([episodes] "
-                    "host or MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its "
-                    "own name")
-    if shared and episodes.folders is not None:
-        fresh = episodes.folders.disown(shared, successor)
-        names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
-        now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
-        said.append(f"the remote's commits change {names}, written here before: another clone writes there too (a "
-                    f"copy of this clone with its local state, a teammate's commit, a laptop of the same name){now}; "
-                    "no longer pruned from here (by its writer, or once idle)")
-    return said
 
 
 def _places(gate: WriteGate, git: GitStore) -> list[str]:
@@ -512,11 +454,19 @@ def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
 
 def _rebased(git: GitStore, old: str) -> str | None:
     """The id our commit ``old`` has after the rebase put it on top (None if the rebase dropped it as empty)."""
-    new = git.run("rev-parse", "HEAD")
+    new = _tip(git)
     if new == old:
         return old
     same = git.run("log", "-1", "--format=%B", old) == git.run("log", "-1", "--format=%B", new)
     return new if same else None
+
+
+def _tip(git: GitStore) -> str:
+    """HEAD, or the commit under it when HEAD is a sync's move of this clone's lines to its new folder
+    (:func:`~memvault.core.episode_sync.move_own_lines`): the local changes' commit is under it."""
+    head = git.run("rev-parse", "HEAD")
+    body = git.run("log", "-1", "--format=%B", head)
+    return git.run("rev-parse", f"{head}~1") if f"\n{MOVED_TRAILER}: " in f"\n{body}" else head
 
 
 def _push(git: GitStore, remote: str, branch: str) -> bool:

@@ -219,9 +219,11 @@ class EpisodeLog:
 
     def lock(self) -> Any:
         """The append lock: held by every append, and by rewrites and sync for their whole duration."""
-        if self.per_host and self.folders is not None and not self.named:
+        if self.folders is not None and not self.named:
             # Settle this clone's folder before the lock file can exist: its presence tells an older memvault's
-            # clone (see HostFolders.current), so no lock this version takes may stand in for that evidence.
+            # clone (see HostFolders.current), so no lock this version takes may stand in for that evidence. Also
+            # with episodes untracked: a clone that turned tracking on later took a same-named laptop's
+            # episodes/<hostname>/ for its own, and pruned it.
             self.folders.current()
         return locked(self.lock_path)
 
@@ -689,16 +691,27 @@ def _line_ids(lines: Any, id_of: dict[bytes, str | None] | None = None) -> set[s
 
 
 def new_lines(before: bytes, after: bytes) -> bool:
-    """Whether ``after`` (a month file's bytes) holds an episode ``before`` did not: a line with an id new to it, or
-    a line without an id that ``before`` does not hold as it is. A line only edited (a redaction keeps its id) or
-    removed is none."""
+    """Whether ``after`` (a month file's bytes) holds an episode ``before`` did not (see :func:`split_new`)."""
+    return bool(split_new(before, after)[1])
+
+
+def split_new(before: bytes, after: bytes) -> tuple[bytes, bytes]:
+    """``after`` (a month file's bytes) as the lines it shares with ``before`` and apart, the episodes new to it: a
+    line with an id ``before`` does not hold, or a line without an id that ``before`` does not hold as it is. A line
+    only edited (a redaction keeps its id) is no new one. The first part keeps its bytes as they were (blank lines
+    too); a new last line without a line end is given ``\\n``."""
     old = _lines(before)
     ids, texts = _line_ids(key for key, _ in old), {key for key, _ in old}
-    for key, _ in _lines(after):
-        episode = _line_id(key)
-        if (episode not in ids) if episode is not None else (key not in texts):
-            return True
-    return False
+    kept: list[bytes] = []
+    new: list[bytes] = []
+    for raw in after.splitlines(keepends=True):  # split where _lines splits
+        key = raw.rstrip(b"\r\n")
+        episode = _line_id(key) if key.strip() else None
+        if key.strip() and ((episode not in ids) if episode is not None else (key not in texts)):
+            new.append(raw if raw.endswith((b"\n", b"\r")) else raw + b"\n")
+        else:
+            kept.append(raw)
+    return b"".join(kept), b"".join(new)
 
 
 def source_matches(pattern: str, source: str | None) -> bool:

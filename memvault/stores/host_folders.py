@@ -61,7 +61,8 @@ class HostFolders:
     characters drawn once, so two laptops named ``MacBook-Pro.local``, containers named ``localhost`` or CI runners
     never append to one file. ``older`` are folders this clone wrote before and still prunes: on the upgrade from a
     memvault that wrote ``episodes/<hostname>/``, that folder when this clone's state shows it appended, synced or
-    pruned here before (the append lock exists), since a fresh clone's folder of that name is another host's.
+    pruned here before (the append lock exists, and no record: this version keeps one before it first takes that
+    lock, episodes tracked or not, when no name is chosen), since a fresh clone's folder of that name is another host's.
 
     A record that is missing or unreadable (the state dir deleted) is drawn afresh: a new folder, read like any
     other; the old one is pruned by whoever finds it idle, as a host that left.

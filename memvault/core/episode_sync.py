@@ -1,0 +1,241 @@
+"""Sync and episodes tracked in git (``[episodes] track_in_git``): whose host folder is whose, and the lines a sync
+moves so that each clone appends to a folder no other clone writes.
+
+Each clone appends to its own ``episodes/<folder>/`` (:mod:`memvault.stores.host_folders`). A pull can show another
+clone writing there (a copy of this clone made with its local state, a teammate's commit, a laptop of the same
+name): :func:`shared_folders` finds it, :func:`give_up` leaves the folder and draws another, and
+:func:`move_own_lines` takes the lines this clone's rebased commits added there with it.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from ..rules.errors import GitError, MemvaultError
+from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
+from ..stores.episodes import month_of, new_lines, split_new
+from ..stores.gitstore import GitStore
+from .gate import WriteGate
+
+#: The trailer of the commit in which a sync moved this clone's lines out of a folder another clone writes.
+MOVED_TRAILER = "Memvault-Moved-Episodes"
+
+
+def shared_folders(gate: WriteGate, git: GitStore, base: str, fetched: str) -> set[str]:
+    """The host folders this clone owns in which the remote's commits show another clone writing: lines or files
+    added to the folder it appends to (its local state copied along with the repository, a teammate's commit), or
+    any change to one it wrote before (``episodes/<hostname>/`` from before the upgrade, which a laptop of the same
+    name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
+    Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
+    writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase).
+    ``base``: the merge base of this clone's head and ``fetched``."""
+    episodes = gate.episodes
+    current = episodes.host
+    own = sorted(f for f in episodes.own_folders() if f)
+    if not own:
+        return set()
+    specs = [":(literal)" + git.rel(episodes.dir / folder) for folder in own]
+    counts = git.run("diff", "--numstat", "-z", "--no-renames", base, fetched, "--", *specs, strip=False)
+    created = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=AT", base, fetched, "--", *specs,
+                      strip=False)
+    changes = [(e.partition("\t")[0], e.partition("\t")[2].partition("\t")[2]) for e in counts.split("\0")]
+    changes += [("+", path) for path in created.split("\0")]
+    shared: set[str] = set()
+    for added, path in changes:
+        with contextlib.suppress(ValueError, IndexError):
+            folder = (git.root / path).relative_to(episodes.dir).parts[0] if path else ""
+            if folder in own and (added != "0" or folder != current):
+                if folder == current and added not in ("+", "-") and not _adds_episodes(git, base, fetched, path):
+                    continue  # lines only edited (a teammate's redaction) or removed: no one else appends here
+                shared.add(folder)
+    return shared
+
+
+def _adds_episodes(git: GitStore, base: str, fetched: str, path: str) -> bool:
+    """Whether the remote's ``path`` holds an episode the merge base's did not (:func:`new_lines`): all of it when the
+    base has no such file, none when the remote has none."""
+    before, after = git.blob_at(base, path), git.blob_at(fetched, path)
+    if after is None:
+        return False
+    return before is None or new_lines(before, after)
+
+
+def month_file(gate: WriteGate, git: GitStore, repo_rel: str) -> bool:
+    """Whether ``repo_rel`` is an episode month file: ``episodes/YYYY-MM.jsonl`` or in a host folder."""
+    try:
+        parts = (git.root / repo_rel).relative_to(gate.episodes.dir).parts
+    except ValueError:
+        return False
+    return 1 <= len(parts) <= 2 and month_of(Path(parts[-1])) is not None
+
+
+def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, fetched: str,
+                    source: str) -> list[str]:
+    """This clone gave up ``shared`` (another clone writes there: a copy of it, local state and all) for
+    ``successor``: the episodes its rebased commits added there (lines of HEAD's month files there that
+    ``fetched`` does not hold, by episode id) go to the same month file in ``successor``, in one commit through
+    the commit's checks. The rebase resolved the files it stopped on so already (sync's line merge); a commit that
+    rebased cleanly (a month the other did not write) left its lines in ``shared``, and the other clone, finding
+    them, was moved on too. What to say: nothing when it went through; when the commit is refused, the lines stay
+    where they are (nothing lost; the other clone moves on in turn) and every file is put back."""
+    episodes = gate.episodes
+    raw = git.run("diff", "--raw", "-z", "--no-renames", fetched, "HEAD", "--",
+                  ":(literal)" + git.rel(episodes.dir / shared), strip=False).split("\0")
+    files: dict[Path, bytes | None] = {}
+    before: dict[Path, bytes | None] = {}  # what each file held, to put back
+    try:
+        for info, path in zip(raw[0::2], raw[1::2]):
+            if info.split(" ")[1:2] not in (["100644"], ["100755"]) or not month_file(gate, git, path):
+                continue  # a link, a file deleted here, anything but a month file: no lines to move
+            head = git.blob_at("HEAD", path)
+            kept, mine = split_new(git.blob_at(fetched, path) or b"", head or b"")
+            if not mine:
+                continue
+            here = git.root / path
+            there = episodes.dir / successor / here.name  # one month file there for each here
+            before[there] = _read_or_none(there)
+            ahead = before[there] or b""
+            before[here], files[here] = head, kept or None
+            files[there] = (ahead + (b"\n" if ahead and not ahead.endswith((b"\n", b"\r")) else b"")
+                            + split_new(ahead, mine)[1])  # nothing written twice
+        if not files:
+            return []
+        for path, data in files.items():
+            if data is None:
+                remove(path)
+            else:
+                ensure_dir(path.parent)
+                atomic_write(path, data)
+        gate.commit_files(files, f"sync: this clone's episodes moved from episodes/{shared}/ to "
+                                 f"episodes/{successor}/ (another clone writes there)", author=source,
+                          trailers={"Memvault-Source": source, MOVED_TRAILER: f"{shared} -> {successor}"})
+    except MemvaultError as exc:
+        _put_back(before)
+        return [f"this clone's episodes in episodes/{shared}/ could not be moved to episodes/{successor}/ and stay "
+                f"there (nothing lost; the other clone writing there is moved on too): {exc}"]
+    except BaseException:
+        _put_back(before)
+        raise
+    return []
+
+
+def _put_back(files: dict[Path, bytes | None]) -> None:
+    for path, data in files.items():
+        with contextlib.suppress(OSError, MemvaultError):
+            if data is None:
+                remove(path)
+            else:
+                atomic_write(path, data)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+
+
+def give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:
+    """What to say about ``shared`` (see :func:`shared_folders`), giving up those drawn by default: no longer
+    pruned from here (their writer, or whoever finds them idle, does), and a new folder drawn when the current one
+    is among them. A name the person chose is theirs to change: only named."""
+    episodes = gate.episodes
+    current = episodes.host
+    shared = set(shared)
+    said: list[str] = []
+    if current in shared and episodes.named:
+        shared.discard(current)
+        said.append(f"the remote's commits add lines to episodes/{current}/, where this host appends too ([episodes] "
+                    "host or MEMVAULT_HOST): two clones appending to one month file conflict at sync; give each its "
+                    "own name")
+    if shared and episodes.folders is not None:
+        fresh = episodes.folders.disown(shared, successor)
+        names = ", ".join(f"episodes/{f}/" for f in sorted(shared))
+        now = f"; this clone now appends to episodes/{fresh}/" if fresh else ""
+        said.append(f"the remote's commits change {names}, written here before: another clone writes there too (a "
+                    f"copy of this clone with its local state, a teammate's commit, a laptop of the same name){now}; "
+                    "no longer pruned from here (by its writer, or once idle)")
+    return said
+
+
+# ------------------------------------------------------------------------------- untracked files a pull brings
+#: Where a sync keeps this clone's untracked month files while the pull checks the remote's over them (local state).
+ASIDE_NAME = "sync-aside.json"
+
+
+def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
+    """Keep in the local state (:data:`ASIDE_NAME`) every month file here that git does not track and the remote's
+    commits add (``head``: this clone's HEAD): this clone kept that month's episodes untracked (``episodes/`` in
+    .gitignore) and another clone, tracking episodes now, committed its own file of that name. Git checks a file out
+    over an ignored one without a word; :func:`put_aside_back` adds this clone's lines to it once the rebase is over,
+    whatever its outcome, or at the next sync when this one was killed."""
+    added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
+                    ":(literal)" + git.rel(gate.episodes.dir), strip=False)
+    kept: dict[str, str] = {}
+    for path in added.split("\0"):
+        if path and month_file(gate, git, path) and _regular(git.root / path):
+            kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
+    if not kept:
+        return
+    record = gate.state_dir / ASIDE_NAME
+    if os.path.lexists(record):  # one put_aside_back could not read: never written over
+        raise GitError(f"sync stopped before changing anything: {record} holds episodes set aside by an earlier "
+                       "sync that could not be put back; move them back by hand (base64) and remove the file, then "
+                       "sync again")
+    ensure_dir(gate.state_dir)
+    atomic_write(record, json.dumps({"files": kept}, sort_keys=True).encode("utf-8"), mode=0o600)
+
+
+def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str]]:
+    """Add the lines of each file :func:`set_aside` kept to the file there now (the remote's, or this clone's own
+    when the rebase was aborted), each line once (by episode id); a file gone is written as it was. The record goes
+    only once every file is back: a sync killed meanwhile puts them back at its next run (each line once again).
+    The files changed, and what to say (a record that cannot be read is left as it is, and named)."""
+    record = gate.state_dir / ASIDE_NAME
+    try:
+        files = json.loads(read_regular(record))["files"]
+        kept = {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+    except FileNotFoundError:
+        return [], []
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
+        return [], [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not put back; "
+                    "they are in that file (base64), which is left as it is"]
+    changed: list[Path] = []
+    left: dict[str, str] = {}  # what cannot be put back (a link committed there): kept in the record, named
+    said: list[str] = []
+    for path, mine in kept.items():
+        target = git.root / path
+        if not month_file(gate, git, path):
+            continue  # only ever a month file of this vault's episodes/
+        try:
+            there = _read_or_none(target)
+            add = mine if there is None else split_new(there, mine)[1]
+            if add:
+                ensure_dir(target.parent)
+                atomic_write(target, (there or b"") + (b"\n" if there and not there.endswith((b"\n", b"\r")) else b"")
+                             + add)
+                changed.append(target)
+        except (OSError, MemvaultError) as exc:
+            left[path] = base64.b64encode(mine).decode("ascii")
+            said.append(f"{path}: this clone's untracked episodes set aside during a sync cannot be put back ({exc});"
+                        f" they stay in {record} (base64)")
+    if left:
+        atomic_write(record, json.dumps({"files": left}, sort_keys=True).encode("utf-8"), mode=0o600)
+    else:
+        remove(record)
+    return changed, said
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
+           "shared_folders"]

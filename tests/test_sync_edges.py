@@ -1,0 +1,309 @@
+"""Two edges of episodes kept in git, with real clones of a bare remote: a whole clone copied (``cp -a``: its local
+state and its folder id with it) that both go on writing, and tracking turned on in a vault whose clones already
+kept episodes of their own, untracked."""
+from __future__ import annotations
+
+import subprocess
+from datetime import datetime, timezone
+
+import pytest
+
+from memvault import Vault
+from conftest import git
+from fake_embedder import set_model
+from test_sync import git_calls, twins  # noqa: F401 (fixtures: git_calls checks that nothing is force-pushed)
+
+
+def commit_appends(vault: Vault, message: str) -> None:
+    """A local commit of what was appended (as a sync that could not push leaves, or a person's ``git commit``)."""
+    git(vault.root, "add", "episodes")
+    git(vault.root, "commit", "-qm", message)
+
+
+def by_text(vault: Vault) -> dict[str, str]:
+    """Each episode's text -> the folder holding it; every episode exactly once."""
+    episodes = list(vault.episodes.iter())
+    assert len({e.id for e in episodes}) == len(episodes), "an episode is stored twice"
+    return {e.text: e.path.parent.name for e in episodes}
+
+
+# ------------------------------------------------------------------------------------------- a copied clone
+@pytest.mark.parametrize("first", ["original", "copy"])
+def test_a_copied_clone_with_local_commits_leaves_one_writer_per_folder(twins, tmp_path, first):
+    """``cp -a`` of a whole clone: both copies hold one folder id. Each commits appends in a month only it writes
+    and in the month both write, the copy in two commits. The one that syncs second is moved on and takes every
+    line it added with it: its clean-rebased commit left its lines in the shared folder, so the first one was moved
+    on too at its next sync, and two folders were given up where one would do. Nothing lost, nothing twice."""
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.episodes.append("Before the copy.", source="agent:ops")
+    a.sync()
+    a.episodes.append("Appended when the copy was made.", source="agent:ops")  # uncommitted: in both copies
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    assert copy.episodes.store.host == shared
+    # Each: a local commit of a month only it writes (rebased cleanly), then the month both write, committed by
+    # the sync (merged line by line).
+    october = datetime(2026, 10, 3, tzinfo=timezone.utc)
+    a.episodes.append("Original, August.", source="agent:ops", at=datetime(2026, 8, 3, tzinfo=timezone.utc))
+    commit_appends(a, "the original's own month")
+    a.episodes.append("Original, October.", source="agent:ops", at=october)
+    copy.episodes.append("Copy, September.", source="agent:ops", at=datetime(2026, 9, 3, tzinfo=timezone.utc))
+    commit_appends(copy, "the copy's own month")
+    copy.episodes.append("Copy, October.", source="agent:ops", at=october)
+    order = [a, copy] if first == "original" else [copy, a]
+    assert order[0].sync().warnings == []
+    result = order[1].sync()
+    keeper, mover = order
+    moved = mover.episodes.store.host
+    (warning,) = result.warnings
+    assert moved != shared and f"now appends to episodes/{moved}/" in warning
+    # Its lines left the shared folder in a commit of their own, on top of the sync's commit (still named).
+    assert f"moved from episodes/{shared}/ to episodes/{moved}/" in git(mover.root, "log", "-1", "--format=%s")
+    assert result.committed == git(mover.root, "rev-parse", "HEAD~1") and result.pushed
+    for v in order:
+        assert v.sync().warnings == []  # the keeper finds no line of the other's in its folder: it stays
+    assert keeper.episodes.store.host == shared and shared not in mover.episodes.store.own_folders()
+    writer = {"original": a, "copy": copy}
+    expected = {"Before the copy.": shared, "Appended when the copy was made.": shared}
+    for name, months in (("Original", ("August", "October")), ("Copy", ("September", "October"))):
+        for month in months:
+            expected[f"{name}, {month}."] = shared if writer[name.lower()] is keeper else moved
+    for v in order:
+        assert by_text(v) == expected
+        assert not git(v.root, "status", "--porcelain")
+    # Afterwards each appends to its own folder, and neither is told of the other again.
+    assert keeper.episodes.append("Keeper, later.", source="agent:ops").path.parent.name == shared
+    assert mover.episodes.append("Mover, later.", source="agent:ops").path.parent.name == moved
+    for _ in range(2):
+        for v in order:
+            assert v.sync().warnings == []
+    assert by_text(a) == by_text(copy) == {**expected, "Keeper, later.": shared, "Mover, later.": moved}
+    assert git(a.root, "rev-parse", "HEAD") == git(copy.root, "rev-parse", "HEAD")
+
+
+
+def test_a_copy_whose_push_is_rejected_after_the_move_rebases_it_again(twins, tmp_path, monkeypatch):
+    """The original pushes again between the copy's move and its push: the copy's next try rebases its commits,
+    the move with them, onto that; every line once, each clone in its own folder."""
+    from memvault.stores.gitstore import GitStore
+
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append("Original, first.", source="agent:ops")
+    a.sync()
+    copy.episodes.append("Copy, September.", source="agent:ops", at=datetime(2026, 9, 3, tzinfo=timezone.utc))
+    commit_appends(copy, "the copy's own month")
+    copy.episodes.append("Copy, now.", source="agent:ops")
+    real, raced = GitStore.run, []
+
+    def racing(self, *args, **kwargs):
+        if args[:1] == ("push",) and self.root == copy.root and not raced:
+            raced.append(1)
+            a.episodes.append("Original, meanwhile.", source="agent:ops")
+            a.sync()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GitStore, "run", racing)
+    result = copy.sync()
+    assert raced and result.pushed and result.push_attempts == 2
+    moved = copy.episodes.store.host
+    assert a.sync().warnings == [] and copy.sync().warnings == [] and a.episodes.store.host == shared
+    for v in (a, copy):
+        assert by_text(v) == {"Original, first.": shared, "Original, meanwhile.": shared,
+                              "Copy, September.": moved, "Copy, now.": moved}
+        assert not git(v.root, "status", "--porcelain")
+
+def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins, tmp_path):
+    """The lines to move hold what the commit's checks refuse (a token in a line committed by hand): the move is
+    not made, every file is as the rebase left it, the sync says so and goes through; the original, finding the
+    copy's line in its folder, is moved on in turn. Nothing lost."""
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append("From the original.", source="agent:ops")
+    a.sync()
+    leaky = copy.root / "episodes" / shared / "2026-09.jsonl"
+    leaky.parent.mkdir(parents=True, exist_ok=True)
+    leaky.write_text('{"id": "leaky", "created_at": "2026-09-03T00:00:00Z", "source": "user:x", '
+                     '"text": "token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"}\n')
+    commit_appends(copy, "a token, committed by hand")
+    result = copy.sync()
+    assert result.pushed and any("could not be moved" in w and "nothing lost" in w for w in result.warnings)
+    assert leaky.is_file() and not git(copy.root, "status", "--porcelain")
+    assert "moved from" not in git(copy.root, "log", "-1", "--format=%s")
+    (warning,) = a.sync().warnings
+    assert f"episodes/{shared}/" in warning and a.episodes.store.host != shared
+    assert sorted(e.text for e in a.episodes.iter()) == sorted(e.text for e in copy.episodes.iter())
+    assert len(list(a.episodes.iter())) == 2
+
+# ------------------------------------------------------------------------------------------- tracking turned on later
+@pytest.fixture
+def untracked(tmp_path, monkeypatch, models):
+    """Two clones of a vault that keeps episodes out of git (the default) on laptops of one hostname, nobody having
+    chosen a folder name: ``(a, b)``, ``a`` made and synced, then ``b`` cloned."""
+    import socket
+
+    monkeypatch.delenv("MEMVAULT_HOST", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "MacBook-Pro.local")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), "a")
+    a = Vault.init(tmp_path / "a")
+    set_model(a.root, "fake-hash")
+    git(a.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+    a = Vault.open(a.root, embedder_factory=models)
+    a.sync()
+    git(tmp_path, "clone", "-q", str(remote), "b")
+    return a, Vault.open(tmp_path / "b", embedder_factory=models)
+
+
+def track_episodes(vault: Vault, models) -> Vault:
+    """What docs/vault.md says to do: ``[episodes] track_in_git = true``, the ``episodes/`` rule out of
+    .gitignore, committed (for the next sync to push); the vault reopened with it."""
+    toml, ignore = vault.root / "memvault.toml", vault.root / ".gitignore"
+    toml.write_text(toml.read_text().replace("track_in_git = false", "track_in_git = true"))
+    ignore.write_text(ignore.read_text().replace("episodes/\n", ""))
+    git(vault.root, "commit", "-qm", "track episodes in git", "--", "memvault.toml", ".gitignore")
+    return Vault.open(vault.root, embedder_factory=models)
+
+
+def test_turning_tracking_on_keeps_this_clones_untracked_lines_of_a_month_the_remote_brings(untracked, models):
+    """Both clones kept this month's episodes in episodes/<month>.jsonl, ignored by git. One turns tracking on and
+    syncs: its file is committed. The other's next sync checked that file out over its own, which git takes for
+    expendable since it is ignored: that clone's lines were gone, with no word."""
+    a, b = untracked
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops")
+    assert mine.path.parent == b.root / "episodes"
+    a = track_episodes(a, models)
+    a.sync()
+    b.sync()  # pulls the setting (and a's file of this month)
+    b = Vault.open(b.root, embedder_factory=models)
+    assert b.config.track_episodes
+    assert sorted(e.text for e in b.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert not git(v.root, "status", "--porcelain")
+
+
+def test_turning_tracking_on_later_never_adopts_a_same_named_laptops_folder(untracked, models, monkeypatch):
+    """``a`` writes episodes/macbook-pro.local/ (an older memvault's folder, or a name chosen after the hostname);
+    ``b``, of the same hostname, had episodes untracked (its append lock is there, with no record of folders: what an
+    older memvault's clone leaves) and turns tracking on later. It took that folder for its own and pruned it, a live
+    folder of another laptop, until a sync showed the other writer."""
+    a, b = untracked
+    b.episodes.append("On b, untracked.", source="agent:ops")
+    assert b.episodes.store.lock_path.exists()
+    a = track_episodes(a, models)
+    monkeypatch.setenv("MEMVAULT_HOST", "MacBook-Pro.local")  # a, as an older memvault wrote it
+    old = a.episodes.append("On a, long ago.", source="agent:ops", at=datetime(2020, 1, 1, tzinfo=timezone.utc))
+    assert old.path.parent.name == "macbook-pro.local"
+    a.sync()
+    monkeypatch.delenv("MEMVAULT_HOST")
+    b.sync()
+    b = Vault.open(b.root, embedder_factory=models)
+    assert "macbook-pro.local" not in b.episodes.store.own_folders()
+    assert b.episodes.store.host.startswith("macbook-pro.local-")  # a folder of its own, drawn
+    assert b.prune(source="user:admin").removed == []  # a's expired line is a's to prune
+    assert b.episodes.append("On b, tracked.", source="agent:ops").path.parent.name == b.episodes.store.host
+    assert b.sync().warnings == []
+    assert sorted(e.text for e in b.episodes.iter()) == ["On a, long ago.", "On b, tracked.", "On b, untracked."]
+
+
+def test_untracked_lines_set_aside_come_back_when_the_rebase_stops_or_the_sync_is_killed(untracked, models,
+                                                                                         monkeypatch):
+    """The same pull stopped by a fact changed on both sides: the rebase is aborted, which removes the remote's
+    month file, and this clone's file is back byte for byte. A sync killed between its pull and the putting back
+    leaves the lines in the local state, and the next sync puts them back."""
+    from memvault.core import remote
+    from memvault.core.episode_sync import ASIDE_NAME
+    from memvault.rules.errors import SyncConflict
+
+    a, b = untracked
+    a.facts.set("db/primary", "The primary listens on 5432.", source="user:admin")
+    a.sync()
+    b.sync()
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    before = mine.read_bytes()
+    a = track_episodes(a, models)
+    a.facts.set("db/primary", "The primary moved to 6543.", source="user:admin")
+    a.sync()
+    b.facts.set("db/primary", "The primary listens on 5433.", source="user:admin")
+    with pytest.raises(SyncConflict):
+        b.sync()
+    assert mine.read_bytes() == before and not (b.state_dir / ASIDE_NAME).exists()
+    git(b.root, "reset", "-q", "--hard", "HEAD~1")  # the person gives up their change of the fact
+    real, calls = remote.put_aside_back, []
+
+    def killed_after_the_pull(gate, git_store):
+        calls.append(1)
+        if len(calls) == 2:  # the first is the check at the start of the sync
+            raise KeyboardInterrupt
+        return real(gate, git_store)
+
+    monkeypatch.setattr(remote, "put_aside_back", killed_after_the_pull)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    monkeypatch.setattr(remote, "put_aside_back", real)
+    assert b"Kept on b" not in mine.read_bytes() and (b.state_dir / ASIDE_NAME).is_file()
+    b = Vault.open(b.root, embedder_factory=models)
+    b.sync()  # puts them back, and commits them with tracking on
+    assert not (b.state_dir / ASIDE_NAME).exists()
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert not git(v.root, "status", "--porcelain")
+
+
+def test_a_damaged_record_of_lines_set_aside_is_named_and_never_written_over(untracked, models):
+    from memvault.core.episode_sync import ASIDE_NAME
+    from memvault.rules.errors import GitError
+
+    a, b = untracked
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    record = b.state_dir / ASIDE_NAME
+    record.write_text("{damaged")
+    assert any(ASIDE_NAME in w and "left as it is" in w for w in b.sync().warnings)
+    a = track_episodes(a, models)
+    a.sync()
+    head = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(GitError, match="before changing anything"):
+        b.sync()
+    assert record.read_text() == "{damaged" and git(b.root, "rev-parse", "HEAD") == head
+    assert b"Kept on b" in mine.read_bytes()
+
+
+def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(untracked, models):
+    """The remote's file of that month is a link: this clone's lines are not written through it; they stay in the
+    local state, named, and the sync goes through."""
+    import base64
+    import json
+    import os
+
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    outside = a.root.parent / "outside.jsonl"
+    outside.write_text("")
+    a = track_episodes(a, models)
+    os.symlink(outside, a.root / "episodes" / mine.name)
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "a link for a month file")
+    a.sync()
+    result = b.sync()
+    assert any(mine.name in w and "cannot be put back" in w for w in result.warnings)
+    assert outside.read_text() == ""
+    kept = json.loads((b.state_dir / ASIDE_NAME).read_text())["files"][f"episodes/{mine.name}"]
+    assert b"Kept on b" in base64.b64decode(kept)
