@@ -307,3 +307,61 @@ def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(u
     assert outside.read_text() == ""
     kept = json.loads((b.state_dir / ASIDE_NAME).read_text())["files"][f"episodes/{mine.name}"]
     assert b"Kept on b" in base64.b64decode(kept)
+
+
+# ------------------------------------------------------------------------------------------- review: attacks
+def kill_after_the_pull(monkeypatch):
+    """The next sync is killed between its pull and putting the lines set aside back (a KeyboardInterrupt)."""
+    from memvault.core import remote
+
+    real, calls = remote.put_aside_back, []
+
+    def killed(gate, git_store):
+        calls.append(1)
+        if len(calls) == 2:  # the first is the check at the start of the sync
+            raise KeyboardInterrupt
+        return real(gate, git_store)
+
+    monkeypatch.setattr(remote, "put_aside_back", killed)
+    return lambda: monkeypatch.setattr(remote, "put_aside_back", real)
+
+
+def aside(record) -> bytes:
+    """Every line a record of lines set aside holds (decoded), or nothing when there is no record."""
+    import base64
+    import json
+
+    if not record.exists():
+        return b""
+    return b"".join(base64.b64decode(v) for v in json.loads(record.read_text())["files"].values())
+
+
+def test_a_purge_after_a_killed_sync_also_purges_the_lines_set_aside(untracked, models, monkeypatch):
+    """A sync killed after its pull leaves this clone's untracked lines in the local state (sync-aside.json). The
+    person then purges the source that wrote one of them: it was not in any month file, so the purge missed it, and
+    the next sync put the purged line back (and committed it, with tracking on); the text also stayed readable in
+    the state directory, which a purge scrubs."""
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    b.episodes.append("Kept on b before tracking.", source="agent:ops")
+    b.episodes.append("Leaked by a bad tool: hunter2.", source="web:leaky")
+    a = track_episodes(a, models)
+    a.sync()
+    restore = kill_after_the_pull(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    restore()
+    record = b.state_dir / ASIDE_NAME
+    assert b"hunter2" in aside(record)
+    report = b.purge("web:*", source="user:admin")
+    assert b"hunter2" not in aside(record) and b"Kept on b" in aside(record)
+    assert any(ASIDE_NAME in w for w in report.warnings)
+    b = Vault.open(b.root, embedder_factory=models)
+    b.sync()
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert not git(v.root, "status", "--porcelain")

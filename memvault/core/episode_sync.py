@@ -13,11 +13,12 @@ import contextlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-from ..rules.errors import GitError, MemvaultError
+from ..rules.errors import EpisodeError, GitError, MemvaultError
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
-from ..stores.episodes import month_of, new_lines, split_new
+from ..stores.episodes import Episode, month_of, new_lines, parse_line, split_new
 from ..stores.gitstore import GitStore
 from .gate import WriteGate
 
@@ -230,6 +231,41 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     return changed, said
 
 
+def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
+    """Remove from the lines a sync set aside (:data:`ASIDE_NAME`, left by a sync killed before it put them back)
+    every episode for which ``drop`` is true, as a purge does in the month files: else the next sync put a purged
+    line back, and its text stayed readable in the local state. A line that cannot be parsed is kept. The caller
+    holds the append lock. What to say."""
+    record = gate.state_dir / ASIDE_NAME
+    try:
+        files = json.loads(read_regular(record))["files"]
+        kept = {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
+        return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not purged; look at it"]
+    removed = 0
+    left: dict[str, str] = {}
+    for path, data in kept.items():
+        lines = []
+        for raw in data.splitlines(keepends=True):
+            with contextlib.suppress(EpisodeError, UnicodeDecodeError):
+                if raw.strip() and drop(parse_line(raw.decode("utf-8"))):
+                    removed += 1
+                    continue
+            lines.append(raw)
+        if any(line.strip() for line in lines):
+            left[path] = base64.b64encode(b"".join(lines)).decode("ascii")
+    if not removed:
+        return []
+    if left:
+        atomic_write(record, json.dumps({"files": left}, sort_keys=True).encode("utf-8"), mode=0o600)
+    else:
+        remove(record)
+    return [f"{removed} episode line{'s' if removed != 1 else ''} set aside by an interrupted sync ({record}) "
+            "removed too"]
+
+
 def _regular(path: Path) -> bool:
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -237,5 +273,5 @@ def _regular(path: Path) -> bool:
         return False
 
 
-__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
+__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "drop_aside", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
            "shared_folders"]
