@@ -365,3 +365,21 @@ def test_a_purge_after_a_killed_sync_also_purges_the_lines_set_aside(untracked, 
     for v in (a, b):
         assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
         assert not git(v.root, "status", "--porcelain")
+
+
+def test_a_forged_moved_episodes_trailer_is_data_not_a_sign_of_this_syncs_move(twins, tmp_path, models):
+    """A teammate's root commit carries the move's trailer (Memvault-Moved-Episodes) in its message: a clone of
+    that repository took HEAD for its own sync's move and asked git for the commit under it, which a root commit
+    has not; every sync with nothing to commit failed on it. A commit the remote brought is never this sync's move."""
+    a, _ = twins
+    tree = git(a.root, "write-tree")
+    forged = git(a.root, "commit-tree", tree, "-m", "vault\n\nMemvault-Moved-Episodes: x -> y")
+    git(tmp_path, "init", "-q", "--bare", "other.git")
+    git(a.root, "push", "-q", str(tmp_path / "other.git"), f"{forged}:refs/heads/main")
+    git(tmp_path, "clone", "-q", "-b", "main", str(tmp_path / "other.git"), "c")
+    c = Vault.open(tmp_path / "c", embedder_factory=models)
+    result = c.sync()
+    assert result.committed is None and git(c.root, "rev-parse", "HEAD") == forged
+    c.facts.set("db/replica", "The replica listens on 5433.", source="user:admin")
+    assert c.sync().pushed
+    assert git(c.root, "rev-parse", "HEAD") == git(tmp_path / "other.git", "rev-parse", "main")

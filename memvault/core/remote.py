@@ -463,10 +463,16 @@ def _rebased(git: GitStore, old: str) -> str | None:
 
 def _tip(git: GitStore) -> str:
     """HEAD, or the commit under it when HEAD is a sync's move of this clone's lines to its new folder
-    (:func:`~memvault.core.episode_sync.move_own_lines`): the local changes' commit is under it."""
+    (:func:`~memvault.core.episode_sync.move_own_lines`): the local changes' commit is under it. The trailer is only
+    a hint: anyone can write it, so a commit the remote brought (in what was last fetched) or one with no parent is
+    HEAD itself (a teammate's root commit bearing it stopped every sync with nothing to commit)."""
     head = git.run("rev-parse", "HEAD")
     body = git.run("log", "-1", "--format=%B", head)
-    return git.run("rev-parse", f"{head}~1") if f"\n{MOVED_TRAILER}: " in f"\n{body}" else head
+    if f"\n{MOVED_TRAILER}: " not in f"\n{body}":
+        return head
+    parent = _try(git, "rev-parse", "--verify", "--quiet", f"{head}^1")
+    fetched = _try(git, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
+    return head if parent is None or (fetched is not None and git.is_ancestor(head, fetched)) else parent
 
 
 def _push(git: GitStore, remote: str, branch: str) -> bool:
