@@ -383,3 +383,22 @@ def test_a_forged_moved_episodes_trailer_is_data_not_a_sign_of_this_syncs_move(t
     c.facts.set("db/replica", "The replica listens on 5433.", source="user:admin")
     assert c.sync().pushed
     assert git(c.root, "rev-parse", "HEAD") == git(tmp_path / "other.git", "rev-parse", "main")
+
+
+def test_untracked_lines_survive_a_folder_the_remote_puts_where_their_month_file_is(untracked, models):
+    """The remote's commits put a folder (a file under ``episodes/<month>.jsonl/``) where this clone keeps that
+    month's episodes untracked: git deletes an ignored file to check a folder out there, without a word. The file is
+    set aside like one the remote adds, and since it cannot be put back, its lines stay in the local state, named."""
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    a = track_episodes(a, models)
+    (a.root / "episodes" / mine.name).mkdir(parents=True)
+    (a.root / "episodes" / mine.name / "x").write_text("not episodes\n")
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "a folder where a month file would be")
+    a.sync()
+    result = b.sync()
+    assert mine.is_dir() and b"Kept on b" in aside(b.state_dir / ASIDE_NAME)
+    assert any(mine.name in w and "cannot be put back" in w for w in result.warnings)

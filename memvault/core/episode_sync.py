@@ -177,9 +177,12 @@ def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
     added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
                     ":(literal)" + git.rel(gate.episodes.dir), strip=False)
     kept: dict[str, str] = {}
-    for path in added.split("\0"):
-        if path and month_file(gate, git, path) and _regular(git.root / path):
-            kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
+    for added_path in added.split("\0"):
+        # The path, or a folder above it: git deletes an ignored file to check a folder out in its place too.
+        parts = added_path.split("/") if added_path else []
+        for path in ("/".join(parts[:n]) for n in range(len(parts), 0, -1)):
+            if path not in kept and month_file(gate, git, path) and _regular(git.root / path):
+                kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
     if not kept:
         return
     record = gate.state_dir / ASIDE_NAME
