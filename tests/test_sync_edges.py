@@ -402,3 +402,26 @@ def test_untracked_lines_survive_a_folder_the_remote_puts_where_their_month_file
     result = b.sync()
     assert mine.is_dir() and b"Kept on b" in aside(b.state_dir / ASIDE_NAME)
     assert any(mine.name in w and "cannot be put back" in w for w in result.warnings)
+
+
+def test_a_file_the_remote_puts_where_the_episodes_folder_is_stops_the_sync(untracked):
+    """The remote's commits put a file at ``episodes`` (or ``inbox``), a folder this clone keeps untracked: git
+    deletes an ignored folder, every month in it, to check a file out in its place, without a word. The sync stops
+    before changing anything, as it does for a link there."""
+    from memvault.rules.errors import SyncConflict
+
+    a, b = untracked
+    mine = b.episodes.append("Kept on b, untracked.", source="agent:ops").path
+    head = git(b.root, "rev-parse", "HEAD")
+    for name in ("episodes", "inbox"):
+        (a.root / name).mkdir(exist_ok=True)
+        subprocess.run(["rm", "-rf", str(a.root / name)], check=True)
+        (a.root / name).write_text("not a folder\n")
+        git(a.root, "add", "-f", name)
+        git(a.root, "commit", "-qm", f"a file at {name}")
+        git(a.root, "push", "-q", "origin", "HEAD")
+        with pytest.raises(SyncConflict, match=f"{name}.*a file, where the vault's own folder"):
+            b.sync()
+        assert b"Kept on b" in mine.read_bytes() and git(b.root, "rev-parse", "HEAD") == head
+        git(a.root, "reset", "-q", "--hard", "HEAD~1")
+        git(a.root, "push", "-q", "--force", "origin", "HEAD")

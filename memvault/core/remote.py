@@ -329,6 +329,13 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"sync stopped before changing anything: the remote's commits make {', '.join(linked)} a symlink, where "
             f"the vault's own folder or file should be (a link there would read this host's files as memories); "
             f"replace it on the remote with the real folder or file, commit, push, then sync again"))
+    filed = _filed_folders(gate, git, fetched)
+    if filed:
+        raise SyncConflict([], filed, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote's commits make {', '.join(filed)} a file, where "
+            f"the vault's own folder should be (git deletes a folder it ignores, this host's untracked episodes or "
+            f"inbox, to check a file out in its place); replace it on the remote with the folder, commit, push, "
+            f"then sync again"))
     both = incoming & _changed(git, base, head) & set(_vault_paths(gate, git, incoming))
     merged = _merged_by_driver(git, sorted(both))
     if merged:
@@ -450,6 +457,14 @@ def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
     """The vault's own folders and files that ``commit`` holds as symlinks (git mode 120000)."""
     out = git.run("ls-tree", "-z", commit, "--", *_places(gate, git), strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0") if line.startswith("120000 "))
+
+
+def _filed_folders(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
+    """The vault's own folders that ``commit`` holds as anything but a folder (a file, a submodule)."""
+    folders = [git.rel(gate.root / name) for name in VAULT_PLACES if "." not in name]
+    out = git.run("ls-tree", "-z", commit, "--", *folders, strip=False)
+    return sorted(line.split("\t", 1)[1] for line in out.split("\0")
+                  if line and not line.startswith(("040000 ", "120000 ")))  # a link: _linked_areas
 
 
 def _rebased(git: GitStore, old: str) -> str | None:
