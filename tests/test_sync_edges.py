@@ -307,3 +307,121 @@ def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(u
     assert outside.read_text() == ""
     kept = json.loads((b.state_dir / ASIDE_NAME).read_text())["files"][f"episodes/{mine.name}"]
     assert b"Kept on b" in base64.b64decode(kept)
+
+
+# ------------------------------------------------------------------------------------------- review: attacks
+def kill_after_the_pull(monkeypatch):
+    """The next sync is killed between its pull and putting the lines set aside back (a KeyboardInterrupt)."""
+    from memvault.core import remote
+
+    real, calls = remote.put_aside_back, []
+
+    def killed(gate, git_store):
+        calls.append(1)
+        if len(calls) == 2:  # the first is the check at the start of the sync
+            raise KeyboardInterrupt
+        return real(gate, git_store)
+
+    monkeypatch.setattr(remote, "put_aside_back", killed)
+    return lambda: monkeypatch.setattr(remote, "put_aside_back", real)
+
+
+def aside(record) -> bytes:
+    """Every line a record of lines set aside holds (decoded), or nothing when there is no record."""
+    import base64
+    import json
+
+    if not record.exists():
+        return b""
+    return b"".join(base64.b64decode(v) for v in json.loads(record.read_text())["files"].values())
+
+
+def test_a_purge_after_a_killed_sync_also_purges_the_lines_set_aside(untracked, models, monkeypatch):
+    """A sync killed after its pull leaves this clone's untracked lines in the local state (sync-aside.json). The
+    person then purges the source that wrote one of them: it was not in any month file, so the purge missed it, and
+    the next sync put the purged line back (and committed it, with tracking on); the text also stayed readable in
+    the state directory, which a purge scrubs."""
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    b.episodes.append("Kept on b before tracking.", source="agent:ops")
+    b.episodes.append("Leaked by a bad tool: hunter2.", source="web:leaky")
+    a = track_episodes(a, models)
+    a.sync()
+    restore = kill_after_the_pull(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    restore()
+    record = b.state_dir / ASIDE_NAME
+    assert b"hunter2" in aside(record)
+    report = b.purge("web:*", source="user:admin")
+    assert b"hunter2" not in aside(record) and b"Kept on b" in aside(record)
+    assert any(ASIDE_NAME in w for w in report.warnings)
+    b = Vault.open(b.root, embedder_factory=models)
+    b.sync()
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert not git(v.root, "status", "--porcelain")
+
+
+def test_a_forged_moved_episodes_trailer_is_data_not_a_sign_of_this_syncs_move(twins, tmp_path, models):
+    """A teammate's root commit carries the move's trailer (Memvault-Moved-Episodes) in its message: a clone of
+    that repository took HEAD for its own sync's move and asked git for the commit under it, which a root commit
+    has not; every sync with nothing to commit failed on it. A commit the remote brought is never this sync's move."""
+    a, _ = twins
+    tree = git(a.root, "write-tree")
+    forged = git(a.root, "commit-tree", tree, "-m", "vault\n\nMemvault-Moved-Episodes: x -> y")
+    git(tmp_path, "init", "-q", "--bare", "other.git")
+    git(a.root, "push", "-q", str(tmp_path / "other.git"), f"{forged}:refs/heads/main")
+    git(tmp_path, "clone", "-q", "-b", "main", str(tmp_path / "other.git"), "c")
+    c = Vault.open(tmp_path / "c", embedder_factory=models)
+    result = c.sync()
+    assert result.committed is None and git(c.root, "rev-parse", "HEAD") == forged
+    c.facts.set("db/replica", "The replica listens on 5433.", source="user:admin")
+    assert c.sync().pushed
+    assert git(c.root, "rev-parse", "HEAD") == git(tmp_path / "other.git", "rev-parse", "main")
+
+
+def test_untracked_lines_survive_a_folder_the_remote_puts_where_their_month_file_is(untracked, models):
+    """The remote's commits put a folder (a file under ``episodes/<month>.jsonl/``) where this clone keeps that
+    month's episodes untracked: git deletes an ignored file to check a folder out there, without a word. The file is
+    set aside like one the remote adds, and since it cannot be put back, its lines stay in the local state, named."""
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    a = track_episodes(a, models)
+    (a.root / "episodes" / mine.name).mkdir(parents=True)
+    (a.root / "episodes" / mine.name / "x").write_text("not episodes\n")
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "a folder where a month file would be")
+    a.sync()
+    result = b.sync()
+    assert mine.is_dir() and b"Kept on b" in aside(b.state_dir / ASIDE_NAME)
+    assert any(mine.name in w and "cannot be put back" in w for w in result.warnings)
+
+
+def test_a_file_the_remote_puts_where_the_episodes_folder_is_stops_the_sync(untracked):
+    """The remote's commits put a file at ``episodes`` (or ``inbox``), a folder this clone keeps untracked: git
+    deletes an ignored folder, every month in it, to check a file out in its place, without a word. The sync stops
+    before changing anything, as it does for a link there."""
+    from memvault.rules.errors import SyncConflict
+
+    a, b = untracked
+    mine = b.episodes.append("Kept on b, untracked.", source="agent:ops").path
+    head = git(b.root, "rev-parse", "HEAD")
+    for name in ("episodes", "inbox"):
+        (a.root / name).mkdir(exist_ok=True)
+        subprocess.run(["rm", "-rf", str(a.root / name)], check=True)
+        (a.root / name).write_text("not a folder\n")
+        git(a.root, "add", "-f", name)
+        git(a.root, "commit", "-qm", f"a file at {name}")
+        git(a.root, "push", "-q", "origin", "HEAD")
+        with pytest.raises(SyncConflict, match=f"{name}.*a file, where the vault's own folder"):
+            b.sync()
+        assert b"Kept on b" in mine.read_bytes() and git(b.root, "rev-parse", "HEAD") == head
+        git(a.root, "reset", "-q", "--hard", "HEAD~1")
+        git(a.root, "push", "-q", "--force", "origin", "HEAD")

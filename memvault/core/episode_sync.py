@@ -13,11 +13,12 @@ import contextlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-from ..rules.errors import GitError, MemvaultError
+from ..rules.errors import EpisodeError, GitError, MemvaultError
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
-from ..stores.episodes import month_of, new_lines, split_new
+from ..stores.episodes import Episode, month_of, new_lines, parse_line, split_new
 from ..stores.gitstore import GitStore
 from .gate import WriteGate
 
@@ -176,9 +177,12 @@ def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
     added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
                     ":(literal)" + git.rel(gate.episodes.dir), strip=False)
     kept: dict[str, str] = {}
-    for path in added.split("\0"):
-        if path and month_file(gate, git, path) and _regular(git.root / path):
-            kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
+    for added_path in added.split("\0"):
+        # The path, or a folder above it: git deletes an ignored file to check a folder out in its place too.
+        parts = added_path.split("/") if added_path else []
+        for path in ("/".join(parts[:n]) for n in range(len(parts), 0, -1)):
+            if path not in kept and month_file(gate, git, path) and _regular(git.root / path):
+                kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
     if not kept:
         return
     record = gate.state_dir / ASIDE_NAME
@@ -230,6 +234,41 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     return changed, said
 
 
+def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
+    """Remove from the lines a sync set aside (:data:`ASIDE_NAME`, left by a sync killed before it put them back)
+    every episode for which ``drop`` is true, as a purge does in the month files: else the next sync put a purged
+    line back, and its text stayed readable in the local state. A line that cannot be parsed is kept. The caller
+    holds the append lock. What to say."""
+    record = gate.state_dir / ASIDE_NAME
+    try:
+        files = json.loads(read_regular(record))["files"]
+        kept = {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
+        return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not purged; look at it"]
+    removed = 0
+    left: dict[str, str] = {}
+    for path, data in kept.items():
+        lines = []
+        for raw in data.splitlines(keepends=True):
+            with contextlib.suppress(EpisodeError, UnicodeDecodeError):
+                if raw.strip() and drop(parse_line(raw.decode("utf-8"))):
+                    removed += 1
+                    continue
+            lines.append(raw)
+        if any(line.strip() for line in lines):
+            left[path] = base64.b64encode(b"".join(lines)).decode("ascii")
+    if not removed:
+        return []
+    if left:
+        atomic_write(record, json.dumps({"files": left}, sort_keys=True).encode("utf-8"), mode=0o600)
+    else:
+        remove(record)
+    return [f"{removed} episode line{'s' if removed != 1 else ''} set aside by an interrupted sync ({record}) "
+            "removed too"]
+
+
 def _regular(path: Path) -> bool:
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -237,5 +276,5 @@ def _regular(path: Path) -> bool:
         return False
 
 
-__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
+__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "drop_aside", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
            "shared_folders"]

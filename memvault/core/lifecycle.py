@@ -17,6 +17,7 @@ from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
 from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
+from .episode_sync import drop_aside
 from .gate import WriteGate
 from ..rules.fsutil import atomic_write, remove
 from ..rules.timeutil import format_time, now
@@ -107,6 +108,8 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
             warnings += finish_purge(gate, source, allow_secret=allow_secret)
         with gate.episodes.lock():
             report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
+            if not dry_run:
+                report.warnings += drop_aside(gate, lambda e: source_matches(pattern, e.source))
     report.warnings[:0] = warnings
     if paths:
         _scrub(gate, report, paths)
@@ -164,6 +167,7 @@ def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) ->
     try:
         with gate.episodes.lock():
             report, paths = _purge_files(gate, pattern, source=source, already=already, allow_secret=allow_secret)
+            report.warnings += drop_aside(gate, lambda e: source_matches(pattern, e.source))
     except SecretRefused as exc:  # every write waits for it: say which purge, and the way out
         raise SecretRefused(f"finishing the interrupted purge of {pattern} ('memvault purge --source {pattern} "
                             f"--allow-secret' finishes it with the waiver): {exc.what}", exc.findings) from None

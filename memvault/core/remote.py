@@ -329,6 +329,13 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"sync stopped before changing anything: the remote's commits make {', '.join(linked)} a symlink, where "
             f"the vault's own folder or file should be (a link there would read this host's files as memories); "
             f"replace it on the remote with the real folder or file, commit, push, then sync again"))
+    filed = _filed_folders(gate, git, fetched)
+    if filed:
+        raise SyncConflict([], filed, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote's commits make {', '.join(filed)} a file, where "
+            f"the vault's own folder should be (git deletes a folder it ignores, this host's untracked episodes or "
+            f"inbox, to check a file out in its place); replace it on the remote with the folder, commit, push, "
+            f"then sync again"))
     both = incoming & _changed(git, base, head) & set(_vault_paths(gate, git, incoming))
     merged = _merged_by_driver(git, sorted(both))
     if merged:
@@ -452,6 +459,14 @@ def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
     return sorted(line.split("\t", 1)[1] for line in out.split("\0") if line.startswith("120000 "))
 
 
+def _filed_folders(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
+    """The vault's own folders that ``commit`` holds as anything but a folder (a file, a submodule)."""
+    folders = [git.rel(gate.root / name) for name in VAULT_PLACES if "." not in name]
+    out = git.run("ls-tree", "-z", commit, "--", *folders, strip=False)
+    return sorted(line.split("\t", 1)[1] for line in out.split("\0")
+                  if line and not line.startswith(("040000 ", "120000 ")))  # a link: _linked_areas
+
+
 def _rebased(git: GitStore, old: str) -> str | None:
     """The id our commit ``old`` has after the rebase put it on top (None if the rebase dropped it as empty)."""
     new = _tip(git)
@@ -463,10 +478,16 @@ def _rebased(git: GitStore, old: str) -> str | None:
 
 def _tip(git: GitStore) -> str:
     """HEAD, or the commit under it when HEAD is a sync's move of this clone's lines to its new folder
-    (:func:`~memvault.core.episode_sync.move_own_lines`): the local changes' commit is under it."""
+    (:func:`~memvault.core.episode_sync.move_own_lines`): the local changes' commit is under it. The trailer is only
+    a hint: anyone can write it, so a commit the remote brought (in what was last fetched) or one with no parent is
+    HEAD itself (a teammate's root commit bearing it stopped every sync with nothing to commit)."""
     head = git.run("rev-parse", "HEAD")
     body = git.run("log", "-1", "--format=%B", head)
-    return git.run("rev-parse", f"{head}~1") if f"\n{MOVED_TRAILER}: " in f"\n{body}" else head
+    if f"\n{MOVED_TRAILER}: " not in f"\n{body}":
+        return head
+    parent = _try(git, "rev-parse", "--verify", "--quiet", f"{head}^1")
+    fetched = _try(git, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
+    return head if parent is None or (fetched is not None and git.is_ancestor(head, fetched)) else parent
 
 
 def _push(git: GitStore, remote: str, branch: str) -> bool:
