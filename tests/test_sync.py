@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from memvault import Vault
-from memvault.rules.errors import GitError
+from memvault.rules.errors import GitError, MemvaultError
 from memvault.stores.gitstore import GitStore
 from memvault.rules.errors import SyncConflict
 from conftest import git
@@ -594,3 +594,53 @@ def test_a_teammates_redaction_in_this_clones_folder_is_no_other_writer(twins):
     assert a.sync().warnings == []
     assert a.episodes.store.host == mine.path.parent.name
     assert [e.text for e in a.episodes.iter()] == ["Deployed with token [redacted]."]
+
+
+@pytest.mark.parametrize("local_change", [False, True])
+def test_a_history_the_team_squashed_into_a_new_root_is_followed(hosts, local_change):
+    """The team removes a secret by squashing the whole history into one new root commit (``checkout --orphan``)
+    and force-pushes. Sync asked git for the merge base of two unrelated histories and stopped with git's exit
+    status; it now treats it as any rewrite: only the commits made here since it last synced go on top."""
+    hosts.sync("a")
+    a = hosts.on("a")
+    a.facts.set("ops/deploy", "Deploy with the key in the vault.", source="user:admin")
+    hosts.sync("a")
+    assert hosts.sync("b").pulled
+    clean = hosts.tmp / "clean"
+    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
+    branch = git(clean, "rev-parse", "--abbrev-ref", "HEAD")
+    git(clean, "checkout", "-q", "--orphan", "squashed")
+    git(clean, "rm", "-q", "--cached", "facts/ops/deploy.md")
+    (clean / "facts" / "ops" / "deploy.md").unlink()
+    git(clean, "commit", "-qm", "the whole history, squashed, without the deploy fact")
+    git(clean, "push", "-q", "--force", "origin", f"squashed:{branch}")
+    b = hosts.on("b")
+    if local_change:
+        b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
+    result = hosts.sync("b")
+    remote_files = git(hosts.tmp, "--git-dir", str(hosts.remote), "ls-tree", "-r", "--name-only", branch)
+    assert "facts/ops/deploy.md" not in remote_files and "memvault.toml" in remote_files
+    assert ("facts/db/replica.md" in remote_files) == local_change
+    assert any("rewritten" in w for w in result.warnings)
+    assert not (b.root / "facts" / "ops" / "deploy.md").exists()
+    assert git(b.root, "rev-list", "--max-parents=0", "HEAD") == git(clean, "rev-parse", "squashed")
+
+
+def test_a_remote_that_shares_no_history_with_this_clone_stops_the_sync_in_one_line(hosts, tmp_path):
+    """A remote this clone never synced with, whose branch shares no commit with it (another vault's repository
+    given by mistake): one line naming the remote and the branch, nothing changed."""
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", str(other))
+    (other / "README").write_text("another project\n")
+    git(other, "add", "README")
+    git(other, "commit", "-qm", "another project")
+    b = hosts.on("b")
+    branch = git(b.root, "rev-parse", "--abbrev-ref", "HEAD")
+    git(other, "branch", "-q", "-M", branch)
+    git(b.root, "remote", "add", "elsewhere", str(other))
+    before = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(MemvaultError) as info:
+        b.sync(remote="elsewhere")
+    message = str(info.value)
+    assert "\n" not in message and "elsewhere" in message and "no history" in message, message
+    assert git(b.root, "rev-parse", "HEAD") == before

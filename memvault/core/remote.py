@@ -225,7 +225,13 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     last = _last_tip(gate, remote, branch)
     rewritten = (last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched)
                  and git.is_ancestor(last, before))
-    base = git.run("merge-base", before, fetched)
+    base = _try(git, "merge-base", before, fetched)
+    if base is None:  # no commit in common: a history squashed into a new root, or another repository
+        if not rewritten or last is None:
+            raise GitError(f"sync stopped before changing anything: {remote} {branch} shares no history with this "
+                           "clone (another repository, or one re-created, and this clone never synced with its old "
+                           "one); check `git remote -v`, or clone it afresh")
+        base = last  # what this host last had of the remote: the commits made here since are put on top
     if not rewritten and base == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, base, before, fetched, remote, branch)
