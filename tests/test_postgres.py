@@ -250,6 +250,59 @@ def test_concurrent_first_starts_neither_race_nor_duplicate(url, opened):
     assert sql(url, "SELECT count(*) FROM memvault.vault_migrations")[0][0] == 4 * len(pg.VAULT_MIGRATIONS)
 
 
+def before_0005(ix, url) -> int:
+    """Put the vault back as the release before 0005 left it (ids in the database's collation); its id."""
+    v = ix._read_state(ix._connection()).vault_id
+    sql(url, f'ALTER TABLE memvault.v{v}_docs ALTER COLUMN item_id TYPE text COLLATE "default"')
+    sql(url, "DELETE FROM memvault.vault_migrations WHERE vault_id = %s AND name = '0005_ids_in_byte_order'", (v,))
+    return v
+
+
+def test_two_hosts_upgrading_at_once_apply_0005_once(ix, url, opened):
+    """Two hosts of the new release register the vault at once: one applies 0005, the other waits for the vault's
+    write lock, then finds it recorded; each goes on."""
+    v = before_0005(ix, url)
+    conns = [opened(pg.SharedIndex(url, "team"))._connection() for _ in range(2)]
+    barrier = threading.Barrier(2)
+    applied: list[list[str]] = []
+
+    def upgrade(conn) -> None:
+        barrier.wait()
+        applied.append(pg.migrations.migrate_vault(conn, v))
+
+    threads = [threading.Thread(target=upgrade, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(applied) == [[], ["0005_ids_in_byte_order"]]
+    assert sql(url, "SELECT count(*) FROM memvault.vault_migrations WHERE vault_id = %s AND name = "
+                    "'0005_ids_in_byte_order'", (v,)) == [(1,)]
+
+
+def test_a_migration_does_not_wait_for_ever_behind_an_open_transaction(ix, url, monkeypatch):
+    """ALTER TABLE waits for every session that read the table in a transaction still open (an older memvault in
+    the middle of one, a backup, a psql session), and every recall of the vault queues behind it meanwhile: the
+    migration gives up after MIGRATION_LOCK_TIMEOUT, in one line, nothing migrated, and is tried again at the next
+    ensure()."""
+    v = before_0005(ix, url)
+    monkeypatch.setattr(pg.migrations, "MIGRATION_LOCK_TIMEOUT", "300ms")
+    with psycopg.connect(url) as reader:  # a transaction left open after reading the docs
+        reader.execute(f"SELECT count(*) FROM memvault.v{v}_docs").fetchone()
+        started = time.monotonic()
+        with pytest.raises(SearchIndexError) as info:
+            ix.ensure()
+        assert time.monotonic() - started < 5
+        assert "0005_ids_in_byte_order" in str(info.value) and "\n" not in str(info.value)
+        reader.rollback()
+    assert "0005_ids_in_byte_order" not in ix._read_state(ix._connection()).migrations
+    ix.ensure()
+    assert "0005_ids_in_byte_order" in ix._read_state(ix._connection()).migrations
+    # the vault's readers are not left under a lock timeout
+    assert sql(url, "SHOW lock_timeout") == [("0",)] and ix._connection().execute("SHOW lock_timeout").fetchone() \
+        == ("0",)
+
+
 # ------------------------------------------------------------------------------------------------ round trip
 def test_apply_embed_and_every_search_round_trip(ix, url):
     fake = FakeEmbedder(32)
