@@ -210,7 +210,8 @@ VAULT_MIGRATIONS: list[tuple[str, str | Callable[[Any, int], None]]] = [
     # en_US.UTF-8 or ICU, a turn's neighbours left the (source, created, item_id) index for the time index and
     # read every other source's turns in between, and a fact listing read every fact and sorted. Equality is the
     # same in every deterministic collation, so no id changes meaning. The table is not rewritten; the two indexes
-    # on item_id are rebuilt while the vault's writes wait (readers wait too, a moment: ~0.1 s at 100k docs).
+    # on item_id are rebuilt while the vault's writes and reads wait (0.3 s at 100k docs, 4.3 s at 1M on the test
+    # server); it waits at most MIGRATION_LOCK_TIMEOUT for the table first.
     (
         "0005_ids_in_byte_order",
         """
@@ -288,6 +289,11 @@ def migrate_global(conn: Any, url: str) -> list[str]:
     return applied
 
 
+#: How long a vault migration waits for a table lock, once it holds the vault's write lock. ALTER TABLE waits for
+#: every session with a transaction open on the table (a backup, a psql session, an older memvault's query), and
+#: every recall of the vault queues behind its request meanwhile: better to give up and try at the next ensure().
+MIGRATION_LOCK_TIMEOUT = "5s"
+
 #: Index names the vault migrations create (formatted like the tables: ``v<id>_<name>``).
 VAULT_INDEXES = ("docs_path", "docs_runs", "docs_episodes", "docs_words", "docs_turns", "chunks_tsv")
 
@@ -299,19 +305,28 @@ def migrate_vault(conn: Any, v: int) -> list[str]:
     done = {r[0] for r in conn.execute("SELECT name FROM memvault.vault_migrations WHERE vault_id = %s", (v,))}
     if all(name in done for name, _ in VAULT_MIGRATIONS):
         return []
-    applied = []
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_WRITE, v))
-        done = {r[0] for r in conn.execute("SELECT name FROM memvault.vault_migrations WHERE vault_id = %s", (v,))}
-        names = {n: sql.Identifier(f"v{v}_{n}") for n in VAULT_INDEXES}
-        for name, script in VAULT_MIGRATIONS:
-            if name in done:
-                continue
-            if callable(script):
-                script(conn, v)
-            else:
-                for statement in _statements(script):
-                    conn.execute(vsql(v, statement, **names))
-            conn.execute("INSERT INTO memvault.vault_migrations(vault_id, name) VALUES (%s, %s)", (v, name))
-            applied.append(name)
+    applied: list[str] = []
+    name = ""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_WRITE, v))
+            # After the write lock: another host migrating (or writing) is waited for as long as it takes.
+            conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(MIGRATION_LOCK_TIMEOUT)))
+            done = {r[0] for r in conn.execute("SELECT name FROM memvault.vault_migrations WHERE vault_id = %s",
+                                               (v,))}
+            names = {n: sql.Identifier(f"v{v}_{n}") for n in VAULT_INDEXES}
+            for name, script in VAULT_MIGRATIONS:
+                if name in done:
+                    continue
+                if callable(script):
+                    script(conn, v)
+                else:
+                    for statement in _statements(script):
+                        conn.execute(vsql(v, statement, **names))
+                conn.execute("INSERT INTO memvault.vault_migrations(vault_id, name) VALUES (%s, %s)", (v, name))
+                applied.append(name)
+    except psycopg_module().errors.LockNotAvailable:
+        raise SearchIndexError(f"vault migration {name} waited {MIGRATION_LOCK_TIMEOUT} for a table another session "
+                               "holds in an open transaction (a backup, a psql session, a long query): nothing was "
+                               "migrated; the next publish or reindex tries again") from None
     return applied
