@@ -752,3 +752,24 @@ def test_a_fact_past_its_limit_is_never_read_by_publish(team, monkeypatch):
     assert huge not in read and read
     assert any("facts/dump/huge.md" in p and "fact_bytes" in p for p in report.problems), report.problems
     assert any(h.id == "db/primary" for h in a.recall("primary database"))
+
+
+def test_a_long_running_host_goes_on_using_the_team_index_after_another_host_changes_a_column(team, url):
+    """Another host's migration changes a column a long-running process reads (0005 made docs.item_id byte-ordered):
+    the queries psycopg had prepared on its connection failed with "cached plan must not change result type", which
+    was taken for the team index going down (an outage counted, both connections closed, the recall asked again of
+    whatever answered next). Such a call is now asked again on a new connection, once, and nothing went down."""
+    _remote, a, _clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    for _ in range(8):  # past psycopg's prepare_threshold (5): the searches are prepared statements now
+        result = a.recall("primary database port")
+        assert result[0].id == "db/primary" and not result.warnings
+    with psycopg.connect(url, autocommit=True) as conn:
+        (table,) = conn.execute("SELECT 'memvault.v' || vault_id || '_docs' FROM memvault.vaults").fetchone()
+        conn.execute(f'ALTER TABLE {table} ALTER COLUMN item_id TYPE text COLLATE "POSIX"')
+    before = a.vault.index.outages
+    result = a.recall("primary database port")
+    assert result[0].id == "db/primary" and not result.warnings, result.warnings
+    assert a.vault.index.shared_in_use and a.vault.index.outages == before

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..index import FieldWeights, Index, Sources, SyncReport
 from ..rules.config import CONFIG_NAME, Config
-from ..rules.errors import ConfigError, MemvaultError, SearchIndexError
+from ..rules.errors import ConfigError, MemvaultError, PlansChanged, SearchIndexError
 from ..rules.fsutil import atomic_write, read_inside, remove
 from ..rules.timeutil import index_time
 from ..stores.gitstore import GitStore
@@ -207,7 +207,10 @@ class TeamIndex(TeamListings):
         (recall's guard then answers from this host's files)."""
         started = time.monotonic()
         try:
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except PlansChanged:  # another host's migration altered a table: asked again on a new connection, once
+                return fn(*args, **kwargs)
         except SharedIndexDown:
             raise
         except SearchIndexError as exc:

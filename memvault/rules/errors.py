@@ -151,6 +151,11 @@ class SearchIndexError(MemvaultError):
     """The search index (or the local state database) cannot be opened, read or rebuilt."""
 
 
+class PlansChanged(SearchIndexError):
+    """A table the shared index's connection had prepared queries on changed under it (another host's migration):
+    the connection is dropped, and the call may be asked again on a new one."""
+
+
 class SchemaTooNew(MemvaultError):
     """A database (the index, the local state, the shared PostgreSQL index) records a migration this memvault does
     not know: a newer one wrote it. Refused rather than written in the old form, and never taken for damage."""

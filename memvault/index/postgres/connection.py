@@ -14,7 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ...rules.errors import SearchIndexError
+from ...rules.errors import PlansChanged, SearchIndexError
+
+#: SQLSTATE 0A000, with "cached plan must not change result type": see :meth:`Connected._errors`.
+FEATURE_NOT_SUPPORTED = "0A000"
 
 SCHEMA = "memvault"
 #: Advisory lock classes (the first key; the second is the vault id). 28022 = 0x6d76, "mv".
@@ -190,13 +193,17 @@ class Connected:
             try:
                 yield self._connection()
             except psycopg.Error as exc:
-                if self._conn is not None and (self._conn.broken or isinstance(exc, psycopg.OperationalError)):
+                # A prepared query whose table another host altered (a migration) fails on this connection for ever:
+                # PostgreSQL refuses a cached plan whose result columns changed. A new connection prepares afresh.
+                changed = exc.sqlstate == FEATURE_NOT_SUPPORTED and "cached plan" in str(exc)
+                if self._conn is not None and (self._conn.broken or changed
+                                               or isinstance(exc, psycopg.OperationalError)):
                     with contextlib.suppress(Exception):
                         self._conn.close()
                     self._conn = None
                 self._forget()
-                raise SearchIndexError(scrub(f"{self.what} at {where(self.url)}: {what}: {one_line(exc)}",
-                                             self.url)) from None
+                raise (PlansChanged if changed else SearchIndexError)(
+                    scrub(f"{self.what} at {where(self.url)}: {what}: {one_line(exc)}", self.url)) from None
 
     def close(self) -> None:
         with self._lock:
