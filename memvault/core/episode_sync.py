@@ -101,16 +101,11 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
             before[there] = _read_or_none(there)
             ahead = before[there] or b""
             before[here], files[here] = head, kept or None
-            files[there] = (ahead + (b"\n" if ahead and not ahead.endswith((b"\n", b"\r")) else b"")
-                            + split_new(ahead, mine)[1])  # nothing written twice
+            files[there] = _after(ahead, split_new(ahead, mine)[1])  # nothing written twice
         if not files:
             return []
         for path, data in files.items():
-            if data is None:
-                remove(path)
-            else:
-                ensure_dir(path.parent)
-                atomic_write(path, data)
+            _apply(path, data)
         gate.commit_files(files, f"sync: this clone's episodes moved from episodes/{shared}/ to "
                                  f"episodes/{successor}/ (another clone writes there)", author=source,
                           trailers={"Memvault-Source": source, MOVED_TRAILER: f"{shared} -> {successor}"})
@@ -127,10 +122,21 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
 def _put_back(files: dict[Path, bytes | None]) -> None:
     for path, data in files.items():
         with contextlib.suppress(OSError, MemvaultError):
-            if data is None:
-                remove(path)
-            else:
-                atomic_write(path, data)
+            _apply(path, data)
+
+
+def _apply(path: Path, data: bytes | None) -> None:
+    """``data`` written at ``path`` (its folder made), or the file removed when None."""
+    if data is None:
+        remove(path)
+    else:
+        ensure_dir(path.parent)
+        atomic_write(path, data)
+
+
+def _after(ahead: bytes, lines: bytes) -> bytes:
+    """``lines`` after ``ahead`` (a month file's bytes), the first of them on a line of its own."""
+    return ahead + (b"\n" if ahead and not ahead.endswith((b"\n", b"\r")) else b"") + lines
 
 
 def _read_or_none(path: Path) -> bytes | None:
@@ -176,13 +182,13 @@ def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
     whatever its outcome, or at the next sync when this one was killed."""
     added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
                     ":(literal)" + git.rel(gate.episodes.dir), strip=False)
-    kept: dict[str, str] = {}
+    kept: dict[str, bytes] = {}
     for added_path in added.split("\0"):
         # The path, or a folder above it: git deletes an ignored file to check a folder out in its place too.
         parts = added_path.split("/") if added_path else []
         for path in ("/".join(parts[:n]) for n in range(len(parts), 0, -1)):
             if path not in kept and month_file(gate, git, path) and _regular(git.root / path):
-                kept[path] = base64.b64encode(read_regular(git.root / path)).decode("ascii")
+                kept[path] = read_regular(git.root / path)
     if not kept:
         return
     record = gate.state_dir / ASIDE_NAME
@@ -191,7 +197,7 @@ def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
                        "sync that could not be put back; move them back by hand (base64) and remove the file, then "
                        "sync again")
     ensure_dir(gate.state_dir)
-    atomic_write(record, json.dumps({"files": kept}, sort_keys=True).encode("utf-8"), mode=0o600)
+    _write_aside(record, kept)
 
 
 def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str]]:
@@ -201,15 +207,14 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     The files changed, and what to say (a record that cannot be read is left as it is, and named)."""
     record = gate.state_dir / ASIDE_NAME
     try:
-        files = json.loads(read_regular(record))["files"]
-        kept = {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+        kept = _read_aside(record)
     except FileNotFoundError:
         return [], []
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
         return [], [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not put back; "
                     "they are in that file (base64), which is left as it is"]
     changed: list[Path] = []
-    left: dict[str, str] = {}  # what cannot be put back (a link committed there): kept in the record, named
+    left: dict[str, bytes] = {}  # what cannot be put back (a link committed there): kept in the record, named
     said: list[str] = []
     for path, mine in kept.items():
         target = git.root / path
@@ -220,17 +225,13 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
             add = mine if there is None else split_new(there, mine)[1]
             if add:
                 ensure_dir(target.parent)
-                atomic_write(target, (there or b"") + (b"\n" if there and not there.endswith((b"\n", b"\r")) else b"")
-                             + add)
+                atomic_write(target, _after(there or b"", add))
                 changed.append(target)
         except (OSError, MemvaultError) as exc:
-            left[path] = base64.b64encode(mine).decode("ascii")
+            left[path] = mine
             said.append(f"{path}: this clone's untracked episodes set aside during a sync cannot be put back ({exc});"
                         f" they stay in {record} (base64)")
-    if left:
-        atomic_write(record, json.dumps({"files": left}, sort_keys=True).encode("utf-8"), mode=0o600)
-    else:
-        remove(record)
+    _write_aside(record, left)
     return changed, said
 
 
@@ -241,14 +242,13 @@ def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
     holds the append lock. What to say."""
     record = gate.state_dir / ASIDE_NAME
     try:
-        files = json.loads(read_regular(record))["files"]
-        kept = {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+        kept = _read_aside(record)
     except FileNotFoundError:
         return []
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
         return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not purged; look at it"]
     removed = 0
-    left: dict[str, str] = {}
+    left: dict[str, bytes] = {}
     for path, data in kept.items():
         lines = []
         for raw in data.splitlines(keepends=True):
@@ -258,15 +258,28 @@ def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
                     continue
             lines.append(raw)
         if any(line.strip() for line in lines):
-            left[path] = base64.b64encode(b"".join(lines)).decode("ascii")
+            left[path] = b"".join(lines)
     if not removed:
         return []
-    if left:
-        atomic_write(record, json.dumps({"files": left}, sort_keys=True).encode("utf-8"), mode=0o600)
-    else:
-        remove(record)
+    _write_aside(record, left)
     return [f"{removed} episode line{'s' if removed != 1 else ''} set aside by an interrupted sync ({record}) "
             "removed too"]
+
+
+def _read_aside(record: Path) -> dict[str, bytes]:
+    """The files a record of lines set aside holds (repository path -> bytes); FileNotFoundError when there is none,
+    else any of OSError, ValueError, TypeError, KeyError, AttributeError or MemvaultError when it cannot be read."""
+    files = json.loads(read_regular(record))["files"]
+    return {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+
+
+def _write_aside(record: Path, files: dict[str, bytes]) -> None:
+    """The record of ``files`` set aside (base64 in JSON, 0600), or none at all when there are none."""
+    if files:
+        encoded = {path: base64.b64encode(data).decode("ascii") for path, data in files.items()}
+        atomic_write(record, json.dumps({"files": encoded}, sort_keys=True).encode("utf-8"), mode=0o600)
+    else:
+        remove(record)
 
 
 def _regular(path: Path) -> bool:
