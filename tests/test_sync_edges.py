@@ -223,7 +223,6 @@ def test_untracked_lines_set_aside_come_back_when_the_rebase_stops_or_the_sync_i
     """The same pull stopped by a fact changed on both sides: the rebase is aborted, which removes the remote's
     month file, and this clone's file is back byte for byte. A sync killed between its pull and the putting back
     leaves the lines in the local state, and the next sync puts them back."""
-    from memvault.core import remote
     from memvault.core.episode_sync import ASIDE_NAME
     from memvault.rules.errors import SyncConflict
 
@@ -242,18 +241,10 @@ def test_untracked_lines_set_aside_come_back_when_the_rebase_stops_or_the_sync_i
         b.sync()
     assert mine.read_bytes() == before and not (b.state_dir / ASIDE_NAME).exists()
     git(b.root, "reset", "-q", "--hard", "HEAD~1")  # the person gives up their change of the fact
-    real, calls = remote.put_aside_back, []
-
-    def killed_after_the_pull(gate, git_store):
-        calls.append(1)
-        if len(calls) == 2:  # the first is the check at the start of the sync
-            raise KeyboardInterrupt
-        return real(gate, git_store)
-
-    monkeypatch.setattr(remote, "put_aside_back", killed_after_the_pull)
+    restore = kill_after_the_pull(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         b.sync()
-    monkeypatch.setattr(remote, "put_aside_back", real)
+    restore()
     assert b"Kept on b" not in mine.read_bytes() and (b.state_dir / ASIDE_NAME).is_file()
     b = Vault.open(b.root, embedder_factory=models)
     b.sync()  # puts them back, and commits them with tracking on
