@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..rules.errors import EpisodeError, GitError, MemvaultError
+from ..rules.fsread import read_regular_if_there
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from ..stores.episodes import Episode, month_of, new_lines, parse_line, split_new
 from ..stores.gitstore import GitStore
@@ -98,7 +99,7 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
                 continue
             here = git.root / path
             there = episodes.dir / successor / here.name  # one month file there for each here
-            before[there] = _read_or_none(there)
+            before[there] = read_regular_if_there(there)
             ahead = before[there] or b""
             before[here], files[here] = head, kept or None
             files[there] = _after(ahead, split_new(ahead, mine)[1])  # nothing written twice
@@ -137,13 +138,6 @@ def _apply(path: Path, data: bytes | None) -> None:
 def _after(ahead: bytes, lines: bytes) -> bytes:
     """``lines`` after ``ahead`` (a month file's bytes), the first of them on a line of its own."""
     return ahead + (b"\n" if ahead and not ahead.endswith((b"\n", b"\r")) else b"") + lines
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return read_regular(path)
-    except FileNotFoundError:
-        return None
 
 
 def give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[str]:
@@ -221,7 +215,7 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
         if not month_file(gate, git, path):
             continue  # only ever a month file of this vault's episodes/
         try:
-            there = _read_or_none(target)
+            there = read_regular_if_there(target)
             add = mine if there is None else split_new(there, mine)[1]
             if add:
                 ensure_dir(target.parent)

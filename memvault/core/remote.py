@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
+from ..rules.fsread import read_regular_if_there
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
 from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
                            shared_folders)
@@ -395,7 +396,7 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
             if move and added:
                 moved = gate.episodes.dir / str(successor) / target.name
                 ensure_dir(moved.parent)
-                there = _read_or_empty(moved)
+                there = read_regular_if_there(moved) or b""
                 _stage_file(git, moved, there + (b"\n" if there and not there.endswith(b"\n") else b"") + added)
         try:
             git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
@@ -421,13 +422,6 @@ def _stage_file(git: GitStore, path: Path, data: bytes) -> None:
     else:
         remove(path)
         git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", rel)
-
-
-def _read_or_empty(path: Path) -> bytes:
-    try:
-        return read_regular(path)
-    except FileNotFoundError:
-        return b""
 
 
 def _places(gate: WriteGate, git: GitStore) -> list[str]:

@@ -60,6 +60,14 @@ def read_regular(path: Path | str, *, limit: int | None = None) -> bytes:
         os.close(fd)
 
 
+def read_regular_if_there(path: Path | str) -> bytes | None:
+    """:func:`read_regular`, or None when there is no file at ``path``."""
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while True:
