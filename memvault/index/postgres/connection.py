@@ -16,9 +16,6 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...rules.errors import PlansChanged, SearchIndexError
 
-#: SQLSTATE 0A000, with "cached plan must not change result type": see :meth:`Connected._errors`.
-FEATURE_NOT_SUPPORTED = "0A000"
-
 SCHEMA = "memvault"
 #: Advisory lock classes (the first key; the second is the vault id). 28022 = 0x6d76, "mv".
 LOCK_WRITE = 28022   # transaction lock: every write of a vault; (28022, 0) = the global migrations
@@ -195,7 +192,7 @@ class Connected:
             except psycopg.Error as exc:
                 # A prepared query whose table another host altered (a migration) fails on this connection for ever:
                 # PostgreSQL refuses a cached plan whose result columns changed. A new connection prepares afresh.
-                changed = exc.sqlstate == FEATURE_NOT_SUPPORTED and "cached plan" in str(exc)
+                changed = isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan" in str(exc)
                 if self._conn is not None and (self._conn.broken or changed
                                                or isinstance(exc, psycopg.OperationalError)):
                     with contextlib.suppress(Exception):
