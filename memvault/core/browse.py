@@ -17,7 +17,7 @@ tested again on the way out. An unscoped reader's listings are the same queries 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -248,11 +248,19 @@ class Browse:
         """Captured agent sessions (episodes whose meta names a ``session_id``), latest activity first."""
 
         def make() -> list[dict[str, Any]]:
-            return [{"session": s, "runtime": rt, "source": src, "first": first, "last": last, "episodes": n,
-                     "trusted": self.trusted(src)}
-                    for s, rt, src, first, last, n in self.index.sessions(max(1, min(limit, PAGE_MAX)), self._hide())]
+            return [self._session(*row) for row in self.index.sessions(max(1, min(limit, PAGE_MAX)), self._hide())]
 
         return self._cached(f"sessions:{limit}", make)
+
+    def _session(self, session: str, runtime: str | None, sources: Sequence[str | None], first: str | None,
+                 last: str | None, n: int) -> dict[str, Any]:
+        """A session is trusted when every line of it is: any source may name another's session id in its meta.
+        ``source`` names the first source that is not trusted, else the first."""
+        trust = {s: self.trusted(s) for s in sources}
+        shown = next((s for s in sources if not trust[s]), sources[0] if sources else None)
+        return {"session": session, "runtime": runtime, "source": shown,
+                "sources": [{"source": s, "trusted": t} for s, t in trust.items()], "first": first, "last": last,
+                "episodes": n, "trusted": all(trust.values())}
 
     def sources(self, kind: str) -> list[tuple[str, int]]:
         return sorted(self.counts()["sources"].get(kind, {}).items(), key=lambda item: (-item[1], item[0]))

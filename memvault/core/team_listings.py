@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..index.listings import EpisodeQuery, FactQuery
+from ..index.listings import EpisodeQuery, FactQuery, sorted_sources
 from ..rules.errors import SearchIndexError
 from ..rules.timeutil import index_time
 
@@ -86,8 +86,10 @@ class TeamListings:
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
         merged: dict[str, list[Any]] = {}
         for found in self._listed(lambda part, shadow: part.sessions(limit, shadow | set(hide))):
-            for session, runtime, source, first, last, n in found:
-                have = merged.setdefault(session, [session, runtime, source, first, last, 0])
+            for session, runtime, sources, first, last, n in found:
+                have = merged.setdefault(session, [session, runtime, (), first, last, 0])
+                have[1] = min((r for r in (have[1], runtime) if r is not None), default=None)
+                have[2] = sorted_sources([*have[2], *sources])
                 have[3] = min((t for t in (have[3], first) if t is not None), default=None, key=index_time)
                 have[4] = max((t for t in (have[4], last) if t is not None), default=None, key=index_time)
                 have[5] += n

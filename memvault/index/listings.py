@@ -41,7 +41,9 @@ EPISODES_BY_TIME_SQL = f"SELECT {EPISODE_COLUMNS} FROM docs INDEXED BY docs_epis
 COUNTS_SQL = "SELECT kind, source, COUNT(*) FROM docs WHERE 1"
 EPISODE_DAYS_SQL = ("SELECT substr(created, 1, 10) AS day, COUNT(*) FROM docs WHERE kind = 'episode' "
                     "AND created >= ?")
-SESSIONS_SQL = ("SELECT json_extract(meta, '$.session') AS s, json_extract(meta, '$.runtime'), source, "
+# every source of a session: a session id is a field of the line's meta, which any source may name
+SESSIONS_SQL = ("SELECT json_extract(meta, '$.session') AS s, MIN(json_extract(meta, '$.runtime')), "
+                "json_group_array(DISTINCT source), "
                 "MIN(created), MAX(created), COUNT(*) FROM docs WHERE kind = 'episode' AND meta IS NOT NULL "
                 "AND s IS NOT NULL")
 TAGS_SQL = ("SELECT t.value, COUNT(*) FROM docs, json_each(docs.meta, '$.tags') AS t "
@@ -199,10 +201,15 @@ def fact_tags(conn: sqlite3.Connection, hide: Collection[str]) -> list[tuple[str
     return [(str(t), n) for t, n in conn.execute(sql + " GROUP BY t.value ORDER BY COUNT(*) DESC, t.value", args)]
 
 
+def sorted_sources(sources: Collection[str | None]) -> tuple[str | None, ...]:
+    """A session's sources in one order on every index (None, a line written by hand, first)."""
+    return tuple(sorted(set(sources), key=lambda s: (s is not None, s or "")))
+
+
 def sessions(conn: sqlite3.Connection, limit: int, hide: Collection[str]) -> list[tuple[Any, ...]]:
     sql, args = _hidden(SESSIONS_SQL, [], hide)
-    return [(*r[:3], shown_time(r[3]), shown_time(r[4]), *r[5:])
-            for r in conn.execute(sql + " GROUP BY s ORDER BY MAX(created) DESC LIMIT ?", (*args, limit))]
+    return [(s, rt, sorted_sources(json.loads(src)), shown_time(first), shown_time(last), n) for s, rt, src, first, last, n
+            in conn.execute(sql + " GROUP BY s ORDER BY MAX(created) DESC LIMIT ?", (*args, limit))]
 
 
 def episode_kinds(conn: sqlite3.Connection, hide: Collection[str]) -> list[str]:

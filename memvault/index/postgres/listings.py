@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from ...rules.timeutil import format_time, parse_time, to_milliseconds
 from ..documents import meta_json
-from ..listings import EPISODE_KEYS, FACT_KEYS, EpisodeQuery, FactQuery, Stale, prefix_range
+from ..listings import EPISODE_KEYS, FACT_KEYS, EpisodeQuery, FactQuery, Stale, prefix_range, sorted_sources
 from ..search import query_terms
 from .keywords import _words
 from .tables import VaultState, vsql
@@ -153,11 +153,11 @@ def fact_tags(conn: Any, v: int, hide: Collection[str]) -> list[tuple[str, int]]
 
 def sessions(conn: Any, v: int, limit: int, hide: Collection[str]) -> list[tuple[Any, ...]]:
     sql, args = _hidden("SELECT (meta::jsonb) ->> 'session' AS s, min((meta::jsonb) ->> 'runtime') AS rt, "
-                        "min(source) AS src, min(created) AS first_at, max(created) AS last_at, count(*) AS n "
+                        "array_agg(DISTINCT source) AS src, min(created) AS first_at, max(created) AS last_at, count(*) AS n "
                         "FROM {docs} WHERE kind = 'episode' AND strpos(meta, '\"session\"') > 0", [], hide)
     rows = conn.execute(vsql(v, f"SELECT s, rt, src, first_at, last_at, n FROM ({sql} GROUP BY s) g "
                                 "WHERE s IS NOT NULL ORDER BY last_at DESC LIMIT %s"), (*args, limit)).fetchall()
-    return [(s, rt, src, _text(first), _text(last), int(n)) for s, rt, src, first, last, n in rows]
+    return [(s, rt, sorted_sources(src), _text(first), _text(last), int(n)) for s, rt, src, first, last, n in rows]
 
 
 def episode_kinds(conn: Any, v: int, hide: Collection[str]) -> list[str]:
