@@ -142,6 +142,30 @@ def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins,
     assert sorted(e.text for e in a.episodes.iter()) == sorted(e.text for e in copy.episodes.iter())
     assert len(list(a.episodes.iter())) == 2
 
+def test_a_move_that_fails_leaves_no_empty_folder_behind(twins, tmp_path):
+    """The move of a copy's lines to the folder it now appends to is refused by the commit's checks: the month file
+    written there was removed again, but the folder made for it stayed, empty (and a folder git does not track: no
+    commit or sync ever cleared it). A move that fails leaves nothing of itself."""
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append("From the original.", source="agent:ops")
+    a.sync()
+    leaky = copy.root / "episodes" / shared / "2026-09.jsonl"
+    leaky.parent.mkdir(parents=True, exist_ok=True)
+    leaky.write_text('{"id": "leaky", "created_at": "2026-09-03T00:00:00Z", "source": "user:x", '
+                     '"text": "token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"}\n')
+    commit_appends(copy, "a token, committed by hand")
+    result = copy.sync()
+    assert any("could not be moved" in w for w in result.warnings)
+    successor = copy.episodes.store.host
+    assert successor != shared and not (copy.root / "episodes" / successor).exists()
+    assert sorted(p.name for p in (copy.root / "episodes").iterdir()) == [shared]
+    assert leaky.is_file() and not git(copy.root, "status", "--porcelain", "--ignored")
+
+
 # ------------------------------------------------------------------------------------------- tracking turned on later
 @pytest.fixture
 def untracked(tmp_path, monkeypatch, models):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..rules.errors import EpisodeError, GitError, MemvaultError
 from ..rules.fsread import read_regular_if_there
-from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
+from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove, remove_dir
 from ..stores.episodes import Episode, month_of, new_lines, parse_line, split_new
 from ..stores.gitstore import GitStore
 from .gate import WriteGate
@@ -89,6 +89,7 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
                   ":(literal)" + git.rel(episodes.dir / shared), strip=False).split("\0")
     files: dict[Path, bytes | None] = {}
     before: dict[Path, bytes | None] = {}  # what each file held, to put back
+    made = [] if os.path.lexists(episodes.dir / successor) else [episodes.dir / successor]  # to remove on failure
     try:
         for info, path in zip(raw[0::2], raw[1::2]):
             if info.split(" ")[1:2] not in (["100644"], ["100755"]) or not month_file(gate, git, path):
@@ -111,19 +112,24 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
                                  f"episodes/{successor}/ (another clone writes there)", author=source,
                           trailers={"Memvault-Source": source, MOVED_TRAILER: f"{shared} -> {successor}"})
     except MemvaultError as exc:
-        _put_back(before)
+        _put_back(before, made)
         return [f"this clone's episodes in episodes/{shared}/ could not be moved to episodes/{successor}/ and stay "
                 f"there (nothing lost; the other clone writing there is moved on too): {exc}"]
     except BaseException:
-        _put_back(before)
+        _put_back(before, made)
         raise
     return []
 
 
-def _put_back(files: dict[Path, bytes | None]) -> None:
+def _put_back(files: dict[Path, bytes | None], made: list[Path]) -> None:
+    """Every file as it was, and the folders ``made`` for the move gone again when nothing else is in them (git
+    tracks no folder: an empty one left behind was never cleared by a commit or a sync)."""
     for path, data in files.items():
         with contextlib.suppress(OSError, MemvaultError):
             _apply(path, data)
+    for folder in made:
+        with contextlib.suppress(OSError, MemvaultError):
+            remove_dir(folder)
 
 
 def _apply(path: Path, data: bytes | None) -> None:
