@@ -440,3 +440,39 @@ def test_a_file_the_remote_puts_where_the_episodes_folder_is_stops_the_sync(untr
         assert b"Kept on b" in mine.read_bytes() and git(b.root, "rev-parse", "HEAD") == head
         git(a.root, "reset", "-q", "--hard", "HEAD~1")
         git(a.root, "push", "-q", "--force", "origin", "HEAD")
+
+
+def test_a_prune_after_a_killed_sync_also_prunes_the_lines_set_aside(untracked, models, monkeypatch):
+    """A sync killed after its pull leaves this clone's untracked lines in the local state (sync-aside.json), and the
+    daily prune runs before the next sync. It did not look there: a line past retention was put back by that sync
+    and, tracking being on now, committed and pushed for every clone to keep in its history. The prune removes it
+    from the record (a dry run only says so), and keeps the rest."""
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    september = datetime(2026, 9, 3, tzinfo=timezone.utc)
+    a.episodes.append("Kept on a before tracking.", source="agent:ops", kind="summary", at=september)
+    b.episodes.append("Kept on b before tracking.", source="agent:ops", kind="summary", at=september)
+    b.episodes.append("Raw on b, past retention.", source="agent:ops", kind="raw", at=september)
+    a = track_episodes(a, models)
+    a.sync()
+    restore = kill_after_the_pull(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    restore()
+    record = b.state_dir / ASIDE_NAME
+    held = record.read_bytes()
+    assert b"past retention" in aside(record)
+    b = Vault.open(b.root, embedder_factory=models)
+    dry = b.prune(source="user:admin", dry_run=True)
+    assert record.read_bytes() == held and any(ASIDE_NAME in w and "would" in w for w in dry.warnings)
+    report = b.prune(source="user:admin")
+    assert b"past retention" not in aside(record) and b"Kept on b" in aside(record)
+    assert any(ASIDE_NAME in w for w in report.warnings)
+    b.sync()
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert "past retention" not in git(v.root, "log", "--all", "-p")
+        assert not git(v.root, "status", "--porcelain")

@@ -235,18 +235,20 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     return changed, said
 
 
-def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
+def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool], *, what: str = "purged",
+               dry_run: bool = False) -> list[str]:
     """Remove from the lines a sync set aside (:data:`ASIDE_NAME`, left by a sync killed before it put them back)
-    every episode for which ``drop`` is true, as a purge does in the month files: else the next sync put a purged
-    line back, and its text stayed readable in the local state. A line that cannot be parsed is kept. The caller
-    holds the append lock. What to say."""
+    every episode for which ``drop`` is true, as a purge or a prune (``what``) does in the month files: else the next
+    sync put a purged or expired line back (and committed it, with episodes tracked), and a purged text stayed
+    readable in the local state. A line that cannot be parsed is kept. ``dry_run``: only say what would go. The
+    caller holds the append lock. What to say."""
     record = gate.state_dir / ASIDE_NAME
     try:
         kept = _read_aside(record)
     except FileNotFoundError:
         return []
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
-        return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not purged; look at it"]
+        return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not {what}; look at it"]
     removed = 0
     left: dict[str, bytes] = {}
     for path, data in kept.items():
@@ -261,9 +263,10 @@ def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
             left[path] = b"".join(lines)
     if not removed:
         return []
-    _write_aside(record, left)
+    if not dry_run:
+        _write_aside(record, left)
     return [f"{removed} episode line{'s' if removed != 1 else ''} set aside by an interrupted sync ({record}) "
-            "removed too"]
+            + ("would be removed too" if dry_run else "removed too")]
 
 
 def _read_aside(record: Path) -> dict[str, bytes]:
