@@ -476,3 +476,45 @@ def test_a_prune_after_a_killed_sync_also_prunes_the_lines_set_aside(untracked, 
         assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
         assert "past retention" not in git(v.root, "log", "--all", "-p")
         assert not git(v.root, "status", "--porcelain")
+
+
+@pytest.mark.parametrize("at", ["infra/memory", "infra"])
+@pytest.mark.parametrize("what", ["file", "link"])
+def test_a_file_or_link_the_remote_puts_where_the_vault_folder_is_stops_the_sync(tmp_path, monkeypatch, models, at,
+                                                                                  what):
+    """A vault in a subdirectory of a bigger repository, its episodes and inbox untracked (the default). A teammate
+    commits a file, or a link, at the vault's folder or a folder above it: git deleted the whole folder to check
+    that out, the untracked episodes and proposals with it, and the sync said nothing. It stops before changing
+    anything, as for a file or link at ``episodes``."""
+    import os
+    import shutil
+
+    from memvault.rules.errors import SyncConflict
+
+    monkeypatch.setenv("MEMVAULT_HOST", "web1")
+    git(tmp_path, "init", "-q", "--bare", "remote.git")
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), "big")
+    big = tmp_path / "big"
+    (big / "README").write_text("infra\n")
+    git(big, "add", "README")
+    git(big, "commit", "-qm", "infra repo")
+    git(big, "push", "-q", "origin", "HEAD")
+    vault = Vault.init(big / "infra" / "memory")
+    set_model(vault.root, "fake-hash")
+    vault = Vault.open(vault.root, embedder_factory=models)
+    vault.sync()
+    mine = vault.episodes.append("Kept here, untracked.", source="agent:ops").path
+    head = git(big, "rev-parse", "HEAD")
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), "other")
+    place = tmp_path / "other" / at
+    shutil.rmtree(place)
+    if what == "file":
+        place.write_text("not a folder\n")
+    else:
+        os.symlink("/tmp", place)
+    git(tmp_path / "other", "add", "-A")
+    git(tmp_path / "other", "commit", "-qm", f"a {what} at {at}")
+    git(tmp_path / "other", "push", "-q", "origin", "HEAD")
+    with pytest.raises(SyncConflict, match=f"{at}.*where the vault's own folder"):
+        vault.sync()
+    assert b"Kept here" in mine.read_bytes() and git(big, "rev-parse", "HEAD") == head

@@ -453,15 +453,23 @@ def _merged_by_driver(git: GitStore, paths: list[str]) -> list[str]:
 VAULT_PLACES = ("facts", "procedures", "episodes", "inbox", "memvault.toml", ".gitignore", ".gitattributes")
 
 
+def _above(gate: WriteGate, git: GitStore) -> list[str]:
+    """The repository paths of the vault's own folder and the folders above it, up to the work tree's top (none for
+    a vault at the top): a file or link a commit puts there takes the whole vault's place, untracked files and all."""
+    return [git.rel(folder) for folder in (gate.root, *gate.root.parents) if git.root in folder.parents]
+
+
 def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
-    """The vault's own folders and files that ``commit`` holds as symlinks (git mode 120000)."""
-    out = git.run("ls-tree", "-z", commit, "--", *_places(gate, git), strip=False)
+    """The vault's own folders and files, its folder and those above it, that ``commit`` holds as symlinks (git mode
+    120000)."""
+    out = git.run("ls-tree", "-z", commit, "--", *_places(gate, git), *_above(gate, git), strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0") if line.startswith("120000 "))
 
 
 def _filed_folders(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
-    """The vault's own folders that ``commit`` holds as anything but a folder (a file, a submodule)."""
-    folders = [git.rel(gate.root / name) for name in VAULT_PLACES if "." not in name]
+    """The vault's own folders, its folder and those above it, that ``commit`` holds as anything but a folder (a
+    file, a submodule)."""
+    folders = [git.rel(gate.root / name) for name in VAULT_PLACES if "." not in name] + _above(gate, git)
     out = git.run("ls-tree", "-z", commit, "--", *folders, strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0")
                   if line and not line.startswith(("040000 ", "120000 ")))  # a link: _linked_areas
