@@ -9,9 +9,10 @@ from datetime import datetime, timezone
 import pytest
 
 from memvault import Vault
+from memvault.rules.errors import SyncConflict
 from conftest import git
 from fake_embedder import set_model
-from test_sync import git_calls, twins  # noqa: F401 (fixtures: git_calls checks that nothing is force-pushed)
+from test_sync import git_calls, hosts, twins  # noqa: F401 (fixtures: git_calls checks that nothing is force-pushed)
 
 
 def commit_appends(vault: Vault, message: str) -> None:
@@ -518,3 +519,32 @@ def test_a_file_or_link_the_remote_puts_where_the_vault_folder_is_stops_the_sync
     with pytest.raises(SyncConflict, match=f"{at}.*where the vault's own folder"):
         vault.sync()
     assert b"Kept here" in mine.read_bytes() and git(big, "rev-parse", "HEAD") == head
+
+
+def test_a_sync_killed_during_its_rebase_is_named_at_the_next_one(hosts):
+    """A sync killed (SIGKILL, a reboot) while its rebase stopped on a conflict leaves the rebase in progress and
+    HEAD detached. The next sync said "HEAD is detached; check out a branch or pass the branch": checking a branch
+    out fails mid-rebase, and passing one ran a sync on the half-rebased HEAD. It stops before changing anything
+    and says what was left and the two ways out."""
+    from memvault.rules.errors import GitError
+
+    a = hosts.on("a")
+    a.facts.set("db/primary", "The primary listens on 5432.", source="user:admin")
+    hosts.sync("a")
+    hosts.sync("b")
+    a.facts.set("db/primary", "The primary moved to 6543.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.facts.set("db/primary", "The primary listens on 5433.", source="user:admin")
+    git(b.root, "fetch", "-q", "origin")
+    subprocess.run(["git", "rebase", "origin/main"], cwd=b.root, capture_output=True)  # stops: what was killed
+    state = git(b.root, "status", "--porcelain")
+    for branch in (None, "main"):
+        with pytest.raises(GitError, match="rebase is in progress.*git rebase --abort") as info:
+            b.sync(branch=branch)
+        assert "\n" not in str(info.value)
+        assert git(b.root, "status", "--porcelain") == state
+    git(b.root, "rebase", "--abort")
+    with pytest.raises(SyncConflict):  # the person's way out: the conflict itself, named by the next sync
+        b.sync()
+

@@ -88,6 +88,10 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     git = gate.git
     if git is None:
         raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
+    if _rebase_in_progress(git):  # HEAD is detached meanwhile: said before anything reads or writes it
+        raise GitError(f"sync stopped before changing anything: a rebase is in progress in {git.root} (a sync killed "
+                       "part-way, or one begun by hand): finish it (git rebase --continue) or undo it (git rebase "
+                       "--abort), then sync again")
     # A new vault has no remote yet: sync then commits what was edited by hand and says so, instead of failing
     # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
     local_only = remote is None and not _try(git, "remote")
