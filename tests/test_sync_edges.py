@@ -548,3 +548,16 @@ def test_a_sync_killed_during_its_rebase_is_named_at_the_next_one(hosts):
     with pytest.raises(SyncConflict):  # the person's way out: the conflict itself, named by the next sync
         b.sync()
 
+
+def test_changes_a_killed_sync_left_in_the_stash_are_named(hosts):
+    """A sync killed between setting the repository's other uncommitted changes aside (git stash) and putting them
+    back left them in the stash: gone from the work tree, and no later sync said where they were."""
+    b = hosts.on("b")
+    (b.root / "notes.txt").write_text("mine\n")
+    git(b.root, "add", "notes.txt")
+    git(b.root, "commit", "-qm", "notes")
+    (b.root / "notes.txt").write_text("mine, edited\n")
+    git(b.root, "stash", "push", "-q", "-m", "memvault sync: changes outside the vault")
+    warnings = hosts.sync("b").warnings
+    assert any("git stash pop --index" in w and "stash@{0}" in w for w in warnings)
+    assert (b.root / "notes.txt").read_text() == "mine\n"  # left where it is: the person decides

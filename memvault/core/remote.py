@@ -101,7 +101,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     touched: list[Path] = []
     try:
         with gate.lock(source, result.warnings), gate.episodes.lock():
-            result.warnings += _fix_ignore_rule(gate)
+            result.warnings += _fix_ignore_rule(gate) + _left_in_stash(git)
             back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
             touched += back
             result.warnings += said
@@ -519,6 +519,20 @@ def _env(git: GitStore) -> dict[str, str]:
     return env
 
 
+#: The message of the stash entry in which :func:`_stash` sets the repository's other changes aside.
+STASH_MESSAGE = "memvault sync: changes outside the vault"
+
+
+def _left_in_stash(git: GitStore) -> list[str]:
+    """What to say of the stash entries a sync killed between :func:`_stash` and :func:`_unstash` left (or one whose
+    changes could not be put back): the person's changes outside the vault are gone from the work tree until then."""
+    out = _try(git, "stash", "list", "--format=%gd%x00%gs") or ""
+    return [f"{ref} holds your uncommitted changes outside the vault that a sync set aside and did not put back (it "
+            f"was stopped part-way); put them back with: git stash pop --index {ref}"
+            for ref, _, subject in (line.partition("\0") for line in out.splitlines())
+            if subject.endswith(": " + STASH_MESSAGE)]
+
+
 def _stash(git: GitStore) -> bool:
     """Set aside uncommitted changes outside the vault (a vault inside a bigger repository), staged and not.
 
@@ -527,7 +541,7 @@ def _stash(git: GitStore) -> bool:
     """
     if not git.run("status", "--porcelain", "--untracked-files=no"):
         return False
-    git.run("stash", "push", "--quiet", "--message", "memvault sync: changes outside the vault", env=_env(git))
+    git.run("stash", "push", "--quiet", "--message", STASH_MESSAGE, env=_env(git))
     return True
 
 
