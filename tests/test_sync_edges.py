@@ -561,3 +561,28 @@ def test_changes_a_killed_sync_left_in_the_stash_are_named(hosts):
     warnings = hosts.sync("b").warnings
     assert any("git stash pop --index" in w and "stash@{0}" in w for w in warnings)
     assert (b.root / "notes.txt").read_text() == "mine\n"  # left where it is: the person decides
+
+
+def test_a_history_the_team_rewrote_is_no_sign_of_another_writer_in_this_clones_folder(twins):
+    """The team removes a secret by rewriting history (docs/team.md) after this clone pushed episodes. Its next
+    sync compared the rewritten remote with the merge base from before the rewrite, found its own lines there as
+    new, and took them for another clone's: it gave up its folder, drew a new one and stopped pruning its own old
+    lines (a 30-day raw line then lived until the folder was idle for the longest retention). What this clone last
+    had of the remote is the base: only what others added since is a sign."""
+    a, b = twins
+    a.facts.set("ops/deploy", "Deploy with the key in the vault safe, ticket 42.", source="user:admin")
+    a.sync()
+    leak = git(a.root, "rev-parse", "HEAD")
+    a.episodes.append("On a, after the leak.", source="agent:ops")
+    a.sync()
+    folder = a.episodes.store.host
+    b.sync()
+    git(b.root, "rebase", "-q", "--onto", f"{leak}^", leak)  # the commit with the secret dropped
+    git(b.root, "push", "-q", "--force", "origin", "HEAD:main")
+    a.episodes.append("On a, after the rewrite.", source="agent:ops")
+    (warning,) = a.sync().warnings
+    assert "rewritten" in warning
+    assert a.episodes.store.host == folder and folder in a.episodes.store.own_folders()
+    assert not (a.root / "facts" / "ops" / "deploy.md").exists()
+    assert {e.text: e.path.parent.name for e in a.episodes.iter()} == {"On a, after the leak.": folder,
+                                                                       "On a, after the rewrite.": folder}

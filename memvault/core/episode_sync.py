@@ -34,7 +34,8 @@ def shared_folders(gate: WriteGate, git: GitStore, base: str, fetched: str) -> s
     name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
     Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
     writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase).
-    ``base``: the merge base of this clone's head and ``fetched``."""
+    ``base``: the merge base of this clone's head and ``fetched`` (after a rewrite of the remote's history, the
+    remote's tip this clone last synced with)."""
     episodes = gate.episodes
     current = episodes.host
     own = sorted(f for f in episodes.own_folders() if f)

@@ -240,7 +240,9 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     if not rewritten and base == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, base, before, fetched, remote, branch)
-    shared = shared_folders(gate, git, base, fetched)
+    # After a rewrite the merge base is from before it: the rewritten commits hold this clone's own lines pushed since
+    # then, which are no sign of another writer. What this host last had of the remote is.
+    shared = shared_folders(gate, git, last if rewritten and last is not None else base, fetched)
     # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
     # give_up) only once the rebase went through.
     folders, current = gate.episodes.folders, gate.episodes.host
