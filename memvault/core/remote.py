@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,9 +178,9 @@ def _vault_names(gate: WriteGate) -> list[str]:
     return names
 
 
-def _pathspecs(gate: WriteGate, git: GitStore) -> list[str]:
+def _pathspecs(gate: WriteGate, git: GitStore, names: Sequence[str] | None = None) -> list[str]:
     # ":(literal)" so a vault directory with glob characters in its name still matches only itself.
-    return [":(literal)" + git.rel(gate.root / name) for name in _vault_names(gate)]
+    return [":(literal)" + git.rel(gate.root / name) for name in (_vault_names(gate) if names is None else names)]
 
 
 def pending_edits(gate: WriteGate, git: GitStore) -> list[Path]:
@@ -365,6 +368,40 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
             f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+    hidden = _overwritten(gate, git, head, fetched)
+    if hidden:
+        raise SyncConflict([_key_for(gate, git, p) for p in hidden], hidden, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote's commits add {', '.join(hidden)}, where this host "
+            f"has a file or folder git does not track (a proposal kept on this host, a file git ignores): git "
+            f"would replace or delete it without a word; accept, reject or move it away, or remove the path on the "
+            f"remote, then sync again"))
+
+
+def _overwritten(gate: WriteGate, git: GitStore, head: str, fetched: str) -> list[str]:
+    """The vault paths the remote's commits add (since ``head``) where this host has something git does not track
+    and would replace or delete without a word when it is ignored: a file of other bytes or a folder at the path,
+    or a file at a folder above it. An untracked month file is no such path: :func:`set_aside` keeps its lines."""
+    added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
+                    *_pathspecs(gate, git, VAULT_PLACES), strip=False)
+    found: list[str] = []
+    for path in (p for p in added.split("\0") if p):
+        parts = path.split("/")
+        for n in range(len(parts), 0, -1):
+            at = "/".join(parts[:n])
+            try:
+                mode = os.lstat(git.root / at).st_mode
+            except OSError:
+                continue
+            if n < len(parts) and stat.S_ISDIR(mode):
+                continue  # a folder above the path: the file goes in it
+            if stat.S_ISREG(mode) and month_file(gate, git, at):
+                continue  # set aside and put back (episode_sync)
+            if n == len(parts) and stat.S_ISREG(mode) and read_regular_if_there(git.root / at) == git.blob_at(
+                    fetched, path):
+                continue  # the same bytes: nothing lost
+            found.append(at)
+            break
+    return sorted(set(found))
 
 
 def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:
