@@ -609,3 +609,27 @@ def test_a_file_the_remote_adds_over_this_hosts_own_proposal_stops_the_sync(host
     with pytest.raises(SyncConflict, match=f"{at}.*this host.*does not track"):
         hosts.sync("b")
     assert mine.read_bytes() == before and git(b.root, "rev-parse", "HEAD") == head
+
+
+def test_a_gitignore_link_pulled_with_plain_git_is_never_read_or_replaced_by_sync(hosts):
+    """A teammate commits ``.gitignore`` as a link (``--no-verify``) and this host pulls it with plain git. Each sync
+    first mends an older ``.memvault/`` rule in .gitignore, and read it through the link: ``-> /dev/zero`` ended
+    every sync in a MemoryError (exit 70, after reading until memory ran out), and a link to a file of this host
+    holding that rule was read and then stopped every sync (the door refused to write over it). A link there is
+    neither read nor replaced, and the sync goes on."""
+    import os
+
+    a = hosts.on("a")
+    outside = hosts.tmp / "private-notes"
+    outside.write_text("payroll runs on the 25th\n.memvault/\n")
+    (a.root / ".gitignore").unlink()
+    os.symlink(outside, a.root / ".gitignore")
+    git(a.root, "add", ".gitignore")
+    git(a.root, "commit", "-qm", "a link", "--no-verify")
+    git(a.root, "push", "-q", "origin", "HEAD")
+    b = hosts.on("b")
+    git(b.root, "pull", "-q")
+    hosts.sync("b")
+    assert (b.root / ".gitignore").is_symlink()
+    assert outside.read_text() == "payroll runs on the 25th\n.memvault/\n"
+    assert "payroll" not in git(hosts.tmp, "--git-dir", str(hosts.remote), "log", "--all", "-p")

@@ -203,9 +203,9 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
     """An older vault's ``.gitignore`` ignores ``.memvault/`` (a folder only): rewritten to ``.memvault`` (a file or
     a link too), so a link there is never committed by accident; the fix is committed with the sync."""
     path = gate.root / ".gitignore"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    try:  # never through a link, nor without end (a pulled .gitignore -> /dev/zero)
+        text = read_regular(path, limit=1 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError, MemvaultError):
         return []
     lines = text.split("\n")
     if _OLD_RULE not in lines:
