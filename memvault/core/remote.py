@@ -338,7 +338,7 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"sync stopped before changing anything: the remote's commits put {', '.join(taken)} in the vault, "
             f"where older memvaults kept a host's index, usage state and locks (.memvault is never committed, and "
             f"whatever someone commits there is suspicious); remove it on the remote with "
-            f"'git rm -r --cached {state}', commit, push, then sync again"))
+            f"'git rm -r {state}', commit, push, then sync again"))
     linked = _linked_areas(gate, git, fetched)
     if linked:
         raise SyncConflict([], linked, remote, branch, reason=(
