@@ -287,6 +287,37 @@ def test_a_tracked_real_memvault_folder_is_left_alone_and_named_once(vault):
     assert not [n for n in Vault.open(vault.root).notices if ".memvault" in n]
 
 
+def test_a_committed_folder_untracked_as_advised_never_gives_this_host_its_settings_or_a_purge(vault):
+    """A teammate commits ``.memvault/local.toml`` (``[capture] extractor``, a command) and ``.memvault/purge.json``
+    (a purge of ``user:*`` by ``user:admin``). memvault named the folder and advised ``git rm -r --cached``; once
+    the person did so, the folder was an untracked real one, taken for an older memvault's and moved into this
+    host's state: the command became this host's extractor, and the next write "finished" the forged purge, removing
+    every fact of a person. What says what to do (settings, journals, sync's records) is never taken from the work
+    tree: left there, named."""
+    import json
+
+    vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:tester")
+    old = vault.root / ".memvault"
+    old.mkdir()
+    (old / "local.toml").write_text('[capture]\nextractor = "touch pwned"\n')
+    (old / "purge.json").write_text(json.dumps({"pattern": "user:*", "source": "user:admin", "paths": []}))
+    for name in ("sync-aside.json", "sync-tips.json", "episode-folders.json"):
+        (old / name).write_text("{}")
+    git(vault.root, "add", "-f", ".memvault")
+    git(vault.root, "commit", "-qm", "a teammate's .memvault")
+    notice = [n for n in Vault.open(vault.root).notices if "committed to git" in n]
+    assert notice and "git rm -r .memvault" in notice[0]  # not --cached: nothing left behind to be taken
+    git(vault.root, "rm", "-r", "-q", "--cached", ".memvault")
+    v = Vault.open(vault.root)
+    assert v.config.capture.extractor is None
+    for name in ("local.toml", "purge.json", "sync-aside.json", "sync-tips.json", "episode-folders.json"):
+        assert not os.path.lexists(v.state_dir / name) or (v.state_dir / name).read_bytes() != (old / name).read_bytes()
+        assert (old / name).is_file()
+    assert any("local.toml" in n and "purge.json" in n for n in v.notices), v.notices
+    v.facts.set("db/replica", "The replica listens on port 5433.", source="user:tester")
+    assert sorted(f.key for f in v.facts.list()) == ["db/primary", "db/replica"]
+
+
 def test_two_vaults_in_one_repository_keep_separate_state(tmp_path, models, options):
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -9,9 +9,10 @@ from datetime import datetime, timezone
 import pytest
 
 from memvault import Vault
+from memvault.rules.errors import SyncConflict
 from conftest import git
 from fake_embedder import set_model
-from test_sync import git_calls, twins  # noqa: F401 (fixtures: git_calls checks that nothing is force-pushed)
+from test_sync import git_calls, hosts, twins  # noqa: F401 (fixtures: git_calls checks that nothing is force-pushed)
 
 
 def commit_appends(vault: Vault, message: str) -> None:
@@ -141,6 +142,30 @@ def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins,
     assert f"episodes/{shared}/" in warning and a.episodes.store.host != shared
     assert sorted(e.text for e in a.episodes.iter()) == sorted(e.text for e in copy.episodes.iter())
     assert len(list(a.episodes.iter())) == 2
+
+def test_a_move_that_fails_leaves_no_empty_folder_behind(twins, tmp_path):
+    """The move of a copy's lines to the folder it now appends to is refused by the commit's checks: the month file
+    written there was removed again, but the folder made for it stayed, empty (and a folder git does not track: no
+    commit or sync ever cleared it). A move that fails leaves nothing of itself."""
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append("From the original.", source="agent:ops")
+    a.sync()
+    leaky = copy.root / "episodes" / shared / "2026-09.jsonl"
+    leaky.parent.mkdir(parents=True, exist_ok=True)
+    leaky.write_text('{"id": "leaky", "created_at": "2026-09-03T00:00:00Z", "source": "user:x", '
+                     '"text": "token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"}\n')
+    commit_appends(copy, "a token, committed by hand")
+    result = copy.sync()
+    assert any("could not be moved" in w for w in result.warnings)
+    successor = copy.episodes.store.host
+    assert successor != shared and not (copy.root / "episodes" / successor).exists()
+    assert sorted(p.name for p in (copy.root / "episodes").iterdir()) == [shared]
+    assert leaky.is_file() and not git(copy.root, "status", "--porcelain", "--ignored")
+
 
 # ------------------------------------------------------------------------------------------- tracking turned on later
 @pytest.fixture
@@ -416,3 +441,195 @@ def test_a_file_the_remote_puts_where_the_episodes_folder_is_stops_the_sync(untr
         assert b"Kept on b" in mine.read_bytes() and git(b.root, "rev-parse", "HEAD") == head
         git(a.root, "reset", "-q", "--hard", "HEAD~1")
         git(a.root, "push", "-q", "--force", "origin", "HEAD")
+
+
+def test_a_prune_after_a_killed_sync_also_prunes_the_lines_set_aside(untracked, models, monkeypatch):
+    """A sync killed after its pull leaves this clone's untracked lines in the local state (sync-aside.json), and the
+    daily prune runs before the next sync. It did not look there: a line past retention was put back by that sync
+    and, tracking being on now, committed and pushed for every clone to keep in its history. The prune removes it
+    from the record (a dry run only says so), and keeps the rest."""
+    from memvault.core.episode_sync import ASIDE_NAME
+
+    a, b = untracked
+    september = datetime(2026, 9, 3, tzinfo=timezone.utc)
+    a.episodes.append("Kept on a before tracking.", source="agent:ops", kind="summary", at=september)
+    b.episodes.append("Kept on b before tracking.", source="agent:ops", kind="summary", at=september)
+    b.episodes.append("Raw on b, past retention.", source="agent:ops", kind="raw", at=september)
+    a = track_episodes(a, models)
+    a.sync()
+    restore = kill_after_the_pull(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    restore()
+    record = b.state_dir / ASIDE_NAME
+    held = record.read_bytes()
+    assert b"past retention" in aside(record)
+    b = Vault.open(b.root, embedder_factory=models)
+    dry = b.prune(source="user:admin", dry_run=True)
+    assert record.read_bytes() == held and any(ASIDE_NAME in w and "would" in w for w in dry.warnings)
+    report = b.prune(source="user:admin")
+    assert b"past retention" not in aside(record) and b"Kept on b" in aside(record)
+    assert any(ASIDE_NAME in w for w in report.warnings)
+    b.sync()
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert "past retention" not in git(v.root, "log", "--all", "-p")
+        assert not git(v.root, "status", "--porcelain")
+
+
+@pytest.mark.parametrize("at", ["infra/memory", "infra"])
+@pytest.mark.parametrize("what", ["file", "link"])
+def test_a_file_or_link_the_remote_puts_where_the_vault_folder_is_stops_the_sync(tmp_path, monkeypatch, models, at,
+                                                                                  what):
+    """A vault in a subdirectory of a bigger repository, its episodes and inbox untracked (the default). A teammate
+    commits a file, or a link, at the vault's folder or a folder above it: git deleted the whole folder to check
+    that out, the untracked episodes and proposals with it, and the sync said nothing. It stops before changing
+    anything, as for a file or link at ``episodes``."""
+    import os
+    import shutil
+
+    from memvault.rules.errors import SyncConflict
+
+    monkeypatch.setenv("MEMVAULT_HOST", "web1")
+    git(tmp_path, "init", "-q", "--bare", "remote.git")
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), "big")
+    big = tmp_path / "big"
+    (big / "README").write_text("infra\n")
+    git(big, "add", "README")
+    git(big, "commit", "-qm", "infra repo")
+    git(big, "push", "-q", "origin", "HEAD")
+    vault = Vault.init(big / "infra" / "memory")
+    set_model(vault.root, "fake-hash")
+    vault = Vault.open(vault.root, embedder_factory=models)
+    vault.sync()
+    mine = vault.episodes.append("Kept here, untracked.", source="agent:ops").path
+    head = git(big, "rev-parse", "HEAD")
+    git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), "other")
+    place = tmp_path / "other" / at
+    shutil.rmtree(place)
+    if what == "file":
+        place.write_text("not a folder\n")
+    else:
+        os.symlink("/tmp", place)
+    git(tmp_path / "other", "add", "-A")
+    git(tmp_path / "other", "commit", "-qm", f"a {what} at {at}")
+    git(tmp_path / "other", "push", "-q", "origin", "HEAD")
+    with pytest.raises(SyncConflict, match=f"{at}.*where the vault's own folder"):
+        vault.sync()
+    assert b"Kept here" in mine.read_bytes() and git(big, "rev-parse", "HEAD") == head
+
+
+def test_a_sync_killed_during_its_rebase_is_named_at_the_next_one(hosts):
+    """A sync killed (SIGKILL, a reboot) while its rebase stopped on a conflict leaves the rebase in progress and
+    HEAD detached. The next sync said "HEAD is detached; check out a branch or pass the branch": checking a branch
+    out fails mid-rebase, and passing one ran a sync on the half-rebased HEAD. It stops before changing anything
+    and says what was left and the two ways out."""
+    from memvault.rules.errors import GitError
+
+    a = hosts.on("a")
+    a.facts.set("db/primary", "The primary listens on 5432.", source="user:admin")
+    hosts.sync("a")
+    hosts.sync("b")
+    a.facts.set("db/primary", "The primary moved to 6543.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.facts.set("db/primary", "The primary listens on 5433.", source="user:admin")
+    git(b.root, "fetch", "-q", "origin")
+    subprocess.run(["git", "rebase", "origin/main"], cwd=b.root, capture_output=True)  # stops: what was killed
+    state = git(b.root, "status", "--porcelain")
+    for branch in (None, "main"):
+        with pytest.raises(GitError, match="rebase is in progress.*git rebase --abort") as info:
+            b.sync(branch=branch)
+        assert "\n" not in str(info.value)
+        assert git(b.root, "status", "--porcelain") == state
+    git(b.root, "rebase", "--abort")
+    with pytest.raises(SyncConflict):  # the person's way out: the conflict itself, named by the next sync
+        b.sync()
+
+
+def test_changes_a_killed_sync_left_in_the_stash_are_named(hosts):
+    """A sync killed between setting the repository's other uncommitted changes aside (git stash) and putting them
+    back left them in the stash: gone from the work tree, and no later sync said where they were."""
+    b = hosts.on("b")
+    (b.root / "notes.txt").write_text("mine\n")
+    git(b.root, "add", "notes.txt")
+    git(b.root, "commit", "-qm", "notes")
+    (b.root / "notes.txt").write_text("mine, edited\n")
+    git(b.root, "stash", "push", "-q", "-m", "memvault sync: changes outside the vault")
+    warnings = hosts.sync("b").warnings
+    assert any("git stash pop --index" in w and "stash@{0}" in w for w in warnings)
+    assert (b.root / "notes.txt").read_text() == "mine\n"  # left where it is: the person decides
+
+
+def test_a_history_the_team_rewrote_is_no_sign_of_another_writer_in_this_clones_folder(twins):
+    """The team removes a secret by rewriting history (docs/team.md) after this clone pushed episodes. Its next
+    sync compared the rewritten remote with the merge base from before the rewrite, found its own lines there as
+    new, and took them for another clone's: it gave up its folder, drew a new one and stopped pruning its own old
+    lines (a 30-day raw line then lived until the folder was idle for the longest retention). What this clone last
+    had of the remote is the base: only what others added since is a sign."""
+    a, b = twins
+    a.facts.set("ops/deploy", "Deploy with the key in the vault safe, ticket 42.", source="user:admin")
+    a.sync()
+    leak = git(a.root, "rev-parse", "HEAD")
+    a.episodes.append("On a, after the leak.", source="agent:ops")
+    a.sync()
+    folder = a.episodes.store.host
+    b.sync()
+    git(b.root, "rebase", "-q", "--onto", f"{leak}^", leak)  # the commit with the secret dropped
+    git(b.root, "push", "-q", "--force", "origin", "HEAD:main")
+    a.episodes.append("On a, after the rewrite.", source="agent:ops")
+    (warning,) = a.sync().warnings
+    assert "rewritten" in warning
+    assert a.episodes.store.host == folder and folder in a.episodes.store.own_folders()
+    assert not (a.root / "facts" / "ops" / "deploy.md").exists()
+    assert {e.text: e.path.parent.name for e in a.episodes.iter()} == {"On a, after the leak.": folder,
+                                                                       "On a, after the rewrite.": folder}
+
+
+@pytest.mark.parametrize("at", ["inbox/db/primary.md", "inbox/db"])
+def test_a_file_the_remote_adds_over_this_hosts_own_proposal_stops_the_sync(hosts, at):
+    """Proposals stay on this host (``inbox/`` ignores itself). A teammate force-adds ``inbox/db/primary.md`` (with a
+    forged ``source: user:admin``), or a file at ``inbox/db``: git checked it out over this host's own proposal, or
+    deleted the folder holding it, without a word, and ``memvault inbox`` then showed the teammate's text as a
+    proposal from user:admin. The sync stops before changing anything, naming the path."""
+    b = hosts.on("b")
+    b.facts.set("db/primary", "The primary listens on 5432, says the scraper.", source="agent:scraper")
+    mine = b.root / "inbox" / "db" / "primary.md"
+    before = mine.read_bytes()
+    a = hosts.on("a")
+    place = a.root / at
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.write_text("---\nsource: user:admin\n---\nThe primary is at evil.example:5432.\n")
+    git(a.root, "add", "-f", at)
+    git(a.root, "commit", "-qm", "a proposal, committed by hand")
+    git(a.root, "push", "-q", "origin", "HEAD")
+    head = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(SyncConflict, match=f"{at}.*this host.*does not track"):
+        hosts.sync("b")
+    assert mine.read_bytes() == before and git(b.root, "rev-parse", "HEAD") == head
+
+
+def test_a_gitignore_link_pulled_with_plain_git_is_never_read_or_replaced_by_sync(hosts):
+    """A teammate commits ``.gitignore`` as a link (``--no-verify``) and this host pulls it with plain git. Each sync
+    first mends an older ``.memvault/`` rule in .gitignore, and read it through the link: ``-> /dev/zero`` ended
+    every sync in a MemoryError (exit 70, after reading until memory ran out), and a link to a file of this host
+    holding that rule was read and then stopped every sync (the door refused to write over it). A link there is
+    neither read nor replaced, and the sync goes on."""
+    import os
+
+    a = hosts.on("a")
+    outside = hosts.tmp / "private-notes"
+    outside.write_text("payroll runs on the 25th\n.memvault/\n")
+    (a.root / ".gitignore").unlink()
+    os.symlink(outside, a.root / ".gitignore")
+    git(a.root, "add", ".gitignore")
+    git(a.root, "commit", "-qm", "a link", "--no-verify")
+    git(a.root, "push", "-q", "origin", "HEAD")
+    b = hosts.on("b")
+    git(b.root, "pull", "-q")
+    hosts.sync("b")
+    assert (b.root / ".gitignore").is_symlink()
+    assert outside.read_text() == "payroll runs on the 25th\n.memvault/\n"
+    assert "payroll" not in git(hosts.tmp, "--git-dir", str(hosts.remote), "log", "--all", "-p")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..rules.errors import EpisodeError, GitError, MemvaultError
 from ..rules.fsread import read_regular_if_there
-from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
+from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove, remove_dir
 from ..stores.episodes import Episode, month_of, new_lines, parse_line, split_new
 from ..stores.gitstore import GitStore
 from .gate import WriteGate
@@ -34,7 +34,8 @@ def shared_folders(gate: WriteGate, git: GitStore, base: str, fetched: str) -> s
     name also wrote, appends to or prunes). Two clones appending to, or pruning, one month file conflict at sync.
     Lines only removed from the current folder, or files deleted there (a teammate's purge), are no sign of another
     writer; a file created there is, even empty (this clone's own new file of that month met it at every rebase).
-    ``base``: the merge base of this clone's head and ``fetched``."""
+    ``base``: the merge base of this clone's head and ``fetched`` (after a rewrite of the remote's history, the
+    remote's tip this clone last synced with)."""
     episodes = gate.episodes
     current = episodes.host
     own = sorted(f for f in episodes.own_folders() if f)
@@ -89,6 +90,7 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
                   ":(literal)" + git.rel(episodes.dir / shared), strip=False).split("\0")
     files: dict[Path, bytes | None] = {}
     before: dict[Path, bytes | None] = {}  # what each file held, to put back
+    made = [] if os.path.lexists(episodes.dir / successor) else [episodes.dir / successor]  # to remove on failure
     try:
         for info, path in zip(raw[0::2], raw[1::2]):
             if info.split(" ")[1:2] not in (["100644"], ["100755"]) or not month_file(gate, git, path):
@@ -111,19 +113,24 @@ def move_own_lines(gate: WriteGate, git: GitStore, shared: str, successor: str, 
                                  f"episodes/{successor}/ (another clone writes there)", author=source,
                           trailers={"Memvault-Source": source, MOVED_TRAILER: f"{shared} -> {successor}"})
     except MemvaultError as exc:
-        _put_back(before)
+        _put_back(before, made)
         return [f"this clone's episodes in episodes/{shared}/ could not be moved to episodes/{successor}/ and stay "
                 f"there (nothing lost; the other clone writing there is moved on too): {exc}"]
     except BaseException:
-        _put_back(before)
+        _put_back(before, made)
         raise
     return []
 
 
-def _put_back(files: dict[Path, bytes | None]) -> None:
+def _put_back(files: dict[Path, bytes | None], made: list[Path]) -> None:
+    """Every file as it was, and the folders ``made`` for the move gone again when nothing else is in them (git
+    tracks no folder: an empty one left behind was never cleared by a commit or a sync)."""
     for path, data in files.items():
         with contextlib.suppress(OSError, MemvaultError):
             _apply(path, data)
+    for folder in made:
+        with contextlib.suppress(OSError, MemvaultError):
+            remove_dir(folder)
 
 
 def _apply(path: Path, data: bytes | None) -> None:
@@ -229,18 +236,20 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     return changed, said
 
 
-def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
+def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool], *, what: str = "purged",
+               dry_run: bool = False) -> list[str]:
     """Remove from the lines a sync set aside (:data:`ASIDE_NAME`, left by a sync killed before it put them back)
-    every episode for which ``drop`` is true, as a purge does in the month files: else the next sync put a purged
-    line back, and its text stayed readable in the local state. A line that cannot be parsed is kept. The caller
-    holds the append lock. What to say."""
+    every episode for which ``drop`` is true, as a purge or a prune (``what``) does in the month files: else the next
+    sync put a purged or expired line back (and committed it, with episodes tracked), and a purged text stayed
+    readable in the local state. A line that cannot be parsed is kept. ``dry_run``: only say what would go. The
+    caller holds the append lock. What to say."""
     record = gate.state_dir / ASIDE_NAME
     try:
         kept = _read_aside(record)
     except FileNotFoundError:
         return []
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
-        return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not purged; look at it"]
+        return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not {what}; look at it"]
     removed = 0
     left: dict[str, bytes] = {}
     for path, data in kept.items():
@@ -255,9 +264,10 @@ def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool]) -> list[str]:
             left[path] = b"".join(lines)
     if not removed:
         return []
-    _write_aside(record, left)
+    if not dry_run:
+        _write_aside(record, left)
     return [f"{removed} episode line{'s' if removed != 1 else ''} set aside by an interrupted sync ({record}) "
-            "removed too"]
+            + ("would be removed too" if dry_run else "removed too")]
 
 
 def _read_aside(record: Path) -> dict[str, bytes]:

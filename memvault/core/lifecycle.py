@@ -48,6 +48,10 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
         idle = max(retention.ages.values())
         report = gate.episodes.plan_rewrite(expired, gate.episodes.own_files(idle, current))
         report.warnings += warnings
+        # This clone's own lines a killed sync left set aside: else the next sync put the expired ones back (and
+        # committed them, with episodes tracked) until the prune after it. Counted here, removed once the rewrite
+        # of the month files went through.
+        aside = drop_aside(gate, expired, what="pruned", dry_run=True)
         if future:  # kept by their date, which cannot be: a person looks at them
             last = max(future, key=lambda e: e.time)
             report.warnings.append(
@@ -57,6 +61,8 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
         if not dry_run:
             gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
                                   source=source, allow_secret=allow_secret)
+            aside = drop_aside(gate, expired, what="pruned") if aside else []
+        report.warnings += aside
     return report
 
 

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,10 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     git = gate.git
     if git is None:
         raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
+    if _rebase_in_progress(git):  # HEAD is detached meanwhile: said before anything reads or writes it
+        raise GitError(f"sync stopped before changing anything: a rebase is in progress in {git.root} (a sync killed "
+                       "part-way, or one begun by hand): finish it (git rebase --continue) or undo it (git rebase "
+                       "--abort), then sync again")
     # A new vault has no remote yet: sync then commits what was edited by hand and says so, instead of failing
     # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
     local_only = remote is None and not _try(git, "remote")
@@ -97,7 +104,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     touched: list[Path] = []
     try:
         with gate.lock(source, result.warnings), gate.episodes.lock():
-            result.warnings += _fix_ignore_rule(gate)
+            result.warnings += _fix_ignore_rule(gate) + _left_in_stash(git)
             back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
             touched += back
             result.warnings += said
@@ -171,9 +178,9 @@ def _vault_names(gate: WriteGate) -> list[str]:
     return names
 
 
-def _pathspecs(gate: WriteGate, git: GitStore) -> list[str]:
+def _pathspecs(gate: WriteGate, git: GitStore, names: Sequence[str] | None = None) -> list[str]:
     # ":(literal)" so a vault directory with glob characters in its name still matches only itself.
-    return [":(literal)" + git.rel(gate.root / name) for name in _vault_names(gate)]
+    return [":(literal)" + git.rel(gate.root / name) for name in (_vault_names(gate) if names is None else names)]
 
 
 def pending_edits(gate: WriteGate, git: GitStore) -> list[Path]:
@@ -196,9 +203,9 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
     """An older vault's ``.gitignore`` ignores ``.memvault/`` (a folder only): rewritten to ``.memvault`` (a file or
     a link too), so a link there is never committed by accident; the fix is committed with the sync."""
     path = gate.root / ".gitignore"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    try:  # never through a link, nor without end (a pulled .gitignore -> /dev/zero)
+        text = read_regular(path, limit=1 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError, MemvaultError):
         return []
     lines = text.split("\n")
     if _OLD_RULE not in lines:
@@ -236,7 +243,9 @@ def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch:
     if not rewritten and base == fetched:
         return []  # nothing new on the remote
     _refuse_overlap(gate, git, base, before, fetched, remote, branch)
-    shared = shared_folders(gate, git, base, fetched)
+    # After a rewrite the merge base is from before it: the rewritten commits hold this clone's own lines pushed since
+    # then, which are no sign of another writer. What this host last had of the remote is.
+    shared = shared_folders(gate, git, last if rewritten and last is not None else base, fetched)
     # Where this clone's lines in a shared current folder go if the rebase meets them: drawn now, recorded (by
     # give_up) only once the rebase went through.
     folders, current = gate.episodes.folders, gate.episodes.host
@@ -329,7 +338,7 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"sync stopped before changing anything: the remote's commits put {', '.join(taken)} in the vault, "
             f"where older memvaults kept a host's index, usage state and locks (.memvault is never committed, and "
             f"whatever someone commits there is suspicious); remove it on the remote with "
-            f"'git rm -r --cached {state}', commit, push, then sync again"))
+            f"'git rm -r {state}', commit, push, then sync again"))
     linked = _linked_areas(gate, git, fetched)
     if linked:
         raise SyncConflict([], linked, remote, branch, reason=(
@@ -359,6 +368,40 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
             f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
             f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
             f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+    hidden = _overwritten(gate, git, head, fetched)
+    if hidden:
+        raise SyncConflict([_key_for(gate, git, p) for p in hidden], hidden, remote, branch, reason=(
+            f"sync stopped before changing anything: the remote's commits add {', '.join(hidden)}, where this host "
+            f"has a file or folder git does not track (a proposal kept on this host, a file git ignores): git "
+            f"would replace or delete it without a word; accept, reject or move it away, or remove the path on the "
+            f"remote, then sync again"))
+
+
+def _overwritten(gate: WriteGate, git: GitStore, head: str, fetched: str) -> list[str]:
+    """The vault paths the remote's commits add (since ``head``) where this host has something git does not track
+    and would replace or delete without a word when it is ignored: a file of other bytes or a folder at the path,
+    or a file at a folder above it. An untracked month file is no such path: :func:`set_aside` keeps its lines."""
+    added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
+                    *_pathspecs(gate, git, VAULT_PLACES), strip=False)
+    found: list[str] = []
+    for path in (p for p in added.split("\0") if p):
+        parts = path.split("/")
+        for n in range(len(parts), 0, -1):
+            at = "/".join(parts[:n])
+            try:
+                mode = os.lstat(git.root / at).st_mode
+            except OSError:
+                continue
+            if n < len(parts) and stat.S_ISDIR(mode):
+                continue  # a folder above the path: the file goes in it
+            if stat.S_ISREG(mode) and month_file(gate, git, at):
+                continue  # set aside and put back (episode_sync)
+            if n == len(parts) and stat.S_ISREG(mode) and read_regular_if_there(git.root / at) == git.blob_at(
+                    fetched, path):
+                continue  # the same bytes: nothing lost
+            found.append(at)
+            break
+    return sorted(set(found))
 
 
 def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], successor: str | None) -> list[str]:
@@ -453,15 +496,23 @@ def _merged_by_driver(git: GitStore, paths: list[str]) -> list[str]:
 VAULT_PLACES = ("facts", "procedures", "episodes", "inbox", "memvault.toml", ".gitignore", ".gitattributes")
 
 
+def _above(gate: WriteGate, git: GitStore) -> list[str]:
+    """The repository paths of the vault's own folder and the folders above it, up to the work tree's top (none for
+    a vault at the top): a file or link a commit puts there takes the whole vault's place, untracked files and all."""
+    return [git.rel(folder) for folder in (gate.root, *gate.root.parents) if git.root in folder.parents]
+
+
 def _linked_areas(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
-    """The vault's own folders and files that ``commit`` holds as symlinks (git mode 120000)."""
-    out = git.run("ls-tree", "-z", commit, "--", *_places(gate, git), strip=False)
+    """The vault's own folders and files, its folder and those above it, that ``commit`` holds as symlinks (git mode
+    120000)."""
+    out = git.run("ls-tree", "-z", commit, "--", *_places(gate, git), *_above(gate, git), strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0") if line.startswith("120000 "))
 
 
 def _filed_folders(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
-    """The vault's own folders that ``commit`` holds as anything but a folder (a file, a submodule)."""
-    folders = [git.rel(gate.root / name) for name in VAULT_PLACES if "." not in name]
+    """The vault's own folders, its folder and those above it, that ``commit`` holds as anything but a folder (a
+    file, a submodule)."""
+    folders = [git.rel(gate.root / name) for name in VAULT_PLACES if "." not in name] + _above(gate, git)
     out = git.run("ls-tree", "-z", commit, "--", *folders, strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0")
                   if line and not line.startswith(("040000 ", "120000 ")))  # a link: _linked_areas
@@ -507,6 +558,20 @@ def _env(git: GitStore) -> dict[str, str]:
     return env
 
 
+#: The message of the stash entry in which :func:`_stash` sets the repository's other changes aside.
+STASH_MESSAGE = "memvault sync: changes outside the vault"
+
+
+def _left_in_stash(git: GitStore) -> list[str]:
+    """What to say of the stash entries a sync killed between :func:`_stash` and :func:`_unstash` left (or one whose
+    changes could not be put back): the person's changes outside the vault are gone from the work tree until then."""
+    out = _try(git, "stash", "list", "--format=%gd%x00%gs") or ""
+    return [f"{ref} holds your uncommitted changes outside the vault that a sync set aside and did not put back (it "
+            f"was stopped part-way); put them back with: git stash pop --index {ref}"
+            for ref, _, subject in (line.partition("\0") for line in out.splitlines())
+            if subject.endswith(": " + STASH_MESSAGE)]
+
+
 def _stash(git: GitStore) -> bool:
     """Set aside uncommitted changes outside the vault (a vault inside a bigger repository), staged and not.
 
@@ -515,7 +580,7 @@ def _stash(git: GitStore) -> bool:
     """
     if not git.run("status", "--porcelain", "--untracked-files=no"):
         return False
-    git.run("stash", "push", "--quiet", "--message", "memvault sync: changes outside the vault", env=_env(git))
+    git.run("stash", "push", "--quiet", "--message", STASH_MESSAGE, env=_env(git))
     return True
 
 

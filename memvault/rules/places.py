@@ -38,6 +38,12 @@ ROOT_ID = "root"
 #: What a hook may have made in the new place before the vault was first opened there: the old copy of a lock
 #: folder, a marker folder or a stamp is dropped, an old log is put before the new one.
 _DISPOSABLE = frozenset({"locks", "live", "agents-warm-up", "hook-reindex.requested"})
+#: What a ``.memvault`` in the work tree may hold that says what to do rather than what was done: this host's settings
+#: (a command to run, a model folder to load), a purge's journal (a pattern to purge, as a source), and the records
+#: of where this clone appends and what a sync set aside or last synced with (which no older memvault wrote there).
+#: Never moved into the state: a folder a commit put there (then untracked, as the notice advises) looks just like an
+#: older memvault's. Left where they are, and named.
+_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "sync-aside.json", "sync-tips.json", "episode-folders.json"})
 #: Remembers what was said about the work tree's ``.memvault`` (said once, again only when it changes).
 _SEEN_NAME = "legacy-seen"
 
@@ -183,14 +189,15 @@ def settle(root: Path, tracked: Tracked | None = None) -> tuple[Path, list[str]]
         return state, _migrate(legacy, state, st)
     return state, _once(state, st, f"{legacy} is {why}: ignored, never read, written or followed (this host's "
                                    f"state is in {state}); it is suspicious if you did not put it there: "
-                                   f"'git rm -r --cached {LEGACY_NAME}' removes it from the repository")
+                                   f"'git rm -r {LEGACY_NAME}' removes it from the repository and this work tree")
 
 
-def _once(state: Path, st: os.stat_result, line: str) -> list[str]:
-    """``[line]`` the first time this ``.memvault`` (by kind, inode and mtime) is met, then ``[]``."""
+def _once(state: Path, st: os.stat_result, line: str, what: str = "") -> list[str]:
+    """``[line]`` the first time this ``.memvault`` (by kind, inode and mtime) is met for ``what`` (named suspicious,
+    or left behind by a move: one folder can be both, one after the other), then ``[]``."""
     from .fsutil import atomic_write
 
-    mark = f"{stat.S_IFMT(st.st_mode)} {st.st_ino} {st.st_mtime_ns}\n"
+    mark = f"{stat.S_IFMT(st.st_mode)} {st.st_ino} {st.st_mtime_ns}{' ' + what if what else ''}\n"
     seen = state / _SEEN_NAME
     with contextlib.suppress(OSError):
         if not os.path.islink(seen) and seen.read_text(encoding="utf-8") == mark:
@@ -211,6 +218,9 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
         entries = list(found)
     for entry in entries:
         target = state / entry.name
+        if entry.name in _NOT_ADOPTED:
+            left.append(entry.name)
+            continue
         if not (_own_link(entry) or entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
             left.append(entry.name)
             continue
@@ -236,8 +246,10 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
                     "commit can reach it)"]
     head = f"moved {moved} entries of this host's state from {legacy} to {state}; " if moved else ""
     return _once(state, os.lstat(legacy) if os.path.lexists(legacy) else st,
-                 f"{head}left in {legacy}, ignored from now on: {', '.join(sorted(left))} (a link, or a name the "
-                 "new place already holds); delete it when you no longer need it")
+                 f"{head}left in {legacy}, ignored from now on: {', '.join(sorted(left))} (a link, a name the new "
+                 "place already holds, or settings, a purge's journal or a sync's record, never taken from the work "
+                 "tree, where a commit can put them: copy one into the new place yourself if it is this host's); "
+                 "delete it when you no longer need it", "left")
 
 
 def _own_link(entry: os.DirEntry[str]) -> bool:
