@@ -19,6 +19,7 @@ from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretR
 from ..stores.facts import Fact
 from .episode_sync import drop_aside
 from .gate import WriteGate
+from .retention import in_force as retention_in_force, save as save_retention
 from ..rules.fsutil import atomic_write, remove
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
@@ -27,12 +28,14 @@ from ..rules.validation import MAX_FUTURE, Problem
 
 # ------------------------------------------------------------------------------------------------ retention
 def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None,
-          allow_secret: bool = False) -> RewriteReport:
-    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them. A file
-    committed ([episodes] track_in_git) passes the commit's checks with every line it keeps (``allow_secret``:
-    the one waiver, for a trusted source)."""
+          allow_secret: bool = False, accept_retention: bool = False) -> RewriteReport:
+    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them. A retention
+    shorter than this host has pruned by waits for ``accept_retention`` (a trusted source's; see
+    :mod:`memvault.core.retention`). A file committed ([episodes] track_in_git) passes the commit's checks with every
+    line it keeps (``allow_secret``: the one waiver, for a trusted source)."""
     gate.require(Op.PRUNE, source)
-    retention = gate.config.retention
+    if accept_retention:
+        gate.require(Op.ACCEPT_RETENTION, source)
     current = at or now()
 
     future: list[Episode] = []
@@ -44,6 +47,9 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
 
     warnings: list[str] = []
     with gate.lock(None if dry_run else source, warnings), gate.episodes.lock():
+        force = retention_in_force(gate.config.retention, gate.state_dir, accept=accept_retention)
+        retention = force.settings
+        warnings += force.warnings
         # with a folder per host, this host's own (and abandoned hosts'): another host prunes its own
         idle = max(retention.ages.values())
         report = gate.episodes.plan_rewrite(expired, gate.episodes.own_files(idle, current))
@@ -61,6 +67,8 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
         if not dry_run:
             gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
                                   source=source, allow_secret=allow_secret)
+            if force.record is not None:
+                save_retention(gate.state_dir, force.record)
             aside = drop_aside(gate, expired, what="pruned") if aside else []
         report.warnings += aside
     return report

@@ -552,14 +552,18 @@ class Vault:
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
     def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None,
-              allow_secret: bool = False) -> Any:
+              allow_secret: bool = False, accept_retention: bool = False) -> Any:
         """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
-        kind ``recall_log``)."""
-        from . import lifecycle
+        kind ``recall_log``). A retention shorter than this host has pruned by (a teammate's commit to the shared
+        memvault.toml) is held to the longer one, with a warning, until a trusted source passes ``accept_retention``
+        (:mod:`memvault.core.retention`)."""
+        from . import lifecycle, retention
 
         report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at,
-                                 allow_secret=allow_secret)
-        before = (at or datetime.now().astimezone()).timestamp() - self.config.retention.max_age("raw")
+                                 allow_secret=allow_secret, accept_retention=accept_retention)
+        raw_age = retention.in_force(self.config.retention, self.gate.state_dir,
+                                     accept=accept_retention).settings.max_age("raw")
+        before = (at or datetime.now().astimezone()).timestamp() - raw_age
         try:
             kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
         except MemvaultError:

@@ -41,6 +41,7 @@ class Op(enum.Enum):
     COMMIT_EDITS = "commit_edits"
     HOOKS = "hooks"
     ALLOW_SECRET = "allow_secret"
+    ACCEPT_RETENTION = "accept_retention"
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ RULES: tuple[Rule, ...] = (
          "yes, at most one use per memory per source per day"),
     Rule(Op.RUN_PROCEDURE, "run a committed procedure", "proc run, MCP run_procedure (--allow-run)",
          "yes, committed scripts only (no --allow-dirty)"),
-    Rule(Op.PRUNE, "apply the configured retention", "prune", "yes (removes only what [retention] says)"),
+    Rule(Op.PRUNE, "apply the configured retention", "prune",
+         "yes (removes only what [retention] says, never shorter than this host has pruned by)"),
     Rule(Op.WRITE_FACT, "write or change a fact in facts/", "fact set/edit, ingest merges", "no: proposed instead"),
     Rule(Op.DELETE_FACT, "delete a fact", "fact rm", "no"),
     Rule(Op.REVIEW_INBOX, "accept or reject a proposal", "accept, reject", "no"),
@@ -77,6 +79,8 @@ RULES: tuple[Rule, ...] = (
          "no"),
     Rule(Op.HOOKS, "install or remove the git hooks", "hooks install, hooks uninstall", "no"),
     Rule(Op.ALLOW_SECRET, "store text that looks like a secret", "--allow-secret", "no"),
+    Rule(Op.ACCEPT_RETENTION, "prune by a [retention] shorter than this host has pruned by",
+         "prune --accept-retention", "no"),
 )
 _BY_OP = {rule.op: rule for rule in RULES}
 _ALLOWED_UNTRUSTED = frozenset({Op.READ, Op.APPEND_EPISODE, Op.PROPOSE_FACT, Op.RECORD_USE, Op.RUN_PROCEDURE,

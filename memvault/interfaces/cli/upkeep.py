@@ -25,13 +25,17 @@ ALLOW_SECRET = click.option("--allow-secret", is_flag=True,
 
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@click.option("--accept-retention", is_flag=True,
+              help="Prune by [retention] as memvault.toml now says where it is shorter than this host has pruned "
+                   "by (trusted sources only); without it such a kind is kept to the longer age, with a warning.")
 @ALLOW_SECRET
 @output
 @pass_ctx
-def prune(ctx, dry_run, allow_secret):
+def prune(ctx, dry_run, accept_retention, allow_secret):
     """Remove episodes older than [retention] allows for their kind (raw 30d, summary 365d, procedure_run 90d
-    by default), and their index rows. Prints lines kept and removed and bytes freed per kind."""
-    report = ctx.vault.prune(dry_run=dry_run, allow_secret=allow_secret)
+    by default), and their index rows. Prints lines kept and removed and bytes freed per kind. A retention the shared
+    memvault.toml shortened is applied only with --accept-retention."""
+    report = ctx.vault.prune(dry_run=dry_run, allow_secret=allow_secret, accept_retention=accept_retention)
     notes = [f"{report.unreadable} unreadable lines kept (see 'memvault episode list')"] if report.unreadable else []
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)},
                rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"),

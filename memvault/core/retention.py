@@ -1,0 +1,90 @@
+"""The retention this host prunes by: ``[retention]`` of the shared memvault.toml, never shortened by it alone.
+
+memvault.toml is shared by everyone who can push. A teammate's ``raw = "1s"`` (a mistake or an attack), pulled
+here, made the daily prune timer delete the episodes this host keeps only here (untracked, the default) and take
+other clones' folders for idle ones. So this host keeps a record of the ages it has pruned by (``retention.json``
+in its state directory, where no commit reaches) and prunes each kind by the longer of the configured age and the
+recorded one: a longer retention applies at once, a shorter one waits, named in every prune's warnings, until a
+trusted source accepts it (``memvault prune --accept-retention``). The first prune records what it finds.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..rules.config import RetentionSettings
+from ..rules.errors import MemvaultError
+from ..rules.fsread import read_regular_if_there
+from ..rules.fsutil import atomic_write
+from ..rules.timeutil import age_text
+
+RECORD_NAME = "retention.json"
+
+
+@dataclass(frozen=True)
+class InForce:
+    """What a prune applies, and why it is not the configuration when it is not."""
+
+    settings: RetentionSettings
+    #: kind -> (configured age, age kept to): the shortenings not yet accepted
+    held: dict[str, tuple[float, float]]
+    #: the ages to record after a prune that applied ``settings`` (None: nothing to record)
+    record: dict[str, float] | None
+    warnings: list[str]
+
+
+def in_force(configured: RetentionSettings, state_dir: Path, *, accept: bool) -> InForce:
+    """The retention to prune by: ``configured``, each kind held to this host's recorded age where the configured
+    one is shorter, unless ``accept`` (the caller asked a trusted source)."""
+    warnings: list[str] = []
+    path = state_dir / RECORD_NAME
+    try:
+        recorded = _read(path)
+    except (OSError, ValueError, MemvaultError) as exc:
+        recorded = None
+        warnings.append(f"{path} cannot be read ({exc}): pruned by [retention] as configured, and recorded anew")
+    if recorded is None or accept:
+        return InForce(configured, {}, dict(configured.ages), warnings)
+    ages: dict[str, float] = {}
+    held: dict[str, tuple[float, float]] = {}
+    for kind in sorted({*configured.ages, *recorded}):
+        want = configured.max_age(kind)
+        had = recorded.get(kind, recorded["default"])
+        ages[kind] = max(want, had)
+        if had > want:
+            held[kind] = (want, had)
+    if held:
+        named = ", ".join(f"{kind} {age_text(want)} (kept to {age_text(had)})" for kind, (want, had) in held.items())
+        warnings.append(f"[retention] in memvault.toml is shorter than this host has pruned by: {named}; a shared "
+                        "file alone does not shorten it (see who changed it: git log -p memvault.toml); "
+                        "'memvault prune --accept-retention' applies it")
+    return InForce(RetentionSettings(ages), held, ages, warnings)
+
+
+def save(state_dir: Path, ages: dict[str, float]) -> None:
+    """Record ``ages`` as what this host prunes by (0600, through the one door)."""
+    atomic_write(state_dir / RECORD_NAME, json.dumps({"ages": ages}, sort_keys=True).encode("utf-8"), mode=0o600)
+
+
+def recorded_max_age(state_dir: Path, kind: str) -> float | None:
+    """The age this host last pruned ``kind`` by, None without a readable record."""
+    try:
+        ages = _read(state_dir / RECORD_NAME)
+    except (OSError, ValueError, MemvaultError):
+        return None
+    return None if ages is None else ages.get(kind, ages["default"])
+
+
+def _read(path: Path) -> dict[str, float] | None:
+    data = read_regular_if_there(path)
+    if data is None:
+        return None
+    try:
+        ages = json.loads(data)["ages"]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"no ages ({exc})") from None
+    if not isinstance(ages, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
+                                             for k, v in ages.items()) or "default" not in ages:
+        raise ValueError("not a record of ages")
+    return {k: float(v) for k, v in ages.items()}
