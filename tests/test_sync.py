@@ -644,3 +644,51 @@ def test_a_remote_that_shares_no_history_with_this_clone_stops_the_sync_in_one_l
     message = str(info.value)
     assert "\n" not in message and "elsewhere" in message and "no history" in message, message
     assert git(b.root, "rev-parse", "HEAD") == before
+
+
+def test_an_append_during_a_syncs_push_does_not_wait_for_the_network(hosts, tmp_path):
+    """Sync held the append lock (and the write lock) through its fetch and push: an agent's append, or its session
+    hook, waited as long as the network did (without end on a hung push). Only the local steps hold them now."""
+    import threading
+    import time
+
+    a = hosts.on("a")
+    a.episodes.append("before the sync", source="user:ann")
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    hook = hosts.remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ntouch '{signals}/pushing'\ni=0\n"
+                    f"while [ ! -e '{signals}/go' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n")
+    hook.chmod(0o755)
+    done: dict[str, object] = {}
+
+    def run(name: str, work) -> threading.Thread:
+        def target():
+            try:
+                done[name] = work(Vault.open(a.root, embedder_factory=hosts.models))
+            except BaseException as exc:  # reported by the asserts below
+                done[name] = exc
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    syncing = run("sync", lambda v: v.sync())
+    for _ in range(400):
+        if (signals / "pushing").exists():
+            break
+        time.sleep(0.025)
+    assert (signals / "pushing").exists(), done
+    appending = run("append", lambda v: v.episodes.append("during the push", source="user:ann"))
+    appending.join(5)
+    waited_for_the_push = appending.is_alive()
+    (signals / "go").touch()
+    appending.join(30)
+    syncing.join(60)
+    assert not waited_for_the_push
+    assert getattr(done["sync"], "pushed", None) is True, done["sync"]
+    assert not isinstance(done["append"], BaseException), done["append"]
+    hook.unlink()
+    hosts.sync("a")  # the line appended during the push goes with the next sync
+    b = hosts.on("b")
+    hosts.sync("b")
+    assert {"before the sync", "during the push"} <= {e.text for e in b.episodes.list()}

@@ -124,6 +124,11 @@ class WriteGate:
                     warnings += notices
             yield
 
+    def sync_lock(self) -> Any:
+        """Held by a sync from its first fetch to its last push: syncs of one vault run one at a time, while the
+        write and append locks are taken only for its steps on the work tree (never across the network)."""
+        return locked(self.lock_path.with_name("sync.lock"))
+
     def import_lock(self) -> Any:
         """Held by an import from reading the ids already imported to appending the new ones: two imports of one
         export at once both found nothing there and stored every episode twice."""

@@ -102,28 +102,39 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     result = SyncResult(remote=remote, branch=branch, local_only=local_only)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
+    # The write and append locks are held for the steps that read or change the work tree and HEAD, never while
+    # the network is waited for: an agent's append (or its session hook) waited as long as a fetch or a push did,
+    # without end on a hung one. Syncs of this vault run one at a time (sync.lock) all through.
     try:
-        with gate.lock(source, result.warnings), gate.episodes.lock():
-            result.warnings += _fix_ignore_rule(gate) + _left_in_stash(git)
-            back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
-            touched += back
-            result.warnings += said
-            pending = pending_edits(gate, git)
-            committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))
-            result.committed = committed.commit
-            touched += committed.paths
-            result.refused = {p.relative_to(gate.root).as_posix(): r for p, r in committed.refused.items()}
-            result.warnings += committed.warnings
-            for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 1):
-                head = _tip(git)
-                result.pulled = list(dict.fromkeys([*result.pulled, *_pull(gate, git, specs, remote, branch,
-                                                                                       result.warnings, source)]))
-                if result.committed == head:
-                    result.committed = _rebased(git, head)
+        with gate.sync_lock():
+            for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 2):
+                fetched = _fetch(git, remote, branch) if not local_only else None
+                with gate.lock(source, result.warnings), gate.episodes.lock():
+                    if attempt == 1:
+                        result.warnings += _fix_ignore_rule(gate) + _left_in_stash(git)
+                    back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
+                    touched += back
+                    result.warnings += said
+                    # what was edited by hand, and (tracked) appended while the last push was waited for
+                    pending = pending_edits(gate, git)
+                    committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))
+                    result.committed = committed.commit or result.committed
+                    touched += committed.paths
+                    result.refused.update({p.relative_to(gate.root).as_posix(): r
+                                           for p, r in committed.refused.items()})
+                    result.warnings += committed.warnings
+                    if local_only:
+                        break
+                    head = _tip(git)
+                    pulled = _integrate(gate, git, specs, remote, branch, fetched, result.warnings, source)
+                    result.pulled = list(dict.fromkeys([*result.pulled, *pulled]))
+                    if result.committed == head:
+                        result.committed = _rebased(git, head)
+                    tip = git.run("rev-parse", "HEAD")
                 result.push_attempts = attempt
                 try:
-                    result.pushed = _push(git, remote, branch)
-                    remember_tip(gate, git, remote, branch)
+                    result.pushed = _push(git, remote, branch, tip)
+                    remember_tip(gate, git, remote, branch, tip)
                     break
                 except GitError as exc:
                     if not any(word in str(exc).lower() for word in _REJECTED):
@@ -215,17 +226,25 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
             "and replace this host's index and state; now '.memvault' (committed with this sync)"]
 
 
-def _pull(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str,
-          warnings: list[str], source: str) -> list[str]:
-    """Fetch remote/branch and rebase onto it; the vault-relative paths that changed in the work tree."""
+def _fetch(git: GitStore, remote: str, branch: str) -> str | None:
+    """Fetch remote/branch (the network: no vault lock held); its tip, or None when the remote has no such branch
+    yet (the first push creates it)."""
     try:
         heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
     except GitError as exc:
         raise GitError(f"sync: cannot reach remote {remote}: {exc}") from None
     if not heads:
-        return []  # the remote has no such branch yet: the first push creates it
+        return None
     git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
-    fetched = git.run("rev-parse", "FETCH_HEAD")
+    return git.run("rev-parse", "FETCH_HEAD")
+
+
+def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str, fetched: str | None,
+               warnings: list[str], source: str) -> list[str]:
+    """Rebase onto the fetched tip of remote/branch (under the write and append locks); the vault-relative paths
+    that changed in the work tree."""
+    if fetched is None:
+        return []
     before = git.run("rev-parse", "HEAD")
     # What this host last had of the remote: when the remote no longer contains it, its history was rewritten
     # (a secret force-pushed away), and only the commits made here since are ours to put back on top; rebasing
@@ -310,9 +329,9 @@ def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
         else None
 
 
-def remember_tip(gate: WriteGate, git: GitStore, remote: str, branch: str) -> None:
-    """Keep the remote's tip this host is now in step with (after a pull and push)."""
-    tip = _try(git, "rev-parse", "HEAD")
+def remember_tip(gate: WriteGate, git: GitStore, remote: str, branch: str, tip: str | None = None) -> None:
+    """Keep the remote's tip this host is now in step with (after a pull and push): ``tip``, else HEAD."""
+    tip = tip or _try(git, "rev-parse", "HEAD")
     if tip is None:
         return
     tips = _tips(gate)
@@ -541,9 +560,10 @@ def _tip(git: GitStore) -> str:
     return head if parent is None or (fetched is not None and git.is_ancestor(head, fetched)) else parent
 
 
-def _push(git: GitStore, remote: str, branch: str) -> bool:
-    """Push HEAD to remote/branch (a fast-forward only). True when the remote branch moved."""
-    out = git.run("push", "--porcelain", remote, f"HEAD:refs/heads/{branch}", env=_env(git))
+def _push(git: GitStore, remote: str, branch: str, tip: str) -> bool:
+    """Push ``tip`` (HEAD as the locked steps left it: a commit made meanwhile goes with the next sync) to
+    remote/branch, a fast-forward only. True when the remote branch moved."""
+    out = git.run("push", "--porcelain", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
     # --porcelain: one line per ref, "<flag>\t<from>:<to>\t<summary>"; "=" means it was already up to date.
     flags = [line[0] for line in out.splitlines() if "\t" in line and line[:1] in " +-*=!"]
     return any(flag != "=" for flag in flags)
