@@ -44,3 +44,41 @@ def test_a_runbook_named_like_a_readable_folder_is_not_read_through_its_name(tea
 
     (answer,) = call(build_server(v, source="agent:deployer", warm=False), tool("get_procedure", name="web"))
     assert "outside its read scope" in error_text(answer)
+
+
+# ------------------------------------------------------------------------ an accept that reached outside the scope
+REVIEW = """
+[scopes."agent:deployer"]
+read = ["facts/web/**", "episodes/**"]
+write = ["episodes/**"]
+propose = ["facts/web/**"]
+
+[scopes."agent:reviewer"]
+read = ["facts/web/**"]
+review = ["facts/web/**"]
+"""
+
+
+def test_accepting_a_proposal_never_supersedes_a_fact_outside_the_reviewers_scope(strict_vault):
+    """The deployer proposes, under facts/web/, a fact that contradicts db/main; the reviewer, who may review only
+    facts/web/**, accepts it. The accept marked facts/db/main.md superseded_by web/pg (a write outside the
+    reviewer's scopes, and recall then hid db/main from everyone) and its warning named db/main, a fact the
+    reviewer may not read."""
+    v = add_scopes(strict_vault, REVIEW)
+    v.facts.set("db/main", DB, source="user:admin")
+    before = (v.root / "facts/db/main.md").read_bytes()
+    assert v.facts.set("web/pg", "Our postgres primary listens on port 6543 on db01.",
+                       source="agent:deployer").quarantined
+    out = run(v, "accept", "web/pg", "--source", "agent:reviewer")
+    assert out.exit_code == 0, out.output
+    assert (v.root / "facts/web/pg.md").is_file() and "supersedes" not in (v.root / "facts/web/pg.md").read_text()
+    assert (v.root / "facts/db/main.md").read_bytes() == before
+    assert git(v.root, "show", "--name-only", "--format=", "HEAD").split() == ["facts/web/pg.md"]
+    assert "db/main" not in out.output and "a person" in out.output
+    # recall still finds db/main for everyone else
+    hits = v.recall("postgres primary port db01", mode="keyword", source="user:admin", log=False)
+    assert "db/main" in [h.id for h in hits]
+    # a person who accepts the same kind of proposal still supersedes, as before
+    v.facts.set("web/pg2", "Our postgres primary listens on port 7777 on db01.", source="agent:deployer")
+    out = run(v, "accept", "web/pg2", "--source", "user:admin")
+    assert out.exit_code == 0 and "supersedes" in out.output

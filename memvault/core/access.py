@@ -88,6 +88,14 @@ def shown_match(scopes: Scopes, source: str, match: dict[str, Any]) -> dict[str,
     return {"key": OUTSIDE, "kind": match.get("kind"), "differing": [], "values": {}}
 
 
+def may_supersede(scopes: Scopes, source: str, path: str) -> bool:
+    """Whether ``source``'s accept of a proposal may mark the stored fact at ``path`` (vault-relative) superseded.
+    That is a change to that fact, which recall then hides from every reader: only where ``source``'s ``review``
+    paths reach (a source no scope names: as before, the trust table decides who accepts at all)."""
+    scope = scopes.for_source(source)
+    return scope is None or scope.may("review", path)
+
+
 def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: str, action: str) -> None:
     """No self-approval: a proposal is never accepted or rejected by its own source, nor by an ``agent:`` source
     (or a scoped one) unless a scope grants it ``review`` over the target fact's ``path``. A person can."""

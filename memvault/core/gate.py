@@ -449,6 +449,11 @@ class WriteGate:
             access.review_or_refuse(self.scopes, source, waiting.source,
                                     access.rel(self.root, self.facts.path_for(target)), "accept")
             old = self._superseded(target, waiting.text)
+            if old is not None and not access.may_supersede(self.scopes, source, access.rel(self.root, old.path)):
+                named = old.key if access.fact_readable(self.scopes, source, old.key) else access.OUTSIDE
+                warnings.append(f"{target} contradicts {named}, outside its review scope {access.SAID}: that fact "
+                                "is left as it is; a person decides which one holds")
+                old = None
             changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None)
             target = self.facts.key_for(changes[0].path) or key
             if old is not None:
