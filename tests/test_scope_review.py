@@ -82,3 +82,38 @@ def test_accepting_a_proposal_never_supersedes_a_fact_outside_the_reviewers_scop
     v.facts.set("web/pg2", "Our postgres primary listens on port 7777 on db01.", source="agent:deployer")
     out = run(v, "accept", "web/pg2", "--source", "user:admin")
     assert out.exit_code == 0 and "supersedes" in out.output
+
+
+# --------------------------------------------------------------------------------- huge arguments through MCP
+def test_a_huge_category_is_refused_at_once_naming_the_argument(vault, models, tmp_path):
+    """set_fact's category went into the YAML front matter before the size check: 5 MB took 10 s (50 MB a minute)
+    of the MCP server's one vault thread, every other tool waiting, and the refusal named the fact's size, not the
+    argument."""
+    from memvault.interfaces.mcp import build_server
+
+    server = build_server(vault, source="agent:mcp", warm=False)
+    head = git(vault.root, "rev-parse", "HEAD")
+    started = time.monotonic()
+    big, ctl = call(server, tool("set_fact", key="x/big", text="hello", category="a b " * (5 << 18)),
+                    tool("set_fact", key="x/ctl", text="hello", category="ops\x1b]0;owned\x07"))
+    assert time.monotonic() - started < 3
+    for answer in (big, ctl):
+        text = error_text(answer)
+        assert "set_fact: category: " in text and "\n" not in text and len(text) < 300
+    assert git(vault.root, "rev-parse", "HEAD") == head
+    assert not (vault.root / "facts/x").exists() and not (vault.root / "inbox/x").exists()
+    # a fact's category of ordinary length is still taken
+    assert vault.facts.set("x/ok", "hello", category="network / edge", source="user:admin").category == "network / edge"
+    with pytest.raises(InvalidValue) as err:
+        vault.episodes.append("hello", kind="a" * 100_000, source="user:admin")
+    assert str(err.value).startswith("kind: ") and len(str(err.value)) < 300
+
+
+def test_a_huge_key_is_refused_without_escaping_all_of_it_first(vault):
+    """validate_key escaped the whole key (50 MB: 3.5 s) before it looked at its length."""
+    started = time.monotonic()
+    for key in ("a" * (50 << 20), "a\x1b" * (25 << 20)):
+        with pytest.raises(InvalidKey) as err:
+            vault.facts.get(key)
+        assert "at most 200 characters" in str(err.value) and len(str(err.value)) < 300
+    assert time.monotonic() - started < 1.5
