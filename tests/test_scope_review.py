@@ -117,3 +117,32 @@ def test_a_huge_key_is_refused_without_escaping_all_of_it_first(vault):
             vault.facts.get(key)
         assert "at most 200 characters" in str(err.value) and len(str(err.value)) < 300
     assert time.monotonic() - started < 1.5
+
+
+# --------------------------------------------------------------------- file names that speak to the terminal
+ESCAPES = "\x1b]0;owned\x07\x1b[2J"
+
+
+def test_a_file_name_with_terminal_escapes_is_shown_not_obeyed_by_the_hooks_and_the_watcher(vault, monkeypatch,
+                                                                                           capsys):
+    """A file or link named with an escape sequence (a teammate's commit, an agent with a shell in the vault): the
+    pre-commit hook said its name is refused for its control characters, and printed them raw to the terminal of
+    the person committing (a window title, a cleared screen; OSC 52 writes the clipboard); so did `memvault
+    watch` for a link it does not follow."""
+    import subprocess
+
+    from memvault.interfaces.githooks import pre_commit
+    from memvault.interfaces.watch import default_log, describe_report
+
+    monkeypatch.chdir(vault.root)
+    (vault.root / f"facts/x{ESCAPES}.md").write_text("---\nsource: user:a\n---\nhello\n")
+    subprocess.run(["git", "add", "-A"], cwd=vault.root, check=True)
+    assert pre_commit(vault.root) == 1
+    err = capsys.readouterr().err
+    assert "not a valid fact key" in err and "\x1b" not in err and "\x07" not in err and "\\u001b" in err
+    (vault.root / f"facts/x{ESCAPES}.md").unlink()
+    subprocess.run(["git", "add", "-A"], cwd=vault.root, check=True)
+    (vault.root / f"facts/l{ESCAPES}.md").symlink_to("/etc/hostname")
+    default_log(describe_report(vault.index.sync(), "start"))
+    err = capsys.readouterr().err
+    assert "a symlink" in err and "\x1b" not in err and "\x07" not in err
