@@ -146,3 +146,38 @@ def test_a_file_name_with_terminal_escapes_is_shown_not_obeyed_by_the_hooks_and_
     default_log(describe_report(vault.index.sync(), "start"))
     err = capsys.readouterr().err
     assert "a symlink" in err and "\x1b" not in err and "\x07" not in err
+
+
+# ---------------------------------------------------------------------- reads that were not asked about the scope
+def test_fact_history_and_edit_refuse_a_fact_outside_the_read_scope_before_reading_it(team):
+    """`fact get db/main` is refused to the deployer, but `fact history db/main` printed every version's diff (the
+    whole text), and `vault.facts.edit` handed the file to the editor before the write was refused."""
+    v = team
+    out = run(v, "fact", "history", "db/main", source="agent:deployer")
+    assert out.exit_code == 1 and "outside its read scope" in out.output and "5432" not in out.output
+    assert len(out.output.strip().splitlines()) == 1
+    seen = []
+    with pytest.raises(ScopeRefused):
+        v.facts.edit("db/main", lambda text: seen.append(text) or text + "x", source="agent:deployer")
+    assert seen == []
+    # inside the scope, history still reads; a person's history and edit are as before
+    assert run(v, "fact", "history", "web/nginx", source="agent:deployer").exit_code == 0
+    assert "5432" in run(v, "fact", "history", "db/main", source="user:admin").output
+
+
+def test_a_scoped_history_never_follows_a_file_from_outside_its_scope(team):
+    """git log --follow pairs a file with the one it was renamed (or copied) from and goes on with that file's
+    history: after a person moved db/main to web/moved, the deployer's history of web/moved showed every version
+    db/main had under facts/db/, the password it held before included."""
+    v = team
+    main = v.root / "facts/db/main.md"
+    main.write_text(main.read_text().replace("rotates on Fridays", "is hunter2-rotated"))
+    git(v.root, "commit", "-qam", "an older version")
+    main.write_text(main.read_text().replace("is hunter2-rotated", "rotates on Fridays"))
+    git(v.root, "commit", "-qam", "the current version")
+    git(v.root, "mv", "facts/db/main.md", "facts/web/moved.md")
+    git(v.root, "commit", "-qm", "moved")
+    out = run(v, "fact", "history", "web/moved", source="agent:deployer")
+    assert out.exit_code == 0 and "hunter2" not in out.output and "facts/db/main.md" not in out.output
+    assert "rotates on Fridays" in out.output  # what the file under its scope holds
+    assert "hunter2" in run(v, "fact", "history", "web/moved", source="user:admin").output

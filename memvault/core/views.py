@@ -165,6 +165,8 @@ class Facts:
         ``again(error)`` says so, else the error is raised. None when nothing changed.
         """
         path = self.store.path_for(key)
+        # The editor is shown the file: a read, refused as `fact get` is before anything is read.
+        self._vault.reader(source).refuse(self._rel(path), f"fact {key}")
         original = path.read_text(encoding="utf-8") if path.is_file() else NEW_FACT_TEMPLATE
         text = original
         while True:
@@ -193,9 +195,14 @@ class Facts:
                  for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
         return [{"key": m["key"], "values": m.get("values", {})} for m in found]
 
-    def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
-        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""
-        return self._vault.git_log(self.store.path_for(key), follow=follow)
+    def history(self, key: str, *, follow: bool = True, reader: str | None = None) -> list[LogEntry]:
+        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`). ScopeRefused
+        when ``reader`` (default: who the vault acts for) may not read it; for a scoped reader the history is that
+        of its path only: ``follow`` would go on into the file it was renamed or copied from, another path."""
+        path = self.store.path_for(key)
+        who = self._vault.reader(reader)
+        who.refuse(self._rel(path), f"fact {key}")
+        return self._vault.git_log(path, follow=follow and who.scope is None)
 
 
 class Episodes:
