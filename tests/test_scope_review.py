@@ -9,7 +9,7 @@ import pytest
 from memvault.rules.errors import InvalidKey, InvalidValue, ScopeRefused
 from conftest import git
 from test_mcp import call, error_text, tool
-from test_scopes import run, team  # noqa: F401 - fixture
+from test_scopes import SECRET_DB, run, team  # noqa: F401 - fixture
 from test_scopes_more import DB, add_scopes
 
 
@@ -181,3 +181,20 @@ def test_a_scoped_history_never_follows_a_file_from_outside_its_scope(team):
     assert out.exit_code == 0 and "hunter2" not in out.output and "facts/db/main.md" not in out.output
     assert "rotates on Fridays" in out.output  # what the file under its scope holds
     assert "hunter2" in run(v, "fact", "history", "web/moved", source="user:admin").output
+
+
+def test_stale_dedup_and_expire_previews_name_no_fact_outside_the_read_scope(team):
+    """The previews of whole-vault upkeep read every fact: as the deployer, `stale` listed db/old and `dedup` printed
+    'conflict: db/main vs db/old (values 5432, 5433)'. Stale lists what the source may read; dedup and expire, which
+    a scoped source may not run, are refused in their preview too."""
+    v = team
+    v.facts.set("db/old", SECRET_DB.replace("5432", "5433"), source="user:admin", valid_until="2020-01-01")
+    v.facts.set("web/old", "nginx on web02 is retired.", source="user:admin", valid_until="2020-01-01")
+    out = run(v, "stale", source="agent:deployer")
+    assert out.exit_code == 0 and "web/old" in out.output and "db/" not in out.output
+    for command in ("dedup", "expire"):
+        out = run(v, command, source="agent:deployer")
+        assert out.exit_code == 1 and "a scoped source acts only on its paths" in out.output, out.output
+        assert "db/" not in out.output and "5433" not in out.output
+    assert "db/old" in run(v, "stale", source="user:admin").output
+    assert "conflict: db/main vs db/old" in run(v, "dedup", source="user:admin").output

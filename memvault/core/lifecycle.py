@@ -17,6 +17,7 @@ from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
 from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
+from . import access
 from .episode_sync import drop_aside
 from .gate import WriteGate
 from ..rules.fsutil import atomic_write, remove
@@ -254,10 +255,11 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ staleness
-def stale(gate: WriteGate, at: datetime | None = None) -> list[dict[str, Any]]:
-    """Stale facts with the reason and the date of their last commit."""
+def stale(gate: WriteGate, at: datetime | None = None, *, source: str | None = None) -> list[dict[str, Any]]:
+    """Stale facts with the reason and the date of their last commit: those ``source`` may read ([scopes])."""
     out = []
-    for fact in gate.facts.iter():
+    reader = access.Reader(source or "", gate.scopes.for_source(source))
+    for fact in reader.only(gate.facts.iter(), lambda f: f.path, gate.root):
         reason = stale_reason(fact, gate.config.facts.review_after, at)
         if reason is None:
             continue
@@ -289,6 +291,8 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False, allow_secret: bo
     """Duplicate groups and conflicts over the whole vault; ``apply`` merges each group into one fact."""
     if apply:
         gate.require(Op.DEDUP, source)
+    else:  # the preview reads every fact of the vault, and names them: not a scoped source's to see
+        access.whole_vault_or_refuse(gate.scopes, Op.DEDUP, source)
     settings = gate.config.facts
     problems: list[Problem] = []
     facts = {f.key: f for f in gate.facts.iter(problems)}
@@ -342,6 +346,8 @@ def expire(gate: WriteGate, *, source: str, apply: bool = False, at: datetime | 
     their creation when never used); ``apply`` removes them in one commit."""
     if apply:
         gate.require(Op.EXPIRE, source)
+    else:  # the preview reads every fact of the vault, and names them: not a scoped source's to see
+        access.whole_vault_or_refuse(gate.scopes, Op.EXPIRE, source)
     settings = gate.config.facts
     current = at or now()
     problems: list[Problem] = []

@@ -575,10 +575,11 @@ class Vault:
         return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run,
                                allow_secret=allow_secret)
 
-    def stale(self, at: datetime | None = None) -> list[dict[str, Any]]:
+    def stale(self, at: datetime | None = None, *, source: str | None = None) -> list[dict[str, Any]]:
+        """Stale facts (see :func:`lifecycle.stale`) that ``source`` (default: who the vault acts for) may read."""
         from . import lifecycle
 
-        return lifecycle.stale(self.gate, at)
+        return lifecycle.stale(self.gate, at, source=self._source(source))
 
     def verify(self, key: str, *, source: str | None = None, allow_secret: bool = False) -> Fact:
         return self.gate.verify(key, source=self._source(source), allow_secret=allow_secret)
