@@ -198,3 +198,20 @@ def test_stale_dedup_and_expire_previews_name_no_fact_outside_the_read_scope(tea
         assert "db/" not in out.output and "5433" not in out.output
     assert "db/old" in run(v, "stale", source="user:admin").output
     assert "conflict: db/main vs db/old" in run(v, "dedup", source="user:admin").output
+
+
+def test_a_scoped_source_s_write_never_finishes_an_interrupted_purge(vault):
+    """A purge killed part-way is finished by the next write of a source that may purge. [trust] lets a trusted
+    scoped agent purge, but a scope forbids it every whole-vault operation: its note under its own folder finished
+    the purge, deleting facts outside its write scope in a commit under its name."""
+    from test_gate_commit import _interrupted_purge
+
+    from memvault import Vault
+
+    v = add_scopes(vault, '[scopes."agent:logger"]\nread = ["facts/logger/**"]\nwrite = ["facts/logger/**"]\n')
+    journal = _interrupted_purge(v)
+    head = git(v.root, "rev-parse", "HEAD")
+    note = Vault.open(v.root).facts.set("logger/rotation", "Logs rotate at midnight.", source="agent:logger")
+    assert not note.quarantined and journal.exists() and (v.root / "facts/web/tip.md").exists()
+    assert "purge" not in git(v.root, "log", "--format=%s", f"{head}..HEAD")
+    assert any("interrupted" in w for w in note.warnings)  # told, not done

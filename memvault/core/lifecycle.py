@@ -144,12 +144,13 @@ def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) ->
     """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not
     removed yet is removed, and everything is committed as that purge's one commit, through the commit's checks.
     Run by :meth:`WriteGate.lock` for a write by ``writer``, under the write lock the caller holds, after that
-    write's own trust check; ``writer`` and the purge's own source must both still be allowed to purge. What to
-    tell the person."""
+    write's own trust check; ``writer`` (by [trust], and no scope naming it) and the purge's own source must both
+    still be allowed to purge. What to tell the person."""
     journal = gate.state_dir / PURGE_JOURNAL
     if not journal.is_file():
         return []
-    if not gate.policy.allows(Op.PURGE, writer):
+    # A scope forbids its source every whole-vault operation, a purge included, whatever [trust] lets it do.
+    if not gate.policy.allows(Op.PURGE, writer) or gate.scopes.for_source(writer) is not None:
         return [pending_purge(gate.state_dir) or ""]
     try:
         planned = json.loads(journal.read_text(encoding="utf-8"))
