@@ -215,3 +215,16 @@ def test_a_scoped_source_s_write_never_finishes_an_interrupted_purge(vault):
     assert not note.quarantined and journal.exists() and (v.root / "facts/web/tip.md").exists()
     assert "purge" not in git(v.root, "log", "--format=%s", f"{head}..HEAD")
     assert any("interrupted" in w for w in note.warnings)  # told, not done
+
+
+def test_a_folder_pattern_does_not_cover_a_file_of_the_folder_s_name():
+    """'procedures/web/' is the folder and what is in it; it also matched a file named procedures/web (a runbook
+    without an extension, beside the folder), which 'procedures/web/**' never did."""
+    from memvault.rules.scopes import matches
+
+    for pattern in ("procedures/web/", "procedures/web/**", "facts/web/"):
+        assert not matches(pattern, pattern.rstrip("/*").rstrip("/")), pattern
+        assert matches(pattern, pattern.rstrip("/*").rstrip("/") + "/x.md")
+    # a pattern without the slash may name the file itself, as the docs say
+    assert matches("procedures/web/reload.sh", "procedures/web/reload.sh") and matches("facts/web", "facts/web")
+    assert matches("facts/web", "facts/web/nginx.md") and not matches("facts/web", "facts/webby.md")

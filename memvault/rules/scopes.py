@@ -53,7 +53,9 @@ def _regex(pattern: str) -> re.Pattern[str]:
         piece = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part)
         out.append(piece + ("/" if i < len(parts) - 1 else ""))
     text = "".join(out)
-    return re.compile(text + ("(?:/.*)?" if folder else ""), re.S)
+    # A trailing "/" says folder: what is in it, as "folder/**" (never a file of the folder's own name, such as the
+    # runbook procedures/web beside procedures/web/); a last part without a wildcard may be either.
+    return re.compile(text + ("/.+" if pattern.endswith("/") else "(?:/.*)?" if folder else ""), re.S)
 
 
 def matches(pattern: str, path: str) -> bool:
