@@ -228,3 +228,27 @@ def test_a_folder_pattern_does_not_cover_a_file_of_the_folder_s_name():
     # a pattern without the slash may name the file itself, as the docs say
     assert matches("procedures/web/reload.sh", "procedures/web/reload.sh") and matches("facts/web", "facts/web")
     assert matches("facts/web", "facts/web/nginx.md") and not matches("facts/web", "facts/webby.md")
+
+
+# ------------------------------------------------------------------------------------ a link inside the vault
+def test_a_link_under_a_readable_folder_is_read_as_what_it_points_at(team):
+    """facts/web/leak.md -> ../db/main.md and procedures/web/leak.sh -> ../db/restore.sh (a teammate's commit, a
+    pull): the path is under the deployer's read paths, the text is not. fact get, fact list, proc show, proc list
+    and recall returned db/main's and db/restore's text to it over the CLI and MCP."""
+    import os
+
+    v = team
+    os.symlink("../db/main.md", v.root / "facts/web/leak.md")
+    os.symlink("../db/restore.sh", v.root / "procedures/web/leak.sh")
+    for args in (["fact", "get", "web/leak"], ["proc", "show", "web/leak"]):
+        out = run(v, *args, source="agent:deployer")
+        assert out.exit_code == 1 and "outside its read scope" in out.output, out.output
+    for args in (["fact", "list"], ["proc", "list"], ["recall", "db01 primary restore port", "--mode", "keyword"],
+                 ["export"]):
+        out = run(v, *args, source="agent:deployer")
+        assert out.exit_code == 0 and "5432" not in out.output and "pg_restore" not in out.output, (args, out.output)
+        assert "web/leak" not in out.output
+    # an unscoped reader reads the link as before, and a link whose target is in the scope still reads
+    assert "5432" in run(v, "fact", "get", "web/leak", source="user:admin").output
+    os.symlink("nginx.md", v.root / "facts/web/alias.md")
+    assert "nginx on web01" in run(v, "fact", "get", "web/alias", source="agent:deployer").output

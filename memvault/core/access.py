@@ -7,6 +7,7 @@ gets None from every question that would limit it, so it behaves as before scope
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,15 +114,35 @@ def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: st
 
 @dataclass(frozen=True)
 class Reader:
-    """What one source may read: ``allows(path)``; ``scope`` None means the whole vault."""
+    """What one source may read: ``allows(path)``; ``scope`` None means the whole vault. With the vault's ``root``
+    (resolved), a path that leads through a link is read as what the link points at, and must be allowed too."""
 
     source: str
     scope: Scope | None
+    root: Path | None = None
 
     def allows(self, path: Path | str, root: Path | None = None) -> bool:
         if self.scope is None:
             return True
-        return self.scope.may("read", rel(root, path) if root is not None else Path(path).as_posix())
+        base = root if root is not None else self.root
+        where = rel(base, path) if base is not None else Path(path).as_posix()
+        return self.scope.may("read", where) and (base is None or self._target_allowed(base, where))
+
+    def _target_allowed(self, base: Path, where: str) -> bool:
+        """Whether what ``where`` (vault-relative) leads to is readable: a link under a readable folder
+        (facts/web/x.md -> ../db/main.md, a teammate's commit) gives the text of the file it points at, and the
+        scope is about that text. A path with no link on the way (or no file yet) is itself."""
+        full = base / where
+        real = Path(os.path.realpath(full))
+        if real == full:
+            return True
+        try:
+            target = real.relative_to(base).as_posix()
+        except ValueError:
+            # Out of the vault: no store reads through it (each refuses it as a problem), and a problem with a
+            # file under the scope's paths is the reader's to hear.
+            return True
+        return self.scope is not None and self.scope.may("read", target)
 
     def test(self, root: Path) -> Callable[[str], bool] | None:
         """A test of vault-relative paths for recall (None: nothing to filter)."""

@@ -672,7 +672,7 @@ class WriteGate:
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
         proc = self.procedures.get(name)
         if self.scopes.for_source(source) is not None:
-            access.Reader(source, self.scopes.for_source(source)).refuse(access.rel(self.root, proc.path),
+            access.Reader(source, self.scopes.for_source(source), self.root).refuse(access.rel(self.root, proc.path),
                                                                            f"procedure {name}")
         # The run is recorded as an episode: a source that may not append one is refused before the script starts
         # (a side effect without its record, otherwise).

@@ -259,7 +259,7 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
 def stale(gate: WriteGate, at: datetime | None = None, *, source: str | None = None) -> list[dict[str, Any]]:
     """Stale facts with the reason and the date of their last commit: those ``source`` may read ([scopes])."""
     out = []
-    reader = access.Reader(source or "", gate.scopes.for_source(source))
+    reader = access.Reader(source or "", gate.scopes.for_source(source), gate.root)
     for fact in reader.only(gate.facts.iter(), lambda f: f.path, gate.root):
         reason = stale_reason(fact, gate.config.facts.review_after, at)
         if reason is None:

@@ -292,7 +292,7 @@ class Vault:
         """What ``source`` (None: who this process acts for) may read under ``[scopes]``: every read of the facade
         (recall, facts, episodes, procedures, export, session context) is filtered by it."""
         who = self._source(source)
-        return Reader(who, self.config.scopes.for_source(who))
+        return Reader(who, self.config.scopes.for_source(who), self.root)
 
     def scopes(self) -> dict[str, Any]:
         """Who may do what (``memvault scopes``): each scope's paths, and the trust patterns beside them."""
