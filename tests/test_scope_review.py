@@ -252,3 +252,37 @@ def test_a_link_under_a_readable_folder_is_read_as_what_it_points_at(team):
     assert "5432" in run(v, "fact", "get", "web/leak", source="user:admin").output
     os.symlink("nginx.md", v.root / "facts/web/alias.md")
     assert "nginx on web01" in run(v, "fact", "get", "web/alias", source="agent:deployer").output
+
+
+def test_a_50_mb_argument_over_stdio_is_one_line_of_refusal_and_the_server_goes_on(team, tmp_path):
+    """The official MCP client over stdio, as an agent's harness runs it: a 50 MB category (a minute of the server's
+    one vault thread before), a 50 MB key and a 50 MB episode; each is one line naming its argument, and the next
+    call is answered at once."""
+    import asyncio
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from test_mcp import server_env
+
+    big = "a b " * (50 << 18)
+
+    async def go():
+        params = StdioServerParameters(command=sys.executable, env=server_env(),
+                                       args=["-m", "memvault.mcp_server", "--vault", str(team.root), "--source",
+                                             "agent:deployer"])
+        with open(tmp_path / "stderr.log", "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                started = time.monotonic()
+                answers = [await client.call_tool("set_fact", {"key": "web/x", "text": "hi", "category": big}),
+                           await client.call_tool("get_fact", {"key": big.replace(" ", "")}),
+                           await client.call_tool("log_episode", {"text": big})]
+                after = await client.call_tool("get_fact", {"key": "web/nginx"})
+                return answers, after, time.monotonic() - started
+
+    answers, after, took = asyncio.run(go())
+    for answer, name in zip(answers, ("category: ", "at most 200 characters", "episode: ")):
+        text = error_text(answer)
+        assert name in text and "\n" not in text and len(text) < 400, text[:400]
+    assert not after.is_error and took < 30
+    assert not (team.root / "inbox/web/x.md").exists() and not (team.root / "facts/web/x.md").exists()
