@@ -228,6 +228,8 @@ def test_a_folder_pattern_does_not_cover_a_file_of_the_folder_s_name():
     # a pattern without the slash may name the file itself, as the docs say
     assert matches("procedures/web/reload.sh", "procedures/web/reload.sh") and matches("facts/web", "facts/web")
     assert matches("facts/web", "facts/web/nginx.md") and not matches("facts/web", "facts/webby.md")
+    assert matches("facts/web/**/", "facts/web/nginx.md") and matches("facts/*/", "facts/web/nginx.md")
+    assert not matches("facts/*/", "facts/nginx.md")
 
 
 # ------------------------------------------------------------------------------------ a link inside the vault

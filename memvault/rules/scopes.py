@@ -55,7 +55,8 @@ def _regex(pattern: str) -> re.Pattern[str]:
     text = "".join(out)
     # A trailing "/" says folder: what is in it, as "folder/**" (never a file of the folder's own name, such as the
     # runbook procedures/web beside procedures/web/); a last part without a wildcard may be either.
-    return re.compile(text + ("/.+" if pattern.endswith("/") else "(?:/.*)?" if folder else ""), re.S)
+    inside = pattern.endswith("/") and parts[-1] != "**"  # "facts/web/**/" is "facts/web/**"
+    return re.compile(text + ("/.+" if inside else "(?:/.*)?" if folder else ""), re.S)
 
 
 def matches(pattern: str, path: str) -> bool:
