@@ -232,6 +232,17 @@ def test_a_folder_pattern_does_not_cover_a_file_of_the_folder_s_name():
     assert not matches("facts/*/", "facts/nginx.md")
 
 
+def test_a_path_that_is_not_plain_falls_under_no_pattern():
+    """The read test took 'facts/web/../db/main.md' as under 'facts/web/**' (the regex saw a file in facts/web/):
+    every path memvault checks today is built from a validated key or a file found, but a check that a '..' passes
+    is one refactor from a hole."""
+    from memvault.rules.scopes import matches
+
+    for path in ("facts/web/../db/main.md", "facts/web/./x.md", "facts/web//x.md", "facts/web/..", "facts\\web/x.md"):
+        assert not matches("facts/web/**", path) and not matches("**", path), path
+    assert matches("**", "facts/db/main.md") and matches("facts/web/**", "/facts/web/x.md/")
+
+
 # ------------------------------------------------------------------------------------ a link inside the vault
 def test_a_link_under_a_readable_folder_is_read_as_what_it_points_at(team):
     """facts/web/leak.md -> ../db/main.md and procedures/web/leak.sh -> ../db/restore.sh (a teammate's commit, a

@@ -60,8 +60,12 @@ def _regex(pattern: str) -> re.Pattern[str]:
 
 
 def matches(pattern: str, path: str) -> bool:
-    """Whether the vault-relative ``path`` (``facts/web/nginx.md``) falls under ``pattern``."""
-    return _regex(pattern).fullmatch(path.strip("/")) is not None
+    """Whether the vault-relative ``path`` (``facts/web/nginx.md``) falls under ``pattern``. A path that is not plain
+    (``..``, ``.``, ``//``, a backslash) falls under none: ``facts/web/../db/main.md`` is not in ``facts/web/``."""
+    plain = path.strip("/")
+    if "\\" in plain or any(part in ("", ".", "..") for part in plain.split("/")):
+        return False
+    return _regex(pattern).fullmatch(plain) is not None
 
 
 def check_pattern(pattern: Any) -> str:
