@@ -299,3 +299,17 @@ def test_a_50_mb_argument_over_stdio_is_one_line_of_refusal_and_the_server_goes_
         assert name in text and "\n" not in text and len(text) < 400, text[:400]
     assert not after.is_error and took < 30
     assert not (team.root / "inbox/web/x.md").exists() and not (team.root / "facts/web/x.md").exists()
+
+
+def test_what_a_write_is_told_names_no_link_to_a_fact_outside_the_read_scope(team):
+    """The report of a write names the stored facts it duplicates or contradicts, with the values that differ, when
+    the writer may read them: facts/web/leak.md -> ../db/main.md passed for readable by its key, and the deployer
+    was told 'conflicts with web/leak: 5432 where it says 6543'."""
+    import os
+
+    v = team
+    os.symlink("../db/main.md", v.root / "facts/web/leak.md")
+    v.index.sync()
+    fact = v.facts.set("web/pg", SECRET_DB.replace("5432", "6543"), source="agent:deployer")
+    said = repr(fact.similar) + " ".join(fact.warnings)
+    assert "web/leak" not in said and "5432" not in said and "outside its read scope" in said

@@ -69,22 +69,24 @@ def auto_accept(scopes: Scopes, source: str, path: str) -> tuple[str, str] | Non
 OUTSIDE = "(a fact outside its read scope)"
 
 
-def fact_readable(scopes: Scopes, source: str, key: str) -> bool:
-    scope = scopes.for_source(source)
-    return scope is None or scope.may("read", f"facts/{key}.md")
+def fact_readable(scopes: Scopes, source: str, key: str, root: Path | None = None) -> bool:
+    """Whether ``source`` may read the fact ``key``; with the vault's ``root``, a fact file that is a link is read as
+    what it points at (:meth:`Reader.allows`)."""
+    return Reader(source, scopes.for_source(source), root).allows(f"facts/{key}.md")
 
 
-def within(scopes: Scopes, source: str, matches: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+def within(scopes: Scopes, source: str, matches: list[dict[str, Any]],
+           root: Path | None = None) -> tuple[list[dict[str, Any]], int]:
     """The matches (``{"key": ...}``: near-duplicates, contradictions) whose fact ``source`` may read, and how many
     others there were: a write's answer never names a fact, nor quotes a value, outside the writer's read scope."""
-    shown = [m for m in matches if fact_readable(scopes, source, m["key"])]
+    shown = [m for m in matches if fact_readable(scopes, source, m["key"], root)]
     return shown, len(matches) - len(shown)
 
 
-def shown_match(scopes: Scopes, source: str, match: dict[str, Any]) -> dict[str, Any]:
+def shown_match(scopes: Scopes, source: str, match: dict[str, Any], root: Path | None = None) -> dict[str, Any]:
     """``match`` as a report to ``source`` shows it: unchanged when it may read that fact, else with no key, no
     differing words and no values (they quote the stored text)."""
-    if fact_readable(scopes, source, match["key"]):
+    if fact_readable(scopes, source, match["key"], root):
         return match
     return {"key": OUTSIDE, "kind": match.get("kind"), "differing": [], "values": {}}
 

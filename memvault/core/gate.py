@@ -361,12 +361,12 @@ class WriteGate:
             self.facts.check_text(key, text)
         similar = self.similar_facts(key, text) if (check_similar or rule) and isinstance(text, str) else []
         warnings: list[str] = []
-        contradicted = [access.shown_match(self.scopes, source, m)["key"] for m in similar if m["kind"] == "conflict"]
+        contradicted = [access.shown_match(self.scopes, source, m, self.root)["key"] for m in similar if m["kind"] == "conflict"]
         if rule is not None and contradicted:
             warnings.append(f"not accepted by the auto_accept rule {rule[1]!r}: it contradicts "
                             f"{', '.join(dict.fromkeys(contradicted))}; it waits in the inbox for a person")
             rule = None
-        similar, hidden = access.within(self.scopes, source, similar)
+        similar, hidden = access.within(self.scopes, source, similar, self.root)
         if hidden and check_similar:
             warnings.append(f"it duplicates or contradicts {hidden} stored fact{'s' if hidden > 1 else ''} outside "
                             "its read scope (a person sees which)")
@@ -450,7 +450,7 @@ class WriteGate:
                                     access.rel(self.root, self.facts.path_for(target)), "accept")
             old = self._superseded(target, waiting.text)
             if old is not None and not access.may_supersede(self.scopes, source, access.rel(self.root, old.path)):
-                named = old.key if access.fact_readable(self.scopes, source, old.key) else access.OUTSIDE
+                named = old.key if access.fact_readable(self.scopes, source, old.key, self.root) else access.OUTSIDE
                 warnings.append(f"{target} contradicts {named}, outside its review scope {access.SAID}: that fact "
                                 "is left as it is; a person decides which one holds")
                 old = None

@@ -191,7 +191,7 @@ class Facts:
         target = proposal.extra.get("proposes")
         key = target if isinstance(target, str) else proposal.key
         who = self._vault.reader(reader).source
-        found = [shown_match(self._vault.config.scopes, who, m)
+        found = [shown_match(self._vault.config.scopes, who, m, self._vault.root)
                  for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
         return [{"key": m["key"], "values": m.get("values", {})} for m in found]
 
