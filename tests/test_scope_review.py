@@ -313,3 +313,17 @@ def test_what_a_write_is_told_names_no_link_to_a_fact_outside_the_read_scope(tea
     fact = v.facts.set("web/pg", SECRET_DB.replace("5432", "6543"), source="agent:deployer")
     said = repr(fact.similar) + " ".join(fact.warnings)
     assert "web/leak" not in said and "5432" not in said and "outside its read scope" in said
+
+
+def test_proc_run_outside_the_scope_says_the_same_whether_the_runbook_exists_or_not(team):
+    """`proc show` says the same for a runbook outside the scope and for none; `proc run` said 'no procedure named
+    db/nothing' for the one and named the other's file (procedures/db/restore.sh) in its refusal."""
+    v = team
+    lines = {}
+    for name in ("db/restore", "db/nothing"):
+        out = run(v, "proc", "run", name, source="agent:deployer")
+        assert out.exit_code == 1 and "outside its read scope" in out.output, out.output
+        lines[name] = out.output.replace(name, "NAME")
+    assert lines["db/restore"] == lines["db/nothing"] and ".sh" not in lines["db/restore"]
+    ran = run(v, "proc", "run", "web/reload", source="agent:deployer")  # it runs (its exit is nginx's)
+    assert "outside its read scope" not in ran.output and "error" not in ran.output

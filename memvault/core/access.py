@@ -114,6 +114,19 @@ def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: st
                                    f'[scopes."{scope.source if scope is not None else source}"]')
 
 
+def refuse_procedure(reader: Reader, name: str, found: Path | None, root: Path) -> None:
+    """Refuse the runbook ``name`` to ``reader`` unless the file it names (``found``; None: no such file) is in its
+    read scope. The file decides, never the name: the runbook "web" is ``procedures/web.sh``, beside a folder
+    ``procedures/web/`` a pattern may cover. A name with no file is refused unless a file of that name in the scope
+    could exist; the line is the same either way (it never says whether, nor with what extension, a file outside
+    exists)."""
+    if reader.scope is None:
+        return
+    where = rel(root, found) if found is not None else f"procedures/{name}.x"
+    if not reader.allows(where, root):
+        raise ScopeRefused(reader.source, f"read procedure {name} (procedures/{name}): outside its read scope {SAID}")
+
+
 @dataclass(frozen=True)
 class Reader:
     """What one source may read: ``allows(path)``; ``scope`` None means the whole vault. With the vault's ``root``

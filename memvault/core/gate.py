@@ -670,10 +670,14 @@ class WriteGate:
         self.require(Op.RUN_PROCEDURE, source)
         if allow_dirty and not self.policy.is_trusted(source):
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
+        scope = self.scopes.for_source(source)
+        if scope is not None:  # before the store is asked: "no procedure named ..." is news of what is not there
+            try:
+                found: Path | None = self.procedures.path_of(name)
+            except MemvaultError:
+                found = None
+            access.refuse_procedure(access.Reader(source, scope, self.root), name, found, self.root)
         proc = self.procedures.get(name)
-        if self.scopes.for_source(source) is not None:
-            access.Reader(source, self.scopes.for_source(source), self.root).refuse(access.rel(self.root, proc.path),
-                                                                           f"procedure {name}")
         # The run is recorded as an episode: a source that may not append one is refused before the script starts
         # (a side effect without its record, otherwise).
         self.require(Op.APPEND_EPISODE, source)

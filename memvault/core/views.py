@@ -10,14 +10,14 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from ..rules.errors import FactParseError, MemvaultError, ScopeRefused, SecretRefused
+from ..rules.errors import FactParseError, MemvaultError, SecretRefused
 from ..rules.trust import Policy
 from ..rules.validation import Problem
 from ..stores.episodes import Episode, EpisodeLog
 from ..stores.facts import Fact
 from ..stores.gitstore import LogEntry
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
-from .access import SAID
+from .access import refuse_procedure
 
 #: The facade the views belong to (memvault.core.vault.Vault, which builds them: not imported back, so the two
 #: modules form no cycle).
@@ -263,20 +263,12 @@ class Procedures:
     def get(self, name: str, *, path: Path | None = None, reader: str | None = None) -> Procedure:
         """The runbook ``name``; ScopeRefused when ``reader`` may not read it (its text is not returned)."""
         who = self._vault.reader(reader)
-        if who.scope is not None:
-            # The file decides, never the name: the runbook "web" is procedures/web.sh, beside the folder
-            # procedures/web/ that a read pattern may cover, and a pattern may name the file itself
-            # (procedures/web/reload.sh). A name with no file is refused unless a file of that name in the scope
-            # could exist: the refusal never says whether a file outside exists.
+        if who.scope is not None:  # the file decides, never the name (see access.refuse_procedure)
             try:
                 found: Path | None = self.store.path_of(name) if path is None else path
             except MemvaultError:
                 found = None
-            where = (found.relative_to(self._vault.root).as_posix() if found is not None
-                     else f"procedures/{name}.x")
-            if not who.allows(where):
-                raise ScopeRefused(who.source, f"read procedure {name} (procedures/{name}): outside its read scope "
-                                               f"{SAID}")
+            refuse_procedure(who, name, found, self._vault.root)
         return self.store.get(name, path=path)
 
     def list(self, problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Procedure]:
