@@ -196,3 +196,34 @@ def test_memvault_source_is_who_the_view_acts_as(team, monkeypatch, source, sees
         assert ("db/main" in keys) is sees_db
         assert client.get("/scopes?format=json").json()["acting_as"] == source
         assert ("db/pool" in json.dumps(client.get("/inbox?format=json").json())) is sees_db
+
+
+@pytest.fixture
+def linked(team):
+    """Links under the deployer's read paths: two to files outside them, one to a file inside (before the view
+    starts: request it before ``ui``)."""
+    os.symlink("../db/main.md", team.root / "facts/web/leak.md")
+    os.symlink("nginx.md", team.root / "facts/web/alias.md")
+    os.symlink("../db/restore.sh", team.root / "procedures/web/leak.sh")
+    team.index.sync()
+    return team
+
+
+def test_a_scoped_view_reads_a_link_as_what_it_points_at(linked, ui):
+    """facts/web/leak.md -> ../db/main.md: the facts list, the fact page, the procedures and the recall playground
+    of a view acting as the deployer showed db/main's and db/restore's text under the link's name."""
+    deadline = time.monotonic() + 30
+    keys: list[str] = []
+    while "web/alias" not in keys and time.monotonic() < deadline:  # the view's refresher has indexed the links
+        keys = [f["key"] for f in ui.get("/facts?format=json").json()["facts"]]
+        time.sleep(0.3)
+    assert "web/alias" in keys and "web/leak" not in keys
+    page = ui.get("/fact/web/leak")
+    assert page.status_code >= 400 and "5432" not in page.text and "outside its read scope" in page.text
+    assert "nginx on web01" in ui.get("/fact/web/alias").text
+    procs = ui.get("/procedures?format=json").json()
+    assert [p["name"] for p in procs["procedures"]] == ["web/reload"]
+    page = ui.get("/procedure/web/leak")
+    assert page.status_code >= 400 and "db01 maintenance" not in page.text
+    found = ui.get("/recall?q=db01+postgres+primary+port+restore&format=json").text
+    assert "5432" not in found and "db/restore" not in found and "web/leak" not in found

@@ -7,6 +7,7 @@ gets None from every question that would limit it, so it behaves as before scope
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,24 +69,34 @@ def auto_accept(scopes: Scopes, source: str, path: str) -> tuple[str, str] | Non
 OUTSIDE = "(a fact outside its read scope)"
 
 
-def fact_readable(scopes: Scopes, source: str, key: str) -> bool:
-    scope = scopes.for_source(source)
-    return scope is None or scope.may("read", f"facts/{key}.md")
+def fact_readable(scopes: Scopes, source: str, key: str, root: Path | None = None) -> bool:
+    """Whether ``source`` may read the fact ``key``; with the vault's ``root``, a fact file that is a link is read as
+    what it points at (:meth:`Reader.allows`)."""
+    return Reader(source, scopes.for_source(source), root).allows(f"facts/{key}.md")
 
 
-def within(scopes: Scopes, source: str, matches: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+def within(scopes: Scopes, source: str, matches: list[dict[str, Any]],
+           root: Path | None = None) -> tuple[list[dict[str, Any]], int]:
     """The matches (``{"key": ...}``: near-duplicates, contradictions) whose fact ``source`` may read, and how many
     others there were: a write's answer never names a fact, nor quotes a value, outside the writer's read scope."""
-    shown = [m for m in matches if fact_readable(scopes, source, m["key"])]
+    shown = [m for m in matches if fact_readable(scopes, source, m["key"], root)]
     return shown, len(matches) - len(shown)
 
 
-def shown_match(scopes: Scopes, source: str, match: dict[str, Any]) -> dict[str, Any]:
+def shown_match(scopes: Scopes, source: str, match: dict[str, Any], root: Path | None = None) -> dict[str, Any]:
     """``match`` as a report to ``source`` shows it: unchanged when it may read that fact, else with no key, no
     differing words and no values (they quote the stored text)."""
-    if fact_readable(scopes, source, match["key"]):
+    if fact_readable(scopes, source, match["key"], root):
         return match
     return {"key": OUTSIDE, "kind": match.get("kind"), "differing": [], "values": {}}
+
+
+def may_supersede(scopes: Scopes, source: str, path: str) -> bool:
+    """Whether ``source``'s accept of a proposal may mark the stored fact at ``path`` (vault-relative) superseded.
+    That is a change to that fact, which recall then hides from every reader: only where ``source``'s ``review``
+    paths reach (a source no scope names: as before, the trust table decides who accepts at all)."""
+    scope = scopes.for_source(source)
+    return scope is None or scope.may("review", path)
 
 
 def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: str, action: str) -> None:
@@ -103,17 +114,50 @@ def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: st
                                    f'[scopes."{scope.source if scope is not None else source}"]')
 
 
+def refuse_procedure(reader: Reader, name: str, found: Path | None, root: Path) -> None:
+    """Refuse the runbook ``name`` to ``reader`` unless the file it names (``found``; None: no such file) is in its
+    read scope. The file decides, never the name: the runbook "web" is ``procedures/web.sh``, beside a folder
+    ``procedures/web/`` a pattern may cover. A name with no file is refused unless a file of that name in the scope
+    could exist; the line is the same either way (it never says whether, nor with what extension, a file outside
+    exists)."""
+    if reader.scope is None:
+        return
+    where = rel(root, found) if found is not None else f"procedures/{name}.x"
+    if not reader.allows(where, root):
+        raise ScopeRefused(reader.source, f"read procedure {name} (procedures/{name}): outside its read scope {SAID}")
+
+
 @dataclass(frozen=True)
 class Reader:
-    """What one source may read: ``allows(path)``; ``scope`` None means the whole vault."""
+    """What one source may read: ``allows(path)``; ``scope`` None means the whole vault. With the vault's ``root``
+    (resolved), a path that leads through a link is read as what the link points at, and must be allowed too."""
 
     source: str
     scope: Scope | None
+    root: Path | None = None
 
     def allows(self, path: Path | str, root: Path | None = None) -> bool:
         if self.scope is None:
             return True
-        return self.scope.may("read", rel(root, path) if root is not None else Path(path).as_posix())
+        base = root if root is not None else self.root
+        where = rel(base, path) if base is not None else Path(path).as_posix()
+        return self.scope.may("read", where) and (base is None or self._target_allowed(base, where))
+
+    def _target_allowed(self, base: Path, where: str) -> bool:
+        """Whether what ``where`` (vault-relative) leads to is readable: a link under a readable folder
+        (facts/web/x.md -> ../db/main.md, a teammate's commit) gives the text of the file it points at, and the
+        scope is about that text. A path with no link on the way (or no file yet) is itself."""
+        full = base / where
+        real = Path(os.path.realpath(full))
+        if real == full:
+            return True
+        try:
+            target = real.relative_to(base).as_posix()
+        except ValueError:
+            # Out of the vault: no store reads through it (each refuses it as a problem), and a problem with a
+            # file under the scope's paths is the reader's to hear.
+            return True
+        return self.scope is not None and self.scope.may("read", target)
 
     def test(self, root: Path) -> Callable[[str], bool] | None:
         """A test of vault-relative paths for recall (None: nothing to filter)."""

@@ -366,12 +366,12 @@ class WriteGate:
             self.facts.check_text(key, text)
         similar = self.similar_facts(key, text) if (check_similar or rule) and isinstance(text, str) else []
         warnings: list[str] = []
-        contradicted = [access.shown_match(self.scopes, source, m)["key"] for m in similar if m["kind"] == "conflict"]
+        contradicted = [access.shown_match(self.scopes, source, m, self.root)["key"] for m in similar if m["kind"] == "conflict"]
         if rule is not None and contradicted:
             warnings.append(f"not accepted by the auto_accept rule {rule[1]!r}: it contradicts "
                             f"{', '.join(dict.fromkeys(contradicted))}; it waits in the inbox for a person")
             rule = None
-        similar, hidden = access.within(self.scopes, source, similar)
+        similar, hidden = access.within(self.scopes, source, similar, self.root)
         if hidden and check_similar:
             warnings.append(f"it duplicates or contradicts {hidden} stored fact{'s' if hidden > 1 else ''} outside "
                             "its read scope (a person sees which)")
@@ -454,6 +454,11 @@ class WriteGate:
             access.review_or_refuse(self.scopes, source, waiting.source,
                                     access.rel(self.root, self.facts.path_for(target)), "accept")
             old = self._superseded(target, waiting.text)
+            if old is not None and not access.may_supersede(self.scopes, source, access.rel(self.root, old.path)):
+                named = old.key if access.fact_readable(self.scopes, source, old.key, self.root) else access.OUTSIDE
+                warnings.append(f"{target} contradicts {named}, outside its review scope {access.SAID}: that fact "
+                                "is left as it is; a person decides which one holds")
+                old = None
             changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None)
             target = self.facts.key_for(changes[0].path) or key
             if old is not None:
@@ -670,10 +675,14 @@ class WriteGate:
         self.require(Op.RUN_PROCEDURE, source)
         if allow_dirty and not self.policy.is_trusted(source):
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
+        scope = self.scopes.for_source(source)
+        if scope is not None:  # before the store is asked: "no procedure named ..." is news of what is not there
+            try:
+                found: Path | None = self.procedures.path_of(name)
+            except MemvaultError:
+                found = None
+            access.refuse_procedure(access.Reader(source, scope, self.root), name, found, self.root)
         proc = self.procedures.get(name)
-        if self.scopes.for_source(source) is not None:
-            access.Reader(source, self.scopes.for_source(source)).refuse(access.rel(self.root, proc.path),
-                                                                           f"procedure {name}")
         # The run is recorded as an episode: a source that may not append one is refused before the script starts
         # (a side effect without its record, otherwise).
         self.require(Op.APPEND_EPISODE, source)

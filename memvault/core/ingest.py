@@ -235,7 +235,7 @@ def _ingest_fact(gate: WriteGate, item: dict[str, Any], *, source: str,
                   confidence=item.get("confidence"), tags=item.get("tags"), valid_until=item.get("valid_until"))
     conflict = next((m for m in matches if m["kind"] == "conflict"), None)
     if conflict is not None:
-        conflict = access.shown_match(gate.scopes, source, conflict)
+        conflict = access.shown_match(gate.scopes, source, conflict, gate.root)
         # Neither side is lost: the stored fact stays as it is, the candidate waits in the inbox for a person.
         fact = gate.set_fact(key, text, source=source, **fields, allow_secret=allow_secret, extra=claim or None,
                              check_similar=False, propose=True)
@@ -254,7 +254,7 @@ def _ingest_fact(gate: WriteGate, item: dict[str, Any], *, source: str,
         return "merged", {"into": into.key, **_warned(fact)}
     fact = gate.set_fact(key, text, source=source, **fields, allow_secret=allow_secret, extra=claim or None,
                          check_similar=False)
-    shown = access.shown_match(gate.scopes, source, duplicate)["key"] if duplicate is not None else None
+    shown = access.shown_match(gate.scopes, source, duplicate, gate.root)["key"] if duplicate is not None else None
     entry = {"key": fact.key, **({"duplicate_of": shown} if shown is not None else {}), **claim,
              **_warned(fact)}
     if fact.quarantined:

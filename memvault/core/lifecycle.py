@@ -17,6 +17,7 @@ from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
 from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
+from . import access
 from .episode_sync import drop_aside
 from .gate import WriteGate
 from .retention import in_force as retention_in_force, save as save_retention
@@ -157,12 +158,13 @@ def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) ->
     """Finish a purge that was killed part-way (its journal is still in the state directory): what it had not
     removed yet is removed, and everything is committed as that purge's one commit, through the commit's checks.
     Run by :meth:`WriteGate.lock` for a write by ``writer``, under the write lock the caller holds, after that
-    write's own trust check; ``writer`` and the purge's own source must both still be allowed to purge. What to
-    tell the person."""
+    write's own trust check; ``writer`` (by [trust], and no scope naming it) and the purge's own source must both
+    still be allowed to purge. What to tell the person."""
     journal = gate.state_dir / PURGE_JOURNAL
     if not journal.is_file():
         return []
-    if not gate.policy.allows(Op.PURGE, writer):
+    # A scope forbids its source every whole-vault operation, a purge included, whatever [trust] lets it do.
+    if not gate.policy.allows(Op.PURGE, writer) or gate.scopes.for_source(writer) is not None:
         return [pending_purge(gate.state_dir) or ""]
     try:
         planned = json.loads(journal.read_text(encoding="utf-8"))
@@ -268,10 +270,11 @@ def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ staleness
-def stale(gate: WriteGate, at: datetime | None = None) -> list[dict[str, Any]]:
-    """Stale facts with the reason and the date of their last commit."""
+def stale(gate: WriteGate, at: datetime | None = None, *, source: str | None = None) -> list[dict[str, Any]]:
+    """Stale facts with the reason and the date of their last commit: those ``source`` may read ([scopes])."""
     out = []
-    for fact in gate.facts.iter():
+    reader = access.Reader(source or "", gate.scopes.for_source(source), gate.root)
+    for fact in reader.only(gate.facts.iter(), lambda f: f.path, gate.root):
         reason = stale_reason(fact, gate.config.facts.review_after, at)
         if reason is None:
             continue
@@ -303,6 +306,8 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False, allow_secret: bo
     """Duplicate groups and conflicts over the whole vault; ``apply`` merges each group into one fact."""
     if apply:
         gate.require(Op.DEDUP, source)
+    else:  # the preview reads every fact of the vault, and names them: not a scoped source's to see
+        access.whole_vault_or_refuse(gate.scopes, Op.DEDUP, source)
     settings = gate.config.facts
     problems: list[Problem] = []
     facts = {f.key: f for f in gate.facts.iter(problems)}
@@ -356,6 +361,8 @@ def expire(gate: WriteGate, *, source: str, apply: bool = False, at: datetime | 
     their creation when never used); ``apply`` removes them in one commit."""
     if apply:
         gate.require(Op.EXPIRE, source)
+    else:  # the preview reads every fact of the vault, and names them: not a scoped source's to see
+        access.whole_vault_or_refuse(gate.scopes, Op.EXPIRE, source)
     settings = gate.config.facts
     current = at or now()
     problems: list[Problem] = []

@@ -280,7 +280,7 @@ def _import_fact(vault: Vault, item: Item, entry: dict[str, Any], report: Import
                 gate.accept(key, source=source)
             report.added.append({**entry, "reason": "accepted the proposal an earlier import left"})
             return
-    similar = [access.shown_match(gate.scopes, source, m) for m in gate.similar_facts(key, text)]
+    similar = [access.shown_match(gate.scopes, source, m, gate.root) for m in gate.similar_facts(key, text)]
     conflict = next((m for m in similar if m["kind"] == "conflict"), None)
     if conflict is not None:
         report.conflicts.append({**entry, "with": conflict["key"], "differing": conflict["differing"],

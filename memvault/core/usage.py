@@ -42,7 +42,7 @@ def used(gate: WriteGate, refs: Sequence[str], *, source: str) -> Counted:
     most :data:`MAX_USED` refs (frequency is a ranking signal, not a counter to pump)."""
     if len(refs) > MAX_USED:
         raise InvalidValue("refs", f"at most {MAX_USED} memories per report, not {len(refs)}")
-    reader = Reader(source, gate.scopes.for_source(source))
+    reader = Reader(source, gate.scopes.for_source(source), gate.root)
     keys, missing = [], []
     for ref in dict.fromkeys(refs):
         kind, sep, item = ref.partition(":")

@@ -292,7 +292,7 @@ class Vault:
         """What ``source`` (None: who this process acts for) may read under ``[scopes]``: every read of the facade
         (recall, facts, episodes, procedures, export, session context) is filtered by it."""
         who = self._source(source)
-        return Reader(who, self.config.scopes.for_source(who))
+        return Reader(who, self.config.scopes.for_source(who), self.root)
 
     def scopes(self) -> dict[str, Any]:
         """Who may do what (``memvault scopes``): each scope's paths, and the trust patterns beside them."""
@@ -579,10 +579,11 @@ class Vault:
         return lifecycle.purge(self.gate, pattern, source=self._source(source), dry_run=dry_run,
                                allow_secret=allow_secret)
 
-    def stale(self, at: datetime | None = None) -> list[dict[str, Any]]:
+    def stale(self, at: datetime | None = None, *, source: str | None = None) -> list[dict[str, Any]]:
+        """Stale facts (see :func:`lifecycle.stale`) that ``source`` (default: who the vault acts for) may read."""
         from . import lifecycle
 
-        return lifecycle.stale(self.gate, at)
+        return lifecycle.stale(self.gate, at, source=self._source(source))
 
     def verify(self, key: str, *, source: str | None = None, allow_secret: bool = False) -> Fact:
         return self.gate.verify(key, source=self._source(source), allow_secret=allow_secret)

@@ -17,6 +17,7 @@ from ..stores.episodes import Episode, EpisodeLog
 from ..stores.facts import Fact
 from ..stores.gitstore import LogEntry
 from ..stores.procedures import Procedure, ProcedureStore, RunResult
+from .access import refuse_procedure
 
 #: The facade the views belong to (memvault.core.vault.Vault, which builds them: not imported back, so the two
 #: modules form no cycle).
@@ -164,6 +165,8 @@ class Facts:
         ``again(error)`` says so, else the error is raised. None when nothing changed.
         """
         path = self.store.path_for(key)
+        # The editor is shown the file: a read, refused as `fact get` is before anything is read.
+        self._vault.reader(source).refuse(self._rel(path), f"fact {key}")
         original = path.read_text(encoding="utf-8") if path.is_file() else NEW_FACT_TEMPLATE
         text = original
         while True:
@@ -188,13 +191,18 @@ class Facts:
         target = proposal.extra.get("proposes")
         key = target if isinstance(target, str) else proposal.key
         who = self._vault.reader(reader).source
-        found = [shown_match(self._vault.config.scopes, who, m)
+        found = [shown_match(self._vault.config.scopes, who, m, self._vault.root)
                  for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
         return [{"key": m["key"], "values": m.get("values", {})} for m in found]
 
-    def history(self, key: str, *, follow: bool = True) -> list[LogEntry]:
-        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`)."""
-        return self._vault.git_log(self.store.path_for(key), follow=follow)
+    def history(self, key: str, *, follow: bool = True, reader: str | None = None) -> list[LogEntry]:
+        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`). ScopeRefused
+        when ``reader`` (default: who the vault acts for) may not read it; for a scoped reader the history is that
+        of its path only: ``follow`` would go on into the file it was renamed or copied from, another path."""
+        path = self.store.path_for(key)
+        who = self._vault.reader(reader)
+        who.refuse(self._rel(path), f"fact {key}")
+        return self._vault.git_log(path, follow=follow and who.scope is None)
 
 
 class Episodes:
@@ -255,13 +263,12 @@ class Procedures:
     def get(self, name: str, *, path: Path | None = None, reader: str | None = None) -> Procedure:
         """The runbook ``name``; ScopeRefused when ``reader`` may not read it (its text is not returned)."""
         who = self._vault.reader(reader)
-        if who.scope is not None and not who.allows(f"procedures/{name}"):
-            try:  # a pattern may name the file (procedures/web/reload.sh); the refusal never says whether it exists
+        if who.scope is not None:  # the file decides, never the name (see access.refuse_procedure)
+            try:
                 found: Path | None = self.store.path_of(name) if path is None else path
             except MemvaultError:
                 found = None
-            if found is None or not who.allows(found.relative_to(self._vault.root).as_posix()):
-                who.refuse(f"procedures/{name}", f"procedure {name}")
+            refuse_procedure(who, name, found, self._vault.root)
         return self.store.get(name, path=path)
 
     def list(self, problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Procedure]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
+from ..rules.markup import printable
 from ..rules.fsutil import (ensure_dir, lock_held, open_private, remove, rename, replace, try_lock,
                             write_new_exclusive)
 from ..rules.places import state_dir_for
@@ -275,7 +276,7 @@ def pre_commit(vault_root: Path, out=None) -> int:
     out = out or sys.stderr
     problems = check_staged(vault_root)
     for problem in problems:
-        print(f"memvault pre-commit: {problem}", file=out)
+        print(printable(f"memvault pre-commit: {problem}"), file=out)
     if problems:
         print(f"memvault pre-commit: commit refused ({len(problems)} problem{'s' if len(problems) > 1 else ''}); "
               "fix the files and 'git add' them again", file=out)
@@ -334,7 +335,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
                       f"{report.chunks_embedded} chunks embedded, {report.chunks_pending} pending, "
                       f"{time.monotonic() - started:.2f} s{model}", file=out, flush=True)
                 for warning in report.warnings + report.problems:
-                    print(f"  warning: {warning}", file=out, flush=True)
+                    print(printable(f"  warning: {warning}"), file=out, flush=True)
         if not flag.exists():  # a request that came in as the lock was released is served, not lost
             return 0
 
@@ -364,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_reindex(root)
         return 0
     except Exception as exc:  # noqa: BLE001 - the one funnel: one line, never a traceback into git's output
-        print(f"memvault {options.hook}: error: {describe(exc)[0]}", file=sys.stderr)
+        print(printable(f"memvault {options.hook}: error: {describe(exc)[0]}"), file=sys.stderr)
         # A broken check must not silently let everything through, nor a failed reindex block git.
         return 1 if options.hook in ("pre-commit", "reindex-worker") else 0
 

@@ -34,6 +34,7 @@ from ..index.changes import RELEVANT_EVENTS, is_relevant
 from ..index.update import SyncReport
 from ..rules.errors import UnsafePath, WatcherRunning, describe
 from ..rules.fsutil import atomic_write, lock_held, remove, try_lock
+from ..rules.markup import printable
 from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ Log = Callable[[str], None]
 
 
 def default_log(message: str) -> None:
-    """One line on stderr, stamped with the local time (a terminal or a journal reads it as it comes)."""
-    print(f"{datetime.now():%H:%M:%S} {message}", file=sys.stderr, flush=True)
+    """One line on stderr, stamped with the local time (a terminal or a journal reads it as it comes). File names in it
+    are a teammate's choice (a committed link named with an escape sequence): shown, never obeyed by the terminal."""
+    print(printable(f"{datetime.now():%H:%M:%S} {message}"), file=sys.stderr, flush=True)
 
 
 class Watcher:

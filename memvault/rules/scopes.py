@@ -53,12 +53,19 @@ def _regex(pattern: str) -> re.Pattern[str]:
         piece = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part)
         out.append(piece + ("/" if i < len(parts) - 1 else ""))
     text = "".join(out)
-    return re.compile(text + ("(?:/.*)?" if folder else ""), re.S)
+    # A trailing "/" says folder: what is in it, as "folder/**" (never a file of the folder's own name, such as the
+    # runbook procedures/web beside procedures/web/); a last part without a wildcard may be either.
+    inside = pattern.endswith("/") and parts[-1] != "**"  # "facts/web/**/" is "facts/web/**"
+    return re.compile(text + ("/.+" if inside else "(?:/.*)?" if folder else ""), re.S)
 
 
 def matches(pattern: str, path: str) -> bool:
-    """Whether the vault-relative ``path`` (``facts/web/nginx.md``) falls under ``pattern``."""
-    return _regex(pattern).fullmatch(path.strip("/")) is not None
+    """Whether the vault-relative ``path`` (``facts/web/nginx.md``) falls under ``pattern``. A path that is not plain
+    (``..``, ``.``, ``//``, a backslash) falls under none: ``facts/web/../db/main.md`` is not in ``facts/web/``."""
+    plain = path.strip("/")
+    if "\\" in plain or any(part in ("", ".", "..") for part in plain.split("/")):
+        return False
+    return _regex(pattern).fullmatch(plain) is not None
 
 
 def check_pattern(pattern: Any) -> str:

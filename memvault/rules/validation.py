@@ -18,6 +18,9 @@ KEY_MAX = 200
 SOURCE_MAX = 200
 TAG_MAX = 64
 TAGS_MAX = 64
+#: A category is a word or a few, shown beside the key: one line of at most this many characters.
+CATEGORY_MAX = 200
+KIND_MAX = 64
 _SEGMENT = re.compile(r"[a-z0-9][a-z0-9._-]*")
 # URI characters without quotes, angle brackets and backslashes: a source is printed inside attributes.
 SOURCE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z0-9._~:/?#@!$&()*+,;=%-]+")
@@ -63,11 +66,12 @@ def validate_key(key: object, what: str = "a key") -> str:
     """Return ``key`` if it is a valid fact key (or procedure name), else raise :class:`InvalidKey` saying why."""
     if not isinstance(key, str) or not key:
         raise InvalidKey(str(key), f"{what} must not be empty")
+    if len(key) > KEY_MAX:  # first: a 50 MB argument is neither escaped whole nor repeated in the message
+        shown = key[:40].encode("unicode_escape").decode("ascii")
+        raise InvalidKey(shown + "...", f"{what} has at most {KEY_MAX} characters (this one has {len(key)})")
     shown = key.encode("unicode_escape").decode("ascii")
     if any(ord(c) < 32 or ord(c) == 127 for c in key):
         raise InvalidKey(shown, f"{what} must not contain control characters (newline, tab, NUL)")
-    if len(key) > KEY_MAX:
-        raise InvalidKey(shown[:40] + "...", f"{what} has at most {KEY_MAX} characters (this one has {len(key)})")
     if "\\" in key:
         raise InvalidKey(key, "use '/' between segments, not '\\'")
     if key.startswith("/"):
@@ -97,9 +101,22 @@ def validate_source(source: object, name: str = "source") -> str:
 
 
 def validate_kind(kind: object) -> str:
+    if isinstance(kind, str) and len(kind) > KIND_MAX:
+        raise InvalidValue("kind", f"must be one lower-case word of at most {KIND_MAX} characters, not {len(kind)}")
     if not isinstance(kind, str) or not KIND_PATTERN.fullmatch(kind):
         raise InvalidValue("kind", f"{kind!r} must be one lower-case word (raw, summary, procedure_run, ...)")
     return kind
+
+
+def validate_category(category: object, name: str = "category") -> str:
+    """A fact's category, stripped: one short line. Checked before it goes into front matter, where a 50 MB value
+    cost a minute of YAML before the size limit could say no."""
+    if not isinstance(category, str) or not category.strip():
+        raise InvalidValue(name, "must be one non-empty line")
+    if len(category) > CATEGORY_MAX or any(ord(c) < 32 or ord(c) == 127 for c in category):
+        raise InvalidValue(name, f"must be one line of at most {CATEGORY_MAX} characters, without control "
+                                 f"characters ({len(category)} characters given)")
+    return category.strip()
 
 
 def unit_float(value: Any, name: str) -> float:

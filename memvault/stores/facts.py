@@ -19,7 +19,7 @@ from ..rules import frontmatter_edit as fm
 from ..rules.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
 from ..rules.fsutil import FileChange, entry_problem, read_inside, walk
 from ..rules.timeutil import format_time, parse_date, parse_time
-from ..rules.validation import Problem, unit_float, validate_key, validate_tags
+from ..rules.validation import Problem, unit_float, validate_category, validate_key, validate_tags
 
 log = logging.getLogger(__name__)
 
@@ -375,9 +375,7 @@ class FactStore:
             raise InvalidValue("text", "a fact needs some text")
         changes: dict[str, Any] = {}
         if category is not None:
-            if not isinstance(category, str) or not category.strip() or "\n" in category:
-                raise InvalidValue("category", "must be one non-empty line")
-            changes["category"] = category.strip()
+            changes["category"] = validate_category(category)
         if importance is not None:
             changes["importance"] = unit_float(importance, "importance")
         if confidence is not None:

@@ -90,7 +90,7 @@ class Web:
         and how many others were left out (named by no key: a scoped source learns no key outside its scope)."""
         from ...core.access import within
 
-        return within(self.vault.config.scopes, self.source, matches)
+        return within(self.vault.config.scopes, self.source, matches, self.vault.root)
 
     def cached(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
         """``make()``, reused while the index has not changed (a warm process does not redo what did not change)."""
