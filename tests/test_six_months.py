@@ -1,6 +1,9 @@
 """What a user six months into a vault ran into: hand edits, old episodes, a changed model, killed work."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from memvault.rules import frontmatter_edit as fm
 
 
@@ -13,3 +16,20 @@ def test_a_key_given_twice_by_hand_takes_the_new_value_when_it_is_changed():
     again = fm.parse(changed.render())
     assert again.meta["importance"] == 0.1
     assert changed.fm_lines == ["category: redis", "importance: 0.1", "owner: maria"]
+
+
+def test_fact_edit_that_cannot_be_written_keeps_the_edit_and_names_where(invoke, vault, tmp_path, monkeypatch):
+    # The person broke the front matter by hand, then ran `fact edit` to mend it: the write was refused (the
+    # uncommitted broken edit cannot be committed first) and the temp file holding the mend was deleted.
+    invoke("fact", "set", "redis/cache", "maxmemory 4gb on cache1")
+    path = vault.root / "facts/redis/cache.md"
+    path.write_text(path.read_text().replace("source:", "tags: [redis, cache\nsource:"))
+    editor = tmp_path / "ed.py"
+    editor.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
+                      "p.write_text(p.read_text().replace('[redis, cache', '[redis, cache]').replace('4gb', '6gb'))\n")
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
+    r = invoke("fact", "edit", "redis/cache")
+    assert r.exit_code == 1
+    kept = [line.split(" kept in ", 1)[1].strip() for line in r.stderr.splitlines() if " kept in " in line]
+    assert kept, r.stderr
+    assert "6gb" in Path(kept[0]).read_text()
