@@ -33,3 +33,17 @@ def test_fact_edit_that_cannot_be_written_keeps_the_edit_and_names_where(invoke,
     kept = [line.split(" kept in ", 1)[1].strip() for line in r.stderr.splitlines() if " kept in " in line]
     assert kept, r.stderr
     assert "6gb" in Path(kept[0]).read_text()
+
+
+def test_a_model_directory_in_the_shared_config_is_told_the_command_that_really_exists():
+    # The warning sent the person to `memvault model set --model DIR`, a command memvault does not have.
+    from memvault.interfaces.cli import cli
+    from memvault.rules.config import host_only
+
+    found = host_only({"embedding": {"model": "/srv/models/mine"}, "recall": {"reranker": "./models/ce"}})
+    assert len(found) == 2
+    for _section, _key, why in found:
+        for quoted in why.split("`")[1::2]:
+            if quoted.startswith("memvault "):
+                assert quoted.split()[1] in cli.commands, why
+    assert "memvault reindex --model" in found[0][2]

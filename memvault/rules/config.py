@@ -480,9 +480,12 @@ def host_only(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
         table = raw.get(section)
         value = table.get(key) if isinstance(table, dict) else None
         if isinstance(value, str) and value.strip() and looks_like_path(value.strip()):
+            # Name a command that exists: a model directory is set by `reindex --model`; a reranker has none.
+            how = ("`memvault reindex --model DIR` puts it there" if section == "embedding" else
+                   "in the state directory `memvault stats` names")
             out.append((section, key, f"[{section}] {key} = {value!r} is a directory of one host to load a model "
-                                      "from: only this host's local.toml may name one (`memvault model set --model "
-                                      "DIR` puts it there), never the shared memvault.toml"))
+                                      f"from: only this host's local.toml may name one ({how}), never the shared "
+                                      "memvault.toml"))
     return out
 
 
