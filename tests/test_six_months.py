@@ -47,3 +47,20 @@ def test_a_model_directory_in_the_shared_config_is_told_the_command_that_really_
             if quoted.startswith("memvault "):
                 assert quoted.split()[1] in cli.commands, why
     assert "memvault reindex --model" in found[0][2]
+
+
+def test_a_model_set_for_this_host_is_not_said_to_come_from_memvault_toml(tmp_path):
+    # After `reindex --model DIR` was killed, recall warned "memvault.toml asks for model '/models/mine'" while
+    # memvault.toml still named all-MiniLM-L6-v2: the person looked in the wrong file.
+    from memvault import Vault
+    from memvault.rules import config
+    from memvault.rules.fsutil import atomic_write
+
+    v = Vault.init(tmp_path / "vault")
+    toml = v.root / "memvault.toml"
+    assert config.load(toml).model_from == "memvault.toml"
+    local = config.local_path(toml)
+    atomic_write(local, config.set_local_model(toml, str(tmp_path / "models/mine")).encode())
+    loaded = config.load(toml)
+    assert loaded.model == str(tmp_path / "models/mine")
+    assert loaded.model_from == "this host's local.toml"

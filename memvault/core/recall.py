@@ -307,7 +307,7 @@ def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
     if mode == "keyword":
         return None
     if identity is not None and not config.wants_model(identity):
-        warnings.append(f"memvault.toml asks for model {config.model!r} but the index holds vectors of "
+        warnings.append(f"{config.model_from} asks for model {config.model!r} but the index holds vectors of "
                         f"{identity.name!r}: keyword-only results until 'memvault reindex' rebuilds it")
         return None
     try:

@@ -361,6 +361,9 @@ class Config:
     #: What :func:`load` left out of memvault.toml and why (a command or a model directory: host-only), one line
     #: each, for the person to hear.
     ignored: tuple[str, ...] = ()
+    #: The file that names the embedding model: this host's ``local.toml`` names a model directory, so a message
+    #: about the model names the file the person would look in.
+    model_from: str = "memvault.toml"
 
     # Short names for the settings read everywhere.
     @property
@@ -579,6 +582,8 @@ def load(path: Path) -> Config:
         for name, table in local.items():
             raw[name] = {**raw.get(name, {}), **table}
     config = from_dict(raw, path)
+    if isinstance(local.get("embedding"), dict) and "model" in local["embedding"]:
+        config = replace(config, model_from="this host's local.toml")
     return replace(config, ignored=tuple(ignored)) if ignored else config
 
 
