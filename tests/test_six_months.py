@@ -64,3 +64,14 @@ def test_a_model_set_for_this_host_is_not_said_to_come_from_memvault_toml(tmp_pa
     loaded = config.load(toml)
     assert loaded.model == str(tmp_path / "models/mine")
     assert loaded.model_from == "this host's local.toml"
+
+
+def test_a_month_file_saved_with_a_byte_order_mark_keeps_its_first_line():
+    # An editor on Windows saved episodes/2026-12.jsonl with a BOM (and CRLF): line 1 was "not valid JSON at
+    # column 1" from then on, so it was out of recall, and prune kept it for ever as unreadable.
+    from memvault.stores.episodes import parse_line
+
+    line = '\ufeff{"id": "01M95H2GFK2TQ60XEBEWT9HAYH", "created_at": "2026-12-01T10:00:00Z", "source": "user:maria", ' \
+           '"kind": "raw", "text": "disk at 91% on db1"}\r'
+    episode = parse_line(line, Path("episodes/2026-12.jsonl"), 1)
+    assert episode.text == "disk at 91% on db1" and episode.source == "user:maria"
