@@ -75,3 +75,20 @@ def test_a_month_file_saved_with_a_byte_order_mark_keeps_its_first_line():
            '"kind": "raw", "text": "disk at 91% on db1"}\r'
     episode = parse_line(line, Path("episodes/2026-12.jsonl"), 1)
     assert episode.text == "disk at 91% on db1" and episode.source == "user:maria"
+
+
+def test_memvault_toml_saved_with_a_byte_order_mark_is_told_as_such(tmp_path):
+    # Saved as "UTF-8 with BOM": every command failed with "invalid TOML: Invalid statement (at line 1, column 1)"
+    # on a line that looks right in any editor.
+    import pytest
+
+    from memvault.rules import config
+    from memvault.rules.errors import ConfigError
+
+    path = tmp_path / "memvault.toml"
+    text = '[retention]\nraw = "60d"\n'
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    for read in (lambda: config.load(path), lambda: config.from_text("\ufeff" + text, path)):
+        with pytest.raises(ConfigError) as caught:
+            read()
+        assert "byte-order mark" in str(caught.value) and str(path) in str(caught.value)

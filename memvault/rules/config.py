@@ -503,19 +503,28 @@ def holds_config(folder: Path) -> bool:
 TOML_MAX = 1 << 20
 
 
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    """``text`` as TOML; a byte-order mark (an editor's "UTF-8 with BOM") is named, not "line 1, column 1"."""
+    if text.startswith("\ufeff"):
+        raise ConfigError(path, "starts with a byte-order mark (saved as 'UTF-8 with BOM'), which TOML does not "
+                                "allow: save it as UTF-8 without one")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"invalid TOML: {exc}") from None
+
+
 def _read_toml(path: Path) -> dict[str, Any] | None:
     from .errors import LimitExceeded, UnsafePath
     from .fsread import read_regular
 
     try:
         text = read_regular(path, limit=TOML_MAX).decode("utf-8")
-        return tomllib.loads(text)
+        return _parse_toml(text, path)
     except FileNotFoundError:
         return None
     except (UnsafePath, LimitExceeded) as exc:
         raise ConfigError(path, getattr(exc, "reason", str(exc))) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, f"invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
@@ -553,10 +562,7 @@ def local_overrides(path: Path) -> dict[str, Any]:
 def from_text(text: str, path: Path) -> Config:
     """Validate the text of a memvault.toml (``path`` names it in errors), without this host's overrides: what the
     write gate and the pre-commit hook check before a hand-edited one is committed."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, f"invalid TOML: {exc}") from None
+    raw = _parse_toml(text, path)
     refused = host_only(raw)
     if refused:
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
