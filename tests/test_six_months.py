@@ -92,3 +92,26 @@ def test_memvault_toml_saved_with_a_byte_order_mark_is_told_as_such(tmp_path):
         with pytest.raises(ConfigError) as caught:
             read()
         assert "byte-order mark" in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_restore_killed_before_its_commit_is_committed_by_the_next_one(vault, tmp_path):
+    # `memvault import memvault export.jsonl` killed after writing files but before its one commit: the next run
+    # found them "already here", skipped them, and they stayed out of git (untracked) until someone ran sync.
+    from memvault import Vault
+    from memvault.core.transfer import restore_items, snapshot
+    from memvault.interfaces.transfer import read
+    from memvault.interfaces.transfer.memvault import write_jsonl
+
+    vault.facts.set("db/primary", "db1 listens on 5432", source="user:maria")
+    vault.facts.set("db/replica", "db2 follows db1", source="user:maria")
+    out = tmp_path / "export.jsonl"
+    with open(out, "w") as f:
+        write_jsonl(snapshot(vault), f, "old")
+    fresh = Vault.init(tmp_path / "fresh")
+    written = fresh.root / "facts/db/primary.md"  # what the killed run had written, uncommitted
+    written.parent.mkdir(parents=True)
+    written.write_bytes((vault.root / "facts/db/primary.md").read_bytes())
+    restore_items(fresh, read("memvault", out), source="user:maria")
+    assert fresh.git.run("status", "--porcelain", "--", "facts").strip() == ""
+    tracked = fresh.git.run("ls-files", "facts").split()
+    assert "facts/db/primary.md" in tracked and "facts/db/replica.md" in tracked
