@@ -115,3 +115,15 @@ def test_a_restore_killed_before_its_commit_is_committed_by_the_next_one(vault, 
     assert fresh.git.run("status", "--porcelain", "--", "facts").strip() == ""
     tracked = fresh.git.run("ls-files", "facts").split()
     assert "facts/db/primary.md" in tracked and "facts/db/replica.md" in tracked
+
+
+def test_a_time_that_may_be_an_age_says_an_age_would_do():
+    # `episode list --since yesterday` answered "not an RFC 3339 time or date", though --since takes 30d, 12h, 2w.
+    import pytest
+
+    from memvault.rules.errors import InvalidValue
+    from memvault.rules.timeutil import parse_time_or_age
+
+    with pytest.raises(InvalidValue) as caught:
+        parse_time_or_age("yesterday", "--since")
+    assert "30d" in str(caught.value) and "--since" in str(caught.value)
