@@ -127,3 +127,26 @@ def test_a_time_that_may_be_an_age_says_an_age_would_do():
     with pytest.raises(InvalidValue) as caught:
         parse_time_or_age("yesterday", "--since")
     assert "30d" in str(caught.value) and "--since" in str(caught.value)
+
+
+def test_recall_since_a_few_days_finds_them_among_months_of_like_episodes(vault, models):
+    # Six months of "disk at N%" lines from monitoring: `recall disk --since 2d` said "no memory matches the query
+    # in that time" with dozens there, because the searches took the vault's best rows first and the window
+    # filtered them afterwards; those best rows were all older.
+    from datetime import timedelta
+
+    from memvault import Vault
+    from memvault.rules.timeutil import format_time, now
+
+    toml = vault.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace("\ncandidates = 100\n", "\ncandidates = 20\n")
+                    .replace("\nvector_candidates = 50\n", "\nvector_candidates = 20\n"))
+    v = Vault.open(vault.root, embedder_factory=models)
+    start = now() - timedelta(days=180)
+    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
+                             "at": format_time(start + timedelta(hours=6 * i))} for i in range(720)],
+                           source="agent:monitor")
+    recent = [e for e in v.episodes.iter() if e.time >= now() - timedelta(days=2)]
+    assert len(recent) >= 5
+    hits = v.recall("disk", k=5, kinds=["episode"], since="2d")
+    assert len(hits) == 5, hits.nothing_found

@@ -56,7 +56,7 @@ from ..rules import timeq
 from ..rules.config import FACTORS
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
-from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
+from .candidates import Candidate, Parts, QueryVector, gather, gather_within, vector_width  # noqa: F401 - Parts: API
 from .contradictions import SUPERSEDED_REF
 from .usage import record_shown
 from ..index import KINDS
@@ -388,7 +388,8 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
     if window is not None and not window.phrase:  # since/until: only the episodes of that time
-        candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
+        candidates = gather_within(parts, query, k, kinds, used_mode, qvec, factors, lambda c: _inside(c.doc, window),
+                                   candidates)
     elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
         slower = 1.0 + parts.config.recall.time_weight
         of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
