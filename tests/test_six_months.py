@@ -150,3 +150,25 @@ def test_recall_since_a_few_days_finds_them_among_months_of_like_episodes(vault,
     assert len(recent) >= 5
     hits = v.recall("disk", k=5, kinds=["episode"], since="2d")
     assert len(hits) == 5, hits.nothing_found
+
+
+def test_a_time_in_the_question_finds_that_days_episodes_among_months_of_like_ones(vault, models):
+    # "what happened with redis yesterday" answered with facts and old episodes: yesterday's were not among the
+    # searches' best rows of six months, so the time named had none of its own to rank first.
+    from datetime import timedelta
+
+    from memvault import Vault
+    from memvault.rules.timeutil import format_time, now, parse_time
+
+    toml = vault.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace("\ncandidates = 100\n", "\ncandidates = 20\n")
+                    .replace("\nvector_candidates = 50\n", "\nvector_candidates = 20\n"))
+    v = Vault.open(vault.root, embedder_factory=models)
+    start = now() - timedelta(days=180)
+    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
+                             "at": format_time(start + timedelta(hours=6 * i))} for i in range(720)],
+                           source="user:maria")
+    yesterday = (now() - timedelta(days=1)).date()
+    hits = v.recall("disk yesterday", k=3, kinds=["episode"])
+    assert hits and all(parse_time(h.created, "created").date() == yesterday for h in hits), \
+        [h.created for h in hits]

@@ -387,10 +387,10 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     figures the "nothing known" test read go into ``evidence``)."""
     factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
-    if window is not None and not window.phrase:  # since/until: only the episodes of that time
+    if window is not None and (not window.phrase or parts.config.recall.time_weight):  # k of the window's episodes
         candidates = gather_within(parts, query, k, kinds, used_mode, qvec, factors, lambda c: _inside(c.doc, window),
-                                   candidates)
-    elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
+                                   candidates, only=not window.phrase)  # since/until: only them
+    if window is not None and window.phrase and parts.config.recall.time_weight:  # a time in the question: its first
         slower = 1.0 + parts.config.recall.time_weight
         of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
                            lambda c: not _untrusted_episode(factors.policy, c.key, c.doc))
