@@ -19,17 +19,19 @@ def test_a_key_given_twice_by_hand_takes_the_new_value_when_it_is_changed():
 
 
 def test_fact_edit_that_cannot_be_written_keeps_the_edit_and_names_where(invoke, vault, tmp_path, monkeypatch):
-    # The person broke the front matter by hand, then ran `fact edit` to mend it: the write was refused (the
-    # uncommitted broken edit cannot be committed first) and the temp file holding the mend was deleted.
+    # While the person's editor was open, the file was broken on disk (another hand, a pull): the write was
+    # refused (that uncommitted broken edit cannot be committed first) and the temp file holding what the person
+    # had typed was deleted.
     invoke("fact", "set", "redis/cache", "maxmemory 4gb on cache1")
     path = vault.root / "facts/redis/cache.md"
-    path.write_text(path.read_text().replace("source:", "tags: [redis, cache\nsource:"))
     editor = tmp_path / "ed.py"
     editor.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
-                      "p.write_text(p.read_text().replace('[redis, cache', '[redis, cache]').replace('4gb', '6gb'))\n")
+                      f"f = pathlib.Path({str(path)!r})\nf.write_text(f.read_text().replace('source:', 'tags: [x\\nsource:'))\n"
+                      "p.write_text(p.read_text().replace('4gb', '6gb'))\n")
     monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
     r = invoke("fact", "edit", "redis/cache")
-    assert r.exit_code == 1
+    assert r.exit_code == 1 and "cannot be committed" in r.stderr
+    assert "tags: [x" in path.read_text()
     kept = [line.split(" kept in ", 1)[1].strip() for line in r.stderr.splitlines() if " kept in " in line]
     assert kept, r.stderr
     assert "6gb" in Path(kept[0]).read_text()
@@ -172,3 +174,20 @@ def test_a_time_in_the_question_finds_that_days_episodes_among_months_of_like_on
     hits = v.recall("disk yesterday", k=3, kinds=["episode"])
     assert hits and all(parse_time(h.created, "created").date() == yesterday for h in hits), \
         [h.created for h in hits]
+
+
+def test_fact_edit_mends_a_front_matter_broken_by_hand(invoke, vault, tmp_path, monkeypatch):
+    # The natural way to mend a fact one broke in an editor is `fact edit`: it opened the broken file, and the mend
+    # was refused because the broken edit "cannot be committed first". The editor started from those very bytes,
+    # so the mend carries them forward: nothing is thrown away.
+    invoke("fact", "set", "redis/cache", "maxmemory 4gb on cache1")
+    path = vault.root / "facts/redis/cache.md"
+    path.write_text(path.read_text().replace("source:", "tags: [redis, cache\nsource:"))
+    editor = tmp_path / "ed.py"
+    editor.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
+                      "p.write_text(p.read_text().replace('[redis, cache', '[redis, cache]'))\n")
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
+    r = invoke("fact", "edit", "redis/cache")
+    assert r.exit_code == 0, r.stderr
+    assert vault.facts.get("redis/cache").tags == ["redis", "cache"]
+    assert vault.git.run("status", "--porcelain", "--", "facts").strip() == ""
