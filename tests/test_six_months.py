@@ -191,3 +191,22 @@ def test_fact_edit_mends_a_front_matter_broken_by_hand(invoke, vault, tmp_path, 
     assert r.exit_code == 0, r.stderr
     assert vault.facts.get("redis/cache").tags == ["redis", "cache"]
     assert vault.git.run("status", "--porcelain", "--", "facts").strip() == ""
+
+
+def test_a_model_named_by_hand_that_cannot_load_keeps_the_index_of_the_old_one(vault, models):
+    # memvault.toml edited by hand to a model this host does not have: `reindex` swapped in a keyword-only index for
+    # six months of vectors (6 minutes of embedding at 50k episodes), and going back meant all of it again.
+    from memvault import Vault
+
+    v = Vault.open(vault.root, embedder_factory=models)
+    v.facts.set("db/primary", "db1 listens on 5432", source="user:maria")
+    v.reindex()
+    before = v.index.identity()
+    assert before is not None
+    toml = vault.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace(f'model = "{before.name}"', 'model = "not-here/model"'))
+    models.unavailable.add("not-here/model")
+    v = Vault.open(vault.root, embedder_factory=models)
+    report = v.reindex()
+    assert v.index.identity() is not None and v.index.identity().name == before.name
+    assert any("kept" in w and "not-here/model" in w for w in report.warnings), report.warnings
