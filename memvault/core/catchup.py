@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..index.update import SyncReport
-from ..rules.errors import describe
+from ..rules.errors import ModelUnavailable, describe
 
 if TYPE_CHECKING:
     from ..index.changes import Marks
@@ -42,8 +42,19 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     if rebuild:
         identity = index.identity() if index.exists() else None
         if full or identity is None or not config.wants_model(identity):
-            return index.rebuild(lambda: engine.for_batch(lambda: _texts(index)) if batch else engine.get(),
-                                 progress=progress)
+            if identity is None:
+                return index.rebuild(lambda: engine.for_batch(lambda: _texts(index)) if batch else engine.get(),
+                                     progress=progress)
+            # The vectors there are never traded for none: a model named by hand that this host cannot load left a
+            # keyword-only index in place of six months of embedding, and going back cost all of it again.
+            try:
+                embedder = engine.for_batch(lambda: _texts(index)) if batch else engine.get()
+            except ModelUnavailable as exc:
+                report = index.sync(paths)
+                report.warnings.append(f"{describe(exc)[0]}; the index of {identity.name} is kept (keyword-only "
+                                       f"recall until {config.model} loads, or set the model back to {identity.name})")
+                return report
+            return index.rebuild(lambda: embedder, progress=progress)
     splitter = engine.warm() if load else engine.loaded()
     report = index.publish(splitter=splitter) if publish else SyncReport()
     if marks is not None:

@@ -180,14 +180,15 @@ class WriteGate:
     def apply(self, changes: Sequence[FileChange], *, message: str, source: str, key: str | None = None,
               commit: bool | Callable[[Path], bool] = True, modes: dict[Path, int] | None = None,
               warnings: list[str] | None = None, also: Sequence[Path] = (), allow_secret: bool = False,
-              trailers: dict[str, str] | None = None) -> str | None:
+              trailers: dict[str, str] | None = None, carried: dict[Path, bytes] | None = None) -> str | None:
         """Write every change atomically, then commit exactly those paths (those ``commit`` selects, and the
         already changed ``also``) as ``source``, each through the checks of :meth:`commit_files` (``allow_secret``:
         the one waiver). When anything fails (a refused commit above all), every file is put back as it was, and
         the git index with it (GitStore): all or nothing. A committed file that holds an uncommitted hand edit is
-        committed first, as the person's change (see :meth:`_hand_edits_first`); ``warnings`` hears of it."""
+        committed first, as the person's change (see :meth:`_hand_edits_first`); ``warnings`` hears of it.
+        ``carried``: path -> the bytes an editor started from, which the change carries forward."""
         selected = [c for c in changes if c.changed and (commit(c.path) if callable(commit) else commit)]
-        self._hand_edits_first(selected, before=message.split("\n", 1)[0], warnings=warnings)
+        self._hand_edits_first(selected, before=message.split("\n", 1)[0], warnings=warnings, carried=carried)
         done: list[FileChange] = []
         try:
             for change in changes:
@@ -210,7 +211,8 @@ class WriteGate:
             self._restore(done)
             raise
 
-    def _hand_edits_first(self, changes: Sequence[FileChange], *, before: str, warnings: list[str] | None) -> None:
+    def _hand_edits_first(self, changes: Sequence[FileChange], *, before: str, warnings: list[str] | None,
+                          carried: dict[Path, bytes] | None = None) -> None:
         """Nothing a person wrote is lost: a file about to be replaced or removed whose working copy differs from
         HEAD (an edit made in an editor, not yet committed) is committed first, as the person's change (author:
         the repository's user), when it passes the checks every commit passes; else the write is refused with a
@@ -225,6 +227,12 @@ class WriteGate:
             c.path.relative_to(self.root).parts[0] in areas or c.path == self.root / CONFIG_NAME)]
         heads = git.head_blobs([c.path for c in replaced])
         edited = [c for c in replaced if blob_id(c.before) != heads.get(c.path)]  # type: ignore[arg-type]
+        if not edited:
+            return
+        # An edit that cannot be committed, made in the very bytes an editor started from (`fact edit` mending a
+        # front matter broken by hand), is not thrown away by the change: it is carried forward, uncommitted.
+        edited = [c for c in edited if not (carried and carried.get(c.path) == c.before
+                                            and self.refusal(c.path, c.before) is not None)]
         if not edited:
             return
         for change in edited:
@@ -410,8 +418,10 @@ class WriteGate:
         return fact
 
     def replace_fact(self, key: str, text: str, *, source: str, allow_secret: bool = False,
-                     message: str | None = None) -> Fact:
-        """Replace the whole file of ``key`` with ``text`` (as from an editor) after validating it."""
+                     message: str | None = None, based_on: str | None = None) -> Fact:
+        """Replace the whole file of ``key`` with ``text`` (as from an editor) after validating it. ``based_on``: the
+        file's text the editor started from (an uncommitted edit in it that cannot be committed is carried forward
+        by ``text``, not refused)."""
         validate_source(source)
         if not self.policy.is_trusted(source):
             raise UntrustedSource(source, f"cannot edit facts/{key}.md directly; write with 'fact set' to propose")
@@ -422,7 +432,8 @@ class WriteGate:
             self.check_changes([change], what=f"fact {key}", allow_secret=allow_secret, source=source)
             if change.changed:
                 self.apply([change], message=message or f"fact edit {key}", source=source, key=key,
-                           warnings=warnings, allow_secret=allow_secret)
+                           warnings=warnings, allow_secret=allow_secret,
+                           carried={change.path: based_on.encode("utf-8")} if based_on is not None else None)
         if change.changed:
             warnings += self.tell_index([change.path])
         fact = self.facts.read_file(key, change.path)

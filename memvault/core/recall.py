@@ -56,7 +56,7 @@ from ..rules import timeq
 from ..rules.config import FACTORS
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
-from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
+from .candidates import Candidate, Parts, QueryVector, gather, gather_within, vector_width  # noqa: F401 - Parts: API
 from .contradictions import SUPERSEDED_REF
 from .usage import record_shown
 from ..index import KINDS
@@ -307,7 +307,7 @@ def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
     if mode == "keyword":
         return None
     if identity is not None and not config.wants_model(identity):
-        warnings.append(f"memvault.toml asks for model {config.model!r} but the index holds vectors of "
+        warnings.append(f"{config.model_from} asks for model {config.model!r} but the index holds vectors of "
                         f"{identity.name!r}: keyword-only results until 'memvault reindex' rebuilds it")
         return None
     try:
@@ -387,9 +387,10 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     figures the "nothing known" test read go into ``evidence``)."""
     factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
-    if window is not None and not window.phrase:  # since/until: only the episodes of that time
-        candidates = {key: c for key, c in candidates.items() if key[0] != "episode" or _inside(c.doc, window)}
-    elif window is not None and parts.config.recall.time_weight:  # a time in the question: its memories first
+    if window is not None and (not window.phrase or parts.config.recall.time_weight):  # k of the window's episodes
+        candidates = gather_within(parts, query, k, kinds, used_mode, qvec, factors, lambda c: _inside(c.doc, window),
+                                   candidates, only=not window.phrase)  # since/until: only them
+    if window is not None and window.phrase and parts.config.recall.time_weight:  # a time in the question: its first
         slower = 1.0 + parts.config.recall.time_weight
         of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
                            lambda c: not _untrusted_episode(factors.policy, c.key, c.doc))

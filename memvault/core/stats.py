@@ -79,7 +79,7 @@ def vault_stats(root: Path, index_: VaultIndex, episodes: EpisodeLog, config: Co
                                      "total_over_4dims": round(per_row / (4 * dims), 3)}
             summary.append(f"model: {model['name']} @ {model['revision'][:12]}, {dims} dims"
                            + ("" if model["name"] == config.model else
-                              f" (memvault.toml says {config.model}: run memvault reindex)"))
+                              f" ({config.model_from} says {config.model}: run memvault reindex)"))
             projected = projected_bytes(index, 100_000)
             if projected is not None:
                 data["projected_bytes_at_100k_rows"] = projected
@@ -97,7 +97,7 @@ def vault_stats(root: Path, index_: VaultIndex, episodes: EpisodeLog, config: Co
                                f"{4 * dims}, pgvector {4 * dims + PGVECTOR_OVERHEAD}")
                 summary.append(f"projected index size at 100k rows: {data['projection']}")
         else:
-            summary.append(f"model: none (keyword-only index); memvault.toml says {config.model}")
+            summary.append(f"model: none (keyword-only index); {config.model_from} says {config.model}")
         if index["pending_vectors"]:
             summary.append(f"pending vectors: {index['pending_vectors']} (run memvault reindex)")
     else:

@@ -33,6 +33,7 @@ from ..rules.secrets import SecretFinding, scan_fields, secret_spans
 from ..rules.timeutil import now, parse_time
 from ..rules.trust import Op
 from ..rules.validation import EARLIEST, MAX_FUTURE, check_json_value, validate_key, validate_tags
+from ..stores.gitstore import blob_id
 from . import access
 from .ingest import slug_key
 
@@ -427,14 +428,15 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[tuple[dict[str, Any], dict[str, Any]]] = []
     proposals: list[tuple[int, Item]] = []
+    here: list[Path] = []  # files already holding what the export says
     with gate.lock(source, report.problems):
         for n, item in items:
             entry = {"item": n, "origin": item.origin, **({"key": item.key} if item.key else {})}
             try:
                 if item.kind == "fact":
-                    change = _plan_file(vault, "fact", item, report, entry)
+                    change = _plan_file(vault, "fact", item, report, entry, here)
                 elif item.kind == "procedure":
-                    change = _plan_file(vault, "procedure", item, report, entry)
+                    change = _plan_file(vault, "procedure", item, report, entry, here)
                     if change is not None and item.mode is not None:
                         modes[change.path] = item.mode & 0o777
                 elif item.kind == "proposal":
@@ -461,9 +463,12 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
                     report.added.append(entry)
             except MemvaultError as exc:
                 _refuse(report, entry, describe(exc)[0])
-        if changes and not dry_run:
-            gate.apply(changes, message=f"restore {len(changes)} files from a memvault export", source=source,
-                       modes=modes)
+        # A restore killed after writing its files but before its commit left them here, uncommitted: the next
+        # one finds them "already here" and commits them with its own, or they stay out of git until a sync.
+        uncommitted = _uncommitted(gate, here) if not dry_run else []
+        if (changes or uncommitted) and not dry_run:
+            gate.apply(changes, message=f"restore {len(changes) + len(uncommitted)} files from a memvault export",
+                       source=source, modes=modes, also=uncommitted)
     if changes and not dry_run:
         report.problems += gate.tell_index([c.path for c in changes])
     for n, item in proposals:
@@ -491,8 +496,19 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
             report.refused.append({"origin": "episodes", "reason": describe(exc)[0]})
 
 
-def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry: dict[str, Any]) -> FileChange | None:
-    """The change that writes an exported file back, or None when it is already there (or conflicts)."""
+def _uncommitted(gate: Any, paths: list[Path]) -> list[Path]:
+    """Those of ``paths`` whose bytes are not what HEAD holds for them (none without git)."""
+    git = gate.git
+    if not paths or git is None:
+        return []
+    heads = git.head_blobs(paths)
+    return [p for p in paths if heads.get(p) != blob_id(p.read_bytes())]
+
+
+def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry: dict[str, Any],
+               here: list[Path]) -> FileChange | None:
+    """The change that writes an exported file back, or None when it is already there (added to ``here``) or
+    conflicts."""
     data = item.content if item.content is not None else item.text.encode("utf-8")
     if kind == "fact":
         key = item.key or ""
@@ -515,6 +531,7 @@ def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry:
     if path.exists():
         if path.read_bytes() == data:
             report.skipped.append({**entry, "reason": "already here"})
+            here.append(path)
         else:
             report.conflicts.append({**entry, "reason": f"{path.relative_to(vault.root)} holds something else"})
         return None

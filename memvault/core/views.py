@@ -133,10 +133,11 @@ class Facts:
                                          valid_until=valid_until, message=message, allow_secret=allow_secret)
 
     def write_text(self, key: str, text: str, *, source: str | None = None, message: str | None = None,
-                   allow_secret: bool = False) -> Fact:
-        """Replace the whole file of ``key`` with ``text`` (as from an editor) after validating it."""
+                   allow_secret: bool = False, based_on: str | None = None) -> Fact:
+        """Replace the whole file of ``key`` with ``text`` (as from an editor, which started from ``based_on``)
+        after validating it."""
         return self._vault.gate.replace_fact(key, text, source=self._vault._source(source), message=message,
-                                             allow_secret=allow_secret)
+                                             allow_secret=allow_secret, based_on=based_on)
 
     def delete(self, key: str, *, source: str | None = None, message: str | None = None) -> Fact:
         return self._vault.gate.delete_fact(key, source=self._vault._source(source), message=message)
@@ -174,7 +175,8 @@ class Facts:
             if text == original:
                 return None
             try:
-                return self.write_text(key, text, source=source, allow_secret=allow_secret)
+                return self.write_text(key, text, source=source, allow_secret=allow_secret,
+                                       based_on=original if path.is_file() else None)
             except (FactParseError, SecretRefused) as exc:
                 if again is None or not again(exc):
                     raise

@@ -361,6 +361,9 @@ class Config:
     #: What :func:`load` left out of memvault.toml and why (a command or a model directory: host-only), one line
     #: each, for the person to hear.
     ignored: tuple[str, ...] = ()
+    #: The file that names the embedding model: this host's ``local.toml`` names a model directory, so a message
+    #: about the model names the file the person would look in.
+    model_from: str = "memvault.toml"
 
     # Short names for the settings read everywhere.
     @property
@@ -480,9 +483,12 @@ def host_only(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
         table = raw.get(section)
         value = table.get(key) if isinstance(table, dict) else None
         if isinstance(value, str) and value.strip() and looks_like_path(value.strip()):
+            # Name a command that exists: a model directory is set by `reindex --model`; a reranker has none.
+            how = ("`memvault reindex --model DIR` puts it there" if section == "embedding" else
+                   "in the state directory `memvault stats` names")
             out.append((section, key, f"[{section}] {key} = {value!r} is a directory of one host to load a model "
-                                      "from: only this host's local.toml may name one (`memvault model set --model "
-                                      "DIR` puts it there), never the shared memvault.toml"))
+                                      f"from: only this host's local.toml may name one ({how}), never the shared "
+                                      "memvault.toml"))
     return out
 
 
@@ -497,19 +503,28 @@ def holds_config(folder: Path) -> bool:
 TOML_MAX = 1 << 20
 
 
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    """``text`` as TOML; a byte-order mark (an editor's "UTF-8 with BOM") is named, not "line 1, column 1"."""
+    if text.startswith("\ufeff"):
+        raise ConfigError(path, "starts with a byte-order mark (saved as 'UTF-8 with BOM'), which TOML does not "
+                                "allow: save it as UTF-8 without one")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"invalid TOML: {exc}") from None
+
+
 def _read_toml(path: Path) -> dict[str, Any] | None:
     from .errors import LimitExceeded, UnsafePath
     from .fsread import read_regular
 
     try:
         text = read_regular(path, limit=TOML_MAX).decode("utf-8")
-        return tomllib.loads(text)
+        return _parse_toml(text, path)
     except FileNotFoundError:
         return None
     except (UnsafePath, LimitExceeded) as exc:
         raise ConfigError(path, getattr(exc, "reason", str(exc))) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, f"invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
@@ -547,10 +562,7 @@ def local_overrides(path: Path) -> dict[str, Any]:
 def from_text(text: str, path: Path) -> Config:
     """Validate the text of a memvault.toml (``path`` names it in errors), without this host's overrides: what the
     write gate and the pre-commit hook check before a hand-edited one is committed."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, f"invalid TOML: {exc}") from None
+    raw = _parse_toml(text, path)
     refused = host_only(raw)
     if refused:
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
@@ -576,6 +588,8 @@ def load(path: Path) -> Config:
         for name, table in local.items():
             raw[name] = {**raw.get(name, {}), **table}
     config = from_dict(raw, path)
+    if isinstance(local.get("embedding"), dict) and "model" in local["embedding"]:
+        config = replace(config, model_from="this host's local.toml")
     return replace(config, ignored=tuple(ignored)) if ignored else config
 
 

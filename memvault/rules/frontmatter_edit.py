@@ -2,8 +2,9 @@
 
 A person edits these files in a text editor, so a rewrite must not reorder their keys, drop their comments or
 reformat values they did not ask to change. The editor here works on lines: a top-level ``key:`` line and the
-indented (or ``- item``) lines after it form a block; changing a key replaces its block in place, a new key is
-appended, everything else is copied byte for byte. python-frontmatter's YAML handler loads the mapping.
+indented (or ``- item``) lines after it form a block; changing a key replaces its first block in place and drops
+any later block of the same key (typed twice by hand, which YAML would read instead), a new key is appended,
+everything else is copied byte for byte. python-frontmatter's YAML handler loads the mapping.
 """
 from __future__ import annotations
 
@@ -117,23 +118,24 @@ def format_value(value: Any) -> str:
     return dumped
 
 
-def _blocks(fm_lines: list[str]) -> dict[str, tuple[int, int]]:
-    """key -> (first line index, end index exclusive) of its block in ``fm_lines``."""
-    spans: dict[str, tuple[int, int]] = {}
+def _blocks(fm_lines: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """key -> every (first line index, end index exclusive) of its blocks in ``fm_lines``, in file order: a key
+    typed twice by hand has two, and YAML reads the last."""
+    spans: dict[str, list[tuple[int, int]]] = {}
     current: str | None = None
     start = 0
     for i, line in enumerate(fm_lines):
         m = _KEY_LINE.match(line)
         if m:
             if current is not None:
-                spans.setdefault(current, (start, i))
+                spans.setdefault(current, []).append((start, i))
             current, start = m.group(1), i
         elif current is not None and not (line[:1] in (" ", "\t") or line.startswith("-")):
             # a comment or blank line at column 0 ends the block and stays where it is
-            spans.setdefault(current, (start, i))
+            spans.setdefault(current, []).append((start, i))
             current = None
     if current is not None:
-        spans.setdefault(current, (start, len(fm_lines)))
+        spans.setdefault(current, []).append((start, len(fm_lines)))
     return spans
 
 
@@ -162,7 +164,10 @@ def update(doc: Document, changes: dict[str, Any], order: list[str], body: str) 
     new_keys = []
     for key, value in changes.items():
         if key in spans:
-            start, end = spans[key]
+            (start, end), *later = spans[key]
+            # A second block of the key (typed twice by hand) would override the new value when read: it goes.
+            for later_start, later_end in later:
+                replacements[later_start] = (later_end, [])
             if value is None:
                 replacements[start] = (end, [])
                 continue

@@ -112,7 +112,11 @@ def parse_time_or_age(value: str, name: str = "time", *, reference: datetime | N
             return (reference or now()) - age
     except (InvalidValue, OverflowError):
         raise InvalidValue(name, f"{value.strip()!r} reaches back before the year 1") from None
-    return parse_time(value, name)
+    try:
+        return parse_time(value, name)
+    except InvalidValue as exc:
+        # an age is as good here: say so, not only "RFC 3339" (the person had typed "yesterday")
+        raise InvalidValue(name, f"{exc.reason}; or an age such as 30d, 12h or 2w") from None
 
 
 def parse_date(value: object, name: str = "date") -> date:

@@ -100,6 +100,9 @@ def parse_line(line: str, path: Path | None = None, lineno: int | None = None) -
     def bad(reason: str) -> EpisodeError:
         return EpisodeError(reason, path, lineno)
 
+    # An editor that saves with a byte-order mark (Windows) puts one before the first line: read past it, as a
+    # fact's front matter is, rather than lose that line to "not valid JSON at column 1".
+    line = line.removeprefix("\ufeff")
     try:
         # standard JSON only: a NaN put in by hand was exported as it was, and the export could not be imported
         data = jsontext.parse(line, pairs=jsontext.unique_pairs, standard=True)

@@ -174,12 +174,16 @@ def fact_edit(ctx, key, source):
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     tmp = temp_file(prefix=key.replace("/", "_") + ".", suffix=".md")
     keep = False
+    edited = False
 
     def run_editor(text: str) -> str:
+        nonlocal edited
         atomic_write(tmp, text.encode("utf-8"), mode=0o600)
         if subprocess.run([*shlex.split(editor), tmp]).returncode != 0:
             raise InvalidValue("EDITOR", f"{editor} failed; nothing changed")
-        return Path(tmp).read_text(encoding="utf-8")
+        after = Path(tmp).read_text(encoding="utf-8")
+        edited = after != text
+        return after
 
     def again(error: Exception) -> bool:
         nonlocal keep
@@ -195,6 +199,13 @@ def fact_edit(ctx, key, source):
         if f is not None:
             warn(f.warnings)
         echo("no change" if f is None else f"saved {f.key}")
+    except MemvaultError:
+        # Any refusal after the editor (a hand edit that cannot be committed first, git, a limit), not only an
+        # invalid file: the person's typing is theirs to keep.
+        if edited and not keep:
+            keep = True
+            echo(f"memvault: your edit is kept in {tmp}", err=True)
+        raise
     finally:
         if not keep:
             remove(tmp)
