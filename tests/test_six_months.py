@@ -210,3 +210,26 @@ def test_a_model_named_by_hand_that_cannot_load_keeps_the_index_of_the_old_one(v
     report = v.reindex()
     assert v.index.identity() is not None and v.index.identity().name == before.name
     assert any("kept" in w and "not-here/model" in w for w in report.warnings), report.warnings
+
+
+def test_a_time_that_holds_no_episode_is_not_searched_wider(vault, models, monkeypatch):
+    # A question naming a time the vault has no memory of (LoCoMo's "in June", of 2023's conversations, read as this
+    # year's June) found nothing in its window, so the wider searches ran up to their end for every such question:
+    # a few times slower, and a different ranking of the rest. They run only while the window holds more.
+    from datetime import timedelta
+
+    from memvault import Vault
+    from memvault.core import candidates
+    from memvault.rules.timeutil import format_time, now
+
+    v = Vault.open(vault.root, embedder_factory=models)
+    start = now() - timedelta(days=180)
+    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
+                             "at": format_time(start + timedelta(hours=6 * i))} for i in range(200)],
+                           source="user:maria")
+    calls = []
+    real = candidates.gather
+    monkeypatch.setattr(candidates, "gather", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+    v.recall("disk in March 2019", k=3, kinds=["episode"])
+    v.recall("disk", k=3, kinds=["episode"], since="2019-03-01", until="2019-04-01")
+    assert calls == []  # the first search is recall's own (gather as recall imported it); no wider one

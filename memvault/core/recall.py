@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..rules import timeq
@@ -61,6 +61,7 @@ from .contradictions import SUPERSEDED_REF
 from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
+from ..index.listings import EpisodeQuery
 from ..rules.freshness import stale_doc_reason, stored_time
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
@@ -389,7 +390,7 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
     if window is not None and (not window.phrase or parts.config.recall.time_weight):  # k of the window's episodes
         candidates = gather_within(parts, query, k, kinds, used_mode, qvec, factors, lambda c: _inside(c.doc, window),
-                                   candidates, only=not window.phrase)  # since/until: only them
+                                   candidates, _held(parts, window, k), only=not window.phrase)  # since/until: only them
     if window is not None and window.phrase and parts.config.recall.time_weight:  # a time in the question: its first
         slower = 1.0 + parts.config.recall.time_weight
         of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
@@ -543,6 +544,13 @@ def _untrusted_episode(policy: Policy, key: tuple[str, str], doc: dict[str, Any]
     """An episode whose writer ``[trust]`` does not trust: its text is that writer's word alone (facts and runbooks
     passed the gate or a review)."""
     return key[0] == "episode" and not policy.is_trusted(doc.get("source") or "")
+
+
+def _held(parts: Parts, window: timeq.Window, k: int) -> int:
+    """How many episodes the window holds, at most ``k`` (one read of the index's time order)."""
+    after = format_time(window.since - timedelta(milliseconds=1)) if window.since is not None else None
+    until = format_time(window.until) if window.until is not None else None
+    return len(parts.index.list_episodes(EpisodeQuery(after=after, before=until), k))
 
 
 def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
