@@ -61,7 +61,6 @@ from .contradictions import SUPERSEDED_REF
 from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
-from ..index.listings import EpisodeQuery
 from ..rules.freshness import stale_doc_reason, stored_time
 from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
@@ -548,6 +547,8 @@ def _untrusted_episode(policy: Policy, key: tuple[str, str], doc: dict[str, Any]
 
 def _held(parts: Parts, window: timeq.Window, k: int) -> int:
     """How many episodes the window holds, at most ``k`` (one read of the index's time order)."""
+    from ..index.listings import EpisodeQuery  # only a recall of a time window reads a listing
+
     after = format_time(window.since - timedelta(milliseconds=1)) if window.since is not None else None
     until = format_time(window.until) if window.until is not None else None
     return len(parts.index.list_episodes(EpisodeQuery(after=after, before=until), k))
