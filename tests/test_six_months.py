@@ -131,23 +131,35 @@ def test_a_time_that_may_be_an_age_says_an_age_would_do():
     assert "30d" in str(caught.value) and "--since" in str(caught.value)
 
 
+def six_months_of_disk_lines(vault, models, source: str, *, lines: int = 720, narrow: bool = True):
+    """Six months of "disk at N%" summaries from ``source``, every 6 hours up to now; ``narrow``: searches of 20
+    rows, so that a few days of them are not among the searches' first rows."""
+    from datetime import timedelta
+
+    from memvault import Vault
+    from memvault.rules.timeutil import format_time, now
+
+    if narrow:
+        toml = vault.root / "memvault.toml"
+        toml.write_text(toml.read_text().replace("\ncandidates = 100\n", "\ncandidates = 20\n")
+                        .replace("\nvector_candidates = 50\n", "\nvector_candidates = 20\n"))
+    v = Vault.open(vault.root, embedder_factory=models)
+    start = now() - timedelta(days=180)
+    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
+                             "at": format_time(start + timedelta(hours=180 * 24 / lines * i))}
+                            for i in range(lines)], source=source)
+    return v
+
+
 def test_recall_since_a_few_days_finds_them_among_months_of_like_episodes(vault, models):
     # Six months of "disk at N%" lines from monitoring: `recall disk --since 2d` said "no memory matches the query
     # in that time" with dozens there, because the searches took the vault's best rows first and the window
     # filtered them afterwards; those best rows were all older.
     from datetime import timedelta
 
-    from memvault import Vault
-    from memvault.rules.timeutil import format_time, now
+    from memvault.rules.timeutil import now
 
-    toml = vault.root / "memvault.toml"
-    toml.write_text(toml.read_text().replace("\ncandidates = 100\n", "\ncandidates = 20\n")
-                    .replace("\nvector_candidates = 50\n", "\nvector_candidates = 20\n"))
-    v = Vault.open(vault.root, embedder_factory=models)
-    start = now() - timedelta(days=180)
-    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
-                             "at": format_time(start + timedelta(hours=6 * i))} for i in range(720)],
-                           source="agent:monitor")
+    v = six_months_of_disk_lines(vault, models, "agent:monitor")
     recent = [e for e in v.episodes.iter() if e.time >= now() - timedelta(days=2)]
     assert len(recent) >= 5
     hits = v.recall("disk", k=5, kinds=["episode"], since="2d")
@@ -159,17 +171,9 @@ def test_a_time_in_the_question_finds_that_days_episodes_among_months_of_like_on
     # searches' best rows of six months, so the time named had none of its own to rank first.
     from datetime import timedelta
 
-    from memvault import Vault
-    from memvault.rules.timeutil import format_time, now, parse_time
+    from memvault.rules.timeutil import now, parse_time
 
-    toml = vault.root / "memvault.toml"
-    toml.write_text(toml.read_text().replace("\ncandidates = 100\n", "\ncandidates = 20\n")
-                    .replace("\nvector_candidates = 50\n", "\nvector_candidates = 20\n"))
-    v = Vault.open(vault.root, embedder_factory=models)
-    start = now() - timedelta(days=180)
-    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
-                             "at": format_time(start + timedelta(hours=6 * i))} for i in range(720)],
-                           source="user:maria")
+    v = six_months_of_disk_lines(vault, models, "user:maria")
     yesterday = (now() - timedelta(days=1)).date()
     hits = v.recall("disk yesterday", k=3, kinds=["episode"])
     assert hits and all(parse_time(h.created, "created").date() == yesterday for h in hits), \
@@ -216,17 +220,9 @@ def test_a_time_that_holds_no_episode_is_not_searched_wider(vault, models, monke
     # A question naming a time the vault has no memory of (LoCoMo's "in June", of 2023's conversations, read as this
     # year's June) found nothing in its window, so the wider searches ran up to their end for every such question:
     # a few times slower, and a different ranking of the rest. They run only while the window holds more.
-    from datetime import timedelta
-
-    from memvault import Vault
     from memvault.core import candidates
-    from memvault.rules.timeutil import format_time, now
 
-    v = Vault.open(vault.root, embedder_factory=models)
-    start = now() - timedelta(days=180)
-    v.episodes.append_many([{"text": f"disk at {50 + i % 40}% on web{i % 7}", "kind": "summary",
-                             "at": format_time(start + timedelta(hours=6 * i))} for i in range(200)],
-                           source="user:maria")
+    v = six_months_of_disk_lines(vault, models, "user:maria", lines=200, narrow=False)
     calls = []
     real = candidates.gather
     monkeypatch.setattr(candidates, "gather", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
