@@ -51,6 +51,36 @@ LAG_SECONDS = 30.0
 NAV_ORDER = ["overview", "facts", "inbox", "timeline", "sessions", "procedures", "recall", "recalls", "scopes"]
 #: Largest form body accepted (a fact file is at most 64 KiB; a few fields around it).
 MAX_BODY = 1 << 20
+#: What a refused request body is told, by status.
+_BODY_REFUSED = {400: "not a form the view sends", 413: "request too large",
+                 415: "a form is sent as application/x-www-form-urlencoded"}
+
+
+async def _body(request: Any) -> list[tuple[str, str]] | int:
+    """The fields of a POST's form, read as they come and no further than :data:`MAX_BODY` (the Content-Length
+    header alone was checked, so a chunked body was read whole before it), or the status that refuses it. The
+    view's forms are URL-encoded; nothing else is read."""
+    from urllib.parse import parse_qsl
+
+    try:
+        declared = int(request.headers.get("content-length") or 0)
+    except ValueError:
+        return 400
+    if declared > MAX_BODY:
+        return 413
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return 413
+        chunks.append(chunk)
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if size and kind != "application/x-www-form-urlencoded":
+        return 415
+    try:
+        return parse_qsl(b"".join(chunks).decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=1000)
+    except ValueError:
+        return 400
 
 
 class VaultThread:
@@ -210,13 +240,12 @@ class WebApp:
             form: dict[str, str] = {}
             lists: dict[str, list[str]] = {}
             if request.method == "POST":
-                if int(request.headers.get("content-length") or 0) > MAX_BODY:
-                    return PlainTextResponse("request too large", status_code=413)
-                data = await request.form()
-                for key, value in data.multi_items():
-                    if isinstance(value, str):
-                        form.setdefault(key, value)
-                        lists.setdefault(key, []).append(value)
+                body = await _body(request)
+                if isinstance(body, int):
+                    return PlainTextResponse(_BODY_REFUSED[body], status_code=body)
+                for key, value in body:
+                    form.setdefault(key, value)
+                    lists.setdefault(key, []).append(value)
                 if not self.guard.csrf_ok(form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)):
                     return JSONResponse({"error": "missing or wrong CSRF token: reload the page"}, status_code=403)
             for key, value in request.query_params.multi_items():
