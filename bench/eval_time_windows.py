@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import eval_corpora as ec  # noqa: E402
 import eval_recall as er  # noqa: E402
 
-from memvault.core import recall as recall_mod  # noqa: E402
+from memvault.core import windows as recall_mod  # noqa: E402
 from memvault.rules import timeq  # noqa: E402
 
 

@@ -197,7 +197,7 @@ def test_a_time_named_by_an_untrusted_writer_counts_as_the_week_after_and_the_co
     from datetime import datetime, timezone
 
     from memvault.core.candidates import Candidate
-    from memvault.core.recall import _by_time
+    from memvault.core.windows import by_time as _by_time
     from memvault.rules import timeq
 
     window = timeq.parse("backup failures on 3 March 2025", datetime(2026, 12, 5, tzinfo=timezone.utc))
@@ -295,7 +295,7 @@ def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
     from datetime import datetime, timezone
 
     from memvault.core.candidates import Candidate
-    from memvault.core.recall import _by_time
+    from memvault.core.windows import by_time as _by_time
     from memvault.rules import timeq
 
     window = timeq.parse("backup failures on 3 March 2025", datetime(2026, 12, 5, tzinfo=timezone.utc))

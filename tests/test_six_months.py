@@ -220,12 +220,12 @@ def test_a_time_that_holds_no_episode_is_not_searched_wider(vault, models, monke
     # A question naming a time the vault has no memory of (LoCoMo's "in June", of 2023's conversations, read as this
     # year's June) found nothing in its window, so the wider searches ran up to their end for every such question:
     # a few times slower, and a different ranking of the rest. They run only while the window holds more.
-    from memvault.core import candidates
+    from memvault.core import windows
 
     v = six_months_of_disk_lines(vault, models, "user:maria", lines=200, narrow=False)
     calls = []
-    real = candidates.gather
-    monkeypatch.setattr(candidates, "gather", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+    real = windows.gather
+    monkeypatch.setattr(windows, "gather", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
     v.recall("disk in March 2019", k=3, kinds=["episode"])
     v.recall("disk", k=3, kinds=["episode"], since="2019-03-01", until="2019-04-01")
-    assert calls == []  # the first search is recall's own (gather as recall imported it); no wider one
+    assert calls == []  # the first search is recall's own; no wider one

@@ -529,25 +529,3 @@ def _feedback(parts: Parts, query: str, kinds: Sequence[str], n: int, out: dict[
         if key in out:
             out[key].relevance = min(1.0, out[key].relevance + weight * value)
 
-
-def gather_within(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qvec: QueryVector | Any,
-                  prepare: Prepare | None, inside: Callable[[Candidate], bool],
-                  first: dict[tuple[str, str], Candidate], held: int, *,
-                  only: bool = True) -> dict[tuple[str, str], Candidate]:
-    """``first`` (what :func:`gather` found for ``k``) without the episodes not ``inside`` a since/until window
-    (``only``; else all of them, for a time the question names, which ranks its own first).
-
-    The searches rank the whole vault, so a few days of six months' episodes held almost none of their best rows
-    ("disk" --since 2d: nothing, with 79 such episodes there): they are asked again, wider, while fewer than
-    ``min(k, held)`` of the window's episodes were found (``held``: how many the window holds, at most ``k``) and a
-    wider search is left. A window that holds none (a month of a year the vault has no memory of) is never
-    searched wider: nothing there can be found."""
-    def within(found: dict[tuple[str, str], Candidate]) -> dict[tuple[str, str], Candidate]:
-        return {key: c for key, c in found.items() if not only or key[0] != "episode" or inside(c)}
-
-    candidates, wider, want = within(first), k, min(k, held)
-    while ("episode" in kinds and sum(key[0] == "episode" and inside(c) for key, c in candidates.items()) < want
-           and width(parts, wider) < MAX_CANDIDATES):
-        wider = min(width(parts, wider) * 10, MAX_CANDIDATES)
-        candidates = within(gather(parts, query, wider, kinds, used_mode, qvec, prepare))
-    return candidates

@@ -112,3 +112,40 @@ def _candidates(index: VaultIndex, facts: FactStore, key: str, text: str,
         if not fact.extra.get("superseded_by"):
             out[fact.key] = (fact.text, None)
     return out
+
+
+def near_duplicates(index: VaultIndex, facts: FactStore, config: Config, key: str,
+                    text: str) -> list[dict[str, Any]]:
+    """The facts ``text`` repeats or contradicts with the same words ([facts] duplicate_jaccard and
+    duplicate_min_shared), each with the words shared and differing: candidates from one keyword query of the
+    index, else (no index) the facts on disk of a small vault."""
+    from ..rules.dedup import compare_keywords, keywords
+
+    life = config.facts
+    candidates: list[tuple[str, str]] | None = None
+    try:
+        if index.exists():
+            rows = index.search_keywords(text, ["fact"], 50)
+            candidates = [(d["id"], d["body"]) for d in index.chunk_docs([r for r, _ in rows]).values()]
+    except MemvaultError:
+        candidates = None
+    if candidates is None:
+        files = facts.files()
+        if len(files) > FALLBACK_MAX:
+            return []
+        candidates = [(f.key, f.text) for f in facts.iter([])]
+    out = []
+    mine = keywords(text)  # once, not once per candidate
+    for other_key, other_text in candidates:
+        if other_key == key:
+            continue
+        theirs = keywords(other_text)
+        match = compare_keywords(mine, theirs, threshold=life.duplicate_jaccard,
+                                 min_shared=life.duplicate_min_shared)
+        if match is not None:
+            out.append({"key": other_key, "kind": match.kind, "jaccard": round(match.jaccard, 3),
+                        "shared": list(match.shared), "differing": list(match.differing)})
+            if match.kind == "conflict":
+                out[-1]["values"] = {"value": {"new": sorted(mine.values - theirs.values),
+                                               "stored": sorted(theirs.values - mine.values)}}
+    return out

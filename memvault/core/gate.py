@@ -37,7 +37,6 @@ from typing import IO, TYPE_CHECKING, Any
 from ..stores.checks import (Finding, check_file, commit_problems, episode_secrets, is_memory_file, is_secret,
                              one_line)
 from ..rules.config import CONFIG_NAME, Config
-from ..rules.dedup import compare_keywords, keywords
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
@@ -58,8 +57,6 @@ if TYPE_CHECKING:
 
 INBOX_IGNORE = (b"# memvault: proposals from untrusted sources stay local until accepted\n"
                 b"# ([trust] share_inbox = true commits them)\n*\n")
-#: Cap on the facts read from files for the duplicate check when there is no index to ask.
-DEDUP_FALLBACK_MAX = 1000
 
 
 @dataclass
@@ -542,8 +539,9 @@ class WriteGate:
         query, no file read); without an index, with the facts on disk in a small vault. Contradictions in other
         words (:mod:`memvault.core.contradictions`) join the near-identical ones, each with the ``values`` that
         differ; the index's model adds its nearest facts when it is warm (or ``load_model``)."""
-        out = self._near_duplicates(key, text)
         from . import contradictions
+
+        out = contradictions.near_duplicates(self.index, self.facts, self.config, key, text)
 
         embedder = contradictions.embedder_for(self.index, self.engine, self.config, load=load_model)
         flagged = {m["key"]: m for m in out if m["kind"] == "conflict"}
@@ -552,36 +550,6 @@ class WriteGate:
                 flagged[found["key"]]["values"] = found["values"]
             else:
                 out = [m for m in out if m["key"] != found["key"]] + [found]
-        return out
-
-    def _near_duplicates(self, key: str, text: str) -> list[dict[str, Any]]:
-        life = self.config.facts
-        candidates: list[tuple[str, str]] | None = None
-        try:
-            if self.index.exists():
-                rows = self.index.search_keywords(text, ["fact"], 50)
-                candidates = [(d["id"], d["body"]) for d in self.index.chunk_docs([r for r, _ in rows]).values()]
-        except MemvaultError:
-            candidates = None
-        if candidates is None:
-            files = self.facts.files()
-            if len(files) > DEDUP_FALLBACK_MAX:
-                return []
-            candidates = [(f.key, f.text) for f in self.facts.iter([])]
-        out = []
-        mine = keywords(text)  # once, not once per candidate
-        for other_key, other_text in candidates:
-            if other_key == key:
-                continue
-            theirs = keywords(other_text)
-            match = compare_keywords(mine, theirs, threshold=life.duplicate_jaccard,
-                                     min_shared=life.duplicate_min_shared)
-            if match is not None:
-                out.append({"key": other_key, "kind": match.kind, "jaccard": round(match.jaccard, 3),
-                            "shared": list(match.shared), "differing": list(match.differing)})
-                if match.kind == "conflict":
-                    out[-1]["values"] = {"value": {"new": sorted(mine.values - theirs.values),
-                                                   "stored": sorted(theirs.values - mine.values)}}
         return out
 
     # -- episodes ----------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ Relevance decides what is a candidate; the other factors order comparable candid
   words are left out of the search and every other candidate's relevance is divided by ``1 + [recall]
   time_weight`` (a memory created in the window, or written after it began and whose text names a time inside
   it, is of it; one created in the week after it that does not name it, probably: divided by ``(1 + time_weight)
-  ** grace_weight``: :func:`_by_time`, :mod:`memvault.rules.timeq`). A question that is only
+  ** grace_weight``: :func:`memvault.core.windows.by_time`, :mod:`memvault.rules.timeq`). A question that is only
   a time ("what happened yesterday") lists that time's episodes; ``since``/``until`` keep only the episodes of
   their window.
 
@@ -48,15 +48,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..rules import timeq
 from ..rules.config import FACTORS
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
-from .candidates import Candidate, Parts, QueryVector, gather, gather_within, vector_width  # noqa: F401 - Parts: API
+from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
+from . import windows
 from .contradictions import SUPERSEDED_REF
 from .usage import record_shown
 from ..index import KINDS
@@ -388,12 +389,14 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
     if window is not None and (not window.phrase or parts.config.recall.time_weight):  # k of the window's episodes
-        candidates = gather_within(parts, query, k, kinds, used_mode, qvec, factors, lambda c: _inside(c.doc, window),
-                                   candidates, _held(parts, window, k), only=not window.phrase)  # since/until: only them
+        candidates = windows.gather_within(parts, query, k, kinds, used_mode, qvec, factors,
+                                           lambda c: windows.inside(c.doc, window), candidates,
+                                           windows.held(parts, window, k), only=not window.phrase)  # since/until: only
     if window is not None and window.phrase and parts.config.recall.time_weight:  # a time in the question: its first
         slower = 1.0 + parts.config.recall.time_weight
-        of_time = _by_time(candidates.values(), window, slower, 2 * k + 5, slower ** parts.config.recall.grace_weight,
-                           lambda c: not _untrusted_episode(factors.policy, c.key, c.doc))
+        of_time = windows.by_time(candidates.values(), window, slower, 2 * k + 5,
+                                  slower ** parts.config.recall.grace_weight,
+                                  lambda c: not _untrusted_episode(factors.policy, c.key, c.doc))
         if evidence is not None:
             evidence["of_time"] = of_time
     if "procedure" in kinds:
@@ -543,61 +546,6 @@ def _untrusted_episode(policy: Policy, key: tuple[str, str], doc: dict[str, Any]
     """An episode whose writer ``[trust]`` does not trust: its text is that writer's word alone (facts and runbooks
     passed the gate or a review)."""
     return key[0] == "episode" and not policy.is_trusted(doc.get("source") or "")
-
-
-def _held(parts: Parts, window: timeq.Window, k: int) -> int:
-    """How many episodes the window holds, at most ``k`` (one read of the index's time order)."""
-    from ..index.listings import EpisodeQuery  # only a recall of a time window reads a listing
-
-    after = format_time(window.since - timedelta(milliseconds=1)) if window.since is not None else None
-    until = format_time(window.until) if window.until is not None else None
-    return len(parts.index.list_episodes(EpisodeQuery(after=after, before=until), k))
-
-
-def _inside(doc: dict[str, Any], window: timeq.Window) -> bool:
-    stamp = stored_time(doc.get("created"))
-    return stamp is not None and window.inside(stamp)
-
-
-def _by_time(candidates: Any, window: timeq.Window, slower: float, reads: int, graced: float = 1.0,
-             vouched: Callable[[Candidate], bool] = lambda c: True) -> int:
-    """Divide the relevance of every candidate not of the time a question named by ``slower``.
-
-    A candidate is of the time when it was created in the window or, written after the window began, when its text
-    names a time inside it. One written in the week after the window (:data:`timeq.GRACE`) whose text does not name
-    it is probably of it (what happened is often written down later) but less surely: it is divided by ``graced``
-    (between 1 and ``slower``). So is one whose text names the time but whose writer is not ``vouched`` for (an
-    untrusted episode): its writer chose its text, not the time memvault wrote it down. Texts are read best first
-    (ties by key) and at most ``reads`` of them (2k + 5: the hits shown and a margin), so a question that names a
-    time costs a bounded read whatever the vault (a runbook's first 4,000 characters take 0.05-0.15 ms); with
-    ``graced`` 1 the week after is of the time and its texts are not read. Returns how many candidates are of the
-    time (those divided by ``graced`` included, unless ``graced`` is ``slower``)."""
-    pending, of_time = [], 0
-    probably = graced < slower  # the week after (or an unvouched text) still counts for something
-
-    def divide(c: Candidate, by: float) -> None:
-        c.relevance /= by
-        c.timed = 1.0 / by
-
-    for c in candidates:
-        created = stored_time(c.doc.get("created"))
-        if created is None or not window.may_tell(created):
-            divide(c, slower)  # written before the time, or of no known time: not of it
-        elif window.inside(created) or (graced <= 1.0 and window.holds(created)):
-            of_time += 1
-        else:
-            pending.append((c, created))
-    pending.sort(key=lambda pair: (-pair[0].relevance, pair[0].key))
-    for i, (c, created) in enumerate(pending):
-        named = i < reads and window.named_in(c.doc.get("body") or "", created)
-        if named and vouched(c):
-            of_time += 1
-        elif named or window.holds(created):
-            of_time += probably
-            divide(c, graced)
-        else:
-            divide(c, slower)
-    return of_time
 
 
 def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kinds: list[str]) -> None:
