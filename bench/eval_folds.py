@@ -80,7 +80,7 @@ STEPS_OF_CANDIDATES = True
 #: ``--no-steps``: runbooks ranked as before their steps were embedded (the same dump, every step row masked). Only the
 #: ranking is the old one: the relevance scale the floors use stays the one the index measured with its steps.
 STEPS = True
-#: ``--grace-days``, ``--no-text-times``: what makes a memory of the time a question names (recall._by_time).
+#: ``--grace-days``, ``--no-text-times``: what makes a memory of the time a question names (windows.by_time).
 GRACE_DAYS = timeq.GRACE.days
 TEXT_TIMES = True
 TEXT_READS = 2 * 10 + 5
@@ -139,7 +139,7 @@ class Q:
 
 
 def time_mark(w: timeq.Window, created: datetime | None, body: str) -> int:
-    """A row's mark (:attr:`Q.intime`) for a question naming ``w``: the tests recall's ``_by_time`` makes."""
+    """A row's mark (:attr:`Q.intime`) for a question naming ``w``: the tests recall's ``windows.by_time`` makes."""
     if created is None or not w.may_tell(created):
         return 0
     if w.inside(created):
@@ -373,7 +373,7 @@ def rank(q: Q, s: float, p: float, g: float, c: float, h: float = 0.0, t: float 
     if t and q.intime is not None:  # a time in the question: the others' relevance / (1 + time_weight)
         full = q.intime == 2
         week = q.intime >= 3
-        if e == 0:  # graced 1: the week after is of the time, its texts unread (recall._by_time)
+        if e == 0:  # graced 1: the week after is of the time, its texts unread (windows.by_time)
             full = full | week
             readable = np.flatnonzero((q.intime == 1) | (q.intime == -1))
         else:

@@ -289,7 +289,7 @@ def test_a_warm_recall_scans_the_vectors_while_it_searches_the_words(fv):
 
 
 def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
-    """_by_time: written in the window: kept; written before it began: divided, text unread; written after it,
+    """windows.by_time: written in the window: kept; written before it began: divided, text unread; written after it,
     naming a time inside it: kept, but only the `reads` most relevant such texts are read; written in the week after
     it without naming it (the grace): divided by `graced`, less than a memory of another time."""
     from datetime import datetime, timezone

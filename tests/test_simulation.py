@@ -1,6 +1,6 @@
 """The weights of recall are chosen offline (bench/eval_folds.py simulates recall's ranking on dumps of what it sees,
 docs/benchmarks.md): the simulation must rank as recall does, or the figures published are of another ranker. Here
-its handling of a time the question names is checked against recall's own ``_by_time`` on random candidates."""
+its handling of a time the question names is checked against recall's own ``windows.by_time`` on random candidates."""
 from __future__ import annotations
 
 import random
@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO_ROOT
 from memvault.core.candidates import Candidate
 from memvault.core.hits import count_tokens, token_units
-from memvault.core.recall import _by_time
+from memvault.core.windows import by_time as _by_time
 from memvault.rules import timeq
 from memvault.rules.freshness import stored_time
 

@@ -136,7 +136,7 @@ def test_the_times_a_text_names_are_read_as_of_when_it_was_written(text, times):
 
 
 def of_it(window, written, text=""):
-    """What recall's _by_time asks of a memory, in its order: written before the window began (or at no known time):
+    """What recall's windows.by_time asks of a memory, in its order: written before the window began (or at no known time):
     not of it; written inside it, or naming a time inside it: of it; written in the week after: probably."""
     if written is None or not window.may_tell(written):
         return "no"

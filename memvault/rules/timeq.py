@@ -18,7 +18,7 @@ Rules, all in UTC:
   year, from 1990 to this one (``in 8080`` is not a year).
 
 A window the question named (its ``phrase`` is not empty) ranks the memories of that time first
-(``memvault.core.recall._by_time``): one written inside it (:meth:`Window.inside`), or written after it began and
+(``memvault.core.windows.by_time``): one written inside it (:meth:`Window.inside`), or written after it began and
 naming a time inside it (:meth:`Window.named_in`), surely; one written up to :data:`GRACE` after it
 (:meth:`Window.holds`), probably, since what is written about a time is often written after it ("the disk filled up
 last Tuesday", noted on Friday).
