@@ -299,3 +299,31 @@ def test_the_usage_record_counts_the_hits_returned_when_a_damaged_state_says_so(
         shown = {key for key, u in bv.state.get(keys).items() if u.shown > 0}
         assert shown == {(h.kind, h.id) for h in kept}, budget
     assert dropped_by_the_warning  # the warning takes the room of a hit at some budget
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "prompt"])
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_budget_too_small_for_one_hit_names_one_number_to_pass(fmt, count):
+    """The warning said "the best of them needs 124 tokens" (the hit alone) beside "needs a budget of 211" (the
+    answer with it, as printed): two numbers for one question, and only the second one is worth passing as
+    --budget. Both now say that one, and so does the JSON's ``best_dropped_tokens``."""
+    import re
+
+    from memvault.core.hits import Hit, RecallResult
+    from memvault.core.render import fit_budget
+
+    factors = {"relevance": 1.0, "importance": 0.5, "confidence": 1.0, "recency": 1.0, "frequency": 0.0}
+    hits = [Hit("fact", "db/primary", "The primary database listens on port 5432. " * 3, 0.9, factors, "user:a",
+                None, None, "facts/db/primary.md"),
+            Hit("fact", "db/replica", "The replica follows it. " * 3, 0.8, factors, "user:a", None, None,
+                "facts/db/replica.md")][:count]
+    result = RecallResult(hits)
+    fit_budget(result, 10, fmt)
+    needed = result.budget["needed"]
+    (warning,) = result.warnings
+    assert [int(n) for n in re.findall(r"needs a budget of (\d+)", warning)] == [needed], warning
+    assert result.nothing_found.endswith(f"needs a budget of {needed}")
+    assert result.budget["best_dropped_tokens"] == needed
+    again = RecallResult(hits)
+    fit_budget(again, needed, fmt)
+    assert [h.id for h in again][:1] == ["db/primary"]

@@ -135,6 +135,16 @@ def test_episode_add_and_list(invoke):
     assert invoke("episode", "add", "x").exit_code == 0  # default source user:$USER
 
 
+
+def test_an_oversized_episode_names_the_argument_at_fault(invoke):
+    """An episode past [limits] episode_bytes was refused as "episode: ... bytes": the user gave TEXT (or --meta),
+    not an "episode", and was not told which of them to shorten."""
+    r = invoke("episode", "add", "-", input="word " * 14_000)
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "text: " in r.stderr and "episode_bytes" in r.stderr
+    r = invoke("episode", "add", "short", "--meta", json.dumps({"log": "x" * 70_000}))
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "meta: " in r.stderr and "episode_bytes" in r.stderr
+
+
 def test_vault_not_found_is_a_clear_error(runner, tmp_path):
     r = runner.invoke(cli, ["--vault", str(tmp_path), "fact", "list"])
     assert r.exit_code == 1 and "not a vault" in r.stderr

@@ -359,3 +359,26 @@ def test_the_vector_search_gives_vector_candidates_and_the_words_candidates(fv, 
     v.recall("primary database port", k=12, record_access=False)
     assert asked["vectors"][-1] == 12 and asked["words"][-1] == 12
     assert Vault.open(fv.root, embedder_factory=models).config.recall.vector_candidates == 3
+
+
+def test_reindex_json_counts_the_time_spent_embedding(fv, models, invoke, monkeypatch):
+    """`reindex --json` said "seconds": 0.0 after embedding: the incremental run's report was a fresh one the text
+    sync and the embedding were merged into, and merging left its time at zero."""
+    import json
+    import time
+
+    fv.reindex()
+    fake = models.instances["fake-hash"]
+    real = fake.embed_documents
+
+    def slow(texts, *args, **kwargs):
+        time.sleep(0.2)
+        return real(texts, *args, **kwargs)
+
+    monkeypatch.setattr(fake, "embed_documents", slow)
+    path = fv.root / "facts/web/haproxy.md"
+    path.write_text(path.read_text().replace("health checks", "TCP checks"))
+    result = invoke("reindex", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["chunks_embedded"] == 1 and report["seconds"] >= 0.2

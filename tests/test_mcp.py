@@ -189,6 +189,16 @@ def test_library_errors_are_tool_errors_and_the_server_goes_on(fake):
     assert data(after)["key"] == "db/primary"
 
 
+
+def test_an_oversized_episode_names_the_tool_argument_at_fault(fake):
+    """log_episode past [limits] episode_bytes said "episode: ...": the agent gave `text` or `meta`."""
+    server = build_server(fake, source="agent:t")
+    long_text, long_meta = call(server, tool("log_episode", text="word " * 14_000),
+                                tool("log_episode", text="short", meta={"log": "x" * 70_000}))
+    assert "text: " in error_text(long_text) and "episode_bytes" in error_text(long_text)
+    assert "meta: " in error_text(long_meta) and "episode_bytes" in error_text(long_meta)
+
+
 def test_source_is_validated(fake):
     with pytest.raises(InvalidValue):
         build_server(fake, source="deployer")

@@ -294,7 +294,7 @@ def test_a_50_mb_argument_over_stdio_is_one_line_of_refusal_and_the_server_goes_
                 return answers, after, time.monotonic() - started
 
     answers, after, took = asyncio.run(go())
-    for answer, name in zip(answers, ("category: ", "at most 200 characters", "episode: ")):
+    for answer, name in zip(answers, ("category: ", "at most 200 characters", "text: ")):
         text = error_text(answer)
         assert name in text and "\n" not in text and len(text) < 400, text[:400]
     assert not after.is_error and took < 30

@@ -633,3 +633,44 @@ def test_a_gitignore_link_pulled_with_plain_git_is_never_read_or_replaced_by_syn
     assert (b.root / ".gitignore").is_symlink()
     assert outside.read_text() == "payroll runs on the 25th\n.memvault/\n"
     assert "payroll" not in git(hosts.tmp, "--git-dir", str(hosts.remote), "log", "--all", "-p")
+
+
+def test_sync_removes_memvaults_own_temp_files_a_killed_write_left_and_only_those(vault):
+    """A `kill -9` during a fact write leaves facts/.../.NAME.xxxxxxxx.tmp (fsutil's atomic_write) and every sync
+    warned about it until it was deleted by hand. One older than an hour (no live write holds its temp file that
+    long) is removed, and said; a younger one is named as before; nothing else is touched: another name, a link of
+    that name (the link neither removed nor followed), a file git tracks."""
+    import os
+    import time
+
+    vault.facts.set("db/primary", "The primary listens on 5432.")
+    folder = vault.root / "facts" / "db"
+    hour_ago = time.time() - 3700
+    old = folder / ".primary.md.0a1b2c3d.tmp"
+    young = folder / ".primary.md.4e5f6a7b.tmp"
+    others = [folder / ".primary.md.0A1B2C3D.tmp", folder / ".primary.md.0a1b2c3.tmp", folder / "primary.md.0a1b2c3d.tmp",
+              folder / ".primary.md.0a1b2c3d.tmp~", folder / "notes.tmp"]
+    target = vault.root.parent / "outside.txt"
+    target.write_text("not memvault's")
+    link = folder / ".replica.md.89abcdef.tmp"
+    link.symlink_to(target)
+    for path in [old, young, *others]:
+        path.write_text("half a fact")
+    for path in [old, *others]:
+        os.utime(path, (hour_ago, hour_ago))
+    os.utime(link, (hour_ago, hour_ago), follow_symlinks=False)
+    tracked = folder / ".web.md.76543210.tmp"  # committed by plain git: a teammate's file, whatever its name
+    tracked.write_text("committed")
+    git(vault.root, "add", "-f", str(tracked))
+    git(vault.root, "commit", "-qm", "a file of that name", "--no-verify")
+    tracked.write_text("changed since")
+    os.utime(tracked, (hour_ago, hour_ago))
+    others.append(tracked)
+    result = vault.sync()
+    assert not old.exists()
+    assert any(".primary.md.0a1b2c3d.tmp" in w and "removed" in w for w in result.warnings), result.warnings
+    assert young.exists() and "facts/db/.primary.md.4e5f6a7b.tmp" in result.refused
+    assert all(p.exists() for p in others) and link.is_symlink() and target.read_text() == "not memvault's"
+    assert not any("removed" in w for w in result.warnings if "0a1b2c3d" not in w), result.warnings
+    again = vault.sync()
+    assert not any(w.startswith("facts/db/.primary.md.0a1b2c3d.tmp:") for w in again.warnings), again.warnings

@@ -8,6 +8,7 @@ one when the model it holds is not the one configured. Whichever backend holds t
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,8 +38,20 @@ def catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequen
     - ``publish``: first share what this host has pushed (a team's shared index; a local index has nobody to
       share with). Raises when the shared index cannot be reached: nothing was published.
 
-    A model that cannot be had leaves vectors pending, with a warning: never an error.
+    A model that cannot be had leaves vectors pending, with a warning: never an error. The report's ``seconds`` is
+    the whole call's time: the reports merged here each timed only their own part (a text sync, a rebuild) and
+    the embedding none, so an incremental reindex that embedded said 0.0 s.
     """
+    started = time.perf_counter()
+    report = _catch_up(index, engine, config, paths=paths, marks=marks, load=load, rebuild=rebuild, full=full,
+                       publish=publish, limit=limit, progress=progress, batch=batch)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Sequence[Path] | None,
+              marks: Marks | None, load: bool, rebuild: bool, full: bool, publish: bool, limit: int | None,
+              progress: Progress | None, batch: bool) -> SyncReport:
     if rebuild:
         identity = index.identity() if index.exists() else None
         if full or identity is None or not config.wants_model(identity):

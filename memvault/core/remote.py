@@ -39,12 +39,13 @@ from typing import Any
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsread import read_regular_if_there
-from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
+from ..rules.fsutil import atomic_write, ensure_dir, is_temp_name, read_regular, remove, remove_stale_temp
 from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
                            shared_folders)
 from .gate import WriteGate
 from ..stores.episodes import merge_lines
 from ..stores.gitstore import GitStore
+from ..rules.timeutil import age_text
 from ..rules.trust import Op
 
 #: How many times a push rejected because the remote moved is retried (each after a fresh pull).
@@ -117,6 +118,8 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                     result.warnings += said
                     # what was edited by hand, and (tracked) appended while the last push was waited for
                     pending = pending_edits(gate, git)
+                    pending, removed = _drop_stale_temps(git, pending)
+                    result.warnings += removed
                     committed = gate.commit_edits(pending, source=source, message=_message(gate, len(pending)))
                     result.committed = committed.commit or result.committed
                     touched += committed.paths
@@ -197,6 +200,34 @@ def _pathspecs(gate: WriteGate, git: GitStore, names: Sequence[str] | None = Non
 def pending_edits(gate: WriteGate, git: GitStore) -> list[Path]:
     """Every changed, new or deleted file under the vault's own paths (what sync commits first), and nothing else."""
     return [git.root / rel for rel in git.status_paths(*_pathspecs(gate, git))]
+
+
+#: A temp file of memvault's own older than this (seconds) is a killed write's, never a live one's: an atomic write
+#: renames its temp file within moments of making it.
+STALE_TEMP_AGE = 3600
+
+
+def _drop_stale_temps(git: GitStore, pending: list[Path]) -> tuple[list[Path], list[str]]:
+    """``pending`` less the temp files a killed memvault write left (``kill -9`` between writing and renaming, see
+    :func:`memvault.rules.fsutil.remove_stale_temp`), removed, and a line naming each. Only untracked files of
+    exactly that name, not links, older than :data:`STALE_TEMP_AGE`: a younger one is refused by the commit's checks
+    and named, as any temp file is; a file of that name git tracks is a teammate's, never removed here. Without
+    this, every sync named the same leftover until it was deleted by hand."""
+    candidates = [p for p in pending if is_temp_name(p.name)]
+    if not candidates:
+        return pending, []
+    rels = [p.relative_to(git.root).as_posix() for p in candidates]
+    tracked = set(git.run("--literal-pathspecs", "ls-files", "-z", "--", *rels, strip=False).split("\0"))
+    gone, said = set(), []
+    for path, rel in zip(candidates, rels):
+        if rel in tracked:
+            continue
+        age = remove_stale_temp(path, STALE_TEMP_AGE)
+        if age is not None:
+            gone.add(path)
+            said.append(f"{rel}: removed, a temp file a killed memvault write left {age_text(age)} ago (never "
+                        "committed)")
+    return [p for p in pending if p not in gone], said
 
 
 def _message(gate: WriteGate, count: int) -> str:

@@ -202,15 +202,19 @@ class _Note:
         self.needed: int | None = None
 
     def data(self) -> dict[str, Any]:
+        # With no hit kept, what the best one "needs" is one number: the budget whose answer holds it as printed
+        # (the hit alone was said beside it, 124 tokens beside a budget of 211, and only one of them works).
         out = {"budget": self.budget, "kept": self.kept, "dropped": self.dropped, "best_dropped": self.best.id,
-               "best_dropped_tokens": self.tokens}
+               "best_dropped_tokens": self.tokens if self.needed is None else self.needed}
         if self.needed is not None:
             out["needed"] = self.needed
         return out
 
     def warning(self) -> str:
-        return (f"{self.dropped} of {self.total} hits left out for the budget of {self.budget} tokens; the best of "
-                f"them ({self.best.kind} {self.best.id}) needs {self.tokens} tokens")
+        lead = f"{self.dropped} of {self.total} hits left out for the budget of {self.budget} tokens; the best of them"
+        if self.needed is not None:
+            return f"{lead} ({self.best.kind} {self.best.id}) needs a budget of {self.needed}"
+        return f"{lead} ({self.best.kind} {self.best.id}) needs {self.tokens} tokens"
 
     def nothing(self) -> str:
         return (f"the budget of {self.budget} tokens is too small for even one hit: the best ({self.best.kind} "

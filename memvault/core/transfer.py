@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules.errors import InvalidValue, LimitExceeded, MemvaultError, UntrustedSource, describe
 from ..rules.fsutil import FileChange
 from ..rules.secrets import describe as describe_secrets
-from ..rules.secrets import SecretFinding, scan_fields, secret_spans
+from ..rules.secrets import SecretFinding, scan_fields, scans_remembered, secret_spans
 from ..rules.timeutil import now, parse_time
 from ..rules.trust import Op
 from ..rules.validation import EARLIEST, MAX_FUTURE, check_json_value, validate_key, validate_tags
@@ -179,7 +179,8 @@ def import_items(vault: Vault, items: Iterable[Item], *, fmt: str, source: str,
     gate.require(Op.APPEND_EPISODE, source)
     report = ImportReport(fmt, source, dry_run)
     trusted = gate.policy.is_trusted(source)
-    with gate.import_lock():
+    # Each episode's text is scanned here (to cut a secret's lines) and again by the gate, whole: once is enough.
+    with gate.import_lock(), scans_remembered():
         _import_items(vault, items, report, fmt=fmt, source=source, trusted=trusted, dry_run=dry_run)
     return report
 
@@ -415,7 +416,7 @@ def restore_items(vault: Vault, items: Iterable[Item], *, source: str, dry_run: 
                                       "episodes as they were: a trusted source only")
     gate.require(Op.CONFIGURE, source)
     report = ImportReport("memvault", source, dry_run)
-    with gate.import_lock():
+    with gate.import_lock(), scans_remembered():  # each episode is checked when planned and again when appended
         _restore_items(vault, _checked(vault, items, report), report, source=source, dry_run=dry_run)
     return report
 

@@ -22,7 +22,9 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import stat
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -225,6 +227,16 @@ def _tmp_name(name: str) -> str:
     return f".{name[:200]}.{os.urandom(4).hex()}.tmp"
 
 
+#: Exactly the names :func:`_tmp_name` gives (``.NAME.xxxxxxxx.tmp``: NAME 1-200 characters, 8 lower-case hex
+#: digits): the only names :func:`remove_stale_temp` removes.
+_TMP_NAME = re.compile(r"\.(?s:.{1,200})\.[0-9a-f]{8}\.tmp")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is one memvault's atomic writes give their temp file."""
+    return _TMP_NAME.fullmatch(name) is not None
+
+
 def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
@@ -410,6 +422,34 @@ def unlink_at(dfd: int, name: str, *, missing_ok: bool = True, path: Path | str 
     except IsADirectoryError:
         raise unsafe(path or name, "a folder: memvault does not remove it here") from None
     return True
+
+
+def remove_stale_temp(path: Path, older_than: float) -> float | None:
+    """Remove ``path`` if it is a temp file an atomic write of memvault left behind (a writer killed between
+    writing and renaming it): its name exactly as :func:`_tmp_name` makes them, a regular file (a link of that name
+    is left, and never followed), unchanged for more than ``older_than`` seconds (a live write renames its temp file
+    within moments). Its age in seconds when removed, else None (also when it is gone, or a link is on the way)."""
+    parent, name = _parent(path)
+    if not is_temp_name(name):
+        return None
+    try:
+        with dir_handle(parent) as dfd:
+            st = _lstat_at(dfd, name)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                return None
+            age = time.time() - st.st_mtime
+            if age <= older_than:
+                return None
+            # Swapped for a link after the lstat, the link is what goes: unlink never follows one.
+            return age if unlink_at(dfd, name, path=path) else None
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        from .errors import UnsafePath
+
+        if isinstance(exc, UnsafePath) or (isinstance(exc, OSError) and exc.errno in (errno.ELOOP, errno.ENOTDIR)):
+            return None  # a link on the way: nothing past it is memvault's to remove
+        raise
 
 
 def remove_dir(path: Path) -> bool:

@@ -41,7 +41,9 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress
@@ -335,9 +337,33 @@ def find_secrets(text: str) -> list[SecretFinding]:
 
     ``line`` in each finding is the line of the original ``text``, whatever normalisation did.
     """
+    memo = _REMEMBERED.get()
+    if memo is not None:
+        found = memo.get(text)
+        if found is None:
+            found = memo[text] = _find_short(text) if len(text) <= SHORT_TEXT else tuple(_find(text, decode=True))
+        return list(found)
     if len(text) <= SHORT_TEXT:
         return list(_find_short(text))
     return _find(text, decode=True)
+
+
+#: The findings of every text scanned inside :func:`scans_remembered`, by text (None outside one).
+_REMEMBERED: ContextVar[dict[str, tuple[SecretFinding, ...]] | None] = ContextVar("memvault_scans", default=None)
+
+
+@contextmanager
+def scans_remembered() -> Iterator[None]:
+    """Within the block, a text scanned again is answered from its first scan (the findings are a function of the
+    text alone, so every check still sees what a scan would find). For a batch whose texts are scanned twice: an
+    import scans each item to cut a secret's lines, then the gate scans the whole episode (80% of an import's time
+    went to the second scan). What is remembered is dropped when the block ends; a block inside one shares it."""
+    token = _REMEMBERED.set({}) if _REMEMBERED.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _REMEMBERED.reset(token)
 
 
 #: Texts up to this long are remembered with their findings: the fields of a batch of writes (a session's

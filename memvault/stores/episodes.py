@@ -57,6 +57,11 @@ def new_id(at: datetime | None = None) -> str:
     return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
 
 
+def _json_bytes(value: Any) -> int:
+    """Bytes ``value`` takes in an episode's line (JSON, UTF-8 as written)."""
+    return len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+
+
 @dataclass
 class Episode:
     """One line of an episode file. ``to_dict`` is the line exactly as stored (key order included)."""
@@ -277,8 +282,11 @@ class EpisodeLog:
             raise InvalidValue("meta", f"not JSON-serialisable: {exc}") from None
         data = line.encode("utf-8")
         if self.max_bytes is not None and len(data) > self.max_bytes:
-            raise LimitExceeded("episode", f"{len(data)} bytes, more than the {self.max_bytes} allowed "
-                                           "([limits] episode_bytes): store a summary, or the bulk as a file")
+            # Named after the argument the caller gave that takes most of the line (the CLI's TEXT or --meta, the
+            # MCP tool's and the Python API's text or meta): "episode" told nobody what to shorten.
+            at_fault = "meta" if _json_bytes(episode.meta) > _json_bytes(text) else "text"
+            raise LimitExceeded(at_fault, f"the episode's line is {len(data)} bytes, more than the {self.max_bytes} "
+                                          "allowed ([limits] episode_bytes): store a summary, or the bulk as a file")
         episode.path = self.file_for(when)
         return episode, data
 
