@@ -154,10 +154,34 @@ def _ref(git: GitStore) -> str | None:
     return lines[-1] if lines else None
 
 
+#: Times a publish starts again from a fresh read of the shared index when other hosts published meanwhile.
+PUBLISH_TRIES = 3
+
+
 def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, *, splitter: Any = None,
             max_tokens: int | None = None) -> SyncReport:
     """Bring the shared index to ``state.ref``: the paths whose blob differs from what it holds are read from git's
-    objects and applied; a reference commit older than the shared index's is not published (never backwards)."""
+    objects and applied; a reference commit older than the shared index's is not published (never backwards).
+
+    The commit and files the diff is made against are read before git's objects are (slow for a large diff): when
+    another host published meanwhile, the write finds another commit under the vault's lock, writes nothing, and
+    the publish starts again from the index as it is now (else a host that fetched an older commit wrote it over
+    the newer one, and a file the newer one added stayed in the index for ever)."""
+    from ..index.postgres import HeadMoved
+
+    for _attempt in range(PUBLISH_TRIES):
+        try:
+            return _publish(shared, git, sources, state, splitter=splitter, max_tokens=max_tokens)
+        except HeadMoved:
+            continue
+    report = SyncReport()
+    report.warnings.append(f"other hosts published the shared index {PUBLISH_TRIES} times while this host was "
+                           "publishing: not published; run 'memvault reindex' again")
+    return report
+
+
+def _publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, *, splitter: Any,
+             max_tokens: int | None) -> SyncReport:
     report = SyncReport()
     if state.ref is None:
         return report
@@ -198,7 +222,7 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
         kind = kinds[rel]
         assert kind is not None
         docs.extend(read_docs(sources, rel, kind, report.problems, data=blobs[blob]))
-    report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))
+    report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens, expect=head))
     report.files_seen = len(state.tree)
     return report
 

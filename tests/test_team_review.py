@@ -1,0 +1,74 @@
+"""An attack review of the team index (2026-12-06): rows in the shared PostgreSQL index that are not what git holds
+(a teammate's host writes them, or two publishes cross), and what other hosts' recalls and listings then show. Each
+test is the attack as it was made before the fix, and the answer it gets now."""
+from __future__ import annotations
+
+import psycopg
+
+from conftest import git
+from pgserver import pg_server  # noqa: F401
+from test_team import facts_of_a, push, team, url  # noqa: F401 - fixtures
+
+
+def _vault_id(address: str) -> int:
+    with psycopg.connect(address, autocommit=True) as conn:
+        return conn.execute("SELECT vault_id FROM memvault.vaults WHERE name = 'ops'").fetchone()[0]
+
+
+def _forge(address: str, statement: str, args: tuple = ()) -> None:
+    """A teammate's host writing the shared index directly (its role may: write access is write access)."""
+    with psycopg.connect(address, autocommit=True) as conn:
+        conn.execute(statement.replace("{v}", str(_vault_id(address))), args)
+
+
+def _publishing_meanwhile(host, other) -> None:
+    """``other`` publishes while ``host``'s publish is between reading the shared index and writing it (the time it
+    reads git's objects and cuts them: minutes for a host that was offline for months)."""
+    shared = host.vault.index.shared
+    real = shared.apply
+    calls = []
+
+    def late(*args, **kwargs):
+        if not calls:
+            other.vault.reindex()
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    shared.apply = late
+
+
+# ----------------------------------------------------------------------------------------- two publishes crossing
+def test_a_publish_that_another_host_overtook_never_moves_the_index_back_nor_keeps_a_removed_file(team):
+    """B read the shared index's commit and files, then A published a newer commit while B was reading git's
+    objects; B wrote its commit over A's. The shared index then said it reflected B's older commit (never backwards,
+    docs/team.md) while holding A's rows; and a file A added and B's commit removed stayed in the index, returned to
+    every host, as B's diff was made against the files it had read before A's publish."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    # The older commit: B fetched A's next commit, then A moved on again and publishes while B publishes.
+    a.vault.facts.set("net/vpn", "The office VPN is wireguard on vpn1.fra1 port 51820.", source="user:ann")
+    push(a)
+    git(b.root, "pull", "-q")
+    a.vault.facts.set("net/ntp", "Hosts take their time from ntp1.fra1 and ntp2.fra1.", source="user:ann")
+    push(a)
+    newest = git(a.root, "rev-parse", "HEAD")
+    _publishing_meanwhile(b, a)
+    report = b.vault.reindex()
+    shared = a.vault.index.shared
+    assert shared.head() == newest, "the shared index was moved back to an older commit"
+    assert any("pull first" in w for w in report.warnings), report.warnings
+
+    # A file added by one commit and removed by the next, the two published at once by two hosts.
+    a.vault.facts.set("tmp/zebra", "The zebra migration runs on Tuesday.", source="user:ann")
+    push(a)
+    git(b.root, "pull", "-q")
+    b.vault.facts.delete("tmp/zebra", source="user:ann")
+    push(b)
+    _publishing_meanwhile(b, a)
+    b.vault.reindex()
+    assert shared.head() == git(b.root, "rev-parse", "HEAD")
+    assert "facts/tmp/zebra.md" not in shared.files(), "a file the commit does not hold stayed in the index"
+
