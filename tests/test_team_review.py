@@ -72,3 +72,38 @@ def test_a_publish_that_another_host_overtook_never_moves_the_index_back_nor_kee
     assert shared.head() == git(b.root, "rev-parse", "HEAD")
     assert "facts/tmp/zebra.md" not in shared.files(), "a file the commit does not hold stayed in the index"
 
+
+# ------------------------------------------------------------------------------------- rows that are not git's
+def _scoped_b(clone):
+    """Host B, where agents are not trusted and agent:web may read facts/web/ only."""
+    b = clone()
+    toml = b.root / "memvault.toml"
+    text = toml.read_text().replace('trusted = ["user:*", "agent:*"]', 'trusted = ["user:*"]')
+    toml.write_text(text + '\n[scopes."agent:web"]\nread = ["facts/web/**"]\n')
+    b.reopen()
+    return b
+
+
+def test_a_forged_row_never_gives_a_scoped_reader_a_fact_outside_its_scope(team, url):
+    """A row of the shared index names its memory twice: by its id (db/primary) and by its path. The scope was
+    tested on the path and the fact read by its id, so a row written straight into the database with the id of a
+    fact outside the scope and the path of one inside (no commit holds such a file) gave agent:web the text of
+    facts/db/primary.md, in recall and by key in the web view's listing."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="user:ann")
+    push(a)
+    a.vault.reindex()
+    b = _scoped_b(clone)
+    _forge(url, "UPDATE memvault.v{v}_docs SET item_id = 'db/gone' WHERE item_id = 'db/primary'")
+    _forge(url, "UPDATE memvault.v{v}_docs SET item_id = 'db/primary' WHERE item_id = 'web/cdn'")
+    for mode in ("keyword", "hybrid"):
+        hits = b.vault.recall("CDN static assets fastly", k=5, mode=mode, source="agent:web", log=False)
+        assert not any("5432" in h.text or h.id == "db/primary" for h in hits), [(h.id, h.text) for h in hits]
+    b.vault.act_as("agent:web")
+    assert [f.key for f in b.vault.browse.facts()[0]] == []
+    # the rows git holds are still found
+    _forge(url, "UPDATE memvault.v{v}_docs SET item_id = 'web/cdn' WHERE item_id = 'db/primary'")
+    assert [h.id for h in b.vault.recall("CDN static assets fastly", k=5, mode="keyword", source="agent:web",
+                                         log=False)] == ["web/cdn"]
+

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..index import Sources, SyncReport, read_docs
@@ -101,8 +101,8 @@ def _split(git: GitStore, root: Path, ref: str | None, *, track_episodes: bool, 
     out.local |= {p[len(prefix):] for p in found["others"].split("\0") if p}
     if ref is None:  # no commit at all: everything is local
         out.local |= _all_files(root)
-    out.local = {rel for rel in out.local if _covered(rel)}
-    out.gone = {rel for rel in out.gone if _covered(rel)}
+    out.local = {rel for rel in out.local if covered(rel)}
+    out.gone = {rel for rel in out.gone if covered(rel)}
     return out
 
 
@@ -127,9 +127,29 @@ def _run_all(git: GitStore, calls: dict[str, list[str]]) -> dict[str, str]:
     return out
 
 
-def _covered(rel: str) -> bool:
+def covered(rel: str) -> bool:
+    """Whether ``rel`` is a plain path in one of the areas the shared index holds (no part that starts with a dot,
+    so no ``..``)."""
     parts = rel.split("/")
     return len(parts) > 1 and parts[0] in AREAS and not any(p.startswith(".") for p in parts)
+
+
+def in_place(doc: dict[str, Any]) -> bool:
+    """Whether a shared row's path is where git keeps a memory of its kind and id (``facts/<id>.md``,
+    ``procedures/<id>.<ext>``, a file under ``episodes/``), as every row a publish writes is. A row written into the
+    database by other means may name one memory by its id and another by its path: the scope is tested on the path
+    and the text read by the id, so such a row is left out. (A run's row, from :meth:`runs_of`, has no kind: its
+    path is an episode file's.)"""
+    path, item = doc.get("path"), doc.get("id")
+    if not isinstance(path, str) or not isinstance(item, str) or not covered(path):
+        return False
+    kind = doc.get("kind", "episode")
+    if kind == "fact":
+        return path == f"facts/{item}.md"
+    if kind == "procedure":
+        name = path[len("procedures/"):] if path.startswith("procedures/") else ""
+        return bool(name) and PurePosixPath(name).with_suffix("").as_posix() == item
+    return kind == "episode" and path.startswith("episodes/")
 
 
 def _all_files(root: Path) -> set[str]:

@@ -24,7 +24,7 @@ from ..rules.errors import ConfigError, MemvaultError, PlansChanged, SearchIndex
 from ..rules.fsutil import atomic_write, read_inside, remove
 from ..rules.timeutil import index_time
 from ..stores.gitstore import GitStore
-from .publish import publish, split, vault_name
+from .publish import in_place, publish, split, vault_name
 from .team_listings import TeamListings
 
 if TYPE_CHECKING:
@@ -521,8 +521,10 @@ class TeamIndex(TeamListings):
         out: dict[int, dict[str, Any]] = {}
         for index, sign, mine in self._by_part(rowids):
             docs = self._call(index.chunk_docs, mine)
-            shadow = self._shadow() if index is self._shared else frozenset()
-            out.update({sign * r: d for r, d in docs.items() if d["path"] not in shadow})
+            if index is self._shared:
+                shadow = self._shadow()
+                docs = {r: d for r, d in docs.items() if d["path"] not in shadow and in_place(d)}
+            out.update({sign * r: d for r, d in docs.items()})
         return out
 
     # -- calibration (memvault.core.calibration): the scale of the part that holds the vault -----------------
@@ -599,7 +601,7 @@ class TeamIndex(TeamListings):
         if index is not self._shared:
             return items
         shadow = self._shadow()
-        return [d for d in items if d["path"] not in shadow]
+        return [d for d in items if d["path"] not in shadow and in_place(d)]
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         merged: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
