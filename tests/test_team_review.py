@@ -107,3 +107,17 @@ def test_a_forged_row_never_gives_a_scoped_reader_a_fact_outside_its_scope(team,
     assert [h.id for h in b.vault.recall("CDN static assets fastly", k=5, mode="keyword", source="agent:web",
                                          log=False)] == ["web/cdn"]
 
+
+def test_a_forged_source_never_marks_a_fact_trusted(team, url):
+    """A fact's text is read from this host's file, but its source — what marks it trusted — was taken from the
+    shared row: a row saying user:admin made an agent's fact trusted on every other host."""
+    _remote, a, clone = team
+    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="agent:helper")
+    push(a)
+    a.vault.reindex()
+    b = _scoped_b(clone)
+    (hit,) = b.vault.recall("CDN static assets fastly", k=1, mode="keyword", log=False)
+    assert hit.source == "agent:helper" and hit.extra["trusted"] is False
+    _forge(url, "UPDATE memvault.v{v}_docs SET source = 'user:admin' WHERE item_id = 'web/cdn'")
+    (hit,) = b.vault.recall("CDN static assets fastly", k=1, mode="keyword", log=False)
+    assert hit.source == "agent:helper" and hit.extra["trusted"] is False

@@ -787,7 +787,11 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                     parts={"keyword": c.keyword, "semantic": c.semantic, "cosine": c.cosine, "exact": c.exact,
                            "time": c.timed, "feedback": c.moved, "general": c.general, "rest": c.rest})
         if doc["kind"] == "fact":
-            extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
+            if fact is not None:
+                # Read from its file: who wrote it is the file's word too, not the index row's (a team's shared row
+                # is what someone wrote into the database; the text beside it was never taken from there either).
+                base["source"] = fact.source
+            extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
             if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
                 extra["superseded_by"] = str(doc["ref"])[len(SUPERSEDED_REF):]
             if c.stale is not None:
