@@ -158,3 +158,25 @@ def test_an_episode_a_forged_row_rewrote_is_returned_as_git_holds_it(tracked, ur
     # a row for an episode no file holds is not returned at all
     _forge(url, "UPDATE memvault.v{v}_docs SET item_id = '01JZZZZZZZZZZZZZZZZZZZZZZZ' WHERE kind = 'episode'")
     assert b.vault.recall("rotated nginx logs web1", k=1, kinds=["episode"], mode="keyword", log=False) == []
+
+
+def test_a_forged_commit_in_the_shared_index_is_never_an_option_to_git(team, url, tmp_path):
+    """The commit the shared index reflects is read from the database and handed to git (diff, merge-base,
+    cat-file). A value of '--output=<file>' was taken by `git diff` as its option: every host that recalled wrote
+    git's output over that file (its user's ~/.bashrc, say)."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    target = tmp_path / "owned"
+    target.write_text("the user's own file\n")
+    _forge(url, "UPDATE memvault.vaults SET indexed_head = %s WHERE name = 'ops'", (f"--output={target}",))
+    b.reopen()
+    hits = b.recall("which port does the primary database use")
+    assert target.read_text() == "the user's own file\n"
+    assert hits and hits[0].id == "db/primary"
+    assert any("team index" in w for w in hits.warnings), hits.warnings
+    b.vault.reindex()  # a vault row naming no commit is as one nobody published: the next publish writes one
+    assert target.read_text() == "the user's own file\n"
+    assert a.vault.index.shared.head() == git(b.root, "rev-parse", "HEAD")

@@ -11,6 +11,7 @@ upstream's history was rewritten (neither commit contains the other), the shared
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
 
 AREAS = ("facts", "procedures", "episodes")
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass
@@ -67,7 +69,7 @@ def split(git: GitStore, root: Path, *, track_episodes: bool, ref: str | None = 
     Three git calls, the two that read the work tree at once (recall pays this on every question: ~2 git
     latencies whatever the vault's size); ``tree`` adds the commit's blob ids (what :func:`publish` needs, recall
     does not)."""
-    if ref is not None:
+    if ref is not None and _COMMIT.fullmatch(ref):  # read from the database: never an option to git
         try:
             return _split(git, root, ref, track_episodes=track_episodes, tree=tree)
         except GitError:

@@ -6,6 +6,7 @@ parameters.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,18 @@ def read_state(conn: Any, vault: str) -> VaultState | None:
     if row is None:
         return None
     identity = ModelIdentity.from_dict(row[2]) if row[2] else None
-    return VaultState(int(row[0]), row[1], identity, row[3], row[4], time.monotonic(), frozenset(row[5]))
+    return VaultState(int(row[0]), row[1], identity, row[3], commit_id(row[4]), time.monotonic(), frozenset(row[5]))
+
+
+#: A git object name as a publish records it: SHA-1 or SHA-256, in hex.
+COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def commit_id(value: Any) -> str | None:
+    """The commit the vault row names, or None when it names none a publish could have written: every host hands
+    it to git (diff, merge-base, cat-file), where '--output=<file>' is an option, not a commit. A vault whose
+    row holds such a value is as one nobody published yet (the next publish writes a real one)."""
+    return value if isinstance(value, str) and COMMIT_ID.fullmatch(value) else None
 
 
 def table(vault_id: int, name: str) -> Any:
