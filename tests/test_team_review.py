@@ -180,3 +180,24 @@ def test_a_forged_commit_in_the_shared_index_is_never_an_option_to_git(team, url
     b.vault.reindex()  # a vault row naming no commit is as one nobody published: the next publish writes one
     assert target.read_text() == "the user's own file\n"
     assert a.vault.index.shared.head() == git(b.root, "rev-parse", "HEAD")
+
+
+def test_a_full_reindex_on_a_host_that_has_not_pulled_never_replaces_the_newer_index(team):
+    """`memvault reindex --full` drops the shared index and publishes it again from this host's git. On a host back
+    from months offline, that put its older commit in place of the team's newer one (published with no check:
+    after the drop there was no commit to compare with), and the newer memories were gone for every host."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    a.vault.facts.set("db/replica", "The read replica of the primary database is db02.fra1 port 5432.",
+                      source="user:ann")
+    push(a)
+    a.vault.reindex()
+    head = a.vault.index.shared.head()
+    report = b.vault.reindex(full=True)
+    assert any("pull first" in w for w in report.warnings), report.warnings
+    assert a.vault.index.shared.head() == head
+    assert "facts/db/replica.md" in a.vault.index.shared.files()
+    assert [h.id for h in a.recall("read replica database")][:1] == ["db/replica"]

@@ -74,7 +74,7 @@ def split(git: GitStore, root: Path, *, track_episodes: bool, ref: str | None = 
             return _split(git, root, ref, track_episodes=track_episodes, tree=tree)
         except GitError:
             pass  # the team published a commit this host has not fetched: compare with what it has
-    return _split(git, root, _ref(git), track_episodes=track_episodes, tree=tree)
+    return _split(git, root, reference(git), track_episodes=track_episodes, tree=tree)
 
 
 def _split(git: GitStore, root: Path, ref: str | None, *, track_episodes: bool, tree: bool) -> Split:
@@ -163,7 +163,7 @@ def _all_files(root: Path) -> set[str]:
     return found
 
 
-def _ref(git: GitStore) -> str | None:
+def reference(git: GitStore) -> str | None:
     """The upstream of the current branch, else HEAD, else None (one git call)."""
     try:
         out = git.run("rev-parse", "HEAD", "@{upstream}")
@@ -208,12 +208,11 @@ def _publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split,
     if state.ref is None:
         return report
     head = shared.head()
+    refused = refusal(shared, git, head, state.ref)
+    if refused is not None:
+        report.warnings.append(refused)
+        return report
     if head is not None and head != state.ref and not git.is_ancestor(head, state.ref):
-        if not git.has_commit(head) or git.is_ancestor(state.ref, head):  # the team is ahead of this host
-            report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not "
-                                   "contain: not published (pull first; if the upstream's history was rewritten, "
-                                   "a host that had synced the old one publishes over it)")
-            return report
         # This host had the shared index's commit, and neither contains the other: the upstream's history was
         # rewritten (a secret force-pushed away). The shared index follows it, or keeps what was removed for ever.
         report.warnings.append(f"the shared index reflected {head[:12]}, which the upstream {state.ref[:12]} does not "
@@ -247,6 +246,19 @@ def _publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split,
     report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens, expect=head))
     report.files_seen = len(state.tree)
     return report
+
+
+def refusal(shared: SharedIndex, git: GitStore, head: str | None, ref: str) -> str | None:
+    """Why this host may not put its commit ``ref`` in place of the shared index's ``head`` (None: it may): the
+    team is ahead of this host. (A history the upstream rewrote,
+    which this host had, it may: see :func:`publish`.)"""
+    if head is None or head == ref or git.is_ancestor(head, ref):
+        return None
+    if not git.has_commit(head) or git.is_ancestor(ref, head):  # the team is ahead of this host
+        return (f"the shared index reflects {head[:12]}, which {ref[:12]} does not contain: not published (pull "
+                "first; if the upstream's history was rewritten, a host that had synced the old one publishes over "
+                "it)")
+    return None
 
 
 def _blob_sizes(git: GitStore, shas: list[str]) -> dict[str, int]:

@@ -24,7 +24,7 @@ from ..rules.errors import ConfigError, MemvaultError, PlansChanged, SearchIndex
 from ..rules.fsutil import atomic_write, read_inside, remove
 from ..rules.timeutil import index_time
 from ..stores.gitstore import GitStore
-from .publish import in_place, publish, split, vault_name
+from .publish import in_place, publish, reference, refusal, split, vault_name
 from .team_listings import TeamListings
 
 if TYPE_CHECKING:
@@ -422,6 +422,13 @@ class TeamIndex(TeamListings):
         shared = self.shared
         try:
             live = shared.identity() if shared.exists() else None
+            git = self._repo()
+            ref = reference(git)
+            refused = refusal(shared, git, shared.head(), ref) if live is not None and ref else None
+            if refused is not None:
+                # Dropped, the index would be published again from this host's older commit, with no commit left
+                # to compare with: only the publish runs, and says why not.
+                return report.merge(self.publish(splitter=emb))
             if live is not None and emb is not None and emb.identity.same_vectors(live):
                 shared.drop()
                 self.overlay.close()
