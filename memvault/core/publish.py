@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
 
 AREAS = ("facts", "procedures", "episodes")
-_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_COMMIT = re.compile(r"[0-9a-f]{4,64}")
 
 
 @dataclass

@@ -57,8 +57,8 @@ def read_state(conn: Any, vault: str) -> VaultState | None:
     return VaultState(int(row[0]), row[1], identity, row[3], commit_id(row[4]), time.monotonic(), frozenset(row[5]))
 
 
-#: A git object name as a publish records it: SHA-1 or SHA-256, in hex.
-COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+#: A git object name in hex (a publish records it whole: SHA-1 or SHA-256), never an option or a revision expression.
+COMMIT_ID = re.compile(r"[0-9a-f]{4,64}")
 
 
 def commit_id(value: Any) -> str | None:
