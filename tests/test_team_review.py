@@ -182,6 +182,34 @@ def test_a_forged_commit_in_the_shared_index_is_never_an_option_to_git(team, url
     assert a.vault.index.shared.head() == git(b.root, "rev-parse", "HEAD")
 
 
+def test_a_vault_of_another_repository_under_the_same_name_is_not_taken_for_this_ones(tmp_path, url, monkeypatch):
+    """Two repositories publish under one name (the default is the remote repository's name: 'vault', 'memory').
+    The second's recall took the first's shared index for its own: its pushed facts were in neither index (the
+    overlay holds what differs from the commit the shared index names, which it could not find), so it never
+    recalled them; its web view listed the other team's facts and episodes; its publish said "pull first". The
+    first publish records the repository's root commits beside the vault; a host none of whose commits is among
+    them answers from its own files, and says to set [index] name."""
+    _r1, one, _c1 = make_team(tmp_path / "one", track_episodes=True)
+    facts_of_a(one)
+    push(one)
+    one.vault.reindex()
+    with monkeypatch.context() as env:  # another history: made in the same second, its root commit was the same
+        env.setenv("GIT_AUTHOR_DATE", "2026-01-02T03:04:05Z")
+        env.setenv("GIT_COMMITTER_DATE", "2026-01-02T03:04:05Z")
+        _r2, two, _c2 = make_team(tmp_path / "two", track_episodes=True)
+    two.vault.facts.set("zoo/llama", "Team two keeps its llama feeding notes in the barn.", source="user:bob")
+    push(two)
+    report = two.vault.reindex()
+    assert any("[index] name" in w for w in report.warnings), report.warnings
+    hits = two.recall("llama feeding notes")
+    assert [h.id for h in hits][:1] == ["zoo/llama"]
+    assert any("[index] name" in w for w in hits.warnings), hits.warnings
+    assert [f.key for f in two.vault.browse.facts()[0]] == ["zoo/llama"]
+    # the team that published first is untouched
+    assert [h.id for h in one.recall("primary database port")][:1] == ["db/primary"]
+    assert one.vault.index.shared_in_use
+
+
 def test_a_full_reindex_on_a_host_that_has_not_pulled_never_replaces_the_newer_index(team):
     """`memvault reindex --full` drops the shared index and publishes it again from this host's git. On a host back
     from months offline, that put its older commit in place of the team's newer one (published with no check:

@@ -10,6 +10,7 @@ upstream's history was rewritten (neither commit contains the other), the shared
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -244,21 +245,65 @@ def _publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split,
         assert kind is not None
         docs.extend(read_docs(sources, rel, kind, report.problems, data=blobs[blob]))
     report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens, expect=head))
+    _record_roots(shared, git, state.ref)
     report.files_seen = len(state.tree)
     return report
 
 
 def refusal(shared: SharedIndex, git: GitStore, head: str | None, ref: str) -> str | None:
     """Why this host may not put its commit ``ref`` in place of the shared index's ``head`` (None: it may): the
-    team is ahead of this host. (A history the upstream rewrote,
+    team is ahead of this host, or the index holds another repository's history. (A history the upstream rewrote,
     which this host had, it may: see :func:`publish`.)"""
     if head is None or head == ref or git.is_ancestor(head, ref):
         return None
+    reason = foreign(shared, git, head)
+    if reason is not None:
+        return f"not published: {reason}"
     if not git.has_commit(head) or git.is_ancestor(ref, head):  # the team is ahead of this host
         return (f"the shared index reflects {head[:12]}, which {ref[:12]} does not contain: not published (pull "
                 "first; if the upstream's history was rewritten, a host that had synced the old one publishes over "
                 "it)")
     return None
+
+
+#: Beside the vault in the shared index (its ``vault_meta``): the root commits of the histories published under its
+#: name. Two repositories can take one name ([index] name, else the remote repository's: 'vault', 'memory'); a host
+#: that holds none of these commits is another repository's, not one that has not fetched yet.
+ROOTS = "git_roots"
+MAX_ROOTS = 32
+
+
+def foreign(shared: SharedIndex, git: GitStore, head: str | None) -> str | None:
+    """A line saying the shared index holds another repository's history under this vault's name (its commit
+    ``head`` is not here, nor any root commit published under the name); None when it is this repository's, or
+    this cannot be told (nothing recorded yet: a shared index published by an older memvault)."""
+    if head is None or git.has_commit(head):
+        return None
+    known = _recorded_roots(shared)
+    if not known or any(git.has_commit(root) for root in sorted(known)):
+        return None
+    return (f"the team index's vault {shared.vault!r} holds another repository's history (none of its commits is "
+            "here): give this vault a name of its own with [index] name in memvault.toml")
+
+
+def _recorded_roots(shared: SharedIndex) -> set[str]:
+    try:
+        value = json.loads(shared.meta_get(ROOTS) or "[]")
+    except (ValueError, RecursionError):
+        return set()
+    if not isinstance(value, list):
+        return set()
+    # A history is rewritten rarely: a few roots at most (a longer list, written by other means, costs no more).
+    return {r for r in value[:MAX_ROOTS] if isinstance(r, str) and _COMMIT.fullmatch(r)}
+
+
+def _record_roots(shared: SharedIndex, git: GitStore, ref: str) -> None:
+    """Add the root commits of ``ref``'s history to the ones recorded (a rewritten history adds its new root: the
+    hosts that still have the old one are this repository's too)."""
+    mine = set(git.run("rev-list", "--max-parents=0", ref).split())
+    known = _recorded_roots(shared)
+    if not mine <= known:
+        shared.meta_set(ROOTS, json.dumps(sorted(known | mine)))
 
 
 def _blob_sizes(git: GitStore, shas: list[str]) -> dict[str, int]:
