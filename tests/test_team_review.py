@@ -229,3 +229,25 @@ def test_a_full_reindex_on_a_host_that_has_not_pulled_never_replaces_the_newer_i
     assert a.vault.index.shared.head() == head
     assert "facts/db/replica.md" in a.vault.index.shared.files()
     assert [h.id for h in a.recall("read replica database")][:1] == ["db/replica"]
+
+
+def test_a_damaged_vault_row_or_run_record_never_stops_a_hosts_recall(tracked, url, tmp_path):
+    """A model identity memvault never wrote in the vault row stopped every host's recall with an error (it was
+    read before the shared index's failures are caught), and a run's meta that is not JSON ended recall and the web
+    view's runs in a traceback."""
+    from test_index_seam_team import seed_listings
+
+    _remote, a, clone = tracked
+    seed_listings(a, tmp_path)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    _forge(url, "UPDATE memvault.v{v}_docs SET meta = %s WHERE kind = 'episode'", ("[" * 100_000,))
+    hits = b.recall("rotate postgres logs runbook")
+    assert "db/rotate-logs" in [h.id for h in hits]
+    assert [r["episode"] for r in b.vault.browse.runs("db/rotate-logs")]
+    _forge(url, "UPDATE memvault.vaults SET live_identity = %s WHERE name = 'ops'", ('{"name": 1}',))
+    b.reopen()
+    hits = b.recall("primary database listens")
+    assert hits and hits[0].id == "db/primary"
+    assert any("team index cannot be used" in w and "model identity" in w for w in hits.warnings), hits.warnings

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
-from ...rules.errors import MemvaultError
+from ...rules.errors import InvalidValue, MemvaultError, SearchIndexError
 from ...rules.timeutil import parse_time, to_milliseconds
 from .connection import SCHEMA, psycopg_module
 
@@ -53,7 +53,10 @@ def read_state(conn: Any, vault: str) -> VaultState | None:
         return None
     if row is None:
         return None
-    identity = ModelIdentity.from_dict(row[2]) if row[2] else None
+    try:
+        identity = ModelIdentity.from_dict(row[2]) if row[2] else None
+    except InvalidValue as exc:  # not what a memvault wrote: the shared index is not used, as when it is down
+        raise SearchIndexError(f"the vault {vault!r}'s model identity is not one memvault wrote ({exc})") from None
     return VaultState(int(row[0]), row[1], identity, row[3], commit_id(row[4]), time.monotonic(), frozenset(row[5]))
 
 
