@@ -155,9 +155,12 @@ def test_an_episode_a_forged_row_rewrote_is_returned_as_git_holds_it(tracked, ur
         (hit,) = b.vault.recall("rotated nginx logs web1", k=1, kinds=["episode"], mode=mode, log=False)
         assert hit.text == "the helper agent rotated the nginx logs on web1", hit.text[:100]
         assert hit.source == "agent:helper" and hit.extra["trusted"] is False
+    (hit,) = b.vault.recall("what happened today", k=5, kinds=["episode"], log=False)  # a time window's answer
+    assert hit.text == "the helper agent rotated the nginx logs on web1" and hit.extra["trusted"] is False
     # a row for an episode no file holds is not returned at all
     _forge(url, "UPDATE memvault.v{v}_docs SET item_id = '01JZZZZZZZZZZZZZZZZZZZZZZZ' WHERE kind = 'episode'")
     assert b.vault.recall("rotated nginx logs web1", k=1, kinds=["episode"], mode="keyword", log=False) == []
+    assert b.vault.recall("what happened today", k=5, kinds=["episode"], log=False) == []
 
 
 def test_a_forged_commit_in_the_shared_index_is_never_an_option_to_git(team, url, tmp_path):
