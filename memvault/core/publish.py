@@ -10,10 +10,12 @@ upstream's history was rewritten (neither commit contains the other), the shared
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..index import Sources, SyncReport, read_docs
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
 
 AREAS = ("facts", "procedures", "episodes")
+_COMMIT = re.compile(r"[0-9a-f]{4,64}")
 
 
 @dataclass
@@ -67,12 +70,12 @@ def split(git: GitStore, root: Path, *, track_episodes: bool, ref: str | None = 
     Three git calls, the two that read the work tree at once (recall pays this on every question: ~2 git
     latencies whatever the vault's size); ``tree`` adds the commit's blob ids (what :func:`publish` needs, recall
     does not)."""
-    if ref is not None:
+    if ref is not None and _COMMIT.fullmatch(ref):  # read from the database: never an option to git
         try:
             return _split(git, root, ref, track_episodes=track_episodes, tree=tree)
         except GitError:
             pass  # the team published a commit this host has not fetched: compare with what it has
-    return _split(git, root, _ref(git), track_episodes=track_episodes, tree=tree)
+    return _split(git, root, reference(git), track_episodes=track_episodes, tree=tree)
 
 
 def _split(git: GitStore, root: Path, ref: str | None, *, track_episodes: bool, tree: bool) -> Split:
@@ -101,8 +104,8 @@ def _split(git: GitStore, root: Path, ref: str | None, *, track_episodes: bool, 
     out.local |= {p[len(prefix):] for p in found["others"].split("\0") if p}
     if ref is None:  # no commit at all: everything is local
         out.local |= _all_files(root)
-    out.local = {rel for rel in out.local if _covered(rel)}
-    out.gone = {rel for rel in out.gone if _covered(rel)}
+    out.local = {rel for rel in out.local if covered(rel)}
+    out.gone = {rel for rel in out.gone if covered(rel)}
     return out
 
 
@@ -127,9 +130,29 @@ def _run_all(git: GitStore, calls: dict[str, list[str]]) -> dict[str, str]:
     return out
 
 
-def _covered(rel: str) -> bool:
+def covered(rel: str) -> bool:
+    """Whether ``rel`` is a plain path in one of the areas the shared index holds (no part that starts with a dot,
+    so no ``..``)."""
     parts = rel.split("/")
     return len(parts) > 1 and parts[0] in AREAS and not any(p.startswith(".") for p in parts)
+
+
+def in_place(doc: dict[str, Any]) -> bool:
+    """Whether a shared row's path is where git keeps a memory of its kind and id (``facts/<id>.md``,
+    ``procedures/<id>.<ext>``, a file under ``episodes/``), as every row a publish writes is. A row written into the
+    database by other means may name one memory by its id and another by its path: the scope is tested on the path
+    and the text read by the id, so such a row is left out. (A run's row, from :meth:`runs_of`, has no kind: its
+    path is an episode file's.)"""
+    path, item = doc.get("path"), doc.get("id")
+    if not isinstance(path, str) or not isinstance(item, str) or not covered(path):
+        return False
+    kind = doc.get("kind", "episode")
+    if kind == "fact":
+        return path == f"facts/{item}.md"
+    if kind == "procedure":
+        name = path[len("procedures/"):] if path.startswith("procedures/") else ""
+        return bool(name) and PurePosixPath(name).with_suffix("").as_posix() == item
+    return kind == "episode" and path.startswith("episodes/")
 
 
 def _all_files(root: Path) -> set[str]:
@@ -141,7 +164,7 @@ def _all_files(root: Path) -> set[str]:
     return found
 
 
-def _ref(git: GitStore) -> str | None:
+def reference(git: GitStore) -> str | None:
     """The upstream of the current branch, else HEAD, else None (one git call)."""
     try:
         out = git.run("rev-parse", "HEAD", "@{upstream}")
@@ -154,20 +177,43 @@ def _ref(git: GitStore) -> str | None:
     return lines[-1] if lines else None
 
 
+#: Times a publish starts again from a fresh read of the shared index when other hosts published meanwhile.
+PUBLISH_TRIES = 3
+
+
 def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, *, splitter: Any = None,
             max_tokens: int | None = None) -> SyncReport:
     """Bring the shared index to ``state.ref``: the paths whose blob differs from what it holds are read from git's
-    objects and applied; a reference commit older than the shared index's is not published (never backwards)."""
+    objects and applied; a reference commit older than the shared index's is not published (never backwards).
+
+    The commit and files the diff is made against are read before git's objects are (slow for a large diff): when
+    another host published meanwhile, the write finds another commit under the vault's lock, writes nothing, and
+    the publish starts again from the index as it is now (else a host that fetched an older commit wrote it over
+    the newer one, and a file the newer one added stayed in the index for ever)."""
+    from ..index.postgres import HeadMoved
+
+    for _attempt in range(PUBLISH_TRIES):
+        try:
+            return _publish(shared, git, sources, state, splitter=splitter, max_tokens=max_tokens)
+        except HeadMoved:
+            continue
+    report = SyncReport()
+    report.warnings.append(f"other hosts published the shared index {PUBLISH_TRIES} times while this host was "
+                           "publishing: not published; run 'memvault reindex' again")
+    return report
+
+
+def _publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, *, splitter: Any,
+             max_tokens: int | None) -> SyncReport:
     report = SyncReport()
     if state.ref is None:
         return report
     head = shared.head()
+    refused = refusal(shared, git, head, state.ref)
+    if refused is not None:
+        report.warnings.append(refused)
+        return report
     if head is not None and head != state.ref and not git.is_ancestor(head, state.ref):
-        if not git.has_commit(head) or git.is_ancestor(state.ref, head):  # the team is ahead of this host
-            report.warnings.append(f"the shared index reflects {head[:12]}, which {state.ref[:12]} does not "
-                                   "contain: not published (pull first; if the upstream's history was rewritten, "
-                                   "a host that had synced the old one publishes over it)")
-            return report
         # This host had the shared index's commit, and neither contains the other: the upstream's history was
         # rewritten (a secret force-pushed away). The shared index follows it, or keeps what was removed for ever.
         report.warnings.append(f"the shared index reflected {head[:12]}, which the upstream {state.ref[:12]} does not "
@@ -198,9 +244,66 @@ def publish(shared: SharedIndex, git: GitStore, sources: Sources, state: Split, 
         kind = kinds[rel]
         assert kind is not None
         docs.extend(read_docs(sources, rel, kind, report.problems, data=blobs[blob]))
-    report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens))
+    report.merge(shared.apply(docs, paths, head=state.ref, splitter=splitter, max_tokens=max_tokens, expect=head))
+    _record_roots(shared, git, state.ref)
     report.files_seen = len(state.tree)
     return report
+
+
+def refusal(shared: SharedIndex, git: GitStore, head: str | None, ref: str) -> str | None:
+    """Why this host may not put its commit ``ref`` in place of the shared index's ``head`` (None: it may): the
+    team is ahead of this host, or the index holds another repository's history. (A history the upstream rewrote,
+    which this host had, it may: see :func:`publish`.)"""
+    if head is None or head == ref or git.is_ancestor(head, ref):
+        return None
+    reason = foreign(shared, git, head)
+    if reason is not None:
+        return f"not published: {reason}"
+    if not git.has_commit(head) or git.is_ancestor(ref, head):  # the team is ahead of this host
+        return (f"the shared index reflects {head[:12]}, which {ref[:12]} does not contain: not published (pull "
+                "first; if the upstream's history was rewritten, a host that had synced the old one publishes over "
+                "it)")
+    return None
+
+
+#: Beside the vault in the shared index (its ``vault_meta``): the root commits of the histories published under its
+#: name. Two repositories can take one name ([index] name, else the remote repository's: 'vault', 'memory'); a host
+#: that holds none of these commits is another repository's, not one that has not fetched yet.
+ROOTS = "git_roots"
+MAX_ROOTS = 32
+
+
+def foreign(shared: SharedIndex, git: GitStore, head: str | None) -> str | None:
+    """A line saying the shared index holds another repository's history under this vault's name (its commit
+    ``head`` is not here, nor any root commit published under the name); None when it is this repository's, or
+    this cannot be told (nothing recorded yet: a shared index published by an older memvault)."""
+    if head is None or git.has_commit(head):
+        return None
+    known = _recorded_roots(shared)
+    if not known or any(git.has_commit(root) for root in sorted(known)):
+        return None
+    return (f"the team index's vault {shared.vault!r} holds another repository's history (none of its commits is "
+            "here): give this vault a name of its own with [index] name in memvault.toml")
+
+
+def _recorded_roots(shared: SharedIndex) -> set[str]:
+    try:
+        value = json.loads(shared.meta_get(ROOTS) or "[]")
+    except (ValueError, RecursionError):
+        return set()
+    if not isinstance(value, list):
+        return set()
+    # A history is rewritten rarely: a few roots at most (a longer list, written by other means, costs no more).
+    return {r for r in value[:MAX_ROOTS] if isinstance(r, str) and _COMMIT.fullmatch(r)}
+
+
+def _record_roots(shared: SharedIndex, git: GitStore, ref: str) -> None:
+    """Add the root commits of ``ref``'s history to the ones recorded (a rewritten history adds its new root: the
+    hosts that still have the old one are this repository's too)."""
+    mine = set(git.run("rev-list", "--max-parents=0", ref).split())
+    known = _recorded_roots(shared)
+    if not mine <= known:
+        shared.meta_set(ROOTS, json.dumps(sorted(known | mine)))
 
 
 def _blob_sizes(git: GitStore, shas: list[str]) -> dict[str, int]:

@@ -248,7 +248,8 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     if window is not None and window.phrase and evidence.get("of_time") == 0 and ranked:
         warnings.append(f"no memory found is of the time the question names ({window.phrase}): ranked by its "
                         "other words alone")
-    result = RecallResult(_materialise(parts, ranked, k, checked), mode=used_mode, warnings=warnings)
+    result = RecallResult(_materialise(parts, ranked, k, checked if sync and verify else None), mode=used_mode,
+                          warnings=warnings)
     result.nothing_found = why
     result.evidence = evidence or None
     if window is not None:
@@ -678,9 +679,15 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
             break
         limit *= 4
     policy = Policy(parts.config.trust.trusted)
-    hits = [Hit(kind="episode", id=d["id"], text=d["body"], score=1.0, factors={}, source=d["source"],
-                created=d["created"], updated=d["updated"], path=d["path"],
-                extra={"trusted": policy.is_trusted(d["source"])}) for d in docs]
+    own = parts.index.as_on_disk({d["path"] for d in docs})
+    files: dict[str, bytes | None] = {}
+    hits = []
+    for d in docs:
+        text, source = (d["body"], d["source"]) if d["path"] in own else _episode_from_file(parts, d, files)
+        if text is not None:
+            hits.append(Hit(kind="episode", id=d["id"], text=text, score=1.0, factors={}, source=source,
+                            created=d["created"], updated=d["updated"], path=d["path"],
+                            extra={"trusted": policy.is_trusted(source)}))
     result = RecallResult(hits, mode="time", warnings=warnings)
     result.window = {"since": format_time(window.since) if window.since else None,
                      "until": format_time(window.until) if window.until else None, "phrase": window.phrase}
@@ -690,19 +697,22 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
 
 
 # ------------------------------------------------------------------------------------------------ hits
-def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str] = frozenset()) -> list[Hit]:
+def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str] | None = None) -> list[Hit]:
     """The whole memories behind the best candidates, fresh: a fact from its file — or, when this recall has
     just stat'ed that file and found it as indexed (``checked``), from the index, which then holds its exact
-    text — procedures from their files with their commit and blob (two git calls for all of them). A memory
-    that vanished is not returned."""
+    text — procedures from their files with their commit and blob (two git calls for all of them). An episode is
+    the index's text when its file was checked too, or when nothing was checked (``checked`` None: a recall told
+    not to look at the files); else (a team's shared row, which is what was written into the database, not this
+    host's file) it is read from its file. A memory that vanished is not returned."""
     policy = Policy(parts.config.trust.trusted)
+    files: dict[str, bytes | None] = {}
     chosen: list[tuple[Candidate, Any]] = []
     procs: list[tuple[str, Any]] = []
     for c in ranked:
         if len(chosen) >= k:
             break
         if c.key[0] == "fact":
-            if c.doc["path"] in checked:
+            if checked is not None and c.doc["path"] in checked:
                 chosen.append((c, None))
                 continue
             try:
@@ -715,8 +725,12 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                 continue
             chosen.append((c, None))
             procs.append((c.key[1], path))
-        else:
+        elif checked is None or c.doc["path"] in checked:
             chosen.append((c, None))
+        else:
+            text, source = _episode_from_file(parts, c.doc, files)
+            if text is not None:
+                chosen.append((c, (text, source)))
     loaded: dict[str, Any] = {}
     if procs:
         try:
@@ -735,7 +749,11 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                     parts={"keyword": c.keyword, "semantic": c.semantic, "cosine": c.cosine, "exact": c.exact,
                            "time": c.timed, "feedback": c.moved, "general": c.general, "rest": c.rest})
         if doc["kind"] == "fact":
-            extra: dict[str, Any] = {"trusted": policy.is_trusted(doc["source"] or None), "stale": c.stale is not None}
+            if fact is not None:
+                # Read from its file: who wrote it is the file's word too, not the index row's (a team's shared row
+                # is what someone wrote into the database; the text beside it was never taken from there either).
+                base["source"] = fact.source
+            extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
             if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
                 extra["superseded_by"] = str(doc["ref"])[len(SUPERSEDED_REF):]
             if c.stale is not None:
@@ -752,6 +770,25 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                 hit.extra["runs"] = [run_summary(r) for r in c.runs]
             hits.append(hit)
         else:
-            hits.append(Hit(text=doc["body"], extra={"trusted": policy.is_trusted(doc["source"])}, **base))
+            text = doc["body"]
+            if fact is not None:  # (its text, its source) as its file holds it
+                text, base["source"] = fact
+            hits.append(Hit(text=text, extra={"trusted": policy.is_trusted(base["source"])}, **base))
     return hits
+
+
+def _episode_from_file(parts: Parts, doc: dict[str, Any], files: dict[str, bytes | None]
+                       ) -> tuple[str | None, str | None]:
+    """(text, source) of the episode ``doc`` stands for, as its file holds it now ((None, None): the file holds no
+    such episode, or one past [limits] episode_bytes, which the index never holds). ``files`` keeps each file's
+    bytes for the other hits of one recall."""
+    sources = parts.index.sources
+    path = sources.root / doc["path"]
+    if doc["path"] not in files:
+        files[doc["path"]] = sources.episodes.read_bytes(path)
+    data = files[doc["path"]]
+    episode = sources.episodes.find(path, doc["id"], data) if data is not None else None
+    if episode is None or (sources.max_episode is not None and len(episode.text.encode()) > sources.max_episode):
+        return None, None
+    return episode.text, episode.source
 

@@ -24,7 +24,7 @@ from ..rules.errors import ConfigError, MemvaultError, PlansChanged, SearchIndex
 from ..rules.fsutil import atomic_write, read_inside, remove
 from ..rules.timeutil import index_time
 from ..stores.gitstore import GitStore
-from .publish import publish, split, vault_name
+from .publish import foreign, in_place, publish, reference, refusal, split, vault_name
 from .team_listings import TeamListings
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class TeamIndex(TeamListings):
         self._retry_at = float("-inf")
         self._view: _View | None = None
         self._warnings: list[str] = []
+        self._heads: dict[str, str | None] = {}  # a commit the shared index named -> why it is not ours, or None
 
     # -- which part answers --------------------------------------------------------------------------------
     def _repo(self) -> GitStore:
@@ -148,8 +149,13 @@ class TeamIndex(TeamListings):
             shared = self.shared
             if not self._checked and self._noted_timeout(shared.url):
                 return None
-            if not shared.exists() or shared.head(fresh=False) is None:
+            head = shared.head(fresh=False) if shared.exists() else None
+            if head is None:
                 self._went_down(shared.vault, 0.0, unpublished=True)
+                return None
+            reason = self._heads.get(head)  # found by _look (no git call here: recall pays three, not four)
+            if reason is not None:
+                self._went_down(reason, 0.0, config=True)
                 return None
         except (SearchIndexError, ConfigError) as exc:
             self._went_down(exc.reason if isinstance(exc, ConfigError) else str(exc), time.monotonic() - started,
@@ -200,6 +206,8 @@ class TeamIndex(TeamListings):
 
     def failed(self, exc: BaseException, seconds: float = 0.0) -> None:
         """Note that the shared index failed (``seconds`` after it was asked): not used until it answers again."""
+        if isinstance(exc, SharedIndexDown) and self._down is not None:
+            return  # noted (with its reason) where it was raised
         self._went_down(str(exc), seconds)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -235,7 +243,17 @@ class TeamIndex(TeamListings):
     def _look(self, shared: SharedIndex) -> _View:
         """Ask git which files differ here from the commit the shared index reflects (see :func:`split`)."""
         head = self._call(shared.head)  # read now: a publish a second ago must not leave its files in the overlay
-        state = split(self._repo(), self.root, track_episodes=self.track_episodes, ref=head, tree=False)
+        git = self._repo()
+        state = split(git, self.root, track_episodes=self.track_episodes, ref=head, tree=False)
+        if head is not None and state.ref != head:
+            # This host does not have that commit: not fetched yet, or another repository's history under this
+            # vault's name (asked once per commit).
+            if head not in self._heads:
+                self._heads[head] = self._call(foreign, shared, git, head)
+            reason = self._heads[head]
+            if reason is not None:
+                self._went_down(reason, 0.0, config=True)
+                raise SharedIndexDown(reason)
         self._view = _View(time.monotonic(), self.overlay.writes, head, frozenset(state.local),
                            frozenset(state.shadow))
         return self._view
@@ -324,7 +342,10 @@ class TeamIndex(TeamListings):
             raise SearchIndexError(f"the team index was not updated, nothing was published ({exc}); recall answers "
                                    "from this host's files until it can be reached") from None
         self._checked, self._down, self._unpublished = True, None, False
-        report.merge(self._overlay(shared, splitter, reuse=False))
+        try:
+            report.merge(self._overlay(shared, splitter, reuse=False))
+        except SharedIndexDown:
+            pass  # another repository's history under this vault's name: the publish said so, recall uses the files
         return report
 
     def verify(self, rels: set[str]) -> SyncReport | None:
@@ -422,6 +443,13 @@ class TeamIndex(TeamListings):
         shared = self.shared
         try:
             live = shared.identity() if shared.exists() else None
+            git = self._repo()
+            ref = reference(git)
+            refused = refusal(shared, git, shared.head(), ref) if live is not None and ref else None
+            if refused is not None:
+                # Dropped, the index would be published again from this host's older commit (or another
+                # repository's), with no commit left to compare with: only the publish runs, and says why not.
+                return report.merge(self.publish(splitter=emb))
             if live is not None and emb is not None and emb.identity.same_vectors(live):
                 shared.drop()
                 self.overlay.close()
@@ -521,8 +549,10 @@ class TeamIndex(TeamListings):
         out: dict[int, dict[str, Any]] = {}
         for index, sign, mine in self._by_part(rowids):
             docs = self._call(index.chunk_docs, mine)
-            shadow = self._shadow() if index is self._shared else frozenset()
-            out.update({sign * r: d for r, d in docs.items() if d["path"] not in shadow})
+            if index is self._shared:
+                shadow = self._shadow()
+                docs = {r: d for r, d in docs.items() if d["path"] not in shadow and in_place(d)}
+            out.update({sign * r: d for r, d in docs.items()})
         return out
 
     # -- calibration (memvault.core.calibration): the scale of the part that holds the vault -----------------
@@ -599,7 +629,7 @@ class TeamIndex(TeamListings):
         if index is not self._shared:
             return items
         shadow = self._shadow()
-        return [d for d in items if d["path"] not in shadow]
+        return [d for d in items if d["path"] not in shadow and in_place(d)]
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         merged: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..index.listings import EpisodeQuery, FactQuery, sorted_sources
 from ..rules.errors import SearchIndexError
 from ..rules.timeutil import index_time
+from .publish import in_place
 
 if TYPE_CHECKING:
     from ..index import Index
@@ -34,6 +35,9 @@ class TeamListings:
     _shadow: Callable[[], frozenset[str]]
     failed: Callable[[BaseException, float], None]
     local_index: Callable[[], Index]
+
+    # A row the overlay gives is always in place (read here); one of the shared index is dropped when it is not
+    # (see memvault.core.team.in_place): its path and its key would name two different memories.
 
     def _listed(self, ask: Callable[[SearchIndex, frozenset[str]], T]) -> list[T]:
         """``ask(part, hide)`` of every part that answers: the overlay and the shared index (hiding what this
@@ -75,12 +79,13 @@ class TeamListings:
         pages = self._listed(lambda part, shadow: part.list_facts(
             replace(query, hide=query.hide | shadow), offset + limit if limit > 0 else 0, 0))
         total = sum(n for _, n in pages)
-        rows = list(heapq.merge(*(rows for rows, _ in pages), key=lambda r: r["key"]))
+        rows = [r for r in heapq.merge(*(rows for rows, _ in pages), key=lambda r: r["key"])
+                if in_place({"kind": "fact", "id": r["key"], "path": r["path"]})]
         return (rows[offset:offset + limit] if limit > 0 else []), total
 
     def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
         found = self._listed(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
-        rows = [r for rows in found for r in rows]
+        rows = [r for rows in found for r in rows if in_place({"kind": "episode", "id": r["id"], "path": r["path"]})]
         return sorted(rows, key=lambda r: (index_time(r["created"]) or "", r["id"]), reverse=True)[:limit]
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:

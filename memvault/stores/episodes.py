@@ -413,6 +413,27 @@ class EpisodeLog:
             _report(problems, Problem(path, exc.reason))
             return None
 
+    def find(self, path: Path, episode_id: str, data: bytes | None = None) -> Episode | None:
+        """The episode ``episode_id`` as the file ``path`` (or its bytes ``data``) holds it now, or None. Only the
+        lines that hold the id are parsed (a month of 100,000 lines is searched as bytes)."""
+        if not episode_id:
+            return None
+        if data is None:
+            data = self.read_bytes(path)
+            if data is None:
+                return None
+        needle = episode_id.encode()
+        at = data.find(needle)
+        while at != -1:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            end = len(data) if end == -1 else end
+            for episode in parse_lines(data[start:end], path):
+                if episode.id == episode_id:
+                    return episode
+            at = data.find(needle, end)
+        return None
+
     def has(self, episode_id: str) -> bool:
         """Whether an episode with this id is stored: only the month files of the time its ULID holds are read."""
         return self.path_of(episode_id) is not None

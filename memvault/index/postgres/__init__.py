@@ -36,7 +36,8 @@ from .keywords import CANDIDATE_BUDGET, SCAN_CAP
 from .migrations import GLOBAL_MIGRATIONS, VAULT_MIGRATIONS
 from .shared import SharedIndex
 from .usage import SharedState
+from .writes import HeadMoved
 
 __all__ = ["CANDIDATE_BUDGET", "EF_SEARCH", "GLOBAL_MIGRATIONS", "LOCK_EMBED", "LOCK_SWITCH", "LOCK_WRITE",
-           "SCAN_CAP", "SCHEMA", "VAULT_MIGRATIONS", "EmbeddingCache", "SharedIndex", "SharedState", "text_sha256",
-           "vector_key"]
+           "SCAN_CAP", "SCHEMA", "VAULT_MIGRATIONS", "EmbeddingCache", "HeadMoved", "SharedIndex", "SharedState",
+           "text_sha256", "vector_key"]

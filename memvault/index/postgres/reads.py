@@ -102,8 +102,18 @@ def runs_of(conn: Any, v: int, names: Sequence[str], per_name: int) -> dict[str,
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for name, item_id, created, body, path, meta, source in rows:
         out[name].append({"id": item_id, "created": format_time(created) if created is not None else None,
-                          "text": body, "path": path, "meta": json.loads(meta or "{}"), "source": source})
+                          "text": body, "path": path, "meta": _meta(meta), "source": source})
     return out
+
+
+def _meta(text: str | None) -> dict[str, Any]:
+    """A run's meta as an object; {} for one that is not a JSON object (a publish writes only objects: a row
+    written into the database by other means must not end a recall or a page)."""
+    try:
+        value = json.loads(text or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def procedure_docs(conn: Any, v: int, names: Sequence[str]) -> dict[str, dict[str, Any]]:

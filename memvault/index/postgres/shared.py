@@ -27,6 +27,7 @@ from .listings import SharedListings
 from .migrations import migrate_global, migrate_vault, refuse_newer
 from .tables import VaultState, pending_count, read_state, vec, vsql
 from .vectors import ModelVectors
+from .writes import ANY_HEAD
 from .writes import apply as apply_text
 
 if TYPE_CHECKING:
@@ -142,13 +143,14 @@ class SharedIndex(SharedListings, Connected):
 
     # -- phase 1 and 2 ------------------------------------------------------------------------------------
     def apply(self, docs: Sequence[Doc], paths: dict[str, str | None], *, head: str | None,
-              splitter: Any = None, max_tokens: int | None = None) -> SyncReport:
+              splitter: Any = None, max_tokens: int | None = None, expect: Any = ANY_HEAD) -> SyncReport:
         """Phase 1 for a set of files, in one transaction under the vault's write lock (see
-        :func:`memvault.index.postgres.writes.apply`)."""
+        :func:`memvault.index.postgres.writes.apply`; ``expect``: the commit ``paths`` were diffed against, else
+        :class:`~memvault.index.postgres.writes.HeadMoved` and nothing written)."""
         with self._errors("apply") as conn:
             try:
                 return apply_text(conn, lambda: self._state(conn, fresh=True), docs, paths, head=head,
-                                    splitter=splitter, max_tokens=max_tokens)
+                                    splitter=splitter, max_tokens=max_tokens, expect=expect)
             finally:
                 self._state_cache = None
 

@@ -17,9 +17,22 @@ from .connection import LOCK_WRITE, SCHEMA
 from .keywords import WORD
 from .tables import VaultState, pending_count, slices, to_day, to_time, vec_tables, vsql
 
+#: ``expect`` of :func:`apply` when the caller does not check the commit the index reflects.
+ANY_HEAD: Any = object()
+
+
+class HeadMoved(Exception):
+    """Another host published between a publish's read of the shared index and its write: nothing was written (the
+    files it diffed against are not the index's any more)."""
+
+    def __init__(self, head: str | None) -> None:
+        super().__init__(f"the shared index moved to {head} meanwhile")
+        self.head = head
+
 
 def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc], paths: dict[str, str | None], *,
-          head: str | None, splitter: Any = None, max_tokens: int | None = None) -> SyncReport:
+          head: str | None, splitter: Any = None, max_tokens: int | None = None,
+          expect: Any = ANY_HEAD) -> SyncReport:
     """Phase 1 for a set of files, in one transaction under the vault's write lock.
 
     ``paths`` maps each touched vault-relative path to its new git blob id (None: the file is gone); ``docs``
@@ -27,7 +40,9 @@ def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc],
     refreshes metadata only, a changed text is re-cut and its chunks replaced (pending a vector; embed() takes
     unchanged chunk texts from the cache), docs of those paths that are not in ``docs`` are deleted. The blobs
     and ``head`` (when given) are recorded. Cutting happens before the lock is taken. ``fresh_state`` reads the
-    vault's row (again under the lock).
+    vault's row (again under the lock). ``expect``: the commit the caller read the index at (its ``paths`` are a diff
+    against that state); when the index reflects another one under the lock, :class:`HeadMoved` is raised and nothing
+    is written.
     """
     started = time.perf_counter()
     report = SyncReport(files_seen=len(paths), files_changed=sum(b is not None for b in paths.values()),
@@ -56,6 +71,8 @@ def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc],
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_WRITE, v))
         state = fresh_state()
+        if expect is not ANY_HEAD and state.head != expect:
+            raise HeadMoved(state.head)
         existing = _existing(conn, v, list(paths), list(unique))
         meta, changed, added = [], [], []
         for key, d in unique.items():
