@@ -109,3 +109,17 @@ def test_cli_prune_accept_retention(strict_vault, runner):
     refused = runner.invoke(cli, ["--vault", str(v.root), "prune", "--accept-retention"],
                             env={"MEMVAULT_SOURCE": "agent:cron"})
     assert refused.exit_code != 0 and len(refused.output.strip().splitlines()) == 1
+
+
+def test_stats_says_what_retention_is_in_force_and_what_waits(strict_vault):
+    """A person looking at the vault sees the retention held back, not only the cron mail of the prune."""
+    v = strict_vault
+    v.prune()
+    v = set_retention(v, raw="1d")
+    stats = v.stats()
+    assert stats["retention"]["raw"] == "30d"
+    assert stats["retention_held"] == {"raw": {"configured": "1d", "kept_to": "30d"}}
+    assert any("--accept-retention" in line for line in stats["summary"])
+    v.prune(accept_retention=True, source="user:ann")
+    stats = v.stats()
+    assert stats["retention"]["raw"] == "1d" and "retention_held" not in stats

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..rules.config import RetentionSettings
 from ..rules.errors import MemvaultError
@@ -60,6 +61,17 @@ def in_force(configured: RetentionSettings, state_dir: Path, *, accept: bool) ->
                         "file alone does not shorten it (see who changed it: git log -p memvault.toml); "
                         "'memvault prune --accept-retention' applies it")
     return InForce(RetentionSettings(ages), held, ages, warnings)
+
+
+def add_retention(out: dict[str, Any], configured: RetentionSettings, state_dir: Path) -> None:
+    """What ``memvault stats`` says of retention: the age each kind is pruned by on this host (``retention``), the
+    shortenings that wait for ``--accept-retention`` (``retention_held``), and a summary line when there are any."""
+    force = in_force(configured, state_dir, accept=False)
+    out["retention"] = {kind: age_text(age) for kind, age in force.settings.ages.items()}
+    if force.held:
+        out["retention_held"] = {kind: {"configured": age_text(want), "kept_to": age_text(had)}
+                                 for kind, (want, had) in force.held.items()}
+    out["summary"] += force.warnings
 
 
 def save(state_dir: Path, ages: dict[str, float]) -> None:

@@ -544,6 +544,9 @@ class Vault:
         if config_mod.local_overrides(self.root / CONFIG_NAME).get("embedding", {}).get("model"):
             out["model_set_by"] = f"{local} (this host only)"
             out["summary"].insert(1, f"model {self.config.model}: set for this host only in {local}")
+        from .retention import add_retention
+
+        add_retention(out, self.config.retention, self.state_dir)
         if self.engine.daemon:  # the warm process that holds the models (asked, never started)
             from .stats import add_warm_process
 
