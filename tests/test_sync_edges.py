@@ -118,10 +118,11 @@ def test_a_copy_whose_push_is_rejected_after_the_move_rebases_it_again(twins, tm
                               "Copy, September.": moved, "Copy, now.": moved}
         assert not git(v.root, "status", "--porcelain")
 
-def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins, tmp_path):
-    """The lines to move hold what the commit's checks refuse (a token in a line committed by hand): the move is
-    not made, every file is as the rebase left it, the sync says so and goes through; the original, finding the
-    copy's line in its folder, is moved on in turn. Nothing lost."""
+
+def a_copy_whose_move_the_checks_refuse(twins, tmp_path):
+    """A ``cp -a`` copy of clone ``a`` whose lines in the shared folder hold a token committed by hand, synced after
+    ``a``: its move to a new folder is refused by the commit's checks. ``(a, copy, shared folder, that month file,
+    the copy's sync result)``."""
     a, _ = twins
     shared = a.episodes.store.host
     a.sync()
@@ -135,6 +136,14 @@ def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins,
                      '"text": "token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"}\n')
     commit_appends(copy, "a token, committed by hand")
     result = copy.sync()
+    return a, copy, shared, leaky, result
+
+
+def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins, tmp_path):
+    """The lines to move hold what the commit's checks refuse (a token in a line committed by hand): the move is
+    not made, every file is as the rebase left it, the sync says so and goes through; the original, finding the
+    copy's line in its folder, is moved on in turn. Nothing lost."""
+    a, copy, shared, leaky, result = a_copy_whose_move_the_checks_refuse(twins, tmp_path)
     assert result.pushed and any("could not be moved" in w and "nothing lost" in w for w in result.warnings)
     assert leaky.is_file() and not git(copy.root, "status", "--porcelain")
     assert "moved from" not in git(copy.root, "log", "-1", "--format=%s")
@@ -143,23 +152,12 @@ def test_a_move_the_commits_checks_refuse_leaves_the_lines_where_they_are(twins,
     assert sorted(e.text for e in a.episodes.iter()) == sorted(e.text for e in copy.episodes.iter())
     assert len(list(a.episodes.iter())) == 2
 
+
 def test_a_move_that_fails_leaves_no_empty_folder_behind(twins, tmp_path):
     """The move of a copy's lines to the folder it now appends to is refused by the commit's checks: the month file
     written there was removed again, but the folder made for it stayed, empty (and a folder git does not track: no
     commit or sync ever cleared it). A move that fails leaves nothing of itself."""
-    a, _ = twins
-    shared = a.episodes.store.host
-    a.sync()
-    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
-    copy = Vault.open(tmp_path / "copy")
-    a.episodes.append("From the original.", source="agent:ops")
-    a.sync()
-    leaky = copy.root / "episodes" / shared / "2026-09.jsonl"
-    leaky.parent.mkdir(parents=True, exist_ok=True)
-    leaky.write_text('{"id": "leaky", "created_at": "2026-09-03T00:00:00Z", "source": "user:x", '
-                     '"text": "token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"}\n')
-    commit_appends(copy, "a token, committed by hand")
-    result = copy.sync()
+    a, copy, shared, leaky, result = a_copy_whose_move_the_checks_refuse(twins, tmp_path)
     assert any("could not be moved" in w for w in result.warnings)
     successor = copy.episodes.store.host
     assert successor != shared and not (copy.root / "episodes" / successor).exists()
