@@ -196,6 +196,15 @@ def track_episodes(vault: Vault, models) -> Vault:
     return Vault.open(vault.root, embedder_factory=models)
 
 
+def b_then_a_sync_and_both_keep_every_line(a, b) -> None:
+    """``b`` syncs, then ``a``: each holds both clones' lines written before tracking, and nothing uncommitted."""
+    b.sync()
+    a.sync()
+    for v in (a, b):
+        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
+        assert not git(v.root, "status", "--porcelain")
+
+
 def test_turning_tracking_on_keeps_this_clones_untracked_lines_of_a_month_the_remote_brings(untracked, models):
     """Both clones kept this month's episodes in episodes/<month>.jsonl, ignored by git. One turns tracking on and
     syncs: its file is committed. The other's next sync checked that file out over its own, which git takes for
@@ -210,11 +219,7 @@ def test_turning_tracking_on_keeps_this_clones_untracked_lines_of_a_month_the_re
     b = Vault.open(b.root, embedder_factory=models)
     assert b.config.track_episodes
     assert sorted(e.text for e in b.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
-    b.sync()
-    a.sync()
-    for v in (a, b):
-        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
-        assert not git(v.root, "status", "--porcelain")
+    b_then_a_sync_and_both_keep_every_line(a, b)
 
 
 def test_turning_tracking_on_later_never_adopts_a_same_named_laptops_folder(untracked, models, monkeypatch):
@@ -272,11 +277,7 @@ def test_untracked_lines_set_aside_come_back_when_the_rebase_stops_or_the_sync_i
     b = Vault.open(b.root, embedder_factory=models)
     b.sync()  # puts them back, and commits them with tracking on
     assert not (b.state_dir / ASIDE_NAME).exists()
-    b.sync()
-    a.sync()
-    for v in (a, b):
-        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
-        assert not git(v.root, "status", "--porcelain")
+    b_then_a_sync_and_both_keep_every_line(a, b)
 
 
 def test_a_damaged_record_of_lines_set_aside_is_named_and_never_written_over(untracked, models):
@@ -374,11 +375,7 @@ def test_a_purge_after_a_killed_sync_also_purges_the_lines_set_aside(untracked, 
     assert any(ASIDE_NAME in w for w in report.warnings)
     b = Vault.open(b.root, embedder_factory=models)
     b.sync()
-    b.sync()
-    a.sync()
-    for v in (a, b):
-        assert sorted(e.text for e in v.episodes.iter()) == ["Kept on a before tracking.", "Kept on b before tracking."]
-        assert not git(v.root, "status", "--porcelain")
+    b_then_a_sync_and_both_keep_every_line(a, b)
 
 
 def test_a_forged_moved_episodes_trailer_is_data_not_a_sign_of_this_syncs_move(twins, tmp_path, models):
