@@ -272,20 +272,14 @@ def test_a_50_mb_argument_over_stdio_is_one_line_of_refusal_and_the_server_goes_
     one vault thread before), a 50 MB key and a 50 MB episode; each is one line naming its argument, and the next
     call is answered at once."""
     import asyncio
-    import sys
 
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-    from test_mcp import server_env
+    from test_mcp import stdio
 
     big = "a b " * (50 << 18)
 
     async def go():
-        params = StdioServerParameters(command=sys.executable, env=server_env(),
-                                       args=["-m", "memvault.mcp_server", "--vault", str(team.root), "--source",
-                                             "agent:deployer"])
         with open(tmp_path / "stderr.log", "w") as errlog:
-            async with Client(stdio_client(params, errlog=errlog)) as client:
+            async with stdio(team.root, "--source", "agent:deployer", errlog=errlog) as client:
                 started = time.monotonic()
                 answers = [await client.call_tool("set_fact", {"key": "web/x", "text": "hi", "category": big}),
                            await client.call_tool("get_fact", {"key": big.replace(" ", "")}),

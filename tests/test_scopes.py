@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 import pytest
 from click.testing import CliRunner
@@ -155,20 +154,15 @@ def test_session_start_context_holds_nothing_outside_the_read_scope(team, tmp_pa
 
 def test_a_scoped_agent_through_the_mcp_server(team, tmp_path):
     pytest.importorskip("mcp")
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-    from test_mcp import server_env
+    from test_mcp import stdio
 
     def data(result):
         assert not result.is_error, result.content
         return result.structured_content
 
     async def go():
-        params = StdioServerParameters(command=sys.executable, env=server_env(),
-                                       args=["-m", "memvault.mcp_server", "--vault", str(team.root), "--source",
-                                             "agent:deployer"])
         with open(tmp_path / "stderr.log", "w") as errlog:
-            async with Client(stdio_client(params, errlog=errlog)) as client:
+            async with stdio(team.root, "--source", "agent:deployer", errlog=errlog) as client:
                 recalled = await client.call_tool("recall", {"query": "db01 primary port nginx", "k": 20})
                 outside = await client.call_tool("get_fact", {"key": "db/main"})
                 inside = await client.call_tool("get_fact", {"key": "web/nginx"})
