@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,12 @@ def invoke(runner, vault, options):
                              obj=Context(**options))
 
     return run
+
+
+def use_editor(monkeypatch, script: Path, body: str) -> None:
+    """``$EDITOR`` is a Python script that runs ``body`` with ``p``, the path of the file it is asked to edit."""
+    script.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n" + body)
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from memvault.interfaces.cli import cli
-from conftest import git
+from conftest import git, use_editor
 
 FACT_FIELDS = ["key", "text", "category", "importance", "confidence", "source", "tags", "created", "updated",
                "valid_until", "path"]
@@ -73,18 +72,13 @@ def test_fact_rm_and_history(invoke, vault):
 
 def test_fact_edit_with_editor_validates_then_commits(invoke, vault, tmp_path, monkeypatch):
     invoke("fact", "set", "a/b", "before", "--importance", "0.3")
-    editor = tmp_path / "ed.py"
-    editor.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
-                      "p.write_text(p.read_text().replace('before', 'after'))\n")
-    monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
+    use_editor(monkeypatch, tmp_path / "ed.py", "p.write_text(p.read_text().replace('before', 'after'))\n")
     r = invoke("fact", "edit", "a/b")
     assert r.exit_code == 0, r.output
     assert json.loads(invoke("fact", "get", "a/b", "--json").stdout)["text"] == "after"
     assert git(vault.root, "log", "-1", "--format=%s").startswith("fact edit a/b")
-    bad = tmp_path / "bad.py"
-    bad.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
-                   "p.write_text(p.read_text().replace('importance: 0.3', 'importance: lots'))\n")
-    monkeypatch.setenv("EDITOR", f"{sys.executable} {bad}")
+    use_editor(monkeypatch, tmp_path / "bad.py",
+               "p.write_text(p.read_text().replace('importance: 0.3', 'importance: lots'))\n")
     before = (vault.root / "facts/a/b.md").read_text()
     r = invoke("fact", "edit", "a/b")
     assert r.exit_code == 1 and "importance" in r.stderr

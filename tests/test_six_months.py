@@ -1,10 +1,10 @@
 """What a user six months into a vault ran into: hand edits, old episodes, a changed model, killed work."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from memvault.rules import frontmatter_edit as fm
+from conftest import use_editor
 
 
 def test_a_key_given_twice_by_hand_takes_the_new_value_when_it_is_changed():
@@ -24,11 +24,9 @@ def test_fact_edit_that_cannot_be_written_keeps_the_edit_and_names_where(invoke,
     # had typed was deleted.
     invoke("fact", "set", "redis/cache", "maxmemory 4gb on cache1")
     path = vault.root / "facts/redis/cache.md"
-    editor = tmp_path / "ed.py"
-    editor.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
-                      f"f = pathlib.Path({str(path)!r})\nf.write_text(f.read_text().replace('source:', 'tags: [x\\nsource:'))\n"
-                      "p.write_text(p.read_text().replace('4gb', '6gb'))\n")
-    monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
+    use_editor(monkeypatch, tmp_path / "ed.py",
+               f"f = pathlib.Path({str(path)!r})\nf.write_text(f.read_text().replace('source:', 'tags: [x\\nsource:'))\n"
+               "p.write_text(p.read_text().replace('4gb', '6gb'))\n")
     r = invoke("fact", "edit", "redis/cache")
     assert r.exit_code == 1 and "cannot be committed" in r.stderr
     assert "tags: [x" in path.read_text()
@@ -187,10 +185,7 @@ def test_fact_edit_mends_a_front_matter_broken_by_hand(invoke, vault, tmp_path, 
     invoke("fact", "set", "redis/cache", "maxmemory 4gb on cache1")
     path = vault.root / "facts/redis/cache.md"
     path.write_text(path.read_text().replace("source:", "tags: [redis, cache\nsource:"))
-    editor = tmp_path / "ed.py"
-    editor.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
-                      "p.write_text(p.read_text().replace('[redis, cache', '[redis, cache]'))\n")
-    monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
+    use_editor(monkeypatch, tmp_path / "ed.py", "p.write_text(p.read_text().replace('[redis, cache', '[redis, cache]'))\n")
     r = invoke("fact", "edit", "redis/cache")
     assert r.exit_code == 0, r.stderr
     assert vault.facts.get("redis/cache").tags == ["redis", "cache"]
