@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..rules.dedup import groups
 from ..rules.freshness import stale_reason
@@ -26,11 +26,16 @@ from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
 from ..rules.validation import MAX_FUTURE, Problem
 
+if TYPE_CHECKING:
+    from ..stores.state import State
+
 
 # ------------------------------------------------------------------------------------------------ retention
 def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None,
-          allow_secret: bool = False, accept_retention: bool = False) -> RewriteReport:
-    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them. A retention
+          allow_secret: bool = False, accept_retention: bool = False,
+          recall_log: State | None = None) -> RewriteReport:
+    """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them; and from
+    ``recall_log`` the recalls older than raw episodes may be (reported as the kind ``recall_log``). A retention
     shorter than this host has pruned by waits for ``accept_retention`` (a trusted source's; see
     :mod:`memvault.core.retention`). A file committed ([episodes] track_in_git) passes the commit's checks with every
     line it keeps (``allow_secret``: the one waiver, for a trusted source)."""
@@ -68,11 +73,23 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
         if not dry_run:
             gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
                                   source=source, allow_secret=allow_secret)
-            if force.record is not None:
-                save_retention(gate.state_dir, force.record)
+            save_retention(gate.state_dir, retention.ages)
             aside = drop_aside(gate, expired, what="pruned") if aside else []
         report.warnings += aside
+    if recall_log is not None:
+        _prune_recall_log(recall_log, report, current.timestamp() - retention.max_age("raw"), dry_run=dry_run)
     return report
+
+
+def _prune_recall_log(recall_log: State, report: RewriteReport, before: float, *, dry_run: bool) -> None:
+    """The recalls logged before ``before`` out of the recall log, counted in ``report`` (a log that cannot be
+    read is left as it is: the recall log is this host's, the episodes are the vault's)."""
+    try:
+        kept, removed = recall_log.prune_recalls(before, dry_run=dry_run)
+    except MemvaultError:
+        return
+    if kept or removed:
+        report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
 
 
 # ------------------------------------------------------------------------------------------------ purge

@@ -30,8 +30,6 @@ class InForce:
     settings: RetentionSettings
     #: kind -> (configured age, age kept to): the shortenings not yet accepted
     held: dict[str, tuple[float, float]]
-    #: the ages to record after a prune that applied ``settings`` (None: nothing to record)
-    record: dict[str, float] | None
     warnings: list[str]
 
 
@@ -46,7 +44,7 @@ def in_force(configured: RetentionSettings, state_dir: Path, *, accept: bool) ->
         recorded = None
         warnings.append(f"{path} cannot be read ({exc}): pruned by [retention] as configured, and recorded anew")
     if recorded is None or accept:
-        return InForce(configured, {}, dict(configured.ages), warnings)
+        return InForce(configured, {}, warnings)
     ages: dict[str, float] = {}
     held: dict[str, tuple[float, float]] = {}
     for kind in sorted({*configured.ages, *recorded}):
@@ -60,7 +58,7 @@ def in_force(configured: RetentionSettings, state_dir: Path, *, accept: bool) ->
         warnings.append(f"[retention] in memvault.toml is shorter than this host has pruned by: {named}; a shared "
                         "file alone does not shorten it (see who changed it: git log -p memvault.toml); "
                         "'memvault prune --accept-retention' applies it")
-    return InForce(RetentionSettings(ages), held, ages, warnings)
+    return InForce(RetentionSettings(ages), held, warnings)
 
 
 def add_retention(out: dict[str, Any], configured: RetentionSettings, state_dir: Path) -> None:
@@ -77,15 +75,6 @@ def add_retention(out: dict[str, Any], configured: RetentionSettings, state_dir:
 def save(state_dir: Path, ages: dict[str, float]) -> None:
     """Record ``ages`` as what this host prunes by (0600, through the one door)."""
     atomic_write(state_dir / RECORD_NAME, json.dumps({"ages": ages}, sort_keys=True).encode("utf-8"), mode=0o600)
-
-
-def recorded_max_age(state_dir: Path, kind: str) -> float | None:
-    """The age this host last pruned ``kind`` by, None without a readable record."""
-    try:
-        ages = _read(state_dir / RECORD_NAME)
-    except (OSError, ValueError, MemvaultError):
-        return None
-    return None if ages is None else ages.get(kind, ages["default"])
 
 
 def _read(path: Path) -> dict[str, float] | None:

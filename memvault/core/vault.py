@@ -560,20 +560,11 @@ class Vault:
         kind ``recall_log``). A retention shorter than this host has pruned by (a teammate's commit to the shared
         memvault.toml) is held to the longer one, with a warning, until a trusted source passes ``accept_retention``
         (:mod:`memvault.core.retention`)."""
-        from . import lifecycle, retention
+        from . import lifecycle
 
-        report = lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at,
-                                 allow_secret=allow_secret, accept_retention=accept_retention)
-        raw_age = retention.in_force(self.config.retention, self.gate.state_dir,
-                                     accept=accept_retention).settings.max_age("raw")
-        before = (at or datetime.now().astimezone()).timestamp() - raw_age
-        try:
-            kept, removed = self.recall_log.prune_recalls(before, dry_run=dry_run)
-        except MemvaultError:
-            return report
-        if kept or removed:
-            report.kinds["recall_log"] = {"kept": kept, "removed": removed, "bytes_freed": 0}
-        return report
+        return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at,
+                               allow_secret=allow_secret, accept_retention=accept_retention,
+                               recall_log=self.recall_log)
 
     def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None,
               allow_secret: bool = False) -> lifecycle.PurgeReport:
