@@ -23,8 +23,9 @@ from memvault.core import windows as recall_mod  # noqa: E402
 from memvault.rules import timeq  # noqa: E402
 
 
-def first_searches_only(parts, query, k, kinds, mode, qvec, prepare, inside, first, held, *, only=True):
-    return {key: c for key, c in first.items() if not only or key[0] != "episode" or inside(c)}
+def first_searches_only(parts, query, k, kinds, mode, qvec, prepare, window, first):
+    return {key: c for key, c in first.items()
+            if window.phrase or key[0] != "episode" or recall_mod.inside(c.doc, window)}
 
 
 def main() -> None:

@@ -528,4 +528,3 @@ def _feedback(parts: Parts, query: str, kinds: Sequence[str], n: int, out: dict[
     for key, value in gain.items():
         if key in out:
             out[key].relevance = min(1.0, out[key].relevance + weight * value)
-

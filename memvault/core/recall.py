@@ -390,9 +390,7 @@ def _rank(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qv
     factors = _Factors(parts, wants_coverage=calibration is not None and (min_relevance is None or min_relevance > 0))
     candidates = gather(parts, query, k, kinds, used_mode, qvec, factors)
     if window is not None and (not window.phrase or parts.config.recall.time_weight):  # k of the window's episodes
-        candidates = windows.gather_within(parts, query, k, kinds, used_mode, qvec, factors,
-                                           lambda c: windows.inside(c.doc, window), candidates,
-                                           windows.held(parts, window, k), only=not window.phrase)  # since/until: only
+        candidates = windows.gather_within(parts, query, k, kinds, used_mode, qvec, factors, window, candidates)
     if window is not None and window.phrase and parts.config.recall.time_weight:  # a time in the question: its first
         slower = 1.0 + parts.config.recall.time_weight
         of_time = windows.by_time(candidates.values(), window, slower, 2 * k + 5,
@@ -791,4 +789,3 @@ def _episode_from_file(parts: Parts, doc: dict[str, Any], files: dict[str, bytes
     if episode is None or (sources.max_episode is not None and len(episode.text.encode()) > sources.max_episode):
         return None, None
     return episode.text, episode.source
-

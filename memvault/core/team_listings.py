@@ -37,7 +37,7 @@ class TeamListings:
     local_index: Callable[[], Index]
 
     # A row the overlay gives is always in place (read here); one of the shared index is dropped when it is not
-    # (see memvault.core.team.in_place): its path and its key would name two different memories.
+    # (see memvault.core.publish.in_place): its path and its key would name two different memories.
 
     def _listed(self, ask: Callable[[SearchIndex, frozenset[str]], T]) -> list[T]:
         """``ask(part, hide)`` of every part that answers: the overlay and the shared index (hiding what this

@@ -14,23 +14,30 @@ from .candidates import MAX_CANDIDATES, Candidate, Parts, Prepare, QueryVector, 
 
 
 def gather_within(parts: Parts, query: str, k: int, kinds: list[str], used_mode: str, qvec: QueryVector | Any,
-                  prepare: Prepare | None, inside: Callable[[Candidate], bool],
-                  first: dict[tuple[str, str], Candidate], held: int, *,
-                  only: bool = True) -> dict[tuple[str, str], Candidate]:
-    """``first`` (what :func:`gather` found for ``k``) without the episodes not ``inside`` a since/until window
-    (``only``; else all of them, for a time the question names, which ranks its own first).
+                  prepare: Prepare | None, window: timeq.Window,
+                  first: dict[tuple[str, str], Candidate]) -> dict[tuple[str, str], Candidate]:
+    """``first`` (what :func:`gather` found for ``k``) without the episodes not inside a since/until window (for a
+    time the question names, ``window.phrase``, all of them: it ranks its own first).
 
     The searches rank the whole vault, so a few days of six months' episodes held almost none of their best rows
-    ("disk" --since 2d: nothing, with 79 such episodes there): they are asked again, wider, while fewer than
-    ``min(k, held)`` of the window's episodes were found (``held``: how many the window holds, at most ``k``) and a
-    wider search is left. A window that holds none (a month of a year the vault has no memory of) is never
-    searched wider: nothing there can be found."""
-    def within(found: dict[tuple[str, str], Candidate]) -> dict[tuple[str, str], Candidate]:
-        return {key: c for key, c in found.items() if not only or key[0] != "episode" or inside(c)}
+    ("disk" --since 2d: nothing, with 79 such episodes there): they are asked again, wider, while fewer than k of
+    the window's episodes were found, fewer than the window holds (:func:`held`, read only then), and a wider
+    search is left. A window that holds none (a month of a year the vault has no memory of) is never searched
+    wider: nothing there can be found."""
+    only = not window.phrase
 
-    candidates, wider, want = within(first), k, min(k, held)
-    while ("episode" in kinds and sum(key[0] == "episode" and inside(c) for key, c in candidates.items()) < want
-           and width(parts, wider) < MAX_CANDIDATES):
+    def within(found: dict[tuple[str, str], Candidate]) -> dict[tuple[str, str], Candidate]:
+        return {key: c for key, c in found.items() if not only or key[0] != "episode" or inside(c.doc, window)}
+
+    candidates, wider, holds = within(first), k, None
+    while "episode" in kinds and width(parts, wider) < MAX_CANDIDATES:
+        found = sum(key[0] == "episode" and inside(c.doc, window) for key, c in candidates.items())
+        if found >= k:
+            break
+        if holds is None:
+            holds = held(parts, window, k)
+        if found >= holds:
+            break
         wider = min(width(parts, wider) * 10, MAX_CANDIDATES)
         candidates = within(gather(parts, query, wider, kinds, used_mode, qvec, prepare))
     return candidates
@@ -47,7 +54,7 @@ def inside(doc: dict[str, Any], window: timeq.Window) -> bool:
 
 
 def by_time(candidates: Any, window: timeq.Window, slower: float, reads: int, graced: float = 1.0,
-             vouched: Callable[[Candidate], bool] = lambda c: True) -> int:
+            vouched: Callable[[Candidate], bool] = lambda c: True) -> int:
     """Divide the relevance of every candidate not of the time a question named by ``slower``.
 
     A candidate is of the time when it was created in the window or, written after the window began, when its text
