@@ -137,7 +137,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                 result.push_attempts = attempt
                 try:
                     result.pushed = _push(git, remote, branch, tip)
-                    remember_tip(gate, git, remote, branch, tip)
+                    remember_tip(gate, remote, branch, tip)
                     break
                 except GitError as exc:
                     if not any(word in str(exc).lower() for word in _REJECTED):
@@ -360,11 +360,8 @@ def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
         else None
 
 
-def remember_tip(gate: WriteGate, git: GitStore, remote: str, branch: str, tip: str | None = None) -> None:
-    """Keep the remote's tip this host is now in step with (after a pull and push): ``tip``, else HEAD."""
-    tip = tip or _try(git, "rev-parse", "HEAD")
-    if tip is None:
-        return
+def remember_tip(gate: WriteGate, remote: str, branch: str, tip: str) -> None:
+    """Keep the remote's tip this host is now in step with (``tip``, the commit a sync pulled to and pushed)."""
     tips = _tips(gate)
     tips[f"{remote} {branch}"] = tip
     ensure_dir(gate.state_dir)
