@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -21,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 from ..index import Sources, SyncReport, read_docs
 from ..index.update import kind_of
 from ..rules.errors import GitError
-from ..stores.gitstore import GitStore
+from ..stores.gitstore import GitStore, is_commit_id
 
 if TYPE_CHECKING:
     from ..index.postgres import SharedIndex
 
 AREAS = ("facts", "procedures", "episodes")
-_COMMIT = re.compile(r"[0-9a-f]{4,64}")
 
 
 @dataclass
@@ -70,7 +68,7 @@ def split(git: GitStore, root: Path, *, track_episodes: bool, ref: str | None = 
     Three git calls, the two that read the work tree at once (recall pays this on every question: ~2 git
     latencies whatever the vault's size); ``tree`` adds the commit's blob ids (what :func:`publish` needs, recall
     does not)."""
-    if ref is not None and _COMMIT.fullmatch(ref):  # read from the database: never an option to git
+    if ref is not None and is_commit_id(ref):  # read from the database: never an option to git
         try:
             return _split(git, root, ref, track_episodes=track_episodes, tree=tree)
         except GitError:
@@ -294,7 +292,7 @@ def _recorded_roots(shared: SharedIndex) -> set[str]:
     if not isinstance(value, list):
         return set()
     # A history is rewritten rarely: a few roots at most (a longer list, written by other means, costs no more).
-    return {r for r in value[:MAX_ROOTS] if isinstance(r, str) and _COMMIT.fullmatch(r)}
+    return {r for r in value[:MAX_ROOTS] if is_commit_id(r)}
 
 
 def _record_roots(shared: SharedIndex, git: GitStore, ref: str) -> None:

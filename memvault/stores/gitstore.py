@@ -47,6 +47,14 @@ _SAFE_EMAIL = re.compile(r"[^A-Za-z0-9._+-]+")
 
 #: The first branch of a repository memvault creates, unless the user's git configures another.
 DEFAULT_BRANCH = "main"
+#: A git object name in hex (abbreviated, or whole: SHA-1 or SHA-256), never an option or a revision expression.
+_OBJECT_NAME = re.compile(r"[0-9a-f]{4,64}")
+
+
+def is_commit_id(value: Any) -> bool:
+    """Whether ``value`` (read from a database or a file others can write) is a plain hex object name: handed to
+    git, '--output=<file>' would be an option, not a commit."""
+    return isinstance(value, str) and _OBJECT_NAME.fullmatch(value) is not None
 
 
 class GitStore:

@@ -6,7 +6,6 @@ parameters.
 """
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...rules.errors import InvalidValue, MemvaultError, SearchIndexError
 from ...rules.timeutil import parse_time, to_milliseconds
+from ...stores.gitstore import is_commit_id
 from .connection import SCHEMA, psycopg_module
 
 if TYPE_CHECKING:
@@ -60,15 +60,11 @@ def read_state(conn: Any, vault: str) -> VaultState | None:
     return VaultState(int(row[0]), row[1], identity, row[3], commit_id(row[4]), time.monotonic(), frozenset(row[5]))
 
 
-#: A git object name in hex (a publish records it whole: SHA-1 or SHA-256), never an option or a revision expression.
-COMMIT_ID = re.compile(r"[0-9a-f]{4,64}")
-
-
 def commit_id(value: Any) -> str | None:
     """The commit the vault row names, or None when it names none a publish could have written: every host hands
     it to git (diff, merge-base, cat-file), where '--output=<file>' is an option, not a commit. A vault whose
     row holds such a value is as one nobody published yet (the next publish writes a real one)."""
-    return value if isinstance(value, str) and COMMIT_ID.fullmatch(value) else None
+    return value if is_commit_id(value) else None
 
 
 def table(vault_id: int, name: str) -> Any:
