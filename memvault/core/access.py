@@ -20,7 +20,8 @@ from ..rules.trust import Op
 T = TypeVar("T")
 
 #: Whole-vault operations: no path says where they act, so a scoped source may not run them at all.
-WHOLE_VAULT = frozenset({Op.PRUNE, Op.ACCEPT_RETENTION, Op.PURGE, Op.DEDUP, Op.EXPIRE, Op.CONFIGURE, Op.SYNC, Op.COMMIT_EDITS, Op.HOOKS})
+WHOLE_VAULT = frozenset({Op.PRUNE, Op.ACCEPT_RETENTION, Op.PURGE, Op.DEDUP, Op.EXPIRE, Op.CONFIGURE, Op.SYNC,
+                         Op.COMMIT_EDITS, Op.HOOKS})
 SAID = "in memvault.toml [scopes]"
 
 

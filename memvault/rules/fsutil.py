@@ -429,6 +429,8 @@ def remove_stale_temp(path: Path, older_than: float) -> float | None:
     writing and renaming it): its name exactly as :func:`_tmp_name` makes them, a regular file (a link of that name
     is left, and never followed), unchanged for more than ``older_than`` seconds (a live write renames its temp file
     within moments). Its age in seconds when removed, else None (also when it is gone, or a link is on the way)."""
+    from .errors import UnsafePath
+
     parent, name = _parent(path)
     if not is_temp_name(name):
         return None
@@ -444,11 +446,11 @@ def remove_stale_temp(path: Path, older_than: float) -> float | None:
             return age if unlink_at(dfd, name, path=path) else None
     except FileNotFoundError:
         return None
-    except Exception as exc:
-        from .errors import UnsafePath
-
-        if isinstance(exc, UnsafePath) or (isinstance(exc, OSError) and exc.errno in (errno.ELOOP, errno.ENOTDIR)):
-            return None  # a link on the way: nothing past it is memvault's to remove
+    except UnsafePath:  # a link on the way: nothing past it is memvault's to remove
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # the same, told by the system
+            return None
         raise
 
 
