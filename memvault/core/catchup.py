@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..index.update import SyncReport
 from ..rules.errors import ModelUnavailable, describe
@@ -55,13 +55,15 @@ def _catch_up(index: VaultIndex, engine: Engine, config: Config, *, paths: Seque
     if rebuild:
         identity = index.identity() if index.exists() else None
         if full or identity is None or not config.wants_model(identity):
+            def model() -> Any:
+                return engine.for_batch(lambda: _texts(index)) if batch else engine.get()
+
             if identity is None:
-                return index.rebuild(lambda: engine.for_batch(lambda: _texts(index)) if batch else engine.get(),
-                                     progress=progress)
+                return index.rebuild(model, progress=progress)
             # The vectors there are never traded for none: a model named by hand that this host cannot load left a
             # keyword-only index in place of six months of embedding, and going back cost all of it again.
             try:
-                embedder = engine.for_batch(lambda: _texts(index)) if batch else engine.get()
+                embedder = model()
             except ModelUnavailable as exc:
                 report = index.sync(paths)
                 report.warnings.append(f"{describe(exc)[0]}; the index of {identity.name} is kept (keyword-only "

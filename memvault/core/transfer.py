@@ -429,7 +429,7 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[tuple[dict[str, Any], dict[str, Any]]] = []
     proposals: list[tuple[int, Item]] = []
-    here: list[Path] = []  # files already holding what the export says
+    here: list[tuple[Path, bytes]] = []  # files already holding what the export says, and those bytes
     with gate.lock(source, report.problems):
         for n, item in items:
             entry = {"item": n, "origin": item.origin, **({"key": item.key} if item.key else {})}
@@ -497,17 +497,18 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
             report.refused.append({"origin": "episodes", "reason": describe(exc)[0]})
 
 
-def _uncommitted(gate: Any, paths: list[Path]) -> list[Path]:
-    """Those of ``paths`` whose bytes are not what HEAD holds for them (none without git)."""
+def _uncommitted(gate: Any, files: list[tuple[Path, bytes]]) -> list[Path]:
+    """Those of ``files`` (path, the bytes it holds) whose bytes are not what HEAD holds for them (none without
+    git)."""
     git = gate.git
-    if not paths or git is None:
+    if not files or git is None:
         return []
-    heads = git.head_blobs(paths)
-    return [p for p in paths if heads.get(p) != blob_id(p.read_bytes())]
+    heads = git.head_blobs([p for p, _ in files])
+    return [p for p, data in files if heads.get(p) != blob_id(data)]
 
 
 def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry: dict[str, Any],
-               here: list[Path]) -> FileChange | None:
+               here: list[tuple[Path, bytes]]) -> FileChange | None:
     """The change that writes an exported file back, or None when it is already there (added to ``here``) or
     conflicts."""
     data = item.content if item.content is not None else item.text.encode("utf-8")
@@ -532,7 +533,7 @@ def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry:
     if path.exists():
         if path.read_bytes() == data:
             report.skipped.append({**entry, "reason": "already here"})
-            here.append(path)
+            here.append((path, data))
         else:
             report.conflicts.append({**entry, "reason": f"{path.relative_to(vault.root)} holds something else"})
         return None
