@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..rules.errors import ScopeRefused
+from ..rules.errors import MemvaultError, ScopeRefused
 from ..rules.scopes import Scope, Scopes
 from ..rules.trust import Op
 
@@ -115,14 +115,19 @@ def review_or_refuse(scopes: Scopes, source: str, proposer: str | None, path: st
                                    f'[scopes."{scope.source if scope is not None else source}"]')
 
 
-def refuse_procedure(reader: Reader, name: str, found: Path | None, root: Path) -> None:
-    """Refuse the runbook ``name`` to ``reader`` unless the file it names (``found``; None: no such file) is in its
-    read scope. The file decides, never the name: the runbook "web" is ``procedures/web.sh``, beside a folder
-    ``procedures/web/`` a pattern may cover. A name with no file is refused unless a file of that name in the scope
-    could exist; the line is the same either way (it never says whether, nor with what extension, a file outside
-    exists)."""
+def refuse_procedure(reader: Reader, name: str, path_of: Callable[[str], Path | None], root: Path) -> None:
+    """Refuse the runbook ``name`` to ``reader`` unless the file it names (``path_of(name)``, asked only of a scoped
+    reader; None, or an error: no such file) is in its read scope. The file decides, never the name: the runbook
+    "web" is ``procedures/web.sh``, beside a folder ``procedures/web/`` a pattern may cover. A name with no file is
+    refused unless a file of that name in the scope could exist; the line is the same either way (it never says
+    whether, nor with what extension, a file outside exists). Asked before the store, whose "no procedure named"
+    would be news of what is not there."""
     if reader.scope is None:
         return
+    try:
+        found = path_of(name)
+    except MemvaultError:
+        found = None
     where = rel(root, found) if found is not None else f"procedures/{name}.x"
     if not reader.allows(where, root):
         raise ScopeRefused(reader.source, f"read procedure {name} (procedures/{name}): outside its read scope {SAID}")

@@ -371,7 +371,8 @@ class WriteGate:
             self.facts.check_text(key, text)
         similar = self.similar_facts(key, text) if (check_similar or rule) and isinstance(text, str) else []
         warnings: list[str] = []
-        contradicted = [access.shown_match(self.scopes, source, m, self.root)["key"] for m in similar if m["kind"] == "conflict"]
+        contradicted = [access.shown_match(self.scopes, source, m, self.root)["key"] for m in similar
+                        if m["kind"] == "conflict"]
         if rule is not None and contradicted:
             warnings.append(f"not accepted by the auto_accept rule {rule[1]!r}: it contradicts "
                             f"{', '.join(dict.fromkeys(contradicted))}; it waits in the inbox for a person")
@@ -654,13 +655,8 @@ class WriteGate:
         self.require(Op.RUN_PROCEDURE, source)
         if allow_dirty and not self.policy.is_trusted(source):
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
-        scope = self.scopes.for_source(source)
-        if scope is not None:  # before the store is asked: "no procedure named ..." is news of what is not there
-            try:
-                found: Path | None = self.procedures.path_of(name)
-            except MemvaultError:
-                found = None
-            access.refuse_procedure(access.Reader(source, scope, self.root), name, found, self.root)
+        access.refuse_procedure(access.Reader(source, self.scopes.for_source(source), self.root), name,
+                                self.procedures.path_of, self.root)
         proc = self.procedures.get(name)
         # The run is recorded as an episode: a source that may not append one is refused before the script starts
         # (a side effect without its record, otherwise).

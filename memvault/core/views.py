@@ -10,7 +10,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from ..rules.errors import FactParseError, MemvaultError, SecretRefused
+from ..rules.errors import FactParseError, SecretRefused
 from ..rules.trust import Policy
 from ..rules.validation import Problem
 from ..stores.episodes import Episode, EpisodeLog
@@ -265,12 +265,7 @@ class Procedures:
     def get(self, name: str, *, path: Path | None = None, reader: str | None = None) -> Procedure:
         """The runbook ``name``; ScopeRefused when ``reader`` may not read it (its text is not returned)."""
         who = self._vault.reader(reader)
-        if who.scope is not None:  # the file decides, never the name (see access.refuse_procedure)
-            try:
-                found: Path | None = self.store.path_of(name) if path is None else path
-            except MemvaultError:
-                found = None
-            refuse_procedure(who, name, found, self._vault.root)
+        refuse_procedure(who, name, self.store.path_of if path is None else lambda _: path, self._vault.root)
         return self.store.get(name, path=path)
 
     def list(self, problems: list[Problem] | None = None, *, reader: str | None = None) -> list[Procedure]:
