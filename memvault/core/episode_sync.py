@@ -293,5 +293,5 @@ def _regular(path: Path) -> bool:
         return False
 
 
-__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "drop_aside", "give_up", "month_file", "move_own_lines", "put_aside_back", "set_aside",
-           "shared_folders"]
+__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "drop_aside", "give_up", "month_file", "move_own_lines", "put_aside_back",
+           "set_aside", "shared_folders"]

@@ -208,8 +208,9 @@ def sorted_sources(sources: Collection[str | None]) -> tuple[str | None, ...]:
 
 def sessions(conn: sqlite3.Connection, limit: int, hide: Collection[str]) -> list[tuple[Any, ...]]:
     sql, args = _hidden(SESSIONS_SQL, [], hide)
-    return [(s, rt, sorted_sources(json.loads(src)), shown_time(first), shown_time(last), n) for s, rt, src, first, last, n
-            in conn.execute(sql + " GROUP BY s ORDER BY MAX(created) DESC LIMIT ?", (*args, limit))]
+    rows = conn.execute(sql + " GROUP BY s ORDER BY MAX(created) DESC LIMIT ?", (*args, limit))
+    return [(s, rt, sorted_sources(json.loads(src)), shown_time(first), shown_time(last), n)
+            for s, rt, src, first, last, n in rows]
 
 
 def episode_kinds(conn: sqlite3.Connection, hide: Collection[str]) -> list[str]:

@@ -153,7 +153,8 @@ def fact_tags(conn: Any, v: int, hide: Collection[str]) -> list[tuple[str, int]]
 
 def sessions(conn: Any, v: int, limit: int, hide: Collection[str]) -> list[tuple[Any, ...]]:
     sql, args = _hidden("SELECT (meta::jsonb) ->> 'session' AS s, min((meta::jsonb) ->> 'runtime') AS rt, "
-                        "array_agg(DISTINCT source) AS src, min(created) AS first_at, max(created) AS last_at, count(*) AS n "
+                        "array_agg(DISTINCT source) AS src, min(created) AS first_at, max(created) AS last_at, "
+                        "count(*) AS n "
                         "FROM {docs} WHERE kind = 'episode' AND strpos(meta, '\"session\"') > 0", [], hide)
     rows = conn.execute(vsql(v, f"SELECT s, rt, src, first_at, last_at, n FROM ({sql} GROUP BY s) g "
                                 "WHERE s IS NOT NULL ORDER BY last_at DESC LIMIT %s"), (*args, limit)).fetchall()
