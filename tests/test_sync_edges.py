@@ -83,19 +83,25 @@ def test_a_copied_clone_with_local_commits_leaves_one_writer_per_folder(twins, t
     assert git(a.root, "rev-parse", "HEAD") == git(copy.root, "rev-parse", "HEAD")
 
 
+def copied_then_the_original_syncs(twins, tmp_path, text: str):
+    """Clone ``a`` synced, copied whole (``cp -a``: its folder id comes along), then ``a`` appends ``text`` and
+    syncs again. ``(a, the copy, the folder both take for theirs)``."""
+    a, _ = twins
+    shared = a.episodes.store.host
+    a.sync()
+    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
+    copy = Vault.open(tmp_path / "copy")
+    a.episodes.append(text, source="agent:ops")
+    a.sync()
+    return a, copy, shared
+
 
 def test_a_copy_whose_push_is_rejected_after_the_move_rebases_it_again(twins, tmp_path, monkeypatch):
     """The original pushes again between the copy's move and its push: the copy's next try rebases its commits,
     the move with them, onto that; every line once, each clone in its own folder."""
     from memvault.stores.gitstore import GitStore
 
-    a, _ = twins
-    shared = a.episodes.store.host
-    a.sync()
-    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
-    copy = Vault.open(tmp_path / "copy")
-    a.episodes.append("Original, first.", source="agent:ops")
-    a.sync()
+    a, copy, shared = copied_then_the_original_syncs(twins, tmp_path, "Original, first.")
     copy.episodes.append("Copy, September.", source="agent:ops", at=datetime(2026, 9, 3, tzinfo=timezone.utc))
     commit_appends(copy, "the copy's own month")
     copy.episodes.append("Copy, now.", source="agent:ops")
@@ -123,13 +129,7 @@ def a_copy_whose_move_the_checks_refuse(twins, tmp_path):
     """A ``cp -a`` copy of clone ``a`` whose lines in the shared folder hold a token committed by hand, synced after
     ``a``: its move to a new folder is refused by the commit's checks. ``(a, copy, shared folder, that month file,
     the copy's sync result)``."""
-    a, _ = twins
-    shared = a.episodes.store.host
-    a.sync()
-    subprocess.run(["cp", "-a", str(a.root), str(tmp_path / "copy")], check=True)
-    copy = Vault.open(tmp_path / "copy")
-    a.episodes.append("From the original.", source="agent:ops")
-    a.sync()
+    a, copy, shared = copied_then_the_original_syncs(twins, tmp_path, "From the original.")
     leaky = copy.root / "episodes" / shared / "2026-09.jsonl"
     leaky.parent.mkdir(parents=True, exist_ok=True)
     leaky.write_text('{"id": "leaky", "created_at": "2026-09-03T00:00:00Z", "source": "user:x", '
