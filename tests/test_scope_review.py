@@ -321,3 +321,23 @@ def test_proc_run_outside_the_scope_says_the_same_whether_the_runbook_exists_or_
     assert lines["db/restore"] == lines["db/nothing"] and ".sh" not in lines["db/restore"]
     ran = run(v, "proc", "run", "web/reload", source="agent:deployer")  # it runs (its exit is nginx's)
     assert "outside its read scope" not in ran.output and "error" not in ran.output
+
+
+def test_a_superseded_fact_names_no_superseding_key_outside_the_read_scope(team):
+    """web/nginx, which the deployer may read, was superseded by db/main, which it may not: `recall
+    --include-superseded` returned web/nginx with superseded_by "db/main", the key of a fact outside its scope. The
+    reader is told the fact was superseded, not by what; a reader of both still gets the key."""
+    v = team
+    path = v.root / "facts/web/nginx.md"
+    text = path.read_text()
+    path.write_text(text.replace("---\n", "---\nsuperseded_by: db/main\n", 1))
+    git(v.root, "commit", "-qam", "superseded by hand")
+    v.reindex()
+    kw = dict(mode="keyword", include_superseded=True, log=False)
+    (hit,) = [h for h in v.recall("nginx web01 shop", source="agent:deployer", **kw) if h.id == "web/nginx"]
+    assert hit.extra.get("superseded") is True and "superseded_by" not in hit.extra
+    out = run(v, "recall", "nginx web01 shop", "--mode", "keyword", "--json", "--include-superseded",
+              source="agent:deployer")
+    assert out.exit_code == 0 and "db/main" not in out.output and '"superseded": true' in out.output, out.output
+    (hit,) = [h for h in v.recall("nginx web01 shop", source="user:admin", **kw) if h.id == "web/nginx"]
+    assert hit.extra["superseded_by"] == "db/main" and hit.extra["superseded"] is True

@@ -752,8 +752,10 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                 # is what someone wrote into the database; the text beside it was never taken from there either).
                 base["source"] = fact.source
             extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
-            if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
-                extra["superseded_by"] = str(doc["ref"])[len(SUPERSEDED_REF):]
+            if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):  # by which fact only if the reader may read it
+                extra["superseded"], by = True, str(doc["ref"])[len(SUPERSEDED_REF):]
+                if parts.readable is None or parts.readable(f"facts/{by}.md"):
+                    extra["superseded_by"] = by
             if c.stale is not None:
                 extra["stale_reason"] = c.stale
             hits.append(Hit(text=fact.text if fact is not None else doc["body"], extra=extra, **base))
