@@ -92,3 +92,30 @@ def test_a_giant_line_of_an_export_is_refused_without_being_held_whole(tmp_path)
     assert [i.kind for i in items] == ["episode", "refused", "episode"]
     assert items[1].origin == f"{path}:3" and "bytes" in (items[1].refusal or "")
     assert peak < 24 << 20, f"{peak >> 20} MiB held to read a 48 MiB line"
+
+
+# ------------------------------------------------------------------------------------------------ claude-code
+def test_a_projects_symlinked_claude_folders_are_refused_not_followed(invoke, vault, tmp_path):
+    """A teammate commits ``.claude/rules -> /home`` (or ``.claude -> ~/.claude``): importing the project read every
+    markdown file under the link's target on this host into the shared inbox. The links are refused by name; the
+    project's own CLAUDE.md still comes in."""
+    elsewhere = tmp_path / "home-of-the-person"
+    (elsewhere / "notes").mkdir(parents=True)
+    (elsewhere / "notes" / "diary.md").write_text("# Diary\n\nPrivate-diary-entry-kiwi about my salary\n")
+    (elsewhere / "CLAUDE.md").write_text("# Mine\n\nPrivate-global-instruction-kiwi\n")
+    for link in (".claude", ".claude/rules"):
+        project = tmp_path / f"project-{link.count('/')}"
+        (project / ".claude").mkdir(parents=True) if link == ".claude/rules" else project.mkdir()
+        (project / "CLAUDE.md").write_text("# Build\n\nRun make test before pushing.\n")
+        (project / link).symlink_to(elsewhere if link == ".claude" else elsewhere / "notes")
+        if link == ".claude":
+            (elsewhere / "rules").symlink_to(elsewhere / "notes")
+        r = invoke("import", "claude-code", str(project), "--json")
+        assert r.exit_code == 0, r.output
+        report = json.loads(r.stdout)
+        assert "kiwi" not in r.output
+        assert any(str(project / link) in e["reason"] or str(project / link) in e["origin"]
+                   for e in report["refused"]), report["refused"]
+        assert [e["key"] for e in report["proposed"]] == [f"claude-code/{project.name}/build"]
+        inbox = "".join(p.read_text() for p in (vault.root / "inbox").rglob("*.md"))
+        assert "kiwi" not in inbox and "make test" in inbox
