@@ -159,3 +159,13 @@ def test_two_installs_at_once_keep_both_install_records(home, vault, monkeypatch
     assert {str(home / ".claude" / "settings.json"), str(home / ".gemini" / "settings.json")} <= set(record)
     runtimes.uninstall("gemini")
     assert not (home / ".gemini").exists()  # what install created, taken away
+
+
+def test_a_read_only_settings_file_is_refused_not_replaced(home, vault):
+    path = home / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    path.write_text('{"theme": "GitHub"}\n')
+    path.chmod(0o444)
+    with pytest.raises(ConfigError, match=r"settings.json.*read-only"):
+        runtimes.install("gemini", vault.root)
+    assert path.read_text() == '{"theme": "GitHub"}\n' and path.stat().st_mode & 0o777 == 0o444

@@ -304,9 +304,10 @@ class _Files:
         self.record.save()
 
     def _unchanged(self) -> None:
-        """ConfigError, before anything is written, when a file to be written no longer holds what was read: a
-        running agent rewrites its own settings (Claude Code its ~/.claude.json at every start), and writing the
-        edited text over its change lost it. (The window left is the time of one rename.)"""
+        """ConfigError, before anything is written, when a file to be written no longer holds what was read (a
+        running agent rewrites its own settings, Claude Code its ~/.claude.json at every start, and writing the
+        edited text over its change lost it; the window left is the time of one rename) or is read-only (the new
+        file took its place, read-only too)."""
         for path, text in self.texts.items():
             if text == self.first[path]:
                 continue
@@ -319,6 +320,9 @@ class _Files:
             if now != self.first[path]:
                 raise ConfigError(path, "changed by another program while memvault was editing it; not changed: "
                                         "run the command again")
+            if now is not None and not os.stat(path).st_mode & 0o222:  # by its mode, not access(): root may write
+                raise ConfigError(path, "read-only (its mode says it is not to be changed); not changed: make it "
+                                        "writable, or paste what 'memvault agent print' shows")
 
 
 def _backup(path: Path, original: str) -> Path:
