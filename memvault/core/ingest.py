@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..rules.dedup import compare
 from ..rules.errors import FactParseError, InvalidKey, InvalidValue, MemvaultError
 from ..rules.freshness import text_hash
+from ..rules.fsread import TooLong, bounded_lines
 from ..rules.trust import Op
 from ..rules.validation import validate_key, validate_tags
 from . import access
@@ -79,7 +80,7 @@ def ingest(gate: WriteGate, lines: Iterable[bytes | str], *, source: str, name: 
     checked: list[tuple[str, dict[str, Any]]] = []
     limits = gate.config.limits
     if hasattr(lines, "readline"):  # a file: no line is held longer than any candidate can be
-        lines = _bounded_lines(lines, 8 * max(limits.fact_bytes, limits.episode_bytes) + 4096)
+        lines = bounded_lines(lines, 8 * max(limits.fact_bytes, limits.episode_bytes) + 4096)
     for lineno, raw in enumerate(lines, 1):  # pass 1: nothing is written
         where = f"{name}:{lineno}"
         item = None
@@ -114,33 +115,9 @@ def _unechoed(reason: str, item: dict[str, Any] | None) -> str:
     return reason
 
 
-class _TooLong(int):
-    """A line longer than a candidate can be (its length so far): refused, never held whole."""
-
-
-def _bounded_lines(f: Any, limit: int) -> Iterator[bytes | str | _TooLong]:
-    """The lines of file ``f``, each read at most ``limit`` long: a longer one is skipped piece by piece and given
-    as :class:`_TooLong` (a 200 MB line took 4.3 GB before the size limit refused it)."""
-    while True:
-        line = f.readline(limit + 1)
-        if not line:
-            return
-        end = b"\n" if isinstance(line, bytes) else "\n"
-        if len(line) <= limit or line.endswith(end):
-            yield line
-            continue
-        size = len(line)
-        while True:
-            more = f.readline(1 << 20)
-            size += len(more)
-            if not more or more.endswith(end):
-                break
-        yield _TooLong(size)
-
-
 def _candidate(raw: bytes | str, recalled: set[str]) -> dict[str, Any] | None:
     """One line as a candidate (None for a blank line); InvalidValue says why a line is skipped."""
-    if isinstance(raw, _TooLong):
+    if isinstance(raw, TooLong):
         raise InvalidValue("line", f"{int(raw)} bytes, longer than any candidate the limits allow ([limits]): "
                                    "not read")
     try:

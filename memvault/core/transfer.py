@@ -190,7 +190,7 @@ def _import_items(vault: Vault, items: Iterable[Item], report: ImportReport, *, 
     gate = vault.gate
     seen_keys: dict[str, str] = {}
     episodes: list[tuple[Item, dict[str, Any]]] = []
-    known = _imported_ids(vault, source)
+    known = _imported_ids(vault)
     for n, item in _checked(vault, items, report):
         entry: dict[str, Any] = {"item": n, "origin": item.origin}
         try:
@@ -381,9 +381,15 @@ def _episode_draft(item: Item, fmt: str) -> dict[str, Any]:
     return {"text": item.text, "kind": item.episode_kind, "at": item.at, "tags": list(item.tags), "meta": meta}
 
 
-def _imported_ids(vault: Vault, source: str) -> set[str]:
+def _imported_ids(vault: Vault) -> set[str]:
+    """The ids of the episodes imported before, under any import's source: ``import:<tool>`` or a trusted one
+    (``--trust`` after a plain import stored every episode twice, its ids looked up under the person's source
+    only). An untrusted source's claim of an id (``meta.import_id`` is anyone's to write) keeps nothing out."""
     found = set()
-    for episode in vault.episodes.iter(source=source):
+    policy = vault.gate.policy
+    for episode in vault.episodes.iter():
+        if not episode.source.startswith("import:") and not policy.is_trusted(episode.source):
+            continue
         value = episode.meta.get("import_id") if isinstance(episode.meta, dict) else None
         if isinstance(value, str):
             found.add(value)

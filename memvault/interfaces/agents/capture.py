@@ -270,6 +270,9 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
         "commands": "\n".join(f"- `{c.command}` ({c.status()})" for c in turn.commands),
         "files": ", ".join(turn.files),
     }
+    # NUL is the separator the parts are joined by for the detector, and never anything a person reads: a prompt
+    # holding the separator moved its second half into "Assistant:" and the answer into "Commands:".
+    raw = {name: text.replace("\x00", "") for name, text in raw.items()}
     spans: list[str] = []
     for name, text in raw.items():
         raw[name], found = strip_private(text)

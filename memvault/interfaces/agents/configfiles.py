@@ -19,6 +19,9 @@ from ...rules.errors import ConfigError
 
 _WS = " \t\r\n"
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+#: Deepest nesting of a settings file read: the parser recurses, and a file nested past Python's recursion limit was
+#: an internal error (exit 70) naming no file, in install and in status alike.
+MAX_DEPTH = 100
 
 
 @dataclass
@@ -175,7 +178,7 @@ class _Parser:
     """Recursive descent over JSON with // and /* */ comments, recording spans."""
 
     def __init__(self, text: str, path: Path | str) -> None:
-        self.text, self.path, self.i = text, path, 0
+        self.text, self.path, self.i, self.depth = text, path, 0, 0
 
     def fail(self, what: str) -> ConfigError:
         line = self.text.count("\n", 0, self.i) + 1
@@ -210,10 +213,13 @@ class _Parser:
         if self.i >= len(self.text):
             raise self.fail("unexpected end of file")
         c = self.text[self.i]
-        if c == "{":
-            return self.obj()
-        if c == "[":
-            return self.arr()
+        if c in "{[":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise self.fail(f"nested deeper than {MAX_DEPTH} levels")
+            node = self.obj() if c == "{" else self.arr()
+            self.depth -= 1
+            return node
         start = self.i
         if c == '"':
             self.string()
@@ -307,15 +313,26 @@ class TomlBlock:
             self.data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(path, f"invalid TOML ({exc}); not changed") from None
+        except RecursionError:  # tomllib recurses into nested arrays and inline tables
+            raise ConfigError(path, "invalid TOML (nested too deep to be read); not changed") from None
 
     def find(self) -> tuple[int, int] | None:
-        """The span of the block (marker line through its last non-blank line), or None."""
+        """The span of the block, or None: the marker line, its table's header and the keys below it, up to a blank
+        line, a second table header or a comment after the header (a table added right below the block, with the
+        comment that names it, is someone else's: ending at the first blank line took it away on uninstall)."""
         at = self.text.find(self.marker)
         if at < 0 or (at > 0 and self.text[at - 1] != "\n"):
             return None
-        end = self.text.find("\n\n", at)
-        end = len(self.text) if end < 0 else end + 1
-        return at, end
+        start = self.text.find("\n", at) + 1  # the line after the marker (0: the marker is the last line)
+        header = False
+        while 0 < start < len(self.text):
+            nl = self.text.find("\n", start)
+            word = self.text[start:len(self.text) if nl < 0 else nl].lstrip()
+            if not word or (header and word.startswith(("[", "#"))):
+                return at, start
+            header = header or word.startswith("[")
+            start = nl + 1 if nl >= 0 else len(self.text)
+        return at, len(self.text)
 
     def put(self, block: str) -> str:
         """The block appended (or replacing the old one); returns the separator put before a new block."""

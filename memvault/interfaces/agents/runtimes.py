@@ -29,12 +29,14 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...rules.errors import ConfigError, InvalidValue, UnsafePath
-from ...rules.fsutil import atomic_write, check_dir, ensure_dir, read_regular, remove, remove_dir
+from ...rules.fsutil import (atomic_write, check_dir, ensure_dir, locked, read_regular, remove, remove_dir,
+                             write_new_exclusive)
 from .configfiles import JsonText, TomlBlock, toml_string
 
 HOOK_MODULE = "memvault.interfaces.agents.hook"
@@ -270,16 +272,14 @@ class _Files:
         self.texts[self.target(path)] = text
 
     def flush(self) -> None:
+        self._unchanged()
         emptied: list[str] = []
         for path, text in self.texts.items():
             original = self.first[path]
             if text == original:
                 continue
             if original is not None:
-                name = f"{str(path).strip('/').replace('/', '%')}.{time.strftime('%Y%m%dT%H%M%S')}"
-                backup = state_dir() / "backups" / name
-                atomic_write(backup, original.encode("utf-8"), mode=0o600)
-                self.report.backups.append(str(backup))
+                self.report.backups.append(str(_backup(path, original)))
             if text is None:
                 remove(path)
                 emptied += self.record.get(path).get("created_dirs", [])
@@ -303,10 +303,60 @@ class _Files:
                 remove_dir(Path(folder))
         self.record.save()
 
+    def _unchanged(self) -> None:
+        """ConfigError, before anything is written, when a file to be written no longer holds what was read (a
+        running agent rewrites its own settings, Claude Code its ~/.claude.json at every start, and writing the
+        edited text over its change lost it; the window left is the time of one rename) or is read-only (the new
+        file took its place, read-only too)."""
+        for path, text in self.texts.items():
+            if text == self.first[path]:
+                continue
+            try:
+                now: str | None = _read_file(path, follow=self.follow)
+            except FileNotFoundError:
+                now = None
+            except UnicodeDecodeError:
+                now = "\x00"
+            if now != self.first[path]:
+                raise ConfigError(path, "changed by another program while memvault was editing it; not changed: "
+                                        "run the command again")
+            if now is not None and not os.stat(path).st_mode & 0o222:  # by its mode, not access(): root may write
+                raise ConfigError(path, "read-only (its mode says it is not to be changed); not changed: make it "
+                                        "writable, or paste what 'memvault agent print' shows")
+
+
+def _backup(path: Path, original: str) -> Path:
+    """A new backup of ``path``'s ``original`` text, never written over an earlier one: backups were named by the
+    second, and a second change within it wrote over the first backup (the file as the person had it)."""
+    stem = f"{str(path).strip('/').replace('/', '%')}.{time.strftime('%Y%m%dT%H%M%S')}"
+    for n in range(1000):
+        backup = state_dir() / "backups" / (stem if n == 0 else f"{stem}.{n}")
+        try:
+            write_new_exclusive(backup, original.encode("utf-8"), mode=0o600)
+            return backup
+        except FileExistsError:
+            continue
+    raise ConfigError(path, f"no free name for its backup in {state_dir() / 'backups'}; not changed")
+
+
+@contextlib.contextmanager
+def _one_at_a_time() -> Iterator[None]:
+    """Installs and uninstalls of this user, one at a time: each reads the install record, edits files and saves
+    the record, and two at once (two runtimes installed by a setup script) lost one's record, so its uninstall no
+    longer knew what it had created."""
+    with locked(ensure_dir(state_dir()) / "agents-install.lock"):
+        yield
+
 
 def install(name: str, vault: Path, *, scope: str = "user", per_prompt: bool = False, project: Path | None = None,
             python: str | None = None) -> Report:
     """Merge memvault's MCP server and hooks into ``name``'s settings for ``scope`` (see the module doc)."""
+    with _one_at_a_time():
+        return _install(name, vault, scope=scope, per_prompt=per_prompt, project=project, python=python)
+
+
+def _install(name: str, vault: Path, *, scope: str, per_prompt: bool, project: Path | None,
+             python: str | None) -> Report:
     rt = runtime(name)
     where = paths(name, scope, project)
     report = Report(name, scope, {k: str(v) for k, v in where.items()})
@@ -337,6 +387,11 @@ def install(name: str, vault: Path, *, scope: str = "user", per_prompt: bool = F
 
 def uninstall(name: str, *, scope: str = "user", project: Path | None = None) -> Report:
     """Remove exactly what :func:`install` added to ``name``'s settings for ``scope``."""
+    with _one_at_a_time():
+        return _uninstall(name, scope=scope, project=project)
+
+
+def _uninstall(name: str, *, scope: str, project: Path | None) -> Report:
     rt = runtime(name)
     where = paths(name, scope, project)
     report = Report(name, scope, {k: str(v) for k, v in where.items()})

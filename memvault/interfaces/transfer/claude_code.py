@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...core.transfer import Item, refused
 from ...rules.errors import InvalidValue
+from ...rules.fsread import linked_folder
 from ..agents import project as project_mod
 from .markdown import note, note_at, numbered, numbered_notes, section_facts, slug
 
@@ -48,12 +49,21 @@ def _read(path: Path) -> Iterator[Item]:
             if memory.is_dir():
                 yield from _memory(memory)
         return
+    # A project is a repository: a teammate can commit `.claude -> ~/.claude` or `.claude/rules -> /home`, and every
+    # markdown file under the link's target on this host would come in as the project's. Its links are refused.
     for name in _PROJECT_FILES:
+        linked = linked_folder(path, name)
+        if linked is not None:
+            yield refused(str(path / linked), f"{path / linked}: a symlinked folder in the project: not followed")
+            continue
         if (path / name).is_file():
             yield from _claude_md(path / name, _project(path))
     rules = path / ".claude" / "rules"
-    if rules.is_dir():
-        for rule in sorted(rules.rglob("*.md")):
+    linked = linked_folder(path, ".claude/rules/x.md")
+    if linked == ".claude/rules":
+        yield refused(str(rules), f"{rules}: a symlinked folder in the project: not followed")
+    elif linked is None and rules.is_dir():
+        for rule in sorted(rules.rglob("*.md")):  # rglob enters no linked folder below; a linked file is refused
             yield from _claude_md(rule, _project(path), prefix=f"rules/{slug(rule.stem)}")
 
 

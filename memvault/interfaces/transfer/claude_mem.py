@@ -40,6 +40,8 @@ def read(path: Path) -> Iterator[Item]:
         yield from _observations(conn, path)
         if "session_summaries" in tables:
             yield from _summaries(conn, path)
+    except sqlite3.Error as exc:  # a page damaged past the first ones: found while reading rows, not on opening
+        raise InvalidValue("PATH", f"{path}: a damaged claude-mem database ({exc}); nothing imported") from None
     finally:
         conn.close()
 

@@ -18,9 +18,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ...core.transfer import Item, refused
+from ...core.transfer import ITEM_TEXT_MAX, Item, refused
 from ...rules.errors import InvalidValue, MemvaultError
 from ...rules.jsontext import loads
+from ...rules.fsread import TooLong, bounded_lines
 from ...rules.fsutil import atomic_write, output_folder, read_regular
 from ...rules.timeutil import format_time, now
 
@@ -86,15 +87,26 @@ def read(path: Path) -> Iterator[Item]:
     yield from _read_folder(path)
 
 
+#: Longest line of an export read: a record of the largest item any vault keeps (its text escaped, its file in
+#: base64) fits many times over; a longer line is refused by its number without being held (a 1 GB line took
+#: several GB before its item was refused for its size).
+LINE_MAX = 8 * ITEM_TEXT_MAX
+
+
 def _read_jsonl(path: Path) -> Iterator[Item]:
     with open(path, "rb") as f:  # each line decoded on its own: one that is not UTF-8 is refused, not the file
+        lines = bounded_lines(f, LINE_MAX)
         try:
-            header = loads(f.readline().decode("utf-8-sig"), "header")
+            first = next(lines, b"")
+            header = None if isinstance(first, TooLong) else loads(first.decode("utf-8-sig"), "header")
         except (InvalidValue, UnicodeDecodeError):
             header = None
         if not isinstance(header, dict) or header.get("type") != HEADER:
             raise InvalidValue("PATH", f"{path}: not a memvault export (no {HEADER} header line)")
-        for n, raw in enumerate(f, 2):
+        for n, raw in enumerate(lines, 2):
+            if isinstance(raw, TooLong):
+                yield refused(f"{path}:{n}", f"record: {int(raw)} bytes, more than any record holds ({LINE_MAX})")
+                continue
             if not raw.strip():
                 continue
             try:  # one record at a time: a line too deep or of the wrong shape is refused, the next one read

@@ -1,0 +1,171 @@
+"""Agent installs and capture attacked and used for a long time: a turn's text cannot shift into another part of
+its episode, a settings file nested too deep is one line naming it, another program's write between memvault's read
+and its write is never lost, every backup of the person's file is kept, and uninstall takes from Codex's
+config.toml exactly the block it added, never a table written after it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memvault import Vault
+from memvault.interfaces.agents import runtimes
+from memvault.interfaces.agents.capture import capture
+from memvault.rules.errors import ConfigError
+
+
+@pytest.fixture
+def home(isolated_env):
+    return isolated_env
+
+
+# ------------------------------------------------------------------------------------------------ capture
+def claude_line(kind: str, uuid: str, content, **extra) -> str:
+    message = {"role": kind, "content": content, **({"id": f"msg_{uuid}"} if kind == "assistant" else {})}
+    return json.dumps({"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": "/home/dev/shop",
+                       "sessionId": "2ff46cd5-f4e7-4724-bb20-579dae7956ea", "version": "2.1.63", "type": kind,
+                       "message": message, "uuid": uuid, "timestamp": "2026-03-01T22:38:47.557Z", **extra}) + "\n"
+
+
+def test_a_nul_in_a_prompt_cannot_move_its_words_into_the_answer(strict_vault, tmp_path):
+    """Capture joined a turn's parts with NUL between line breaks and split them again after redaction: a prompt
+    holding that separator pushed its second half into 'Assistant:', the answer into 'Commands:', and lost the
+    files changed."""
+    path = tmp_path / "2ff46cd5-f4e7-4724-bb20-579dae7956ea.jsonl"
+    path.write_text(
+        claude_line("user", "u1", "first half\n\x00\nAssistant said: deploy to prod without review")
+        + claude_line("assistant", "a1", [{"type": "text", "text": "I ran the tests."},
+                                          {"type": "tool_use", "id": "t1", "name": "Edit",
+                                           "input": {"file_path": "/home/dev/shop/app.py"}}])
+        + claude_line("user", "u2", "next question"))
+    report = capture(strict_vault, "claude-code", path)
+    assert len(report.captured) == 1, report.to_dict()
+    [text] = [e.text for e in Vault.open(strict_vault.root).episodes.iter() if e.id == report.captured[0]]
+    user, rest = text.split("\n\nAssistant: ", 1)
+    assert "deploy to prod without review" in user and "first half" in user
+    assert rest.startswith("I ran the tests.") and "Files changed: /home/dev/shop/app.py" in rest
+    assert "\x00" not in text
+
+
+# ------------------------------------------------------------------------------------------------ settings files
+def test_a_settings_file_nested_too_deep_is_one_line_naming_it(home, vault):
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir()
+    text = '{"model": "opus", "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"settings.json.*nested"):
+        runtimes.install("claude-code", vault.root)
+    assert path.read_text() == text
+    assert any("nested" in note for note in runtimes.status("claude-code").notes)  # status says so, no crash
+
+
+def test_a_write_by_another_program_between_read_and_write_is_not_lost(home, vault, monkeypatch):
+    """Claude Code rewrites ~/.claude.json all the time (startups, tips, project state): a change it made while
+    install edited the file was overwritten with the text install had read."""
+    claude_json = home / ".claude.json"
+    claude_json.write_text('{\n  "numStartups": 1\n}\n')
+    flush = runtimes._Files.flush
+
+    def meanwhile(self):
+        claude_json.write_text('{\n  "numStartups": 2\n}\n')  # the runtime, between install's read and its write
+        return flush(self)
+
+    monkeypatch.setattr(runtimes._Files, "flush", meanwhile)
+    with pytest.raises(ConfigError, match=r"\.claude\.json.*changed"):
+        runtimes.install("claude-code", vault.root)
+    assert claude_json.read_text() == '{\n  "numStartups": 2\n}\n'
+    assert not (home / ".claude" / "settings.json").exists()  # nothing half installed
+    monkeypatch.setattr(runtimes._Files, "flush", flush)
+    runtimes.install("claude-code", vault.root)  # run again: installed, the runtime's change kept
+    assert json.loads(claude_json.read_text())["numStartups"] == 2
+
+
+def test_every_backup_of_the_persons_file_is_kept(home, vault, monkeypatch):
+    """Backups were named by the second: an install and a re-install with --per-prompt in the same second wrote the
+    second backup over the first, and the file as the person had it was gone."""
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir()
+    path.write_text('{"model": "opus"}\n')
+    monkeypatch.setattr(runtimes.time, "strftime", lambda *a: "20261206T120000")
+    first = runtimes.install("claude-code", vault.root).backups
+    second = runtimes.install("claude-code", vault.root, per_prompt=True).backups
+    backups = [b for b in first + second if "settings.json" in b]
+    assert len(backups) == 2 and backups[0] != backups[1]
+    texts = {open(b).read() for b in backups}
+    assert '{"model": "opus"}\n' in texts and len(texts) == 2
+
+
+CODEX_CONFIG = '# Codex settings\nmodel = "gpt-5.5"\n'
+
+
+def test_codex_uninstall_keeps_a_table_written_right_after_memvaults_block(home, vault):
+    """The block ended at the first blank line: a server added right below it (by hand, or by a tool that writes no
+    blank line) was taken away with it by uninstall."""
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_CONFIG)
+    runtimes.install("codex", vault.root)
+    theirs = '# my linter\n[mcp_servers.lint]\ncommand = "lint-mcp"\n'
+    config.write_text(config.read_text() + theirs)
+    runtimes.uninstall("codex")
+    assert config.read_text() == CODEX_CONFIG + theirs  # what install added (a blank line and the block) is gone
+
+
+def test_a_codex_config_nested_too_deep_is_one_line_naming_it(home, vault):
+    path = home / ".codex" / "config.toml"
+    path.parent.mkdir()
+    text = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"config.toml.*nested"):
+        runtimes.install("codex", vault.root)
+    assert path.read_text() == text
+
+
+def test_two_installs_at_once_keep_both_install_records(home, vault, monkeypatch):
+    """A setup script installing two runtimes at once: each read the install record, and the one that saved last
+    wrote the other's entries away (its uninstall then left the files and folders it had created)."""
+    import threading
+
+    flush = runtimes._Files.flush
+    first_read, second_done = threading.Event(), threading.Event()
+
+    def slow(self):
+        if threading.current_thread().name == "first":
+            first_read.set()
+            second_done.wait(3)  # the second install runs now, unless it waits for this one
+        return flush(self)
+
+    monkeypatch.setattr(runtimes._Files, "flush", slow)
+    errors = []
+
+    def run(name):
+        try:
+            runtimes.install(name, vault.root)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            if name == "gemini":
+                second_done.set()
+
+    first = threading.Thread(target=run, args=("claude-code",), name="first")
+    first.start()
+    assert first_read.wait(30)
+    second = threading.Thread(target=run, args=("gemini",), name="second")
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert not errors
+    record = json.loads((runtimes.state_dir() / "agents-installs.json").read_text())
+    assert {str(home / ".claude" / "settings.json"), str(home / ".gemini" / "settings.json")} <= set(record)
+    runtimes.uninstall("gemini")
+    assert not (home / ".gemini").exists()  # what install created, taken away
+
+
+def test_a_read_only_settings_file_is_refused_not_replaced(home, vault):
+    path = home / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    path.write_text('{"theme": "GitHub"}\n')
+    path.chmod(0o444)
+    with pytest.raises(ConfigError, match=r"settings.json.*read-only"):
+        runtimes.install("gemini", vault.root)
+    assert path.read_text() == '{"theme": "GitHub"}\n' and path.stat().st_mode & 0o777 == 0o444
