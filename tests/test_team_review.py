@@ -254,3 +254,20 @@ def test_a_damaged_vault_row_or_run_record_never_stops_a_hosts_recall(tracked, u
     hits = b.recall("primary database listens")
     assert hits and hits[0].id == "db/primary"
     assert any("team index cannot be used" in w and "model identity" in w for w in hits.warnings), hits.warnings
+
+
+def test_a_forged_superseded_mark_never_hides_a_fact_nor_names_what_superseded_it(team, url):
+    """Recall leaves out a fact another superseded, and took that mark from the shared row: a row saying
+    'superseded-by:...' hid a fact from every host's recall (a warning nobody then read), and a row without it
+    brought back one the file says is superseded. The mark is the fact file's, as its text and source are."""
+    _remote, a, clone = team
+    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="user:admin")
+    push(a)
+    a.vault.reindex()
+    b = _scoped_b(clone)
+    ask = dict(k=5, mode="keyword", log=False)
+    assert [h.id for h in b.vault.recall("CDN static assets fastly", **ask)] == ["web/cdn"]
+    _forge(url, "UPDATE memvault.v{v}_docs SET ref = 'superseded-by:web/nothing' WHERE item_id = 'web/cdn'")
+    assert [h.id for h in b.vault.recall("CDN static assets fastly", **ask)] == ["web/cdn"]
+    (hit,) = b.vault.recall("CDN static assets fastly", include_superseded=True, **ask)
+    assert "superseded" not in hit.extra and "superseded_by" not in hit.extra

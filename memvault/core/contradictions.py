@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
     from ..models.engine import Engine
     from ..rules.config import Config
-    from ..stores.facts import FactStore
+    from ..stores.facts import Fact, FactStore
 
 #: Candidates asked of the keyword index, and of the vectors.
 KEYWORD_CANDIDATES = 30
@@ -149,3 +149,14 @@ def near_duplicates(index: VaultIndex, facts: FactStore, config: Config, key: st
                 out[-1]["values"] = {"value": {"new": sorted(mine.values - theirs.values),
                                                "stored": sorted(theirs.values - mine.values)}}
     return out
+
+
+def superseded_by(doc: dict[str, Any], fact: Fact | None = None) -> str | None:
+    """The key of the fact that superseded the one ``doc`` indexes: the ``superseded_by`` of its file when it was
+    read (``fact``: a team's shared row is anyone's to write, and one saying so hid the fact from every host), else
+    the mark the index holds."""
+    if fact is not None:
+        by = fact.extra.get("superseded_by")
+        return by if isinstance(by, str) and by else None
+    ref = str(doc.get("ref") or "")
+    return (ref[len(SUPERSEDED_REF):] or None) if ref.startswith(SUPERSEDED_REF) else None

@@ -58,7 +58,7 @@ from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultE
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
 from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
 from . import windows
-from .contradictions import SUPERSEDED_REF
+from .contradictions import superseded_by
 from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
@@ -241,14 +241,13 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
                                 qvec.vector() if isinstance(qvec, QueryVector) else qvec, window, floor,
                                 min_relevance, calibration, evidence, holder)
         checked = index.as_on_disk(paths)
-    if not include_superseded:
-        ranked = [c for c in ranked if not str(c.doc.get("ref") or "").startswith(SUPERSEDED_REF)]
     if settings.reranker and ranked:
         ranked = _rerank(parts, search_query, ranked, warnings)
     if window is not None and window.phrase and evidence.get("of_time") == 0 and ranked:
         warnings.append(f"no memory found is of the time the question names ({window.phrase}): ranked by its "
                         "other words alone")
-    result = RecallResult(_materialise(parts, ranked, k, checked if sync and verify else None), mode=used_mode,
+    result = RecallResult(_materialise(parts, ranked, k, checked if sync and verify else None, include_superseded),
+                          mode=used_mode,
                           warnings=warnings)
     result.nothing_found = why
     result.evidence = evidence or None
@@ -695,13 +694,16 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
 
 
 # ------------------------------------------------------------------------------------------------ hits
-def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str] | None = None) -> list[Hit]:
+def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str] | None = None,
+                 include_superseded: bool = True) -> list[Hit]:
     """The whole memories behind the best candidates, fresh: a fact from its file — or, when this recall has
     just stat'ed that file and found it as indexed (``checked``), from the index, which then holds its exact
     text — procedures from their files with their commit and blob (two git calls for all of them). An episode is
     the index's text when its file was checked too, or when nothing was checked (``checked`` None: a recall told
     not to look at the files); else (a team's shared row, which is what was written into the database, not this
-    host's file) it is read from its file. A memory that vanished is not returned."""
+    host's file) it is read from its file. A memory that vanished is not returned, nor, unless
+    ``include_superseded``, a fact another superseded: by its file's word when it was read (a team's shared row that
+    said so hid the fact from every host), else by the index this host built from it."""
     policy = Policy(parts.config.trust.trusted)
     files: dict[str, bytes | None] = {}
     chosen: list[tuple[Candidate, Any]] = []
@@ -710,13 +712,14 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
         if len(chosen) >= k:
             break
         if c.key[0] == "fact":
-            if checked is not None and c.doc["path"] in checked:
-                chosen.append((c, None))
-                continue
-            try:
-                chosen.append((c, parts.facts.get(c.key[1])))
-            except (FactNotFound, FactParseError, InvalidValue):
-                continue
+            fact = None
+            if checked is None or c.doc["path"] not in checked:
+                try:
+                    fact = parts.facts.get(c.key[1])
+                except (FactNotFound, FactParseError, InvalidValue):
+                    continue
+            if include_superseded or not superseded_by(c.doc, fact):
+                chosen.append((c, fact))
         elif c.key[0] == "procedure":
             path = parts.procedures.root / c.doc["path"]
             if not path.is_file():
@@ -752,8 +755,9 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                 # is what someone wrote into the database; the text beside it was never taken from there either).
                 base["source"] = fact.source
             extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
-            if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):  # by which fact only if the reader may read it
-                extra["superseded"], by = True, str(doc["ref"])[len(SUPERSEDED_REF):]
+            by = superseded_by(doc, fact)
+            if by:  # by which fact only when the reader may read that one
+                extra["superseded"] = True
                 if parts.readable is None or parts.readable(f"facts/{by}.md"):
                     extra["superseded_by"] = by
             if c.stale is not None:
