@@ -271,3 +271,22 @@ def test_a_forged_superseded_mark_never_hides_a_fact_nor_names_what_superseded_i
     assert [h.id for h in b.vault.recall("CDN static assets fastly", **ask)] == ["web/cdn"]
     (hit,) = b.vault.recall("CDN static assets fastly", include_superseded=True, **ask)
     assert "superseded" not in hit.extra and "superseded_by" not in hit.extra
+
+
+def test_the_dates_a_forged_row_gives_are_not_what_a_hit_says(tracked, url):
+    """A hit's created and updated came from the shared row while its text came from the file: a row dated 2019
+    made a fact written today read as six years old on every other host (and an episode of last year as today's)."""
+    _remote, a, clone = tracked
+    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="user:admin")
+    a.vault.episodes.append("the helper agent rotated the nginx logs on web1", source="agent:helper")
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "episodes")
+    push(a)
+    a.vault.reindex()
+    b = _scoped_b(clone)
+    ask = dict(k=5, mode="keyword", log=False)
+    honest = {h.id: (h.created, h.updated) for h in b.vault.recall("CDN fastly rotated nginx logs web1", **ask)}
+    assert len(honest) == 2
+    _forge(url, "UPDATE memvault.v{v}_docs SET created = %s, updated = %s", ("2019-01-01T00:00:00Z",) * 2)
+    forged = {h.id: (h.created, h.updated) for h in b.vault.recall("CDN fastly rotated nginx logs web1", **ask)}
+    assert forged == honest

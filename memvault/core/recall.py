@@ -63,7 +63,7 @@ from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
 from ..rules.freshness import stale_doc_reason, stored_time
-from ..rules.timeutil import format_time, now, parse_time, parse_time_or_age
+from ..rules.timeutil import format_time, index_time, now, parse_time, parse_time_or_age
 from ..rules.trust import Policy
 from ..rules.validation import MAX_FUTURE, vault_paths
 
@@ -680,10 +680,11 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
     files: dict[str, bytes | None] = {}
     hits = []
     for d in docs:
-        text, source = (d["body"], d["source"]) if d["path"] in own else _episode_from_file(parts, d, files)
-        if text is not None:
+        read = (d["body"], d["source"], d["created"]) if d["path"] in own else _episode_from_file(parts, d, files)
+        if read is not None:
+            text, source, created = read
             hits.append(Hit(kind="episode", id=d["id"], text=text, score=1.0, factors={}, source=source,
-                            created=d["created"], updated=d["updated"], path=d["path"],
+                            created=created, updated=created, path=d["path"],
                             extra={"trusted": policy.is_trusted(source)}))
     result = RecallResult(hits, mode="time", warnings=warnings)
     result.window = {"since": format_time(window.since) if window.since else None,
@@ -729,9 +730,9 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
         elif checked is None or c.doc["path"] in checked:
             chosen.append((c, None))
         else:
-            text, source = _episode_from_file(parts, c.doc, files)
-            if text is not None:
-                chosen.append((c, (text, source)))
+            read = _episode_from_file(parts, c.doc, files)
+            if read is not None:
+                chosen.append((c, read))
     loaded: dict[str, Any] = {}
     if procs:
         try:
@@ -751,9 +752,9 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                            "time": c.timed, "feedback": c.moved, "general": c.general, "rest": c.rest})
         if doc["kind"] == "fact":
             if fact is not None:
-                # Read from its file: who wrote it is the file's word too, not the index row's (a team's shared row
-                # is what someone wrote into the database; the text beside it was never taken from there either).
-                base["source"] = fact.source
+                # Read from its file: who wrote it and when are the file's word too, not the index row's (a team's
+                # shared row is what someone wrote into the database; the text beside it was never taken from there).
+                base.update(source=fact.source, created=index_time(fact.created), updated=index_time(fact.updated))
             extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
             by = superseded_by(doc, fact)
             if by:  # by which fact only when the reader may read that one
@@ -775,15 +776,16 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
             hits.append(hit)
         else:
             text = doc["body"]
-            if fact is not None:  # (its text, its source) as its file holds it
-                text, base["source"] = fact
+            if fact is not None:  # (its text, its source, its time) as its file holds it
+                text, base["source"], base["created"] = fact
+                base["updated"] = base["created"]
             hits.append(Hit(text=text, extra={"trusted": policy.is_trusted(base["source"])}, **base))
     return hits
 
 
 def _episode_from_file(parts: Parts, doc: dict[str, Any], files: dict[str, bytes | None]
-                       ) -> tuple[str | None, str | None]:
-    """(text, source) of the episode ``doc`` stands for, as its file holds it now ((None, None): the file holds no
+                       ) -> tuple[str, str, str | None] | None:
+    """(text, source, created) of the episode ``doc`` stands for, as its file holds it now (None: the file holds no
     such episode, or one past [limits] episode_bytes, which the index never holds). ``files`` keeps each file's
     bytes for the other hits of one recall."""
     sources = parts.index.sources
@@ -793,5 +795,5 @@ def _episode_from_file(parts: Parts, doc: dict[str, Any], files: dict[str, bytes
     data = files[doc["path"]]
     episode = sources.episodes.find(path, doc["id"], data) if data is not None else None
     if episode is None or (sources.max_episode is not None and len(episode.text.encode()) > sources.max_episode):
-        return None, None
-    return episode.text, episode.source
+        return None
+    return episode.text, episode.source, index_time(episode.created_at)
