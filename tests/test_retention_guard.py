@@ -123,3 +123,18 @@ def test_stats_says_what_retention_is_in_force_and_what_waits(strict_vault):
     v.prune(accept_retention=True, source="user:ann")
     stats = v.stats()
     assert stats["retention"]["raw"] == "1d" and "retention_held" not in stats
+
+
+def test_a_host_that_never_pruned_is_held_to_the_defaults_not_to_what_it_finds(strict_vault):
+    """The first prune recorded whatever memvault.toml said: a clone made, or a host that had not pruned yet, after a
+    teammate pushed raw = "1s" deleted every episode it kept only here on its first daily prune (trust on first
+    use). A host with no record now starts from memvault's defaults; a shorter retention still waits for a trusted
+    accept, and stats says so before any prune ran."""
+    v = strict_vault
+    v.episodes.append("three days ago", source="user:ann", at=NOW - timedelta(days=3))
+    v = set_retention(v, raw="1s")
+    assert v.stats()["retention_held"] == {"raw": {"configured": "1s", "kept_to": "30d"}}
+    report = v.prune()
+    assert texts(v) == ["three days ago"] and report.kinds["raw"]["removed"] == 0
+    assert any("--accept-retention" in w and "1s" in w for w in report.warnings)
+    assert v.prune(accept_retention=True, source="user:ann").kinds["raw"]["removed"] == 1

@@ -5,7 +5,8 @@ here, made the daily prune timer delete the episodes this host keeps only here (
 other clones' folders for idle ones. So this host keeps a record of the ages it has pruned by (``retention.json``
 in its state directory, where no commit reaches) and prunes each kind by the longer of the configured age and the
 recorded one: a longer retention applies at once, a shorter one waits, named in every prune's warnings, until a
-trusted source accepts it (``memvault prune --accept-retention``). The first prune records what it finds.
+trusted source accepts it (``memvault prune --accept-retention``). A host with no record yet starts from
+memvault's defaults, not from what it finds: a clone made after the teammate's push took the "1s" as its own.
 """
 from __future__ import annotations
 
@@ -42,9 +43,12 @@ def in_force(configured: RetentionSettings, state_dir: Path, *, accept: bool) ->
         recorded = _read(path)
     except (OSError, ValueError, MemvaultError) as exc:
         recorded = None
-        warnings.append(f"{path} cannot be read ({exc}): pruned by [retention] as configured, and recorded anew")
-    if recorded is None or accept:
+        warnings.append(f"{path} cannot be read ({exc}): pruned by [retention] as configured where it is not "
+                        "shorter than the defaults, and recorded anew")
+    if accept:
         return InForce(configured, {}, warnings)
+    if recorded is None:  # never pruned here: memvault's defaults, not a shared file's first word
+        recorded = RetentionSettings().ages
     ages: dict[str, float] = {}
     held: dict[str, tuple[float, float]] = {}
     for kind in sorted({*configured.ages, *recorded}):
@@ -55,7 +59,8 @@ def in_force(configured: RetentionSettings, state_dir: Path, *, accept: bool) ->
             held[kind] = (want, had)
     if held:
         named = ", ".join(f"{kind} {age_text(want)} (kept to {age_text(had)})" for kind, (want, had) in held.items())
-        warnings.append(f"[retention] in memvault.toml is shorter than this host has pruned by: {named}; a shared "
+        warnings.append(f"[retention] in memvault.toml is shorter than this host has pruned by (or, before its first "
+                        f"prune, memvault's defaults): {named}; a shared "
                         "file alone does not shorten it (see who changed it: git log -p memvault.toml); "
                         "'memvault prune --accept-retention' applies it")
     return InForce(RetentionSettings(ages), held, warnings)

@@ -27,7 +27,8 @@ ALLOW_SECRET = click.option("--allow-secret", is_flag=True,
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
 @click.option("--accept-retention", is_flag=True,
               help="Prune by [retention] as memvault.toml now says where it is shorter than this host has pruned "
-                   "by (trusted sources only); without it such a kind is kept to the longer age, with a warning.")
+                   "by, or than the defaults before its first prune (trusted sources only); without it such a kind "
+                   "is kept to the longer age, with a warning.")
 @ALLOW_SECRET
 @output
 @pass_ctx
