@@ -57,3 +57,42 @@ def test_the_fact_listing_names_a_bounded_number_of_sources(seeded_copy):
     assert len(listing["sources"]) == facts.SOURCES_SHOWN and listing["sources_more"] == 31  # + user:admin...
     assert listing["sources"][0]["source"] == "user:admin"  # the most facts first
     assert "31 more" in client.get("/facts").text
+
+
+def _hand_commit(root, message: str, author: str = "mallory") -> None:
+    git(root, "add", "-A")
+    git(root, "-c", f"user.name={author}", "commit", "-qm", message)
+
+
+def test_a_facts_history_shows_its_newest_commits_only(seeded_copy):
+    from memvault.interfaces.web import facts
+
+    vault = seeded_copy()
+    path = vault.root / "facts" / "db" / "replica.md"
+    original = path.read_text()
+    for i in range(facts.HISTORY_SHOWN + 10):  # an agent rewriting one fact all day
+        path.write_text(original.replace("5432", str(6000 + i)))
+        _hand_commit(vault.root, f"port now {6000 + i}")
+    vault.index.sync()
+    client = web_client(vault)
+    shown = client.get("/fact/db/replica?format=json").json()
+    assert len(shown["history"]) == facts.HISTORY_SHOWN and shown["history_more"]
+    assert shown["history"][0]["subject"] == f"port now {6000 + facts.HISTORY_SHOWN + 9}"  # the newest first
+    assert "git log" in client.get("/fact/db/replica").text  # where the older ones are
+    small = client.get("/fact/db/primary?format=json").json()
+    assert len(small["history"]) == 1 and not small["history_more"]
+
+
+def test_a_commit_message_with_the_separators_git_log_is_read_with_does_not_break_the_page(seeded_copy):
+    vault = seeded_copy()
+    path = vault.root / "facts" / "db" / "replica.md"
+    path.write_text(path.read_text().replace("5432", "5433"))
+    _hand_commit(vault.root, "moved\x1e\x1fport\x1fto 5433", author="eve\x1f")
+    vault.index.sync()
+    client = web_client(vault)
+    r = client.get("/fact/db/replica?format=json")
+    assert r.status_code == 200, r.text
+    newest = r.json()["history"][0]
+    assert newest["subject"].startswith("moved") and "+The replica database listens on 10.8.0.5 port 5433." in \
+        newest["diff"]
+    assert len(r.json()["history"]) == 2

@@ -27,6 +27,9 @@ TREE_SHOWN = 200
 SOURCES_SHOWN = 50
 #: Proposals shown on one page of the inbox: each costs a diff and a duplicate search on the view's one vault thread.
 INBOX_PAGE = 50
+#: Commits of one file's history shown, the newest (each with its diff, up to a fact's size: a fact an agent rewrites
+#: every hour would otherwise put months of diffs on its page).
+HISTORY_SHOWN = 50
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _MARKUP = re.compile(r"<\s*/?\s*[A-Za-z!]|[" + re.escape(ANGLE_LOOKALIKES) + r"]|\bjavascript:|\]\]>", re.I)
 _INSTRUCTION = re.compile(r"\b(ignore|disregard|forget)\b.{0,40}\b(instructions?|previous|above|rules)\b", re.I | re.S)
@@ -73,9 +76,10 @@ def fact(web: Web, req: Req) -> Page:
     history: list[dict[str, Any]] = []
     history_error = None
     try:
-        history = [entry_dict(e) for e in vault.facts.history(key, follow=False)]
+        history = [entry_dict(e) for e in vault.facts.history(key, follow=False, limit=HISTORY_SHOWN + 1)]
     except MemvaultError as exc:
         history_error = str(exc)
+    history_more = len(history) > HISTORY_SHOWN
     try:
         similar = web.cached(("similar", key, item.text), lambda: vault.facts.similar(key, item.text))
     except MemvaultError:
@@ -84,8 +88,8 @@ def fact(web: Web, req: Req) -> Page:
     made = req.arg("made")
     data = {"fact": item.to_dict(vault.root), "file": raw, "extra": {k: str(v) for k, v in item.extra.items()},
             "trusted": vault.facts.is_trusted(item.source),
-            "stale": stale_reason(item, vault.config.facts.review_after), "history": history,
-            "history_error": history_error, "similar": similar,
+            "stale": stale_reason(item, vault.config.facts.review_after), "history": history[:HISTORY_SHOWN],
+            "history_more": history_more, "history_error": history_error, "similar": similar,
             "made": made if made and _COMMIT.match(made) else None, "error": None, "loaded": version_of(data_bytes)}
     return Page("fact.html", data, extra={"edit_text": raw})
 
