@@ -5,8 +5,8 @@ port. The tests review a proposal end to end and find the commit in git, edit a 
 playground's factors and its reason for an empty answer, prove that stored attack text runs nothing (no dialog, no
 changed title, no request leaving the page, no CSP violation), that a POST without the CSRF token and a request
 under a foreign Host (DNS rebinding, simulated with Chromium's host resolver rules) are refused, and that a new
-episode appears without a reload. A screenshot of every page is saved (``MEMVAULT_WEB_SCREENSHOT=PATH`` also
-writes the overview there: docs/web-view.png is made so).
+episode appears without a reload (test_web_cache.py: no page is left in the browser's disk cache). A screenshot of
+every page is saved (``MEMVAULT_WEB_SCREENSHOT=PATH`` also writes the overview there: docs/web-view.png is made so).
 
 Without Chromium or Playwright the tests are skipped with the reason, except under CI (``CI=true``), where they
 fail: a green CI must not hide a browser that was never started.

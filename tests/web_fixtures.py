@@ -188,13 +188,14 @@ def serve(vault: Vault, **options: Any) -> Iterator[Served]:
     the block ends."""
     import uvicorn
 
+    from memvault.interfaces.connections import server_config
     from memvault.interfaces.web import build
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app, token = build(vault, port=port, **options)
-    server = uvicorn.Server(uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False))
+    server = uvicorn.Server(server_config(app.asgi))  # as `memvault ui` serves it
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -318,12 +318,13 @@ class Vault:
 
         return growth(self.git, self.root, self.state_dir)
 
-    def git_log(self, path: Path, *, follow: bool = True) -> list[LogEntry]:
-        """``path``'s history, newest first, with diffs. ``follow`` tracks renames (git then reads every commit:
-        seconds at 10k commits, where git's changed-path filters answer in milliseconds without it)."""
+    def git_log(self, path: Path, *, follow: bool = True, limit: int | None = None) -> list[LogEntry]:
+        """``path``'s history, newest first, with diffs (the newest ``limit`` commits, if given). ``follow`` tracks
+        renames (git then reads every commit: seconds at 10k commits, where git's changed-path filters answer in
+        milliseconds without it)."""
         if self.git is None:
             raise GitError(f"{self.root} is not in a git repository: no history")
-        return self.git.log(path, follow=follow)
+        return self.git.log(path, follow=follow, limit=limit)
 
     # -- recall and the index ----------------------------------------------------------------------------
     def recall(self, query: str, k: int = 10, kinds: Sequence[str] | None = None, budget: int | None = None, *,

@@ -197,14 +197,16 @@ class Facts:
                  for m in self.similar(key, proposal.text, load_model=True) if m["kind"] == "conflict"]
         return [{"key": m["key"], "values": m.get("values", {})} for m in found]
 
-    def history(self, key: str, *, follow: bool = True, reader: str | None = None) -> list[LogEntry]:
-        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`). ScopeRefused
+    def history(self, key: str, *, follow: bool = True, reader: str | None = None,
+                limit: int | None = None) -> list[LogEntry]:
+        """The fact's git history, newest first, each entry with its diff (see :meth:`Vault.git_log`; ``limit``: the
+        newest that many commits). ScopeRefused
         when ``reader`` (default: who the vault acts for) may not read it; for a scoped reader the history is that
         of its path only: ``follow`` would go on into the file it was renamed or copied from, another path."""
         path = self.store.path_for(key)
         who = self._vault.reader(reader)
         who.refuse(self._rel(path), f"fact {key}")
-        return self._vault.git_log(path, follow=follow and who.scope is None)
+        return self._vault.git_log(path, follow=follow and who.scope is None, limit=limit)
 
 
 class Episodes:

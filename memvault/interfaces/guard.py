@@ -156,7 +156,10 @@ async def respond(send: Any, status: int, body: bytes, headers: Iterable[tuple[b
 
 async def refuse(send: Any, status: int, reason: str, *, html: bool = False,
                  headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    """Answer ``status`` with ``reason``: JSON ``{"error": ...}``, or a one-line page for a browser."""
+    """Answer ``status`` with ``reason``: JSON ``{"error": ...}``, or a one-line page for a browser. The connection
+    closes after it: a client that proved nothing keeps no connection to send more (see
+    :mod:`memvault.interfaces.connections`)."""
+    headers = [*headers, (b"connection", b"close")]
     if html:
         from markupsafe import escape
 

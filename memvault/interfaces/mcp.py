@@ -396,8 +396,9 @@ def serve(vault: Vault, *, source: str | None, allow_run: bool = False, http: st
     told = "<the token given>" if given else f"{token} (made for this run; --token-file gives one)"
     print(f"memvault mcp: serving http://{url_host}:{port}{HTTP_PATH}; every request must send "
           f"Authorization: Bearer {told}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    anyio.run(uvicorn.Server(config).serve)
+    from .connections import server_config
+
+    anyio.run(uvicorn.Server(server_config(app, host=host, port=port)).serve)
 
 
 def main(argv: list[str] | None = None) -> int:

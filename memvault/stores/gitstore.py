@@ -359,21 +359,25 @@ class GitStore:
         except GitError:
             return False
 
-    def log(self, path: Path, *, patch: bool = True, follow: bool = True) -> list[LogEntry]:
-        """History of one file, newest first, with each commit's diff of that file."""
+    def log(self, path: Path, *, patch: bool = True, follow: bool = True, limit: int | None = None) -> list[LogEntry]:
+        """History of one file, newest first, with each commit's diff of that file; with ``limit``, only the newest
+        ``limit`` commits.
+
+        Fields are read between NUL bytes, the one byte no commit message, author name or text diff holds (a binary
+        file's diff is one line saying so): any other separator can be written into a message by whoever commits."""
         if not self.has_head():
             return []
-        sep = "\x1e"
-        fmt = f"{sep}%H%x1f%an%x1f%aI%x1f%B%x1f"
-        args = ["log", f"--format={fmt}", "--no-color"]
+        args = ["log", "--format=%x00%H%x00%an%x00%aI%x00%B%x00", "--no-color"]
+        if limit is not None:
+            args.append(f"--max-count={max(0, limit)}")
         if patch:
             args.append("-p")
         if follow:
             args.append("--follow")
-        raw = self._git(*args, "--", self.rel(path), strip=False)
+        fields = self._git(*args, "--", self.rel(path), strip=False).split("\x00")[1:]
         entries = []
-        for chunk in raw.split(sep)[1:]:
-            commit, author, date, message, diff = chunk.split("\x1f", 4)
+        for at in range(0, len(fields) - 4, 5):
+            commit, author, date, message, diff = fields[at:at + 5]
             entries.append(LogEntry(commit, author, date, message.strip(), diff.strip("\n")))
         return entries
 

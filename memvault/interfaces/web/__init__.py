@@ -67,5 +67,6 @@ def serve(vault: Vault, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, to
         import webbrowser
 
         webbrowser.open(url)
-    config = uvicorn.Config(app.asgi, log_level="warning", lifespan="on", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    from ..connections import server_config
+
+    uvicorn.Server(server_config(app.asgi)).run(sockets=[sock])

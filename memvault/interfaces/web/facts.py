@@ -22,6 +22,14 @@ from .page import Page, Req, Web, route, url
 
 #: Folders and keys of one level of the key tree shown (a vault with 3,000 keys in one folder is narrowed by prefix).
 TREE_SHOWN = 200
+#: Sources named beside the fact listing (the most facts first): a vault where every fact has its own source must
+#: not make every page of the listing that long.
+SOURCES_SHOWN = 50
+#: Proposals shown on one page of the inbox: each costs a diff and a duplicate search on the view's one vault thread.
+INBOX_PAGE = 50
+#: Commits of one file's history shown, the newest (each with its diff, up to a fact's size: a fact an agent rewrites
+#: every hour would otherwise put months of diffs on its page).
+HISTORY_SHOWN = 50
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _MARKUP = re.compile(r"<\s*/?\s*[A-Za-z!]|[" + re.escape(ANGLE_LOOKALIKES) + r"]|\bjavascript:|\]\]>", re.I)
 _INSTRUCTION = re.compile(r"\b(ignore|disregard|forget)\b.{0,40}\b(instructions?|previous|above|rules)\b", re.I | re.S)
@@ -37,12 +45,13 @@ def facts(web: Web, req: Req) -> Page:
     offset = req.int_arg("offset", 0)
     rows, total = browse.facts(**filters, limit=page_size, offset=offset)
     tree = browse.fact_tree(prefix)
+    sources = browse.sources("fact")
     data = {"filters": filters, "total": total, "offset": offset, "limit": page_size,
             "facts": [r.to_dict() for r in rows], "tree": tree[:TREE_SHOWN], "tree_more": max(0, len(tree) - TREE_SHOWN),
             "tags": [{"tag": t, "count": n} for t, n in browse.tags()[:60]],
             "sources": [{"source": s or None, "count": n, "trusted": browse.trusted(s or None)}
-                        for s, n in browse.sources("fact")],
-            "crumbs": _crumbs(prefix)}
+                        for s, n in sources[:SOURCES_SHOWN]],
+            "sources_more": max(0, len(sources) - SOURCES_SHOWN), "crumbs": _crumbs(prefix)}
     return Page("facts.html", data)
 
 
@@ -67,9 +76,10 @@ def fact(web: Web, req: Req) -> Page:
     history: list[dict[str, Any]] = []
     history_error = None
     try:
-        history = [entry_dict(e) for e in vault.facts.history(key, follow=False)]
+        history = [entry_dict(e) for e in vault.facts.history(key, follow=False, limit=HISTORY_SHOWN + 1)]
     except MemvaultError as exc:
         history_error = str(exc)
+    history_more = len(history) > HISTORY_SHOWN
     try:
         similar = web.cached(("similar", key, item.text), lambda: vault.facts.similar(key, item.text))
     except MemvaultError:
@@ -78,8 +88,8 @@ def fact(web: Web, req: Req) -> Page:
     made = req.arg("made")
     data = {"fact": item.to_dict(vault.root), "file": raw, "extra": {k: str(v) for k, v in item.extra.items()},
             "trusted": vault.facts.is_trusted(item.source),
-            "stale": stale_reason(item, vault.config.facts.review_after), "history": history,
-            "history_error": history_error, "similar": similar,
+            "stale": stale_reason(item, vault.config.facts.review_after), "history": history[:HISTORY_SHOWN],
+            "history_more": history_more, "history_error": history_error, "similar": similar,
             "made": made if made and _COMMIT.match(made) else None, "error": None, "loaded": version_of(data_bytes)}
     return Page("fact.html", data, extra={"edit_text": raw})
 
@@ -173,7 +183,8 @@ def _last_commit(vault: Any, path: Any) -> str | None:
 # ------------------------------------------------------------------------------------------------ inbox
 @route("/inbox", "inbox", methods=("GET", "POST"), nav="Inbox")
 def inbox(web: Web, req: Req) -> Page:
-    """Every proposal beside the change it would make; POST accepts or rejects the ticked ones."""
+    """The proposals beside the change each would make, :data:`INBOX_PAGE` at a time (``offset``: where this page
+    starts in the inbox's order); POST accepts or rejects the ticked ones."""
     results: list[dict[str, Any]] = []
     if req.method == "POST":
         action = req.form.get("action")
@@ -185,9 +196,12 @@ def inbox(web: Web, req: Req) -> Page:
     # Grouped by source, oldest first within each (as `memvault inbox`): what waits longest shows.
     waiting = sorted(web.vault.facts.proposals(problems),
                      key=lambda p: (p[0].source or "", -age_seconds(p[0].updated or p[0].created)))
-    proposals = [_proposal(web, item, exists) for item, exists in waiting]
+    offset = req.int_arg("offset", 0, 0, max(0, len(waiting) - 1))
+    proposals = [_proposal(web, item, exists) for item, exists in waiting[offset:offset + INBOX_PAGE]]
     scope = web.vault.reader(web.source).scope
-    data = {"proposals": proposals, "results": results, "problems": [str(p.in_vault(web.vault.root)) for p in problems],
+    data = {"proposals": proposals, "total": len(waiting), "offset": offset,
+            "next": offset + INBOX_PAGE if offset + INBOX_PAGE < len(waiting) else None,
+            "previous": max(0, offset - INBOX_PAGE) if offset else None, "results": results, "problems": [str(p.in_vault(web.vault.root)) for p in problems],
             "reviewer": web.source, "reviewer_trusted": web.vault.facts.is_trusted(web.source),
             "reviewer_scope": scope.to_dict() if scope is not None else None}
     return Page("inbox.html", data, status=200 if all(r["ok"] for r in results) else 207)

@@ -19,6 +19,9 @@
   (:meth:`Guard.csrf_token`), in the form or the ``X-CSRF-Token`` header; it is in the pages, never in a cookie.
 - **What a page may do.** A Content-Security-Policy with no inline script or style, nothing from another origin,
   no framing; ``nosniff``, no referrer to other sites.
+- **What a page leaves behind.** Pages hold the vault's text and the run's CSRF token: every answer is
+  ``Cache-Control: no-store`` (unless it says otherwise), so none of it stays in the browser's disk cache after the
+  view stops.
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
 ]
+#: What an answer that names no caching of its own gets: kept nowhere (see "What a page leaves behind").
+NO_STORE = (b"cache-control", b"no-store")
 TOKEN_ENV = "MEMVAULT_UI_TOKEN"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
@@ -137,7 +142,10 @@ class Guard:
 
         async def with_headers(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + HEADERS
+                sent = list(message.get("headers", []))
+                if not any(name.lower() == b"cache-control" for name, _value in sent):
+                    sent.append(NO_STORE)
+                message["headers"] = sent + HEADERS
             await send(message)
 
         await self.app(scope, receive, with_headers)

@@ -9,6 +9,7 @@ from ...core.history import entry_dict, provenance
 from ...rules.errors import EpisodeError, MemvaultError
 from ...rules.validation import validate_name
 from .charts import timed
+from .facts import HISTORY_SHOWN
 from .page import Page, Req, Web, route
 
 #: Runs of one procedure shown (and plotted).
@@ -96,15 +97,17 @@ def procedure(web: Web, req: Req) -> Page:
     history: list[dict[str, Any]] = []
     history_error = None
     try:
-        history = [entry_dict(e) for e in vault.git_log(proc.path, follow=False)]
+        history = [entry_dict(e) for e in vault.git_log(proc.path, follow=False, limit=HISTORY_SHOWN + 1)]
     except MemvaultError as exc:
         history_error = str(exc)
+    history_more = len(history) > HISTORY_SHOWN
+    history = history[:HISTORY_SHOWN]
     runs = vault.browse.runs(name, RUNS_SHOWN)
     plot = {"at": [r["at"] for r in reversed(runs)],
             "seconds": [round((r["duration_ms"] or 0) / 1000, 3) for r in reversed(runs)],
             "exit_code": [r["exit_code"] for r in reversed(runs)]}
     item = proc.to_dict(vault.root)
     data = {"procedure": item, "provenance": provenance_of(web, item["path"]), "history": history,
-            "history_error": history_error, "runs": runs, "plot": plot,
+            "history_more": history_more, "history_error": history_error, "runs": runs, "plot": plot,
             "chart": timed(list(zip(plot["at"], plot["seconds"])), series="seconds").to_dict()}
     return Page("procedure.html", data)
