@@ -12,12 +12,14 @@ the token is read from the head — so anyone who can reach the port could hold 
 - a refused request closes its connection (``Connection: close``, see :func:`memvault.interfaces.guard.refuse`),
   so only a client that proved itself keeps one open past its first answer to send more.
 
-Only the asyncio protocol methods of uvicorn's h11 implementation (the ``http="h11"`` it documents) are extended;
-requests themselves are left to it.
+Only the asyncio protocol methods of uvicorn's h11 implementation (the class its ``http="h11"`` setting names, taken
+from where its config says) are extended, and uvicorn's ``Config`` takes a protocol class for ``http``; requests
+themselves are left to it. A uvicorn that names no such class serves without the limits, and says so.
 """
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import OrderedDict
 from typing import Any
 
@@ -29,9 +31,19 @@ MAX_WAITING = 64
 _HEAD_ENDS = (b"\r\n\r\n", b"\n\n")
 
 
-def bounded_protocol(head_seconds: float | None = None, max_waiting: int | None = None) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with the two limits of the module doc (one server's count of waiting connections)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def bounded_protocol(head_seconds: float | None = None,
+                     max_waiting: int | None = None) -> type[asyncio.Protocol] | None:
+    """uvicorn's h11 protocol with the two limits of the module doc (one server's count of waiting connections), or
+    None when this uvicorn names no such class where its ``http="h11"`` setting takes it from."""
+    try:
+        from uvicorn.config import HTTP_PROTOCOLS
+        from uvicorn.importer import import_from_string
+
+        H11Protocol = import_from_string(HTTP_PROTOCOLS["h11"])
+    except (ImportError, KeyError, AttributeError, ValueError):
+        return None
+    if not (isinstance(H11Protocol, type) and issubclass(H11Protocol, asyncio.Protocol)):
+        return None
 
     seconds = HEAD_SECONDS if head_seconds is None else head_seconds
     most = MAX_WAITING if max_waiting is None else max_waiting
@@ -40,7 +52,7 @@ def bounded_protocol(head_seconds: float | None = None, max_waiting: int | None 
     class Bounded(H11Protocol):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._memvault_tail = b""
+            self._memvault_transport, self._memvault_tail = transport, b""
             self._memvault_timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
                 seconds, self._memvault_drop)
             waiting[id(self)] = self
@@ -68,7 +80,7 @@ def bounded_protocol(head_seconds: float | None = None, max_waiting: int | None 
 
         def _memvault_drop(self) -> None:
             self._memvault_forget()
-            self.transport.close()
+            self._memvault_transport.close()
 
     return Bounded
 
@@ -78,4 +90,8 @@ def server_config(app: Any, **options: Any) -> Any:
     import uvicorn
 
     settings: dict[str, Any] = {"log_level": "warning", "lifespan": "on", "access_log": False}
-    return uvicorn.Config(app, http=bounded_protocol(), **{**settings, **options})
+    protocol = bounded_protocol()
+    if protocol is None:  # a uvicorn that moved its h11 protocol: serve, and say the limits are off
+        print("memvault: this uvicorn has no h11 protocol class where its config names it; connections are served "
+              "without memvault's limit on slow request heads", file=sys.stderr, flush=True)
+    return uvicorn.Config(app, http=protocol or "h11", **{**settings, **options})
