@@ -3,6 +3,7 @@ vault moved or replaced under a warm process, frames that are not what the wire 
 from __future__ import annotations
 
 import json
+import threading
 import shutil
 import socket
 import time
@@ -71,3 +72,67 @@ def test_a_hung_warm_process_is_replaced_before_a_model_load_is_waited_for(hung,
     with pytest.raises(DaemonUnavailable, match="no new process"):
         daemon.connect("all-MiniLM-L6-v2", None, start=True)
     assert time.monotonic() - started < daemon.PROBE_TIMEOUT + 2 and len(starts) == 1
+
+
+def test_a_scoped_source_recalls_through_the_warm_path_within_its_scope(vault, models, monkeypatch):
+    """The warm process serves every source of this user from one open vault: a scoped agent's recall through it
+    (a hook, the quick path) is filtered as the CLI's is, and a scope committed while the vault is open applies to
+    the next call."""
+    vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:t")
+    vault.facts.set("web/port", "The web server listens on port 8080.", source="user:t")
+    ask = {"query": "which port does it listen on", "record": False, "mode": "keyword"}
+    with serving(models):
+        monkeypatch.setenv("MEMVAULT_SOURCE", "agent:web")
+        assert {h["id"] for h in warm_client.call(str(vault.root), "recall", ask)["hits"]} == {"db/primary",
+                                                                                             "web/port"}
+        toml = vault.root / "memvault.toml"
+        toml.write_text(toml.read_text() + '\n[scopes."agent:web"]\nread = ["facts/web/**"]\n')
+        git(vault.root, "commit", "-qm", "scope agent:web", "--", "memvault.toml")
+        for source in ({}, {"source": "agent:web"}):  # the caller's environment, or named in the call
+            reply = warm_client.call(str(vault.root), "recall", {**ask, **source})
+            assert [h["id"] for h in reply["hits"]] == ["web/port"], reply
+        assert {h.id for h in Vault.open(vault.root, embedder_factory=models).recall(
+            ask["query"], source="agent:web", mode="keyword", record_access=False)} == {"web/port"}
+
+
+@pytest.mark.parametrize("reply", [b"[1, 2]\n", b'"ok"\n', b"null\n",
+                                   b'{"ok": true, "bytes": 1000000000000000, "key": "%s"}\n',
+                                   b'{"ok": true, "bytes": -5, "key": "%s"}\n',
+                                   b'{"ok": true, "bytes": "many", "key": "%s"}\n'])
+def test_a_reply_that_is_not_the_wire_format_is_daemon_unavailable(reply):
+    """A header that is not a JSON object crashed the client with AttributeError (the full CLI's recall failed
+    instead of loading the model itself); a payload length of a petabyte was allocated before the read."""
+    with channel.opened_dir() as fd:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(channel.at(fd, channel.socket_name()))
+    listener.listen(1)
+
+    def liar():
+        conn, _ = listener.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(reply.replace(b"%s", channel.install_key().encode()))
+
+    thread = threading.Thread(target=liar)
+    thread.start()
+    try:
+        with pytest.raises(DaemonUnavailable):
+            channel.call({"op": "embed_query", "text": "x"}, 5.0)
+    finally:
+        thread.join(5)
+        listener.close()
+
+
+def test_the_warm_process_reads_no_request_longer_than_a_frame(models, monkeypatch):
+    """A request line was read whole, however long (a runaway client of this user grew the process that serves every
+    vault until the system killed it); now a line past MAX_FRAME is refused, and the process goes on serving."""
+    monkeypatch.setattr(channel, "MAX_FRAME", 1000)
+    with serving(models):
+        with channel.connect(5.0) as sock:
+            sock.sendall(json.dumps({"op": "hello", "key": channel.install_key(), "pad": "x" * 5000}).encode() + b"\n")
+            reply = json.loads(sock.makefile("rb").readline())
+        assert not reply["ok"] and "more than 1000 bytes" in reply["error"]
+        with channel.connect(5.0) as sock:
+            sock.sendall(b"[1, 2]\n")
+            assert not json.loads(sock.makefile("rb").readline())["ok"]
+        assert channel.call({"op": "hello"}, 5.0)[0]["ok"]

@@ -487,7 +487,9 @@ class Server:
                 if not channel.peer_allowed(conn):
                     return
                 conn.settimeout(CALL_TIMEOUT)
-                request = json.loads(conn.makefile("rb").readline() or b"{}")
+                request = json.loads(channel.read_line(conn.makefile("rb")) or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("a request is one JSON object")
                 # asking whether the process is there (status, hello) is not using it: it still idles out
                 work = request.get("op") not in ("status", "hello")
                 if request.get("key") != key:
