@@ -73,3 +73,22 @@ def test_a_run_interrupted_midway_is_recorded_and_the_script_may_clean_up(vault,
     assert episode.meta["exit_code"] == 130 and episode.meta["interrupted"] == "SIGINT"
     assert "interrupted" in episode.text
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_mcp_run_with_a_flood_of_output_keeps_only_its_tail_in_memory(vault, tmp_path):
+    """The MCP tool read the whole output of a run into memory to keep its last 100,000 characters: a runbook that
+    printed for its 15 minutes (a loop, `yes`) took the server down with it."""
+    import tracemalloc
+
+    from memvault.interfaces.mcp import OUTPUT_LIMIT, _run_procedure
+
+    add(vault, tmp_path, "ops/loud", "#!/usr/bin/env bash\nhead -c 40000000 /dev/zero | tr '\\0' 'y'\necho é-end\n")
+    tracemalloc.start()
+    try:
+        result = _run_procedure(vault, "ops/loud", [], "user:admin")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result["stdout"].endswith("yyyé-end\n") and len(result["stdout"]) == OUTPUT_LIMIT
+    assert result["stdout_truncated"] and not result["stderr_truncated"] and result["stderr"] == ""
+    assert peak < 5_000_000
