@@ -62,7 +62,7 @@ def test_a_run_interrupted_midway_is_recorded_and_the_script_may_clean_up(vault,
     half-done runbook's side effects had no episode saying it ran."""
     marker = tmp_path / "cleaned"
     add(vault, tmp_path, "ops/slow", "#!/usr/bin/env bash\n"
-        f"trap 'echo cleaned > {marker}; exit 130' INT\n"
+        f"trap 'kill $!; echo cleaned > {marker}; exit 130' INT\n"
         "kill -INT $PPID\nsleep 5 &\nwait $!\necho not interrupted\n")
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):  # the ^C still stops memvault, after the record is written
@@ -92,3 +92,29 @@ def test_an_mcp_run_with_a_flood_of_output_keeps_only_its_tail_in_memory(vault, 
     assert result["stdout"].endswith("yyyé-end\n") and len(result["stdout"]) == OUTPUT_LIMIT
     assert result["stdout_truncated"] and not result["stderr_truncated"] and result["stderr"] == ""
     assert peak < 5_000_000
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals")
+def test_a_run_whose_memvault_is_terminated_is_recorded_then_memvault_ends_by_that_signal(vault, tmp_path):
+    """``kill`` of ``memvault proc run`` (a CI job cancelled, a service stopped) ended memvault at once: the script
+    ran on, orphaned, and no episode said it had run."""
+    import subprocess
+
+    from conftest import REPO_ROOT
+
+    started, marker = tmp_path / "started", tmp_path / "terminated"
+    add(vault, tmp_path, "ops/long", "#!/usr/bin/env bash\n"
+        f"trap 'kill $!; echo term > {marker}; exit 143' TERM\n"
+        f"echo started > {started}\nsleep 30 &\nwait $!\n")
+    proc = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(vault.root), "proc", "run", "ops/long",
+                             "--source", "user:admin"], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == -signal.SIGTERM
+    assert marker.read_text() == "term\n"
+    (episode,) = vault.episodes.list()
+    assert episode.meta["interrupted"] == "SIGTERM" and episode.meta["exit_code"] == 143
