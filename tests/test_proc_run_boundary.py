@@ -118,3 +118,24 @@ def test_a_run_whose_memvault_is_terminated_is_recorded_then_memvault_ends_by_th
     assert marker.read_text() == "term\n"
     (episode,) = vault.episodes.list()
     assert episode.meta["interrupted"] == "SIGTERM" and episode.meta["exit_code"] == 143
+
+
+def test_a_runbook_acts_as_the_source_that_runs_it(vault, tmp_path, monkeypatch, capfd):
+    """A runbook inherited the runner's MEMVAULT_SOURCE: run over MCP as agent:runner (or with --source agent:x),
+    its own `memvault fact set` or `memvault recall` acted as the person who started the server (user:admin,
+    trusted, no scope), past the agent's trust and [scopes]."""
+    from memvault.interfaces.mcp import _run_procedure
+
+    monkeypatch.setenv("MEMVAULT_SOURCE", "user:admin")
+    add(vault, tmp_path, "ops/who", '#!/usr/bin/env bash\necho "$MEMVAULT_SOURCE"\n')
+    assert _run_procedure(vault, "ops/who", [], "agent:runner")["stdout"] == "agent:runner\n"
+    vault.procedures.run("ops/who", source="agent:deployer")
+    assert capfd.readouterr().out == "agent:deployer\n"
+
+
+def test_a_run_past_its_timeout_is_killed_and_recorded(vault, tmp_path):
+    add(vault, tmp_path, "ops/stuck", "#!/usr/bin/env bash\nexec sleep 30\n")
+    started = time.monotonic()
+    result = vault.procedures.run("ops/stuck", source="user:admin", timeout=0.5)
+    assert result.exit_code == -9 and time.monotonic() - started < 10
+    assert vault.episodes.list()[0].meta["exit_code"] == -9

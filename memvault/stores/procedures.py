@@ -295,49 +295,59 @@ class ProcedureStore:
             write_new_exclusive(copy, proc.data, mode=0o700 if proc.executable else 0o600)
             argv = [str(copy)] if proc.executable else [*INTERPRETERS[proc.path.suffix], str(copy)]
             started = time.monotonic()
-            try:
-                child = subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
-                                         env={**os.environ, **(env or {}), "MEMVAULT_PROCEDURE_FILE": str(proc.path)})
-            except OSError as exc:
-                raise ProcedureError(name, f"cannot start: {exc.strerror}") from None
-            exit_code, interrupted = _wait(child, timeout)
+
+            def spawn() -> subprocess.Popen[bytes]:
+                return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
+                                        env={**os.environ, **(env or {}), "MEMVAULT_PROCEDURE_FILE": str(proc.path)})
+
+            exit_code, interrupted = _run(name, spawn, timeout)
         finally:
             remove_tree(folder)
         return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000), interrupted)
 
 
-def _wait(child: subprocess.Popen[bytes], timeout: float | None) -> tuple[int, int | None]:
-    """The script's exit code once it exited, and the stop signal memvault got meanwhile (None). A stop signal is
-    passed on to the script, which may clean up (a terminal's ^C reached it already: not sent twice); a second one
-    kills it. ``timeout`` kills it too (-9). Signals are caught only on the main thread (where Python runs them)."""
+def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None) -> tuple[int, int | None]:
+    """Start the script and wait for it: its exit code, and the stop signal memvault got meanwhile (None). A stop
+    signal is passed on to the script, which may clean up (a terminal's ^C reached it already: not sent twice); a
+    second one kills it. ``timeout`` kills it too (-9). The handlers are in place before the script starts (one that
+    signals memvault at once is not missed); signals are caught only on the main thread, where Python runs them."""
     received: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
     foreground = _foreground()
 
-    def stop(signum: int, _frame: Any) -> None:
-        received.append(signum)
+    def tell(signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
+            if child is None:
+                return
             if len(received) > 1:
                 child.kill()
             elif not (foreground and signum in (signal.SIGINT, signal.SIGHUP)):
                 child.send_signal(signum)
 
+    def stop(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        tell(signum)
+
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
     try:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                code = child.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-                break
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-                code = -9
-                break
+        try:
+            child = spawn()
+        except OSError as exc:
+            raise ProcedureError(name, f"cannot start: {exc.strerror}") from None
+        if received:  # asked to stop while the script was starting
+            tell(received[0])
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            code = -9
     except BaseException:
-        child.kill()  # anything else (an exception from another handler): no script left running unrecorded
-        child.wait()
+        if child is not None:  # anything else (an exception from another handler): no script left running
+            child.kill()
+            child.wait()
         raise
     finally:
         for signum, handler in previous.items():
