@@ -666,7 +666,10 @@ class WriteGate:
                                "record the run in")
         outcome = self.procedures.execute(proc, args, scratch=self.state_dir / "run", allow_dirty=allow_dirty,
                                           stdout=stdout, stderr=stderr, cwd=cwd,
-                                          env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name},
+                                          # the runbook's own memvault calls are its runner's, within its
+                                          # trust and scopes (not those of whoever started this process)
+                                          env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
+                                               "MEMVAULT_SOURCE": source},
                                           timeout=timeout)
         code = outcome.exit_code
         status = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
