@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -42,7 +43,7 @@ from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, Se
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
 from ..stores.gitstore import GitStore, blob_id
-from ..stores.procedures import Procedure, ProcedureStore, RunResult
+from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe, find_secrets
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
@@ -663,23 +664,33 @@ class WriteGate:
         self.require(Op.APPEND_EPISODE, source)
         access.write_or_refuse(self.scopes, source, access.rel(self.root, self.episodes.file_for(self.clock())),
                                "record the run in")
-        outcome = self.procedures.execute(proc, args, allow_dirty=allow_dirty, stdout=stdout, stderr=stderr, cwd=cwd,
-                                          env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name},
+        outcome = self.procedures.execute(proc, args, scratch=self.state_dir / "run", allow_dirty=allow_dirty,
+                                          stdout=stdout, stderr=stderr, cwd=cwd,
+                                          # the runbook's own memvault calls are its runner's, within its
+                                          # trust and scopes (not those of whoever started this process)
+                                          env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
+                                               "MEMVAULT_SOURCE": source},
                                           timeout=timeout)
         code = outcome.exit_code
         status = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
+        stopped = signal.Signals(outcome.interrupted).name if outcome.interrupted is not None else None
         recorded_args = [f"<redacted: {find_secrets(a)[0].kind}>" if find_secrets(a) else a for a in outcome.args]
-        episode = self.append_episode(
-            f"ran procedure {name} ({status}, {outcome.duration_ms / 1000:.1f} s)"
-            + (" from a dirty working copy" if proc.dirty else ""),
-            source=source, kind="procedure_run", tags=list(proc.tags),
-            meta={"name": name, "commit": proc.commit, "blob": proc.blob, "args": recorded_args, "exit_code": code,
-                  "duration_ms": outcome.duration_ms, "dirty": proc.dirty},
-            allow_secret=False)
-        try:  # running a procedure is using it: what recall's frequency counts
-            self.record_use([("procedure", name)], source=source, warnings=episode.warnings)
-        except MemvaultError as exc:
-            episode.warnings.append(f"use not recorded: {exc}")
+        try:
+            episode = self.append_episode(
+                f"ran procedure {name} ({status}, {outcome.duration_ms / 1000:.1f} s)"
+                + (f", interrupted by {stopped}" if stopped else "")
+                + (" from a dirty working copy" if proc.dirty else ""),
+                source=source, kind="procedure_run", tags=list(proc.tags),
+                meta={"name": name, "commit": proc.commit, "blob": proc.blob, "args": recorded_args,
+                      "exit_code": code, "duration_ms": outcome.duration_ms, "dirty": proc.dirty,
+                      **({"interrupted": stopped} if stopped else {})},
+                allow_secret=False)
+            try:  # running a procedure is using it: what recall's frequency counts
+                self.record_use([("procedure", name)], source=source, warnings=episode.warnings)
+            except MemvaultError as exc:
+                episode.warnings.append(f"use not recorded: {exc}")
+        finally:
+            pass_on(outcome)  # recorded (or refused): now the ^C or the kill does what it asked
         return RunResult(proc, list(outcome.args), code, outcome.duration_ms, episode)
 
     # -- whole-vault operations --------------------------------------------------------------------------

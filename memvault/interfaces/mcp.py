@@ -302,6 +302,19 @@ def _procedure_tools(server: MCPServer, t: _Tools, *, allow_run: bool) -> None:
             return await t.on_vault(_run_procedure, t.vault, name, list(args or []), t.source)
 
 
+def _tail(handle: Any) -> tuple[str, bool]:
+    """The last :data:`OUTPUT_LIMIT` characters a run wrote to ``handle``, and whether there were more: only the
+    bytes that can hold them are read (a run may have written gigabytes in its 15 minutes)."""
+    size = handle.seek(0, os.SEEK_END)
+    start = max(0, size - 4 * OUTPUT_LIMIT)  # a character is at most 4 bytes of UTF-8
+    handle.seek(start)
+    data = handle.read()
+    if start:
+        data = data.lstrip(bytes(range(0x80, 0xC0)))  # not from the middle of a character
+    text = data.decode("utf-8", errors="replace")
+    return text[-OUTPUT_LIMIT:], start > 0 or len(text) > OUTPUT_LIMIT
+
+
 def _run_procedure(vault: Vault, name: str, args: list[str], source: str) -> dict[str, Any]:
     proc = vault.procedures.get(name)
     if proc.dirty:  # checked here too so the message does not suggest a flag MCP does not offer
@@ -312,10 +325,7 @@ def _run_procedure(vault: Vault, name: str, args: list[str], source: str) -> dic
                                       timeout=RUN_TIMEOUT)
         output = {}
         for label, handle in (("stdout", out), ("stderr", err)):
-            handle.seek(0)
-            text = handle.read().decode("utf-8", errors="replace")
-            output[label] = text[-OUTPUT_LIMIT:]
-            output[f"{label}_truncated"] = len(text) > OUTPUT_LIMIT
+            output[label], output[f"{label}_truncated"] = _tail(handle)
     return {
         "name": name,
         "args": result.args,

@@ -43,6 +43,9 @@ from ..rules.fsutil import ensure_dir
 #: Base of the socket directory when there is no XDG_RUNTIME_DIR (module level so a test can point it elsewhere).
 TMP_BASE = "/tmp"
 SOCKET_PREFIX = "warm-"
+#: The largest header line or payload either side reads (a batch of 64 texts at the largest limits, and its
+#: vectors, are far below it): a frame that claims more is refused before anything that size is allocated.
+MAX_FRAME = 256 << 20
 _PACKAGE = Path(__file__).resolve().parents[1]  # memvault/
 _key: str | None = None
 
@@ -193,24 +196,38 @@ def connect(timeout: float) -> socket.socket:
 # ------------------------------------------------------------------------------------------------ wire
 def exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     """Send one request (stamped with this install's key) and read its reply: (header, payload).
-    Raises :class:`DaemonUnavailable` on a broken connection, a short reply or another install's process."""
+    Raises :class:`DaemonUnavailable` on a broken connection, a short reply, a reply that is not the wire format
+    (a header that is not a JSON object, a payload length that is not a size up to :data:`MAX_FRAME`) or another
+    install's process."""
+    where = f"warm process at {runtime_dir() / socket_name()}"
     try:
         sock.sendall(json.dumps({**request, "key": install_key()}).encode() + b"\n")
         reader = sock.makefile("rb")
-        line = reader.readline()
+        line = read_line(reader)
         if not line:
             raise DaemonUnavailable("the warm process closed the connection")
         header = json.loads(line)
-        payload = b""
-        if header.get("bytes"):
-            payload = reader.read(header["bytes"])
-            if len(payload) != header["bytes"]:
-                raise DaemonUnavailable("short reply from the warm process")
+        if not isinstance(header, dict):
+            raise DaemonUnavailable(f"{where}: its reply is not a JSON object")
+        if header.get("key") != install_key():
+            raise DaemonUnavailable("the warm process belongs to another memvault install or version: not used")
+        size = header.get("bytes") or 0
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FRAME:
+            raise DaemonUnavailable(f"{where}: a payload of {str(size)[:40]} bytes is not one it sends")
+        payload = reader.read(size) if size else b""
+        if len(payload) != size:
+            raise DaemonUnavailable("short reply from the warm process")
     except (OSError, ValueError) as exc:
-        raise DaemonUnavailable(f"warm process at {runtime_dir() / socket_name()}: {exc}") from None
-    if header.get("key") != install_key():
-        raise DaemonUnavailable("the warm process belongs to another memvault install or version: not used")
+        raise DaemonUnavailable(f"{where}: {exc}") from None
     return header, payload
+
+
+def read_line(reader: Any) -> bytes:
+    """One line of at most :data:`MAX_FRAME` bytes (b"" at the end of the stream); ValueError for a longer one."""
+    line: bytes = reader.readline(MAX_FRAME + 1)
+    if len(line) > MAX_FRAME:
+        raise ValueError(f"a line of more than {MAX_FRAME} bytes")
+    return line
 
 
 def call(request: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:

@@ -46,6 +46,9 @@ DEFAULT_IDLE = 900.0  # seconds
 START_TIMEOUT = 30.0
 #: How long a client waits for one reply; loading a model on first use is the longest one.
 CALL_TIMEOUT = 180.0
+#: How long a client waits for a reply that needs no model work (is a process there, does it hold the model): a
+#: process that does not answer this (stopped, deadlocked, swapped out) is not waited for CALL_TIMEOUT.
+PROBE_TIMEOUT = 5.0
 #: After this long without a request the process returns freed memory to the system (malloc_trim).
 TRIM_AFTER = 15.0
 #: Texts per embed_documents request: a bulk reindex sends many small requests, so a recall's query vector waits
@@ -87,23 +90,35 @@ class RemoteEmbedder:
         self._local: Embedder | None = None
         from .embeddings import ModelIdentity
 
-        header, _ = self._call({"op": "load", "load": start})
+        if start:
+            self._answering()
+        # Without start, only a process already holding the model may answer: no load to wait for.
+        header, _ = self._call({"op": "load", "load": start}, None if start else PROBE_TIMEOUT)
         self.identity: ModelIdentity = ModelIdentity.from_dict(header["identity"])
         self.restart = True
 
     def __repr__(self) -> str:
         return f"RemoteEmbedder({self.model!r})"
 
-    def _call(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        request = {**request, "model": self.model, "prefix": self.query_prefix, "backend": self.backend}
+    def _answering(self) -> None:
+        """A process that does not even say hello (stopped, deadlocked) is replaced by :func:`start` before the
+        long wait of a model load is spent on it."""
         try:
-            header, payload = channel.call(request, self.timeout)
+            channel.call({"op": "hello"}, PROBE_TIMEOUT)
+        except DaemonUnavailable:
+            start(self.idle)
+
+    def _call(self, request: dict[str, Any], timeout: float | None = None) -> tuple[dict[str, Any], bytes]:
+        request = {**request, "model": self.model, "prefix": self.query_prefix, "backend": self.backend}
+        wait = self.timeout if timeout is None else timeout
+        try:
+            header, payload = channel.call(request, wait)
         except DaemonUnavailable:
             if not self.restart:
                 raise
             start(self.idle)  # gone since the last call (idled out, killed): a new one, then once more
             self.restarts += 1
-            header, payload = channel.call(request, self.timeout)
+            header, payload = channel.call(request, wait)
         if not header.get("ok"):
             if header.get("kind") == "model":
                 raise ModelUnavailable(self.model, header.get("reason", "the warm process could not load it"))
@@ -206,7 +221,7 @@ def start(idle: float = DEFAULT_IDLE) -> None:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             with contextlib.suppress(DaemonUnavailable):
-                channel.call({"op": "hello"}, 5.0)
+                channel.call({"op": "hello"}, PROBE_TIMEOUT)
                 return
             unlink_at(fd, channel.socket_name())  # a dead process's socket
             log = open_at(fd, LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -236,7 +251,7 @@ def start(idle: float = DEFAULT_IDLE) -> None:
                 if proc.poll() is not None:
                     raise DaemonUnavailable(f"the warm process exited at start ({_log_tail(fd)})")
                 with contextlib.suppress(DaemonUnavailable):
-                    channel.call({"op": "hello"}, 5.0)
+                    channel.call({"op": "hello"}, PROBE_TIMEOUT)
                     return
                 time.sleep(0.02)
             _end(proc)  # left running, it would hold its memory, and each later start would add one more
@@ -472,7 +487,9 @@ class Server:
                 if not channel.peer_allowed(conn):
                     return
                 conn.settimeout(CALL_TIMEOUT)
-                request = json.loads(conn.makefile("rb").readline() or b"{}")
+                request = json.loads(channel.read_line(conn.makefile("rb")) or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("a request is one JSON object")
                 # asking whether the process is there (status, hello) is not using it: it still idles out
                 work = request.get("op") not in ("status", "hello")
                 if request.get("key") != key:

@@ -591,12 +591,15 @@ def copy_tree(src: Path, dst: Path, *, skip: frozenset[str] = frozenset()) -> No
 
 
 # ------------------------------------------------------------------------------------------------ temporary
-def make_temp_dir(prefix: str) -> Path:
-    """A new private folder (0700) in the system's temporary folder, resolved (the door walks it without links);
-    the caller removes it with :func:`remove_tree`."""
+def make_temp_dir(prefix: str, inside: Path | None = None) -> Path:
+    """A new private folder (0700) in the system's temporary folder (or in ``inside``, made 0700 without a link on
+    the way when missing), resolved (the door walks it without links); the caller removes it with
+    :func:`remove_tree`."""
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    if inside is not None:
+        ensure_dir(inside, mode=0o700)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=inside)).resolve()
 
 
 @contextlib.contextmanager

@@ -5,11 +5,14 @@ version it came from: the commit that last changed it and the blob id of the exa
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
-import logging
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..rules import frontmatter_edit as fm
 from ..rules.errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, read_inside, walk
+from ..rules.fsutil import FileChange, entry_problem, make_temp_dir, read_inside, remove_tree, walk, write_new_exclusive
 from .gitstore import GitStore, blob_id
 from ..rules.validation import Problem, validate_name
 
@@ -43,6 +46,8 @@ class Procedure:
     description: str | None = None
     tags: list[str] = field(default_factory=list)
     executable: bool = False
+    #: The exact bytes read, whose blob is ``blob``: what a run executes (never the path again).
+    data: bytes = field(default=b"", repr=False, compare=False)
     #: Set by a write: what the caller should know (an index that could not be told, ...).
     warnings: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -107,12 +112,21 @@ IGNORED_SUFFIXES = ("~", ".tmp", ".swp", ".swo", ".swx")
 
 @dataclass
 class RunOutcome:
-    """What running a script did, before it is recorded as an episode."""
+    """What running a script did, before it is recorded as an episode. ``interrupted``: the signal that asked
+    memvault to stop during the run (passed on to the script); :func:`pass_on` delivers it again once recorded."""
 
     procedure: Procedure
     args: list[str]
     exit_code: int
     duration_ms: int
+    interrupted: int | None = None
+
+
+#: Signals that stop a run midway: the script is given them (it may clean up), the run is recorded, then memvault
+#: stops as the signal asked. A second one kills the script.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Folder names of the private copies a run executes (in the scratch folder the caller names).
+RUN_PREFIX = "run-"
 
 
 class ProcedureStore:
@@ -173,7 +187,7 @@ class ProcedureStore:
         blob = blob_id(data)
         description, tags = parse_metadata(path, text)
         return Procedure(name=name, path=path, text=text, blob=blob, commit=commit, dirty=head_blob != blob,
-                         description=description, tags=tags, executable=os.access(path, os.X_OK))
+                         description=description, tags=tags, executable=os.access(path, os.X_OK), data=data)
 
     def get(self, name: str, *, path: Path | None = None) -> Procedure:
         """The whole procedure ``name`` with the commit that last changed it and its blob id.
@@ -254,10 +268,16 @@ class ProcedureStore:
         return FileChange(target, before, data), source_file.stat().st_mode & 0o777
 
     # -- running -----------------------------------------------------------------------------------------
-    def execute(self, proc: Procedure, args: Sequence[str], *, allow_dirty: bool = False,
+    def execute(self, proc: Procedure, args: Sequence[str], *, scratch: Path, allow_dirty: bool = False,
                 stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
                 env: dict[str, str] | None = None, timeout: float | None = None) -> RunOutcome:
-        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default)."""
+        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default).
+
+        What runs is ``proc.data``, the bytes whose blob is recorded, copied into a private folder under
+        ``scratch`` (0700, this host's) under the runbook's own file name: never the path in the vault again, which
+        a checkout, a pull or another process may have changed, or swapped for a link, since it was read. The
+        script finds its file in the vault in ``MEMVAULT_PROCEDURE_FILE``.
+        """
         name = proc.name
         if proc.path.suffix == ".md":
             raise ProcedureError(name, "is a markdown runbook: read it with 'memvault proc show', only scripts run")
@@ -265,22 +285,90 @@ class ProcedureStore:
             state = "was never committed" if proc.commit is None else "has uncommitted changes"
             raise ProcedureError(
                 name, f"{state}; commit it, or pass --allow-dirty to run it anyway (the run is recorded as dirty)")
-        if proc.executable:
-            argv = [str(proc.path)]
-        elif proc.path.suffix in INTERPRETERS:
-            argv = [*INTERPRETERS[proc.path.suffix], str(proc.path)]
-        else:
+        if blob_id(proc.data) != proc.blob:  # a Procedure built by hand, without the bytes it names
+            raise ProcedureError(name, "its bytes were not read with it: load it with the store's get()")
+        if not proc.executable and proc.path.suffix not in INTERPRETERS:
             raise ProcedureError(name, f"{proc.path.name} is not executable (chmod +x it)")
-        started = time.monotonic()
+        folder = make_temp_dir(RUN_PREFIX, scratch)
         try:
-            completed = subprocess.run([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
-                                       env=dict(os.environ, **(env or {})), timeout=timeout)
-            exit_code = completed.returncode
-        except subprocess.TimeoutExpired:
-            exit_code = -9
+            copy = folder / proc.path.name
+            write_new_exclusive(copy, proc.data, mode=0o700 if proc.executable else 0o600)
+            argv = [str(copy)] if proc.executable else [*INTERPRETERS[proc.path.suffix], str(copy)]
+            started = time.monotonic()
+
+            def spawn() -> subprocess.Popen[bytes]:
+                return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
+                                        env={**os.environ, **(env or {}), "MEMVAULT_PROCEDURE_FILE": str(proc.path)})
+
+            exit_code, interrupted = _run(name, spawn, timeout)
+        finally:
+            remove_tree(folder)
+        return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000), interrupted)
+
+
+def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None) -> tuple[int, int | None]:
+    """Start the script and wait for it: its exit code, and the stop signal memvault got meanwhile (None). A stop
+    signal is passed on to the script, which may clean up (a terminal's ^C reached it already: not sent twice); a
+    second one kills it. ``timeout`` kills it too (-9). The handlers are in place before the script starts (one that
+    signals memvault at once is not missed); signals are caught only on the main thread, where Python runs them."""
+    received: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
+    foreground = _foreground()
+
+    def tell(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if child is None:
+                return
+            if len(received) > 1:
+                child.kill()
+            elif not (foreground and signum in (signal.SIGINT, signal.SIGHUP)):
+                child.send_signal(signum)
+
+    def stop(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        tell(signum)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        try:
+            child = spawn()
         except OSError as exc:
             raise ProcedureError(name, f"cannot start: {exc.strerror}") from None
-        return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000))
+        if received:  # asked to stop while the script was starting
+            tell(received[0])
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            code = -9
+    except BaseException:
+        if child is not None:  # anything else (an exception from another handler): no script left running
+            child.kill()
+            child.wait()
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code, (received[0] if received else None)
+
+
+def _foreground() -> bool:
+    """Whether memvault runs in a terminal's foreground group, which gets ^C (and a hangup) with its script."""
+    for fd in (0, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                return True
+    return False
+
+
+def pass_on(outcome: RunOutcome) -> None:
+    """After a stopped run is recorded: the signal that stopped it, delivered again, to do what it would have done
+    (^C raises KeyboardInterrupt; SIGTERM ends the process by default)."""
+    if outcome.interrupted is not None and threading.current_thread() is threading.main_thread():
+        signal.raise_signal(outcome.interrupted)
 
 
 def _report(problems: list[Problem] | None, problem: Problem) -> None:

@@ -1,0 +1,141 @@
+"""``memvault proc run`` reviewed as an attacker (2026-12-06): the bytes that run are the bytes recorded, and a run
+stopped midway is still recorded."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from memvault.stores.gitstore import blob_id
+from memvault.stores.procedures import ProcedureStore
+
+COMMITTED = "#!/usr/bin/env bash\necho committed\n"
+SWAPPED = "#!/usr/bin/env bash\necho swapped\n"
+
+
+def add(vault, tmp_path, name: str, text: str, mode: int = 0o755):
+    source = tmp_path / f"src-{name.replace('/', '-')}.sh"
+    source.write_text(text)
+    source.chmod(mode)
+    return vault.procedures.add(name, source, source="user:admin")
+
+
+def test_the_bytes_that_run_are_the_bytes_recorded(vault, tmp_path, monkeypatch, capfd):
+    """The run read the file (its blob recorded as what ran) and then executed the path again: a checkout, a pull or
+    another process that changed the file in between ran other code under the committed blob's name."""
+    added = add(vault, tmp_path, "ops/hello", COMMITTED)
+    outside = tmp_path / "outside.sh"
+    outside.write_text(SWAPPED)
+    outside.chmod(0o755)
+    original = ProcedureStore.get_many
+
+    def then_swapped(self, items):
+        found = original(self, items)
+        for _, path in items:  # the file is replaced by a link once its bytes were read
+            os.unlink(path)
+            os.symlink(outside, path)
+        return found
+
+    monkeypatch.setattr(ProcedureStore, "get_many", then_swapped)
+    result = vault.procedures.run("ops/hello", source="user:admin")
+    assert capfd.readouterr().out == "committed\n"
+    assert result.episode.meta["blob"] == added.blob == blob_id(COMMITTED.encode())
+
+
+def test_a_runbook_still_knows_its_own_name_and_file(vault, tmp_path, capfd):
+    """What runs is a private copy of the committed bytes; its name is the runbook's file name (usage lines print
+    ``basename "$0"``) and ``MEMVAULT_PROCEDURE_FILE`` names the file in the vault."""
+    add(vault, tmp_path, "ops/where", '#!/usr/bin/env bash\necho "$(basename "$0") $MEMVAULT_PROCEDURE_FILE"\n')
+    add(vault, tmp_path, "ops/plain", 'echo "$(basename "$0")"\n', mode=0o644)  # run through bash: no x bit
+    vault.procedures.run("ops/where", source="user:admin")
+    vault.procedures.run("ops/plain", source="user:admin")
+    assert capfd.readouterr().out.split("\n") == [f"where.sh {vault.root / 'procedures/ops/where.sh'}", "plain.sh", ""]
+    assert not any((vault.state_dir / "run").iterdir())  # the copies are gone
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals to the parent, as a terminal's ^C or a kill would")
+def test_a_run_interrupted_midway_is_recorded_and_the_script_may_clean_up(vault, tmp_path):
+    """^C or a kill of memvault during a run killed the script at once (SIGKILL after 0.25 s) and left no record: a
+    half-done runbook's side effects had no episode saying it ran."""
+    marker = tmp_path / "cleaned"
+    add(vault, tmp_path, "ops/slow", "#!/usr/bin/env bash\n"
+        f"trap 'kill $!; echo cleaned > {marker}; exit 130' INT\n"
+        "kill -INT $PPID\nsleep 5 &\nwait $!\necho not interrupted\n")
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):  # the ^C still stops memvault, after the record is written
+        vault.procedures.run("ops/slow", source="user:admin")
+    assert time.monotonic() - started < 4
+    assert marker.read_text() == "cleaned\n"
+    (episode,) = vault.episodes.list()
+    assert episode.meta["exit_code"] == 130 and episode.meta["interrupted"] == "SIGINT"
+    assert "interrupted" in episode.text
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_mcp_run_with_a_flood_of_output_keeps_only_its_tail_in_memory(vault, tmp_path):
+    """The MCP tool read the whole output of a run into memory to keep its last 100,000 characters: a runbook that
+    printed for its 15 minutes (a loop, `yes`) took the server down with it."""
+    import tracemalloc
+
+    from memvault.interfaces.mcp import OUTPUT_LIMIT, _run_procedure
+
+    add(vault, tmp_path, "ops/loud", "#!/usr/bin/env bash\nhead -c 40000000 /dev/zero | tr '\\0' 'y'\necho é-end\n")
+    tracemalloc.start()
+    try:
+        result = _run_procedure(vault, "ops/loud", [], "user:admin")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result["stdout"].endswith("yyyé-end\n") and len(result["stdout"]) == OUTPUT_LIMIT
+    assert result["stdout_truncated"] and not result["stderr_truncated"] and result["stderr"] == ""
+    assert peak < 5_000_000
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals")
+def test_a_run_whose_memvault_is_terminated_is_recorded_then_memvault_ends_by_that_signal(vault, tmp_path):
+    """``kill`` of ``memvault proc run`` (a CI job cancelled, a service stopped) ended memvault at once: the script
+    ran on, orphaned, and no episode said it had run."""
+    import subprocess
+
+    from conftest import REPO_ROOT
+
+    started, marker = tmp_path / "started", tmp_path / "terminated"
+    add(vault, tmp_path, "ops/long", "#!/usr/bin/env bash\n"
+        f"trap 'kill $!; echo term > {marker}; exit 143' TERM\n"
+        f"echo started > {started}\nsleep 30 &\nwait $!\n")
+    proc = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(vault.root), "proc", "run", "ops/long",
+                             "--source", "user:admin"], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == -signal.SIGTERM
+    assert marker.read_text() == "term\n"
+    (episode,) = vault.episodes.list()
+    assert episode.meta["interrupted"] == "SIGTERM" and episode.meta["exit_code"] == 143
+
+
+def test_a_runbook_acts_as_the_source_that_runs_it(vault, tmp_path, monkeypatch, capfd):
+    """A runbook inherited the runner's MEMVAULT_SOURCE: run over MCP as agent:runner (or with --source agent:x),
+    its own `memvault fact set` or `memvault recall` acted as the person who started the server (user:admin,
+    trusted, no scope), past the agent's trust and [scopes]."""
+    from memvault.interfaces.mcp import _run_procedure
+
+    monkeypatch.setenv("MEMVAULT_SOURCE", "user:admin")
+    add(vault, tmp_path, "ops/who", '#!/usr/bin/env bash\necho "$MEMVAULT_SOURCE"\n')
+    assert _run_procedure(vault, "ops/who", [], "agent:runner")["stdout"] == "agent:runner\n"
+    vault.procedures.run("ops/who", source="agent:deployer")
+    assert capfd.readouterr().out == "agent:deployer\n"
+
+
+def test_a_run_past_its_timeout_is_killed_and_recorded(vault, tmp_path):
+    add(vault, tmp_path, "ops/stuck", "#!/usr/bin/env bash\nexec sleep 30\n")
+    started = time.monotonic()
+    result = vault.procedures.run("ops/stuck", source="user:admin", timeout=0.5)
+    assert result.exit_code == -9 and time.monotonic() - started < 10
+    assert vault.episodes.list()[0].meta["exit_code"] == -9
