@@ -320,3 +320,16 @@ def test_a_time_in_the_question_reads_the_texts_of_the_best_candidates_only():
     assert week_after.relevance == pytest.approx(0.25)  # unnamed, written in the week after: / graced
     assert (retro.timed, other.timed, late.timed, week_after.timed) == (
         1.0, pytest.approx(1 / 3), pytest.approx(1 / 3), pytest.approx(1 / 2))
+
+
+def test_a_hit_read_from_its_file_gives_its_times_as_every_other_hit_does(vault):
+    """A hit's times read from its file (a recall that did not stat the files, a team's shared rows) came back in
+    the index's form ("...:05.000Z") where every other hit says "...:05Z"."""
+    vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="user:admin")
+    vault.episodes.append("the helper agent rotated the nginx logs on web1", source="user:admin")
+    vault.reindex()
+    ask = dict(k=5, mode="keyword", log=False)
+    checked = {h.id: (h.created, h.updated) for h in vault.recall("CDN fastly rotated nginx logs", **ask)}
+    from_files = {h.id: (h.created, h.updated) for h in vault.recall("CDN fastly rotated nginx logs", verify=False,
+                                                                       **ask)}
+    assert len(checked) == 2 and from_files == checked

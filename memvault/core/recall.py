@@ -63,7 +63,7 @@ from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
 from ..rules.freshness import stale_doc_reason, stored_time
-from ..rules.timeutil import format_time, index_time, now, parse_time, parse_time_or_age
+from ..rules.timeutil import format_time, index_time, now, parse_time, parse_time_or_age, shown_time
 from ..rules.trust import Policy
 from ..rules.validation import MAX_FUTURE, vault_paths
 
@@ -754,7 +754,8 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
             if fact is not None:
                 # Read from its file: who wrote it and when are the file's word too, not the index row's (a team's
                 # shared row is what someone wrote into the database; the text beside it was never taken from there).
-                base.update(source=fact.source, created=index_time(fact.created), updated=index_time(fact.updated))
+                base.update(source=fact.source, created=shown_time(index_time(fact.created)),
+                            updated=shown_time(index_time(fact.updated)))
             extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
             by = superseded_by(doc, fact)
             if by:  # by which fact only when the reader may read that one
@@ -796,4 +797,4 @@ def _episode_from_file(parts: Parts, doc: dict[str, Any], files: dict[str, bytes
     episode = sources.episodes.find(path, doc["id"], data) if data is not None else None
     if episode is None or (sources.max_episode is not None and len(episode.text.encode()) > sources.max_episode):
         return None
-    return episode.text, episode.source, index_time(episode.created_at)
+    return episode.text, episode.source, shown_time(index_time(episode.created_at))
