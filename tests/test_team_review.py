@@ -290,3 +290,29 @@ def test_the_dates_a_forged_row_gives_are_not_what_a_hit_says(tracked, url):
     _forge(url, "UPDATE memvault.v{v}_docs SET created = %s, updated = %s", ("2019-01-01T00:00:00Z",) * 2)
     forged = {h.id: (h.created, h.updated) for h in b.vault.recall("CDN fastly rotated nginx logs web1", **ask)}
     assert forged == honest
+
+
+def test_the_web_listings_show_a_forged_row_as_git_holds_it(tracked, url):
+    """The web view's fact and episode listings (and an episode's page) showed a shared row's source, trust mark,
+    excerpt and dates as the database held them: a row saying user:admin listed an agent's episode as trusted with
+    words it never wrote, on every other host. Each listed row of the shared index is now read from its file."""
+    _remote, a, clone = tracked
+    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="agent:helper")
+    a.vault.episodes.append("the helper agent rotated the nginx logs on web1", source="agent:helper")
+    git(a.root, "add", "episodes")
+    git(a.root, "commit", "-qm", "episodes")
+    push(a)
+    a.vault.reindex()
+    b = _scoped_b(clone)
+
+    def shown():
+        facts = {f.key: (f.source, f.trusted, f.excerpt, f.updated) for f in b.vault.browse.facts()[0]}
+        episodes = [(e.source, e.trusted, e.text, e.created) for e in b.vault.browse.episodes()]
+        one = b.vault.browse.episode(b.vault.browse.episodes()[0].id)
+        return facts, episodes, (one.source, one.trusted, one.text)
+
+    honest = shown()
+    assert honest[0]["web/cdn"][:2] == ("agent:helper", False) and honest[1][0][:2] == ("agent:helper", False)
+    _forge(url, "UPDATE memvault.v{v}_docs SET source = 'user:admin', body = %s, created = %s, updated = %s",
+           (FORGED, "2019-01-01T00:00:00Z", "2019-01-01T00:00:00Z"))
+    assert shown() == honest

@@ -5,17 +5,21 @@ shadow, as recall does. While the shared index cannot be used, this host's fallb
 Each listing asks every part that answers the same question (the shared part with ``hide`` set to the paths this
 host shadows) and merges: counts add up (no path is in two parts), pages are merged in their order, a page at
 ``offset`` asks each part for ``offset + limit`` rows.
+
+A listed row of the shared index is what someone wrote into the database: each is read again from this host's file
+(its source and so its trust mark, its text, its dates), as recall reads its hits, and left out when the file holds
+no such memory. Counts and the filters the database applied (by source, by trust) are still the database's.
 """
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..index.documents import episode_listed, fact_listed
 from ..index.listings import EpisodeQuery, FactQuery, sorted_sources
-from ..rules.errors import SearchIndexError
+from ..rules.errors import MemvaultError, SearchIndexError
 from ..rules.timeutil import index_time
 from .publish import in_place
 
@@ -40,9 +44,13 @@ class TeamListings:
     # (see memvault.core.publish.in_place): its path and its key would name two different memories.
 
     def _listed(self, ask: Callable[[SearchIndex, frozenset[str]], T]) -> list[T]:
-        """``ask(part, hide)`` of every part that answers: the overlay and the shared index (hiding what this
-        host shadows), or the fallback while the shared index cannot be used (or fails on the way: then it is
-        marked down, as a recall would)."""
+        """``ask(part, hide)`` of every part that answers (:meth:`_answers`)."""
+        return [found for _shared, found in self._answers(ask)]
+
+    def _answers(self, ask: Callable[[SearchIndex, frozenset[str]], T]) -> list[tuple[bool, T]]:
+        """(whether it is the shared index's, ``ask(part, hide)``) of every part that answers: the overlay and the
+        shared index (hiding what this host shadows), or the fallback while the shared index cannot be used (or
+        fails on the way: then it is marked down, as a recall would)."""
         shared = self._use()
         if shared is not None:
             started = time.monotonic()
@@ -51,8 +59,30 @@ class TeamListings:
             except SearchIndexError as exc:
                 self.failed(exc, time.monotonic() - started)
             else:
-                return ([ask(self.overlay, frozenset())] if self.overlay.exists() else []) + [theirs]
-        return [ask(self.local_index(), frozenset())]
+                return ([(False, ask(self.overlay, frozenset()))] if self.overlay.exists() else []) + [(True, theirs)]
+        return [(False, ask(self.local_index(), frozenset()))]
+
+    def _fact_as_filed(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """A shared row of a fact as this host's file gives it, or None (no such fact here)."""
+        try:
+            return fact_listed(self.overlay.sources.facts.get(row["key"]), row["path"])
+        except MemvaultError:
+            return None
+
+    def _episodes_as_filed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Shared rows of episodes as this host's files give them (each month file read once); one no file holds
+        (or past [limits] episode_bytes, which the index never holds) is left out."""
+        sources = self.overlay.sources
+        files: dict[str, bytes | None] = {}
+        out: list[dict[str, Any]] = []
+        for row in rows:
+            if row["path"] not in files:
+                files[row["path"]] = sources.episodes.read_bytes(sources.root / row["path"])
+            data = files[row["path"]]
+            e = sources.episodes.find(sources.root / row["path"], row["id"], data) if data is not None else None
+            if e is not None and (sources.max_episode is None or len(e.text.encode()) <= sources.max_episode):
+                out.append(episode_listed(e, row["path"]))
+        return out
 
     def listing_version(self) -> tuple[Any, ...]:
         return tuple(self._listed(lambda part, shadow: (part.listing_version(), hash(shadow))))
@@ -76,17 +106,22 @@ class TeamListings:
         return sorted(merged.items(), key=lambda tn: (-tn[1], tn[0]))
 
     def list_facts(self, query: FactQuery, limit: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-        pages = self._listed(lambda part, shadow: part.list_facts(
+        pages = self._answers(lambda part, shadow: part.list_facts(
             replace(query, hide=query.hide | shadow), offset + limit if limit > 0 else 0, 0))
-        total = sum(n for _, n in pages)
-        rows = [r for r in heapq.merge(*(rows for rows, _ in pages), key=lambda r: r["key"])
+        total = sum(n for _, (_, n) in pages)
+        rows = [(shared, r) for shared, (rows, _) in pages for r in rows
                 if in_place({"kind": "fact", "id": r["key"], "path": r["path"]})]
-        return (rows[offset:offset + limit] if limit > 0 else []), total
+        rows.sort(key=lambda sr: sr[1]["key"])  # each part's in key order; merged in it
+        page = rows[offset:offset + limit] if limit > 0 else []
+        return [r for r in (self._fact_as_filed(r) if shared else r for shared, r in page) if r is not None], total
 
     def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
-        found = self._listed(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
-        rows = [r for rows in found for r in rows if in_place({"kind": "episode", "id": r["id"], "path": r["path"]})]
-        return sorted(rows, key=lambda r: (index_time(r["created"]) or "", r["id"]), reverse=True)[:limit]
+        found = self._answers(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
+        rows = [(shared, r) for shared, rows in found for r in rows
+                if in_place({"kind": "episode", "id": r["id"], "path": r["path"]})]
+        page = sorted(rows, key=lambda sr: (index_time(sr[1]["created"]) or "", sr[1]["id"]), reverse=True)[:limit]
+        theirs = {r["id"]: r for r in self._episodes_as_filed([r for shared, r in page if shared])}
+        return [theirs[r["id"]] if shared else r for shared, r in page if not shared or r["id"] in theirs]
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
         merged: dict[str, list[Any]] = {}

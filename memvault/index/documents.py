@@ -24,7 +24,7 @@ from ..rules.errors import FactParseError, InvalidValue, LimitExceeded, Memvault
 from ..stores.facts import Fact, FactStore, default_confidence, parse_fact
 from ..rules.fsutil import read_inside
 from ..stores.procedures import ProcedureStore, parse_metadata
-from ..rules.timeutil import index_time, parse_time
+from ..rules.timeutil import index_time, parse_time, shown_time
 from ..rules.validation import Problem
 
 KINDS = ("fact", "episode", "procedure")
@@ -195,7 +195,7 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
                 continue
             meta_importance = e.meta.get("importance") if isinstance(e.meta, dict) else None
             importance = float(meta_importance) if isinstance(meta_importance, (int, float)) else 0.5
-            ref = e.meta.get("name") if e.kind == "procedure_run" and isinstance(e.meta.get("name"), str) else None
+            ref = _run_ref(e)
             record = _episode_fields(e, ref)
             at = index_time(e.created_at)  # an episode is written once: created and updated are its one time
             doc = Doc("episode", e.id, rel, "", e.text, max(0.0, min(1.0, importance)),
@@ -225,6 +225,30 @@ def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, sta
     except (MemvaultError, OSError) as exc:
         problems.append(f"{rel}: {exc}")
         return []
+
+
+def _run_ref(e: Any) -> str | None:
+    """The runbook a procedure_run episode names (its ``ref`` in the index), else None."""
+    meta = e.meta if isinstance(e.meta, dict) else {}
+    return meta["name"] if e.kind == "procedure_run" and isinstance(meta.get("name"), str) else None
+
+
+def fact_listed(fact: Fact, rel: str) -> dict[str, Any]:
+    """Fact ``fact`` at ``rel`` as a listing's row gives it (:data:`memvault.index.listings.FACT_KEYS`), read from
+    its file: what the index would hold of it."""
+    doc = fact_doc(fact, rel)
+    return {"key": doc.item_id, "path": rel, "source": doc.source, "importance": doc.importance,
+            "confidence": doc.confidence, "created": shown_time(doc.created), "updated": shown_time(doc.updated),
+            "valid_until": doc.valid_until, "review_after": doc.review_after, "meta": doc.meta,
+            "excerpt": doc.body[:400]}
+
+
+def episode_listed(e: Any, rel: str) -> dict[str, Any]:
+    """Episode ``e`` of the file ``rel`` as a listing's row gives it (:data:`memvault.index.listings.EPISODE_KEYS`),
+    read from its file."""
+    ref = _run_ref(e)
+    return {"id": e.id, "path": rel, "source": e.source, "created": shown_time(index_time(e.created_at)),
+            "ekind": e.kind, "body": e.text, "meta": _episode_fields(e, ref), "ref": ref}
 
 
 def _episode_fields(e: Any, ref: str | None) -> str | None:
