@@ -169,3 +169,38 @@ def test_a_read_only_settings_file_is_refused_not_replaced(home, vault):
     with pytest.raises(ConfigError, match=r"settings.json.*read-only"):
         runtimes.install("gemini", vault.root)
     assert path.read_text() == '{"theme": "GitHub"}\n' and path.stat().st_mode & 0o777 == 0o444
+
+
+def test_a_giant_transcript_line_is_skipped_without_being_held_and_the_next_turn_is_read(tmp_path):
+    """A tool's output (an agent that cats a 48 MB log) is one line of Claude Code's transcript: capture read it
+    whole, decoded and parsed it (several times its size at once) on every hook run until the turn was stored. A
+    line past [capture]'s bound is now skipped piece by piece, named in problems, and the turns around it read; a
+    giant last line still being written is left for the next read, as any unfinished line."""
+    import tracemalloc
+
+    from memvault.interfaces.agents import transcripts
+
+    def turn(text, uid):
+        return json.dumps({"type": "user", "sessionId": "s1", "cwd": "/w", "uuid": uid,
+                           "timestamp": "2026-11-20T09:00:00.000Z",
+                           "message": {"role": "user", "content": text}}) + "\n"
+
+    giant = json.dumps({"type": "user", "sessionId": "s1", "uuid": "g", "timestamp": "2026-11-20T09:00:01.000Z",
+                        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                                 "content": "x" * (48 << 20)}]}}) + "\n"
+    path = tmp_path / "session.jsonl"
+    path.write_text(turn("first question", "a") + giant + turn("second question", "b"))
+    tracemalloc.start()
+    try:
+        read = transcripts.read("claude-code", path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [t.prompt for t in read.turns] == ["first question", "second question"]
+    assert any("too long" in p for p in read.problems), read.problems
+    assert peak < 40 << 20, f"peak {peak >> 20} MiB for a 48 MiB line"
+    # unfinished: a giant line without its newline yet is not skipped past (the next read starts before it)
+    path.write_text(turn("first question", "a") + turn("first answer's question", "c") + giant[:-1])
+    read = transcripts.read("claude-code", path)
+    assert read.end <= len((turn("first question", "a") + turn("first answer's question", "c")).encode())
+    assert not any("too long" in p for p in read.problems)

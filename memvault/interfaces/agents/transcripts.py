@@ -195,13 +195,20 @@ def _zstd() -> tuple[Any, type[Exception]]:
 def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[str, Any]]]:
     """(offset, object) for each complete JSON line from ``start``, read one line at a time; ``out.end`` follows
     the end of the last complete line. A last line without its newline is left for the next read (the runtime is
-    still writing it)."""
+    still writing it). A line past :data:`MAX_LINE` (a tool's output of a 50 MB log) is skipped piece by piece and
+    named in ``problems``, never held: parsing it took several times its size at every hook run."""
     out.end = start
     with open(path, "rb") as f:
         compressed = f.read(4) == ZST_MAGIC
         f.seek(start)
         offset = start
-        for raw in (_zst_lines(path, start) if compressed else f):
+        for raw in (_zst_lines(path, start) if compressed else _bounded(f)):
+            if isinstance(raw, int):  # a line too long to read: its length, its newline included
+                line_at, offset = offset, offset + raw
+                out.end = offset
+                out.problems.append(f"{path.name}: byte {line_at}: a line of {raw} bytes, too long to read "
+                                    f"(over {MAX_LINE >> 20} MiB): skipped")
+                continue
             if not raw.endswith(b"\n"):
                 return  # unfinished: read again later
             line_at, offset = offset, offset + len(raw)
@@ -216,6 +223,32 @@ def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[
                 out.problems.append(f"{path.name}: byte {line_at}: not a JSON object")
                 continue
             yield line_at, obj
+
+
+#: The longest transcript line read (a longer one is skipped, see :func:`_lines`).
+MAX_LINE = 16 << 20
+
+
+def _bounded(f: Any) -> Iterator[bytes | int]:
+    """The lines of binary file ``f``, each read at most :data:`MAX_LINE` long: a longer complete one is given as
+    its length (read past in pieces, never held); a longer one still unfinished ends the lines (read it later)."""
+    while True:
+        line = f.readline(MAX_LINE + 1)
+        if len(line) <= MAX_LINE or line.endswith(b"\n"):
+            if line:
+                yield line
+            if not line or not line.endswith(b"\n"):
+                return
+            continue
+        size = len(line)
+        while True:
+            more = f.readline(1 << 20)
+            size += len(more)
+            if not more:
+                return  # no newline yet: the runtime is still writing it
+            if more.endswith(b"\n"):
+                yield size
+                break
 
 
 def _past(out: Transcript, start: int, offset: int, max_bytes: int | None) -> bool:
