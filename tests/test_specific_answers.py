@@ -49,7 +49,8 @@ def first(v, question: str) -> str | None:
                             "fact's .312; no sentence of the escalation fact reaches the monitoring fact's best) and "
                             "they share no word with the question but 'alert': no weighting of these two signals "
                             "ranks it first, nor does taking the monitoring fact's generality off its cosine at "
-                            "any generality_weight up to 0.75 (docs/benchmarks.md, issue 27)")),
+                            "any generality_weight up to 0.75, nor a query adapter learnt on the dev sets "
+                            "(docs/benchmarks.md, issue 27)")),
 ])
 def test_the_specific_answer_ranks_first(service, question):
     assert first(service, question) == ISSUE[question]
