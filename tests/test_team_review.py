@@ -273,17 +273,23 @@ def test_a_forged_superseded_mark_never_hides_a_fact_nor_names_what_superseded_i
     assert "superseded" not in hit.extra and "superseded_by" not in hit.extra
 
 
-def test_the_dates_a_forged_row_gives_are_not_what_a_hit_says(tracked, url):
-    """A hit's created and updated came from the shared row while its text came from the file: a row dated 2019
-    made a fact written today read as six years old on every other host (and an episode of last year as today's)."""
+def _published_fact_and_episode(tracked, *, fact_source: str):
+    """Host A writes a fact (by ``fact_source``) and an agent's episode, commits, pushes and publishes; host B (see
+    :func:`_scoped_b`) is returned."""
     _remote, a, clone = tracked
-    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="user:admin")
+    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source=fact_source)
     a.vault.episodes.append("the helper agent rotated the nginx logs on web1", source="agent:helper")
     git(a.root, "add", "episodes")
     git(a.root, "commit", "-qm", "episodes")
     push(a)
     a.vault.reindex()
-    b = _scoped_b(clone)
+    return _scoped_b(clone)
+
+
+def test_the_dates_a_forged_row_gives_are_not_what_a_hit_says(tracked, url):
+    """A hit's created and updated came from the shared row while its text came from the file: a row dated 2019
+    made a fact written today read as six years old on every other host (and an episode of last year as today's)."""
+    b = _published_fact_and_episode(tracked, fact_source="user:admin")
     ask = dict(k=5, mode="keyword", log=False)
     honest = {h.id: (h.created, h.updated) for h in b.vault.recall("CDN fastly rotated nginx logs web1", **ask)}
     assert len(honest) == 2
@@ -296,14 +302,7 @@ def test_the_web_listings_show_a_forged_row_as_git_holds_it(tracked, url):
     """The web view's fact and episode listings (and an episode's page) showed a shared row's source, trust mark,
     excerpt and dates as the database held them: a row saying user:admin listed an agent's episode as trusted with
     words it never wrote, on every other host. Each listed row of the shared index is now read from its file."""
-    _remote, a, clone = tracked
-    a.vault.facts.set("web/cdn", "The CDN for static assets is fastly.", source="agent:helper")
-    a.vault.episodes.append("the helper agent rotated the nginx logs on web1", source="agent:helper")
-    git(a.root, "add", "episodes")
-    git(a.root, "commit", "-qm", "episodes")
-    push(a)
-    a.vault.reindex()
-    b = _scoped_b(clone)
+    b = _published_fact_and_episode(tracked, fact_source="agent:helper")
 
     def shown():
         facts = {f.key: (f.source, f.trusted, f.excerpt, f.updated) for f in b.vault.browse.facts()[0]}
