@@ -139,3 +139,24 @@ def test_a_run_past_its_timeout_is_killed_and_recorded(vault, tmp_path):
     result = vault.procedures.run("ops/stuck", source="user:admin", timeout=0.5)
     assert result.exit_code == -9 and time.monotonic() - started < 10
     assert vault.episodes.list()[0].meta["exit_code"] == -9
+
+
+def test_the_private_copy_a_killed_memvault_left_is_removed_by_the_next_run(vault, tmp_path, capfd):
+    """A memvault killed (SIGKILL, a power cut) during a run left its private copy in <state>/run/ for good: one
+    more folder per such run, for months. A run removes the copies of runs whose memvault is gone; a live one's
+    stays."""
+    import subprocess
+
+    add(vault, tmp_path, "ops/hello", COMMITTED)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    scratch = vault.state_dir / "run"
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    left = scratch / f"run-{dead_pid}-abc123"
+    left.mkdir()
+    (left / "hello.sh").write_text(COMMITTED)
+    alive = scratch / f"run-{os.getppid()}-def456"  # a memvault still running its runbook
+    alive.mkdir()
+    vault.procedures.run("ops/hello", source="user:admin")
+    assert capfd.readouterr().out == "committed\n"
+    assert not left.exists() and alive.is_dir()

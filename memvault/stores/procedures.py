@@ -125,8 +125,9 @@ class RunOutcome:
 #: Signals that stop a run midway: the script is given them (it may clean up), the run is recorded, then memvault
 #: stops as the signal asked. A second one kills the script.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: Folder names of the private copies a run executes (in the scratch folder the caller names).
+#: Folder names of the private copies a run executes (in the scratch folder the caller names): run-<pid>-<random>.
 RUN_PREFIX = "run-"
+_RUN_DIR = re.compile(r"run-(\d+)-[A-Za-z0-9_]+")
 
 
 class ProcedureStore:
@@ -289,7 +290,8 @@ class ProcedureStore:
             raise ProcedureError(name, "its bytes were not read with it: load it with the store's get()")
         if not proc.executable and proc.path.suffix not in INTERPRETERS:
             raise ProcedureError(name, f"{proc.path.name} is not executable (chmod +x it)")
-        folder = make_temp_dir(RUN_PREFIX, scratch)
+        _sweep(scratch)
+        folder = make_temp_dir(f"{RUN_PREFIX}{os.getpid()}-", scratch)
         try:
             copy = folder / proc.path.name
             write_new_exclusive(copy, proc.data, mode=0o700 if proc.executable else 0o600)
@@ -353,6 +355,23 @@ def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return code, (received[0] if received else None)
+
+
+def _sweep(scratch: Path) -> None:
+    """Remove the private copies of runs whose memvault is gone (killed before it removed its own: one folder per
+    such run, for good); a live process's, or one this user may not signal, stays."""
+    try:
+        entries = [e for e in os.scandir(scratch) if _RUN_DIR.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+    except OSError:  # no scratch folder yet
+        return
+    for entry in entries:
+        try:
+            os.kill(int(entry.name.split("-")[1]), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                remove_tree(scratch / entry.name)
+        except (PermissionError, OverflowError, ValueError):
+            continue
 
 
 def _foreground() -> bool:
