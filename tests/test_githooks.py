@@ -236,3 +236,16 @@ def test_hooks_are_not_written_into_a_hooks_folder_the_team_commits(tmp_path):
     with pytest.raises(HookConflict, match="a folder the repository tracks"):
         install(v.root)
     assert [p.name for p in (v.root / ".githooks").iterdir()] == ["commit-msg"]
+
+
+def test_hooks_install_and_uninstall_from_the_cli_name_each_hook(vault, invoke):
+    """`memvault hooks install` (live.md) ended in "internal error: TypeError ... HookAction" after installing:
+    each action it printed was an object, not a line."""
+    installed = invoke("hooks", "install")
+    assert installed.exit_code == 0, installed.output
+    for name in HOOKS:
+        assert f"{name}: installed (" in installed.output
+    removed = invoke("hooks", "uninstall")
+    assert removed.exit_code == 0, removed.output
+    assert all(f"{name}: removed (" in removed.output for name in HOOKS)
+    assert not any((githooks.hooks_dir(vault.root) / name).exists() for name in HOOKS)

@@ -84,3 +84,32 @@ def test_the_readme_walkthrough_runs_as_written(isolated_env):
     finally:
         ui.send_signal(signal.SIGINT)
         ui.wait(timeout=30)
+
+
+def tour() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text()
+    return text.split("```sh tour\n", 1)[1].split("\n```", 1)[0].splitlines()
+
+
+def test_the_tour_is_on_the_first_screen_and_five_commands_long():
+    text = (REPO_ROOT / "README.md").read_text()
+    assert text.index("```sh tour\n") < text.index("\n## ")  # before the first section: what a newcomer sees first
+    assert len([ln for ln in tour() if ln.startswith("memvault ")]) == 5
+
+
+@pytest.mark.model
+def test_the_readme_tour_runs_as_written(isolated_env):
+    script = tour()
+    venv = Path(sys.executable).parent.parent
+    if not (REPO_ROOT / ".venv" / "bin" / "activate").is_file() or (REPO_ROOT / ".venv").resolve() != venv.resolve():
+        script = [f"source {venv}/bin/activate" if ln == "source .venv/bin/activate" else ln for ln in script]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+    env["MEMVAULT_NO_DAEMON"] = "1"
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(script)], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    first_hit = re.search(r"^1\. (\w+) (\S+)", out, re.M)  # the first recall's best hit: the fact that answers
+    assert first_hit and first_hit.groups() == ("fact", "db/primary"), out[:2000]
+    prompt = out[out.index("<memory"):]  # the second recall, as an agent's prompt gets it
+    assert "Disk at 91 % on db01" in prompt and 'trusted="false"' in prompt, prompt

@@ -466,6 +466,8 @@ class Vault:
         seconds it took, or None when the model is not on this machine (:meth:`model_note` says why)."""
         if self.model_note() is not None:
             return None
+        if self.engine.warm() is not None:
+            return 0.0  # held here or by the warm process already: nothing to prepare, nothing to say
         status(f"preparing the embedding model {self.config.model} for this machine (once; later commands reuse it)")
         started = time.monotonic()
         try:

@@ -46,7 +46,7 @@ def hooks_install(ctx, source):
 
     ctx.vault.authorize(Op.HOOKS, source)
     for action in install(ctx.vault.root):
-        echo(action)
+        echo(str(action))
 
 
 @hooks.command("uninstall")
@@ -59,7 +59,7 @@ def hooks_uninstall(ctx, source):
 
     ctx.vault.authorize(Op.HOOKS, source)
     for action in uninstall(ctx.vault.root):
-        echo(action)
+        echo(str(action))
 
 
 # -- several hosts, agents ----------------------------------------------------------------------------------
