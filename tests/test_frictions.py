@@ -87,3 +87,16 @@ def test_a_session_end_whose_transcript_was_never_written_is_a_quiet_no_op(vault
     log = vault.state_dir / "agents.log"
     assert not log.exists() or "no such file" not in log.read_text()
     assert vault.captures.sessions() == []
+
+
+def test_episode_list_with_no_match_says_so_and_stats_counts_one_line(vault, invoke):
+    """`episode list --source nobody` printed nothing at all (was the filter wrong, or the vault empty?), and
+    `stats` said a month file of one episode held "1 lines"."""
+    vault.episodes.append("deploy started", source="user:dev")
+    done = invoke("episode", "list", "--source", "agent:nobody")
+    assert done.exit_code == 0 and done.stdout == ""
+    assert "no episode matches" in done.stderr
+    as_json = invoke("episode", "list", "--source", "agent:nobody", "--json")
+    assert as_json.exit_code == 0 and as_json.stdout == ""  # JSONL for programs: still nothing on stdout
+    stats = invoke("stats")
+    assert stats.exit_code == 0 and ": 1 line," in stats.stdout and "1 lines" not in stats.stdout

@@ -32,6 +32,10 @@ def vector_store_bytes(rows: int, dims: int, width: int = 4) -> int:
     return -(-rows // VEC0_CHUNK_ROWS) * VEC0_CHUNK_ROWS * width * dims
 
 
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
@@ -105,8 +109,8 @@ def vault_stats(root: Path, index_: VaultIndex, episodes: EpisodeLog, config: Co
     if files:
         summary.append("episodes:")
         for f in files:
-            summary.append(f"  {f['path']}: {f['lines']} lines, {_human(f['bytes'])}")
-        summary.append(f"  total: {sum(f['lines'] for f in files)} lines, {_human(sum(f['bytes'] for f in files))}")
+            summary.append(f"  {f['path']}: {_lines(f['lines'])}, {_human(f['bytes'])}")
+        summary.append(f"  total: {_lines(sum(f['lines'] for f in files))}, {_human(sum(f['bytes'] for f in files))}")
     data["summary"] = summary
     return data
 

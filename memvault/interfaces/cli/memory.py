@@ -342,9 +342,12 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
     if start is not None and end is not None and start > end:  # nothing could match: say so instead of nothing
         raise click.UsageError(f"--since ({since}) is after --until ({until}): swap them")
     items = ctx.vault.episodes.list(since=start, until=end, source=source, kind=kind, limit=limit, problems=problems)
-    for e in items:  # streamed line by line: JSONL for agents, one line each for people
+    shown = 0
+    for shown, e in enumerate(items, 1):  # streamed line by line: JSONL for agents, one line each for people
         if as_json:
             echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
             echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+    if not shown and limit != 0:  # said on stderr: stdout stays the (empty) listing
+        echo("memvault: no episode matches", err=True)
     warn(problems)
