@@ -11,6 +11,7 @@ from fake_embedder import fake_vault
 from memvault import Vault
 from memvault.index import matrix, search
 from memvault.index.db import connect
+from memvault.rules.errors import MemvaultError
 
 FACTS = {f"ops/host{i}": f"Host alpha{i} runs the billing service on port {8000 + i}." for i in range(12)}
 FACTS["db/primary"] = "The primary database listens on port 5432 on db1."
@@ -63,3 +64,53 @@ def test_knn_skips_rows_without_a_distance_and_still_returns_k_neighbours(tmp_pa
     assert search.similarities(conn, query, [1, 2, 3], "float32") == pytest.approx({1: 0.995}, abs=1e-3)
     warm = matrix.load(conn, "float32")  # a warm process's scan of the same rows: inf scored above every row
     assert [r for r, _ in warm.top_k(query, ["fact"], 3)] == [1, 4, 6]
+
+
+# ---------------------------------------------------------------------------------------------- a broken model's output
+def _broken(models, how: str):
+    """The fake model, made to give ``how`` for texts holding the word "poison": NaN, inf or all zeros in the row, or
+    rows of fewer dimensions than its identity says (for every text)."""
+    emb = models.instances["fake-hash"]
+    real = type(emb).embed_documents.__get__(emb)
+
+    def embed_documents(texts, batch_size=64):
+        m = real(texts)
+        for i, text in enumerate(texts):
+            if "poison" in text:
+                m[i, :] = {"nan": np.nan, "inf": np.inf, "zero": 0.0}.get(how, m[i, :])
+        return m[:, :16] if how == "dims" else m
+
+    emb.embed_documents = embed_documents
+    return emb
+
+
+@pytest.mark.parametrize("vectors", ["int8", "float32"])
+@pytest.mark.parametrize("how", ["nan", "inf", "zero"])
+def test_a_vector_the_model_gives_without_a_cosine_is_not_stored_and_the_rest_are(vault, models, how, vectors):
+    if vectors == "float32":
+        toml = vault.root / "memvault.toml"
+        toml.write_text(toml.read_text().replace('backend = "sqlite"', 'backend = "sqlite"\nvectors = "float32"'))
+    v = fake_vault(vault, models, FACTS)
+    v.facts.set("bad/one", "A poison text the model cannot embed.")
+    _broken(models, how)
+    report = v.reindex(full=True)
+    assert any("fact:bad/one" in w and "keyword" in w for w in report.warnings), report.warnings
+    conn = v.index.connection()
+    rows = conn.execute("SELECT d.item_id, c.model FROM chunks c JOIN docs d ON d.doc = c.doc").fetchall()
+    assert {i for i, m in rows if m is None} == {"bad/one"}
+    assert conn.execute("SELECT COUNT(*) FROM chunks_vec").fetchone()[0] == len(rows) - 1
+    assert v.recall("poison text", mode="keyword")[0].id == "bad/one"
+    assert _cold(vault, models).recall("primary database port 5432", mode="vector", k=3)[0].id == "db/primary"
+
+
+def test_vectors_of_other_dimensions_than_the_models_identity_fail_the_rebuild_in_one_line(vault, models):
+    v = fake_vault(vault, models, FACTS)
+    before = v.index.current_target()
+    _broken(models, "dims")
+    v.facts.set("new/one", "Something new to embed.")
+    with pytest.raises(MemvaultError, match=r"fake-hash.*16.*32") as caught:
+        v.reindex(full=True)
+    assert "\n" not in str(caught.value)
+    assert v.index.current_target() == before  # the old generation still answers
+    assert sorted(p.name for p in before.parent.glob("index-*.db")) == [before.name]
+    assert _cold(vault, models).recall("primary database port 5432", mode="keyword")[0].id == "db/primary"
