@@ -114,3 +114,44 @@ def test_vectors_of_other_dimensions_than_the_models_identity_fail_the_rebuild_i
     assert v.index.current_target() == before  # the old generation still answers
     assert sorted(p.name for p in before.parent.glob("index-*.db")) == [before.name]
     assert _cold(vault, models).recall("primary database port 5432", mode="keyword")[0].id == "db/primary"
+
+
+# ---------------------------------------------------------------------------------------------- stamps it cannot read
+def _set_meta(v: Vault, key: str, value: str) -> None:
+    target = v.index.current_target()
+    v.close()
+    conn = connect(target)
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+    conn.close()
+
+
+WIDE = '{"name": "fake-hash", "revision": "1", "dims": 16, "query_prefix": "", "max_tokens": 64}'
+
+
+@pytest.mark.parametrize("key, value", [
+    ("vectors", '{"type": "binary"}'),  # a format this memvault does not know (no migration says so)
+    ("vectors", "not json"), ("vectors", "[]"), ("vectors", '{"type": 3}'),
+    ("model", "not json"), ("model", '{"name": "fake-hash"}'), ("model", "[1, 2]"),
+    ("model", WIDE),  # an identity of 16 dimensions over a table of 32
+])
+def test_an_index_whose_stamps_are_unreadable_is_moved_aside_and_rebuilt(vault, models, key, value):
+    v = fake_vault(vault, models, FACTS)
+    damaged = v.index.current_target()
+    _set_meta(v, key, value)
+    again = _cold(vault, models)
+    hits = again.recall("primary database port 5432", k=3)
+    assert hits and hits[0].id == "db/primary"
+    assert any("damaged" in w and damaged.name in w for w in hits.warnings), hits.warnings
+    assert again.index.current_target() != damaged
+    assert list(damaged.parent.glob(damaged.name + ".corrupt-*"))  # kept aside, as a malformed file is
+    assert again.index.identity() is None or again.index.identity().dims == 32
+
+
+def test_stats_of_an_index_whose_stamp_is_unreadable_is_one_line(vault, models, invoke):
+    v = fake_vault(vault, models, FACTS)
+    _set_meta(v, "vectors", '{"type": "binary"}')
+    result = invoke("stats")
+    assert result.exit_code == 1 and "'binary'" in result.output and "moved aside" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert invoke("reindex").exit_code == 0
+    assert invoke("stats").exit_code == 0

@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import ModelUnavailable, SchemaTooNew, SearchIndexError
+from ..rules.errors import IndexDamaged, MemvaultError, ModelUnavailable, SchemaTooNew, SearchIndexError
 from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
                             try_lock)
 from ..rules.timeutil import format_time, index_time, now
 from . import matrix, quantize, search, words
-from .db import MIGRATIONS, SchemaWatch, connect, is_corruption, migrate, transaction, used_bytes
+from .db import MIGRATIONS, SchemaWatch, connect, is_corruption, migrate, summary, transaction, used_bytes
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .freshness import Freshness
 from .listings import EpisodeQuery, FactQuery, Listings, Stale
@@ -162,12 +162,16 @@ class Index(Freshness, Listings):
             conn = connect(target)
             try:
                 applied = migrate(conn, MIGRATIONS)
+                if (problem := quantize.stamp_problem(conn)) is not None:
+                    raise IndexDamaged(f"{target.name} holds {problem}")
             except Exception as exc:
                 conn.close()
                 if isinstance(exc, SchemaTooNew):  # a newer memvault's file: neither damaged nor to be rebuilt
                     raise
                 if is_corruption(exc):
-                    self.quarantine(target, exc)
+                    aside = self.quarantine(target, exc)
+                    raise IndexDamaged(f"{target}: cannot open the index: {exc}; moved aside to "
+                                       f"{aside.name if aside else '-'}: the next sync rebuilds it") from None
                 raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
             if SHRINKING_MIGRATION in applied:
                 with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
@@ -242,7 +246,10 @@ class Index(Freshness, Listings):
         if self._identity is not None and self._identity[0] == version:
             return self._identity[1]
         row = conn.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
-        identity = ModelIdentity.from_dict(json.loads(row[0])) if row else None
+        try:
+            identity = ModelIdentity.from_dict(json.loads(row[0])) if row else None
+        except (ValueError, TypeError, MemvaultError) as exc:  # rewritten since it was opened (and checked)
+            raise IndexDamaged(f"{self._conn_target}: its model identity is unreadable ({exc})") from None
         self._identity = (version, identity)
         return identity
 
@@ -770,31 +777,4 @@ class Index(Freshness, Listings):
         if target is None:
             return {"exists": False, "vector_width": 1 if self.vector_type == "int8" else 4}
         conn = self.connection()
-        kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM docs GROUP BY kind").fetchall())
-        chunks = conn.execute("SELECT COUNT(*), COUNT(model) FROM chunks").fetchone()
-        size = sum(Path(str(target) + s).stat().st_size for s in ("", "-wal") if Path(str(target) + s).exists())
-        identity = self.identity(conn)
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        used = (conn.execute("PRAGMA page_count").fetchone()[0]
-                - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size
-        vec_bytes = None
-        if identity is not None:
-            vec_bytes = conn.execute(
-                "SELECT COALESCE(SUM(LENGTH(vectors)), 0) FROM chunks_vec_vector_chunks00").fetchone()[0]
-        return {
-            "exists": True,
-            "path": str(target),
-            "items": {k: kinds.get(k, 0) for k in KINDS},
-            "chunks": chunks[0],
-            "vectors": chunks[1],
-            "pending_vectors": chunks[0] - chunks[1],
-            "file_bytes": size,
-            "used_bytes": used,
-            "model": identity.to_dict() if identity else None,
-            "vector_store_bytes": vec_bytes,
-            #: bytes a dimension of a stored vector (int8: 1, float32: 4), for projections
-            "vector_width": 1 if (self._format or self.vector_type) == "int8" else 4,
-            # what the relevance scale keeps in meta after a rebuild (~160 KB at 384-d): fixed, not per row
-            "fixed_bytes": conn.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM meta "
-                                        "WHERE key >= 'calibration:' AND key < 'calibration;'").fetchone()[0],
-        }
+        return summary(conn, target, self.identity(conn), self._format or self.vector_type)
