@@ -2,6 +2,7 @@
 that gives vectors no cosine can be taken of, and what a purge must take out of it. Each test failed before its fix."""
 from __future__ import annotations
 
+import json
 import struct
 
 import numpy as np
@@ -155,3 +156,25 @@ def test_stats_of_an_index_whose_stamp_is_unreadable_is_one_line(vault, models, 
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
     assert invoke("reindex").exit_code == 0
     assert invoke("stats").exit_code == 0
+
+
+# ---------------------------------------------------------------------------------------------- purge
+def test_a_purge_takes_the_sources_pieces_out_of_the_relevance_scale_kept_in_the_index(vault, models):
+    """The relevance scale (core.calibration) keeps pieces of the vault's own text in the index's meta: their
+    memories' ids, their vectors (6-word pieces: a vector that close to its words can be turned back into them) and
+    their neighbours' ids. A purge left the purged memories there."""
+    v = fake_vault(vault, models, FACTS)
+    ids = [v.episodes.append(f"The zanzibarquokka payload {i} from a bad page.", source="web:evil.example").id
+           for i in range(30)]
+    v.reindex()
+    pieces = json.loads(v.index.meta_get("calibration:fragments"))
+    assert set(ids) & {s.split(":", 1)[1] for s in pieces["sources"]}  # measured with them
+    v.purge("web:evil.example", source="user:t")
+    v.close()
+    for path in v.index.dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert not [i for i in ids if i.encode() in data], path
+    again = _cold(vault, models)
+    assert again.recall("primary database port 5432", k=3)[0].id == "db/primary"  # measured again
+    assert "zanzibarquokka" not in (again.index.meta_get("calibration:fragments") or "")

@@ -53,6 +53,8 @@ _GENERATION = re.compile(r"index-\d+\.db")
 _GENERATION_FILE = re.compile(r"(index-\d+\.db)(?:-wal|-shm|-journal)?")
 #: The migration after which the file is compacted once (it frees about a tenth of it).
 SHRINKING_MIGRATION = "0005_index_text_once"
+#: The rows of ``meta`` measured on the vault's text (the relevance scale and the pieces it was measured with).
+MEASURED_SQL = "DELETE FROM meta WHERE key = 'calibration' OR (key >= 'calibration:' AND key < 'calibration;')"
 #: A sync that rewrites at least this many docs merges the keyword index afterwards.
 OPTIMIZE_AFTER = 1000
 #: Files a rebuild reads and writes per transaction while the model encodes the previous ones.
@@ -739,7 +741,9 @@ class Index(Freshness, Listings):
         """After a purge: no generation left that ``index.db`` does not point at (a ``reindex --full`` killed
         part-way leaves one, -wal and -shm with it, holding the text as it was), then merge the keyword index
         (deleted terms leave its segments) and truncate the WAL, so removed text is gone from the file and not only
-        unlinked (``secure_delete`` zeroes freed pages). A rebuild running meanwhile is waited for."""
+        unlinked (``secure_delete`` zeroes freed pages). What the relevance scale measured on the vault's text (its
+        pieces, their vectors and their memories' ids, :mod:`memvault.core.calibration`) goes too: the next recall
+        measures it again. A rebuild running meanwhile is waited for."""
         if not self.dir.is_dir():
             return
         with locked(self.dir / "locks" / "rebuild.lock"):
@@ -747,6 +751,8 @@ class Index(Freshness, Listings):
         if not self.exists():
             return
         conn = self.connection()
+        with transaction(conn):  # the relevance scale keeps pieces of the vault's text: measured again when asked
+            conn.execute(MEASURED_SQL)
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
