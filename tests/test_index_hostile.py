@@ -12,7 +12,7 @@ from fake_embedder import fake_vault
 from memvault import Vault
 from memvault.index import matrix, search
 from memvault.index.db import connect
-from memvault.rules.errors import MemvaultError
+from memvault.rules.errors import MemvaultError, PurgeIncomplete
 
 FACTS = {f"ops/host{i}": f"Host alpha{i} runs the billing service on port {8000 + i}." for i in range(12)}
 FACTS["db/primary"] = "The primary database listens on port 5432 on db1."
@@ -178,3 +178,25 @@ def test_a_purge_takes_the_sources_pieces_out_of_the_relevance_scale_kept_in_the
     again = _cold(vault, models)
     assert again.recall("primary database port 5432", k=3)[0].id == "db/primary"  # measured again
     assert "zanzibarquokka" not in (again.index.meta_get("calibration:fragments") or "")
+
+
+def test_a_purge_that_cannot_empty_the_wal_says_so_and_a_full_reindex_finishes_it(vault, models):
+    """Another process reading the index (a warm process's long read, a listing streamed by the web view) keeps the
+    write-ahead log from being emptied: the purged text stayed in the -wal file and the purge said nothing."""
+    v = fake_vault(vault, models, FACTS)
+    for i in range(5):
+        v.episodes.append(f"The zanzibarquokka payload {i} from a bad page.", source="web:evil.example")
+    v.recall("zanzibarquokka", mode="keyword")
+    reader = connect(v.index.current_target())
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM docs").fetchone()  # holds its snapshot
+    v.index.connection().execute("PRAGMA busy_timeout = 200")  # not 30 s of waiting for the reader in a test
+    with pytest.raises(PurgeIncomplete, match="index.*reading"):
+        v.purge("web:evil.example", source="user:t")
+    reader.execute("COMMIT")
+    reader.close()
+    v.reindex(full=True)
+    v.close()
+    for path in v.index.dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert b"zanzibarquokka" not in path.read_bytes(), path

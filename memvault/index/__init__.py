@@ -754,7 +754,9 @@ class Index(Freshness, Listings):
         with transaction(conn):  # the relevance scale keeps pieces of the vault's text: measured again when asked
             conn.execute(MEASURED_SQL)
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # busy: the log keeps what it held
+            raise SearchIndexError(f"{self._conn_target}: another process is reading the index, so its "
+                                   "write-ahead log (which may hold the removed text) could not be emptied")
 
     def scan(self) -> dict[str, tuple[str, int, int, int]]:
         return scan(self.sources)
