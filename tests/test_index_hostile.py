@@ -200,3 +200,21 @@ def test_a_purge_that_cannot_empty_the_wal_says_so_and_a_full_reindex_finishes_i
     for path in v.index.dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert b"zanzibarquokka" not in path.read_bytes(), path
+
+
+# ---------------------------------------------------------------------------------------------- text SQLite cuts short
+def test_words_after_a_nul_byte_are_searched_by_keywords_and_by_meaning(vault, models):
+    """SQLite's text functions stop at a NUL: the chunk's text (substr of the body) that FTS5 indexed and the model
+    embedded ended there, and every word after it was unsearchable, with no problem reported."""
+    v = fake_vault(vault, models, FACTS)
+    (vault.root / "facts" / "odd").mkdir()
+    (vault.root / "facts" / "odd" / "nul.md").write_bytes(b"---\nsource: user:t\n---\nThe nul\x00 byte fact about "
+                                                          b"zebracrossing.\n")
+    with (vault.root / "episodes" / "2026-11.jsonl").open("w") as f:
+        f.write(json.dumps({"id": "01M96P8RPE04ZPF4JVBA1FNR92", "created_at": "2026-11-01T00:00:00Z",
+                            "source": "user:t", "kind": "raw", "text": "a turn\u0000 about quagganfish"}) + "\n")
+    v.reindex()
+    assert [h.id for h in v.recall("zebracrossing", mode="keyword")] == ["odd/nul"]
+    assert [h.id for h in v.recall("quagganfish", mode="keyword")] == ["01M96P8RPE04ZPF4JVBA1FNR92"]
+    embedded = models.instances["fake-hash"].texts
+    assert any("zebracrossing" in t for t in embedded) and any("quagganfish" in t for t in embedded)
