@@ -218,3 +218,21 @@ def test_words_after_a_nul_byte_are_searched_by_keywords_and_by_meaning(vault, m
     assert [h.id for h in v.recall("quagganfish", mode="keyword")] == ["01M96P8RPE04ZPF4JVBA1FNR92"]
     embedded = models.instances["fake-hash"].texts
     assert any("zebracrossing" in t for t in embedded) and any("quagganfish" in t for t in embedded)
+
+
+# ---------------------------------------------------------------------------------------------- months of state
+def test_damaged_copies_set_aside_do_not_pile_up_in_the_state_directory(vault, models):
+    """Each damaged generation was moved aside whole (``index-<n>.db.corrupt-<t>``: the vault's text, at full size)
+    and kept for ever: a disk that keeps failing filled the state directory. The newest copy is kept."""
+    v = fake_vault(vault, models, FACTS)
+    state = v.index.dir
+    (state / "state.db.corrupt-1").write_bytes(b"not the index's")  # another store's copy: not the index's to drop
+    for _ in range(3):
+        target = v.index.current_target()
+        v.close()
+        target.write_bytes(b"\0garbage" * 4096)
+        v = _cold(vault, models)
+        assert v.recall("primary database port 5432", mode="keyword")[0].id == "db/primary"
+    copies = sorted(state.glob("index-*.db.corrupt-*"))
+    assert [p.name.split(".corrupt-")[0] for p in copies] == [target.name]
+    assert (state / "state.db.corrupt-1").exists()

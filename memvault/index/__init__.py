@@ -215,7 +215,8 @@ class Index(Freshness, Listings):
         self._schema.reset()
 
     def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
-        """Move a damaged generation aside (``index-<n>.db.corrupt``) so the next sync rebuilds; returns where."""
+        """Move a damaged generation aside (``index-<n>.db.corrupt-<t>``, the only such copy kept) so the next sync
+        rebuilds; returns where."""
         target = target or self.current_target()
         self.close()
         if target is None:
@@ -223,6 +224,10 @@ class Index(Freshness, Listings):
         aside = target.with_name(target.name + f".corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
             replace(target, aside)
+        for older in self.dir.glob("index-*.db.corrupt-*"):  # the newest copy is kept: a failing disk fills no folder
+            if older != aside and _GENERATION.fullmatch(older.name.split(".corrupt-")[0]):
+                with contextlib.suppress(OSError, MemvaultError):  # a folder there: left, as purge leaves it
+                    remove(older)
         for suffix in ("-wal", "-shm"):
             remove(Path(str(target) + suffix))
         if self.link.is_symlink():
