@@ -236,3 +236,41 @@ def test_damaged_copies_set_aside_do_not_pile_up_in_the_state_directory(vault, m
     copies = sorted(state.glob("index-*.db.corrupt-*"))
     assert [p.name.split(".corrupt-")[0] for p in copies] == [target.name]
     assert (state / "state.db.corrupt-1").exists()
+
+
+# ---------------------------------------------------------------------------------------------- two models
+@pytest.mark.parametrize("dims", [16, 32])
+def test_a_generation_of_another_model_swapped_in_during_a_recall_is_never_searched_with_its_query(vault, models,
+                                                                                                  dims):
+    """A warm process's recall checked the index's model once, at its start; another process's `reindex` with
+    another model swapped its generation in while the recall ran (its freshness check is the moment): the query's
+    vector of one model was then scored against the other's vectors (an ONNX shape error at 16 dimensions, a silent
+    nonsense ranking at 32)."""
+    from fake_embedder import set_model
+
+    from memvault.index.update import SyncReport
+
+    models.dims["fake-other"] = dims
+    v = fake_vault(vault, models, FACTS)
+    v.recall("warm up the matrix")
+    v.recall("and the postings")
+    real = v.index.refresh_later
+
+    def refresh_later(interval=30.0):
+        finish = real(interval)
+
+        def swapped_meanwhile():
+            set_model(vault.root, "fake-other")
+            other = Vault.open(vault.root, embedder_factory=models)
+            other.reindex(full=True)
+            other.close()
+            set_model(vault.root, "fake-hash")
+            report = finish() or SyncReport()
+            report.files_changed += 1
+            return report
+        return swapped_meanwhile
+
+    v.index.refresh_later = refresh_later
+    hits = v.recall("primary database port 5432", k=3)
+    assert hits.mode == "keyword" and hits[0].id == "db/primary"
+    assert any("fake-other" in w for w in hits.warnings), hits.warnings
