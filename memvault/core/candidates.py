@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..models.base import query_job
+from ..rules.freshness import stored_time
+from ..rules.validation import MAX_FUTURE
 from ..rules.workers import pool
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+    from datetime import datetime
 
     from ..index.protocol import VaultIndex
     from ..models.base import Embedder
@@ -528,3 +531,17 @@ def _feedback(parts: Parts, query: str, kinds: Sequence[str], n: int, out: dict[
     for key, value in gain.items():
         if key in out:
             out[key].relevance = min(1.0, out[key].relevance + weight * value)
+
+
+def recency(stamp: str | None, last_use: datetime | None, current: datetime, half_life: float) -> float:
+    """0.5 ** (age / half_life) of the later of the memory's time and its last use. A time further in the future
+    than clock skew allows (a line placed by hand, written before that was refused, or from a host whose clock is
+    wrong) is not believed: it would keep recency 1.0 for ever."""
+    written = stored_time(stamp)
+    if written is not None and written > current + MAX_FUTURE:
+        written = None
+    times = [t for t in (written, last_use) if t is not None]
+    if not times:
+        return 0.0
+    age = max(0.0, (current - max(times)).total_seconds())
+    return 0.5 ** (age / half_life)

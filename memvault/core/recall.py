@@ -56,16 +56,16 @@ from ..rules import timeq
 from ..rules.config import FACTORS
 from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultError, ModelUnavailable
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
-from .candidates import Candidate, Parts, QueryVector, gather, vector_width  # noqa: F401 - Parts is recall's API
+from .candidates import Candidate, Parts, QueryVector, gather, recency, vector_width  # noqa: F401 - Parts is recall's API
 from . import windows
 from .contradictions import superseded_by
 from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
-from ..rules.freshness import stale_doc_reason, stored_time
+from ..rules.freshness import stale_doc_reason
 from ..rules.timeutil import format_time, index_time, now, parse_time, parse_time_or_age, shown_time
 from ..rules.trust import Policy
-from ..rules.validation import MAX_FUTURE, vault_paths
+from ..rules.validation import vault_paths
 
 if TYPE_CHECKING:
     from ..index.update import SyncReport
@@ -194,7 +194,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         finish = None
     if embedder is not None and sync:
         _embed_pending(parts, embedder, warnings)
-    if not (index.exists() and index.identity() is not None):
+    if not (index.exists() and _same_model(parts, embedder, warnings)):
         qvec = None
     if qvec is not None:
         qvec.bind(index.vector_search(kinds, vector_width(parts, k)))
@@ -220,7 +220,7 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
         if embedder is not None:
             _embed_pending(parts, embedder, warnings)
         vector = None
-        if embedder is not None and index.identity() is not None:  # the first vectors may have come with the sync
+        if embedder is not None and _same_model(parts, embedder, warnings):  # the first vectors may have come now
             vector = qvec.vector() if qvec is not None else embedder.embed_query(search_query)
         used_mode = mode if vector is not None else "keyword"
         evidence.clear()
@@ -237,6 +237,8 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
             warnings += changed.warnings
             if embedder is not None:
                 index.embed(embedder, limit=settings.embed_at_recall)
+            if used_mode != "keyword" and not _same_model(parts, embedder, warnings):
+                used_mode, qvec = "keyword", None
             ranked, why = _rank(parts, search_query, k, kinds, used_mode,
                                 qvec.vector() if isinstance(qvec, QueryVector) else qvec, window, floor,
                                 min_relevance, calibration, evidence, holder)
@@ -321,6 +323,16 @@ def _embedder(parts: Parts, mode: str, warnings: list[str]) -> Any:
                         f"the index's {identity.name}@{identity.revision[:12]}: keyword-only until 'memvault reindex'")
         return None
     return embedder
+
+
+def _same_model(parts: Parts, embedder: Any, warnings: list[str]) -> bool:
+    """Whether the index (its generation now: another process's reindex may have swapped one of another model in
+    since this recall began) holds vectors of ``embedder``'s model, the one its query vector is of; if not, said."""
+    identity = parts.index.identity()
+    if identity is None or embedder is None or embedder.identity.same_vectors(identity):
+        return identity is not None
+    warnings.append(f"the index was rebuilt with {identity.name} during this recall: keyword-only results")
+    return False
 
 
 def _calibration(parts: Parts, embedder: Any, warnings: list[str]) -> tuple[Calibration | None, Any]:
@@ -614,7 +626,7 @@ class _Factors:
             factors = {
                 "importance": float(doc["importance"]),
                 "confidence": float(doc["confidence"]),
-                "recency": _recency(doc.get("updated") or doc.get("created"), last_use, current, settings.half_life),
+                "recency": recency(doc.get("updated") or doc.get("created"), last_use, current, settings.half_life),
                 "frequency": min(1.0, math.log1p(count) / math.log1p(settings.frequency_cap)),
             }
             stale, penalty = None, 0.0
@@ -646,20 +658,6 @@ def _score(parts: Parts, candidates: Any, factors: _Factors | None = None) -> No
         found, c.stale, penalty = factors.of[c.key]
         c.factors = {"relevance": c.relevance, **found}
         c.score = (w_rel * (c.relevance - penalty) + band * sum(weights[f] * found[f] for f in others)) / norm
-
-
-def _recency(stamp: str | None, last_use: datetime | None, current: datetime, half_life: float) -> float:
-    """0.5 ** (age / half_life) of the later of the memory's time and its last use. A time further in the future
-    than clock skew allows (a line placed by hand, written before that was refused, or from a host whose clock is
-    wrong) is not believed: it would keep recency 1.0 for ever."""
-    written = stored_time(stamp)
-    if written is not None and written > current + MAX_FUTURE:
-        written = None
-    times = [t for t in (written, last_use) if t is not None]
-    if not times:
-        return 0.0
-    age = max(0.0, (current - max(times)).total_seconds())
-    return 0.5 ** (age / half_life)
 
 
 def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, warnings: list[str]) -> RecallResult:

@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import ModelUnavailable, SchemaTooNew, SearchIndexError
+from ..rules.errors import IndexDamaged, MemvaultError, ModelUnavailable, SchemaTooNew, SearchIndexError
 from ..rules.fsutil import (drop_links, ensure_dir, locked, remove, replace, replace_with_link, temp_dir,
                             try_lock)
 from ..rules.timeutil import format_time, index_time, now
 from . import matrix, quantize, search, words
-from .db import MIGRATIONS, SchemaWatch, connect, is_corruption, migrate, transaction, used_bytes
+from .db import MIGRATIONS, SchemaWatch, connect, is_corruption, migrate, summary, transaction, used_bytes
 from .documents import CHUNK_OVERLAP, KINDS, Doc, Sources, cut, read_docs
 from .freshness import Freshness
 from .listings import EpisodeQuery, FactQuery, Listings, Stale
@@ -53,6 +53,8 @@ _GENERATION = re.compile(r"index-\d+\.db")
 _GENERATION_FILE = re.compile(r"(index-\d+\.db)(?:-wal|-shm|-journal)?")
 #: The migration after which the file is compacted once (it frees about a tenth of it).
 SHRINKING_MIGRATION = "0005_index_text_once"
+#: The rows of ``meta`` measured on the vault's text (the relevance scale and the pieces it was measured with).
+MEASURED_SQL = "DELETE FROM meta WHERE key = 'calibration' OR (key >= 'calibration:' AND key < 'calibration;')"
 #: A sync that rewrites at least this many docs merges the keyword index afterwards.
 OPTIMIZE_AFTER = 1000
 #: Files a rebuild reads and writes per transaction while the model encodes the previous ones.
@@ -162,12 +164,16 @@ class Index(Freshness, Listings):
             conn = connect(target)
             try:
                 applied = migrate(conn, MIGRATIONS)
+                if (problem := quantize.stamp_problem(conn)) is not None:
+                    raise IndexDamaged(f"{target.name} holds {problem}")
             except Exception as exc:
                 conn.close()
                 if isinstance(exc, SchemaTooNew):  # a newer memvault's file: neither damaged nor to be rebuilt
                     raise
                 if is_corruption(exc):
-                    self.quarantine(target, exc)
+                    aside = self.quarantine(target, exc)
+                    raise IndexDamaged(f"{target}: cannot open the index: {exc}; moved aside to "
+                                       f"{aside.name if aside else '-'}: the next sync rebuilds it") from None
                 raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
             if SHRINKING_MIGRATION in applied:
                 with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
@@ -209,7 +215,8 @@ class Index(Freshness, Listings):
         self._schema.reset()
 
     def quarantine(self, target: Path | None = None, error: BaseException | None = None) -> Path | None:
-        """Move a damaged generation aside (``index-<n>.db.corrupt``) so the next sync rebuilds; returns where."""
+        """Move a damaged generation aside (``index-<n>.db.corrupt-<t>``, the only such copy kept) so the next sync
+        rebuilds; returns where."""
         target = target or self.current_target()
         self.close()
         if target is None:
@@ -217,6 +224,10 @@ class Index(Freshness, Listings):
         aside = target.with_name(target.name + f".corrupt-{time.time_ns()}")
         with contextlib.suppress(FileNotFoundError):
             replace(target, aside)
+        for older in self.dir.glob("index-*.db.corrupt-*"):  # the newest copy is kept: a failing disk fills no folder
+            if older != aside and _GENERATION.fullmatch(older.name.split(".corrupt-")[0]):
+                with contextlib.suppress(OSError, MemvaultError):  # a folder there: left, as purge leaves it
+                    remove(older)
         for suffix in ("-wal", "-shm"):
             remove(Path(str(target) + suffix))
         if self.link.is_symlink():
@@ -242,7 +253,10 @@ class Index(Freshness, Listings):
         if self._identity is not None and self._identity[0] == version:
             return self._identity[1]
         row = conn.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
-        identity = ModelIdentity.from_dict(json.loads(row[0])) if row else None
+        try:
+            identity = ModelIdentity.from_dict(json.loads(row[0])) if row else None
+        except (ValueError, TypeError, MemvaultError) as exc:  # rewritten since it was opened (and checked)
+            raise IndexDamaged(f"{self._conn_target}: its model identity is unreadable ({exc})") from None
         self._identity = (version, identity)
         return identity
 
@@ -732,7 +746,9 @@ class Index(Freshness, Listings):
         """After a purge: no generation left that ``index.db`` does not point at (a ``reindex --full`` killed
         part-way leaves one, -wal and -shm with it, holding the text as it was), then merge the keyword index
         (deleted terms leave its segments) and truncate the WAL, so removed text is gone from the file and not only
-        unlinked (``secure_delete`` zeroes freed pages). A rebuild running meanwhile is waited for."""
+        unlinked (``secure_delete`` zeroes freed pages). What the relevance scale measured on the vault's text (its
+        pieces, their vectors and their memories' ids, :mod:`memvault.core.calibration`) goes too: the next recall
+        measures it again. A rebuild running meanwhile is waited for."""
         if not self.dir.is_dir():
             return
         with locked(self.dir / "locks" / "rebuild.lock"):
@@ -740,8 +756,12 @@ class Index(Freshness, Listings):
         if not self.exists():
             return
         conn = self.connection()
+        with transaction(conn):  # the relevance scale keeps pieces of the vault's text: measured again when asked
+            conn.execute(MEASURED_SQL)
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # busy: the log keeps what it held
+            raise SearchIndexError(f"{self._conn_target}: another process is reading the index, so its "
+                                   "write-ahead log (which may hold the removed text) could not be emptied")
 
     def scan(self) -> dict[str, tuple[str, int, int, int]]:
         return scan(self.sources)
@@ -770,31 +790,4 @@ class Index(Freshness, Listings):
         if target is None:
             return {"exists": False, "vector_width": 1 if self.vector_type == "int8" else 4}
         conn = self.connection()
-        kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM docs GROUP BY kind").fetchall())
-        chunks = conn.execute("SELECT COUNT(*), COUNT(model) FROM chunks").fetchone()
-        size = sum(Path(str(target) + s).stat().st_size for s in ("", "-wal") if Path(str(target) + s).exists())
-        identity = self.identity(conn)
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        used = (conn.execute("PRAGMA page_count").fetchone()[0]
-                - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size
-        vec_bytes = None
-        if identity is not None:
-            vec_bytes = conn.execute(
-                "SELECT COALESCE(SUM(LENGTH(vectors)), 0) FROM chunks_vec_vector_chunks00").fetchone()[0]
-        return {
-            "exists": True,
-            "path": str(target),
-            "items": {k: kinds.get(k, 0) for k in KINDS},
-            "chunks": chunks[0],
-            "vectors": chunks[1],
-            "pending_vectors": chunks[0] - chunks[1],
-            "file_bytes": size,
-            "used_bytes": used,
-            "model": identity.to_dict() if identity else None,
-            "vector_store_bytes": vec_bytes,
-            #: bytes a dimension of a stored vector (int8: 1, float32: 4), for projections
-            "vector_width": 1 if (self._format or self.vector_type) == "int8" else 4,
-            # what the relevance scale keeps in meta after a rebuild (~160 KB at 384-d): fixed, not per row
-            "fixed_bytes": conn.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM meta "
-                                        "WHERE key >= 'calibration:' AND key < 'calibration;'").fetchone()[0],
-        }
+        return summary(conn, target, self.identity(conn), self._format or self.vector_type)

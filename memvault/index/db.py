@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.errors import SearchIndexError, UnsafePath
+from ..rules.errors import IndexDamaged, SearchIndexError, UnsafePath
 from ..rules.fsutil import sqlite_path
 from ..rules.migrations import SchemaWatch, Step, migrate, statements, transaction
 
@@ -393,6 +393,37 @@ def used_bytes(conn: sqlite3.Connection) -> int:
                 - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size)
 
 
+def summary(conn: sqlite3.Connection, target: Path, identity: Any, vectors: str) -> dict[str, Any]:
+    """What ``stats`` shows of the index ``target`` open on ``conn``: its counts, sizes and model (``identity``, a
+    :class:`memvault.models.base.ModelIdentity` or None), its vectors stored as ``vectors`` (int8 or float32)."""
+    from .documents import KINDS
+
+    kinds = dict(conn.execute("SELECT kind, COUNT(*) FROM docs GROUP BY kind").fetchall())
+    chunks = conn.execute("SELECT COUNT(*), COUNT(model) FROM chunks").fetchone()
+    size = sum(Path(str(target) + s).stat().st_size for s in ("", "-wal") if Path(str(target) + s).exists())
+    vec_bytes = None
+    if identity is not None:
+        vec_bytes = conn.execute(
+            "SELECT COALESCE(SUM(LENGTH(vectors)), 0) FROM chunks_vec_vector_chunks00").fetchone()[0]
+    return {
+        "exists": True,
+        "path": str(target),
+        "items": {k: kinds.get(k, 0) for k in KINDS},
+        "chunks": chunks[0],
+        "vectors": chunks[1],
+        "pending_vectors": chunks[0] - chunks[1],
+        "file_bytes": size,
+        "used_bytes": used_bytes(conn),
+        "model": identity.to_dict() if identity else None,
+        "vector_store_bytes": vec_bytes,
+        #: bytes a dimension of a stored vector (int8: 1, float32: 4), for projections
+        "vector_width": 1 if vectors == "int8" else 4,
+        # what the relevance scale keeps in meta after a rebuild (~160 KB at 384-d): fixed, not per row
+        "fixed_bytes": conn.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM meta "
+                                    "WHERE key >= 'calibration:' AND key < 'calibration;'").fetchone()[0],
+    }
+
+
 def sqlite_module() -> Any:
     """A DB-API sqlite module that can load extensions: the stdlib one when it can, else pysqlite3/sqlean.
 
@@ -455,6 +486,8 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def is_corruption(exc: BaseException) -> bool:
     """Whether a database error means the file is damaged (as opposed to busy or misused)."""
+    if isinstance(exc, IndexDamaged):
+        return True
     text = str(exc).lower()
     return any(word in text for word in ("malformed", "not a database", "file is encrypted", "database corrupt"))
 
@@ -469,4 +502,4 @@ def batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 __all__ = ["MIGRATIONS", "sqlite_module", "vec_extension_path", "connect", "is_corruption", "migrate", "transaction",
-           "SchemaWatch", "used_bytes", "marks", "batches"]
+           "SchemaWatch", "used_bytes", "summary", "marks", "batches"]

@@ -152,7 +152,22 @@ def procedure_doc(name: str, data: bytes, path: Path, rel: str, mtime: float) ->
     return Doc("procedure", name, rel, header, text, 0.5, 1.0, None, stamp, stamp, meta=meta)
 
 
+#: What the index holds in place of a NUL: SQLite's text functions (``substr``, which cuts a chunk's text out of
+#: its doc's body for FTS5 and the model) stop at the first NUL, and every word after it went unsearchable.
+NUL_STANDIN = "\ufffd"
+
+
 def read_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, start: int = 0,
+              data: bytes | None = None, previous: Callable[[str | None], Sequence[Doc]] | None = None) -> list[Doc]:
+    """:func:`file_docs`, a NUL in a doc's text or header held as :data:`NUL_STANDIN`."""
+    docs = file_docs(sources, rel, kind, problems, start=start, data=data, previous=previous)
+    for doc in docs:
+        if "\x00" in doc.body or "\x00" in doc.header:
+            doc.body, doc.header = doc.body.replace("\x00", NUL_STANDIN), doc.header.replace("\x00", NUL_STANDIN)
+    return docs
+
+
+def file_docs(sources: Sources, rel: str, kind: str, problems: list[str], *, start: int = 0,
               data: bytes | None = None, previous: Callable[[str | None], Sequence[Doc]] | None = None) -> list[Doc]:
     """The docs of one vault file (from byte ``start`` of an episode file), read from disk or, with ``data``, from
     those bytes (a file as a git commit holds it). A file that cannot be read, is too large, or is a symlink out of

@@ -85,8 +85,11 @@ class VectorMatrix:
         if min(limit, len(self)) <= 0:
             return [], None
         whole = scores = self.scores(vector)
+        keep = np.isfinite(scores)  # a float32 row of NaN or inf (a damaged page) has no cosine: no neighbour
         if set(kinds) != set(KINDS):
-            scores = np.where(np.isin(self.kinds, list(kinds)), scores, -np.inf)
+            keep &= np.isin(self.kinds, list(kinds))
+        if not keep.all():
+            scores = np.where(keep, scores, -np.inf)
         k = min(limit, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]

@@ -127,6 +127,29 @@ def stored(conn: sqlite3.Connection) -> str | None:
     return "int8" if "int8[" in sql[0] else "float32"
 
 
+def stamp_problem(conn: sqlite3.Connection) -> str | None:
+    """What in the index's stamps this memvault cannot have written, or None: the vectors' format (a JSON object
+    naming one of :data:`VECTOR_TYPES`), the model identity, and the vector table declared as both say (its
+    width the model's). A newer memvault that stores vectors otherwise says so by a migration, refused before this
+    (:class:`memvault.rules.errors.SchemaTooNew`); what is left is damage."""
+    from ..models.base import ModelIdentity
+    from ..rules.errors import MemvaultError
+
+    meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, 'model')", (META_KEY,)).fetchall())
+    try:
+        found = json.loads(meta[META_KEY]) if META_KEY in meta else None
+        identity = ModelIdentity.from_dict(json.loads(meta["model"])) if "model" in meta else None
+    except (ValueError, TypeError, AttributeError, MemvaultError) as exc:
+        return f"a stamp it cannot read ({exc})"
+    kind = found.get("type") if isinstance(found, dict) else found
+    if found is not None and kind not in VECTOR_TYPES:
+        return f"vectors stored as {kind!r}, which memvault never writes"
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+    if identity is not None and sql is not None and column(stored(conn) or DEFAULT_TYPE, identity.dims) not in sql[0]:
+        return f"a vector table that is not {column(stored(conn) or DEFAULT_TYPE, identity.dims)} as its model says"
+    return None
+
+
 def stamp(conn: sqlite3.Connection, kind: str) -> None:
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps({"type": kind})))
 
@@ -162,4 +185,4 @@ def to_int8(conn: sqlite3.Connection, dims: int) -> int:
 
 
 __all__ = ["VECTOR_TYPES", "DEFAULT_TYPE", "META_KEY", "column", "param", "int8_blob", "int8_matrix", "vector_blob", "encode",
-           "decode", "stored", "stamp", "create_table", "to_int8"]
+           "decode", "stored", "stamp_problem", "stamp", "create_table", "to_int8"]

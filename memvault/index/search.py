@@ -218,11 +218,26 @@ def vector_sql(kinds: Sequence[str], kind: str = "int8") -> str:
 
 def knn(conn: sqlite3.Connection, vector: Any, kinds: Sequence[str], limit: int,
         kind: str = "int8") -> list[tuple[int, float]]:
-    """(chunk rowid, cosine similarity) best first, from sqlite-vec's KNN (the query quantized as the rows are)."""
+    """(chunk rowid, cosine similarity) best first, from sqlite-vec's KNN (the query quantized as the rows are).
+
+    A row sqlite-vec has no cosine for (all zeros, NaN or inf: a damaged page, a broken model's output) comes back
+    with a NULL distance, sorted among the neighbours: it is no neighbour and is left out, and the neighbours it
+    took the place of are asked for again."""
     filtered = set(kinds) != set(KINDS)
     blob = encode_vector(kind, vector)
-    params: tuple[Any, ...] = (blob, min(limit, VEC_K_MAX), *kinds) if filtered else (blob, min(limit, VEC_K_MAX))
-    return [(r[0], 1.0 - r[1]) for r in conn.execute(vector_sql(kinds, kind), params)]
+    want = k = min(limit, VEC_K_MAX)
+    while True:
+        rows = conn.execute(vector_sql(kinds, kind), (blob, k, *kinds) if filtered else (blob, k)).fetchall()
+        found = [(r[0], 1.0 - r[1]) for r in rows if _distance(r[1])]
+        if len(found) >= want or len(rows) < k or k >= VEC_K_MAX:
+            found.sort(key=lambda r: -r[1])
+            return found[:want]
+        k = min(VEC_K_MAX, k + len(rows) - len(found))
+
+
+def _distance(value: Any) -> bool:
+    """Whether sqlite-vec gave a distance (not NULL, not NaN)."""
+    return value is not None and value == value
 
 
 def similarities_sql(n: int, kind: str = "int8") -> str:
@@ -236,7 +251,8 @@ def similarities(conn: sqlite3.Connection, vector: Any, rowids: Sequence[int], k
     blob = encode_vector(kind, vector)
     for batch in batches(list(rowids), 500):
         for rowid, distance in conn.execute(similarities_sql(len(batch), kind), (blob, *batch)):
-            out[rowid] = 1.0 - distance
+            if _distance(distance):  # a row without a cosine (see knn) has none here either
+                out[rowid] = 1.0 - distance
     return out
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..rules.errors import MemvaultError
+from ..rules.errors import MemvaultError, ModelUnavailable
 from .db import CHUNK_TEXT, connect, marks, transaction
 from .documents import Doc, Splitter, chunk_rows, chunk_text, context_ids, cut_spans, resolve_context
 from .quantize import DEFAULT_TYPE, encode, param, stored
@@ -159,6 +159,8 @@ def write_vectors(conn: sqlite3.Connection, model: int, rows: Sequence[Row], vec
 def _vectors(embedder: Embedder, identity: ModelIdentity, texts: list[str], cache: VectorCache | None,
              report: SyncReport) -> dict[str, bytes]:
     """text -> vector bytes: from the cache where it has them, embedded (and given to the cache) otherwise."""
+    import numpy as np
+
     found: dict[str, bytes] = {}
     if cache is not None:
         try:
@@ -166,10 +168,18 @@ def _vectors(embedder: Embedder, identity: ModelIdentity, texts: list[str], cach
         except MemvaultError as exc:  # the shared cache is a saving, never a reason to fail
             report.warnings.append(f"embedding cache unavailable ({exc}); embedding here")
             cache = None
+        # another host's row: taken only when it is a vector of this model's width that has a cosine
+        found = {t: b for t, b in found.items() if len(b) == 4 * identity.dims
+                 and usable(np.frombuffer(b, dtype=np.float32)[None, :])[0]}
     todo = sorted({t for t in texts if t not in found}, key=len)  # similar lengths in one batch pad less
     if todo:
-        matrix = embedder.embed_documents(todo)
-        made = {t: vector_blob(v) for t, v in zip(todo, matrix)}
+        matrix = np.asarray(embedder.embed_documents(todo), dtype=np.float32)
+        if matrix.shape != (len(todo), identity.dims):
+            raise ModelUnavailable(embedder.identity.name, f"it gave vectors of shape {matrix.shape} for "
+                                   f"{len(todo)} texts where its identity says {identity.dims} dimensions; "
+                                   "nothing was stored")
+        # a row of NaN, inf or zeros has no cosine: not stored, its chunk stays pending (embed_pending says so)
+        made = {t: vector_blob(v) for t, v, ok in zip(todo, matrix, usable(matrix)) if ok}
         found.update(made)
         report.chunks_embedded += len(made)
         if cache is not None:
@@ -179,6 +189,28 @@ def _vectors(embedder: Embedder, identity: ModelIdentity, texts: list[str], cach
                 report.warnings.append(f"embedding cache not updated ({exc})")
     report.chunks_from_cache += len(texts) - len(todo)
     return found
+
+
+def usable(matrix: Any) -> Any:
+    """Which rows of a float32 matrix have a cosine: finite, and not all zeros (a boolean per row)."""
+    import numpy as np
+
+    return np.isfinite(matrix).all(axis=1) & (np.abs(matrix).max(axis=1, initial=0.0) > 0)
+
+
+def _unusable(conn: sqlite3.Connection, rows: list[Row], vectors: dict[str, bytes], model: str,
+              report: SyncReport) -> list[Row]:
+    """The rows whose vectors (or whose context's) the model did not give (:func:`usable`), and a warning naming
+    their memories; they stay pending, found by keywords only."""
+    bad = [r for r in rows if r[2] not in vectors or (r[3] and with_context(r[2], r[3]) not in vectors)]
+    if bad:
+        items = sorted({f"{k}:{i}" for k, i in conn.execute(
+            f"SELECT d.kind, d.item_id FROM chunks c JOIN docs d ON d.doc = c.doc WHERE c.rowid IN ({marks(bad)})",
+            [r[0] for r in bad])})
+        shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+        report.warnings.append(f"the model {model} gave no usable vector (NaN, inf or all zeros) for {shown}: "
+                               "found by keywords only")
+    return bad
 
 
 def recut_words(conn: sqlite3.Connection, splitter: Splitter, batch: int = 256) -> int:
@@ -245,7 +277,8 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
                 texts = [r[2] for r in buffer] + [with_context(r[2], r[3]) for r in buffer if r[3]]
                 vectors = _vectors(embedder, identity, texts, cache, report)
                 _time(report, "encode", started)
-                writer.put(buffer, vectors)
+                bad = _unusable(conn, buffer, vectors, embedder.identity.name, report)
+                writer.put([r for r in buffer if r not in bad] if bad else buffer, vectors)
                 done += len(buffer)
                 buffer = []
                 if progress is not None:

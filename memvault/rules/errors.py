@@ -151,6 +151,11 @@ class SearchIndexError(MemvaultError):
     """The search index (or the local state database) cannot be opened, read or rebuilt."""
 
 
+class IndexDamaged(SearchIndexError):
+    """An index file holds what this memvault never writes (a stamp it cannot read, vectors of another width than
+    its model's): damaged, like a malformed page, so it is moved aside and rebuilt from the vault's files."""
+
+
 class PlansChanged(SearchIndexError):
     """A table the shared index's connection had prepared queries on changed under it (another host's migration):
     the connection is dropped, and the call may be asked again on a new one."""
