@@ -275,5 +275,13 @@ def describe(exc: BaseException) -> tuple[str, int]:
 
 
 def _one_line(text: str, limit: int = 2000) -> str:
+    """``text`` on one line of at most ``limit`` characters, with what looks like a secret redacted.
+
+    An error quotes the value at fault (a key, a time, a kind), and its line goes to stderr, an MCP client, the
+    agents.log, the watcher's log and import reports: a token pasted where a key belongs came back in each of them.
+    The detector the write gate uses says what was left out (``<redacted:GitHub-token>``) instead."""
+    from .secrets import redact  # ~25 ms of compiled rules, paid only on the way to an error message
+
+    text = redact(text[: limit * 4])[0]  # bounded: the rest is cut below anyway
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
