@@ -34,3 +34,23 @@ def test_a_refused_argument_is_not_echoed_to_stderr(vault, runner, args):
     r = runner.invoke(cli, ["--vault", str(vault.root), *args])
     assert r.exit_code == 1, r.output
     assert SECRET_TAIL not in r.stderr and "memvault: error:" in r.stderr
+
+
+@pytest.mark.parametrize("args, kept", [
+    (["--password", "hunter2hunter2", "--verbose"], ["--password", "--verbose"]),
+    (["--token", "Xk9pL2mQ7vZq"], ["--token"]),
+    (["-H", "Authorization: Bearer", "Xk9pL2mQ7vZqWe"], ["-H", "Authorization: Bearer"]),
+    (["DB_PASSWORD=", "Xk9pL2mQ7vZ"], ["DB_PASSWORD="]),
+    ([f"--token={TOKEN}"], []),  # one argument: as before
+], ids=["password", "token", "bearer", "assignment", "one-arg"])
+def test_a_secret_given_as_the_argument_after_its_flag_is_not_recorded(vault, tmp_path, args, kept):
+    script = tmp_path / "check.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    vault.procedures.add("ops/check", script, source="user:dev")
+    ran = vault.procedures.run("ops/check", args, source="user:dev", stdout=-3, stderr=-3)
+    recorded = ran.episode.meta["args"]
+    assert len(recorded) == len(args)
+    assert [a for a in recorded if not a.startswith("<redacted")] == kept
+    on_disk = "".join(p.read_text() for p in (vault.root / "episodes").rglob("*.jsonl"))
+    for secret in set(args) - set(kept):
+        assert secret.split("=")[-1] not in on_disk, on_disk
