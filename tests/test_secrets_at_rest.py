@@ -2,7 +2,15 @@
 the watcher's log, import reports), recorded procedure arguments, and the purge recipe of docs/secrets.md."""
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+from conftest import REPO_ROOT
 
 from memvault.interfaces.cli import cli
 from memvault.rules.errors import EpisodeError, InvalidKey, InvalidValue, describe
@@ -54,3 +62,58 @@ def test_a_secret_given_as_the_argument_after_its_flag_is_not_recorded(vault, tm
     on_disk = "".join(p.read_text() for p in (vault.root / "episodes").rglob("*.jsonl"))
     for secret in set(args) - set(kept):
         assert secret.split("=")[-1] not in on_disk, on_disk
+
+
+# ------------------------------------------------------------------------------- docs/secrets.md: purge
+def _block(name: str) -> str:
+    text = (REPO_ROOT / "docs" / "secrets.md").read_text()
+    assert f"```sh {name}\n" in text, f"docs/secrets.md has no `sh {name}` block"
+    return text.split(f"```sh {name}\n", 1)[1].split("\n```", 1)[0]
+
+
+def _sh(script: str, cwd: Path, stdin: str = "", **env: str) -> str:
+    venv_bin = Path(sys.executable).parent
+    full = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT),
+            "MEMVAULT_NO_DAEMON": "1", **env}
+    proc = subprocess.run(["bash", "-eu", "-c", script], cwd=cwd, env=full, input=stdin, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, (script, proc.stdout[-3000:], proc.stderr[-3000:])
+    return proc.stdout
+
+
+def _every_object(repo: Path) -> str:
+    """Every object git holds in ``repo``, reachable or not, as text (what a copy of the folder gives away)."""
+    return subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True,
+                          check=True).stdout.decode("utf-8", "replace")
+
+
+def test_the_documented_purge_removes_a_committed_secret_from_every_copy(tmp_path):
+    remote, vault, mate = tmp_path / "remote.git", tmp_path / "vault", tmp_path / "mate"
+    _sh(f"git init -q --bare -b main {remote} && memvault init {vault} >/dev/null 2>&1", tmp_path)
+    _sh(f"""git remote add origin {remote}
+memvault fact set db/primary "The primary listens on db01:5432." >/dev/null
+memvault fact set ci/bot "The CI bot pushes releases with {TOKEN}." --allow-secret >/dev/null
+memvault fact set ci/bot "The CI bot pushes releases with its own token." >/dev/null
+memvault episode add "gave the bot {TOKEN}" --allow-secret >/dev/null
+memvault recall "CI bot release token" >/dev/null
+memvault sync >/dev/null 2>&1""", vault)
+    _sh(f"git clone -q {remote} {mate}", tmp_path)
+    # the teammate wrote after their last sync: that commit must survive, the old history must not come back
+    _sh('memvault fact set db/replica "The replica is db02." >/dev/null', mate)
+    assert SECRET_TAIL in _every_object(vault) and SECRET_TAIL in _every_object(mate)
+
+    out = _sh(_block("purge-secret"), vault, stdin=TOKEN + "\n")
+    old = re.search(r"old history ends at ([0-9a-f]{40})", out).group(1)
+    _sh(_block("purge-secret-teammate"), mate, OLD=old)
+    _sh("memvault sync >/dev/null 2>&1", mate)
+    _sh("git reflog expire --expire=now --all && git gc -q --prune=now", remote)  # step 5
+
+    for repo in (vault, mate, remote):
+        assert SECRET_TAIL not in _every_object(repo), repo
+    for path in (vault / ".git").rglob("*"):  # the index, its WAL, the state: everything memvault keeps
+        assert not path.is_file() or SECRET_TAIL.encode() not in path.read_bytes(), path
+    assert SECRET_TAIL not in "".join(p.read_text() for p in (vault / "episodes").rglob("*.jsonl"))
+    assert "its own token" in (vault / "facts" / "ci" / "bot.md").read_text()  # the fact itself is kept
+    log = subprocess.run(["git", "log", "--format=%s", "origin/main"], cwd=mate, capture_output=True, text=True,
+                         check=True).stdout
+    assert "fact set db/replica" in log and log.count("fact set ci/bot") == 1, log
