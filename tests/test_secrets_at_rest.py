@@ -14,6 +14,7 @@ from conftest import REPO_ROOT
 
 from memvault.interfaces.cli import cli
 from memvault.rules.errors import EpisodeError, InvalidKey, InvalidValue, describe
+from memvault.rules.secrets import find_secrets
 
 # Synthetic, split so that no scanner reading this file takes it for a real token.
 TOKEN = "gh" + "p_aB3dE5fG7hJ9kL1mN2pQ4rS6tU8vW0xYabcd"
@@ -117,3 +118,29 @@ memvault sync >/dev/null 2>&1""", vault)
     log = subprocess.run(["git", "log", "--format=%s", "origin/main"], cwd=mate, capture_output=True, text=True,
                          check=True).stdout
     assert "fact set db/replica" in log and log.count("fact set ci/bot") == 1, log
+
+
+# ------------------------------------------------------------------------- what an agent writes in prose
+@pytest.mark.parametrize("text", [
+    "the root password on prod is Xk9pL2mQ7vZ",
+    "the admin password at the colo was changed to Tr0ub4dor&3",
+    "ssh root@web1 with password Xk9pL2mQ7vZ worked",
+    "logged in to the NAS using password 'Gr4fana!2026'",
+    "unlocked the key with the passphrase hunter2hunter2",
+], ids=["on", "at", "with", "using", "with-the"])
+def test_a_password_an_agent_writes_in_a_sentence_is_found(text):
+    assert [f.kind for f in find_secrets(text)] == ["password in prose"], text
+
+
+@pytest.mark.parametrize("text", [
+    "ssh root@web1 with password authentication disabled",
+    "log in with password-less sudo",
+    "the password on prod is stored in vault",
+    "signed in using password 1234",  # a sentence about a length or a count, not a password of six or more
+    "with password rotation every 90 days",
+    "using the password from $PGPASSWORD",
+    "with password <your-password>",
+    "`connection string with password (base64-encoded)` for a Secret's data",
+], ids=["auth", "less", "stored", "short", "rotation", "var", "placeholder", "remark"])
+def test_prose_about_passwords_stays_prose(text):
+    assert find_secrets(text) == [], text
