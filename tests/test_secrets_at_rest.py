@@ -144,3 +144,8 @@ def test_a_password_an_agent_writes_in_a_sentence_is_found(text):
 ], ids=["auth", "less", "stored", "short", "rotation", "var", "placeholder", "remark"])
 def test_prose_about_passwords_stays_prose(text):
     assert find_secrets(text) == [], text
+
+
+def test_an_error_still_names_its_file():
+    path = "/tmp/pytest-of-root/pytest-605/test_a_zstd_bomb_is_capped_and0/zst/rollout-2026-11-20T09-00-00-x.jsonl.zst"
+    assert describe(EpisodeError("the zstd file ends inside a frame", path))[0].startswith(path)
