@@ -44,7 +44,8 @@ from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
-from ..rules.secrets import describe, find_secrets
+from ..rules.redaction import redact_args
+from ..rules.secrets import describe
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
 from ..rules.validation import validate_source
@@ -674,7 +675,7 @@ class WriteGate:
         code = outcome.exit_code
         status = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
         stopped = signal.Signals(outcome.interrupted).name if outcome.interrupted is not None else None
-        recorded_args = [f"<redacted: {find_secrets(a)[0].kind}>" if find_secrets(a) else a for a in outcome.args]
+        recorded_args = redact_args(outcome.args)  # one by one and as a command line: --password <pw>
         try:
             episode = self.append_episode(
                 f"ran procedure {name} ({status}, {outcome.duration_ms / 1000:.1f} s)"

@@ -280,5 +280,20 @@ def describe(exc: BaseException) -> tuple[str, int]:
 
 
 def _one_line(text: str, limit: int = 2000) -> str:
-    line = " ".join(text.split())
+    """``text`` on one line of at most ``limit`` characters, with what looks like a secret redacted.
+
+    An error quotes the value at fault (a key, a time, a kind), and its line goes to stderr, an MCP client, the
+    agents.log, the watcher's log and import reports: a token pasted where a key belongs came back in each of them.
+    The detector the write gate uses says what was left out (``<redacted:GitHub-token>``) instead. A path the
+    generic rule takes for a random run is kept: an error names its file (``/tmp/pytest-605/…-2026-11-20T09-00``)."""
+    from .secrets import ENTROPY_KIND, secret_spans  # ~25 ms of compiled rules, paid only on the way to an error
+
+    text = text[: limit * 4]  # bounded: the rest is cut below anyway
+    out, last = [], 0
+    for start, end, finding in secret_spans(text):
+        if start < last or finding.kind == ENTROPY_KIND and text.startswith(("/", "~/", "./", "../"), start):
+            continue
+        out += [text[last:start], f"<redacted:{finding.kind.replace(' ', '-')}>"]
+        last = end
+    line = " ".join("".join([*out, text[last:]]).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."

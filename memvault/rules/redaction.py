@@ -10,9 +10,9 @@ and a line it would still refuse (a secret only its context reveals) goes whole.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from .secrets import redact, scan_fields
+from .secrets import find_secrets, redact, scan_fields, secret_spans
 
 PRIVATE_MARK = "[private: not stored]"
 #: An opening or closing ``private`` tag: ``<private>``, ``< Private reason="x" >``, ``</private >``, a line break
@@ -97,3 +97,22 @@ def clean(text: str) -> str:
     text, _ = drop_echoes(text, spans)
     text, _ = redact(text)
     return scrub_lines(text)[0]
+
+
+def redact_args(args: Sequence[str]) -> list[str]:
+    """``args`` (a command's arguments) as they may be recorded: each argument that looks like a secret, or that
+    holds a secret its neighbours reveal, becomes ``<redacted: KIND>``. Arguments are read one by one *and* as one
+    command line: ``--password hunter2hunter2`` is two arguments, neither a secret on its own."""
+    recorded = list(args)
+    starts, pos = [], 0
+    for arg in recorded:
+        starts.append(pos)
+        pos += len(arg) + 1
+    for start, end, finding in secret_spans(" ".join(recorded)):
+        for i, arg_start in enumerate(starts):
+            if arg_start < end and start < arg_start + len(recorded[i]) and not recorded[i].startswith("<redacted"):
+                recorded[i] = f"<redacted: {finding.kind}>"
+    for i, arg in enumerate(recorded):
+        if not arg.startswith("<redacted") and (found := find_secrets(arg)):
+            recorded[i] = f"<redacted: {found[0].kind}>"
+    return recorded

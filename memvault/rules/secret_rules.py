@@ -402,10 +402,15 @@ _ASSIGNMENTS = tuple(
 # Prose: "the grafana admin password is Gr4fana!2026". Only a value that is not a plain word (it holds a digit
 # or a symbol) counts, so "the password is stored in vault" and "the password was rotated" stay prose.
 _PROSE_PASSWORD = _compile(
-    r"pass(?:word|phrase)(?: for [^\s,;]{1,40})? "
+    r"pass(?:word|phrase)(?: (?:for|on|of|at)(?: the)? [^\s,;]{1,40})? "
     r"(?:(?:is|was|has been) (?:now )?(?:set|changed|reset|updated) to|(?:set|changed|reset|updated) to|is now|is|was)"
     r"[ \t]+[\"'`]?(?P<v>[^\s\"'`]+)"
 )
+# "ssh root@web1 with password Xk9…", "using the passphrase …": a password given after "with" or "using" (the
+# words before it are checked in code: a pattern must start with its literal to be searched fast). A value that
+# opens a bracket is a remark: "connection string with password (base64-encoded)".
+_PROSE_GIVEN_PASSWORD = _compile(r"pass(?:word|phrase)[ \t]+[\"'`]?(?P<v>[^\s\"'`(\[{<][^\s\"'`]*)")
+_PROSE_GIVEN_BY = ("with ", "using ", "with the ", "using the ")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 # Values that stand for a secret without being one.

@@ -73,6 +73,8 @@ from .secret_rules import (  # the rule tables
     _PLACEHOLDER,
     _PLACEHOLDER_CHECKED,
     _PRIVATE_KEYS,
+    _PROSE_GIVEN_BY,
+    _PROSE_GIVEN_PASSWORD,
     _PROSE_PASSWORD,
     _PROSE_WORDS,
     _PUBLIC,
@@ -557,7 +559,8 @@ def _assignments(scan: _Scan) -> None:
             stem = re.sub(r"[_-]", "", word)
             kind = "password assignment" if stem in _PASSWORD_WORDS else "generic API key assignment"
             scan.add(kind, start, end, _excerpt(value), span=(name_start, m.end()))
-    for m in _PROSE_PASSWORD.finditer(lower):
+    given = [m for m in _PROSE_GIVEN_PASSWORD.finditer(lower) if lower.endswith(_PROSE_GIVEN_BY, 0, m.start())]
+    for m in [*_PROSE_PASSWORD.finditer(lower), *given]:
         start = m.start("v")
         value = text[start: m.end("v")].rstrip(".,;:)!?")  # sentence punctuation, most likely
         plain = value.isalpha() or value.isdigit() and len(value) < 8  # a word, or "12 characters"
