@@ -23,7 +23,7 @@ from memvault.models import channel, daemon
 from memvault.rules.errors import DaemonUnavailable
 from conftest import REPO_ROOT, git
 from fake_embedder import FakeEmbedder
-from warm_server import serving
+from warm_server import answering_once, serving
 
 MODEL = "all-MiniLM-L6-v2"
 NOBODY = 65534
@@ -290,44 +290,15 @@ def test_a_warm_process_of_another_version_is_never_talked_to(tmp_path):
         thread.join(5)
 
     # a process that answers with another key (an old one that kept our socket's name)
-    with channel.opened_dir() as fd:
-        listener = socket.socket(socket.AF_UNIX)
-        listener.bind(channel.at(fd, channel.socket_name()))
-    listener.listen(1)
-
-    def impostor():
-        conn, _ = listener.accept()
-        with conn:
-            conn.makefile("rb").readline()
-            conn.sendall(json.dumps({"ok": True, "key": "another-install", "pid": 1}).encode() + b"\n")
-
-    t = threading.Thread(target=impostor)
-    t.start()
-    with pytest.raises(DaemonUnavailable, match="another memvault install or version"):
+    impostor = json.dumps({"ok": True, "key": "another-install", "pid": 1}).encode() + b"\n"
+    with answering_once(impostor), pytest.raises(DaemonUnavailable, match="another memvault install or version"):
         channel.call({"op": "hello"}, 5.0)
-    t.join(5)
-    listener.close()
 
 
 def test_a_short_reply_is_daemon_unavailable_not_a_crash():
-    with channel.opened_dir() as fd:
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(channel.at(fd, channel.socket_name()))
-    server.listen(1)
-
-    def lying_daemon():
-        conn, _ = server.accept()
-        with conn:
-            conn.makefile("rb").readline()
-            conn.sendall(json.dumps({"ok": True, "shape": [1, 384], "bytes": 1536, "key": channel.install_key()})
-                         .encode() + b"\n" + b"\0" * 10)
-
-    thread = threading.Thread(target=lying_daemon)
-    thread.start()
-    with pytest.raises(DaemonUnavailable, match="short reply"):
+    short = b'{"ok": true, "shape": [1, 384], "bytes": 1536, "key": "%s"}\n' + b"\0" * 10
+    with answering_once(short), pytest.raises(DaemonUnavailable, match="short reply"):
         channel.call({"op": "embed_query", "text": "x"}, 5.0)
-    thread.join()
-    server.close()
 
 
 # ------------------------------------------------------------------------------------------------ the process

@@ -3,7 +3,6 @@ vault moved or replaced under a warm process, frames that are not what the wire 
 from __future__ import annotations
 
 import json
-import threading
 import shutil
 import socket
 import time
@@ -15,7 +14,7 @@ from memvault.interfaces import warm_client
 from memvault.models import channel, daemon
 from memvault.rules.errors import DaemonUnavailable
 from conftest import git
-from warm_server import serving
+from warm_server import answering_once, serving
 
 
 def test_a_vault_replaced_at_its_path_is_not_answered_from_the_old_one(tmp_path, models):
@@ -102,25 +101,8 @@ def test_a_scoped_source_recalls_through_the_warm_path_within_its_scope(vault, m
 def test_a_reply_that_is_not_the_wire_format_is_daemon_unavailable(reply):
     """A header that is not a JSON object crashed the client with AttributeError (the full CLI's recall failed
     instead of loading the model itself); a payload length of a petabyte was allocated before the read."""
-    with channel.opened_dir() as fd:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(channel.at(fd, channel.socket_name()))
-    listener.listen(1)
-
-    def liar():
-        conn, _ = listener.accept()
-        with conn:
-            conn.makefile("rb").readline()
-            conn.sendall(reply.replace(b"%s", channel.install_key().encode()))
-
-    thread = threading.Thread(target=liar)
-    thread.start()
-    try:
-        with pytest.raises(DaemonUnavailable):
-            channel.call({"op": "embed_query", "text": "x"}, 5.0)
-    finally:
-        thread.join(5)
-        listener.close()
+    with answering_once(reply), pytest.raises(DaemonUnavailable):
+        channel.call({"op": "embed_query", "text": "x"}, 5.0)
 
 
 def test_the_warm_process_reads_no_request_longer_than_a_frame(models, monkeypatch):

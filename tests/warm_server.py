@@ -26,3 +26,31 @@ def serving(models: Any = None, idle: float = 60.0) -> Iterator[Any]:
         server.stopping.set()
         thread.join(10)
         vaults.close()
+
+
+@contextlib.contextmanager
+def answering_once(reply: bytes) -> Iterator[None]:
+    """A process at the warm channel's socket that reads one request and sends ``reply`` (``%s`` in it: this
+    install's key) instead of a warm process's answer: an impostor, a short or malformed reply."""
+    import socket
+
+    from memvault.models import channel
+
+    with channel.opened_dir() as fd:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(channel.at(fd, channel.socket_name()))
+    listener.listen(1)
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(reply.replace(b"%s", channel.install_key().encode()))
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(5)
+        listener.close()
