@@ -85,7 +85,7 @@ def test_cli_prune_and_stats(invoke, vault):
     assert json.loads(r.stdout)["kinds"]["raw"]["removed"] == 1
     vault.episodes.append("fresh", source="agent:a")
     out = invoke("stats").stdout
-    assert "episodes:" in out and "1 lines" in out
+    assert "episodes:" in out and "1 line," in out
 
 
 # -- purge -------------------------------------------------------------------------------------------------
