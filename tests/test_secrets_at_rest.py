@@ -149,3 +149,19 @@ def test_prose_about_passwords_stays_prose(text):
 def test_an_error_still_names_its_file():
     path = "/tmp/pytest-of-root/pytest-605/test_a_zstd_bomb_is_capped_and0/zst/rollout-2026-11-20T09-00-00-x.jsonl.zst"
     assert describe(EpisodeError("the zstd file ends inside a frame", path))[0].startswith(path)
+
+
+@pytest.mark.parametrize("text", [
+    "the log is ~/.codex/sessions/2026/11/20/rollout-2026-11-20T09-00-00-0199a213-81c0-7800-8aa1-bbab2a035a53.jsonl",
+    "/home/dev/.codex/sessions/2026/11/20/rollout-2026-11-20T09-00-00-0199a213-81c0-7800-8aa1-bbab2a035a53.jsonl",
+    "backup written to /srv/backups/billing/pg-20261120T013000Z-full/base.tar.zst",
+])
+def test_a_path_with_a_time_in_its_name_is_not_a_token(text):
+    """A fact naming a Codex session log (its file name holds the time it started, "20T09") was refused as a
+    high-entropy token, and capture redacted the path: a piece of digits around a 'T' is a time, not key material."""
+    assert find_secrets(text) == []
+
+
+@pytest.mark.parametrize("token", ["ghp_9fK2mQ7xL4pT8vR1sW6yZ3bN5cD0eH2jA7uG", "aK9x2T7mQ4pL8vR1sW6yZ3bN5cD0eH2jT7uGq1T9"])
+def test_a_token_with_a_t_between_digits_is_still_a_token(token):
+    assert find_secrets(f"the key is {token}")

@@ -477,6 +477,8 @@ _IDS = _compile(
     )$""",
     re.VERBOSE,
 )
+# A time written into a name: "20T09" of rollout-2026-11-20T09-00-00, "20261120T013000Z" (ISO 8601's basic form).
+_TIME_PIECE = _compile(r"\d{1,8}T\d{1,6}Z?")
 _WORDISH = _compile(
     r"""^(?:
         (?:[A-Z]?[a-z]+|[A-Z]+)\d*                         # word, Word, WORD, python3

@@ -62,6 +62,7 @@ from .secret_rules import (  # the rule tables
     _HEX_GAP_VETO,
     _HEX_KEY_WORD,
     _IDS,
+    _TIME_PIECE,
     _KEY_QUALIFIER,
     _KEYLIKE_NAME,
     _NAME_CHARS,
@@ -214,7 +215,7 @@ def _is_identifier(piece: str) -> bool:
 
 
 def _is_benign_piece(piece: str) -> bool:
-    if _IDS.match(piece):
+    if _IDS.match(piece) or _TIME_PIECE.fullmatch(piece):
         return True
     if _WORDISH.match(piece):
         # ...but a long single-case run of letters and digits (k3jd92hf...) is what base32/base36 keys look
