@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -9,6 +11,21 @@ import click
 from .base import Out, cli, echo, output, pass_ctx
 
 IMPORT_FORMATS = ("claude-code", "claude-mem", "basic-memory", "mem0", "openclaw", "markdown", "memvault")
+#: Seconds between two lines of an import's progress on stderr.
+PROGRESS_SECONDS = 5.0
+
+
+def _progress() -> Callable[[int, int], None]:
+    """A line on stderr, at most every PROGRESS_SECONDS, saying how many of the items an import has been through."""
+    last = time.monotonic()
+
+    def told(done: int, total: int) -> None:
+        nonlocal last
+        if time.monotonic() - last >= PROGRESS_SECONDS:
+            last = time.monotonic()
+            echo(f"memvault: import: {done} of {total} items", err=True)
+
+    return told
 
 
 @cli.command("import")
@@ -31,8 +48,9 @@ def import_cmd(ctx, fmt, path, dry_run, trust, source):
     Either way a line that looks like a secret is refused by its file and line number and the rest comes in, and
     the times the other tool recorded are kept. The report says what came in, what duplicated a stored fact
     (nothing written), what conflicts with one, and what was refused and why (a secret, a bad key, too large).
-    Importing the same files again adds nothing. A memvault export is restored as it was (files byte for byte,
-    episodes with their ids and sources), by a trusted source.
+    Importing the same files again adds nothing; a long import says on stderr every few seconds how many items it
+    has been through. A memvault export is restored as it was (files byte for byte, episodes with their ids and
+    sources), by a trusted source.
     """
     from ...core.transfer import import_items, own_source, restore_items
     from ..transfer import read
@@ -46,7 +64,8 @@ def import_cmd(ctx, fmt, path, dry_run, trust, source):
             raise click.UsageError("--source goes with --trust (or the memvault format): other imports are "
                                    "import:FORMAT")
         who = own_source(vault, source or vault.default_source()) if trust else f"import:{fmt}"
-        report = import_items(vault, read(fmt, Path(path)), fmt=fmt, source=who, dry_run=dry_run)
+        report = import_items(vault, read(fmt, Path(path)), fmt=fmt, source=who, dry_run=dry_run,
+                              progress=_progress())
     lines = [report.summary()]
     for bucket in ("conflicts", "refused"):
         for entry in getattr(report, bucket):
