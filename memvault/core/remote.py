@@ -35,7 +35,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsread import read_regular_if_there
@@ -376,52 +376,48 @@ def _changed(git: GitStore, old: str, new: str) -> set[str]:
 def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetched: str, remote: str,
                     branch: str) -> None:
     """Stop, touching nothing, when the remote changed a file that has uncommitted changes here (``base``: the
-    merge base of ``head`` and ``fetched``)."""
+    merge base of ``head`` and ``fetched``), or puts something where the vault's own files should be."""
+
+    def stop(paths: list[str], why: str, *, keyed: bool = True) -> NoReturn:
+        raise SyncConflict([_key_for(gate, git, p) for p in paths] if keyed else [], paths, remote, branch,
+                           reason=f"sync stopped before changing anything: {why}")
+
     incoming = _changed(git, base, fetched)
     state = git.rel(gate.root / ".memvault")
     taken = sorted(p for p in incoming if p == state or p.startswith(state + "/"))
     if taken:
-        raise SyncConflict([_key_for(gate, git, p) for p in taken], taken, remote, branch, reason=(
-            f"sync stopped before changing anything: the remote's commits put {', '.join(taken)} in the vault, "
-            f"where older memvaults kept a host's index, usage state and locks (.memvault is never committed, and "
-            f"whatever someone commits there is suspicious); remove it on the remote with "
-            f"'git rm -r {state}', commit, push, then sync again"))
+        stop(taken, f"the remote's commits put {', '.join(taken)} in the vault, where older memvaults kept a host's "
+                    f"index, usage state and locks (.memvault is never committed, and whatever someone commits there "
+                    f"is suspicious); remove it on the remote with 'git rm -r {state}', commit, push, then sync again")
     linked = _linked_areas(gate, git, fetched)
     if linked:
-        raise SyncConflict([], linked, remote, branch, reason=(
-            f"sync stopped before changing anything: the remote's commits make {', '.join(linked)} a symlink, where "
-            f"the vault's own folder or file should be (a link there would read this host's files as memories); "
-            f"replace it on the remote with the real folder or file, commit, push, then sync again"))
+        stop(linked, f"the remote's commits make {', '.join(linked)} a symlink, where the vault's own folder or file "
+                     f"should be (a link there would read this host's files as memories); replace it on the remote "
+                     f"with the real folder or file, commit, push, then sync again", keyed=False)
     filed = _filed_folders(gate, git, fetched)
     if filed:
-        raise SyncConflict([], filed, remote, branch, reason=(
-            f"sync stopped before changing anything: the remote's commits make {', '.join(filed)} a file, where "
-            f"the vault's own folder should be (git deletes a folder it ignores, this host's untracked episodes or "
-            f"inbox, to check a file out in its place); replace it on the remote with the folder, commit, push, "
-            f"then sync again"))
+        stop(filed, f"the remote's commits make {', '.join(filed)} a file, where the vault's own folder should be "
+                    f"(git deletes a folder it ignores, this host's untracked episodes or inbox, to check a file out "
+                    f"in its place); replace it on the remote with the folder, commit, push, then sync again",
+             keyed=False)
     both = incoming & _changed(git, base, head) & set(_vault_paths(gate, git, incoming))
     merged = _merged_by_driver(git, sorted(both))
     if merged:
-        raise SyncConflict([_key_for(gate, git, p) for p in merged], merged, remote, branch, reason=(
-            f"sync stopped before changing anything: {', '.join(merged)} changed here and on the remote, and a "
-            f".gitattributes rule would merge them with a merge driver (union: both texts kept, no check run on the "
-            f"result); a memory is never merged line by line: remove the rule for the vault's paths, then sync "
-            f"again"))
-    local = set(git.status_paths())
-    overlap = sorted(incoming & local)
+        stop(merged, f"{', '.join(merged)} changed here and on the remote, and a .gitattributes rule would merge "
+                     f"them with a merge driver (union: both texts kept, no check run on the result); a memory is "
+                     f"never merged line by line: remove the rule for the vault's paths, then sync again")
+    overlap = sorted(incoming & set(git.status_paths()))
     if overlap:
-        keys = [_key_for(gate, git, p) for p in overlap]
-        raise SyncConflict(keys, overlap, remote, branch, reason=(
-            f"sync stopped before changing anything: the remote changed {', '.join(overlap)}, which "
-            f"{'has' if len(overlap) == 1 else 'have'} uncommitted changes here; commit or stash "
-            f"{'it' if len(overlap) == 1 else 'them'} (git stash, memvault sync, git stash pop), then sync again"))
+        one = len(overlap) == 1
+        stop(overlap, f"the remote changed {', '.join(overlap)}, which {'has' if one else 'have'} uncommitted changes "
+                      f"here; commit or stash {'it' if one else 'them'} (git stash, memvault sync, git stash pop), "
+                      f"then sync again")
     hidden = _overwritten(gate, git, head, fetched)
     if hidden:
-        raise SyncConflict([_key_for(gate, git, p) for p in hidden], hidden, remote, branch, reason=(
-            f"sync stopped before changing anything: the remote's commits add {', '.join(hidden)}, where this host "
-            f"has a file or folder git does not track (a proposal kept on this host, a file git ignores): git "
-            f"would replace or delete it without a word; accept, reject or move it away, or remove the path on the "
-            f"remote, then sync again"))
+        stop(hidden, f"the remote's commits add {', '.join(hidden)}, where this host has a file or folder git does "
+                     f"not track (a proposal kept on this host, a file git ignores): git would replace or delete it "
+                     f"without a word; accept, reject or move it away, or remove the path on the remote, then sync "
+                     f"again")
 
 
 def _overwritten(gate: WriteGate, git: GitStore, head: str, fetched: str) -> list[str]:
