@@ -269,10 +269,7 @@ def test_untracked_lines_set_aside_come_back_when_the_rebase_stops_or_the_sync_i
         b.sync()
     assert mine.read_bytes() == before and not (b.state_dir / ASIDE_NAME).exists()
     git(b.root, "reset", "-q", "--hard", "HEAD~1")  # the person gives up their change of the fact
-    restore = kill_after_the_pull(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        b.sync()
-    restore()
+    sync_killed_after_the_pull(b, monkeypatch)
     assert b"Kept on b" not in mine.read_bytes() and (b.state_dir / ASIDE_NAME).is_file()
     b = Vault.open(b.root, embedder_factory=models)
     b.sync()  # puts them back, and commits them with tracking on
@@ -325,8 +322,8 @@ def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(u
 
 
 # ------------------------------------------------------------------------------------------- review: attacks
-def kill_after_the_pull(monkeypatch):
-    """The next sync is killed between its pull and putting the lines set aside back (a KeyboardInterrupt)."""
+def sync_killed_after_the_pull(vault, monkeypatch) -> None:
+    """``vault``'s sync, killed between its pull and putting the lines set aside back (a KeyboardInterrupt)."""
     from memvault.core import remote
 
     real, calls = remote.put_aside_back, []
@@ -338,7 +335,11 @@ def kill_after_the_pull(monkeypatch):
         return real(gate, git_store)
 
     monkeypatch.setattr(remote, "put_aside_back", killed)
-    return lambda: monkeypatch.setattr(remote, "put_aside_back", real)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            vault.sync()
+    finally:
+        monkeypatch.setattr(remote, "put_aside_back", real)
 
 
 def aside(record) -> bytes:
@@ -364,10 +365,7 @@ def test_a_purge_after_a_killed_sync_also_purges_the_lines_set_aside(untracked, 
     b.episodes.append("Leaked by a bad tool: hunter2.", source="web:leaky")
     a = track_episodes(a, models)
     a.sync()
-    restore = kill_after_the_pull(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        b.sync()
-    restore()
+    sync_killed_after_the_pull(b, monkeypatch)
     record = b.state_dir / ASIDE_NAME
     assert b"hunter2" in aside(record)
     report = b.purge("web:*", source="user:admin")
@@ -452,10 +450,7 @@ def test_a_prune_after_a_killed_sync_also_prunes_the_lines_set_aside(untracked, 
     b.episodes.append("Raw on b, past retention.", source="agent:ops", kind="raw", at=september)
     a = track_episodes(a, models)
     a.sync()
-    restore = kill_after_the_pull(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        b.sync()
-    restore()
+    sync_killed_after_the_pull(b, monkeypatch)
     record = b.state_dir / ASIDE_NAME
     held = record.read_bytes()
     assert b"past retention" in aside(record)
