@@ -80,7 +80,10 @@ def _read_all(fd: int) -> bytes:
 
 
 class TooLong(int):
-    """A line longer than the reader may hold (its length): refused by the caller, never held whole."""
+    """A line longer than the reader may hold (its length, its newline included): refused by the caller, never held
+    whole. ``ended``: whether its newline came (False: the file ended first, as one still being written does)."""
+
+    ended: bool = True
 
 
 def bounded_lines(f: Any, limit: int) -> Iterator[Any]:
@@ -100,7 +103,9 @@ def bounded_lines(f: Any, limit: int) -> Iterator[Any]:
             size += len(more)
             if not more or more.endswith(end):
                 break
-        yield TooLong(size)
+        too = TooLong(size)
+        too.ended = bool(more)
+        yield too
 
 
 def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:

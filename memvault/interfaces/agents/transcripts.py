@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ...rules import jsontext
+from ...rules.fsread import TooLong, bounded_lines
 
 RUNTIMES = ("claude-code", "codex", "gemini")
 _EXIT = re.compile(r"(?:^|\n)\s*(?:Exit code|Exit Code|Process exited with code)[: ]\s*(-?\d+)")
@@ -202,8 +203,10 @@ def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[
         compressed = f.read(4) == ZST_MAGIC
         f.seek(start)
         offset = start
-        for raw in (_zst_lines(path, start) if compressed else _bounded(f)):
-            if isinstance(raw, int):  # a line too long to read: its length, its newline included
+        for raw in (_zst_lines(path, start) if compressed else bounded_lines(f, MAX_LINE)):
+            if isinstance(raw, TooLong):  # a line too long to read: its length, its newline included
+                if not raw.ended:
+                    return  # unfinished: read again later
                 line_at, offset = offset, offset + raw
                 out.end = offset
                 out.problems.append(f"{path.name}: byte {line_at}: a line of {raw} bytes, too long to read "
@@ -227,28 +230,6 @@ def _lines(path: Path, start: int, out: Transcript) -> Iterator[tuple[int, dict[
 
 #: The longest transcript line read (a longer one is skipped, see :func:`_lines`).
 MAX_LINE = 16 << 20
-
-
-def _bounded(f: Any) -> Iterator[bytes | int]:
-    """The lines of binary file ``f``, each read at most :data:`MAX_LINE` long: a longer complete one is given as
-    its length (read past in pieces, never held); a longer one still unfinished ends the lines (read it later)."""
-    while True:
-        line = f.readline(MAX_LINE + 1)
-        if len(line) <= MAX_LINE or line.endswith(b"\n"):
-            if line:
-                yield line
-            if not line or not line.endswith(b"\n"):
-                return
-            continue
-        size = len(line)
-        while True:
-            more = f.readline(1 << 20)
-            size += len(more)
-            if not more:
-                return  # no newline yet: the runtime is still writing it
-            if more.endswith(b"\n"):
-                yield size
-                break
 
 
 def _past(out: Transcript, start: int, offset: int, max_bytes: int | None) -> bool:
