@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ...core.history import entry_dict
@@ -73,13 +74,8 @@ def fact(web: Web, req: Req) -> Page:
         raise
     data_bytes = item.path.read_bytes()
     raw = data_bytes.decode("utf-8", errors="replace")
-    history: list[dict[str, Any]] = []
-    history_error = None
-    try:
-        history = [entry_dict(e) for e in vault.facts.history(key, follow=False, limit=HISTORY_SHOWN + 1)]
-    except MemvaultError as exc:
-        history_error = str(exc)
-    history_more = len(history) > HISTORY_SHOWN
+    history, history_more, history_error = shown_history(
+        lambda limit: vault.facts.history(key, follow=False, limit=limit))
     try:
         similar = web.cached(("similar", key, item.text), lambda: vault.facts.similar(key, item.text))
     except MemvaultError:
@@ -88,7 +84,7 @@ def fact(web: Web, req: Req) -> Page:
     made = req.arg("made")
     data = {"fact": item.to_dict(vault.root), "file": raw, "extra": {k: str(v) for k, v in item.extra.items()},
             "trusted": vault.facts.is_trusted(item.source),
-            "stale": stale_reason(item, vault.config.facts.review_after), "history": history[:HISTORY_SHOWN],
+            "stale": stale_reason(item, vault.config.facts.review_after), "history": history,
             "history_more": history_more, "history_error": history_error, "similar": similar,
             "made": made if made and _COMMIT.match(made) else None, "error": None, "loaded": version_of(data_bytes)}
     return Page("fact.html", data, extra={"edit_text": raw})
@@ -170,6 +166,16 @@ def fact_new(web: Web, req: Req) -> Page:
     return Page("new.html", {}, redirect=url("fact", key=key, made=_last_commit(web.vault, written.path) or ""))
 
 
+def shown_history(load: Callable[[int], list[Any]]) -> tuple[list[dict[str, Any]], bool, str | None]:
+    """A file's page's history: the newest :data:`HISTORY_SHOWN` entries ``load(limit)`` gives (as dicts), whether
+    there are more, and the error that kept it from being read (None)."""
+    try:
+        history = [entry_dict(e) for e in load(HISTORY_SHOWN + 1)]
+    except MemvaultError as exc:
+        return [], False, str(exc)
+    return history[:HISTORY_SHOWN], len(history) > HISTORY_SHOWN, None
+
+
 def _last_commit(vault: Any, path: Any) -> str | None:
     git = vault.git
     if git is None:
@@ -201,7 +207,8 @@ def inbox(web: Web, req: Req) -> Page:
     scope = web.vault.reader(web.source).scope
     data = {"proposals": proposals, "total": len(waiting), "offset": offset,
             "next": offset + INBOX_PAGE if offset + INBOX_PAGE < len(waiting) else None,
-            "previous": max(0, offset - INBOX_PAGE) if offset else None, "results": results, "problems": [str(p.in_vault(web.vault.root)) for p in problems],
+            "previous": max(0, offset - INBOX_PAGE) if offset else None, "results": results,
+            "problems": [str(p.in_vault(web.vault.root)) for p in problems],
             "reviewer": web.source, "reviewer_trusted": web.vault.facts.is_trusted(web.source),
             "reviewer_scope": scope.to_dict() if scope is not None else None}
     return Page("inbox.html", data, status=200 if all(r["ok"] for r in results) else 207)

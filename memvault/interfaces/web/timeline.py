@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.history import entry_dict, provenance
+from ...core.history import provenance
 from ...rules.errors import EpisodeError, MemvaultError
 from ...rules.validation import validate_name
 from .charts import timed
-from .facts import HISTORY_SHOWN
+from .facts import shown_history
 from .page import Page, Req, Web, route
 
 #: Runs of one procedure shown (and plotted).
@@ -94,14 +94,8 @@ def procedure(web: Web, req: Req) -> Page:
     vault = web.vault
     name = validate_name(req.params["name"])
     proc = vault.procedures.get(name)
-    history: list[dict[str, Any]] = []
-    history_error = None
-    try:
-        history = [entry_dict(e) for e in vault.git_log(proc.path, follow=False, limit=HISTORY_SHOWN + 1)]
-    except MemvaultError as exc:
-        history_error = str(exc)
-    history_more = len(history) > HISTORY_SHOWN
-    history = history[:HISTORY_SHOWN]
+    history, history_more, history_error = shown_history(
+        lambda limit: vault.git_log(proc.path, follow=False, limit=limit))
     runs = vault.browse.runs(name, RUNS_SHOWN)
     plot = {"at": [r["at"] for r in reversed(runs)],
             "seconds": [round((r["duration_ms"] or 0) / 1000, 3) for r in reversed(runs)],
