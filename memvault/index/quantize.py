@@ -145,9 +145,10 @@ def stamp_problem(conn: sqlite3.Connection) -> str | None:
     if found is not None and kind not in VECTOR_TYPES:
         return f"vectors stored as {kind!r}, which memvault never writes"
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
-    if identity is not None and sql is not None and column(stored(conn) or DEFAULT_TYPE, identity.dims) not in sql[0]:
-        return f"a vector table that is not {column(stored(conn) or DEFAULT_TYPE, identity.dims)} as its model says"
-    return None
+    if identity is None or sql is None:
+        return None
+    declared = column(stored(conn) or DEFAULT_TYPE, identity.dims)
+    return None if declared in sql[0] else f"a vector table that is not {declared} as its model says"
 
 
 def stamp(conn: sqlite3.Connection, kind: str) -> None:
