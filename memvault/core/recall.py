@@ -787,12 +787,7 @@ def _episode_from_file(parts: Parts, doc: dict[str, Any], files: dict[str, bytes
     """(text, source, created) of the episode ``doc`` stands for, as its file holds it now (None: the file holds no
     such episode, or one past [limits] episode_bytes, which the index never holds). ``files`` keeps each file's
     bytes for the other hits of one recall."""
-    sources = parts.index.sources
-    path = sources.root / doc["path"]
-    if doc["path"] not in files:
-        files[doc["path"]] = sources.episodes.read_bytes(path)
-    data = files[doc["path"]]
-    episode = sources.episodes.find(path, doc["id"], data) if data is not None else None
-    if episode is None or (sources.max_episode is not None and len(episode.text.encode()) > sources.max_episode):
+    episode = parts.index.sources.episode_as_filed(doc["path"], doc["id"], files)
+    if episode is None:
         return None
     return episode.text, episode.source, shown_time(index_time(episode.created_at))

@@ -72,17 +72,9 @@ class TeamListings:
     def _episodes_as_filed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Shared rows of episodes as this host's files give them (each month file read once); one no file holds
         (or past [limits] episode_bytes, which the index never holds) is left out."""
-        sources = self.overlay.sources
         files: dict[str, bytes | None] = {}
-        out: list[dict[str, Any]] = []
-        for row in rows:
-            if row["path"] not in files:
-                files[row["path"]] = sources.episodes.read_bytes(sources.root / row["path"])
-            data = files[row["path"]]
-            e = sources.episodes.find(sources.root / row["path"], row["id"], data) if data is not None else None
-            if e is not None and (sources.max_episode is None or len(e.text.encode()) <= sources.max_episode):
-                out.append(episode_listed(e, row["path"]))
-        return out
+        filed = [(row["path"], self.overlay.sources.episode_as_filed(row["path"], row["id"], files)) for row in rows]
+        return [episode_listed(e, rel) for rel, e in filed if e is not None]
 
     def listing_version(self) -> tuple[Any, ...]:
         return tuple(self._listed(lambda part, shadow: (part.listing_version(), hash(shadow))))

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..stores.episodes import EpisodeLog, parse_lines
+from ..stores.episodes import Episode, EpisodeLog, parse_lines
 from ..rules.errors import FactParseError, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
 from ..stores.facts import Fact, FactStore, default_confidence, parse_fact
 from ..rules.fsutil import read_inside
@@ -124,6 +124,18 @@ class Sources:
         """(kind, folder, file suffixes) of the folders the index covers."""
         return (("fact", self.facts.dir, (".md",)), ("procedure", self.procedures.dir, None),
                 ("episode", self.episodes.dir, (".jsonl",)))
+
+    def episode_as_filed(self, rel: str, episode_id: str, files: dict[str, bytes | None]) -> Episode | None:
+        """Episode ``episode_id`` as the month file ``rel`` holds it now, or None: the file holds no such episode,
+        or one past [limits] episode_bytes, which the index never holds. ``files`` keeps each file's bytes for the
+        next episodes asked of it (a team's shared row is checked against this host's file so)."""
+        if rel not in files:
+            files[rel] = self.episodes.read_bytes(self.root / rel)
+        data = files[rel]
+        episode = self.episodes.find(self.root / rel, episode_id, data) if data is not None else None
+        if episode is None or (self.max_episode is not None and len(episode.text.encode()) > self.max_episode):
+            return None
+        return episode
 
 
 def fact_doc(fact: Fact, rel: str) -> Doc:
@@ -258,7 +270,7 @@ def fact_listed(fact: Fact, rel: str) -> dict[str, Any]:
             "excerpt": doc.body[:400]}
 
 
-def episode_listed(e: Any, rel: str) -> dict[str, Any]:
+def episode_listed(e: Episode, rel: str) -> dict[str, Any]:
     """Episode ``e`` of the file ``rel`` as a listing's row gives it (:data:`memvault.index.listings.EPISODE_KEYS`),
     read from its file."""
     ref = _run_ref(e)
