@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 
 import pytest
 
 from memvault import Vault
-from memvault.core.transfer import restore_items
+from memvault.core.transfer import restore_items, snapshot
 from memvault.interfaces.transfer import read
 from memvault.rules.errors import InvalidValue
 
@@ -133,3 +134,63 @@ def test_a_giant_file_in_an_export_folder_is_refused_without_being_held(tmp_path
         ("refused", "big.md"), ("fact", "small.md"), ("refused", "big.sh")]
     assert "bytes" in (items[0].refusal or "")
     assert peak < 24 << 20, f"{peak >> 20} MiB held to read a 64 MiB file"
+
+
+def test_an_export_names_the_files_it_could_not_read(vault, tmp_path):
+    vault.facts.set("db/main", "Primary on db01.", source="user:dev")
+    outside = tmp_path / "outside.md"
+    outside.write_text("---\nsource: user:dev\n---\nnot the vault's\n")
+    (vault.root / "facts" / "db" / "elsewhere.md").symlink_to(outside)
+    (vault.root / "procedures").mkdir(exist_ok=True)
+    (vault.root / "procedures" / "away.sh").symlink_to(outside)
+    left_out: list = []
+    records = list(snapshot(vault, left_out=left_out))
+    assert [r.get("key") for r in records if r["type"] == "fact"] == ["db/main"]
+    named = {(e["type"], e.get("key") or e.get("name") or e.get("path")): e["reason"] for e in left_out}
+    assert set(named) == {("fact", "facts/db/elsewhere.md"), ("procedure", "procedures/away.sh")}, left_out
+    assert all("symlink" in reason for reason in named.values())
+
+
+def after_listing_facts(monkeypatch, vault, then):
+    """Run ``then`` just after an export has listed the facts, before it lists the proposals (once)."""
+    store = type(vault.facts.store)
+    listed = store.files
+    done: list = []
+
+    def files(self, *, inbox=False, problems=None):
+        found = listed(self, inbox=inbox, problems=problems)
+        if not inbox and not done:
+            done.append(None)
+            done[0] = then()
+        return found
+
+    monkeypatch.setattr(store, "files", files)
+    return done
+
+
+def test_a_proposal_accepted_while_an_export_runs_is_in_it_once(strict_vault, monkeypatch):
+    v = strict_vault
+    v.facts.set("z/last", "The last fact, listed after the rest.", source="user:dev")
+    v.facts.set("a/first", "Proposed by an agent before the export.", source="agent:x")
+    assert [f.key for f in v.facts.inbox()] == ["a/first"]
+
+    def accept():
+        accepting = threading.Thread(target=lambda: Vault.open(v.root).facts.accept("a/first", source="user:dev"))
+        accepting.start()
+        accepting.join(1.0)  # the accept waits for the export's read (before, it slipped in between)
+        return accepting
+
+    started = after_listing_facts(monkeypatch, v, accept)
+    records = list(snapshot(v))
+    started[0].join(10)
+    assert not started[0].is_alive() and (v.root / "facts" / "a" / "first.md").is_file()
+    got = [(r["type"], r.get("key")) for r in records if r["type"] in ("fact", "proposal")]
+    assert got == [("fact", "z/last"), ("proposal", "a/first")], got
+
+
+def test_a_fact_removed_by_hand_while_an_export_runs_does_not_stop_it(vault, monkeypatch):
+    v = vault
+    for key in ("a/one", "b/two", "c/three"):
+        v.facts.set(key, f"The fact {key}.", source="user:dev")
+    after_listing_facts(monkeypatch, v, lambda: (v.root / "facts" / "b" / "two.md").unlink())
+    assert [r["key"] for r in snapshot(v) if r["type"] == "fact"] == ["a/one", "c/three"]

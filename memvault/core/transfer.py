@@ -619,40 +619,86 @@ def snapshot(vault: Vault, *, allow_secret: bool = False,
     """Everything the vault holds, one record at a time: facts and proposals (their files' exact text),
     procedures (text and mode), episodes (as stored). What the secret detector flags (an episode stored with
     ``--allow-secret``, a file edited by hand) is left out unless ``allow_secret``, and named in ``left_out`` by
-    kind, key or id, and reason (never the text): an export is a file that travels."""
-    from ..stores.checks import episode_secrets, secret_findings
+    kind, key or id, and reason (never the text): an export is a file that travels. A file or line that cannot be
+    read (a link out of the vault, a damaged episode line) is named there too, by its path.
+
+    The facts, proposals and runbooks are read under the gate's read lock, as one picture: a proposal accepted
+    while an export ran was in neither its facts (listed before) nor its proposals (listed after), and a fact
+    removed between its listing and its reading stopped the export. Episodes are only ever appended: they are
+    read after, without holding writers up while the records are written out."""
+    from ..stores.checks import episode_secrets
+
+    out: list[dict[str, Any]] = left_out if left_out is not None else []
 
     def flagged(what: dict[str, Any], findings: list[Any]) -> bool:
         if not findings or allow_secret:
             return False
-        if left_out is not None:
-            left_out.append({**what, "reason": describe_secrets(findings)})
+        out.append({**what, "reason": describe_secrets(findings)})
         return True
 
-    reader = vault.reader()  # an export holds only what its source may read ([scopes])
-    for kind, inbox in (("fact", False), ("proposal", True)):
-        for key, path in vault.facts.store.files(inbox=inbox, problems=[]):
-            if not reader.allows(vault.facts.path_for(key), vault.root):
-                continue
-            data = path.read_bytes()
-            if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
-                continue
-            record: dict[str, Any] = {"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix()}
-            record.update(_content(data))
-            yield record
-    for proc in vault.procedures.list([]):
-        path = Path(proc.path)
-        data = path.read_bytes()
-        rel = path.relative_to(vault.procedures.dir).as_posix()
-        if flagged({"type": "procedure", "name": proc.name}, secret_findings("procedures", rel, data)):
-            continue
-        yield {"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
-               "mode": oct(path.stat().st_mode & 0o777), **_content(data)}
-    for episode in vault.episodes.iter():
+    with vault.gate.read_lock():
+        files = _files(vault, flagged, out)
+    yield from files
+    problems: list[Any] = []
+    for episode in vault.episodes.iter(problems=problems):
         fields = episode.to_dict()
         if flagged({"type": "episode", "id": episode.id}, episode_secrets(fields)):
             continue
         yield {"type": "episode", "episode": fields}
+    _unread(vault, "episode", problems, out)
+
+
+def _files(vault: Vault, flagged: Callable[[dict[str, Any], list[Any]], bool],
+           left_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the facts, proposals and runbooks (what :func:`snapshot` reads under the read lock)."""
+    from ..stores.checks import secret_findings
+    from .views import Told
+
+    records: list[dict[str, Any]] = []
+    reader = vault.reader()  # an export holds only what its source may read ([scopes])
+    for kind, inbox in (("fact", False), ("proposal", True)):
+        told = Told(vault, None, [], target=inbox)
+        for key, path in vault.facts.store.files(inbox=inbox, problems=told.met):
+            if not reader.allows(vault.facts.path_for(key), vault.root):
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # removed by hand (a writer through memvault waits for the read lock)
+                continue
+            if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
+                continue
+            records.append({"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix(),
+                            **_content(data)})
+        told.tell()
+        _unread(vault, kind, told.into or [], left_out)
+    problems: list[Any] = []
+    for proc in vault.procedures.list(problems):
+        path = Path(proc.path)
+        data = proc.data
+        rel = path.relative_to(vault.procedures.dir).as_posix()
+        if flagged({"type": "procedure", "name": proc.name}, secret_findings("procedures", rel, data)):
+            continue
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            continue
+        records.append({"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
+                        "mode": oct(mode), **_content(data)})
+    _unread(vault, "procedure", problems, left_out)
+    return records
+
+
+def _unread(vault: Vault, kind: str, problems: list[Any], left_out: list[dict[str, Any]]) -> None:
+    """The files (or lines) an export could not read, in ``left_out`` by kind, path in the vault and reason."""
+    for problem in problems:
+        where = Path(problem.path)
+        if where.is_absolute():
+            try:
+                where = where.relative_to(vault.root)
+            except ValueError:
+                pass
+        left_out.append({"type": kind, "path": where.as_posix() + (f":{problem.line}" if problem.line else ""),
+                         "reason": problem.reason})
 
 
 def _content(data: bytes) -> dict[str, Any]:
