@@ -194,3 +194,18 @@ def test_a_fact_removed_by_hand_while_an_export_runs_does_not_stop_it(vault, mon
         v.facts.set(key, f"The fact {key}.", source="user:dev")
     after_listing_facts(monkeypatch, v, lambda: (v.root / "facts" / "b" / "two.md").unlink())
     assert [r["key"] for r in snapshot(v) if r["type"] == "fact"] == ["a/one", "c/three"]
+
+
+def test_a_markdown_export_that_fails_half_way_leaves_no_half_folder_under_its_name(tmp_path):
+    from memvault.interfaces.transfer.memvault import write_markdown
+
+    records = [fact("a/one", "first"), fact("b/two", "second"),
+               {"type": "fact", "key": "c/three", "path": "../escaped.md", "content": "x"}]
+    out = tmp_path / "out"
+    with pytest.raises(InvalidValue, match="outside the export folder"):
+        write_markdown(iter(records), out, "x")
+    assert not out.exists() or list(out.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "out") == []
+    assert write_markdown(iter(records[:2]), out, "x") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "facts" / "b" / "two.md").read_text().endswith("second\n") and out.stat().st_mode & 0o777 == 0o700

@@ -22,7 +22,8 @@ from ...core.transfer import ITEM_TEXT_MAX, Item, refused
 from ...rules.errors import InvalidValue, MemvaultError
 from ...rules.jsontext import loads
 from ...rules.fsread import TooLong, bounded_lines
-from ...rules.fsutil import atomic_write, output_folder, read_regular
+from ...rules.fsutil import (atomic_write, make_temp_dir, output_folder, read_regular, remove_dir,
+                             remove_tree, rename)
 from ...rules.timeutil import format_time, now
 
 HEADER = "memvault-export"
@@ -43,9 +44,26 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], vault_name: str
 
 
 def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
+    """The export as a folder: written in a private folder beside ``folder`` and renamed onto it whole, so an
+    export that fails or is killed half-way leaves nothing under the name but the empty folder it began with."""
     if folder.exists() and any(folder.iterdir()):
         raise InvalidValue("--output", f"{folder}: not empty; give a new folder")
-    folder = output_folder(folder)  # 0700: it holds what the vault does (a file keeps its mode for the import)
+    made = not folder.exists()
+    final = output_folder(folder)  # 0700: it holds what the vault does (a file keeps its mode for the import)
+    work = make_temp_dir(f".{final.name[:100]}.", inside=final.parent)  # 0700 too
+    try:
+        n = _write_markdown(records, work, vault_name)
+        remove_dir(final)
+        rename(work, final)  # refused if anything came to the name meanwhile (a link is never followed)
+    except BaseException:
+        remove_tree(work)
+        if made:
+            remove_dir(final)
+        raise
+    return n
+
+
+def _write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
     months: dict[str, list[str]] = {}
     n = 0
     for record in records:
