@@ -209,3 +209,36 @@ def test_a_markdown_export_that_fails_half_way_leaves_no_half_folder_under_its_n
     assert write_markdown(iter(records[:2]), out, "x") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert (out / "facts" / "b" / "two.md").read_text().endswith("second\n") and out.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_episode_line_with_a_lone_surrogate_is_a_bad_line_not_an_export_that_cannot_be_written(vault, tmp_path):
+    from memvault.interfaces.transfer.memvault import write_jsonl
+
+    vault.episodes.append("before", source="user:dev")
+    month = vault.episodes.files()[0]
+    with open(month, "ab") as f:  # a teammate's tool wrote a JSON escape that is no character
+        f.write(b'{"id": "01M96V19Y81S11P88X77697Q41", "created_at": "2026-01-02T00:00:00.000Z", '
+                b'"source": "user:dev", "kind": "raw", "text": "lone \\ud800 half"}\n'
+                b'{"id": "01M96V19Y81S11P88X77697Q42", "created_at": "2026-01-02T00:00:01.000Z", '
+                b'"source": "user:dev", "kind": "raw", "text": "a pair \\ud83d\\ude00 is fine"}\n')
+    left_out: list = []
+    out = tmp_path / "export.jsonl"
+    with open(out, "w", encoding="utf-8") as f:
+        write_jsonl(snapshot(vault, left_out=left_out), f, "x")
+    texts = [json.loads(line)["episode"]["text"] for line in out.read_text().splitlines()[1:]]
+    assert texts == ["before", "a pair \U0001F600 is fine"]
+    assert [(e["type"], e["path"].rsplit("/", 1)[-1]) for e in left_out] == [("episode", f"{month.name}:2")]
+    assert "surrogate" in left_out[0]["reason"]
+
+
+def test_a_record_with_a_lone_surrogate_is_refused_by_its_line_and_the_rest_come_in(tmp_path):
+    path = tmp_path / "crafted.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n"
+                    '{"type": "episode", "episode": {"id": "01M96V19Y81S11P88X77697Q49", "created_at": '
+                    '"2026-01-02T00:00:00.000Z", "source": "user:dev", "kind": "raw", "text": "lone \\ud800 x"}}\n'
+                    '{"type": "fact", "key": "s/u", "content": "---\\nsource: user:dev\\n---\\nlone \\udcff\\n"}\n'
+                    + json.dumps(fact("ok/one", "fine")) + "\n")
+    fresh, report = restore(tmp_path, path)
+    assert [e["origin"] for e in report.refused] == [f"{path}:2", f"{path}:3"]
+    assert all("surrogate" in e["reason"] for e in report.refused)
+    assert [e["origin"] for e in report.added] == [f"{path}:4"]
