@@ -123,6 +123,11 @@ class WriteGate:
                     warnings += notices
             yield
 
+    def read_lock(self) -> Any:
+        """Shared with other readers, held while a reader takes the facts, proposals and runbooks as one picture
+        (an export): the writers of :meth:`lock` wait for it, so an accept is never half seen."""
+        return locked(self.lock_path, shared=True)
+
     def sync_lock(self) -> Any:
         """Held by a sync from its first fetch to its last push: syncs of one vault run one at a time, while the
         write and append locks are taken only for its steps on the work tree (never across the network)."""

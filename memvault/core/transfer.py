@@ -439,6 +439,7 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
     gate = vault.gate
     changes: list[FileChange] = []
     modes: dict[Path, int] = {}
+    plan = _Plan(vault.procedures.store.files([]))
     existing_ids = {e.id for e in vault.episodes.iter()}
     episodes: list[tuple[dict[str, Any], dict[str, Any]]] = []
     proposals: list[tuple[int, Item]] = []
@@ -448,11 +449,13 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
             entry = {"item": n, "origin": item.origin, **({"key": item.key} if item.key else {})}
             try:
                 if item.kind == "fact":
-                    change = _plan_file(vault, "fact", item, report, entry, here)
+                    change = _plan_file(vault, "fact", item, report, entry, here, plan)
                 elif item.kind == "procedure":
-                    change = _plan_file(vault, "procedure", item, report, entry, here)
+                    change = _plan_file(vault, "procedure", item, report, entry, here, plan)
                     if change is not None and item.mode is not None:
-                        modes[change.path] = item.mode & 0o777
+                        # The exec bit and the owner's and group's reading come back; never another user's write
+                        # (a runbook 0777 anyone on the host could change before it runs), setuid or sticky.
+                        modes[change.path] = item.mode & 0o755
                 elif item.kind == "proposal":
                     proposals.append((n, item))
                     continue
@@ -474,6 +477,7 @@ def _restore_items(vault: Vault, items: Iterable[tuple[int, Item]], report: Impo
                     if why is not None:
                         raise InvalidValue(str(change.path.relative_to(vault.root)), why)
                     changes.append(change)
+                    plan.take(change, item)
                     report.added.append(entry)
             except MemvaultError as exc:
                 _refuse(report, entry, describe(exc)[0])
@@ -520,10 +524,29 @@ def _uncommitted(gate: Any, files: list[tuple[Path, bytes]]) -> list[Path]:
     return [p for p, data in files if heads.get(p) != blob_id(data)]
 
 
+#: The extension a restored runbook's file may have after its name: what a script or a document is called by.
+_EXTENSION = re.compile(r"(\.[A-Za-z0-9_+-]{1,16})?")
+
+
+@dataclass
+class _Plan:
+    """What a restore has planned so far, so that two records of one export never write one file twice (the last
+    won, both reported added) nor give one runbook name two files (an ambiguous name no command could run)."""
+
+    procedures: dict[str, list[Path]]                             # name -> the files already carrying it
+    files: dict[Path, bytes] = field(default_factory=dict)        # path -> the bytes planned for it
+    names: dict[str, Path] = field(default_factory=dict)          # a runbook's name -> the file planned for it
+
+    def take(self, change: FileChange, item: Item) -> None:
+        self.files[change.path] = change.after or b""
+        if item.kind == "procedure":
+            self.names[item.key or ""] = change.path
+
+
 def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry: dict[str, Any],
-               here: list[tuple[Path, bytes]]) -> FileChange | None:
-    """The change that writes an exported file back, or None when it is already there (added to ``here``) or
-    conflicts."""
+               here: list[tuple[Path, bytes]], plan: _Plan) -> FileChange | None:
+    """The change that writes an exported file back, or None when it is already there (added to ``here``), an
+    earlier record of this export writes it, or it conflicts."""
     data = item.content if item.content is not None else item.text.encode("utf-8")
     if kind == "fact":
         key = item.key or ""
@@ -534,13 +557,27 @@ def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry:
                                                "allowed ([limits] fact_bytes)")
     else:
         name = item.key or ""
-        ext = Path(item.meta.get("path", "")).suffix if isinstance(item.meta.get("path"), str) else ""
         from ..rules.validation import validate_name
 
         validate_name(name)
-        path = vault.procedures.dir / f"{name}{ext}"
+        path = vault.procedures.dir / f"{name}{_procedure_extension(name, item.meta.get('path'))}"
         if not path.resolve().is_relative_to(vault.procedures.dir.resolve()):
             raise UntrustedSource("export", f"{name}: a procedure path outside procedures/")
+    rel = path.relative_to(vault.root).as_posix()
+    if path in plan.files:
+        if plan.files[path] == data:
+            report.skipped.append({**entry, "reason": f"the same {rel} earlier in this export"})
+        else:
+            report.conflicts.append({**entry, "reason": f"an earlier record of this export holds something else "
+                                                        f"for {rel}"})
+        return None
+    if kind == "procedure":
+        others = [p for p in [*plan.procedures.get(item.key or "", []), plan.names.get(item.key or "")]
+                  if p is not None and p != path]
+        if others:
+            report.conflicts.append({**entry, "reason": f"{others[0].relative_to(vault.root).as_posix()} already "
+                                                        f"carries this runbook's name (not {rel} beside it)"})
+            return None
     if path.is_symlink():
         raise UntrustedSource("export", f"{path}: a symlink; not followed")
     if path.exists():
@@ -548,13 +585,32 @@ def _plan_file(vault: Vault, kind: str, item: Item, report: ImportReport, entry:
             report.skipped.append({**entry, "reason": "already here"})
             here.append((path, data))
         else:
-            report.conflicts.append({**entry, "reason": f"{path.relative_to(vault.root)} holds something else"})
+            report.conflicts.append({**entry, "reason": f"{rel} holds something else"})
         return None
     if kind == "fact":
         from ..stores.facts import parse_fact
 
-        parse_fact(item.key or "", path, data.decode("utf-8"))  # refuses a file that does not parse
+        parse_fact(item.key or "", path, _utf8(data))  # refuses a file that does not parse
     return FileChange(path, None, data)
+
+
+def _procedure_extension(name: str, given: object) -> str:
+    """The extension of a runbook's file as the export names it (``procedures/ops/drain.sh``): its name, then a
+    plain extension or none. InvalidValue for anything else (another name, a folder, a control character)."""
+    if not isinstance(given, str) or not given:
+        return ""
+    ext = given.rpartition("/")[2][len(name.rpartition("/")[2]):]
+    if given != f"procedures/{name}{ext}" or not _EXTENSION.fullmatch(ext):
+        shown = given.encode("unicode_escape").decode("ascii")[:120]
+        raise InvalidValue("path", f"{shown!r} is not procedures/<its name> with a plain extension")
+    return ext
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidValue("content", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 # ------------------------------------------------------------------------------------------------ export
@@ -563,40 +619,86 @@ def snapshot(vault: Vault, *, allow_secret: bool = False,
     """Everything the vault holds, one record at a time: facts and proposals (their files' exact text),
     procedures (text and mode), episodes (as stored). What the secret detector flags (an episode stored with
     ``--allow-secret``, a file edited by hand) is left out unless ``allow_secret``, and named in ``left_out`` by
-    kind, key or id, and reason (never the text): an export is a file that travels."""
-    from ..stores.checks import episode_secrets, secret_findings
+    kind, key or id, and reason (never the text): an export is a file that travels. A file or line that cannot be
+    read (a link out of the vault, a damaged episode line) is named there too, by its path.
+
+    The facts, proposals and runbooks are read under the gate's read lock, as one picture: a proposal accepted
+    while an export ran was in neither its facts (listed before) nor its proposals (listed after), and a fact
+    removed between its listing and its reading stopped the export. Episodes are only ever appended: they are
+    read after, without holding writers up while the records are written out."""
+    from ..stores.checks import episode_secrets
+
+    out: list[dict[str, Any]] = left_out if left_out is not None else []
 
     def flagged(what: dict[str, Any], findings: list[Any]) -> bool:
         if not findings or allow_secret:
             return False
-        if left_out is not None:
-            left_out.append({**what, "reason": describe_secrets(findings)})
+        out.append({**what, "reason": describe_secrets(findings)})
         return True
 
-    reader = vault.reader()  # an export holds only what its source may read ([scopes])
-    for kind, inbox in (("fact", False), ("proposal", True)):
-        for key, path in vault.facts.store.files(inbox=inbox, problems=[]):
-            if not reader.allows(vault.facts.path_for(key), vault.root):
-                continue
-            data = path.read_bytes()
-            if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
-                continue
-            record: dict[str, Any] = {"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix()}
-            record.update(_content(data))
-            yield record
-    for proc in vault.procedures.list([]):
-        path = Path(proc.path)
-        data = path.read_bytes()
-        rel = path.relative_to(vault.procedures.dir).as_posix()
-        if flagged({"type": "procedure", "name": proc.name}, secret_findings("procedures", rel, data)):
-            continue
-        yield {"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
-               "mode": oct(path.stat().st_mode & 0o777), **_content(data)}
-    for episode in vault.episodes.iter():
+    with vault.gate.read_lock():
+        files = _files(vault, flagged, out)
+    yield from files
+    problems: list[Any] = []
+    for episode in vault.episodes.iter(problems=problems):
         fields = episode.to_dict()
         if flagged({"type": "episode", "id": episode.id}, episode_secrets(fields)):
             continue
         yield {"type": "episode", "episode": fields}
+    _unread(vault, "episode", problems, out)
+
+
+def _files(vault: Vault, flagged: Callable[[dict[str, Any], list[Any]], bool],
+           left_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the facts, proposals and runbooks (what :func:`snapshot` reads under the read lock)."""
+    from ..stores.checks import secret_findings
+    from .views import Told
+
+    records: list[dict[str, Any]] = []
+    reader = vault.reader()  # an export holds only what its source may read ([scopes])
+    for kind, inbox in (("fact", False), ("proposal", True)):
+        told = Told(vault, None, [], target=inbox)
+        for key, path in vault.facts.store.files(inbox=inbox, problems=told.met):
+            if not reader.allows(vault.facts.path_for(key), vault.root):
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # removed by hand (a writer through memvault waits for the read lock)
+                continue
+            if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
+                continue
+            records.append({"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix(),
+                            **_content(data)})
+        told.tell()
+        _unread(vault, kind, told.into or [], left_out)
+    problems: list[Any] = []
+    for proc in vault.procedures.list(problems):
+        path = Path(proc.path)
+        data = proc.data
+        rel = path.relative_to(vault.procedures.dir).as_posix()
+        if flagged({"type": "procedure", "name": proc.name}, secret_findings("procedures", rel, data)):
+            continue
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            continue
+        records.append({"type": "procedure", "name": proc.name, "path": path.relative_to(vault.root).as_posix(),
+                        "mode": oct(mode), **_content(data)})
+    _unread(vault, "procedure", problems, left_out)
+    return records
+
+
+def _unread(vault: Vault, kind: str, problems: list[Any], left_out: list[dict[str, Any]]) -> None:
+    """The files (or lines) an export could not read, in ``left_out`` by kind, path in the vault and reason."""
+    for problem in problems:
+        where = Path(problem.path)
+        if where.is_absolute():
+            try:
+                where = where.relative_to(vault.root)
+            except ValueError:
+                pass
+        left_out.append({"type": kind, "path": where.as_posix() + (f":{problem.line}" if problem.line else ""),
+                         "reason": problem.reason})
 
 
 def _content(data: bytes) -> dict[str, Any]:

@@ -126,7 +126,10 @@ def parse(data: str | bytes, limit: int = MAX_READ_DEPTH, *, pairs: Any = None, 
             return json.loads(data)
         # bytes as json.loads reads UTF-8 ones (a byte-order mark skipped), without its undocumented helper
         text = data.decode("utf-8-sig", "surrogatepass") if isinstance(data, bytes) else data
-        return _decoder(pairs, standard).decode(text)
+        value = _decoder(pairs, standard).decode(text)
+        if standard:
+            _refuse_lone_surrogate(text, value)
+        return value
     except RecursionError:
         raise ValueError(f"nested deeper than this Python can read (limit {limit})") from None
 
@@ -140,6 +143,24 @@ def _decoder(pairs: Any, standard: bool) -> json.JSONDecoder:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
+
+
+#: The JSON escape of a surrogate (half of a character outside the first plane): the only way one gets into a
+#: string read from UTF-8 text, so the only text that needs the slower check.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogate(text: str, value: Any) -> None:
+    """ValueError when ``value`` (parsed from ``text``) holds a string with a lone surrogate (``"\\ud800"``
+    without its other half): no character, it cannot be written as UTF-8 again, and an episode line holding one
+    stopped every listing and export of the vault with an internal error. A pair (an emoji escaped) is one
+    character and passes."""
+    if _SURROGATE_ESCAPE.search(text) is None:
+        return
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"a lone surrogate ({exc.object[exc.start]!a}) is no character: not text") from None
 
 
 def loads(text: str, name: str, *, max_depth: int = MAX_DEPTH) -> Any:
@@ -158,6 +179,10 @@ def loads(text: str, name: str, *, max_depth: int = MAX_DEPTH) -> Any:
     except RecursionError:  # a lower recursion limit than the depth check assumes
         raise InvalidValue(name, f"nested deeper than {max_depth} levels") from None
     check_json_value(value, name)
+    try:
+        _refuse_lone_surrogate(text, value)
+    except ValueError as exc:
+        raise InvalidValue(name, str(exc)) from None
     return value
 
 

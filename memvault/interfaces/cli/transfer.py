@@ -109,8 +109,12 @@ def export_cmd(ctx, fmt, output, allow_secret):
     else:
         n = write_jsonl(snapshot(vault), sys.stdout, vault.root.name)
     echo(f"memvault: exported {n} records" + (f" to {output}" if output and output != "-" else ""), err=True)
-    if left_out:
-        named = "; ".join(f"{e['type']} {e.get('key') or e.get('name') or e.get('id')}: {e['reason']}"
-                          for e in left_out[:10])
-        echo(f"memvault: left out {len(left_out)} that look like secrets (--allow-secret includes them): "
-                   f"{named}" + (f"; and {len(left_out) - 10} more" if len(left_out) > 10 else ""), err=True)
+    secrets = [e for e in left_out if "path" not in e]
+    unread = [e for e in left_out if "path" in e]
+    for entries, why in ((secrets, "that look like secrets (--allow-secret includes them)"),
+                         (unread, "that could not be read")):
+        if entries:
+            named = "; ".join(f"{e['type']} {e.get('key') or e.get('name') or e.get('id') or e.get('path')}: "
+                              f"{e['reason']}" for e in entries[:10])
+            echo(f"memvault: left out {len(entries)} {why}: {named}"
+                 + (f"; and {len(entries) - 10} more" if len(entries) > 10 else ""), err=True)

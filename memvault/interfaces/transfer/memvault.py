@@ -22,16 +22,19 @@ from ...core.transfer import ITEM_TEXT_MAX, Item, refused
 from ...rules.errors import InvalidValue, MemvaultError
 from ...rules.jsontext import loads
 from ...rules.fsread import TooLong, bounded_lines
-from ...rules.fsutil import atomic_write, output_folder, read_regular
+from ...rules.fsutil import (atomic_write, make_temp_dir, output_folder, read_regular, remove_dir,
+                             remove_tree, rename)
 from ...rules.timeutil import format_time, now
 
 HEADER = "memvault-export"
+#: The export format this memvault writes and reads (the header's "version").
+VERSION = 1
 EPISODE_MARK = "<!-- memvault-episode "
 
 
 # ------------------------------------------------------------------------------------------------ writing
 def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], vault_name: str) -> int:
-    out.write(json.dumps({"type": HEADER, "version": 1, "vault": vault_name, "exported_at": format_time(now())})
+    out.write(json.dumps({"type": HEADER, "version": VERSION, "vault": vault_name, "exported_at": format_time(now())})
               + "\n")
     n = 0
     for record in records:
@@ -41,9 +44,26 @@ def write_jsonl(records: Iterable[dict[str, Any]], out: IO[str], vault_name: str
 
 
 def write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
+    """The export as a folder: written in a private folder beside ``folder`` and renamed onto it whole, so an
+    export that fails or is killed half-way leaves nothing under the name but the empty folder it began with."""
     if folder.exists() and any(folder.iterdir()):
         raise InvalidValue("--output", f"{folder}: not empty; give a new folder")
-    folder = output_folder(folder)  # 0700: it holds what the vault does (a file keeps its mode for the import)
+    made = not folder.exists()
+    final = output_folder(folder)  # 0700: it holds what the vault does (a file keeps its mode for the import)
+    work = make_temp_dir(f".{final.name[:100]}.", inside=final.parent)  # 0700 too
+    try:
+        n = _write_markdown(records, work, vault_name)
+        remove_dir(final)
+        rename(work, final)  # refused if anything came to the name meanwhile (a link is never followed)
+    except BaseException:
+        remove_tree(work)
+        if made:
+            remove_dir(final)
+        raise
+    return n
+
+
+def _write_markdown(records: Iterable[dict[str, Any]], folder: Path, vault_name: str) -> int:
     months: dict[str, list[str]] = {}
     n = 0
     for record in records:
@@ -91,6 +111,9 @@ def read(path: Path) -> Iterator[Item]:
 #: base64) fits many times over; a longer line is refused by its number without being held (a 1 GB line took
 #: several GB before its item was refused for its size).
 LINE_MAX = 8 * ITEM_TEXT_MAX
+#: Largest fact, proposal or runbook file of an export folder read: larger than any item a vault keeps, so a larger
+#: one is refused by its name without being read (a 1 GB fact file took 2 GB before its size refused it).
+FILE_MAX = LINE_MAX
 
 
 def _read_jsonl(path: Path) -> Iterator[Item]:
@@ -103,6 +126,7 @@ def _read_jsonl(path: Path) -> Iterator[Item]:
             header = None
         if not isinstance(header, dict) or header.get("type") != HEADER:
             raise InvalidValue("PATH", f"{path}: not a memvault export (no {HEADER} header line)")
+        _check_version(path, header.get("version"))
         for n, raw in enumerate(lines, 2):
             if isinstance(raw, TooLong):
                 yield refused(f"{path}:{n}", f"record: {int(raw)} bytes, more than any record holds ({LINE_MAX})")
@@ -122,6 +146,18 @@ def _read_jsonl(path: Path) -> Iterator[Item]:
                 yield refused(f"{path}:{n}", exc)
             except (TypeError, ValueError, AttributeError) as exc:
                 yield refused(f"{path}:{n}", f"record: a field of the wrong type ({type(exc).__name__})")
+
+
+def _check_version(path: Path, version: object) -> None:
+    """InvalidValue unless the header's format version is one this memvault reads: a newer export may hold what
+    this one would misread (a field it does not know, a record of another shape), so none of it is read."""
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise InvalidValue("PATH", f"{path}: an export of format version {version}, made by a newer memvault; this "
+                                   f"one reads version {VERSION}: import it with a newer memvault")
+    if version != VERSION or isinstance(version, bool):
+        shown = json.dumps(version)[:40]
+        raise InvalidValue("PATH", f"{path}: export format version {shown} is not one memvault knows "
+                                   f"(this one reads version {VERSION})")
 
 
 def _item(record: dict[str, Any], origin: str) -> Item:
@@ -144,9 +180,13 @@ def _item(record: dict[str, Any], origin: str) -> Item:
 def _fact_item(kind: str, key: str, data: bytes, origin: str) -> Item:
     from ...stores.facts import parse_fact
 
-    item = Item(kind, data.decode("utf-8", "replace"), origin, key=key, content=data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidValue("content", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    item = Item(kind, text, origin, key=key, content=data)
     if kind == "proposal":  # proposed again by its own source, with its own fields
-        fact = parse_fact(key, Path(f"{key}.md"), data.decode("utf-8"))
+        fact = parse_fact(key, Path(f"{key}.md"), text)
         item.text, item.source, item.category = fact.text, fact.source, fact.category
         item.tags, item.importance, item.confidence = list(fact.tags), fact.importance, fact.confidence
     return item
@@ -161,13 +201,20 @@ def _read_folder(folder: Path) -> Iterator[Item]:
             if path.is_symlink() or any(p.startswith(".") for p in path.relative_to(base).parts):
                 continue
             key = path.relative_to(base).with_suffix("").as_posix()
-            yield _fact_item(kind, key, path.read_bytes(), str(path))
+            try:  # each file on its own: one too large, not UTF-8 or not a fact is refused by its name
+                yield _fact_item(kind, key, read_regular(path, limit=FILE_MAX), str(path))
+            except MemvaultError as exc:
+                yield refused(str(path), exc)
     base = folder / "procedures"
     for path in sorted(base.rglob("*")) if base.is_dir() else []:
         if not path.is_file() or path.is_symlink() or any(p.startswith(".") for p in path.relative_to(base).parts):
             continue
         rel = path.relative_to(base)
-        data = path.read_bytes()
+        try:
+            data = read_regular(path, limit=FILE_MAX)
+        except MemvaultError as exc:
+            yield refused(str(path), exc)
+            continue
         yield Item("procedure", data.decode("utf-8", "replace"), str(path), key=rel.with_suffix("").as_posix(),
                    content=data, mode=os.stat(path).st_mode & 0o777,
                    meta={"path": f"procedures/{rel.as_posix()}"})
