@@ -65,7 +65,7 @@ from ..index.search import MAX_TERMS, query_terms
 from ..rules.freshness import stale_doc_reason
 from ..rules.timeutil import format_time, index_time, now, parse_time, parse_time_or_age, shown_time
 from ..rules.trust import Policy
-from ..rules.validation import vault_paths
+from ..rules.validation import check_utf8, vault_paths
 
 if TYPE_CHECKING:
     from ..index.update import SyncReport
@@ -90,10 +90,7 @@ def check_arguments(query: object, k: object, kinds: Sequence[str] | None, budge
     if len(query) > QUERY_MAX:  # a question, not a document: 1 MB cost 12.7 s and filled the recall log
         raise InvalidValue("query", f"{len(query)} characters, more than the {QUERY_MAX} a question may have: ask "
                                     "with its words, not the whole text")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach Python as lone surrogates
-        raise InvalidValue("query", f"not UTF-8 text (a byte that is not UTF-8 at character {exc.start})") from None
+    check_utf8(query, "query")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= K_MAX:
         raise InvalidValue("k", f"must be a whole number from 1 to {K_MAX}, not {k!r}")
     kinds = list(dict.fromkeys(kinds or KINDS))

@@ -91,6 +91,17 @@ def validate_name(name: object) -> str:
     return validate_key(name, "a procedure name")
 
 
+def check_utf8(value: str, name: str) -> str:
+    """``value`` when a file can hold it as UTF-8, else InvalidValue naming ``name``. A byte that is not UTF-8 on a
+    command line reaches Python as a lone surrogate, and so does JSON's ``"\\ud800"``: half a character, no text."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValue(name, f"not UTF-8 text (a byte that is not UTF-8, or half a character, at character "
+                                 f"{exc.start})") from None
+    return value
+
+
 def validate_source(source: object, name: str = "source") -> str:
     """``<kind>:<name>`` (``user:admin``, ``agent:deployer``, ``web:example.com``): printable ASCII, no spaces."""
     if not isinstance(source, str) or len(source) > SOURCE_MAX or not SOURCE_PATTERN.fullmatch(source):
@@ -116,7 +127,7 @@ def validate_category(category: object, name: str = "category") -> str:
     if len(category) > CATEGORY_MAX or any(ord(c) < 32 or ord(c) == 127 for c in category):
         raise InvalidValue(name, f"must be one line of at most {CATEGORY_MAX} characters, without control "
                                  f"characters ({len(category)} characters given)")
-    return category.strip()
+    return check_utf8(category, name).strip()
 
 
 def unit_float(value: Any, name: str) -> float:
@@ -142,6 +153,7 @@ def validate_tags(tags: object, name: str = "tags") -> list[str]:
             raise InvalidValue(f"{name}[{i}]", f"must be a non-empty word, not {tag!r:.60}")
         if len(tag) > TAG_MAX or any(ord(c) < 32 for c in tag):
             raise InvalidValue(f"{name}[{i}]", f"must be one line of at most {TAG_MAX} characters")
+        check_utf8(tag, f"{name}[{i}]")
         if tag not in out:
             out.append(tag)
     return out
@@ -170,9 +182,12 @@ def check_json_value(value: Any, name: str, depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidValue(name, f"object keys must be strings, not {key!r}")
+            check_utf8(key, name)
             check_json_value(item, f"{name}.{key}", depth + 1)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             check_json_value(item, f"{name}[{i}]", depth + 1)
-    elif value is not None and not isinstance(value, (str, int, float, bool)):
+    elif isinstance(value, str):
+        check_utf8(value, name)
+    elif value is not None and not isinstance(value, (int, float, bool)):
         raise InvalidValue(name, f"{type(value).__name__} is not a JSON value")

@@ -26,7 +26,8 @@ from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
 from ..rules.fsutil import FileChange, entry_problem, locked, open_private, read_inside, walk
 from ..rules.timeutil import format_time, now, parse_time
 from ..rules.timeutil import now as clock
-from ..rules.validation import Problem, check_episode_time, check_json_value, validate_kind, validate_source, validate_tags
+from ..rules.validation import (Problem, check_episode_time, check_json_value, check_utf8, validate_kind, validate_source,
+                                validate_tags)
 from .host_folders import HostFolders, chosen_host, host_folder
 
 KNOWN_KINDS = ("raw", "summary", "procedure_run")
@@ -266,6 +267,7 @@ class EpisodeLog:
             raise InvalidValue("id", f"{id!r} is not an episode id (letters, digits, '.', '_', ':', '-'; at most 100)")
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "an episode needs some text")
+        check_utf8(text, "text")
         validate_source(source)
         validate_kind(kind)
         current = now or clock()

@@ -19,7 +19,7 @@ from ..rules import frontmatter_edit as fm
 from ..rules.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
 from ..rules.fsutil import FileChange, entry_problem, read_inside, walk
 from ..rules.timeutil import format_time, parse_date, parse_time
-from ..rules.validation import Problem, unit_float, validate_category, validate_key, validate_tags
+from ..rules.validation import Problem, check_utf8, unit_float, validate_category, validate_key, validate_tags
 
 log = logging.getLogger(__name__)
 
@@ -373,6 +373,7 @@ class FactStore:
             extra = {**(extra or {}), "proposes": key}
         if not isinstance(text, str) or not text.strip():
             raise InvalidValue("text", "a fact needs some text")
+        check_utf8(text, "text")
         changes: dict[str, Any] = {}
         if category is not None:
             changes["category"] = validate_category(category)
