@@ -160,3 +160,59 @@ def test_the_private_copy_a_killed_memvault_left_is_removed_by_the_next_run(vaul
     vault.procedures.run("ops/hello", source="user:admin")
     assert capfd.readouterr().out == "committed\n"
     assert not left.exists() and alive.is_dir()
+
+
+def test_a_runbook_run_from_a_git_hook_acts_on_the_repository_it_names(vault, tmp_path):
+    """memvault run from another repository's hook (a post-commit that runs `memvault proc run`) passed git's
+    GIT_DIR, GIT_WORK_TREE and GIT_INDEX_FILE on to the runbook: its `git -C <repo> ...` acted on the hook's
+    repository instead of the one it named."""
+    import subprocess
+
+    from conftest import REPO_ROOT, git
+
+    target = tmp_path / "target"
+    git(tmp_path, "init", "-q", str(target))
+    add(vault, tmp_path, "ops/where", '#!/usr/bin/env bash\ngit -C "$1" rev-parse --absolute-git-dir\n'
+        'echo "index=${GIT_INDEX_FILE-unset} dir=${GIT_DIR-unset} tree=${GIT_WORK_TREE-unset}"\n')
+    app = tmp_path / "app"
+    git(tmp_path, "init", "-q", str(app))
+    out = tmp_path / "hook.out"
+    hook = app / ".git" / "hooks" / "pre-commit"  # git gives a pre-commit hook GIT_INDEX_FILE of its own
+    # as git sets them for hooks in a worktree or with --git-dir (absolute here: "$1" is elsewhere)
+    hook.write_text(f"#!/bin/sh\nexport GIT_DIR=\"$PWD/.git\" GIT_WORK_TREE=\"$PWD\"\nPYTHONPATH={REPO_ROOT} {sys.executable} "
+                    f"-m memvault --vault {vault.root} proc run ops/where --source user:admin -- {target} "
+                    f"> {out} 2>&1\nexit 0\n")
+    hook.chmod(0o755)
+    (app / "a.txt").write_text("a\n")
+    git(app, "add", "a.txt")
+    # a commit of named paths: git gives the hook a temporary index of its own in GIT_INDEX_FILE
+    subprocess.run(["git", "-C", str(app), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x",
+                    "--", "a.txt"], check=True)
+    lines = out.read_text().splitlines()
+    assert lines[0] == str((target / ".git").resolve()), out.read_text()
+    assert lines[1] == "index=unset dir=unset tree=unset", out.read_text()
+    (episode,) = [e for e in vault.episodes.list() if e.kind == "procedure_run"]
+    assert episode.meta["exit_code"] == 0
+
+
+def test_a_runbook_keeps_the_rest_of_its_callers_environment(vault, tmp_path, monkeypatch, capfd):
+    """Only git's repository-local variables are dropped (``git rev-parse --local-env-vars``, as git drops them for
+    a submodule); what the person chose for every command they run stays: LD_PRELOAD (a wrapper such as fakeroot or
+    torsocks), an author, ``git -c`` options."""
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere.git"))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(tmp_path / "objects"))
+    monkeypatch.setenv("GIT_COMMON_DIR", str(tmp_path / "common"))
+    monkeypatch.setenv("LD_PRELOAD", "")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada")
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'color.ui'='never'")
+    add(vault, tmp_path, "ops/env", '#!/usr/bin/env bash\necho "${GIT_DIR-unset} ${GIT_OBJECT_DIRECTORY-unset} '
+        '${GIT_COMMON_DIR-unset} ${LD_PRELOAD+set} $GIT_AUTHOR_NAME $GIT_CONFIG_PARAMETERS"\n')
+    monkeypatch.delenv("GIT_DIR")  # the add above committed to the vault; the run is what is under test
+    monkeypatch.delenv("GIT_OBJECT_DIRECTORY")
+    monkeypatch.delenv("GIT_COMMON_DIR")
+    capfd.readouterr()
+    env = {"GIT_DIR": str(tmp_path / "elsewhere.git"), "GIT_OBJECT_DIRECTORY": str(tmp_path / "objects"),
+           "GIT_COMMON_DIR": str(tmp_path / "common")}
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    vault.procedures.run("ops/env", source="user:admin")
+    assert capfd.readouterr().out == "unset unset unset set Ada 'color.ui'='never'\n"

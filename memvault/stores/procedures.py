@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..rules import frontmatter_edit as fm
 from ..rules.errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
 from ..rules.fsutil import FileChange, entry_problem, make_temp_dir, read_inside, remove_tree, walk, write_new_exclusive
+from ..rules.gitenv import other_repo_env
 from .gitstore import GitStore, blob_id
 from ..rules.validation import Problem, validate_name
 
@@ -300,7 +301,7 @@ class ProcedureStore:
 
             def spawn() -> subprocess.Popen[bytes]:
                 return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
-                                        env={**os.environ, **(env or {}), "MEMVAULT_PROCEDURE_FILE": str(proc.path)})
+                                        env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
 
             exit_code, interrupted = _run(name, spawn, timeout)
         finally:
