@@ -216,3 +216,70 @@ def test_a_runbook_keeps_the_rest_of_its_callers_environment(vault, tmp_path, mo
     monkeypatch.setattr(os, "environ", {**os.environ, **env})
     vault.procedures.run("ops/env", source="user:admin")
     assert capfd.readouterr().out == "unset unset unset set Ada 'color.ui'='never'\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals")
+def test_a_run_whose_memvault_is_killed_is_recorded_once_by_the_next_runs(vault, tmp_path):
+    """A memvault SIGKILLed during `proc run` (an out-of-memory kill, a CI runner torn down) left no episode: the
+    runbook's side effects had no record that it ran. The next runs record it, once, though two sweep at a time,
+    and again not after a sweep that was itself killed between its append and the record's removal."""
+    import shutil
+    import subprocess
+
+    from conftest import REPO_ROOT
+
+    started = tmp_path / "started"
+    added = add(vault, tmp_path, "ops/long", f"#!/usr/bin/env bash\necho $$ > {started}\nexec sleep 30\n")
+    add(vault, tmp_path, "ops/hello", COMMITTED)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+    def memvault(*args):
+        return subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(vault.root), "proc", "run", "--source", "user:admin",
+                                 *args], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    killed = memvault("ops/long", "--", "--password", "hunter2hunter2")
+    deadline = time.monotonic() + 30
+    while not started.exists() or not started.read_text().strip():
+        assert time.monotonic() < deadline and killed.poll() is None, killed.stderr.read() if killed.poll() else ""
+        time.sleep(0.05)
+    killed.kill()
+    assert killed.wait(20) == -signal.SIGKILL
+    os.kill(int(started.read_text()), signal.SIGKILL)  # the orphaned script
+    assert vault.episodes.list() == []
+    (record,) = (vault.state_dir / "run").glob("run-*.json")
+    kept = tmp_path / "record.json"
+    shutil.copy(record, kept)
+
+    racing = [memvault("ops/hello"), memvault("ops/hello")]
+    for proc in racing:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out == b"committed\n", err
+    shutil.copy(kept, record)  # as a sweep killed after its append would leave it
+    assert memvault("ops/hello").wait(60) == 0
+
+    runs = [e for e in vault.episodes.list() if e.meta.get("name") == "ops/long"]
+    assert len(runs) == 1, [e.text for e in runs]
+    (episode,) = runs
+    assert episode.kind == "procedure_run" and "interrupted: memvault was killed" in episode.text
+    assert episode.meta["interrupted"] == "memvault killed"
+    assert episode.meta["blob"] == added.blob and episode.meta["commit"] == added.commit
+    assert episode.meta["args"] == ["--password", "<redacted: password on command line>"]
+    assert episode.created_at == episode.meta["started_at"] and episode.source == "user:admin"
+    assert len([e for e in vault.episodes.list() if e.meta.get("name") == "ops/hello"]) == 3
+    assert not list((vault.state_dir / "run").glob("run-*"))
+
+
+def test_a_damaged_record_of_a_dead_run_is_reported_and_dropped_never_blocking_a_run(vault, tmp_path, capfd):
+    import subprocess
+
+    add(vault, tmp_path, "ops/hello", COMMITTED)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    scratch = vault.state_dir / "run"
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    (scratch / f"run-{int(gone.stdout)}-abc123.json").write_text("{not json")
+    (scratch / f"run-{int(gone.stdout)}-def456.json").write_text('{"id": "x", "source": "not a source!"}')
+    result = vault.procedures.run("ops/hello", source="user:admin")
+    assert result.exit_code == 0 and capfd.readouterr().out == "committed\n"
+    assert len(result.episode.warnings) == 2 and all("not recorded" in w for w in result.episode.warnings)
+    assert not list(scratch.glob("run-*")) and len(vault.episodes.list()) == 1
