@@ -9,9 +9,10 @@ between its append and the record's removal is not repeated by the next one).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..rules.errors import MemvaultError
 from ..rules.fsutil import ensure_dir, locked, remove
@@ -20,24 +21,21 @@ from ..rules.timeutil import format_time
 from ..stores.episodes import new_id
 from ..stores.procedures import Procedure, dead_runs
 
-if TYPE_CHECKING:
-    from .gate import WriteGate
-
 #: ``meta.interrupted`` of a run recorded by a later sweep.
 KILLED = "memvault killed"
 
 
-def run_record(gate: WriteGate, proc: Procedure, args: Sequence[str], source: str) -> dict[str, Any]:
+def run_record(proc: Procedure, args: Sequence[str], source: str, started: datetime) -> dict[str, Any]:
     """What a run keeps on disk while its script runs: the episode a sweep would append, id included."""
-    started = gate.clock()
     return {"id": new_id(started), "started_at": format_time(started), "source": source, "name": proc.name,
             "commit": proc.commit, "blob": proc.blob, "args": redact_args(list(args)), "dirty": proc.dirty,
             "tags": list(proc.tags)}
 
 
-def record_dead_runs(gate: WriteGate, scratch: Path) -> list[str]:
-    """Append an episode for each run in ``scratch`` whose memvault is gone, and drop its record; what the caller
-    should be told (a record that could not be read or recorded). Cheap when there is none: one directory listing."""
+def record_dead_runs(scratch: Path, *, has: Callable[[str], bool], append: Callable[..., Any]) -> list[str]:
+    """Append (with ``append``, the gate's ``append_episode``: every check of a write) an episode for each run in
+    ``scratch`` whose memvault is gone, unless ``has`` its id already, and drop its record; what the caller should
+    be told (a record that could not be read or recorded). Cheap when there is none: one directory listing."""
     if not dead_runs(scratch):
         return []
     warnings: list[str] = []
@@ -46,8 +44,8 @@ def record_dead_runs(gate: WriteGate, scratch: Path) -> list[str]:
             try:
                 if record is None:
                     raise MemvaultError("not a run record")
-                if not gate.episodes.has(str(record.get("id"))):
-                    _append(gate, record)
+                if not has(str(record.get("id"))):
+                    _append(append, record)
             except MemvaultError as exc:
                 warnings.append(f"an interrupted run left {path.name}, not recorded: {exc}")
             except OSError as exc:  # kept for the next sweep (a full disk, say)
@@ -57,9 +55,9 @@ def record_dead_runs(gate: WriteGate, scratch: Path) -> list[str]:
     return warnings
 
 
-def _append(gate: WriteGate, record: dict[str, Any]) -> None:
+def _append(append: Callable[..., Any], record: dict[str, Any]) -> None:
     name, started, dirty = record.get("name"), record.get("started_at"), record.get("dirty") is True
-    gate.append_episode(
+    append(
         f"ran procedure {name} (interrupted: memvault was killed; started {started})"
         + (" from a dirty working copy" if dirty else ""),
         source=str(record.get("source")), kind="procedure_run", at=started, id=str(record.get("id")),

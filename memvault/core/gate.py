@@ -666,10 +666,11 @@ class WriteGate:
         access.write_or_refuse(self.scopes, source, access.rel(self.root, self.episodes.file_for(self.clock())),
                                "record the run in")
         scratch = self.state_dir / "run"
-        swept = dead_runs.record_dead_runs(self, scratch)  # runs whose memvault was killed: recorded now
+        # runs whose memvault was killed: recorded now
+        swept = dead_runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
         outcome = self.procedures.execute(proc, args, scratch=scratch, allow_dirty=allow_dirty,
                                           stdout=stdout, stderr=stderr, cwd=cwd,
-                                          record=dead_runs.run_record(self, proc, args, source),
+                                          record=dead_runs.run_record(proc, args, source, self.clock()),
                                           # the runbook's own memvault calls are its runner's, within its
                                           # trust and scopes (not those of whoever started this process)
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
