@@ -130,3 +130,17 @@ def test_hostile_repetition_is_scanned_in_linear_time(text):
     start = time.process_time()
     find_secrets(text)
     assert time.process_time() - start < 1.0
+
+
+@pytest.mark.parametrize("text", [
+    "jdbc:postgresql://db1:5432/app?user=app&password=%24%7BPW%7D",  # ${PW}
+    "https://api.example/x?token=%3Cyour-token%3E",  # <your-token>
+    "https://api.example/x?api_key=%7B%7B%20api_key%20%7D%7D",  # {{ api_key }}
+])
+def test_a_url_encoded_placeholder_is_a_placeholder(text):
+    """An assignment in a query string whose value is a placeholder, URL-encoded, was refused as a secret."""
+    assert find_secrets(text) == []
+
+
+def test_a_url_encoded_literal_is_still_a_secret():
+    assert [f.kind for f in find_secrets("https://db.example/x?password=Hunter2%21x")] == ["password assignment"]

@@ -48,6 +48,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress
+from urllib.parse import unquote
 
 from .secret_rules import (  # the rule tables
     _ASSIGNED,
@@ -265,6 +266,8 @@ def _is_literal(value: str, sep: str, quoted: bool, rest_of_line: str) -> bool:
     value = value.strip()
     if len(value) < 4 or _PLACEHOLDER.match(value) or _PATHLIKE.match(value) or _REMARK.match(value):
         return False
+    if "%" in value and _PLACEHOLDER.match(unquote(value)):
+        return False  # a query string's password=%24%7BPW%7D is ${PW}
     # "Secret: the plan is..." is prose; "password: hunter2" (YAML) is not. An unquoted colon value counts only if
     # it is the last thing on the line or does not read as a plain word.
     colon_prose = not quoted and ":" in sep and "=" not in sep and value.isalpha()
