@@ -311,3 +311,25 @@ def test_ingest_refusal_names_the_line_not_its_text(strict_vault):
     done = cli(strict_vault.root, "ingest", "-", "--source", "agent:extractor", input=lines)
     assert done.exit_code == 0, done.output
     assert "hunter2" not in done.output and "-:1" in done.output and "looks like a secret" in done.output
+
+
+@pytest.mark.parametrize("plumbing", [True, False], ids=["plumbing", "git-commit"])
+def test_a_write_from_another_repositorys_hook_stays_in_the_vault(vault, tmp_path, monkeypatch, plumbing):
+    """memvault called from another repository's pre-commit hook (an agent's hook recording what it does) inherits
+    git's GIT_INDEX_FILE, GIT_DIR and GIT_WORK_TREE: its commit staged the vault's file into that repository's index
+    (the hook's commit would carry it) and left the vault's own index with the fact staged as deleted."""
+    app = tmp_path / "app"
+    git(tmp_path, "init", "-q", str(app))
+    (app / "a.txt").write_text("a\n")
+    git(app, "add", "a.txt")
+    before = (app / ".git" / "index").read_bytes()
+    monkeypatch.setenv("GIT_INDEX_FILE", str(app / ".git" / "index"))
+    monkeypatch.setenv("GIT_DIR", str(app / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(app))
+    vault.git.plumbing = plumbing
+    vault.facts.set("ops/hooked", "Written from another repository's hook.", source="user:dev")
+    for name in ("GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE"):
+        monkeypatch.delenv(name)
+    assert (app / ".git" / "index").read_bytes() == before
+    assert git(vault.root, "status", "--porcelain").strip() == ""
+    assert "facts/ops/hooked.md" in git(vault.root, "show", "--name-only", "--format=", "HEAD")

@@ -160,3 +160,126 @@ def test_the_private_copy_a_killed_memvault_left_is_removed_by_the_next_run(vaul
     vault.procedures.run("ops/hello", source="user:admin")
     assert capfd.readouterr().out == "committed\n"
     assert not left.exists() and alive.is_dir()
+
+
+def test_a_runbook_run_from_a_git_hook_acts_on_the_repository_it_names(vault, tmp_path):
+    """memvault run from another repository's hook (a post-commit that runs `memvault proc run`) passed git's
+    GIT_DIR, GIT_WORK_TREE and GIT_INDEX_FILE on to the runbook: its `git -C <repo> ...` acted on the hook's
+    repository instead of the one it named."""
+    import subprocess
+
+    from conftest import REPO_ROOT, git
+
+    target = tmp_path / "target"
+    git(tmp_path, "init", "-q", str(target))
+    add(vault, tmp_path, "ops/where", '#!/usr/bin/env bash\ngit -C "$1" rev-parse --absolute-git-dir\n'
+        'echo "index=${GIT_INDEX_FILE-unset} dir=${GIT_DIR-unset} tree=${GIT_WORK_TREE-unset}"\n')
+    app = tmp_path / "app"
+    git(tmp_path, "init", "-q", str(app))
+    out = tmp_path / "hook.out"
+    hook = app / ".git" / "hooks" / "pre-commit"  # git gives a pre-commit hook GIT_INDEX_FILE of its own
+    # as git sets them for hooks in a worktree or with --git-dir (absolute here: "$1" is elsewhere)
+    hook.write_text(f"#!/bin/sh\nexport GIT_DIR=\"$PWD/.git\" GIT_WORK_TREE=\"$PWD\"\nPYTHONPATH={REPO_ROOT} {sys.executable} "
+                    f"-m memvault --vault {vault.root} proc run ops/where --source user:admin -- {target} "
+                    f"> {out} 2>&1\nexit 0\n")
+    hook.chmod(0o755)
+    (app / "a.txt").write_text("a\n")
+    git(app, "add", "a.txt")
+    # a commit of named paths: git gives the hook a temporary index of its own in GIT_INDEX_FILE
+    subprocess.run(["git", "-C", str(app), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x",
+                    "--", "a.txt"], check=True)
+    lines = out.read_text().splitlines()
+    assert lines[0] == str((target / ".git").resolve()), out.read_text()
+    assert lines[1] == "index=unset dir=unset tree=unset", out.read_text()
+    (episode,) = [e for e in vault.episodes.list() if e.kind == "procedure_run"]
+    assert episode.meta["exit_code"] == 0
+
+
+def test_a_runbook_keeps_the_rest_of_its_callers_environment(vault, tmp_path, monkeypatch, capfd):
+    """Only git's repository-local variables are dropped (``git rev-parse --local-env-vars``, as git drops them for
+    a submodule); what the person chose for every command they run stays: LD_PRELOAD (a wrapper such as fakeroot or
+    torsocks), an author, ``git -c`` options."""
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere.git"))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(tmp_path / "objects"))
+    monkeypatch.setenv("GIT_COMMON_DIR", str(tmp_path / "common"))
+    monkeypatch.setenv("LD_PRELOAD", "")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada")
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'color.ui'='never'")
+    add(vault, tmp_path, "ops/env", '#!/usr/bin/env bash\necho "${GIT_DIR-unset} ${GIT_OBJECT_DIRECTORY-unset} '
+        '${GIT_COMMON_DIR-unset} ${LD_PRELOAD+set} $GIT_AUTHOR_NAME $GIT_CONFIG_PARAMETERS"\n')
+    monkeypatch.delenv("GIT_DIR")  # the add above committed to the vault; the run is what is under test
+    monkeypatch.delenv("GIT_OBJECT_DIRECTORY")
+    monkeypatch.delenv("GIT_COMMON_DIR")
+    capfd.readouterr()
+    env = {"GIT_DIR": str(tmp_path / "elsewhere.git"), "GIT_OBJECT_DIRECTORY": str(tmp_path / "objects"),
+           "GIT_COMMON_DIR": str(tmp_path / "common")}
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    vault.procedures.run("ops/env", source="user:admin")
+    assert capfd.readouterr().out == "unset unset unset set Ada 'color.ui'='never'\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals")
+def test_a_run_whose_memvault_is_killed_is_recorded_once_by_the_next_runs(vault, tmp_path):
+    """A memvault SIGKILLed during `proc run` (an out-of-memory kill, a CI runner torn down) left no episode: the
+    runbook's side effects had no record that it ran. The next runs record it, once, though two sweep at a time,
+    and again not after a sweep that was itself killed between its append and the record's removal."""
+    import shutil
+    import subprocess
+
+    from conftest import REPO_ROOT
+
+    started = tmp_path / "started"
+    added = add(vault, tmp_path, "ops/long", f"#!/usr/bin/env bash\necho $$ > {started}\nexec sleep 30\n")
+    add(vault, tmp_path, "ops/hello", COMMITTED)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+    def memvault(*args):
+        return subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(vault.root), "proc", "run", "--source", "user:admin",
+                                 *args], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    killed = memvault("ops/long", "--", "--password", "hunter2hunter2")
+    deadline = time.monotonic() + 30
+    while not started.exists() or not started.read_text().strip():
+        assert time.monotonic() < deadline and killed.poll() is None, killed.stderr.read() if killed.poll() else ""
+        time.sleep(0.05)
+    killed.kill()
+    assert killed.wait(20) == -signal.SIGKILL
+    os.kill(int(started.read_text()), signal.SIGKILL)  # the orphaned script
+    assert vault.episodes.list() == []
+    (record,) = (vault.state_dir / "run").glob("run-*.json")
+    kept = tmp_path / "record.json"
+    shutil.copy(record, kept)
+
+    racing = [memvault("ops/hello"), memvault("ops/hello")]
+    for proc in racing:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out == b"committed\n", err
+    shutil.copy(kept, record)  # as a sweep killed after its append would leave it
+    assert memvault("ops/hello").wait(60) == 0
+
+    runs = [e for e in vault.episodes.list() if e.meta.get("name") == "ops/long"]
+    assert len(runs) == 1, [e.text for e in runs]
+    (episode,) = runs
+    assert episode.kind == "procedure_run" and "interrupted: memvault was killed" in episode.text
+    assert episode.meta["interrupted"] == "memvault killed"
+    assert episode.meta["blob"] == added.blob and episode.meta["commit"] == added.commit
+    assert episode.meta["args"] == ["--password", "<redacted: password on command line>"]
+    assert episode.created_at == episode.meta["started_at"] and episode.source == "user:admin"
+    assert len([e for e in vault.episodes.list() if e.meta.get("name") == "ops/hello"]) == 3
+    assert not list((vault.state_dir / "run").glob("run-*"))
+
+
+def test_a_damaged_record_of_a_dead_run_is_reported_and_dropped_never_blocking_a_run(vault, tmp_path, capfd):
+    import subprocess
+
+    add(vault, tmp_path, "ops/hello", COMMITTED)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    scratch = vault.state_dir / "run"
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    (scratch / f"run-{int(gone.stdout)}-abc123.json").write_text("{not json")
+    (scratch / f"run-{int(gone.stdout)}-def456.json").write_text('{"id": "x", "source": "not a source!"}')
+    result = vault.procedures.run("ops/hello", source="user:admin")
+    assert result.exit_code == 0 and capfd.readouterr().out == "committed\n"
+    assert len(result.episode.warnings) == 2 and all("not recorded" in w for w in result.episode.warnings)
+    assert not list(scratch.glob("run-*")) and len(vault.episodes.list()) == 1

@@ -49,7 +49,7 @@ from ..rules.secrets import describe
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
 from ..rules.validation import validate_source
-from . import access
+from . import access, dead_runs
 from .usage import MAX_USED, Counted  # noqa: F401 - where callers have always found them
 
 if TYPE_CHECKING:
@@ -581,10 +581,10 @@ class WriteGate:
 
     def append_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
                        tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                       allow_secret: bool = False) -> Episode:
+                       allow_secret: bool = False, id: str | None = None) -> Episode:
         """Append one episode; keyword recall finds it at once (the index reads only the new line)."""
         episode, line = self.check_episode(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
-                                           allow_secret=allow_secret)
+                                           allow_secret=allow_secret, id=id)
         assert episode.path is not None
         episode.path = self.episodes.append_line(episode.path, line)
         episode.warnings = self.tell_index([episode.path])
@@ -670,8 +670,12 @@ class WriteGate:
         self.require(Op.APPEND_EPISODE, source)
         access.write_or_refuse(self.scopes, source, access.rel(self.root, self.episodes.file_for(self.clock())),
                                "record the run in")
-        outcome = self.procedures.execute(proc, args, scratch=self.state_dir / "run", allow_dirty=allow_dirty,
+        scratch = self.state_dir / "run"
+        # runs whose memvault was killed: recorded now
+        swept = dead_runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
+        outcome = self.procedures.execute(proc, args, scratch=scratch, allow_dirty=allow_dirty,
                                           stdout=stdout, stderr=stderr, cwd=cwd,
+                                          record=dead_runs.run_record(proc, args, source, self.clock()),
                                           # the runbook's own memvault calls are its runner's, within its
                                           # trust and scopes (not those of whoever started this process)
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
@@ -691,6 +695,7 @@ class WriteGate:
                       "exit_code": code, "duration_ms": outcome.duration_ms, "dirty": proc.dirty,
                       **({"interrupted": stopped} if stopped else {})},
                 allow_secret=False)
+            episode.warnings += swept
             try:  # running a procedure is using it: what recall's frequency counts
                 self.record_use([("procedure", name)], source=source, warnings=episode.warnings)
             except MemvaultError as exc:

@@ -8,7 +8,6 @@ their running sum per day is the number of facts and procedures over time. The r
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import GitError, UnsafePath
 from ..rules.fsutil import atomic_write
+from ..rules.gitenv import other_repo_env
 
 if TYPE_CHECKING:
     from ..stores.gitstore import GitStore, LogEntry
@@ -99,7 +99,7 @@ def _walk(git: GitStore, root: Path, growth_: Growth, revisions: str) -> None:
     args = ["git", "log", "--reverse", "--no-renames", "--format=%x00%ct", "--name-status", revisions, "--",
             *areas.values()]
     proc = subprocess.Popen(args, cwd=git.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+                            env=other_repo_env(GIT_OPTIONAL_LOCKS="0"))
     assert proc.stdout is not None
     day = None
     for line in proc.stdout:

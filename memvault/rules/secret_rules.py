@@ -411,6 +411,17 @@ _PROSE_PASSWORD = _compile(
 # opens a bracket is a remark: "connection string with password (base64-encoded)".
 _PROSE_GIVEN_PASSWORD = _compile(r"pass(?:word|phrase)[ \t]+[\"'`]?(?P<v>[^\s\"'`(\[{<][^\s\"'`]*)")
 _PROSE_GIVEN_BY = ("with ", "using ", "with the ", "using the ")
+# A user and a password written as a pair: "login: admin / Hunter2Pass!", "the creds are deploy / Xy7!kq2",
+# "user admin, password Xy7!kq2". The value is checked as in the rules above (not a plain word, not a placeholder).
+_PAIR_USER = r"[ \t]*(?:[:=][ \t]*)?[ \t][\"'`]?[^\s/\"'`,;]{1,64}[\"'`]?"
+_PAIR_VALUE = r"[\"'`]?(?P<v>[^\s\"'`(\[{<][^\s\"'`]*)"
+_PROSE_PAIRS = (
+    *(_compile(word + r"(?:[ \t]+(?:are|is))?" + _PAIR_USER + r"[ \t]+/[ \t]+" + _PAIR_VALUE)
+      for word in (r"login(?<![a-z0-9_-]login)", r"cred(?<![a-z0-9_-]cred)(?:ential)?s",
+                   r"user(?<![a-z0-9_-]user)(?:name)?(?:[ \t]*/[ \t]*pass(?:word)?)?")),
+    _compile(r"user(?<![a-z0-9_-]user)(?:name)?" + _PAIR_USER + r"[ \t]*(?:,|;|,?[ \t]+and)?"
+             r"[ \t]+pass(?:word|phrase|wd)?[ \t]*(?::[ \t]*|[ \t])" + _PAIR_VALUE),
+)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 # Values that stand for a secret without being one.

@@ -20,7 +20,8 @@ How a text is read:
    password hashes, ``.pgpass`` and ``.netrc`` lines); *command-line* rules catch ``mysql -pPW``,
    ``sshpass -p PW``, ``curl -u user:PW`` and ``--password PW``; *contextual* rules look at an assignment
    (``password=...``, ``api_key: ...``) whose value is a literal rather than a placeholder or a reference, and
-   at a hex key next to a key-like name (``the api key is 3f9a…``).
+   at a hex key next to a key-like name (``the api key is 3f9a…``); :mod:`.secret_forms` finds Azure SAS
+   signatures and decodes percent-encoded text to scan it again, as base64 is.
 5. A last, *generic* rule flags long high-entropy runs. It deliberately lets through what memvault stores every
    day: hex ids (git commits, sha256 digests), ULIDs, UUIDs, paths, identifiers made of words
    (``NullPointerExceptionInConnectionPoolFactory2``), URL paths, and base64 that decodes to plain text (which
@@ -47,6 +48,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress
+from urllib.parse import unquote
 
 from .secret_rules import (  # the rule tables
     _ASSIGNED,
@@ -73,6 +75,7 @@ from .secret_rules import (  # the rule tables
     _PLACEHOLDER,
     _PLACEHOLDER_CHECKED,
     _PRIVATE_KEYS,
+    _PROSE_PAIRS,
     _PROSE_GIVEN_BY,
     _PROSE_GIVEN_PASSWORD,
     _PROSE_PASSWORD,
@@ -88,6 +91,7 @@ from .secret_rules import (  # the rule tables
     _WORDISH,
     _blocks,
 )
+from .secret_forms import SAS_KIND, sas_signatures, url_encoded
 
 ENTROPY_MIN_LENGTH = 32
 #: The kind of the generic rule's findings (long high-entropy runs).
@@ -262,6 +266,8 @@ def _is_literal(value: str, sep: str, quoted: bool, rest_of_line: str) -> bool:
     value = value.strip()
     if len(value) < 4 or _PLACEHOLDER.match(value) or _PATHLIKE.match(value) or _REMARK.match(value):
         return False
+    if "%" in value and _PLACEHOLDER.match(unquote(value)):
+        return False  # a query string's password=%24%7BPW%7D is ${PW}
     # "Secret: the plan is..." is prose; "password: hunter2" (YAML) is not. An unquoted colon value counts only if
     # it is the last thing on the line or does not read as a plain word.
     colon_prose = not quoted and ":" in sep and "=" not in sep and value.isalpha()
@@ -396,8 +402,15 @@ def _scan_text(text: str, decode: bool) -> _Scan:
     public += _public_addresses(scan.text)
     scan.mask(public)
     _shaped(scan)
+    for start, end, sig in sas_signatures(scan.text):
+        scan.add(SAS_KIND, start, end, _excerpt(sig), span=(start - 4, end))
     _command_lines(scan)
     _assignments(scan)
+    if decode:  # percent-encoded text is decoded and scanned again, as base64 is (once: decode=False inside)
+        for start, end, decoded in url_encoded(scan.text, scan.lower):
+            inner = [] if scan.overlaps(start, end) else _find(decoded, decode=False)
+            if inner:
+                scan.add(f"{inner[0].kind} (URL-encoded)", start, end, _excerpt(scan.text[start:end]))
     _runs(scan, decode)
     return scan
 
@@ -561,7 +574,8 @@ def _assignments(scan: _Scan) -> None:
             kind = "password assignment" if stem in _PASSWORD_WORDS else "generic API key assignment"
             scan.add(kind, start, end, _excerpt(value), span=(name_start, m.end()))
     given = [m for m in _PROSE_GIVEN_PASSWORD.finditer(lower) if lower.endswith(_PROSE_GIVEN_BY, 0, m.start())]
-    for m in [*_PROSE_PASSWORD.finditer(lower), *given]:
+    pairs = [m for pattern in _PROSE_PAIRS for m in pattern.finditer(lower)]  # "login: admin / Hunter2!"
+    for m in [*_PROSE_PASSWORD.finditer(lower), *given, *pairs]:
         start = m.start("v")
         value = text[start: m.end("v")].rstrip(".,;:)!?")  # sentence punctuation, most likely
         plain = value.isalpha() or value.isdigit() and len(value) < 8  # a word, or "12 characters"
@@ -627,7 +641,7 @@ KINDS: tuple[str, ...] = tuple(
     dict.fromkeys(
         [key.kind for key in _PRIVATE_KEYS]
         + [rule.kind for rule in _SHAPED]
-        + ["pgpass entry", "password on command line", "password assignment", "generic API key assignment",
+        + [SAS_KIND, "pgpass entry", "password on command line", "password assignment", "generic API key assignment",
            "password in prose", "hex key next to a key name", ENTROPY_KIND]
     )
 )

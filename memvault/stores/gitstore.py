@@ -20,6 +20,7 @@ from typing import Any
 
 from ..rules.errors import GitError
 from ..rules.fsutil import locked
+from ..rules.gitenv import other_repo_env
 from . import gittree
 
 #: In the git directory (which no commit can reach): held by every commit memvault makes in the repository, by
@@ -74,7 +75,8 @@ class GitStore:
         """The repository whose work tree holds ``path``, or None when there is none."""
         try:
             out = subprocess.run(
-                ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+                ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False,
+                env=other_repo_env(),  # a hook's GIT_DIR named another repository
             )
         except OSError:
             return None
@@ -90,7 +92,7 @@ class GitStore:
 
         try:
             configured = subprocess.run(["git", "config", "--get", "init.defaultBranch"], capture_output=True,
-                                        text=True, check=False).stdout.strip()
+                                        text=True, check=False, env=other_repo_env()).stdout.strip()
             repo = git.Repo.init(path, initial_branch=configured or DEFAULT_BRANCH)
         except git.GitCommandError as exc:
             raise GitError(f"git init {path} failed: {_stderr(exc)}") from None
@@ -107,7 +109,7 @@ class GitStore:
         try:
             out = subprocess.run(
                 ["git", *args], cwd=self.root, capture_output=True, text=True, check=False,
-                env={**os.environ, **env} if env else None,
+                env=other_repo_env(**(env or {})),
                 # A path is bytes to git: a teammate's file whose name is not UTF-8 stopped every sync with a
                 # traceback. Kept as the file system's own name (os.fsencode gives the bytes back to git).
                 errors="surrogateescape",
@@ -205,7 +207,7 @@ class GitStore:
         rels = [self.rel(p) for p in paths]
         for attempt in range(50):
             try:
-                made = gittree.commit(self.root, self._tree_info(), rels, body, {**os.environ, **env}, self._run)
+                made = gittree.commit(self.root, self._tree_info(), rels, body, other_repo_env(**env), self._run)
             except GitError as exc:
                 if _busy(exc) and attempt < 49:
                     time.sleep(0.1)  # another git process holds the index, or HEAD moved: again from the top
@@ -219,7 +221,7 @@ class GitStore:
         """git ``args`` in the work tree's root with ``data`` on stdin; its stdout as bytes (GitError on failure)."""
         try:
             out = subprocess.run(["git", *args], cwd=self.root, input=data, capture_output=True, check=False,
-                                 env=env)
+                                 env=other_repo_env(env))
         except OSError as exc:
             raise GitError(f"cannot run git: {exc.strerror}") from None
         if out.returncode != 0:
@@ -283,7 +285,8 @@ class GitStore:
         heads = {rel: blobs[path] for rel, path in rels.items() if path in blobs}
         commits: dict[str, str] = {}
         proc = subprocess.Popen(["git", "log", "--format=%x00%H", "--name-only", "--no-renames", "--", *rels],
-                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env=other_repo_env())
         try:
             assert proc.stdout is not None
             current = ""

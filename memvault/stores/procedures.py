@@ -6,6 +6,7 @@ version it came from: the commit that last changed it and the blob id of the exa
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -21,7 +22,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..rules import frontmatter_edit as fm
 from ..rules.errors import InvalidValue, LimitExceeded, ProcedureError, ProcedureNotFound, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, make_temp_dir, read_inside, remove_tree, walk, write_new_exclusive
+from ..rules.fsutil import (FileChange, entry_problem, make_temp_dir, read_inside, remove, remove_tree, walk,
+                            write_new_exclusive)
+from ..rules.gitenv import other_repo_env
 from .gitstore import GitStore, blob_id
 from ..rules.validation import Problem, validate_name
 
@@ -128,6 +131,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Folder names of the private copies a run executes (in the scratch folder the caller names): run-<pid>-<random>.
 RUN_PREFIX = "run-"
 _RUN_DIR = re.compile(r"run-(\d+)-[A-Za-z0-9_]+")
+#: The record of a run in progress, beside its folder: run-<pid>-<random>.json.
+RECORD_SUFFIX = ".json"
 
 
 class ProcedureStore:
@@ -271,13 +276,15 @@ class ProcedureStore:
     # -- running -----------------------------------------------------------------------------------------
     def execute(self, proc: Procedure, args: Sequence[str], *, scratch: Path, allow_dirty: bool = False,
                 stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
-                env: dict[str, str] | None = None, timeout: float | None = None) -> RunOutcome:
+                env: dict[str, str] | None = None, timeout: float | None = None,
+                record: dict[str, Any] | None = None) -> RunOutcome:
         """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default).
 
         What runs is ``proc.data``, the bytes whose blob is recorded, copied into a private folder under
         ``scratch`` (0700, this host's) under the runbook's own file name: never the path in the vault again, which
         a checkout, a pull or another process may have changed, or swapped for a link, since it was read. The
-        script finds its file in the vault in ``MEMVAULT_PROCEDURE_FILE``.
+        script finds its file in the vault in ``MEMVAULT_PROCEDURE_FILE``. ``record`` (JSON) is kept beside that
+        folder while the script runs, for :meth:`dead_runs` to find if this process is killed before it returns.
         """
         name = proc.name
         if proc.path.suffix == ".md":
@@ -292,7 +299,10 @@ class ProcedureStore:
             raise ProcedureError(name, f"{proc.path.name} is not executable (chmod +x it)")
         _sweep(scratch)
         folder = make_temp_dir(f"{RUN_PREFIX}{os.getpid()}-", scratch)
+        kept = folder.with_name(folder.name + RECORD_SUFFIX)
         try:
+            if record is not None:
+                write_new_exclusive(kept, json.dumps(record).encode("utf-8"))
             copy = folder / proc.path.name
             write_new_exclusive(copy, proc.data, mode=0o700 if proc.executable else 0o600)
             argv = [str(copy)] if proc.executable else [*INTERPRETERS[proc.path.suffix], str(copy)]
@@ -300,10 +310,11 @@ class ProcedureStore:
 
             def spawn() -> subprocess.Popen[bytes]:
                 return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
-                                        env={**os.environ, **(env or {}), "MEMVAULT_PROCEDURE_FILE": str(proc.path)})
+                                        env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
 
             exit_code, interrupted = _run(name, spawn, timeout)
         finally:
+            remove(kept)  # first: a copy left without its record is removed by the next sweep, unrecorded
             remove_tree(folder)
         return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000), interrupted)
 
@@ -357,6 +368,41 @@ def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float
     return code, (received[0] if received else None)
 
 
+def dead_runs(scratch: Path) -> list[tuple[Path, dict[str, Any] | None]]:
+    """The records :meth:`ProcedureStore.execute` left of runs whose memvault is gone (killed, or the machine
+    stopped, before the run returned), each with its content (None: not a JSON object). The caller records them and
+    removes each with :func:`fsutil.remove <memvault.rules.fsutil.remove>`."""
+    try:
+        names = [e.name for e in os.scandir(scratch) if e.name.endswith(RECORD_SUFFIX)
+                 and _RUN_DIR.fullmatch(e.name[: -len(RECORD_SUFFIX)]) and e.is_file(follow_symlinks=False)]
+    except OSError:  # no scratch folder yet
+        return []
+    found: list[tuple[Path, dict[str, Any] | None]] = []
+    for name in sorted(names):
+        if _alive(int(name.split("-")[1])):
+            continue
+        path = scratch / name
+        try:
+            record = json.loads(read_inside(path, scratch, limit=1 << 20))
+        except FileNotFoundError:
+            continue  # another sweep took it
+        except (OSError, UnsafePath, LimitExceeded, ValueError):
+            record = None
+        found.append((path, record if isinstance(record, dict) else None))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one this user may not signal counts: it is not known to be gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
 def _sweep(scratch: Path) -> None:
     """Remove the private copies of runs whose memvault is gone (killed before it removed its own: one folder per
     such run, for good); a live process's, or one this user may not signal, stays."""
@@ -365,13 +411,9 @@ def _sweep(scratch: Path) -> None:
     except OSError:  # no scratch folder yet
         return
     for entry in entries:
-        try:
-            os.kill(int(entry.name.split("-")[1]), 0)
-        except ProcessLookupError:
+        if not _alive(int(entry.name.split("-")[1])):
             with contextlib.suppress(OSError):
                 remove_tree(scratch / entry.name)
-        except (PermissionError, OverflowError, ValueError):
-            continue
 
 
 def _foreground() -> bool:
