@@ -97,8 +97,8 @@ def check_utf8(value: str, name: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidValue(name, f"not UTF-8 text (a byte that is not UTF-8, or half a character, at character "
-                                 f"{exc.start})") from None
+        raise InvalidValue(name, f"not UTF-8 text (a lone surrogate at character {exc.start}: a byte that is "
+                                 "not UTF-8, or half a character)") from None
     return value
 
 
