@@ -8,7 +8,9 @@ host shadows) and merges: counts add up (no path is in two parts), pages are mer
 
 A listed row of the shared index is what someone wrote into the database: each is read again from this host's file
 (its source and so its trust mark, its text, its dates), as recall reads its hits, and left out when the file holds
-no such memory. Counts and the filters the database applied (by source, by trust) are still the database's.
+no such memory; and left out when the file's memory does not match the listing's filters (by source, by trust, tag,
+category, staleness, episode kind, session, time), which the database applied to what it held. What the database
+leaves out is not looked for in the files, and its counts (a listing's total, the sources' numbers) are its own.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..index.documents import episode_listed, fact_listed
-from ..index.listings import EpisodeQuery, FactQuery, sorted_sources
+from ..index.listings import EpisodeQuery, FactQuery, episode_matches, fact_matches, sorted_sources
 from ..rules.errors import MemvaultError, SearchIndexError
 from ..rules.timeutil import index_time
 from .publish import in_place
@@ -105,14 +107,16 @@ class TeamListings:
                 if in_place({"kind": "fact", "id": r["key"], "path": r["path"]})]
         rows.sort(key=lambda sr: sr[1]["key"])  # each part's in key order; merged in it
         page = rows[offset:offset + limit] if limit > 0 else []
-        return [r for r in (self._fact_as_filed(r) if shared else r for shared, r in page) if r is not None], total
+        filed = (self._fact_as_filed(r) if shared else r for shared, r in page)
+        return [r for r in filed if r is not None and fact_matches(query, r)], total
 
     def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
         found = self._answers(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
         rows = [(shared, r) for shared, rows in found for r in rows
                 if in_place({"kind": "episode", "id": r["id"], "path": r["path"]})]
         page = sorted(rows, key=lambda sr: (index_time(sr[1]["created"]) or "", sr[1]["id"]), reverse=True)[:limit]
-        theirs = {r["id"]: r for r in self._episodes_as_filed([r for shared, r in page if shared])}
+        theirs = {r["id"]: r for r in self._episodes_as_filed([r for shared, r in page if shared])
+                  if episode_matches(query, r)}
         return [theirs[r["id"]] if shared else r for shared, r in page if not shared or r["id"] in theirs]
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
