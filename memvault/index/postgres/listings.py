@@ -24,7 +24,9 @@ T = TypeVar("T")
 
 FACT_COLUMNS = ("item_id, path, source, importance, confidence, created, updated, valid_until, review_after, meta, "
                 "substr(body, 1, 400)")
-EPISODE_COLUMNS = "item_id, path, source, created, ekind, body, meta, ref"
+#: An episode's text only as far as the facts' excerpt: a team host reads each listed shared row from its file (a
+#: row of 10 MB written into the database was fetched whole, twenty to a page).
+EPISODE_COLUMNS = "item_id, path, source, created, ekind, substr(body, 1, 400), meta, ref"
 #: Keys compared byte by byte, as SQLite compares them (a locale's collation ignores the '/' of a prefix). Since
 #: migration 0005 that is the column's own collation, so UNIQUE (kind, item_id) serves the range and its order.
 KEY_RANGE = 'item_id COLLATE "C" >= %s AND item_id COLLATE "C" < %s'
