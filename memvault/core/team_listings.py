@@ -14,6 +14,7 @@ leaves out is not looked for in the files, and its counts (a listing's total, th
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
@@ -77,6 +78,22 @@ class TeamListings:
         files: dict[str, bytes | None] = {}
         filed = [(row["path"], self.overlay.sources.episode_as_filed(row["path"], row["id"], files)) for row in rows]
         return [episode_listed(e, rel) for rel, e in filed if e is not None]
+
+    def _runs_as_filed(self, name: str, runs: list[dict[str, Any]], files: dict[str, bytes | None]
+                       ) -> list[dict[str, Any]]:
+        """Shared rows of runs of the runbook ``name`` (as ``runs_of`` gives them) as this host's files give them:
+        when, by whom, exit code and commit are what an agent reads before it runs the runbook. One no file holds as
+        a run of ``name`` is left out."""
+        out = []
+        for run in runs:
+            episode = self.overlay.sources.episode_as_filed(run["path"], run["id"], files)
+            row = episode_listed(episode, run["path"]) if episode is not None else None
+            if row is None or row["ref"] != name:
+                continue
+            meta = json.loads(row["meta"] or "{}")
+            out.append({"id": row["id"], "created": row["created"], "text": row["body"], "path": row["path"],
+                        "meta": meta if isinstance(meta, dict) else {}, "source": row["source"]})
+        return out
 
     def listing_version(self) -> tuple[Any, ...]:
         return tuple(self._listed(lambda part, shadow: (part.listing_version(), hash(shadow))))
