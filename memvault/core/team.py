@@ -633,11 +633,10 @@ class TeamIndex(TeamListings):
 
     def runs_of(self, names: Sequence[str], per_name: int = 3) -> dict[str, list[dict[str, Any]]]:
         merged: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
-        files: dict[str, bytes | None] = {}
         for index, _sign in self._parts():  # the overlay first: this host's version of a run wins
             for name, runs in self._call(index.runs_of, names, per_name).items():
                 runs = self._unshadowed(index, runs)
-                for run in self._runs_as_filed(name, runs, files) if index is self._shared else runs:
+                for run in self._runs_as_filed(name, runs) if index is self._shared else runs:
                     merged[name].setdefault(run["id"], run)
         return {name: sorted(runs.values(), key=lambda r: index_time(r["created"]) or "", reverse=True)[:per_name]
                 for name, runs in merged.items()}

@@ -163,6 +163,13 @@ def sessions(conn: Any, v: int, limit: int, hide: Collection[str]) -> list[tuple
     return [(s, rt, sorted_sources(src), _text(first), _text(last), int(n)) for s, rt, src, first, last, n in rows]
 
 
+def session_episodes(conn: Any, v: int, sessions: list[str], hide: Collection[str]) -> list[dict[str, Any]]:
+    """(id, path) of every episode of ``sessions`` (what :func:`sessions` counted, for a team host to read again)."""
+    sql, args = _hidden("SELECT item_id, path FROM {docs} WHERE kind = 'episode' AND strpos(meta, '\"session\"') > 0 "
+                        "AND (meta::jsonb) ->> 'session' = ANY(%s::text[])", [sessions], hide)
+    return [{"id": i, "path": p} for i, p in conn.execute(vsql(v, sql), args)]
+
+
 def episode_kinds(conn: Any, v: int, hide: Collection[str]) -> list[str]:
     sql, args = _hidden("SELECT DISTINCT ekind FROM {docs} WHERE kind = 'episode' AND ekind IS NOT NULL", [], hide)
     return sorted(r[0] for r in conn.execute(vsql(v, sql), args))
@@ -215,6 +222,9 @@ class SharedListings:
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
         return self._listing(sessions, [], limit, hide)
+
+    def session_episodes(self, sessions: list[str], hide: Collection[str] = frozenset()) -> list[dict[str, Any]]:
+        return self._listing(session_episodes, [], sessions, hide) if sessions else []
 
     def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
         return self._listing(episode_kinds, [], hide)
