@@ -11,7 +11,7 @@ import pytest
 
 from conftest import git
 from pgserver import pg_server  # noqa: F401
-from test_team import make_team, push, url  # noqa: F401 - fixtures
+from test_team import facts_of_a, make_team, push, team, url  # noqa: F401 - fixtures
 from test_team_review import FORGED, _forge, _published_fact_and_episode, _scoped_b
 
 
@@ -188,3 +188,27 @@ def test_a_runbook_run_a_forged_row_rewrote_is_shown_as_its_episode_file_says(tr
     b.reopen()
     runs, page = shown()
     assert all(r in honest[0] for r in runs or []) and all(r in honest[1] for r in page)
+
+
+# ----------------------------------------------------------------------------------------- the embedding cache
+@pytest.mark.parametrize("forged", ["[" + ",".join(["0.25"] * 16) + "]", "[" + ",".join(["0"] * 32) + "]"],
+                         ids=["16-dims", "zeros"])
+def test_a_cache_row_of_another_width_or_without_a_cosine_never_stops_the_teams_vectors(team, url, forged):
+    """The team's embedding cache (model, sha256 of a text) -> vector is written by every host: a row of 16
+    dimensions for a 32-dimension model (the column takes any width) made every host's embed of a batch holding that
+    text fail ("expected 32 dimensions, not 16": no vector computed for any chunk of the batch, at every reindex,
+    for ever); a row of zeros was stored as the chunk's vector, which has no cosine. Such a row is embedded again
+    (and replaced in the cache)."""
+    _remote, a, clone = team
+    facts_of_a(a)
+    push(a)
+    a.vault.reindex()
+    b = clone()
+    _forge(url, "UPDATE memvault.embedding_cache SET embedding = %s::vector", (forged,))
+    report = b.vault.reindex(full=True)
+    assert not report.warnings, report.warnings
+    assert b.vault.index.shared.pending() == 0
+    assert not _rows(url, "SELECT 1 FROM memvault.embedding_cache WHERE vector_dims(embedding) <> 32 "
+                          "OR vector_norm(embedding) = 0")
+    hits = b.recall("which port does the primary database use")
+    assert hits.mode == "hybrid" and hits[0].id == "db/primary", (hits.mode, hits.warnings)
