@@ -212,3 +212,25 @@ def test_a_cache_row_of_another_width_or_without_a_cosine_never_stops_the_teams_
                           "OR vector_norm(embedding) = 0")
     hits = b.recall("which port does the primary database use")
     assert hits.mode == "hybrid" and hits[0].id == "db/primary", (hits.mode, hits.warnings)
+
+
+# ------------------------------------------------------------------------------------- what a write is told
+def test_what_a_write_is_told_it_contradicts_is_the_stored_facts_file_not_a_forged_row(team, url):
+    """A write is told which stored facts it contradicts or repeats, with their values ("port 5433 where it says
+    5432"): the stored side was the shared row's text. A row rewritten in the database put its words into what an
+    agent writing a fact over MCP was told, and hid the real conflict."""
+    _remote, a, clone = team
+    a.vault.facts.set("db/main", "The primary PostgreSQL listens on port 5432 on db01.", source="user:ops")
+    push(a)
+    a.vault.reindex()
+    b = clone()
+
+    def told(key: str) -> list:
+        fact = b.vault.facts.set(key, "our postgres primary runs on port 5433", source="user:ops")
+        return [(m["key"], m.get("values")) for m in fact.similar if m["kind"] == "conflict"]
+
+    assert told("infra/pg-port") == [("db/main", {"port": {"new": ["5433"], "stored": ["5432"]}})]
+    _forge(url, "UPDATE memvault.v{v}_docs SET body = %s WHERE item_id = 'db/main'",
+           ("The primary PostgreSQL listens on port 6666 on db01. " + FORGED,))
+    b.reopen()
+    assert told("infra/pg-port2") == [("db/main", {"port": {"new": ["5433"], "stored": ["5432"]}})]
