@@ -96,13 +96,11 @@ def _candidates(index: VaultIndex, facts: FactStore, key: str, text: str,
                 cosines = dict(near)
                 cosines.update(index.similarities(vector, [r for r in rowids if r not in cosines]))
                 rowids += [r for r, _ in near if r not in rowids]
-            for rowid, doc in index.chunk_docs(rowids).items():
-                if str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
-                    continue
+            for rowid, (doc, body) in _as_filed(index, facts, index.chunk_docs(rowids)).items():
                 best = out.get(doc["id"])
                 cosine = cosines.get(rowid)
                 if best is None or (cosine or 0.0) > (best[1] or 0.0):
-                    out[doc["id"]] = (doc["body"], cosine)
+                    out[doc["id"]] = (body, cosine)
             return out
     except MemvaultError:
         out.clear()
@@ -126,7 +124,8 @@ def near_duplicates(index: VaultIndex, facts: FactStore, config: Config, key: st
     try:
         if index.exists():
             rows = index.search_keywords(text, ["fact"], 50)
-            candidates = [(d["id"], d["body"]) for d in index.chunk_docs([r for r, _ in rows]).values()]
+            candidates = [(d["id"], body) for d, body in
+                          _as_filed(index, facts, index.chunk_docs([r for r, _ in rows])).values()]
     except MemvaultError:
         candidates = None
     if candidates is None:
@@ -148,6 +147,29 @@ def near_duplicates(index: VaultIndex, facts: FactStore, config: Config, key: st
             if match.kind == "conflict":
                 out[-1]["values"] = {"value": {"new": sorted(mine.values - theirs.values),
                                                "stored": sorted(theirs.values - mine.values)}}
+    return out
+
+
+def _as_filed(index: VaultIndex, facts: FactStore, docs: dict[int, dict[str, Any]]
+              ) -> dict[int, tuple[dict[str, Any], str]]:
+    """Row id -> (doc, the fact's text) of the facts among ``docs`` that are not superseded: the index's text where it
+    holds the file as it is (``as_on_disk``), else the file's (a team's shared row is anyone's to write: its words
+    were what a write was told it contradicts). A row no file stands behind is left out."""
+    from .publish import in_place
+
+    own = index.as_on_disk({d["path"] for d in docs.values()})
+    out: dict[int, tuple[dict[str, Any], str]] = {}
+    for rowid, doc in docs.items():
+        if doc["path"] in own:
+            if not str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
+                out[rowid] = (doc, doc["body"])
+            continue
+        try:
+            fact = facts.get(doc["id"]) if in_place(doc) else None
+        except MemvaultError:
+            continue
+        if fact is not None and not superseded_by(doc, fact):
+            out[rowid] = (doc, fact.text)
     return out
 
 

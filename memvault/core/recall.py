@@ -245,7 +245,8 @@ def _recall(parts: Parts, query: str, k: int, kinds: list[str], budget: int | No
     if window is not None and window.phrase and evidence.get("of_time") == 0 and ranked:
         warnings.append(f"no memory found is of the time the question names ({window.phrase}): ranked by its "
                         "other words alone")
-    result = RecallResult(_materialise(parts, ranked, k, checked if sync and verify else None, include_superseded),
+    result = RecallResult(_materialise(parts, ranked, k, checked if sync and verify else None, include_superseded,
+                                       window if window is not None and not window.phrase else None),
                           mode=used_mode,
                           warnings=warnings)
     result.nothing_found = why
@@ -676,7 +677,7 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
     hits = []
     for d in docs:
         read = (d["body"], d["source"], d["created"]) if d["path"] in own else _episode_from_file(parts, d, files)
-        if read is not None:
+        if read is not None and windows.inside({"created": read[2]}, window):  # the file's time, not the row's
             text, source, created = read
             hits.append(Hit(kind="episode", id=d["id"], text=text, score=1.0, factors={}, source=source,
                             created=created, updated=created, path=d["path"],
@@ -691,7 +692,7 @@ def _in_window(parts: Parts, window: timeq.Window, kinds: list[str], k: int, war
 
 # ------------------------------------------------------------------------------------------------ hits
 def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str] | None = None,
-                 include_superseded: bool = True) -> list[Hit]:
+                 include_superseded: bool = True, window: timeq.Window | None = None) -> list[Hit]:
     """The whole memories behind the best candidates, fresh: a fact from its file — or, when this recall has
     just stat'ed that file and found it as indexed (``checked``), from the index, which then holds its exact
     text — procedures from their files with their commit and blob (two git calls for all of them). An episode is
@@ -699,7 +700,8 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
     not to look at the files); else (a team's shared row, which is what was written into the database, not this
     host's file) it is read from its file. A memory that vanished is not returned, nor, unless
     ``include_superseded``, a fact another superseded: by its file's word when it was read (a team's shared row that
-    said so hid the fact from every host), else by the index this host built from it."""
+    said so hid the fact from every host), else by the index this host built from it; nor an episode read from its
+    file whose time is outside ``window`` (a since/until the index's rows were filtered by)."""
     policy = Policy(parts.config.trust.trusted)
     files: dict[str, bytes | None] = {}
     chosen: list[tuple[Candidate, Any]] = []
@@ -726,7 +728,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
             chosen.append((c, None))
         else:
             read = _episode_from_file(parts, c.doc, files)
-            if read is not None:
+            if read is not None and (window is None or windows.inside({"created": read[2]}, window)):
                 chosen.append((c, read))
     loaded: dict[str, Any] = {}
     if procs:

@@ -635,7 +635,8 @@ class TeamIndex(TeamListings):
         merged: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
         for index, _sign in self._parts():  # the overlay first: this host's version of a run wins
             for name, runs in self._call(index.runs_of, names, per_name).items():
-                for run in self._unshadowed(index, runs):
+                runs = self._unshadowed(index, runs)
+                for run in self._runs_as_filed(name, runs) if index is self._shared else runs:
                     merged[name].setdefault(run["id"], run)
         return {name: sorted(runs.values(), key=lambda r: index_time(r["created"]) or "", reverse=True)[:per_name]
                 for name, runs in merged.items()}

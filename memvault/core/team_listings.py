@@ -8,7 +8,9 @@ host shadows) and merges: counts add up (no path is in two parts), pages are mer
 
 A listed row of the shared index is what someone wrote into the database: each is read again from this host's file
 (its source and so its trust mark, its text, its dates), as recall reads its hits, and left out when the file holds
-no such memory. Counts and the filters the database applied (by source, by trust) are still the database's.
+no such memory; and left out when the file's memory does not match the listing's filters (by source, by trust, tag,
+category, staleness, episode kind, session, time), which the database applied to what it held. What the database
+leaves out is not looked for in the files, and its counts (a listing's total, the sources' numbers) are its own.
 """
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..index.documents import episode_listed, fact_listed
-from ..index.listings import EpisodeQuery, FactQuery, sorted_sources
+from ..index.documents import episode_fields, episode_listed, fact_listed
+from ..index.listings import EpisodeQuery, FactQuery, episode_matches, fact_matches, sorted_sources
 from ..rules.errors import MemvaultError, SearchIndexError
-from ..rules.timeutil import index_time
+from ..rules.timeutil import index_time, shown_time
 from .publish import in_place
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ class TeamListings:
     """The listings of :class:`memvault.core.team.TeamIndex` (mixed into it; see the module doc)."""
 
     overlay: Index
+    _shared: SharedIndex | None
     _use: Callable[[], SharedIndex | None]
     _shadow: Callable[[], frozenset[str]]
     failed: Callable[[BaseException, float], None]
@@ -76,6 +79,21 @@ class TeamListings:
         filed = [(row["path"], self.overlay.sources.episode_as_filed(row["path"], row["id"], files)) for row in rows]
         return [episode_listed(e, rel) for rel, e in filed if e is not None]
 
+    def _runs_as_filed(self, name: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Shared rows of runs of the runbook ``name`` (as ``runs_of`` gives them) as this host's files give them:
+        when, by whom, exit code and commit are what an agent reads before it runs the runbook. One no file holds as
+        a run of ``name`` is left out."""
+        filed = self.overlay.sources.episodes_as_filed([(run["path"], run["id"]) for run in runs])
+        out = []
+        for run in runs:
+            episode = filed.get((run["path"], run["id"]))
+            row = episode_listed(episode, run["path"]) if episode is not None else None
+            if row is None or row["ref"] != name:
+                continue
+            out.append({"id": row["id"], "created": row["created"], "text": row["body"], "path": row["path"],
+                        "meta": episode_fields(episode, row["ref"]), "source": row["source"]})
+        return out
+
     def listing_version(self) -> tuple[Any, ...]:
         return tuple(self._listed(lambda part, shadow: (part.listing_version(), hash(shadow))))
 
@@ -105,19 +123,48 @@ class TeamListings:
                 if in_place({"kind": "fact", "id": r["key"], "path": r["path"]})]
         rows.sort(key=lambda sr: sr[1]["key"])  # each part's in key order; merged in it
         page = rows[offset:offset + limit] if limit > 0 else []
-        return [r for r in (self._fact_as_filed(r) if shared else r for shared, r in page) if r is not None], total
+        filed = (self._fact_as_filed(r) if shared else r for shared, r in page)
+        return [r for r in filed if r is not None and fact_matches(query, r)], total
 
     def list_episodes(self, query: EpisodeQuery, limit: int) -> list[dict[str, Any]]:
         found = self._answers(lambda part, shadow: part.list_episodes(replace(query, hide=query.hide | shadow), limit))
         rows = [(shared, r) for shared, rows in found for r in rows
                 if in_place({"kind": "episode", "id": r["id"], "path": r["path"]})]
         page = sorted(rows, key=lambda sr: (index_time(sr[1]["created"]) or "", sr[1]["id"]), reverse=True)[:limit]
-        theirs = {r["id"]: r for r in self._episodes_as_filed([r for shared, r in page if shared])}
+        theirs = {r["id"]: r for r in self._episodes_as_filed([r for shared, r in page if shared])
+                  if episode_matches(query, r)}
         return [theirs[r["id"]] if shared else r for shared, r in page if not shared or r["id"] in theirs]
 
+    def _sessions_as_filed(self, found: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        """The shared index's sessions (``found``) as this host's files give them, from ``rows``, every episode it
+        counted in them: each read again (its source, so the session's trust, its time, its runtime), one whose file
+        names none of those sessions left out, as is a session left with none."""
+        asked = {s[0] for s in found}
+        out: dict[str, list[Any]] = {}
+        filed = self.overlay.sources.episodes_as_filed(
+            [(r["path"], r["id"]) for r in rows if in_place({"kind": "episode", "id": r["id"], "path": r["path"]})])
+        for episode in filed.values():
+            fields = episode_fields(episode)
+            session = fields.get("session")
+            if session not in asked:
+                continue
+            at = index_time(episode.created_at) or ""
+            have = out.setdefault(session, [session, None, set(), at, at, 0])
+            have[1] = min((r for r in (have[1], fields.get("runtime")) if r is not None), default=None)
+            have[2].add(episode.source)
+            have[3], have[4], have[5] = min(have[3], at), max(have[4], at), have[5] + 1
+        return [(s, rt, sorted_sources(src), shown_time(first), shown_time(last), n)
+                for s, rt, src, first, last, n in out.values()]
+
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
+        def ask(part: SearchIndex, shadow: frozenset[str]) -> list[tuple[Any, ...]]:
+            found = part.sessions(limit, shadow | set(hide))
+            if part is not self._shared:
+                return found
+            return self._sessions_as_filed(found, part.session_episodes([s[0] for s in found], shadow | set(hide)))
+
         merged: dict[str, list[Any]] = {}
-        for found in self._listed(lambda part, shadow: part.sessions(limit, shadow | set(hide))):
+        for found in self._listed(ask):
             for session, runtime, sources, first, last, n in found:
                 have = merged.setdefault(session, [session, runtime, (), first, last, 0])
                 have[1] = min((r for r in (have[1], runtime) if r is not None), default=None)

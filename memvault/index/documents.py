@@ -138,6 +138,32 @@ class Sources:
         return episode
 
 
+    def episodes_as_filed(self, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Episode]:
+        """:meth:`episode_as_filed` of many (month file, id) at once: a file asked for many of its episodes is
+        parsed once (a search of its bytes for each id cost 2.6 s for the 10,000 lines of 100 sessions)."""
+        by_file: dict[str, set[str]] = {}
+        for rel, episode_id in wanted:
+            by_file.setdefault(rel, set()).add(episode_id)
+        out: dict[tuple[str, str], Episode] = {}
+        files: dict[str, bytes | None] = {}
+        for rel, ids in by_file.items():
+            if len(ids) < MANY_IN_A_FILE:
+                found = ((i, self.episode_as_filed(rel, i, files)) for i in ids)
+                out.update({(rel, i): e for i, e in found if e is not None})
+                continue
+            data = self.episodes.read_bytes(self.root / rel)
+            for e in parse_lines(data, self.root / rel) if data is not None else ():
+                if e.id in ids:  # the first line of an id, as find takes it
+                    ids.discard(e.id)
+                    if self.max_episode is None or len(e.text.encode()) <= self.max_episode:
+                        out[(rel, e.id)] = e
+        return out
+
+
+#: Episodes asked of one month file past which it is parsed whole rather than searched for each id.
+MANY_IN_A_FILE = 32
+
+
 def fact_doc(fact: Fact, rel: str) -> Doc:
     words = [fact.key.replace("/", " ").replace("-", " ").replace("_", " ")]
     if fact.category:
@@ -280,6 +306,12 @@ def episode_listed(e: Episode, rel: str) -> dict[str, Any]:
 
 def _episode_fields(e: Any, ref: str | None) -> str | None:
     """The browsing fields of an episode as JSON (see :attr:`Doc.meta`), or None when it has none."""
+    out = episode_fields(e, ref)
+    return meta_json(out) if out else None
+
+
+def episode_fields(e: Any, ref: str | None = None) -> dict[str, Any]:
+    """The browsing fields of an episode (its run's record when ``ref``, its session, runtime and tags)."""
     meta = e.meta if isinstance(e.meta, dict) else {}
     out: dict[str, Any] = {k: meta.get(k) for k in RUN_FIELDS} if ref else {}
     for field_name, key in (("session", "session_id"), ("runtime", "runtime")):
@@ -288,7 +320,7 @@ def _episode_fields(e: Any, ref: str | None) -> str | None:
             out[field_name] = str(value)[:200]
     if e.tags:
         out["tags"] = list(e.tags)
-    return meta_json(out) if out else None
+    return out
 
 
 #: What a procedure_run episode's record keeps in the index (shown with its runbook).

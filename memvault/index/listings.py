@@ -95,6 +95,62 @@ class EpisodeQuery:
     hide: frozenset[str] = field(default_factory=frozenset)
 
 
+def _fields(meta: Any) -> dict[str, Any]:
+    try:
+        fields = json.loads(meta) if isinstance(meta, str) else {}
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
+def _by_source(source: str | None, wanted: str | None, sources: tuple[str, ...] | None) -> bool:
+    return (wanted is None or source == wanted) and (sources is None or source in sources)
+
+
+def fact_matches(query: FactQuery, row: dict[str, Any]) -> bool:
+    """Whether a fact's listing row (:data:`FACT_KEYS`; one read from its file) is one ``query`` asks for, as
+    :func:`facts_sql` says it: a team host asks this of each shared row it read again from its file, since the
+    database's filters were applied to what the database held (a row whose source was rewritten passed "trusted")."""
+    fields = _fields(row.get("meta"))
+    tags = fields.get("tags")
+    if not _by_source(row.get("source"), query.source, query.sources):
+        return False
+    if query.tag is not None and not (isinstance(tags, list) and query.tag in tags):
+        return False
+    if query.category is not None and fields.get("category") != query.category:
+        return False
+    low, high = prefix_range(query.prefix)
+    if not low <= row["key"] < high:
+        return False
+    if query.stale is not None:
+        from ..rules.freshness import stale_doc_reason
+
+        return stale_doc_reason(row.get("valid_until"), row.get("review_after"), row.get("updated"),
+                                query.stale.default_review, query.stale.at) is not None
+    return True
+
+
+def episode_matches(query: EpisodeQuery, row: dict[str, Any]) -> bool:
+    """Whether an episode's listing row (:data:`EPISODE_KEYS`; one read from its file) is one ``query`` asks for, as
+    :func:`episodes_sql` says it, but for its words (``text``: stemmed by each backend's own rules), as
+    :func:`fact_matches` for facts."""
+    if not _by_source(row.get("source"), query.source, query.sources):
+        return False
+    if (query.item_id is not None and row["id"] != query.item_id) or \
+            (query.kind is not None and row.get("ekind") != query.kind):
+        return False
+    if query.session is not None and _fields(row.get("meta")).get("session") != query.session:
+        return False
+    created = index_time(row.get("created")) or ""
+    if query.after and not created > bound_time(query.after, "after"):
+        return False
+    if query.before:
+        before = bound_time(query.before, "before")
+        return created < before or (query.before_id is not None and created == before
+                                    and row["id"].encode() < query.before_id.encode())
+    return True
+
+
 def prefix_range(prefix: str) -> tuple[str, str]:
     """The item_id range [low, high) of the keys under ``prefix`` ('' for all): an index range, not a LIKE."""
     if not prefix:

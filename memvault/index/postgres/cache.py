@@ -36,21 +36,32 @@ def register_model(conn: Any, identity: ModelIdentity) -> int:
     return int(row[0])
 
 
-def cache_hits(conn: Any, model_id: int, hashes: Sequence[bytes]) -> set[bytes]:
-    """Which of ``hashes`` the cache holds for this model (no vectors sent back)."""
+#: A cache row any host may have written is taken only when it is a vector of its model's width with a cosine (the
+#: column takes any width: a row of 16 dimensions for a model of 32 failed every host's embed of a batch holding that
+#: text, for ever; a row of zeros became a chunk's vector). pgvector refuses NaN and infinity itself.
+USABLE = "vector_dims(e.embedding) = %s AND vector_norm(e.embedding) > 0"
+
+
+def cache_hits(conn: Any, model_id: int, hashes: Sequence[bytes], dims: int) -> set[bytes]:
+    """Which of ``hashes`` the cache holds for this model (of ``dims`` dimensions), usable (no vectors sent
+    back)."""
     if not hashes:
         return set()
-    rows = conn.execute("SELECT text_hash FROM memvault.embedding_cache WHERE model_id = %s "
-                        "AND text_hash = ANY(%s::bytea[])", (model_id, list(hashes))).fetchall()
+    rows = conn.execute("SELECT e.text_hash FROM memvault.embedding_cache e WHERE e.model_id = %s "
+                        f"AND e.text_hash = ANY(%s::bytea[]) AND {USABLE}",
+                        (model_id, list(hashes), int(dims))).fetchall()
     return {bytes(r[0]) for r in rows}
 
 
 def cache_store(conn: Any, model_id: int, items: Sequence[tuple[bytes, bytes]]) -> None:
-    """(text hash, float32 LE vector) pairs into the cache, one statement; an entry already there is kept."""
+    """(text hash, float32 LE vector) pairs into the cache, one statement; an entry already there is kept, unless
+    it is not usable (see :data:`USABLE`)."""
     if not items:
         return
-    conn.execute("INSERT INTO memvault.embedding_cache (model_id, text_hash, embedding) "
-                 "SELECT %s, u.h, u.e FROM unnest(%s::bytea[], %b::vector[]) AS u(h, e) ON CONFLICT DO NOTHING",
+    conn.execute("INSERT INTO memvault.embedding_cache AS e (model_id, text_hash, embedding) "
+                 "SELECT %s, u.h, u.e FROM unnest(%s::bytea[], %b::vector[]) AS u(h, e) ON CONFLICT (model_id, "
+                 "text_hash) DO UPDATE SET embedding = excluded.embedding, created = now() "
+                 "WHERE vector_dims(e.embedding) <> vector_dims(excluded.embedding) OR vector_norm(e.embedding) = 0",
                  (model_id, [h for h, _ in items], [Vector(v) for _, v in items]))
 
 
@@ -86,9 +97,9 @@ class EmbeddingCache(Connected):
             return {}
         with self._errors("get") as conn:
             rows = conn.execute(
-                "SELECT e.text_hash, e.embedding FROM memvault.embedding_cache e "
-                "JOIN memvault.models m ON m.model_id = e.model_id WHERE m.key = %s AND e.text_hash = ANY(%s::bytea[])",
-                (vector_key(identity), list(hashes)), binary=True).fetchall()
+                "SELECT e.text_hash, e.embedding FROM memvault.embedding_cache e JOIN memvault.models m "
+                f"ON m.model_id = e.model_id WHERE m.key = %s AND e.text_hash = ANY(%s::bytea[]) AND {USABLE}",
+                (vector_key(identity), list(hashes), int(identity.dims)), binary=True).fetchall()
         return {bytes(h): v for h, v in rows}
 
     def put(self, identity: ModelIdentity, items: Sequence[tuple[str, bytes]]) -> None:

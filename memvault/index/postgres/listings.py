@@ -24,7 +24,9 @@ T = TypeVar("T")
 
 FACT_COLUMNS = ("item_id, path, source, importance, confidence, created, updated, valid_until, review_after, meta, "
                 "substr(body, 1, 400)")
-EPISODE_COLUMNS = "item_id, path, source, created, ekind, body, meta, ref"
+#: An episode's text only as far as the facts' excerpt: a team host reads each listed shared row from its file (a
+#: row of 10 MB written into the database was fetched whole, twenty to a page).
+EPISODE_COLUMNS = "item_id, path, source, created, ekind, substr(body, 1, 400), meta, ref"
 #: Keys compared byte by byte, as SQLite compares them (a locale's collation ignores the '/' of a prefix). Since
 #: migration 0005 that is the column's own collation, so UNIQUE (kind, item_id) serves the range and its order.
 KEY_RANGE = 'item_id COLLATE "C" >= %s AND item_id COLLATE "C" < %s'
@@ -161,6 +163,13 @@ def sessions(conn: Any, v: int, limit: int, hide: Collection[str]) -> list[tuple
     return [(s, rt, sorted_sources(src), _text(first), _text(last), int(n)) for s, rt, src, first, last, n in rows]
 
 
+def session_episodes(conn: Any, v: int, sessions: list[str], hide: Collection[str]) -> list[dict[str, Any]]:
+    """(id, path) of every episode of ``sessions`` (what :func:`sessions` counted, for a team host to read again)."""
+    sql, args = _hidden("SELECT item_id, path FROM {docs} WHERE kind = 'episode' AND strpos(meta, '\"session\"') > 0 "
+                        "AND (meta::jsonb) ->> 'session' = ANY(%s::text[])", [sessions], hide)
+    return [{"id": i, "path": p} for i, p in conn.execute(vsql(v, sql), args)]
+
+
 def episode_kinds(conn: Any, v: int, hide: Collection[str]) -> list[str]:
     sql, args = _hidden("SELECT DISTINCT ekind FROM {docs} WHERE kind = 'episode' AND ekind IS NOT NULL", [], hide)
     return sorted(r[0] for r in conn.execute(vsql(v, sql), args))
@@ -213,6 +222,9 @@ class SharedListings:
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
         return self._listing(sessions, [], limit, hide)
+
+    def session_episodes(self, sessions: list[str], hide: Collection[str] = frozenset()) -> list[dict[str, Any]]:
+        return self._listing(session_episodes, [], sessions, hide) if sessions else []
 
     def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
         return self._listing(episode_kinds, [], hide)

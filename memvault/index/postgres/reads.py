@@ -13,8 +13,12 @@ from ..documents import NEIGHBOUR_GAP
 from ..search import DOC_FIELDS
 from .tables import to_time, vsql
 
-FIELDS_SQL = ("d.kind, d.item_id, d.path, d.body, d.importance, d.confidence, d.source, d.created, d.updated, "
-              "{chunk}, d.valid_until, d.review_after, d.ekind, d.ref, d.doc_id")
+#: Characters of a doc's text the shared index gives recall (its ranking reads them: feedback terms, a time named in
+#: the text, a reranker): as much as a publish writes under the default [limits] (procedure_bytes, the largest), never
+#: a row of 10 MB someone wrote into the database, fetched whole for each candidate. A hit's text is its file's.
+BODY_CHARS = 1 << 20
+FIELDS_SQL = (f"d.kind, d.item_id, d.path, left(d.body, {BODY_CHARS}), d.importance, d.confidence, d.source, "
+              "d.created, d.updated, {chunk}, d.valid_until, d.review_after, d.ekind, d.ref, d.doc_id")
 
 
 def fields(row: Sequence[Any]) -> dict[str, Any]:
@@ -90,7 +94,7 @@ def episode_neighbours(conn: Any, v: int, docs: dict[int, dict[str, Any]]) -> di
 RUNS_SQL = """
         SELECT n.name, r.item_id, r.created, r.body, r.path, r.meta, r.source
         FROM unnest(%s::text[]) AS n(name)
-        CROSS JOIN LATERAL (SELECT item_id, created, body, path, meta, source FROM {docs}
+        CROSS JOIN LATERAL (SELECT item_id, created, left(body, 4096) AS body, path, meta, source FROM {docs}
                             WHERE ref = n.name ORDER BY created DESC LIMIT %s) r"""
 
 

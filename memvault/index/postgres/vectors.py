@@ -228,7 +228,7 @@ class ModelVectors:
                 full = with_context(text, context)
                 texts[text_sha256(full)] = full
         if self._local_cache:
-            have = cache_hits(conn, model_id, list(texts))
+            have = cache_hits(conn, model_id, list(texts), identity.dims)
             misses = {h: t for h, t in texts.items() if h not in have}
             report.chunks_from_cache += len(texts) - len(misses)
             self.cache_hits += len(texts) - len(misses)

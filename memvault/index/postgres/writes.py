@@ -5,6 +5,7 @@ serialise per vault and never lose or duplicate rows; slow work (cutting text) h
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,6 +91,7 @@ def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc],
             cuts[(d.kind, d.item_id)] = c
         report.metadata_only, report.docs_changed = len(meta), len(changed)
         report.docs_added, report.docs_removed = len(added), len(gone)
+        forget_measured(conn, v, {f"{kind}:{item_id}" for kind, item_id in existing if (kind, item_id) not in unique})
         tables = vec_tables(state)
         dn, dw = delete_chunks(conn, v, gone + [doc_id for doc_id, _ in changed], tables)
         for part in slices(gone):
@@ -120,6 +122,32 @@ def apply(conn: Any, fresh_state: Callable[[], VaultState], docs: Sequence[Doc],
     report.chunks_pending = pending_count(conn, v)
     report.seconds = time.perf_counter() - started
     return report
+
+
+#: The rows of vault_meta measured on the vault's text (memvault.core.calibration): the scale, and the pieces it was
+#: measured with (the memories' ids, the vectors of six words of their text, their neighbours). The probes' vectors
+#: are the model's alone.
+MEASURED = ("calibration", "calibration:fragments")
+
+
+def forget_measured(conn: Any, v: int, gone: set[str]) -> None:
+    """The relevance scale out of the shared index when its pieces name a memory that is gone (``"kind:id"``): a
+    purge (or a removal) published left the memory's id and the vectors of pieces of its text there for every host,
+    as long as the vault did not grow by a quarter. The next recall measures it again, from what is left."""
+    if not gone:
+        return
+    row = conn.execute("SELECT value FROM memvault.vault_meta WHERE vault_id = %s AND key = %s",
+                       (v, MEASURED[1])).fetchone()
+    if row is None or not row[0]:
+        return
+    try:
+        data = json.loads(row[0])
+        named = {str(s) for s in data["sources"]} | {str(n) for near in data["nearest"] for n in near}
+    except (ValueError, KeyError, TypeError):
+        named = gone  # unreadable: measured again rather than kept unread
+    if named & gone:
+        conn.execute("DELETE FROM memvault.vault_meta WHERE vault_id = %s AND key = ANY(%s::text[])",
+                     (v, list(MEASURED)))
 
 
 def _existing(conn: Any, v: int, paths: list[str], keys: list[tuple[str, str]]
