@@ -15,6 +15,7 @@ from ...core.vault import Vault
 from ...rules import jsontext
 from ...rules.errors import InvalidValue, MemvaultError, describe
 from ...rules.fsutil import atomic_write, remove, temp_file
+from ...rules.markup import one_line
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
 from .base import Out, cli, contradiction_text, echo, output, pass_ctx, read_text_arg, warn
 
@@ -347,7 +348,7 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
         if as_json:
             echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+            echo(f"{_when(e):<{TIME_WIDTH}}  {one_line(e.kind):<13} {one_line(e.source):<20} {' '.join(e.text.split())}")
     if not shown and limit != 0:  # said on stderr: stdout stays the (empty) listing
         echo("memvault: no episode matches", err=True)
     warn(problems)

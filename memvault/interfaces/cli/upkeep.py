@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ...rules.markup import one_line
 from ...rules.timeutil import age_seconds, age_text
 from .base import Out, cli, contradiction_text, echo, output, pass_ctx, warn
 
@@ -58,7 +59,8 @@ def purge(ctx, pattern, dry_run, allow_secret):
     report = ctx.vault.purge(pattern, dry_run=dry_run, allow_secret=allow_secret)
     verb = "would remove" if dry_run else "removed"
     lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
-    lines += [f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}" for e in report.episodes.removed]
+    lines += [f"{verb} episode {one_line(e.id)} {one_line(e.created_at)}: {' '.join(e.text.split())[:70]}"
+              for e in report.episodes.removed]
     lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
                  + (f" in commit {report.commit[:12]}" if report.commit else ""))
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines, notes=report.warnings)
