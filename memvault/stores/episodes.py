@@ -472,10 +472,10 @@ class EpisodeLog:
         for path in self.files():
             if path.name == name:
                 try:
-                    data = read_inside(path, self.dir).decode("utf-8", errors="replace")
+                    data = read_inside(path, self.dir)
                 except (OSError, UnsafePath):
                     continue
-                if episode_id in data and any(e.id == episode_id for e in parse_lines(data.encode(), path)):
+                if self.find(path, episode_id, data) is not None:  # only the lines holding the id are parsed
                     return path
         return None
 
