@@ -373,3 +373,29 @@ def test_a_prompt_block_fits_the_budget_with_its_sections(vault, budget):
     result = vault.recall("primary database", k=12, budget=budget, fmt="prompt", mode="keyword", record_access=False)
     if len(result):
         assert count_tokens(render(result, "prompt")) <= budget
+
+
+@pytest.mark.parametrize("args", [("episode", "add", "-", "--source", "agent:a"), ("fact", "set", "ops/log", "-")])
+def test_a_stream_on_stdin_past_the_limit_is_refused_after_reading_just_past_it(invoke, vault, args):
+    """`some-command | memvault episode add -` read the whole stream before the size was checked: 300 MB of stdin
+    took 1.5 GB and 8.8 s to be refused, a 2 GB log about 10 GB. Past [limits] (64 KiB) nothing more is read."""
+    import io
+
+    class Endless(io.RawIOBase):  # a producer that never stops: reading it all would never end
+        read_so_far = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            buffer[:len(buffer)] = b"a" * len(buffer)
+            Endless.read_so_far += len(buffer)
+            if Endless.read_so_far > 50_000_000:
+                raise AssertionError("read 50 MB of a 64 KiB item")
+            return len(buffer)
+
+    result = invoke(*args, input=io.BufferedReader(Endless()))
+    assert result.exit_code != 0 and "65536 bytes" in result.output and "stdin" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert Endless.read_so_far < 1_000_000
+    assert vault.episodes.list() == [] and vault.facts.list() == []

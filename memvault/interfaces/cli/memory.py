@@ -95,7 +95,7 @@ def fact_set(ctx, key, text, category, importance, confidence, source, tags, val
     A source outside [trust] trusted writes a proposal to inbox/ instead (see 'memvault inbox'). Near-duplicates
     and conflicting facts (same words, different numbers) are reported on stderr.
     """
-    text = read_text_arg(text, "fact text")
+    text = read_text_arg(text, "fact text", (ctx.vault.config.limits.fact_bytes, "fact_bytes"))
     f = ctx.vault.facts.set(key, text, category=category, importance=importance, confidence=confidence,
                             source=source, tags=list(tags) if tags else None, valid_until=valid_until,
                             allow_secret=allow_secret)
@@ -297,7 +297,7 @@ def episode() -> None:
 @pass_ctx
 def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
     """Append an episode with TEXT ('-' or no TEXT: read stdin)."""
-    text = read_text_arg(text, "episode text")
+    text = read_text_arg(text, "episode text", (ctx.vault.config.limits.episode_bytes, "episode_bytes"))
     meta_obj = None
     if meta is not None:
         try:  # too deep, not JSON, NaN, a number of 5,000 digits (Python refuses to read it): one line each
