@@ -33,12 +33,13 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------------------------ retention
 def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime | None = None,
           allow_secret: bool = False, accept_retention: bool = False,
-          recall_log: State | None = None) -> RewriteReport:
+          recall_log: State | None = None, name_removed: bool = True) -> RewriteReport:
     """Remove episodes older than ``[retention]`` allows for their kind; their index rows go with them; and from
     ``recall_log`` the recalls older than raw episodes may be (reported as the kind ``recall_log``). A retention
     shorter than this host has pruned by waits for ``accept_retention`` (a trusted source's; see
     :mod:`memvault.core.retention`). A file committed ([episodes] track_in_git) passes the commit's checks with every
-    line it keeps (``allow_secret``: the one waiver, for a trusted source)."""
+    line it keeps (``allow_secret``: the one waiver, for a trusted source). ``name_removed``: list the episodes
+    removed in the report's ``removed``, not only count them (see :meth:`EpisodeLog.plan_rewrite`)."""
     gate.require(Op.PRUNE, source)
     if accept_retention:
         gate.require(Op.ACCEPT_RETENTION, source)
@@ -58,7 +59,8 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
         warnings += force.warnings
         # with a folder per host, this host's own (and abandoned hosts'): another host prunes its own
         idle = max(retention.ages.values())
-        report = gate.episodes.plan_rewrite(expired, gate.episodes.own_files(idle, current))
+        report = gate.episodes.plan_rewrite(expired, gate.episodes.own_files(idle, current),
+                                            keep_removed=name_removed)
         report.warnings += warnings
         # This clone's own lines a killed sync left set aside: else the next sync put the expired ones back (and
         # committed them, with episodes tracked) until the prune after it. Counted here, removed once the rewrite
@@ -71,7 +73,7 @@ def prune(gate: WriteGate, *, source: str, dry_run: bool = False, at: datetime |
                 f"{format_time(last.time)}, {last.id} from {last.source}): kept, since retention counts from the "
                 "date; correct the date or purge the source")
         if not dry_run:
-            gate.rewrite_episodes(report, message=f"prune episodes: {len(report.removed)} lines past retention",
+            gate.rewrite_episodes(report, message=f"prune episodes: {report.lines_removed} lines past retention",
                                   source=source, allow_secret=allow_secret)
             save_retention(gate.state_dir, retention.ages)
             aside = drop_aside(gate, expired, what="pruned") if aside else []

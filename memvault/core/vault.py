@@ -558,16 +558,17 @@ class Vault:
 
     # -- lifecycle (every change through the gate) -------------------------------------------------------
     def prune(self, *, dry_run: bool = False, at: datetime | None = None, source: str | None = None,
-              allow_secret: bool = False, accept_retention: bool = False) -> Any:
+              allow_secret: bool = False, accept_retention: bool = False, name_removed: bool = True) -> Any:
         """Apply ``[retention]`` to episodes, and the retention of raw episodes to the recall log (reported as the
         kind ``recall_log``). A retention shorter than this host has pruned by (a teammate's commit to the shared
         memvault.toml) is held to the longer one, with a warning, until a trusted source passes ``accept_retention``
-        (:mod:`memvault.core.retention`)."""
+        (:mod:`memvault.core.retention`). ``name_removed=False``: the report counts the episodes removed but does not
+        list them in ``removed`` (a month of millions of lines: ~1.5 KB each)."""
         from . import lifecycle
 
         return lifecycle.prune(self.gate, source=self._source(source), dry_run=dry_run, at=at,
                                allow_secret=allow_secret, accept_retention=accept_retention,
-                               recall_log=self.recall_log)
+                               recall_log=self.recall_log, name_removed=name_removed)
 
     def purge(self, pattern: str, *, dry_run: bool = False, source: str | None = None,
               allow_secret: bool = False) -> lifecycle.PurgeReport:

@@ -309,7 +309,8 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
         gone_files = removed if n == len(groups) - 1 or not groups else []
         _time(report, "read", started)
         started = time.perf_counter()
-        _write_text(conn, docs, replaced | set(gone_files), splitter, max_tokens, report, seen, rows, gone_files)
+        _write_text(conn, docs, replaced | set(gone_files), splitter, max_tokens, report, seen, rows, gone_files,
+                    sources.root)
         remember_problems(conn, files=read_problems, gone=gone_files)
         _time(report, "write text", started)
         if on_batch is not None:
@@ -362,13 +363,27 @@ def _last_episodes(conn: sqlite3.Connection, rel: str, source: str | None) -> li
     return [Doc("episode", r[0], rel, "", r[1], 0.5, 0.5, r[2], r[3], r[3], ekind="raw") for r in rows][::-1]
 
 
-def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
-                max_tokens: int | None, report: SyncReport, seen: set[tuple[str, str]],
-                file_rows: Sequence[tuple[Any, ...]], gone_files: Sequence[str]) -> None:
-    """Diff ``docs`` against the index and write the difference, with the rows of the files read (``file_rows``)
-    and without those of ``gone_files``, in one transaction. ``replaced`` are the files whose docs are all in
-    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones. ``seen``
-    holds the docs written by earlier batches of the same sync (a second copy of one is a duplicate)."""
+@dataclass
+class _TextPlan:
+    """What :func:`_write_text` writes, as the index stood when it was looked up."""
+
+    to_cut: list[tuple[Doc, int | None]]  # docs to (re)write, with their row when they have one
+    meta_updates: list[Doc]               # docs whose text is as indexed: only their fields
+    gone: list[int]                       # rows of ``replaced`` files whose doc is no longer there
+    seen: set[tuple[str, str]]            # the docs this batch writes (``seen`` of the next batch)
+    duplicates: list[str]                 # the problem of each second copy of a doc
+
+    def same_rows(self, other: _TextPlan) -> bool:
+        """Whether ``other`` writes the same docs to the same rows (its cuts are this plan's)."""
+        def rows(plan: _TextPlan) -> tuple[Any, ...]:
+            return ([(d.kind, d.item_id, d.hash, row) for d, row in plan.to_cut],
+                    [(d.kind, d.item_id) for d in plan.meta_updates], sorted(plan.gone))
+        return rows(self) == rows(other)
+
+
+def _plan_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str],
+               seen: set[tuple[str, str]]) -> _TextPlan:
+    """Diff ``docs`` against the index as it is now (``seen``: the docs earlier batches wrote; not changed)."""
     existing: dict[tuple[str, str], tuple[int, str]] = {}
     for path_batch in batches(sorted(replaced), 500):
         for doc_id, kind, item_id, h in conn.execute(
@@ -381,32 +396,67 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
         for doc_id, kind, item_id, h in conn.execute(
                 f"SELECT doc, kind, item_id, hash FROM docs WHERE {clauses}", tuple(x for pair in batch for x in pair)):
             existing[(kind, item_id)] = (doc_id, h)
-
-    to_cut: list[tuple[Doc, int | None]] = []
-    meta_updates = []
+    plan = _TextPlan([], [], [], set(), [])
     for d in docs:
         key = (d.kind, d.item_id)
-        if key in seen:
-            report.problems.append(f"{d.path}: duplicate {d.kind} id {d.item_id!r}, later copy ignored")
+        if key in seen or key in plan.seen:
+            plan.duplicates.append(f"{d.path}: duplicate {d.kind} id {d.item_id!r}, later copy ignored")
             continue
-        seen.add(key)
+        plan.seen.add(key)
         row = existing.get(key)
         if row is not None and row[1] == hash_key(d.hash):
-            meta_updates.append(d)
-            report.metadata_only += 1
-            continue
-        to_cut.append((d, row[0] if row else None))
-        if row is None:
-            report.docs_added += 1
+            plan.meta_updates.append(d)
         else:
-            report.docs_changed += 1
+            plan.to_cut.append((d, row[0] if row else None))
     # Only docs of ``replaced`` files can be missing from ``docs`` (the other rows looked up are docs' own keys).
-    gone = [row[0] for key, row in existing.items() if key not in seen]
-    report.docs_removed += len(gone)
-    cuts = cut_spans([d for d, _ in to_cut], splitter, max_tokens)
+    plan.gone = [row[0] for key, row in existing.items() if key not in seen and key not in plan.seen]
+    return plan
+
+
+def _moved(root: Path, file_rows: Sequence[tuple[Any, ...]]) -> set[str]:
+    """The files of ``file_rows`` (path, kind, size, mtime_ns, inode, ...) whose ``stat`` is no longer the one
+    taken before they were read (followed, as the scan does), or that are gone."""
+    moved = set()
+    for rel, _kind, size, mtime_ns, ino, *_ in file_rows:
+        try:
+            st = os.stat(root / rel)
+        except OSError:
+            moved.add(rel)
+            continue
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != (size, mtime_ns, ino):
+            moved.add(rel)
+    return moved
+
+
+def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], splitter: Splitter | None,
+                max_tokens: int | None, report: SyncReport, seen: set[tuple[str, str]],
+                file_rows: Sequence[tuple[Any, ...]], gone_files: Sequence[str], root: Path) -> None:
+    """Diff ``docs`` against the index and write the difference, with the rows of the files read (``file_rows``)
+    and without those of ``gone_files``, in one transaction. ``replaced`` are the files whose docs are all in
+    ``docs`` (a doc of theirs that is not in ``docs`` is gone); docs of other files are appended ones. ``seen``
+    holds the docs written by earlier batches of the same sync (a second copy of one is a duplicate).
+
+    The diff is made (and the text cut) before the write lock is taken, then made again under it: another process
+    may have written the index meanwhile (two appenders of one month file indexed the same new lines: the second
+    insert broke the unique key), and a file that changed since it was read is left to the writer that changed it
+    (a purge that rewrote the month file and scrubbed the index after this process read it: the purged line came
+    back into the index, with a stat that hid it from the next sync). Such a file's row is not written either, so
+    the next sync reads it in any case."""
+    plan = _plan_text(conn, docs, replaced, seen)
+    cuts = cut_spans([d for d, _ in plan.to_cut], splitter, max_tokens)
     has_vec = _has_vectors(conn)
 
     with transaction(conn):
+        moved = _moved(root, file_rows)
+        if moved:
+            docs = [d for d in docs if d.path not in moved]
+            file_rows = [r for r in file_rows if r[0] not in moved]
+            replaced = replaced - moved
+        again = _plan_text(conn, docs, replaced, seen)
+        if not again.same_rows(plan):
+            cuts = cut_spans([d for d, _ in again.to_cut], splitter, max_tokens)
+        plan = again
+        to_cut, meta_updates, gone = plan.to_cut, plan.meta_updates, plan.gone
         for batch in batches(gone, 500):
             if has_vec:
                 conn.execute(f"DELETE FROM chunks_vec WHERE rowid IN (SELECT rowid FROM chunks WHERE doc IN "
@@ -439,6 +489,12 @@ def _write_text(conn: sqlite3.Connection, docs: list[Doc], replaced: set[str], s
         conn.executemany(
             "INSERT OR REPLACE INTO files(path, kind, size, mtime_ns, ino, pending, tail) VALUES (?,?,?,?,?,0,?)",
             file_rows)
+    seen |= plan.seen
+    report.problems += plan.duplicates
+    report.metadata_only += len(meta_updates)
+    report.docs_added += sum(1 for _, row in to_cut if row is None)
+    report.docs_changed += sum(1 for _, row in to_cut if row is not None)
+    report.docs_removed += len(gone)
     report.chunks_pending = pending_count(conn)
 
 

@@ -113,6 +113,18 @@ def escape_attr(value: object) -> str:
     return '"' + _ATTR.sub(_attr_sub, "" if value is None else str(value)) + '"'
 
 
+def one_line(value: object) -> str:
+    """A field shown inside a line of text output (a source, a kind, an id), kept to that line: line feeds, tabs and
+    Unicode line and paragraph separators written as ``\\u000a``, the rest as :func:`printable` leaves it. memvault
+    writes none of them there, but a month file or front matter edited by hand can, and one stored line printed a
+    second, forged one (``2. episode ... (source user:admin)``)."""
+    return _BREAK.sub(lambda m: f"\\u{ord(m.group()):04x}", "" if value is None else str(value))
+
+
+#: What :func:`printable` lets through that still starts a new line or column where a field should stay on its own.
+_BREAK = re.compile("[\t\n\u2028\u2029]")
+
+
 #: Characters a terminal acts on instead of showing: C0 controls but tab and line feed, DEL, C1 (0x80-0x9f: an
 #: 8-bit CSI among them), and the bidirectional overrides that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ...core.vault import Vault
-from ...rules.errors import InvalidValue, MemvaultError, describe
+from ...rules.errors import InvalidValue, LimitExceeded, MemvaultError, describe
 from ...rules.markup import printable
 
 
@@ -95,12 +95,23 @@ def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
     return command
 
 
-def read_text_arg(text: str | None, what: str) -> str:
-    """TEXT, or stdin when TEXT is '-' or missing and stdin is not a terminal; stdin must be UTF-8."""
+def read_text_arg(text: str | None, what: str, limit: tuple[int, str] | None = None) -> str:
+    """TEXT, or stdin when TEXT is '-' or missing and stdin is not a terminal; stdin must be UTF-8. ``limit``:
+    (bytes, the [limits] setting) the item may not pass, so a larger stream is refused once it has read just past
+    it (a 2 GB log piped in was read whole, ~10 GB in memory, before the item's size was checked)."""
     if text is None or text == "-":
         if text is None and sys.stdin.isatty():
             raise click.UsageError(f"give the {what} as an argument, or '-' to read it from stdin")
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        stream = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        if stream is None:
+            data = sys.stdin.read().encode()
+        elif limit is None:
+            data = stream.read()
+        else:
+            data = stream.read(limit[0] + 1)
+            if len(data) > limit[0]:
+                raise LimitExceeded("text", f"the {what} on stdin is more than the {limit[0]} bytes allowed ([limits] "
+                                            f"{limit[1]}): store a summary, or the bulk as a file")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -15,6 +15,7 @@ from ...core.vault import Vault
 from ...rules import jsontext
 from ...rules.errors import InvalidValue, MemvaultError, describe
 from ...rules.fsutil import atomic_write, remove, temp_file
+from ...rules.markup import one_line
 from ...rules.timeutil import format_time, parse_time, parse_time_or_age
 from .base import Out, cli, contradiction_text, echo, output, pass_ctx, read_text_arg, warn
 
@@ -94,7 +95,7 @@ def fact_set(ctx, key, text, category, importance, confidence, source, tags, val
     A source outside [trust] trusted writes a proposal to inbox/ instead (see 'memvault inbox'). Near-duplicates
     and conflicting facts (same words, different numbers) are reported on stderr.
     """
-    text = read_text_arg(text, "fact text")
+    text = read_text_arg(text, "fact text", (ctx.vault.config.limits.fact_bytes, "fact_bytes"))
     f = ctx.vault.facts.set(key, text, category=category, importance=importance, confidence=confidence,
                             source=source, tags=list(tags) if tags else None, valid_until=valid_until,
                             allow_secret=allow_secret)
@@ -296,7 +297,7 @@ def episode() -> None:
 @pass_ctx
 def episode_add(ctx, text, source, kind, at, tags, meta, allow_secret, as_json):
     """Append an episode with TEXT ('-' or no TEXT: read stdin)."""
-    text = read_text_arg(text, "episode text")
+    text = read_text_arg(text, "episode text", (ctx.vault.config.limits.episode_bytes, "episode_bytes"))
     meta_obj = None
     if meta is not None:
         try:  # too deep, not JSON, NaN, a number of 5,000 digits (Python refuses to read it): one line each
@@ -347,7 +348,7 @@ def episode_list(ctx, since, until, source, kind, limit, as_json):
         if as_json:
             echo(json.dumps(e.to_dict(), ensure_ascii=False))
         else:
-            echo(f"{_when(e):<{TIME_WIDTH}}  {e.kind:<13} {e.source:<20} {' '.join(e.text.split())}")
+            echo(f"{_when(e):<{TIME_WIDTH}}  {one_line(e.kind):<13} {one_line(e.source):<20} {' '.join(e.text.split())}")
     if not shown and limit != 0:  # said on stderr: stdout stays the (empty) listing
         echo("memvault: no episode matches", err=True)
     warn(problems)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ...rules.markup import one_line
 from ...rules.timeutil import age_seconds, age_text
 from .base import Out, cli, contradiction_text, echo, output, pass_ctx, warn
 
@@ -15,7 +16,8 @@ def rewrite_lines(report: Any, root: Path, verb: str) -> list[str]:
     lines = [] if report.kinds else ["no episodes"]
     for kind, n in sorted(report.kinds.items()):
         lines.append(f"{kind:<14} kept {n['kept']:>6}  {verb} {n['removed']:>6}  bytes freed {n['bytes_freed']:>9}")
-    lines += [f"deleted {path.relative_to(root)} (empty)" for path in report.files_deleted]
+    done = "would delete" if verb.startswith("would") else "deleted"  # a dry run deletes nothing
+    lines += [f"{done} {path.relative_to(root)} (empty)" for path in report.files_deleted]
     return lines
 
 
@@ -36,7 +38,8 @@ def prune(ctx, dry_run, accept_retention, allow_secret):
     """Remove episodes older than [retention] allows for their kind (raw 30d, summary 365d, procedure_run 90d
     by default), and their index rows. Prints lines kept and removed and bytes freed per kind. A retention the shared
     memvault.toml shortened is applied only with --accept-retention."""
-    report = ctx.vault.prune(dry_run=dry_run, allow_secret=allow_secret, accept_retention=accept_retention)
+    report = ctx.vault.prune(dry_run=dry_run, allow_secret=allow_secret, accept_retention=accept_retention,
+                             name_removed=False)  # counted per kind: a month of millions of lines
     notes = [f"{report.unreadable} unreadable lines kept (see 'memvault episode list')"] if report.unreadable else []
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)},
                rewrite_lines(report, ctx.vault.root, "would remove" if dry_run else "removed"),
@@ -56,7 +59,8 @@ def purge(ctx, pattern, dry_run, allow_secret):
     report = ctx.vault.purge(pattern, dry_run=dry_run, allow_secret=allow_secret)
     verb = "would remove" if dry_run else "removed"
     lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
-    lines += [f"{verb} episode {e.id} {e.created_at}: {' '.join(e.text.split())[:70]}" for e in report.episodes.removed]
+    lines += [f"{verb} episode {one_line(e.id)} {one_line(e.created_at)}: {' '.join(e.text.split())[:70]}"
+              for e in report.episodes.removed]
     lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
                  + (f" in commit {report.commit[:12]}" if report.commit else ""))
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines, notes=report.warnings)
