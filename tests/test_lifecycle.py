@@ -13,7 +13,7 @@ import pytest
 
 from memvault import Vault
 from memvault.interfaces.cli import Context, cli
-from memvault.rules.errors import SecretRefused, UntrustedSource
+from memvault.rules.errors import InvalidValue, SecretRefused, UntrustedSource
 from memvault.core.render import render
 from conftest import git
 from fake_embedder import set_model
@@ -172,6 +172,17 @@ def test_purge_removes_a_source_everywhere_and_nothing_else(strict_vault, models
 def test_purge_refuses_everything_pattern(vault):
     with pytest.raises(Exception, match="purging everything"):
         vault.purge("*")
+
+
+@pytest.mark.parametrize("pattern", ["agent:x\nSigned-off-by: user:admin", "agent:x y", "agent:\x1b[31mx",
+                                     "agent:" + "x" * 300])
+def test_a_purge_pattern_no_source_can_match_is_refused_before_anything_is_done(vault, pattern):
+    """Every source is printable ASCII without spaces, at most 200 characters: a pattern that is not can match
+    nothing, and its line feed would have gone into the purge's commit message as a line of its own."""
+    head = git(vault.root, "rev-parse", "HEAD")
+    with pytest.raises(InvalidValue, match="--source"):
+        vault.purge(pattern)
+    assert git(vault.root, "rev-parse", "HEAD") == head
 
 
 # -- trust -------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ nothing itself: every change goes through the write gate (:mod:`memvault.core.ga
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +25,11 @@ from .retention import in_force as retention_in_force, save as save_retention
 from ..rules.fsutil import atomic_write, remove
 from ..rules.timeutil import format_time, now
 from ..rules.trust import Op
-from ..rules.validation import MAX_FUTURE, Problem
+from ..rules.validation import MAX_FUTURE, SOURCE_MAX, Problem
+
+#: What a source is made of (printable ASCII, no space), and a prefix pattern's closing '*'.
+_PATTERN_CHARS = re.compile(r"[!-~]+")
+
 
 if TYPE_CHECKING:
     from ..stores.state import State
@@ -134,6 +139,12 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
     for a trusted source)."""
     if not pattern or not pattern.strip() or pattern.strip() == "*":
         raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
+    if len(pattern) > SOURCE_MAX + 1 or not _PATTERN_CHARS.fullmatch(pattern):
+        # Every source is printable ASCII without spaces: such a pattern can match nothing, and a line feed in it
+        # would have been a line of the purge's commit message.
+        raise InvalidValue("--source", f"{pattern[:80].encode('unicode_escape').decode('ascii')!r} can match no "
+                                       f"source: sources are printable ASCII without spaces, at most {SOURCE_MAX} "
+                                       "characters")
     if not dry_run:
         gate.require(Op.PURGE, source)
     warnings: list[str] = []
