@@ -1,0 +1,67 @@
+"""The MCP server reviewed as an attacker (2026-12-06, night): a scoped agent's tools against runbooks it may not
+read, run records it did not make, and arguments no CLI can pass. Each test failed before its fix."""
+from __future__ import annotations
+
+import pytest
+
+from memvault import Vault
+from conftest import git
+from fake_embedder import set_model
+from test_mcp import call, data, error_text, tool
+from test_scopes_more import add_scopes
+
+DEPLOYER = """
+[scopes."agent:deployer"]
+read = ["facts/web/**", "procedures/web/", "episodes/**"]
+write = ["episodes/**"]
+propose = ["facts/web/**"]
+
+[scopes."agent:web-only"]
+read = ["procedures/web/"]
+"""
+RESTORE = "#!/bin/sh\n# description: Restore the payroll database\necho restoring payroll from s3://hr-backups\n"
+
+
+@pytest.fixture
+def team(strict_vault, models, tmp_path):
+    """A vault with a database runbook only people read, a web runbook the deployer reads, and one real run of each."""
+    set_model(strict_vault.root, "fake-hash")
+    git(strict_vault.root, "commit", "-qm", "fake model", "--", "memvault.toml")
+    add_scopes(strict_vault, DEPLOYER, trust_agents=True)
+    v = Vault.open(strict_vault.root, embedder_factory=models)
+    for name, text in (("db/restore", RESTORE), ("web/hello", "#!/bin/sh\necho hello from web\n")):
+        script = tmp_path / "script.sh"
+        script.write_text(text)
+        script.chmod(0o755)
+        v.procedures.add(name, script, source="user:admin")
+        v.procedures.run(name, source="user:admin", stdout=-3, stderr=-3)
+    return v
+
+
+def server(v: Vault, source: str = "agent:deployer", **options):
+    from memvault.interfaces.mcp import build_server
+
+    return build_server(v, source=source, warm=False, **options)
+
+
+def test_a_run_record_never_brings_a_runbook_outside_the_read_scope_into_recall(team):
+    # The deployer reads every episode, so the record of a person's run of db/restore is its to find; the runbook
+    # that run names is not. Recall used to put the run's procedure in its place, whole, with no scope check.
+    asked, forged, asked_again = call(
+        server(team),
+        tool("recall", query="ran procedure db/restore"),
+        # ... and a record it wrote itself, naming any runbook it likes, did the same
+        tool("log_episode", text="zebra quokka", kind="procedure_run", meta={"name": "db/restore"}),
+        tool("recall", query="zebra quokka"))
+    for answer in (asked, asked_again):
+        said = str(data(answer))
+        assert "payroll" not in said and "procedures/db/restore" not in said
+    assert any(h["id"] == "db/restore" for h in data(call(server(team, "user:admin"),
+                                                         tool("recall", query="ran procedure db/restore"))[0])["hits"])
+
+
+def test_a_runbook_s_runs_are_told_only_to_a_reader_of_the_episodes_that_record_them(team):
+    (answer,) = call(server(team, "agent:web-only"), tool("recall", query="hello from web"))
+    hits = data(answer)["hits"]
+    assert [h["id"] for h in hits] == ["web/hello"]
+    assert hits[0].get("runs", []) == []  # the run episode is outside episodes it may read
