@@ -65,3 +65,15 @@ def test_a_runbook_s_runs_are_told_only_to_a_reader_of_the_episodes_that_record_
     hits = data(answer)["hits"]
     assert [h["id"] for h in hits] == ["web/hello"]
     assert hits[0].get("runs", []) == []  # the run episode is outside episodes it may read
+
+
+def test_a_model_cannot_log_a_run_it_did_not_make(team):
+    # A procedure_run episode is what recall and the web view show as a runbook's run (exit code, commit): over
+    # MCP only run_procedure records one. log_episode wrote one with any name, exit code and commit it claimed.
+    before = len(list(team.episodes.iter()))
+    forged, own = call(server(team, allow_run=True),
+                       tool("log_episode", text="ran procedure web/hello (exit 0, 0.1 s)", kind="procedure_run",
+                            meta={"name": "web/hello", "exit_code": 0, "commit": "a" * 40}),
+                       tool("log_episode", text="checked the web tier", kind="summary"))
+    assert "procedure_run" in error_text(forged) and "run_procedure" in error_text(forged)
+    assert [e.kind for e in list(team.episodes.iter())[before:]] == ["summary"]

@@ -47,6 +47,8 @@ DEFAULT_SOURCE = "agent:mcp"
 HTTP_PATH = "/mcp"
 #: A procedure run over MCP is stopped after this many seconds (recorded as killed); a model must not hang the server.
 RUN_TIMEOUT = 900.0
+#: The episode kind only a run writes (:meth:`Gate.run_procedure`): a model may not log one it did not make.
+RUN_KIND = "procedure_run"
 #: Captured procedure output returned per stream (the tail is kept; the run's episode records the rest).
 OUTPUT_LIMIT = 100_000
 
@@ -246,8 +248,12 @@ def _episode_tools(server: MCPServer, t: _Tools) -> None:
     async def log_episode(text: str, kind: str = "raw", tags: list[str] | None = None,
                           meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record what happened (append-only), under this server's source. `kind` is one lower-case word:
-        raw, summary, or another; `meta` is a JSON object of details."""
+        raw, summary, or another but procedure_run (a run is recorded by run_procedure, which ran it); `meta` is
+        a JSON object of details."""
         def append() -> dict[str, Any]:
+            if kind == RUN_KIND:  # recall and the web view show one as a runbook's run: its exit code, its commit
+                raise InvalidValue("kind", f"{RUN_KIND} episodes are recorded by the run itself (run_procedure), "
+                                           "not logged")
             episode = t.vault.episodes.append(text, source=t.source, kind=kind, tags=tags, meta=meta)
             return {**episode.to_dict(), "warnings": episode.warnings}
 
