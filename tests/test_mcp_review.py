@@ -77,3 +77,13 @@ def test_a_model_cannot_log_a_run_it_did_not_make(team):
                        tool("log_episode", text="checked the web tier", kind="summary"))
     assert "procedure_run" in error_text(forged) and "run_procedure" in error_text(forged)
     assert [e.kind for e in list(team.episodes.iter())[before:]] == ["summary"]
+
+
+@pytest.mark.parametrize("name", ["web/../db/restore", "a/" * 500_000, "db/restore\x1b]0;owned\x07"])
+def test_a_runbook_name_that_is_not_a_name_is_refused_as_such_and_never_echoed_whole(team, name):
+    # For a scoped reader such a name was "outside its read scope", quoting all of it, twice (4 MB for a 1 MB
+    # name) and with its control characters raw; no file can have it, so saying so tells nothing of the vault.
+    for tool_name in ("get_procedure", "run_procedure"):
+        (answer,) = call(server(team, allow_run=True), tool(tool_name, name=name))
+        said = error_text(answer)
+        assert "invalid" in said and len(said) < 400 and "\x1b" not in said and "\x07" not in said
