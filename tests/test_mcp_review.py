@@ -79,6 +79,16 @@ def test_a_model_cannot_log_a_run_it_did_not_make(team):
     assert [e.kind for e in list(team.episodes.iter())[before:]] == ["summary"]
 
 
+def test_an_argument_with_a_nul_byte_is_refused_naming_it_before_anything_runs(team):
+    # JSON carries "\u0000"; a command line cannot. The run ended in "internal error, please report it".
+    before = len(list(team.episodes.iter()))
+    (answer,) = call(server(team, "user:admin", allow_run=True),
+                     tool("run_procedure", name="web/hello", args=["ok", "a\x00b"]))
+    said = error_text(answer)
+    assert "internal error" not in said and "args[1]" in said and "NUL" in said
+    assert len(list(team.episodes.iter())) == before
+
+
 @pytest.mark.parametrize("name", ["web/../db/restore", "a/" * 500_000, "db/restore\x1b]0;owned\x07"])
 def test_a_runbook_name_that_is_not_a_name_is_refused_as_such_and_never_echoed_whole(team, name):
     # For a scoped reader such a name was "outside its read scope", quoting all of it, twice (4 MB for a 1 MB

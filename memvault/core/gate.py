@@ -655,6 +655,9 @@ class WriteGate:
         """Run a procedure and record the run as a ``procedure_run`` episode with the commit and blob that ran.
         Arguments that look like secrets are recorded as ``<redacted>``."""
         self.require(Op.RUN_PROCEDURE, source)
+        for n, arg in enumerate(args):  # JSON (MCP) carries one; exec cannot, and failed as an internal error
+            if "\x00" in arg:
+                raise InvalidValue(f"args[{n}]", "contains a NUL byte, which no program's argument can hold")
         if allow_dirty and not self.policy.is_trusted(source):
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
         access.refuse_procedure(access.Reader(source, self.scopes.for_source(source), self.root), name,
