@@ -97,3 +97,16 @@ def test_a_runbook_name_that_is_not_a_name_is_refused_as_such_and_never_echoed_w
         (answer,) = call(server(team, allow_run=True), tool(tool_name, name=name))
         said = error_text(answer)
         assert "invalid" in said and len(said) < 400 and "\x1b" not in said and "\x07" not in said
+
+
+def test_a_secret_refused_over_mcp_names_no_flag_the_model_cannot_pass(team):
+    # The refusal said "use --allow-secret if this is not a secret": MCP has no such argument, and a model told to
+    # get past the check is a model nudged to reword the secret until the detector misses it.
+    secret = "the deploy key is AKIAIOSFODNN7EXAMPLE"
+    fact, episode = call(server(team, "user:admin"), tool("set_fact", key="web/key", text=secret),
+                         tool("log_episode", text=secret))
+    for answer in (fact, episode):
+        said = error_text(answer)
+        assert "looks like a secret" in said and "--allow-secret" not in said
+        assert "never stored over MCP" in said
+    assert not (team.root / "facts/web/key.md").exists()

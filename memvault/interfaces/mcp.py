@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, describe
+from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, SecretRefused, describe
 from ..rules.markup import printable
 from ..rules.timeutil import parse_time_or_age
 from ..rules.validation import validate_source, vault_paths
@@ -100,6 +100,10 @@ class _VaultThread:
 
         try:
             return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
+        except SecretRefused as exc:  # the CLI's line names --allow-secret, which no tool takes
+            raise ToolError(vault_paths(f"{exc.what} refused: {exc.findings} (the vault is a git repository that "
+                                        f"gets pushed; a secret is never stored over MCP: keep it out of memory)",
+                                        self.root)) from None
         except Exception as exc:  # noqa: BLE001 - the same funnel as the CLI: one line, the reason, no traceback
             raise ToolError(vault_paths(describe(exc)[0], self.root)) from None
 
