@@ -110,3 +110,32 @@ def test_a_secret_refused_over_mcp_names_no_flag_the_model_cannot_pass(team):
         assert "looks like a secret" in said and "--allow-secret" not in said
         assert "never stored over MCP" in said
     assert not (team.root / "facts/web/key.md").exists()
+
+
+def test_a_long_run_does_not_stop_the_other_tools_from_answering(team, tmp_path):
+    # Every tool ran on one thread, the run too: a runbook that took 15 minutes (its limit) kept recall, get_fact and
+    # every other call, from this client or any other on the HTTP server, waiting for all of it.
+    import asyncio
+
+    from mcp import Client
+
+    gate = tmp_path / "gate"
+    script = tmp_path / "slow.sh"
+    script.write_text(f"#!/bin/sh\ni=0\nwhile [ ! -e {gate} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n"
+                      "echo done\n")  # 30 s at most, should the test fail
+    script.chmod(0o755)
+    team.procedures.add("web/slow", script, source="user:admin")
+
+    async def go():
+        async with Client(server(team, "user:admin", allow_run=True)) as client:
+            run = asyncio.create_task(client.call_tool("run_procedure", {"name": "web/slow"}))
+            await asyncio.sleep(0.3)
+            listed = await asyncio.wait_for(client.call_tool("list_facts", {}), 20)
+            running = not run.done()
+            gate.touch()
+            return listed, running, await run
+
+    listed, running_meanwhile, ran = asyncio.run(go())
+    assert running_meanwhile and data(listed)["problems"] == []
+    assert data(ran)["stdout"] == "done\n" and data(ran)["exit_code"] == 0
+    assert [e.kind for e in team.episodes.list(limit=1)] == ["procedure_run"]

@@ -5,7 +5,9 @@ agent:NAME``) and stamps it on every write; no tool takes a source argument, so 
 someone else, and the vault's trust rules (untrusted facts go to ``inbox/``) apply on their own.
 
 One Vault object lives as long as the server, and every call on it runs on one worker thread: its SQLite
-connections belong to the thread that opened them, and writers are serialised anyway. The embedding model is
+connections belong to the thread that opened them, and writers are serialised anyway. Procedure runs (up to
+:data:`RUN_TIMEOUT`) go on a thread of their own with a sibling Vault (:meth:`Vault.sibling`), so a long run does
+not keep every other tool waiting. The embedding model is
 loaded once, in the background at start-up, so the server answers at once and recall stays warm; a file watcher
 on the vault (:meth:`Vault.follow`) tells recall what changed, so it need not check every directory.
 
@@ -110,12 +112,33 @@ class _VaultThread:
 
 @dataclass
 class _Tools:
-    """What every tool needs: the vault, the one thread it is used on, the source stamped on writes, the warmup."""
+    """What every tool needs: the vault, the one thread it is used on, the source stamped on writes, the warmup;
+    and, made at the first run, the sibling vault runs use and its own thread."""
 
     vault: Vault
     source: str
     on_vault: _VaultThread
     warmup: _Warmup
+    on_runs: _VaultThread | None = None
+    _runner: Vault | None = None
+
+    def __post_init__(self) -> None:
+        self.on_runs = _VaultThread(self.vault.root)
+
+    async def run(self, name: str, args: list[str]) -> dict[str, Any]:
+        """Run a procedure on the runs' thread, with the sibling vault made there at the first run: one run at a
+        time, while the other tools answer."""
+        assert self.on_runs is not None
+        return await self.on_runs(self._run, name, args)
+
+    def _run(self, name: str, args: list[str]) -> dict[str, Any]:
+        if self._runner is None:
+            self._runner = self.vault.sibling()
+        return _run_procedure(self._runner, name, args, self.source)
+
+    def close_runs(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
 
     def problems(self, found: list[Any]) -> list[str]:
         """The problems a listing met, each naming its file by its path in the vault (never the host's)."""
@@ -164,6 +187,8 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
         try:
             yield {}
         finally:
+            assert tools.on_runs is not None
+            await tools.on_runs(tools.close_runs)
             if warm:
                 await tools.on_vault(vault.close)
 
@@ -309,7 +334,7 @@ def _procedure_tools(server: MCPServer, t: _Tools, *, allow_run: bool) -> None:
 
             The run is recorded as a procedure_run episode with the commit and blob that ran. A script with
             uncommitted changes is refused; markdown runbooks are read with get_procedure, not run."""
-            return await t.on_vault(_run_procedure, t.vault, name, list(args or []), t.source)
+            return await t.run(name, list(args or []))
 
 
 def _tail(handle: Any) -> tuple[str, bool]:
