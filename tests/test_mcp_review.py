@@ -139,3 +139,15 @@ def test_a_long_run_does_not_stop_the_other_tools_from_answering(team, tmp_path)
     assert running_meanwhile and data(listed)["problems"] == []
     assert data(ran)["stdout"] == "done\n" and data(ran)["exit_code"] == 0
     assert [e.kind for e in team.episodes.list(limit=1)] == ["procedure_run"]
+
+
+def test_a_use_not_counted_again_today_is_said_as_the_cli_says_it(team):
+    # An untrusted source's use counts once a memory a day: the CLI said so, the MCP answer was `counted: []` and
+    # no word (a model reporting again learns nothing, and keeps trying).
+    from memvault.interfaces.mcp import build_server
+
+    first, again = call(build_server(team, source="web:helper", warm=False),
+                        tool("used", refs=["procedure:web/hello"]), tool("used", refs=["procedure:web/hello"]))
+    assert data(first) == {"counted": ["procedure:web/hello"], "warnings": []}
+    assert data(again)["counted"] == []
+    assert [w for w in data(again)["warnings"] if w.startswith("procedure:web/hello:") and "once a day" in w]

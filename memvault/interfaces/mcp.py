@@ -232,7 +232,9 @@ def _recall_tools(server: MCPServer, t: _Tools) -> None:
     @server.tool(annotations=_annotations(read_only=False))
     async def used(refs: list[str]) -> dict[str, Any]:
         """Report the memories you actually relied on ("fact:db/primary", "procedure:web/reload-nginx",
-        "episode:<id>"): this, not being returned by recall, is what ranks often-used memories higher."""
+        "episode:<id>"): this, not being returned by recall, is what ranks often-used memories higher. At most
+        100 refs a report; a source the vault does not trust counts once a memory a day. `warnings` names each ref
+        not counted, and why."""
         counted = await t.on_vault(lambda: t.vault.used(refs, source=t.source))
         return {"counted": [f"{kind}:{item}" for kind, item in counted], "warnings": counted.warnings}
 
