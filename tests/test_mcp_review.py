@@ -7,7 +7,7 @@ import pytest
 from memvault import Vault
 from conftest import git
 from fake_embedder import set_model
-from test_mcp import call, data, error_text, tool
+from test_mcp import call, data, error_text, http_server, seeded, tool  # noqa: F401 - fixtures
 from test_scopes_more import add_scopes
 
 DEPLOYER = """
@@ -151,3 +151,26 @@ def test_a_use_not_counted_again_today_is_said_as_the_cli_says_it(team):
     assert data(first) == {"counted": ["procedure:web/hello"], "warnings": []}
     assert data(again)["counted"] == []
     assert [w for w in data(again)["warnings"] if w.startswith("procedure:web/hello:") and "once a day" in w]
+
+
+def test_the_token_given_in_the_environment_is_not_handed_to_what_the_server_starts(http_server, seeded, tmp_path,
+                                                                                   monkeypatch):
+    # MEMVAULT_MCP_TOKEN stayed in the server's environment, so every runbook it ran inherited it: one that prints
+    # its environment (a common check) handed the token to the model, in run_procedure's stdout.
+    from test_mcp import bearer
+
+    script = tmp_path / "env.sh"
+    script.write_text("#!/bin/sh\necho \"token=${MEMVAULT_MCP_TOKEN:-none}\"\n")
+    script.chmod(0o755)
+    seeded.procedures.add("ops/env", script, source="user:admin")
+    monkeypatch.setenv("MEMVAULT_MCP_TOKEN", "tok-from-the-environment-1234")
+    url = http_server("--allow-run")
+
+    async def go():
+        async with bearer(url, "tok-from-the-environment-1234") as client:
+            return data(await client.call_tool("run_procedure", {"name": "ops/env"}))
+
+    import asyncio
+
+    ran = asyncio.run(go())
+    assert ran["stdout"] == "token=none\n"

@@ -427,6 +427,10 @@ def serve(vault: Vault, *, source: str | None, allow_run: bool = False, http: st
     since the writes come from a model, not from the person who started the server.
     """
     source = validate_source(source if source is not None else DEFAULT_SOURCE, "--source")
+    # Taken out of the environment: nothing this server starts (a runbook, git, the warm process) inherits it, and
+    # a runbook that prints its environment does not hand it to the model.
+    from_env = os.environ.pop(TOKEN_ENV, None)
+    token = token or from_env
     if http is None:
         build_server(vault, source=source, allow_run=allow_run).run("stdio")
         return
