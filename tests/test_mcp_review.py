@@ -174,3 +174,40 @@ def test_the_token_given_in_the_environment_is_not_handed_to_what_the_server_sta
 
     ran = asyncio.run(go())
     assert ran["stdout"] == "token=none\n"
+
+
+def test_a_cancelled_run_is_stopped_and_recorded_as_interrupted(team, tmp_path):
+    # A person who cancels a runaway runbook in their agent (Esc) expects it to stop: it ran on to its end or its
+    # 15 minutes, and the client's session could not close until then.
+    import asyncio
+    import time
+
+    from mcp import Client
+
+    marker = tmp_path / "alive"
+    script = tmp_path / "slow.sh"
+    script.write_text(f"#!/bin/sh\nfor i in $(seq 1 40); do echo $i >> {marker}; sleep 0.25; done\n")
+    script.chmod(0o755)
+    team.procedures.add("web/slow", script, source="user:admin")
+
+    async def go():
+        async with Client(server(team, "user:admin", allow_run=True)) as client:
+            run = asyncio.create_task(client.call_tool("run_procedure", {"name": "web/slow"}))
+            while not marker.exists():
+                await asyncio.sleep(0.05)
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+            return data(await client.call_tool("list_facts", {}))
+
+    import contextlib
+
+    started = time.monotonic()
+    asyncio.run(go())
+    took = time.monotonic() - started
+    lines = len(marker.read_text().split())
+    time.sleep(0.6)
+    assert len(marker.read_text().split()) == lines < 40 and took < 8
+
+    (last,) = team.episodes.list(limit=1)
+    assert last.kind == "procedure_run" and last.meta["name"] == "web/slow" and "interrupted" in last.text

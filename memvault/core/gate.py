@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -651,9 +652,11 @@ class WriteGate:
 
     def run_procedure(self, name: str, args: Sequence[str] = (), *, source: str, allow_dirty: bool = False,
                       stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
-                      cwd: Path | None = None, timeout: float | None = None) -> RunResult:
+                      cwd: Path | None = None, timeout: float | None = None,
+                      stop: threading.Event | None = None) -> RunResult:
         """Run a procedure and record the run as a ``procedure_run`` episode with the commit and blob that ran.
-        Arguments that look like secrets are recorded as ``<redacted>``."""
+        Arguments that look like secrets are recorded as ``<redacted>``. ``stop`` set (from another thread) stops
+        the script as a SIGTERM would; the run is recorded as interrupted."""
         self.require(Op.RUN_PROCEDURE, source)
         for n, arg in enumerate(args):  # JSON (MCP) carries one; exec cannot, and failed as an internal error
             if "\x00" in arg:
@@ -674,7 +677,7 @@ class WriteGate:
                                           # trust and scopes (not those of whoever started this process)
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
                                                "MEMVAULT_SOURCE": source},
-                                          timeout=timeout)
+                                          timeout=timeout, stop=stop)
         code = outcome.exit_code
         status = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
         stopped = signal.Signals(outcome.interrupted).name if outcome.interrupted is not None else None
@@ -683,11 +686,13 @@ class WriteGate:
             episode = self.append_episode(
                 f"ran procedure {name} ({status}, {outcome.duration_ms / 1000:.1f} s)"
                 + (f", interrupted by {stopped}" if stopped else "")
+                + (", interrupted: its caller cancelled it" if outcome.cancelled else "")
                 + (" from a dirty working copy" if proc.dirty else ""),
                 source=source, kind="procedure_run", tags=list(proc.tags),
                 meta={"name": name, "commit": proc.commit, "blob": proc.blob, "args": recorded_args,
                       "exit_code": code, "duration_ms": outcome.duration_ms, "dirty": proc.dirty,
-                      **({"interrupted": stopped} if stopped else {})},
+                      **({"interrupted": stopped} if stopped else {}),
+                      **({"cancelled": True} if outcome.cancelled else {})},
                 allow_secret=False)
             try:  # running a procedure is using it: what recall's frequency counts
                 self.record_use([("procedure", name)], source=source, warnings=episode.warnings)

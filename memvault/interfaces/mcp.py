@@ -129,12 +129,19 @@ class _Tools:
         """Run a procedure on the runs' thread, with the sibling vault made there at the first run: one run at a
         time, while the other tools answer."""
         assert self.on_runs is not None
-        return await self.on_runs(self._run, name, args)
+        stop = threading.Event()
+        try:
+            return await self.on_runs(self._run, name, args, stop)
+        except asyncio.CancelledError:  # the client cancelled the call, or went away: the script is stopped too
+            stop.set()
+            raise
 
-    def _run(self, name: str, args: list[str]) -> dict[str, Any]:
+    def _run(self, name: str, args: list[str], stop: threading.Event) -> dict[str, Any]:
+        if stop.is_set():  # cancelled while it waited for the run before it
+            raise ProcedureError(name, "cancelled before it started")
         if self._runner is None:
             self._runner = self.vault.sibling()
-        return _run_procedure(self._runner, name, args, self.source)
+        return _run_procedure(self._runner, name, args, self.source, stop)
 
     def close_runs(self) -> None:
         if self._runner is not None:
@@ -352,14 +359,15 @@ def _tail(handle: Any) -> tuple[str, bool]:
     return text[-OUTPUT_LIMIT:], start > 0 or len(text) > OUTPUT_LIMIT
 
 
-def _run_procedure(vault: Vault, name: str, args: list[str], source: str) -> dict[str, Any]:
+def _run_procedure(vault: Vault, name: str, args: list[str], source: str,
+                   stop: threading.Event | None = None) -> dict[str, Any]:
     proc = vault.procedures.get(name)
     if proc.dirty:  # checked here too so the message does not suggest a flag MCP does not offer
         state = "was never committed" if proc.commit is None else "has uncommitted changes"
         raise ProcedureError(name, f"{state}; a person must commit it before it can be run over MCP")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         result = vault.procedures.run(name, args, allow_dirty=False, source=source, stdout=out, stderr=err,
-                                      timeout=RUN_TIMEOUT)
+                                      timeout=RUN_TIMEOUT, stop=stop)
         output = {}
         for label, handle in (("stdout", out), ("stderr", err)):
             output[label], output[f"{label}_truncated"] = _tail(handle)
