@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from ..rules.errors import MemvaultError, ScopeRefused
 from ..rules.scopes import Scope, Scopes
 from ..rules.trust import Op
+from ..rules.validation import validate_name
 
 T = TypeVar("T")
 
@@ -124,6 +125,7 @@ def refuse_procedure(reader: Reader, name: str, path_of: Callable[[str], Path | 
     would be news of what is not there."""
     if reader.scope is None:
         return
+    validate_name(name)  # a name no file can have says nothing of the vault: told as such, never echoed whole
     try:
         found = path_of(name)
     except MemvaultError:

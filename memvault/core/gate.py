@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -44,12 +44,11 @@ from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
-from ..rules.redaction import redact_args
 from ..rules.secrets import describe
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
-from ..rules.validation import validate_source
-from . import access, dead_runs
+from ..rules.validation import check_args, validate_source
+from . import access, runs
 from .usage import MAX_USED, Counted  # noqa: F401 - where callers have always found them
 
 if TYPE_CHECKING:
@@ -656,10 +655,13 @@ class WriteGate:
 
     def run_procedure(self, name: str, args: Sequence[str] = (), *, source: str, allow_dirty: bool = False,
                       stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
-                      cwd: Path | None = None, timeout: float | None = None) -> RunResult:
+                      cwd: Path | None = None, timeout: float | None = None,
+                      stop: threading.Event | None = None) -> RunResult:
         """Run a procedure and record the run as a ``procedure_run`` episode with the commit and blob that ran.
-        Arguments that look like secrets are recorded as ``<redacted>``."""
+        Arguments that look like secrets are recorded as ``<redacted>``. ``stop`` set (from another thread) stops
+        the script as a SIGTERM would; the run is recorded as interrupted."""
         self.require(Op.RUN_PROCEDURE, source)
+        check_args(args)
         if allow_dirty and not self.policy.is_trusted(source):
             raise UntrustedSource(source, "only a trusted source may run a procedure with uncommitted changes")
         access.refuse_procedure(access.Reader(source, self.scopes.for_source(source), self.root), name,
@@ -672,29 +674,19 @@ class WriteGate:
                                "record the run in")
         scratch = self.state_dir / "run"
         # runs whose memvault was killed: recorded now
-        swept = dead_runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
+        swept = runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
         outcome = self.procedures.execute(proc, args, scratch=scratch, allow_dirty=allow_dirty,
                                           stdout=stdout, stderr=stderr, cwd=cwd,
-                                          record=dead_runs.run_record(proc, args, source, self.clock()),
+                                          record=runs.run_record(proc, args, source, self.clock()),
                                           # the runbook's own memvault calls are its runner's, within its
                                           # trust and scopes (not those of whoever started this process)
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
                                                "MEMVAULT_SOURCE": source},
-                                          timeout=timeout)
-        code = outcome.exit_code
-        status = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
-        stopped = signal.Signals(outcome.interrupted).name if outcome.interrupted is not None else None
-        recorded_args = redact_args(outcome.args)  # one by one and as a command line: --password <pw>
+                                          timeout=timeout, stop=stop)
+        text, meta = runs.run_episode(proc, outcome)
         try:
-            episode = self.append_episode(
-                f"ran procedure {name} ({status}, {outcome.duration_ms / 1000:.1f} s)"
-                + (f", interrupted by {stopped}" if stopped else "")
-                + (" from a dirty working copy" if proc.dirty else ""),
-                source=source, kind="procedure_run", tags=list(proc.tags),
-                meta={"name": name, "commit": proc.commit, "blob": proc.blob, "args": recorded_args,
-                      "exit_code": code, "duration_ms": outcome.duration_ms, "dirty": proc.dirty,
-                      **({"interrupted": stopped} if stopped else {})},
-                allow_secret=False)
+            episode = self.append_episode(text, source=source, kind="procedure_run", tags=list(proc.tags), meta=meta,
+                                          allow_secret=False)
             episode.warnings += swept
             try:  # running a procedure is using it: what recall's frequency counts
                 self.record_use([("procedure", name)], source=source, warnings=episode.warnings)
@@ -702,7 +694,7 @@ class WriteGate:
                 episode.warnings.append(f"use not recorded: {exc}")
         finally:
             pass_on(outcome)  # recorded (or refused): now the ^C or the kill does what it asked
-        return RunResult(proc, list(outcome.args), code, outcome.duration_ms, episode)
+        return RunResult(proc, list(outcome.args), outcome.exit_code, outcome.duration_ms, episode)
 
     # -- whole-vault operations --------------------------------------------------------------------------
     def remove_facts(self, facts: Sequence[Fact], *, op: Op, message: str, source: str,

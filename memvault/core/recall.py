@@ -562,9 +562,13 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
     runs = [c for c in candidates.values() if c.key[0] == "episode" and c.doc.get("ekind") == "procedure_run"
             and c.doc.get("ref")]
     missing = sorted({c.doc["ref"] for c in runs} - {c.key[1] for c in candidates.values() if c.key[0] == "procedure"})
+    readable = parts.readable or (lambda _path: True)
     if missing and parts.index.exists():
+        # The runbook a run names is checked as any other hit: a run record a scoped reader may read (a person's
+        # run, or a line it wrote itself naming any runbook) is not a way to the text of one it may not.
         for name, doc in parts.index.procedure_docs(missing).items():
-            candidates[("procedure", name)] = Candidate(("procedure", name), doc)
+            if readable(doc["path"]):
+                candidates[("procedure", name)] = Candidate(("procedure", name), doc)
     for run in runs:
         proc = candidates.get(("procedure", run.doc["ref"]))
         if proc is None:
@@ -576,7 +580,7 @@ def _attach_runs(parts: Parts, candidates: dict[tuple[str, str], Candidate], kin
     names = [c.key[1] for c in candidates.values() if c.key[0] == "procedure"]
     if names and parts.index.exists():
         for name, items in parts.index.runs_of(names, RUNS_SHOWN).items():
-            candidates[("procedure", name)].runs = items
+            candidates[("procedure", name)].runs = [run for run in items if readable(run["path"])]
 
 
 class _Factors:

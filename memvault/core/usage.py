@@ -57,6 +57,8 @@ def used(gate: WriteGate, refs: Sequence[str], *, source: str) -> Counted:
     why = "no such memory here" if reader.scope is None else "no such memory here within its read scope"
     warnings = [f"{kind}:{item}: {why}: not counted" for kind, item in missing]
     counted = gate.record_use(keys, source=source, warnings=warnings) if keys else []
+    warnings += [f"{kind}:{item}: counted once a day for a source [trust] does not trust, already today: not counted "
+                 "again" for kind, item in keys if (kind, item) not in counted]
     return Counted(counted, warnings)
 
 

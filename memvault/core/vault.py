@@ -284,6 +284,14 @@ class Vault:
     def _source(self, source: str | None) -> str:
         return validate_source(source) if source is not None else (self.acting or default_source())
 
+    def sibling(self) -> Vault:
+        """Another Vault on this root, with the same options and acting source, for work that must not wait behind
+        this one's calls (an MCP server runs procedures on it, on their own thread). As a second process would, it
+        shares the files, the index and the locks, not this object's connections."""
+        other = Vault(self.root, embedder_factory=self._embedder_factory, daemon=self._daemon, status=self._status)
+        other.acting = self.acting
+        return other
+
     def act_as(self, source: str) -> None:
         """Every later call that names no source is ``source``'s: its writes, and its reads within its scope."""
         self.acting = validate_source(source)

@@ -5,6 +5,7 @@ go through the vault's one write gate.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from pathlib import Path
@@ -284,6 +285,7 @@ class Procedures:
 
     def run(self, name: str, args: Sequence[str] = (), *, allow_dirty: bool = False, source: str | None = None,
             stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
-            timeout: float | None = None) -> RunResult:
+            timeout: float | None = None, stop: threading.Event | None = None) -> RunResult:
+        """Run ``name`` and record the run; ``stop``, once set from another thread, stops the script (as SIGTERM)."""
         return self._vault.gate.run_procedure(name, args, source=self._vault._source(source), allow_dirty=allow_dirty,
-                                              stdout=stdout, stderr=stderr, cwd=cwd, timeout=timeout)
+                                              stdout=stdout, stderr=stderr, cwd=cwd, timeout=timeout, stop=stop)

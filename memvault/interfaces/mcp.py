@@ -5,7 +5,9 @@ agent:NAME``) and stamps it on every write; no tool takes a source argument, so 
 someone else, and the vault's trust rules (untrusted facts go to ``inbox/``) apply on their own.
 
 One Vault object lives as long as the server, and every call on it runs on one worker thread: its SQLite
-connections belong to the thread that opened them, and writers are serialised anyway. The embedding model is
+connections belong to the thread that opened them, and writers are serialised anyway. Procedure runs (up to
+:data:`RUN_TIMEOUT`) go on a thread of their own with a sibling Vault (:meth:`Vault.sibling`), so a long run does
+not keep every other tool waiting. The embedding model is
 loaded once, in the background at start-up, so the server answers at once and recall stays warm; a file watcher
 on the vault (:meth:`Vault.follow`) tells recall what changed, so it need not check every directory.
 
@@ -28,7 +30,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, describe
+from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, SecretRefused, describe
 from ..rules.markup import printable
 from ..rules.timeutil import parse_time_or_age
 from ..rules.validation import validate_source, vault_paths
@@ -47,6 +49,8 @@ DEFAULT_SOURCE = "agent:mcp"
 HTTP_PATH = "/mcp"
 #: A procedure run over MCP is stopped after this many seconds (recorded as killed); a model must not hang the server.
 RUN_TIMEOUT = 900.0
+#: The episode kind only a run writes (:meth:`Gate.run_procedure`): a model may not log one it did not make.
+RUN_KIND = "procedure_run"
 #: Captured procedure output returned per stream (the tail is kept; the run's episode records the rest).
 OUTPUT_LIMIT = 100_000
 
@@ -98,18 +102,50 @@ class _VaultThread:
 
         try:
             return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
+        except SecretRefused as exc:  # the CLI's line names --allow-secret, which no tool takes
+            raise ToolError(vault_paths(f"{exc.what} refused: {exc.findings} (the vault is a git repository that "
+                                        f"gets pushed; a secret is never stored over MCP: keep it out of memory)",
+                                        self.root)) from None
         except Exception as exc:  # noqa: BLE001 - the same funnel as the CLI: one line, the reason, no traceback
             raise ToolError(vault_paths(describe(exc)[0], self.root)) from None
 
 
 @dataclass
 class _Tools:
-    """What every tool needs: the vault, the one thread it is used on, the source stamped on writes, the warmup."""
+    """What every tool needs: the vault, the one thread it is used on, the source stamped on writes, the warmup;
+    and, made at the first run, the sibling vault runs use and its own thread."""
 
     vault: Vault
     source: str
     on_vault: _VaultThread
     warmup: _Warmup
+    on_runs: _VaultThread | None = None
+    _runner: Vault | None = None
+
+    def __post_init__(self) -> None:
+        self.on_runs = _VaultThread(self.vault.root)
+
+    async def run(self, name: str, args: list[str]) -> dict[str, Any]:
+        """Run a procedure on the runs' thread, with the sibling vault made there at the first run: one run at a
+        time, while the other tools answer."""
+        assert self.on_runs is not None
+        stop = threading.Event()
+        try:
+            return await self.on_runs(self._run, name, args, stop)
+        except asyncio.CancelledError:  # the client cancelled the call, or went away: the script is stopped too
+            stop.set()
+            raise
+
+    def _run(self, name: str, args: list[str], stop: threading.Event) -> dict[str, Any]:
+        if stop.is_set():  # cancelled while it waited for the run before it
+            raise ProcedureError(name, "cancelled before it started")
+        if self._runner is None:
+            self._runner = self.vault.sibling()
+        return _run_procedure(self._runner, name, args, self.source, stop)
+
+    def close_runs(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
 
     def problems(self, found: list[Any]) -> list[str]:
         """The problems a listing met, each naming its file by its path in the vault (never the host's)."""
@@ -158,6 +194,8 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
         try:
             yield {}
         finally:
+            assert tools.on_runs is not None
+            await tools.on_runs(tools.close_runs)
             if warm:
                 await tools.on_vault(vault.close)
 
@@ -201,7 +239,9 @@ def _recall_tools(server: MCPServer, t: _Tools) -> None:
     @server.tool(annotations=_annotations(read_only=False))
     async def used(refs: list[str]) -> dict[str, Any]:
         """Report the memories you actually relied on ("fact:db/primary", "procedure:web/reload-nginx",
-        "episode:<id>"): this, not being returned by recall, is what ranks often-used memories higher."""
+        "episode:<id>"): this, not being returned by recall, is what ranks often-used memories higher. At most
+        100 refs a report; a source the vault does not trust counts once a memory a day. `warnings` names each ref
+        not counted, and why."""
         counted = await t.on_vault(lambda: t.vault.used(refs, source=t.source))
         return {"counted": [f"{kind}:{item}" for kind, item in counted], "warnings": counted.warnings}
 
@@ -246,8 +286,12 @@ def _episode_tools(server: MCPServer, t: _Tools) -> None:
     async def log_episode(text: str, kind: str = "raw", tags: list[str] | None = None,
                           meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record what happened (append-only), under this server's source. `kind` is one lower-case word:
-        raw, summary, or another; `meta` is a JSON object of details."""
+        raw, summary, or another but procedure_run (a run is recorded by run_procedure, which ran it); `meta` is
+        a JSON object of details."""
         def append() -> dict[str, Any]:
+            if kind == RUN_KIND:  # recall and the web view show one as a runbook's run: its exit code, its commit
+                raise InvalidValue("kind", f"{RUN_KIND} episodes are recorded by the run itself (run_procedure), "
+                                           "not logged")
             episode = t.vault.episodes.append(text, source=t.source, kind=kind, tags=tags, meta=meta)
             return {**episode.to_dict(), "warnings": episode.warnings}
 
@@ -299,7 +343,7 @@ def _procedure_tools(server: MCPServer, t: _Tools, *, allow_run: bool) -> None:
 
             The run is recorded as a procedure_run episode with the commit and blob that ran. A script with
             uncommitted changes is refused; markdown runbooks are read with get_procedure, not run."""
-            return await t.on_vault(_run_procedure, t.vault, name, list(args or []), t.source)
+            return await t.run(name, list(args or []))
 
 
 def _tail(handle: Any) -> tuple[str, bool]:
@@ -315,14 +359,15 @@ def _tail(handle: Any) -> tuple[str, bool]:
     return text[-OUTPUT_LIMIT:], start > 0 or len(text) > OUTPUT_LIMIT
 
 
-def _run_procedure(vault: Vault, name: str, args: list[str], source: str) -> dict[str, Any]:
+def _run_procedure(vault: Vault, name: str, args: list[str], source: str,
+                   stop: threading.Event | None = None) -> dict[str, Any]:
     proc = vault.procedures.get(name)
     if proc.dirty:  # checked here too so the message does not suggest a flag MCP does not offer
         state = "was never committed" if proc.commit is None else "has uncommitted changes"
         raise ProcedureError(name, f"{state}; a person must commit it before it can be run over MCP")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         result = vault.procedures.run(name, args, allow_dirty=False, source=source, stdout=out, stderr=err,
-                                      timeout=RUN_TIMEOUT)
+                                      timeout=RUN_TIMEOUT, stop=stop)
         output = {}
         for label, handle in (("stdout", out), ("stderr", err)):
             output[label], output[f"{label}_truncated"] = _tail(handle)
@@ -390,6 +435,10 @@ def serve(vault: Vault, *, source: str | None, allow_run: bool = False, http: st
     since the writes come from a model, not from the person who started the server.
     """
     source = validate_source(source if source is not None else DEFAULT_SOURCE, "--source")
+    # Taken out of the environment: nothing this server starts (a runbook, git, the warm process) inherits it, and
+    # a runbook that prints its environment does not hand it to the model.
+    from_env = os.environ.pop(TOKEN_ENV, None)
+    token = token or from_env
     if http is None:
         build_server(vault, source=source, allow_run=allow_run).run("stdio")
         return

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidKey, InvalidValue
@@ -100,6 +101,13 @@ def check_utf8(value: str, name: str) -> str:
         raise InvalidValue(name, f"not UTF-8 text (a lone surrogate at character {exc.start}: a byte that is "
                                  "not UTF-8, or half a character)") from None
     return value
+
+
+def check_args(args: Sequence[str]) -> None:
+    """A program's arguments: JSON (MCP) carries a NUL byte, which exec cannot (an internal error, before)."""
+    for n, arg in enumerate(args):
+        if "\x00" in arg:
+            raise InvalidValue(f"args[{n}]", "contains a NUL byte, which no program's argument can hold")
 
 
 def validate_source(source: object, name: str = "source") -> str:

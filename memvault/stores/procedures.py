@@ -116,13 +116,15 @@ IGNORED_SUFFIXES = ("~", ".tmp", ".swp", ".swo", ".swx")
 @dataclass
 class RunOutcome:
     """What running a script did, before it is recorded as an episode. ``interrupted``: the signal that asked
-    memvault to stop during the run (passed on to the script); :func:`pass_on` delivers it again once recorded."""
+    memvault to stop during the run (passed on to the script); :func:`pass_on` delivers it again once recorded.
+    ``cancelled``: its caller stopped it (``stop``), which is nothing to deliver again."""
 
     procedure: Procedure
     args: list[str]
     exit_code: int
     duration_ms: int
     interrupted: int | None = None
+    cancelled: bool = False
 
 
 #: Signals that stop a run midway: the script is given them (it may clean up), the run is recorded, then memvault
@@ -277,8 +279,9 @@ class ProcedureStore:
     def execute(self, proc: Procedure, args: Sequence[str], *, scratch: Path, allow_dirty: bool = False,
                 stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
                 env: dict[str, str] | None = None, timeout: float | None = None,
-                record: dict[str, Any] | None = None) -> RunOutcome:
-        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default).
+                record: dict[str, Any] | None = None, stop: threading.Event | None = None) -> RunOutcome:
+        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default). ``stop``, once
+        set (a caller that gave up on the run, from another thread), stops the script as a SIGTERM would.
 
         What runs is ``proc.data``, the bytes whose blob is recorded, copied into a private folder under
         ``scratch`` (0700, this host's) under the runbook's own file name: never the path in the vault again, which
@@ -312,18 +315,25 @@ class ProcedureStore:
                 return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
                                         env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
 
-            exit_code, interrupted = _run(name, spawn, timeout)
+            exit_code, interrupted = _run(name, spawn, timeout, stop)
         finally:
             remove(kept)  # first: a copy left without its record is removed by the next sweep, unrecorded
             remove_tree(folder)
-        return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000), interrupted)
+        return RunOutcome(proc, list(args), exit_code, int((time.monotonic() - started) * 1000), interrupted,
+                          cancelled=stop is not None and stop.is_set())
 
 
-def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None) -> tuple[int, int | None]:
+#: Seconds a script stopped by its caller (``stop``) has to clean up after its SIGTERM before it is killed.
+STOP_GRACE = 5.0
+
+
+def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None,
+         cancel: threading.Event | None = None) -> tuple[int, int | None]:
     """Start the script and wait for it: its exit code, and the stop signal memvault got meanwhile (None). A stop
     signal is passed on to the script, which may clean up (a terminal's ^C reached it already: not sent twice); a
     second one kills it. ``timeout`` kills it too (-9). The handlers are in place before the script starts (one that
-    signals memvault at once is not missed); signals are caught only on the main thread, where Python runs them."""
+    signals memvault at once is not missed); signals are caught only on the main thread, where Python runs them.
+    ``cancel`` set (from any thread) sends the script a SIGTERM, and a kill :data:`STOP_GRACE` seconds later."""
     received: list[int] = []
     child: subprocess.Popen[bytes] | None = None
     foreground = _foreground()
@@ -352,7 +362,7 @@ def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float
         if received:  # asked to stop while the script was starting
             tell(received[0])
         try:
-            code = child.wait(timeout)
+            code = _wait(child, timeout, cancel, lambda: child.send_signal(signal.SIGTERM))
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
@@ -401,6 +411,29 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OverflowError, ValueError):
         return True
     return True
+
+
+def _wait(child: subprocess.Popen[bytes], timeout: float | None, stop: threading.Event | None,
+          stopped: Callable[[], Any]) -> int:
+    """``child.wait(timeout)``, watching ``stop``: once set, ``stopped()`` (the script is told) and, should it still
+    run :data:`STOP_GRACE` seconds later, a kill. TimeoutExpired past ``timeout``."""
+    if stop is None:
+        return child.wait(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    kill_at: float | None = None
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(child.args, timeout or 0)
+        try:
+            return child.wait(0.1 if left is None else min(0.1, left))
+        except subprocess.TimeoutExpired:
+            pass
+        if stop.is_set() and kill_at is None:
+            stopped()
+            kill_at = time.monotonic() + STOP_GRACE
+        elif kill_at is not None and time.monotonic() >= kill_at:
+            child.kill()
 
 
 def _sweep(scratch: Path) -> None:

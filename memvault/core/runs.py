@@ -1,4 +1,5 @@
-"""Runs whose memvault was killed (SIGKILL, an out-of-memory kill, the machine stopped) before it could record them.
+"""The episodes that record runbook runs: a run's own, when it returns (:func:`run_episode`), and one for each run
+whose memvault was killed (SIGKILL, an out-of-memory kill, the machine stopped) before it could record it.
 
 A run keeps a record beside its private copy while its script runs (:meth:`ProcedureStore.execute
 <memvault.stores.procedures.ProcedureStore.execute>`); the next ``proc run`` finds the records whose process is
@@ -9,6 +10,7 @@ between its append and the record's removal is not repeated by the next one).
 """
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -19,10 +21,26 @@ from ..rules.fsutil import ensure_dir, locked, remove
 from ..rules.redaction import redact_args
 from ..rules.timeutil import format_time
 from ..stores.episodes import new_id
-from ..stores.procedures import Procedure, dead_runs
+from ..stores.procedures import Procedure, RunOutcome, dead_runs
 
 #: ``meta.interrupted`` of a run recorded by a later sweep.
 KILLED = "memvault killed"
+
+
+def run_episode(proc: Procedure, outcome: RunOutcome) -> tuple[str, dict[str, Any]]:
+    """The text and meta of the episode that records ``outcome``: the commit and blob that ran, the arguments
+    redacted one by one and as a command line (``--password <pw>``), how it ended."""
+    code = outcome.exit_code
+    status = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
+    stopped = signal.Signals(outcome.interrupted).name if outcome.interrupted is not None else None
+    text = (f"ran procedure {proc.name} ({status}, {outcome.duration_ms / 1000:.1f} s)"
+            + (f", interrupted by {stopped}" if stopped else "")
+            + (", interrupted: its caller cancelled it" if outcome.cancelled else "")
+            + (" from a dirty working copy" if proc.dirty else ""))
+    meta = {"name": proc.name, "commit": proc.commit, "blob": proc.blob, "args": redact_args(outcome.args),
+            "exit_code": code, "duration_ms": outcome.duration_ms, "dirty": proc.dirty,
+            **({"interrupted": stopped} if stopped else {}), **({"cancelled": True} if outcome.cancelled else {})}
+    return text, meta
 
 
 def run_record(proc: Procedure, args: Sequence[str], source: str, started: datetime) -> dict[str, Any]:
