@@ -134,12 +134,14 @@ def _in_tree(vault_root: Path) -> str:
 
 
 def hook_vault(named: Path, cwd: Path | None = None) -> tuple[Path | None, str | None]:
-    """The vault a hook acts on, from its ``--vault``, and None or the one line that says why it acts on none.
+    """The vault a hook acts on (None: no vault there), from its ``--vault``, and None or the one line that says
+    why its pre-commit cannot check this work tree.
 
     A relative path (what :func:`install` writes) is taken from the top of the work tree git runs the hook in; no
     vault there (the scripts shared by a ``core.hooksPath`` several repositories use) is nothing to do. An absolute
     path is what an older release wrote: outside this work tree (the repository was moved or copied, or this is a
-    linked worktree) no file of that vault is staged here, and checking it would pass everything."""
+    linked worktree) no file of that vault is staged here, and checking it would pass everything; it may still be
+    reindexed."""
     from ..rules.config import holds_config
 
     here = Path(os.path.realpath(cwd or os.getcwd()))
@@ -149,10 +151,11 @@ def hook_vault(named: Path, cwd: Path | None = None) -> tuple[Path | None, str |
         root = top / named
         return (root, None) if holds_config(root) else (None, None)
     root = Path(os.path.realpath(named))
+    elsewhere = None
     if root != top and top not in root.parents:
-        return None, (f"this hook names the vault {named}, which is not in this work tree ({top}): moved, copied, or "
-                      "a linked worktree; run 'memvault hooks install' in the vault here to write hooks that follow it")
-    return (root, None) if holds_config(root) else (None, None)
+        elsewhere = (f"this hook names the vault {named}, which is not in this work tree ({top}): moved, copied, or "
+                     "a linked worktree; run 'memvault hooks install' in the vault here to write hooks that follow it")
+    return (root if holds_config(root) else None), elsewhere
 
 
 def is_ours(path: Path) -> bool:
@@ -395,14 +398,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if options.hook == "reindex-worker":
             return reindex_worker(options.vault)
         root, elsewhere = hook_vault(options.vault)
+        if options.hook == "pre-commit" and elsewhere is not None:
+            print(printable_line(f"memvault pre-commit: commit refused: {elsewhere}"), file=sys.stderr)
+            return 1
         if root is None:
-            if elsewhere is not None and options.hook == "pre-commit":
-                print(printable_line(f"memvault pre-commit: commit refused: {elsewhere}"), file=sys.stderr)
-                return 1
             return 0  # no vault where the hook looks: nothing to check or reindex
         if options.hook == "pre-commit":
             return pre_commit(root)
-        start_reindex(root)
+        start_reindex(root)  # an older hook's vault, from anywhere: reindexing it is still right
         return 0
     except Exception as exc:  # noqa: BLE001 - the one funnel: one line, never a traceback into git's output
         print(printable_line(f"memvault {options.hook}: error: {describe(exc)[0]}"), file=sys.stderr)
