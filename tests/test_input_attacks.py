@@ -1,6 +1,7 @@
 """Outside input attacked (review of import, ingest and fact writes, 2026-12-06): each case reproduced first."""
 from __future__ import annotations
 
+import os
 import random
 import re
 
@@ -376,3 +377,27 @@ def test_a_line_break_in_a_pulled_file_name_forges_no_line_of_memvaults_own(invo
     assert pre_commit(vault.root) == 1
     err = capsys.readouterr().err
     assert "not a valid fact key" in err and not any(line.startswith(forged) for line in err.splitlines())
+
+
+def test_a_pulled_file_or_folder_whose_name_is_not_utf8_hides_no_memory(invoke, vault):
+    """A teammate's `facts/\\xff\\xfe.md` (git keeps a name as bytes): every recall and `reindex` of a fresh clone was
+    'internal error: UnicodeEncodeError' (exit 70) while the index stored the name, and the session-start block said
+    nothing was stored. Such a name is no memory's: it is named as skipped, the rest is found."""
+    vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:a")
+    facts = os.fsencode(vault.root / "facts")
+    with open(facts + b"/\xff\xfe.md", "wb") as f:
+        f.write(b"zebra\n")
+    os.makedirs(facts + b"/\xe9t\xe9")
+    with open(facts + b"/\xe9t\xe9/note.md", "wb") as f:
+        f.write(b"zebra\n")
+    os.makedirs(os.fsencode(vault.root / "procedures") + b"/\xff", exist_ok=True)
+    with open(os.fsencode(vault.root / "procedures") + b"/\xff/x.sh", "wb") as f:
+        f.write(b"#!/bin/sh\necho zebra\n")
+    result = invoke("recall", "which port does the primary database listen on", "--mode", "keyword")
+    assert result.exit_code == 0, result.output
+    assert "5432" in result.output and "not UTF-8" in result.output
+    result = invoke("reindex")
+    assert result.exit_code == 0, result.output
+    assert "internal error" not in result.output
+    result = invoke("fact", "list")
+    assert result.exit_code == 0 and "db/primary" in result.output

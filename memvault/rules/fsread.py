@@ -180,10 +180,24 @@ def walk(base: Path, report: Callable[[Path, str], None],
         for entry in entries:
             if entry.name.startswith("."):
                 continue
+            if not _utf8(entry.name):  # no memory's name: and the index, git's paths and JSON want text
+                report(Path(entry.path), "a name that is not UTF-8: skipped")
+                continue
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
             else:
                 yield entry
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name from the file system is text (a name that is not UTF-8 comes back with surrogates)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def entry_problem(entry: os.DirEntry[str], base: str) -> str | None:
