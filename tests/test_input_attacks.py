@@ -401,3 +401,5 @@ def test_a_pulled_file_or_folder_whose_name_is_not_utf8_hides_no_memory(invoke, 
     assert "internal error" not in result.output
     result = invoke("fact", "list")
     assert result.exit_code == 0 and "db/primary" in result.output
+    named = "facts/" + os.fsdecode(b"\xff\xfe.md")  # as the watcher hands a changed file to the index
+    assert any("not UTF-8" in p for p in vault.index.sync([vault.root / named]).problems)

@@ -180,7 +180,7 @@ def walk(base: Path, report: Callable[[Path, str], None],
         for entry in entries:
             if entry.name.startswith("."):
                 continue
-            if not _utf8(entry.name):  # no memory's name: and the index, git's paths and JSON want text
+            if not text_name(entry.name):  # no memory's name: and the index, git's paths and JSON want text
                 report(Path(entry.path), "a name that is not UTF-8: skipped")
                 continue
             if entry.is_dir(follow_symlinks=False):
@@ -189,8 +189,9 @@ def walk(base: Path, report: Callable[[Path, str], None],
                 yield entry
 
 
-def _utf8(name: str) -> bool:
-    """Whether a name from the file system is text (a name that is not UTF-8 comes back with surrogates)."""
+def text_name(name: str) -> bool:
+    """Whether a name (or path) from the file system is text: one that is not UTF-8 comes back with surrogates, and
+    no memory has one (the index, git's paths and JSON want text)."""
     if name.isascii():
         return True
     try:
