@@ -445,3 +445,32 @@ def test_a_vault_below_the_top_keeps_its_markers_in_a_folder_of_its_own(tmp_path
         assert len(names) == 2  # its own, while it ran
     assert sorted(p.name for p in v.root.iterdir() if p.name.startswith(".memvault-live-")) == [
         ".memvault-live-999998-cd"]
+
+
+def test_a_committed_retention_record_untracked_as_advised_never_accepts_a_shorter_retention(strict_vault):
+    """``retention.json`` is this host's word that it accepted the ages it prunes by (the guard against a pushed
+    ``[retention] raw = "1s"``). A teammate committed one, with ``.memvault/`` beside the shortened memvault.toml;
+    once the person untracked the folder, it was taken for an older memvault's (which never wrote that file) and
+    moved into this host's state: the next daily prune deleted by the teammate's ages, nothing waiting for
+    ``--accept-retention``. Left in the work tree and named, like the other records of what this host decided."""
+    import json
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    v = strict_vault
+    v.episodes.append("three days ago, kept only on this host", source="user:ann",
+                      at=datetime.now(timezone.utc) - timedelta(days=3))
+    toml = v.root / "memvault.toml"
+    toml.write_text(re.sub(r'(?m)^raw = "[^"]*"$', 'raw = "1s"', toml.read_text()))
+    old = v.root / ".memvault"
+    old.mkdir()
+    (old / "retention.json").write_text(json.dumps({"ages": {"default": 1, "raw": 1}}))
+    git(v.root, "add", "-f", ".memvault", "memvault.toml")
+    git(v.root, "commit", "-qm", "a teammate's retention and its record")
+    git(v.root, "rm", "-r", "-q", "--cached", ".memvault")
+    v = Vault.open(v.root)
+    assert not (v.state_dir / "retention.json").exists() and (old / "retention.json").is_file()
+    assert any("retention.json" in n for n in v.notices), v.notices
+    report = v.prune()
+    assert [e.text for e in v.episodes.list()] == ["three days ago, kept only on this host"]
+    assert any("--accept-retention" in w for w in report.warnings)
