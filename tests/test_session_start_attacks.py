@@ -135,3 +135,23 @@ def test_a_committed_memvault_toml_link_to_a_fifo_or_an_endless_file_never_holds
     assert b"MemoryError" not in err
     assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     assert usage.ru_maxrss < 400_000, usage.ru_maxrss  # KiB: nothing near the 1 GiB cap was read
+
+
+def test_a_committed_readme_link_out_of_the_project_is_not_read_into_the_question(project, tmp_path):
+    """The README's title is part of the question a session starts with (kept in the recall log, sent as keywords to
+    a team's shared index). A repository's ``README.md -> ~/.aws/credentials`` made a line of that host file the
+    title; a link to a FIFO held the hook. A README is read only as a regular file at its name."""
+    import os
+
+    from memvault.interfaces.agents.project import detect
+
+    private = tmp_path / "credentials"
+    private.write_text("the root password is Tr0ub4dor-horse-battery\n")
+    readme = project / "README.md"
+    readme.unlink()
+    readme.symlink_to(private)
+    found = detect(str(project))
+    assert found.title is None and "Tr0ub4dor" not in found.query()
+    readme.unlink()
+    os.mkfifo(readme)  # never opened for reading: that would wait for a writer
+    assert detect(str(project)).title is None
