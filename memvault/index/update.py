@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.fsread import AREA_LINK, linked_folder, text_name
+from ..rules.fsread import AREA_LINK, linked_folder, shown_name, text_name
 from .quantize import vector_blob
 from .db import batches, hash_key, marks, transaction
 from .documents import (CHUNKING, CONTEXT_TURNS, FIELDS, Doc, Sources, Splitter, chunk_rows, cut_spans, read_docs,
@@ -163,7 +163,7 @@ def stat_paths(sources: Sources, rels: Sequence[str], problems: list[str] | None
             continue
         if not text_name(rel):  # a watcher's event for such a file
             if problems is not None:
-                problems.append(f"{rel}: a name that is not UTF-8: skipped")
+                problems.append(f"{shown_name(rel)}: a name that is not UTF-8: skipped")
             continue
         path = root / rel
         linked = linked_folder(root, rel)

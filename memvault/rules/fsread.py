@@ -181,7 +181,7 @@ def walk(base: Path, report: Callable[[Path, str], None],
             if entry.name.startswith("."):
                 continue
             if not text_name(entry.name):  # no memory's name: and the index, git's paths and JSON want text
-                report(Path(entry.path), "a name that is not UTF-8: skipped")
+                report(Path(shown_name(entry.path)), "a name that is not UTF-8: skipped")
                 continue
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
@@ -199,6 +199,12 @@ def text_name(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def shown_name(path: str) -> str:
+    """``path`` as a message names it: a name that is not UTF-8 by its bytes (``\\xff``), never the surrogates it is
+    read with, which no page, JSON document or log can encode."""
+    return path if text_name(path) else os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def entry_problem(entry: os.DirEntry[str], base: str) -> str | None:
