@@ -317,3 +317,26 @@ def test_hooks_in_a_repository_without_the_vault_stay_quiet(hooked, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "error" not in result.stderr
     assert not (plain / ".git" / "memvault").exists()
+
+
+PLANT = "import os, pathlib\npathlib.Path(os.environ['PLANTED_MARK']).write_text(os.getcwd())\n"
+
+
+def test_a_committed_memvault_package_in_the_work_tree_never_runs_in_a_hook(hooked, tmp_path, monkeypatch):
+    """git runs hooks at the top of the work tree, and the scripts ran ``python -m memvault.githooks``, which puts
+    that folder first on sys.path: a teammate's committed ``memvault/__init__.py`` ran as this person on their next
+    ``git pull`` (post-merge), commit or checkout. The hooks start Python with -P (no working directory on the path),
+    and so does the background reindex they start (its working directory is the vault)."""
+    mark = tmp_path / "planted-ran"
+    monkeypatch.setenv("PLANTED_MARK", str(mark))
+    (hooked.root / "memvault").mkdir()
+    (hooked.root / "memvault" / "__init__.py").write_text(PLANT)
+    (hooked.root / "memvault" / "githooks.py").write_text("raise SystemExit(0)\n")
+    result = commit(hooked.root, "memvault", write(hooked.root, "facts/db/x.md", "The replica lags.\n"))
+    assert result.returncode == 0, result.stderr
+    git(hooked.root, "checkout", "-q", "-b", "other")
+    proc = githooks.start_reindex(hooked.root)
+    if proc is not None:
+        proc.wait(timeout=60)
+    time.sleep(0.5)
+    assert not mark.exists(), mark.read_text()

@@ -6,11 +6,13 @@ it is renamed to ``<name>.memvault-chained`` and our script runs it first, with 
 for ``pre-commit`` its failure still refuses the commit. ``uninstall`` removes our scripts and puts the chained
 ones back, byte for byte.
 
-The scripts call ``python -m memvault.githooks NAME --vault DIR [ARGS]`` with the interpreter recorded at
-install time. ``DIR`` is the vault's folder relative to the top of its work tree (``.`` for a vault at the top),
-where git runs hooks: so the hooks keep checking the right files after the repository is moved or copied, and in
-each linked worktree (which runs the main repository's hooks on its own files). That entry point (:func:`main`) uses argparse, not click, and imports what it needs lazily, so a
-hook costs one interpreter start:
+The scripts call ``python -P -m memvault.githooks NAME --vault DIR [ARGS]`` with the interpreter recorded at
+install time. ``-P``: git runs hooks at the top of the work tree, and ``python -m`` would put that folder first on
+``sys.path``, where a teammate's committed ``memvault/`` package would be imported instead of memvault. ``DIR`` is
+the vault's folder relative to the top of its work tree (``.`` for a vault at the top), where git runs hooks: so the
+hooks keep checking the right files after the repository is moved or copied, and in each linked worktree (which
+runs the main repository's hooks on its own files). That entry point (:func:`main`) uses argparse, not click, and
+imports what it needs lazily, so a hook costs one interpreter start:
 
 - ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the vault's files
   with the check every commit memvault makes runs: valid keys and names, front matter that parses, no conflict
@@ -64,7 +66,7 @@ if [ -x "$chained" ]; then
 fi
 # memvault's own commits were checked when they were written (and may carry an explicit --allow-secret).
 if [ -n "${{MEMVAULT_COMMIT:-}}" ]; then exit 0; fi
-exec {python} -m memvault.githooks {name} --vault {root} "$@"
+exec {python} -P -m memvault.githooks {name} --vault {root} "$@"
 """
 
 _NOTIFY = """\
@@ -78,7 +80,7 @@ if [ -x "$chained" ]; then
 fi
 # memvault's own commits update the index as they write; anything else starts a background reindex.
 if [ -z "${{MEMVAULT_COMMIT:-}}" ]; then
-    {python} -m memvault.githooks {name} --vault {root} "$@" </dev/null
+    {python} -P -m memvault.githooks {name} --vault {root} "$@" </dev/null
 fi
 exit $status
 """
@@ -343,7 +345,7 @@ def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
     env = {k: v for k, v in os.environ.items() if k not in _HOOK_ENV}
     with os.fdopen(open_private(state / REINDEX_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
+            [sys.executable, "-P", "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True)
 
 

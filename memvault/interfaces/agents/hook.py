@@ -207,8 +207,8 @@ def _detach(root: str, runtime: str, payload: dict[str, Any]) -> None:
     returns at once. Claude Code gives SessionEnd hooks 1.5 s and Gemini CLI does not wait for them."""
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "capture", "--runtime", runtime,
-                             "--vault", root], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "memvault.interfaces.agents.hook", "capture", "--runtime",
+                             runtime, "--vault", root], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=_log_fd(root), start_new_session=True, close_fds=True, cwd=root)
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(payload).encode("utf-8"))
@@ -293,7 +293,8 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
             os.close(fd)
         import subprocess
 
-        proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault", root],
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault",
+                                 root],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True, cwd=root)
         assert proc.stdin is not None
