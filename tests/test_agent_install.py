@@ -220,3 +220,25 @@ def test_the_registered_mcp_server_stamps_the_runtimes_source(strict_vault, home
     written = asyncio.run(go())
     assert written["source"] == "agent:claude-code" and written["quarantined"] is True
     assert not strict_vault.facts.exists("shop/psp")
+
+
+@pytest.mark.parametrize("runtime", ["claude-code", "codex", "gemini"])
+def test_a_projects_memvault_package_never_runs_in_an_installed_hook_or_server(runtime, home, vault, tmp_path):
+    """Runtimes run hooks and MCP servers in the project's folder, and the installed commands were
+    ``python -m memvault...``, which puts that folder first on sys.path: any repository with a ``memvault/`` folder
+    ran its code as the person on every session start in it. The commands start Python with -P."""
+    import shlex
+    import subprocess
+
+    project = tmp_path / "someone-elses-repo"
+    (project / "memvault" / "interfaces" / "agents").mkdir(parents=True)
+    mark = tmp_path / "planted-ran"
+    (project / "memvault" / "__init__.py").write_text(
+        f"import pathlib\npathlib.Path({str(mark)!r}).write_text('ran')\n")
+    rt = runtimes.RUNTIMES[runtime]
+    for spec in rt.hooks:
+        argv = shlex.split(runtimes.hook_command(rt.name, spec, vault.root))
+        subprocess.run(argv + ["--help"], cwd=project, capture_output=True, timeout=60)
+    entry = runtimes.server_entry(runtime, vault.root)
+    subprocess.run([entry["command"], *entry["args"], "--help"], cwd=project, capture_output=True, timeout=60)
+    assert not mark.exists()

@@ -70,6 +70,28 @@ def test_fact_rm_and_history(invoke, vault):
     assert invoke("fact", "get", "a/b").exit_code == 1
 
 
+def test_fact_history_shows_the_change_whatever_a_committed_gitattributes_says(invoke, vault):
+    """A teammate's ``.gitattributes`` (``facts/** -diff``, or a ``diff=`` driver this host has a textconv for) made
+    `fact history` show "Binary files ... differ", or the driver's rendering, for their next change of a fact: what
+    it changed was not in the history a person audits. The history is always the text's own diff."""
+    from conftest import git
+
+    invoke("fact", "set", "db/primary", "The primary listens on port 5432.")
+    invoke("fact", "set", "web/front", "The front end listens on port 5432.")
+    (vault.root / ".gitattributes").write_text("facts/** -diff\nfacts/db/** diff=hidden\n")
+    git(vault.root, "config", "diff.hidden.textconv", "sed s/6543/5432/")
+    git(vault.root, "add", ".gitattributes")
+    git(vault.root, "commit", "-qm", "attributes")
+    for rel in ("facts/db/primary.md", "facts/web/front.md"):
+        path = vault.root / rel
+        path.write_text(path.read_text().replace("5432", "6543"))
+    git(vault.root, "commit", "-qam", "a teammate's change")
+    for key, what in (("db/primary", "The primary"), ("web/front", "The front end")):
+        r = invoke("fact", "history", key)
+        assert r.exit_code == 0 and "Binary files" not in r.stdout, r.stdout
+        assert f"+{what} listens on port 6543." in r.stdout and f"-{what} listens on port 5432." in r.stdout
+
+
 def test_fact_edit_with_editor_validates_then_commits(invoke, vault, tmp_path, monkeypatch):
     invoke("fact", "set", "a/b", "before", "--importance", "0.3")
     use_editor(monkeypatch, tmp_path / "ed.py", "p.write_text(p.read_text().replace('before', 'after'))\n")

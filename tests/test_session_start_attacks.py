@@ -91,3 +91,67 @@ def test_a_budget_nothing_fits_says_so(strict_vault, monkeypatch, tmp_path):
     (tmp_path / "shop").mkdir()
     text = start(monkeypatch, v, tmp_path / "shop")
     assert "none of the 1 memories about this project fits the budget of 100 tokens" in text
+
+
+@pytest.mark.parametrize("target", ["fifo", "/dev/zero"])
+def test_a_committed_memvault_toml_link_to_a_fifo_or_an_endless_file_never_holds_up_the_hook(strict_vault, tmp_path,
+                                                                                              target):
+    """The hook reads [agents] time_limit from memvault.toml before anything else, with a plain open(): a committed
+    ``memvault.toml -> /dev/zero`` had it read zeros until memory ran out (3.7 GB in 2.8 s under a 4 GB cap; with
+    no cap, every teammate's agent session start took the host's memory), and a link to a FIFO held it until the
+    runtime's 30 s timeout killed it. The setting is read as settings are: a regular file of at most 1 MiB."""
+    import json
+    import os
+    import resource
+    import subprocess
+    import sys
+    import threading
+
+    from agent_fixtures import payload
+
+    toml = strict_vault.root / "memvault.toml"
+    toml.unlink()
+    if target == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        target = str(tmp_path / "fifo")
+    toml.symlink_to(target)
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "session-start", "--runtime",
+                             "claude-code", "--vault", str(strict_vault.root)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=capped)
+    timer = threading.Timer(20, proc.kill)
+    timer.start()
+    try:
+        proc.stdin.write(json.dumps(payload("claude-code", "SessionStart", cwd=strict_vault.root)).encode())
+        proc.stdin.close()
+        _, status, usage = os.wait4(proc.pid, 0)  # what this one process used (its output fits the pipe)
+    finally:
+        timer.cancel()
+    out, err = proc.stdout.read(), proc.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 0, f"exit {os.waitstatus_to_exitcode(status)} (-9: held until killed)"
+    assert b"MemoryError" not in err
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert usage.ru_maxrss < 400_000, usage.ru_maxrss  # KiB: nothing near the 1 GiB cap was read
+
+
+def test_a_committed_readme_link_out_of_the_project_is_not_read_into_the_question(project, tmp_path):
+    """The README's title is part of the question a session starts with (kept in the recall log, sent as keywords to
+    a team's shared index). A repository's ``README.md -> ~/.aws/credentials`` made a line of that host file the
+    title; a link to a FIFO held the hook. A README is read only as a regular file at its name."""
+    import os
+
+    from memvault.interfaces.agents.project import detect
+
+    private = tmp_path / "credentials"
+    private.write_text("the root password is Tr0ub4dor-horse-battery\n")
+    readme = project / "README.md"
+    readme.unlink()
+    readme.symlink_to(private)
+    found = detect(str(project))
+    assert found.title is None and "Tr0ub4dor" not in found.query()
+    readme.unlink()
+    os.mkfifo(readme)  # never opened for reading: that would wait for a writer
+    assert detect(str(project)).title is None

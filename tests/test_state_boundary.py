@@ -445,3 +445,66 @@ def test_a_vault_below_the_top_keeps_its_markers_in_a_folder_of_its_own(tmp_path
         assert len(names) == 2  # its own, while it ran
     assert sorted(p.name for p in v.root.iterdir() if p.name.startswith(".memvault-live-")) == [
         ".memvault-live-999998-cd"]
+
+
+def test_a_committed_retention_record_untracked_as_advised_never_accepts_a_shorter_retention(strict_vault):
+    """``retention.json`` is this host's word that it accepted the ages it prunes by (the guard against a pushed
+    ``[retention] raw = "1s"``). A teammate committed one, with ``.memvault/`` beside the shortened memvault.toml;
+    once the person untracked the folder, it was taken for an older memvault's (which never wrote that file) and
+    moved into this host's state: the next daily prune deleted by the teammate's ages, nothing waiting for
+    ``--accept-retention``. Left in the work tree and named, like the other records of what this host decided."""
+    import json
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    v = strict_vault
+    v.episodes.append("three days ago, kept only on this host", source="user:ann",
+                      at=datetime.now(timezone.utc) - timedelta(days=3))
+    toml = v.root / "memvault.toml"
+    toml.write_text(re.sub(r'(?m)^raw = "[^"]*"$', 'raw = "1s"', toml.read_text()))
+    old = v.root / ".memvault"
+    old.mkdir()
+    (old / "retention.json").write_text(json.dumps({"ages": {"default": 1, "raw": 1}}))
+    git(v.root, "add", "-f", ".memvault", "memvault.toml")
+    git(v.root, "commit", "-qm", "a teammate's retention and its record")
+    git(v.root, "rm", "-r", "-q", "--cached", ".memvault")
+    v = Vault.open(v.root)
+    assert not (v.state_dir / "retention.json").exists() and (old / "retention.json").is_file()
+    assert any("retention.json" in n for n in v.notices), v.notices
+    report = v.prune()
+    assert [e.text for e in v.episodes.list()] == ["three days ago, kept only on this host"]
+    assert any("--accept-retention" in w for w in report.warnings)
+
+
+def test_every_python_memvault_starts_leaves_the_working_directory_off_its_path():
+    """``python -m memvault...`` puts the working directory first on sys.path: git hooks run at the top of the work
+    tree, agent runtimes run hooks and MCP servers in the project, a detached worker in the vault, so a committed
+    ``memvault/`` folder there was imported instead of memvault (code run as the person on a pull or a session
+    start). Every command line memvault starts or writes (an argv list, a hook script) puts -P before -m."""
+    import ast
+    import re
+
+    package = REPO_ROOT / "memvault"
+    offences = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(node.body[0].value) for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(REPO_ROOT)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, (ast.List, ast.Tuple)) and not (node.elts and isinstance(node.elts[0], ast.Constant)
+                                                                 and node.elts[0].value == "git"):
+                items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+                for i, item in enumerate(items[:-1]):
+                    module = node.elts[i + 1]
+                    named = (isinstance(module, (ast.Name, ast.Attribute))  # a module held by a name (HOOK_MODULE)
+                             or isinstance(module, ast.Constant)
+                             and re.fullmatch(r"memvault(\.\w+)*", str(module.value)) is not None)
+                    if item == "-m" and named and (i == 0 or items[i - 1] != "-P"):
+                        offences.append(f"{where}: {ast.unparse(node)[:80]}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                for line in node.value.splitlines():
+                    if " -m memvault" in line and " -P -m memvault" not in line and "python -m" not in line:
+                        offences.append(f"{where}: {line.strip()[:80]}")
+    assert not offences, "\n".join(offences)

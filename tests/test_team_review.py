@@ -315,3 +315,22 @@ def test_the_web_listings_show_a_forged_row_as_git_holds_it(tracked, url):
     _forge(url, "UPDATE memvault.v{v}_docs SET source = 'user:admin', body = %s, created = %s, updated = %s",
            (FORGED, "2019-01-01T00:00:00Z", "2019-01-01T00:00:00Z"))
     assert shown() == honest
+
+
+def test_a_pushed_file_whose_name_is_not_utf8_never_stops_a_publish(team):
+    """A teammate's ``facts/\\xff\\xfe.md`` (git keeps a name as bytes): a clone's ``reindex`` published it into the
+    team's PostgreSQL and died on 'UnicodeEncodeError' (no fact of the vault published, by anyone, from then on).
+    Such a name is no memory's: left out of the shared index as it is of this host's."""
+    import os
+    import subprocess
+
+    remote, a, clone = team
+    facts_of_a(a)
+    with open(os.fsencode(a.root / "facts/db") + b"/n\xe9.md", "wb") as f:
+        f.write(b"zebra\n")
+    subprocess.run(["git", "add", "-A"], cwd=a.root, check=True)
+    git(a.root, "commit", "-qm", "a name that is not UTF-8")
+    push(a)
+    b = clone()
+    b.vault.reindex()
+    assert "db/primary" in [h.id for h in b.recall("which port does the primary database listen on")]

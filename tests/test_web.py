@@ -500,3 +500,18 @@ def test_a_body_without_a_length_is_read_no_further_than_the_limit(app, client):
     assert r.status_code == 413
     small = client.post("/new", data={"csrf": app.guard.csrf_token(), "key": "ops/oncall", "text": "Maria is on call."})
     assert small.status_code in (200, 303), small.text
+
+
+def test_a_pulled_file_whose_name_is_not_utf8_is_named_on_every_page_never_a_500(seeded, client):
+    """A teammate's ``facts/\\xff\\xfe.md``: the recall playground's warning named it with the surrogates Python reads
+    such a name with, and the page could not be encoded: 'Internal Server Error' (500). It is named as its bytes
+    (``\\xff\\xfe``)."""
+    import os
+
+    with open(os.fsencode(seeded.root / "facts") + b"/\xff\xfe.md", "wb") as f:
+        f.write(b"zebra\n")
+    seeded.index.sync()  # as the view's own background check would
+    for path in ("/", "/facts", "/timeline", "/recall?q=zebra", "/recall?q=zebra&format=json"):
+        answer = client.get(client.root + path)
+        assert answer.status_code == 200, (path, answer.status_code)
+    assert "\\xff\\xfe" in client.get(client.root + "/recall?q=zebra").text

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..index import Sources, SyncReport, read_docs
 from ..index.update import kind_of
 from ..rules.errors import GitError
+from ..rules.fsread import text_name
 from ..stores.gitstore import GitStore, is_commit_id
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def _split(git: GitStore, root: Path, ref: str | None, *, track_episodes: bool, 
             continue
         info, _, path = record.partition("\t")
         mode, _kind, blob = info.split()
-        if mode in ("100644", "100755") and path.startswith(prefix):
+        if mode in ("100644", "100755") and path.startswith(prefix) and text_name(path):
             out.tree[path[len(prefix):]] = blob
     # Untracked files, ignored ones included (episodes kept out of git live here): never in the shared index.
     out.local |= {p[len(prefix):] for p in found["others"].split("\0") if p}
@@ -130,9 +131,9 @@ def _run_all(git: GitStore, calls: dict[str, list[str]]) -> dict[str, str]:
 
 def covered(rel: str) -> bool:
     """Whether ``rel`` is a plain path in one of the areas the shared index holds (no part that starts with a dot,
-    so no ``..``)."""
+    so no ``..``; text: a name that is not UTF-8 is no memory's, and the database holds none)."""
     parts = rel.split("/")
-    return len(parts) > 1 and parts[0] in AREAS and not any(p.startswith(".") for p in parts)
+    return len(parts) > 1 and parts[0] in AREAS and not any(p.startswith(".") for p in parts) and text_name(rel)
 
 
 def in_place(doc: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..rules.fsread import AREA_LINK, linked_folder
+from ..rules.fsread import AREA_LINK, linked_folder, shown_name, text_name
 from .quantize import vector_blob
 from .db import batches, hash_key, marks, transaction
 from .documents import (CHUNKING, CONTEXT_TURNS, FIELDS, Doc, Sources, Splitter, chunk_rows, cut_spans, read_docs,
@@ -161,6 +161,10 @@ def stat_paths(sources: Sources, rels: Sequence[str], problems: list[str] | None
         kind = kind_of(sources, rel)
         if kind is None:
             continue
+        if not text_name(rel):  # a watcher's event for such a file
+            if problems is not None:
+                problems.append(f"{shown_name(rel)}: a name that is not UTF-8: skipped")
+            continue
         path = root / rel
         linked = linked_folder(root, rel)
         if linked is not None:
@@ -230,7 +234,7 @@ def sync_text(conn: sqlite3.Connection, sources: Sources, *, only: Sequence[str]
         wanted = sorted(set(only))
         disk = stat_paths(sources, wanted, problems)
         known_rows = []
-        for batch in batches(wanted, 500):
+        for batch in batches([rel for rel in wanted if text_name(rel)], 500):  # the index holds no other name
             known_rows += conn.execute(
                 f"SELECT path, kind, size, mtime_ns, ino, tail FROM files WHERE path IN ({marks(batch)})",
                 tuple(batch)).fetchall()

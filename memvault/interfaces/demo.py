@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         GIT_COMMITTER_NAME=os.environ.get("GIT_COMMITTER_NAME", "memvault demo"),
         GIT_COMMITTER_EMAIL=os.environ.get("GIT_COMMITTER_EMAIL", "demo@memvault.invalid"),
     )
-    memvault = [sys.executable, "-m", "memvault"]
+    memvault = [sys.executable, "-P", "-m", "memvault"]
     failed = False
 
     def step(title: str) -> None:

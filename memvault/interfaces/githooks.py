@@ -6,9 +6,13 @@ it is renamed to ``<name>.memvault-chained`` and our script runs it first, with 
 for ``pre-commit`` its failure still refuses the commit. ``uninstall`` removes our scripts and puts the chained
 ones back, byte for byte.
 
-The scripts call ``python -m memvault.githooks NAME --vault ROOT [ARGS]`` with the interpreter recorded at
-install time. That entry point (:func:`main`) uses argparse, not click, and imports what it needs lazily, so a
-hook costs one interpreter start:
+The scripts call ``python -P -m memvault.githooks NAME --vault DIR [ARGS]`` with the interpreter recorded at
+install time. ``-P``: git runs hooks at the top of the work tree, and ``python -m`` would put that folder first on
+``sys.path``, where a teammate's committed ``memvault/`` package would be imported instead of memvault. ``DIR`` is
+the vault's folder relative to the top of its work tree (``.`` for a vault at the top), where git runs hooks: so the
+hooks keep checking the right files after the repository is moved or copied, and in each linked worktree (which
+runs the main repository's hooks on its own files). That entry point (:func:`main`) uses argparse, not click, and
+imports what it needs lazily, so a hook costs one interpreter start:
 
 - ``pre-commit`` checks the *staged* content (the blobs in git's index, not the working tree) of the vault's files
   with the check every commit memvault makes runs: valid keys and names, front matter that parses, no conflict
@@ -34,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rules.errors import GitError, HookConflict, describe
-from ..rules.markup import printable
+from ..rules.markup import printable_line
 from ..rules.fsutil import (ensure_dir, lock_held, open_private, remove, rename, replace, try_lock,
                             write_new_exclusive)
-from ..rules.places import state_dir_for
+from ..rules.places import find_git_dir, state_dir_for
 
 MARKER = "# memvault hook"
 CHAINED_SUFFIX = ".memvault-chained"
@@ -62,7 +66,7 @@ if [ -x "$chained" ]; then
 fi
 # memvault's own commits were checked when they were written (and may carry an explicit --allow-secret).
 if [ -n "${{MEMVAULT_COMMIT:-}}" ]; then exit 0; fi
-exec {python} -m memvault.githooks {name} --vault {root} "$@"
+exec {python} -P -m memvault.githooks {name} --vault {root} "$@"
 """
 
 _NOTIFY = """\
@@ -76,7 +80,7 @@ if [ -x "$chained" ]; then
 fi
 # memvault's own commits update the index as they write; anything else starts a background reindex.
 if [ -z "${{MEMVAULT_COMMIT:-}}" ]; then
-    {python} -m memvault.githooks {name} --vault {root} "$@" </dev/null
+    {python} -P -m memvault.githooks {name} --vault {root} "$@" </dev/null
 fi
 exit $status
 """
@@ -115,10 +119,45 @@ def _refuse_tracked(root: Path, directory: Path) -> None:
 
 
 def render(name: str, vault_root: Path, python: str | None = None) -> str:
-    """Our script for hook ``name``: runs a chained hook first, then ``python -m memvault.githooks``."""
+    """Our script for hook ``name``: runs a chained hook first, then ``python -m memvault.githooks``. The vault is
+    named by its path in the work tree (see the module doc), never by where the work tree is on this disk."""
     template = _GATE if name in GATE_HOOKS else _NOTIFY
     return template.format(marker=MARKER, name=name, suffix=CHAINED_SUFFIX,
-                           python=shlex.quote(python or sys.executable), root=shlex.quote(str(vault_root)))
+                           python=shlex.quote(python or sys.executable), root=shlex.quote(_in_tree(vault_root)))
+
+
+def _in_tree(vault_root: Path) -> str:
+    """The vault's folder relative to the top of its work tree (``.`` at the top)."""
+    root = Path(os.path.realpath(vault_root))
+    found = find_git_dir(root)
+    if found is None:
+        raise GitError(f"{vault_root} is not in a git repository: no hooks to install")
+    return root.relative_to(found[0]).as_posix()
+
+
+def hook_vault(named: Path, cwd: Path | None = None) -> tuple[Path | None, str | None]:
+    """The vault a hook acts on (None: no vault there), from its ``--vault``, and None or the one line that says
+    why its pre-commit cannot check this work tree.
+
+    A relative path (what :func:`install` writes) is taken from the top of the work tree git runs the hook in; no
+    vault there (the scripts shared by a ``core.hooksPath`` several repositories use) is nothing to do. An absolute
+    path is what an older release wrote: outside this work tree (the repository was moved or copied, or this is a
+    linked worktree) no file of that vault is staged here, and checking it would pass everything; it may still be
+    reindexed."""
+    from ..rules.config import holds_config
+
+    here = Path(os.path.realpath(cwd or os.getcwd()))
+    found = find_git_dir(here)
+    top = found[0] if found is not None else here
+    if not named.is_absolute():
+        root = top / named
+        return (root, None) if holds_config(root) else (None, None)
+    root = Path(os.path.realpath(named))
+    elsewhere = None
+    if root != top and top not in root.parents:
+        elsewhere = (f"this hook names the vault {named}, which is not in this work tree ({top}): moved, copied, or "
+                     "a linked worktree; run 'memvault hooks install' in the vault here to write hooks that follow it")
+    return (root if holds_config(root) else None), elsewhere
 
 
 def is_ours(path: Path) -> bool:
@@ -276,7 +315,7 @@ def pre_commit(vault_root: Path, out=None) -> int:
     out = out or sys.stderr
     problems = check_staged(vault_root)
     for problem in problems:
-        print(printable(f"memvault pre-commit: {problem}"), file=out)
+        print(printable_line(f"memvault pre-commit: {problem}"), file=out)
     if problems:
         print(f"memvault pre-commit: commit refused ({len(problems)} problem{'s' if len(problems) > 1 else ''}); "
               "fix the files and 'git add' them again", file=out)
@@ -306,7 +345,7 @@ def start_reindex(vault_root: Path) -> subprocess.Popen[bytes] | None:
     env = {k: v for k, v in os.environ.items() if k not in _HOOK_ENV}
     with os.fdopen(open_private(state / REINDEX_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
+            [sys.executable, "-P", "-m", "memvault.githooks", "reindex-worker", "--vault", str(vault_root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=vault_root, env=env, start_new_session=True)
 
 
@@ -335,7 +374,7 @@ def reindex_worker(vault_root: Path, out: Any = None) -> int:
                       f"{report.chunks_embedded} chunks embedded, {report.chunks_pending} pending, "
                       f"{time.monotonic() - started:.2f} s{model}", file=out, flush=True)
                 for warning in report.warnings + report.problems:
-                    print(printable(f"  warning: {warning}"), file=out, flush=True)
+                    print(printable_line(f"  warning: {warning}"), file=out, flush=True)
         if not flag.exists():  # a request that came in as the lock was released is served, not lost
             return 0
 
@@ -352,20 +391,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m memvault.githooks NAME --vault ROOT [ARGS...]``, as run by the installed hook scripts."""
     parser = argparse.ArgumentParser(prog="python -m memvault.githooks", description=__doc__.split("\n")[0])
     parser.add_argument("hook", choices=[*HOOKS, "reindex-worker"])
-    parser.add_argument("--vault", required=True, type=Path, help="the vault's root directory")
+    parser.add_argument("--vault", required=True, type=Path, help="the vault's folder: relative to the top of the work tree "
+                        "the hook runs in (as installed), or absolute")
     # The hook's own arguments from git (post-checkout's refs and flag, post-rewrite's command) follow; none of
     # the checks needs them, so they are accepted and ignored.
     options, _git_args = parser.parse_known_args(argv)
-    root = options.vault
     try:
+        if options.hook == "reindex-worker":
+            return reindex_worker(options.vault)
+        root, elsewhere = hook_vault(options.vault)
+        if options.hook == "pre-commit" and elsewhere is not None:
+            print(printable_line(f"memvault pre-commit: commit refused: {elsewhere}"), file=sys.stderr)
+            return 1
+        if root is None:
+            return 0  # no vault where the hook looks: nothing to check or reindex
         if options.hook == "pre-commit":
             return pre_commit(root)
-        if options.hook == "reindex-worker":
-            return reindex_worker(root)
-        start_reindex(root)
+        start_reindex(root)  # an older hook's vault, from anywhere: reindexing it is still right
         return 0
     except Exception as exc:  # noqa: BLE001 - the one funnel: one line, never a traceback into git's output
-        print(printable(f"memvault {options.hook}: error: {describe(exc)[0]}"), file=sys.stderr)
+        print(printable_line(f"memvault {options.hook}: error: {describe(exc)[0]}"), file=sys.stderr)
         # A broken check must not silently let everything through, nor a failed reindex block git.
         return 1 if options.hook in ("pre-commit", "reindex-worker") else 0
 

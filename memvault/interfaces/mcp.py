@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, SecretRefused, describe
-from ..rules.markup import printable
+from ..rules.markup import printable_line
 from ..rules.timeutil import parse_time_or_age
 from ..rules.validation import validate_source, vault_paths
 from .guard import is_loopback, new_token, resolve_token  # noqa: F401 - is_loopback: part of this module's API
@@ -186,7 +186,7 @@ def build_server(vault: Vault, *, source: str, allow_run: bool = False, warm: bo
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> Any:
         for notice in vault.notices:  # e.g. an interrupted purge waiting for the next write: said once, on the log
-            print(printable(f"memvault mcp: warning: {notice}"), file=sys.stderr, flush=True)
+            print(printable_line(f"memvault mcp: warning: {notice}"), file=sys.stderr, flush=True)
         if warm:
             tools.warmup.start()
             # a file watcher for as long as the server runs: recall checks what changed, not every directory
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(vault, source=args.source, allow_run=args.allow_run, http=args.http, token=read_token(args.token_file))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the one funnel
         message, code = describe(exc)
-        print(printable(f"memvault: error: {message}"), file=sys.stderr)
+        print(printable_line(f"memvault: error: {message}"), file=sys.stderr)
         return code
     return 0
 

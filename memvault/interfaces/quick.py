@@ -62,11 +62,11 @@ def recall(argv: list[str]) -> int | None:
         return None
     # The answer comes printed by the function the full CLI prints with (memvault.core.render.printed): a memory's
     # control characters arrive escaped, as the full CLI shows them. The warnings are escaped here as its warn() does.
-    from ..rules.markup import printable
+    from ..rules.markup import printable_line
 
     try:
         for warning in reply.get("warnings") or ():
-            print(printable(f"memvault: warning: {warning}"), file=sys.stderr)
+            print(printable_line(f"memvault: warning: {warning}"), file=sys.stderr)
         print(reply["printed"])
         sys.stdout.flush()
     except BrokenPipeError:

@@ -34,7 +34,7 @@ from ..index.changes import RELEVANT_EVENTS, is_relevant
 from ..index.update import SyncReport
 from ..rules.errors import UnsafePath, WatcherRunning, describe
 from ..rules.fsutil import atomic_write, lock_held, remove, try_lock
-from ..rules.markup import printable
+from ..rules.markup import printable_line
 from ..rules.timeutil import format_time, now
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ Log = Callable[[str], None]
 def default_log(message: str) -> None:
     """One line on stderr, stamped with the local time (a terminal or a journal reads it as it comes). File names in it
     are a teammate's choice (a committed link named with an escape sequence): shown, never obeyed by the terminal."""
-    print(printable(f"{datetime.now():%H:%M:%S} {message}"), file=sys.stderr, flush=True)
+    print(printable_line(f"{datetime.now():%H:%M:%S} {message}"), file=sys.stderr, flush=True)
 
 
 class Watcher:

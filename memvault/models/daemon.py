@@ -240,7 +240,7 @@ def start(idle: float = DEFAULT_IDLE) -> None:
                 # --expect: a process that would listen under another name (its code changed since this one
                 # computed the name: an upgrade, an edit) exits at once saying so, instead of this wait running
                 # out after START_TIMEOUT while it listens where nobody of this install looks
-                proc = subprocess.Popen([sys.executable, "-m", warm_server, "--idle", str(idle),
+                proc = subprocess.Popen([sys.executable, "-P", "-m", warm_server, "--idle", str(idle),
                                          "--expect", channel.socket_name()],
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
                                         start_new_session=True, close_fds=True)

@@ -145,7 +145,7 @@ def exported(model_dir: Path, revision: str) -> Path | None:
         if meta.exists() and _failed_long_ago(meta):
             remove(meta)  # a failure is retried a day later (onnx installed since, say)
         if not meta.exists():
-            proc = subprocess.run([sys.executable, "-m", "memvault.models.onnx", "export", str(model_dir),
+            proc = subprocess.run([sys.executable, "-P", "-m", "memvault.models.onnx", "export", str(model_dir),
                                    str(target)], capture_output=True, text=True, check=False)
             if not meta.exists():
                 detail = (proc.stderr or proc.stdout).strip().splitlines()

@@ -180,10 +180,31 @@ def walk(base: Path, report: Callable[[Path, str], None],
         for entry in entries:
             if entry.name.startswith("."):
                 continue
+            if not text_name(entry.name):  # no memory's name: and the index, git's paths and JSON want text
+                report(Path(shown_name(entry.path)), "a name that is not UTF-8: skipped")
+                continue
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
             else:
                 yield entry
+
+
+def text_name(name: str) -> bool:
+    """Whether a name (or path) from the file system is text: one that is not UTF-8 comes back with surrogates, and
+    no memory has one (the index, git's paths and JSON want text)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_name(path: str) -> str:
+    """``path`` as a message names it: a name that is not UTF-8 by its bytes (``\\xff``), never the surrogates it is
+    read with, which no page, JSON document or log can encode."""
+    return path if text_name(path) else os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def entry_problem(entry: os.DirEntry[str], base: str) -> str | None:

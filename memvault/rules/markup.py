@@ -135,3 +135,9 @@ def printable(text: str) -> str:
     a pulled file's name cannot clear the screen, set the window title or forge a line (the escape is also valid
     inside a JSON string). The CLI prints everything through it; recall's budget counts what it prints."""
     return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def printable_line(text: str) -> str:
+    """:func:`printable` for a message that is one line (a warning, a log line, a hook's problem): a line break in a
+    pulled file's name is written as ``\\u000a`` too, so it cannot start a line memvault never wrote."""
+    return printable(text).replace("\n", "\\u000a")

@@ -39,11 +39,13 @@ ROOT_ID = "root"
 #: folder, a marker folder or a stamp is dropped, an old log is put before the new one.
 _DISPOSABLE = frozenset({"locks", "live", "agents-warm-up", "hook-reindex.requested"})
 #: What a ``.memvault`` in the work tree may hold that says what to do rather than what was done: this host's settings
-#: (a command to run, a model folder to load), a purge's journal (a pattern to purge, as a source), and the records
-#: of where this clone appends and what a sync set aside or last synced with (which no older memvault wrote there).
-#: Never moved into the state: a folder a commit put there (then untracked, as the notice advises) looks just like an
-#: older memvault's. Left where they are, and named.
-_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "sync-aside.json", "sync-tips.json", "episode-folders.json"})
+#: (a command to run, a model folder to load), a purge's journal (a pattern to purge, as a source), the ages this host
+#: accepted to prune by (the guard against a pushed shorter ``[retention]``), and the records of where this clone
+#: appends and what a sync set aside or last synced with (which no older memvault wrote there). Never moved into the
+#: state: a folder a commit put there (then untracked, as the notice advises) looks just like an older memvault's.
+#: Left where they are, and named.
+_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "retention.json", "sync-aside.json", "sync-tips.json",
+                          "episode-folders.json"})
 #: Remembers what was said about the work tree's ``.memvault`` (said once, again only when it changes).
 _SEEN_NAME = "legacy-seen"
 
@@ -247,8 +249,9 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
     head = f"moved {moved} entries of this host's state from {legacy} to {state}; " if moved else ""
     return _once(state, os.lstat(legacy) if os.path.lexists(legacy) else st,
                  f"{head}left in {legacy}, ignored from now on: {', '.join(sorted(left))} (a link, a name the new "
-                 "place already holds, or settings, a purge's journal or a sync's record, never taken from the work "
-                 "tree, where a commit can put them: copy one into the new place yourself if it is this host's); "
+                 "place already holds, or settings, a purge's journal, accepted retention or a sync's record, never "
+                 "taken from the work tree, where a commit can put them: copy one into the new place yourself if it "
+                 "is this host's); "
                  "delete it when you no longer need it", "left")
 
 

@@ -374,7 +374,9 @@ class GitStore:
         if limit is not None:
             args.append(f"--max-count={max(0, limit)}")
         if patch:
-            args.append("-p")
+            # The text's own diff, whatever a committed .gitattributes says (-diff: "Binary files differ"; diff=X:
+            # this host's textconv for X): a teammate's change is never hidden from the history a person audits.
+            args += ["-p", "--text", "--no-textconv", "--no-ext-diff"]
         if follow:
             args.append("--follow")
         fields = self._git(*args, "--", self.rel(path), strip=False).split("\x00")[1:]

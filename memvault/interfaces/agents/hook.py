@@ -116,8 +116,7 @@ def _time_limit(root: str, event: str) -> float:
     try:
         import tomllib
 
-        with open(os.path.join(root, CONFIG_NAME), "rb") as f:
-            agents = tomllib.load(f).get("agents", {})
+        agents = tomllib.loads(_settings_text(os.path.join(root, CONFIG_NAME))).get("agents", {})
         value = agents.get("time_limit" if event == "session-start" else "prompt_time_limit")
         if not isinstance(value, str):
             return default
@@ -125,8 +124,24 @@ def _time_limit(root: str, event: str) -> float:
         number, unit = value.strip()[:-1], value.strip()[-1:].lower()
         seconds = float(number) * units[unit]
         return seconds if 0 < seconds < 3600 else default
-    except (OSError, ValueError, KeyError, AttributeError):
+    except Exception:  # noqa: BLE001 - a setting read for speed: anything wrong with the file is the default
         return default
+
+
+def _settings_text(path: str, limit: int = 1 << 20) -> str:
+    """memvault.toml as settings are read (``rules.fsread.read_regular`` with ``rules.config.TOML_MAX``, whose imports
+    this hook does without): a regular file, no link at the name, at most ``limit`` bytes. A committed link to
+    /dev/zero or a FIFO must not take the host's memory, or hold the session up, before a time limit is in force."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise ValueError(f"{path}: not a regular file of at most {limit} bytes")
+        return os.read(fd, limit + 1)[:limit].decode("utf-8")
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------------------ events
@@ -192,8 +207,8 @@ def _detach(root: str, runtime: str, payload: dict[str, Any]) -> None:
     returns at once. Claude Code gives SessionEnd hooks 1.5 s and Gemini CLI does not wait for them."""
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "capture", "--runtime", runtime,
-                             "--vault", root], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "memvault.interfaces.agents.hook", "capture", "--runtime",
+                             runtime, "--vault", root], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=_log_fd(root), start_new_session=True, close_fds=True, cwd=root)
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(payload).encode("utf-8"))
@@ -278,7 +293,8 @@ def _spawn_warm_up(root: str, cwd: str) -> None:
             os.close(fd)
         import subprocess
 
-        proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault", root],
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "memvault.interfaces.agents.hook", "warm-up", "--vault",
+                                 root],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True, cwd=root)
         assert proc.stdin is not None

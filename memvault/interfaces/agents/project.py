@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,8 +177,7 @@ def _subjects(top: Path, n: int, timeout: float) -> list[str]:
 def _readme_title(top: Path) -> str | None:
     for name in _README:
         try:
-            with open(top / name, encoding="utf-8", errors="replace") as f:
-                head = f.read(4096)
+            head = _head(top / name, 4096)
         except OSError:
             continue
         for line in head.splitlines():
@@ -188,3 +188,16 @@ def _readme_title(top: Path) -> str | None:
                 return line[:200]
         return None
     return None
+
+
+def _head(path: Path, size: int) -> str:
+    """The first ``size`` bytes of the regular file at ``path``, never through a link at its name (a repository's
+    ``README.md -> ~/.aws/credentials`` would put a line of this host's file in the question) nor from a FIFO
+    (which would hold the hook); OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, size).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)

@@ -172,7 +172,7 @@ def hook_command(name: str, spec: HookSpec, vault: Path | Shared, python: str | 
         argv = [COMMAND, "hook", spec.action, "--runtime", name]
         argv += ["--in-project", vault.in_project] if vault.in_project else []
     else:
-        argv = [python or sys.executable, "-m", HOOK_MODULE, spec.action, "--runtime", name, "--vault", str(vault)]
+        argv = [python or sys.executable, "-P", "-m", HOOK_MODULE, spec.action, "--runtime", name, "--vault", str(vault)]
     return shlex.join(argv + (["--detach"] if spec.detach else []))
 
 
@@ -188,8 +188,8 @@ def handler(rt: Runtime, spec: HookSpec, vault: Path | Shared, python: str | Non
 
 
 def server_args(client: str, vault: Path | None) -> list[str]:
-    """``python -m memvault [--vault V] mcp --source agent:<client>``: writes stamped with the client's name."""
-    return ["-m", "memvault", *(["--vault", str(vault)] if vault else []), "mcp", "--source", f"agent:{client}"]
+    """``python -P -m memvault [--vault V] mcp --source agent:<client>``: writes stamped with the client's name."""
+    return ["-P", "-m", "memvault", *(["--vault", str(vault)] if vault else []), "mcp", "--source", f"agent:{client}"]
 
 
 def server_entry(client: str, vault: Path | Shared | None, python: str | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import click
 
 from ...core.vault import Vault
 from ...rules.errors import InvalidValue, LimitExceeded, MemvaultError, describe
-from ...rules.markup import printable
+from ...rules.markup import printable, printable_line
 
 
 class Context:
@@ -73,7 +73,7 @@ def contradiction_text(values: dict[str, dict[str, list[str]]]) -> str:
 def warn(warnings: Iterable[object]) -> None:
     """What an operation says the person should know, one line each on stderr (stdout stays the result)."""
     for warning in warnings:
-        echo(f"memvault: warning: {warning}", err=True)
+        click.echo(printable_line(f"memvault: warning: {warning}"), err=True)
 
 
 def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
