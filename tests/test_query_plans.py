@@ -232,6 +232,7 @@ def _listing_queries():
         # aggregates over a kind (cached by the caller until the index changes): from the kind's index range
         "tags": (L.TAGS_SQL + " GROUP BY t.value", (), "SEARCH docs USING"),
         "sessions": (L.SESSIONS_SQL + " GROUP BY s LIMIT 5", (), "SEARCH docs USING"),
+        "the episodes of sessions": (L.SESSION_EPISODES_SQL, ('["s1"]',), "SEARCH docs USING"),
         "episode kinds": (L.EKINDS_SQL, (), "SEARCH docs USING"),
         "episode days": (L.EPISODE_DAYS_SQL + " GROUP BY day", ("2020-01-01",), "SEARCH docs USING"),
         "counts": (L.COUNTS_SQL + " GROUP BY kind, source", (), "SCAN docs USING"),

@@ -34,3 +34,20 @@ def test_a_session_of_one_trusted_source_is_trusted_and_names_it(strict_vault):
     [session] = v.browse.sessions()
     assert session["source"] == "user:ann" and session["trusted"] is True
     assert session["sources"] == [{"source": "user:ann", "trusted": True}]
+
+
+def test_the_episodes_of_listed_sessions_are_those_it_counted(strict_vault):
+    """``session_episodes`` (what a team host reads again from its files) names every episode a session counted, on
+    the SQLite index as on PostgreSQL (tests/test_team_forged.py), and nothing of another session."""
+    v = strict_vault
+    ours = [v.episodes.append(f"ann ran step {n}", source="user:ann",
+                              meta={"session_id": "sess-1", "runtime": "claude-code"}) for n in range(3)]
+    v.episodes.append("other", source="user:bob", meta={"session_id": "sess-2", "runtime": "codex"})
+    v.episodes.append("no session", source="user:bob")
+    v.reindex()
+    index = v.index
+    rows = index.session_episodes(["sess-1"])
+    assert sorted(r["id"] for r in rows) == sorted(e.id for e in ours)
+    assert {r["path"] for r in rows} == {ours[0].path.relative_to(v.root).as_posix()}
+    assert index.session_episodes([]) == [] and index.session_episodes(["nope"]) == []
+    assert index.session_episodes(["sess-1"], hide={rows[0]["path"]}) == []

@@ -102,7 +102,6 @@ def test_a_committed_memvault_toml_link_to_a_fifo_or_an_endless_file_never_holds
     runtime's 30 s timeout killed it. The setting is read as settings are: a regular file of at most 1 MiB."""
     import json
     import os
-    import resource
     import subprocess
     import sys
     import threading
@@ -116,25 +115,29 @@ def test_a_committed_memvault_toml_link_to_a_fifo_or_an_endless_file_never_holds
         target = str(tmp_path / "fifo")
     toml.symlink_to(target)
 
-    def capped() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-
-    proc = subprocess.Popen([sys.executable, "-m", "memvault.interfaces.agents.hook", "session-start", "--runtime",
-                             "claude-code", "--vault", str(strict_vault.root)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=capped)
-    timer = threading.Timer(20, proc.kill)
+    # The hook is started by a small launcher, itself capped at 1 GiB: a child forked straight from this test
+    # process starts with its resident size on record (a worker that ran a big test first reads 1.2 GB here).
+    read_end, write_end = os.pipe()
+    launcher = ("import os, resource, subprocess, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+                "p = subprocess.Popen(sys.argv[1:]); _, status, usage = os.wait4(p.pid, 0); "
+                f"os.write({write_end}, b'%d' % usage.ru_maxrss); sys.exit(os.waitstatus_to_exitcode(status))")
+    proc = subprocess.Popen([sys.executable, "-c", launcher, sys.executable, "-m", "memvault.interfaces.agents.hook",
+                             "session-start", "--runtime", "claude-code", "--vault", str(strict_vault.root)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            pass_fds=(write_end,), start_new_session=True)
+    os.close(write_end)
+    timer = threading.Timer(20, os.killpg, (proc.pid, 9))
     timer.start()
     try:
-        proc.stdin.write(json.dumps(payload("claude-code", "SessionStart", cwd=strict_vault.root)).encode())
-        proc.stdin.close()
-        _, status, usage = os.wait4(proc.pid, 0)  # what this one process used (its output fits the pipe)
+        out, err = proc.communicate(json.dumps(payload("claude-code", "SessionStart", cwd=strict_vault.root)).encode())
     finally:
         timer.cancel()
-    out, err = proc.stdout.read(), proc.stderr.read()
-    assert os.waitstatus_to_exitcode(status) == 0, f"exit {os.waitstatus_to_exitcode(status)} (-9: held until killed)"
+    with os.fdopen(read_end, "rb") as f:
+        maxrss = int(f.read() or b"0")
+    assert proc.returncode == 0, f"exit {proc.returncode} (-9: held until killed)"
     assert b"MemoryError" not in err
     assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
-    assert usage.ru_maxrss < 400_000, usage.ru_maxrss  # KiB: nothing near the 1 GiB cap was read
+    assert 0 < maxrss < 400_000, maxrss  # KiB: nothing near the 1 GiB cap was read
 
 
 def test_a_committed_readme_link_out_of_the_project_is_not_read_into_the_question(project, tmp_path):

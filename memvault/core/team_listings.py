@@ -174,6 +174,10 @@ class TeamListings:
                 have[5] += n
         return [tuple(s) for s in sorted(merged.values(), key=lambda s: index_time(s[4]) or "", reverse=True)[:limit]]
 
+    def session_episodes(self, sessions: list[str], hide: Collection[str] = frozenset()) -> list[dict[str, Any]]:
+        return [row for found in self._listed(lambda part, shadow: part.session_episodes(sessions, shadow | set(hide)))
+                for row in found]
+
     def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
         return sorted({k for found in self._listed(lambda part, shadow: part.episode_kinds(shadow | set(hide)))
                        for k in found})

@@ -46,6 +46,8 @@ SESSIONS_SQL = ("SELECT json_extract(meta, '$.session') AS s, MIN(json_extract(m
                 "json_group_array(DISTINCT source), "
                 "MIN(created), MAX(created), COUNT(*) FROM docs WHERE kind = 'episode' AND meta IS NOT NULL "
                 "AND s IS NOT NULL")
+SESSION_EPISODES_SQL = ("SELECT item_id, path FROM docs WHERE kind = 'episode' AND meta IS NOT NULL "
+                        "AND json_extract(meta, '$.session') IN (SELECT value FROM json_each(?))")
 TAGS_SQL = ("SELECT t.value, COUNT(*) FROM docs, json_each(docs.meta, '$.tags') AS t "
             "WHERE docs.kind = 'fact' AND docs.meta IS NOT NULL")
 EKINDS_SQL = "SELECT DISTINCT ekind FROM docs WHERE kind = 'episode' AND ekind IS NOT NULL"
@@ -269,6 +271,12 @@ def sessions(conn: sqlite3.Connection, limit: int, hide: Collection[str]) -> lis
             for s, rt, src, first, last, n in rows]
 
 
+def session_episodes(conn: sqlite3.Connection, sessions: list[str], hide: Collection[str]) -> list[dict[str, Any]]:
+    """(id, path) of every episode of ``sessions``: what :func:`sessions` counted."""
+    sql, args = _hidden(SESSION_EPISODES_SQL, [json.dumps(sessions)], hide)
+    return [{"id": i, "path": p} for i, p in conn.execute(sql, args)]
+
+
 def episode_kinds(conn: sqlite3.Connection, hide: Collection[str]) -> list[str]:
     sql, args = _hidden(EKINDS_SQL, [], hide)
     return [r[0] for r in conn.execute(sql + " ORDER BY ekind", args)]
@@ -321,6 +329,9 @@ class Listings:
 
     def sessions(self, limit: int, hide: Collection[str] = frozenset()) -> list[tuple[Any, ...]]:
         return sessions(self.connection(), limit, hide) if self.exists() else []
+
+    def session_episodes(self, sessions: list[str], hide: Collection[str] = frozenset()) -> list[dict[str, Any]]:
+        return session_episodes(self.connection(), sessions, hide) if sessions and self.exists() else []
 
     def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
         return episode_kinds(self.connection(), hide) if self.exists() else []

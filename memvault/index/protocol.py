@@ -188,6 +188,11 @@ class SearchIndex(Protocol):
         """(session, runtime, source, first, last, episodes) of captured agent sessions, latest activity first."""
         ...
 
+    def session_episodes(self, sessions: list[str], hide: Collection[str] = frozenset()) -> list[dict[str, Any]]:
+        """``{"id", "path"}`` of every episode of ``sessions``: what :meth:`sessions` counted, for a host to read
+        each again from its file (a team's shared rows are not taken at their word)."""
+        ...
+
     def episode_kinds(self, hide: Collection[str] = frozenset()) -> list[str]:
         """The episode kinds present, sorted."""
         ...
