@@ -24,6 +24,7 @@ from ..rules.errors import ConfigError, MemvaultError, PlansChanged, SearchIndex
 from ..rules.fsutil import atomic_write, read_inside, remove
 from ..rules.timeutil import index_time
 from ..stores.gitstore import GitStore
+from . import index_url
 from .publish import foreign, in_place, publish, reference, refusal, split, vault_name
 from .team_listings import TeamListings
 
@@ -750,7 +751,7 @@ def team_index(state_dir: Path, sources: Sources, config: Config, git: Callable[
     from dataclasses import replace
 
     def open_shared() -> SharedIndex:
-        url = config.index_url()
+        url = index_url.usable(config, state_dir)
         if url is None:
             raise ConfigError(config.path or CONFIG_NAME, "[index] backend = \"postgres\" needs [index] url or "
                               "MEMVAULT_INDEX_URL")

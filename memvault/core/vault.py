@@ -28,6 +28,7 @@ from ..stores.gitstore import GitStore, LogEntry
 from ..index import FieldWeights, Index, Progress, Sources, SyncReport
 from ..index.changes import ChangeFeed, follow
 from ..stores.procedures import ProcedureStore
+from . import index_url
 from .access import Reader
 from .candidates import QueryVector
 from .recall import Parts, RecallResult, searched_text
@@ -237,7 +238,10 @@ class Vault:
         team's (``[index] backend = "postgres"``) is a :class:`memvault.core.team.TeamIndex`: the shared index, this
         host's overlay and fallback; every caller then holds a
         :class:`~memvault.index.protocol.VaultIndex` and never asks which."""
-        url = self.config.index_url()
+        try:
+            url = index_url.usable(self.config, self.state_dir)
+        except ConfigError:  # the shared file's, not accepted here: no cache (a team index says why when used)
+            url = None
         cache = None
         if url is not None:  # the team's embedding cache, used by a local index too; connects on first use
             from ..index.postgres import EmbeddingCache
@@ -405,14 +409,20 @@ class Vault:
             result.warnings.append(f"recall not logged: {exc}")
 
     def reindex(self, *, model: str | None = None, full: bool = False, progress: Progress | None = None,
-                source: str | None = None) -> SyncReport:
+                source: str | None = None, accept_index_url: bool = False) -> SyncReport:
         """Bring the index in step with the vault; rebuild it whole when the model changed (or ``full``).
 
         ``model`` first loads that model (a model that cannot load is refused before anything changes), then
         sets ``[embedding] model`` in memvault.toml (committed) and rebuilds. An incremental run loads the model
-        only when there is text to embed.
+        only when there is text to embed. ``accept_index_url`` (a trusted source) records the shared file's
+        ``[index] url`` as this host's to connect to (:mod:`memvault.core.index_url`).
         """
         from .catchup import catch_up
+
+        if accept_index_url:
+            self.gate.require(Op.CONFIGURE, self._source(source))
+            if index_url.accept(self.config, self.state_dir) is not None:
+                self.reload()
 
         if model is not None and model != self.config.model:
             source = self._source(source)

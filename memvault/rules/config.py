@@ -364,6 +364,9 @@ class Config:
     #: The file that names the embedding model: this host's ``local.toml`` names a model directory, so a message
     #: about the model names the file the person would look in.
     model_from: str = "memvault.toml"
+    #: The file that names ``[index] url``: one from the shared memvault.toml is used only once this host accepted
+    #: it (:mod:`memvault.core.index_url`).
+    url_from: str = "memvault.toml"
 
     # Short names for the settings read everywhere.
     @property
@@ -393,6 +396,12 @@ class Config:
                 raise ConfigError("MEMVAULT_INDEX_URL", f"must be a postgresql:// URL, not {env.split(':', 1)[0]!r}")
             return env
         return self.index.url
+
+    def index_url_shared(self) -> bool:
+        """Whether :meth:`index_url` is the shared memvault.toml's word (not this host's environment or local.toml):
+        anyone who can push chose it."""
+        return self.index.url is not None and not os.environ.get("MEMVAULT_INDEX_URL") and \
+            self.url_from == "memvault.toml"
 
     def wants_model(self, identity: Any) -> bool:
         """Whether vectors of ``identity`` (a ModelIdentity) are what this config asks for: same model name and,
@@ -459,6 +468,7 @@ LOCAL_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "embedding": None,
     "recall": ("reranker", "rerank_candidates"),
     "capture": ("extractor", "extractor_timeout"),
+    "index": ("url",),
 }
 
 
@@ -590,6 +600,8 @@ def load(path: Path) -> Config:
     config = from_dict(raw, path)
     if isinstance(local.get("embedding"), dict) and "model" in local["embedding"]:
         config = replace(config, model_from="this host's local.toml")
+    if isinstance(local.get("index"), dict) and "url" in local["index"]:
+        config = replace(config, url_from="this host's local.toml")
     return replace(config, ignored=tuple(ignored)) if ignored else config
 
 

@@ -101,9 +101,11 @@ def progress_bar() -> tuple[Callable[[int, int], None] | None, Callable[[], None
               "host only).")
 @click.option("--full", is_flag=True, help="Rebuild the whole index even if the model did not change.")
 @click.option("--dry-run", is_flag=True, help="Print what a full rebuild would cost (items, tokens, time, disk).")
+@click.option("--accept-index-url", is_flag=True, help="Connect this host to the team index the shared memvault.toml's "
+              "[index] url names (recorded in the state directory; asked again when the url changes).")
 @output
 @pass_ctx
-def reindex(ctx, model, full, dry_run):
+def reindex(ctx, model, full, dry_run, accept_index_url):
     """Bring the index in step with the vault's files.
 
     Incremental: new and changed text is embedded, unchanged items are only checked (by stat, then hash), and
@@ -117,7 +119,7 @@ def reindex(ctx, model, full, dry_run):
         return Out(estimate, estimate["summary"])
     progress, close = progress_bar()
     try:
-        report = vault.reindex(model=model, full=full, progress=progress)
+        report = vault.reindex(model=model, full=full, progress=progress, accept_index_url=accept_index_url)
     finally:
         close()
     if not report.changed and not report.chunks_embedded:
