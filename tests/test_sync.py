@@ -596,6 +596,44 @@ def test_a_teammates_redaction_in_this_clones_folder_is_no_other_writer(twins):
     assert [e.text for e in a.episodes.iter()] == ["Deployed with token [redacted]."]
 
 
+@pytest.mark.parametrize("how", ["git pull", "fresh clone", "git pull then git fetch"])
+def test_a_history_the_team_rewrote_is_not_pushed_back_by_a_clone_that_took_it_with_plain_git(hosts, how):
+    """Host b took the commit with the secret by a plain ``git pull`` (or was cloned after it was pushed), so its
+    record of the remote's tip (sync-tips.json) was older than the secret, or absent. The team then removed the
+    file from history and force-pushed. b's next ``memvault sync`` saw no rewrite (its recorded tip is still in the
+    new history) and rebased every commit the remote no longer had onto the new tip: the secret was pushed back
+    with no word. The remote-tracking branch's reflog says what b had of the remote: it is used too."""
+    hosts.sync("a")
+    hosts.sync("b")  # b's recorded tip: before the secret
+    a = hosts.on("a")
+    a.facts.set("ops/deploy", "Deploy with the key in the vault.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    if how == "fresh clone":
+        git(hosts.tmp, "clone", "-q", str(hosts.remote), "b2")
+        b = hosts.vaults["b"] = Vault.open(hosts.tmp / "b2", embedder_factory=hosts.models)
+    else:
+        git(b.root, "pull", "-q")
+    assert (b.root / "facts" / "ops" / "deploy.md").exists()
+    clean = hosts.tmp / "clean"
+    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
+    git(clean, "reset", "-q", "--hard", "HEAD~1")
+    (clean / "README").write_text("rewritten\n")
+    git(clean, "add", "README")
+    git(clean, "commit", "-qm", "rewritten without the deploy fact")
+    git(clean, "push", "-q", "--force", "origin", "HEAD")
+    if how == "git pull then git fetch":
+        git(b.root, "fetch", "-q")  # the tracking branch already at the new history: its reflog still knows
+    b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
+    result = hosts.sync("b")
+    remote = ["--git-dir", str(hosts.remote)]
+    history = git(hosts.tmp, *remote, "log", "--format=%H", "--name-only", "HEAD")
+    assert "facts/ops/deploy.md" not in history
+    assert "facts/db/replica.md" in git(hosts.tmp, *remote, "ls-tree", "-r", "--name-only", "HEAD")
+    assert any("rewritten" in w for w in result.warnings)
+    assert not (b.root / "facts" / "ops" / "deploy.md").exists()
+
+
 @pytest.mark.parametrize("local_change", [False, True])
 def test_a_history_the_team_squashed_into_a_new_root_is_followed(hosts, local_change):
     """The team removes a secret by squashing the whole history into one new root commit (``checkout --orphan``)

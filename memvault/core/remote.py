@@ -109,7 +109,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     try:
         with gate.sync_lock():
             for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 2):
-                fetched = _fetch(git, remote, branch) if not local_only else None
+                fetched, tracked = _fetch(git, remote, branch) if not local_only else (None, None)
                 with gate.lock(source, result.warnings), gate.episodes.lock():
                     if attempt == 1:
                         result.warnings += _fix_ignore_rule(gate) + _left_in_stash(git)
@@ -129,7 +129,8 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                     if local_only:
                         break
                     head = _tip(git)
-                    pulled = _integrate(gate, git, specs, remote, branch, fetched, result.warnings, source)
+                    pulled = _integrate(gate, git, specs, remote, branch, fetched, result.warnings, source,
+                                        tracked=tracked)
                     result.pulled = list(dict.fromkeys([*result.pulled, *pulled]))
                     if result.committed == head:
                         result.committed = _rebased(git, head)
@@ -257,30 +258,32 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
             "and replace this host's index and state; now '.memvault' (committed with this sync)"]
 
 
-def _fetch(git: GitStore, remote: str, branch: str) -> str | None:
+def _fetch(git: GitStore, remote: str, branch: str) -> tuple[str | None, str | None]:
     """Fetch remote/branch (the network: no vault lock held); its tip, or None when the remote has no such branch
-    yet (the first push creates it)."""
+    yet (the first push creates it), and what the remote-tracking branch held before (the fetch moves it, and a
+    fresh clone keeps no reflog of it)."""
+    tracked = _try(git, "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}^{{commit}}")
     try:
         heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
     except GitError as exc:
         raise GitError(f"sync: cannot reach remote {remote}: {exc}") from None
     if not heads:
-        return None
+        return None, tracked
     git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
-    return git.run("rev-parse", "FETCH_HEAD")
+    return git.run("rev-parse", "FETCH_HEAD"), tracked
 
 
 def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str, fetched: str | None,
-               warnings: list[str], source: str) -> list[str]:
+               warnings: list[str], source: str, *, tracked: str | None = None) -> list[str]:
     """Rebase onto the fetched tip of remote/branch (under the write and append locks); the vault-relative paths
-    that changed in the work tree."""
+    that changed in the work tree. ``tracked``: the remote-tracking branch before the fetch."""
     if fetched is None:
         return []
     before = git.run("rev-parse", "HEAD")
     # What this host last had of the remote: when the remote no longer contains it, its history was rewritten
     # (a secret force-pushed away), and only the commits made here since are ours to put back on top; rebasing
     # everything not on the remote pushed the removed commits back.
-    last = _last_tip(gate, remote, branch)
+    last = _last_had(gate, git, remote, branch, before, tracked)
     rewritten = (last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched)
                  and git.is_ancestor(last, before))
     base = _try(git, "merge-base", before, fetched)
@@ -358,6 +361,28 @@ def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
     tip = _tips(gate).get(f"{remote} {branch}")
     return tip if isinstance(tip, str) and len(tip) in (40, 64) and all(c in "0123456789abcdef" for c in tip) \
         else None
+
+
+#: How many of the remote-tracking branch's past values :func:`_last_had` looks at, newest first.
+TRACKED_TIPS = 20
+
+
+def _last_had(gate: WriteGate, git: GitStore, remote: str, branch: str, head: str,
+              before_fetch: str | None = None) -> str | None:
+    """What this clone last had of remote/branch, as far as ``head`` holds it: the tip its last sync recorded, or a
+    newer one the remote-tracking branch held meanwhile (``before_fetch``, then its reflog: a plain ``git pull``, or
+    the clone itself, brought the remote's commits in without a sync). The record alone missed those: a clone that
+    took a secret with ``git pull`` put it back on the history the team had rewritten without it, and pushed it."""
+    recorded = _last_tip(gate, remote, branch)
+    out = _try(git, "log", "-g", "--format=%H", f"--max-count={TRACKED_TIPS}", f"refs/remotes/{remote}/{branch}",
+               "--") or ""
+    seen = dict.fromkeys([*([before_fetch] if before_fetch else []), *out.split()])
+    tracked = next((tip for tip in seen if git.is_ancestor(tip, head)), None)
+    if tracked is None or tracked == recorded:
+        return recorded
+    if recorded is None or not git.is_ancestor(recorded, head) or git.is_ancestor(recorded, tracked):
+        return tracked
+    return recorded
 
 
 def remember_tip(gate: WriteGate, remote: str, branch: str, tip: str) -> None:
