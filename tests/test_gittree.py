@@ -123,6 +123,24 @@ def test_an_index_lock_a_killed_git_left_fails_the_commit_after_one_wait(repo, m
     assert git(repo, "diff", "--cached", "--name-only") == ""
 
 
+def test_a_commit_killed_before_its_index_update_is_mended_by_the_next_commit_of_those_paths(repo):
+    """``kill -9`` between ``update-ref`` and ``update-index`` (a sync killed at its commit): HEAD has the commit,
+    the index still the paths' old entries, so git status shows them staged as reverted (a deletion staged, the
+    file untracked). The next sync committed them again, found the tree unchanged, and left the index so for
+    ever: a person's next ``git commit`` reverted the fact and deleted the month file. The next commit of those
+    paths puts their entries in the index as HEAD has them."""
+    store = GitStore(repo)
+    paths = change(repo)
+    old = git(repo, "rev-parse", "HEAD")
+    store.commit(paths, "killed before its index update")
+    git(repo, "read-tree", old)  # the index as the killed commit left it
+    assert git(repo, "diff", "--cached", "--name-only")
+    (repo / "README").write_text("staged by the user\n")
+    git(repo, "add", "README")
+    assert store.commit(paths, "again") is None
+    assert git(repo, "status", "--porcelain") == "M  README"  # the user's own staged work stays staged
+
+
 def someone_commits(repo: Path) -> None:
     """Another writer's commit (of a file memvault's commit does not touch) lands."""
     (repo / "README").write_text("someone else's commit\n")

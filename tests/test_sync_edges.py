@@ -4,6 +4,7 @@ kept episodes of their own, untracked."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -537,6 +538,49 @@ def test_a_sync_killed_during_its_rebase_is_named_at_the_next_one(hosts):
     git(b.root, "rebase", "--abort")
     with pytest.raises(SyncConflict):  # the person's way out: the conflict itself, named by the next sync
         b.sync()
+
+
+KILLED_SYNC = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[3])
+from fake_embedder import Models
+from memvault import Vault
+from memvault.stores.gitstore import GitStore
+verb, real = sys.argv[2], GitStore._run
+
+def run(self, args, data, env=None):
+    out = real(self, args, data, env)
+    if args[0] == verb:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+GitStore._run = run
+Vault.open(sys.argv[1], embedder_factory=Models()).sync()
+"""
+
+
+def test_a_sync_killed_at_its_commit_leaves_nothing_the_next_sync_does_not_mend(hosts):
+    """A real ``kill -9`` of a sync just after its commit moved HEAD, before the index was told: the next sync
+    pushed, and left the index staging the month file's deletion and the fact's old text (a person's next
+    ``git commit`` reverted both). Now it ends clean: everything on the remote, nothing staged."""
+    from pathlib import Path
+
+    a = hosts.on("a")
+    a.facts.set("db/a", "A fact from host a.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.facts.set("db/b", "A fact from host b.", source="user:admin")
+    b.episodes.append("An episode on b.", source="agent:ops")
+    with (b.root / "facts" / "db" / "b.md").open("a") as f:
+        f.write("Edited by hand.\n")
+    done = subprocess.run([sys.executable, "-c", KILLED_SYNC, str(b.root), "update-ref",
+                           str(Path(__file__).parent)], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    hosts.sync("b")
+    assert git(b.root, "status", "--porcelain") == ""
+    remote = ["--git-dir", str(hosts.remote)]
+    assert "Edited by hand." in git(b.root, *remote, "show", "HEAD:facts/db/b.md")
+    assert "An episode on b." in git(b.root, *remote, "grep", "-h", "An episode", "HEAD", "--", "episodes")
 
 
 def test_changes_a_killed_sync_left_in_the_stash_are_named(hosts):
