@@ -1,6 +1,7 @@
 """Sync: hosts sharing one vault through a bare git remote. Real git, real clones, the fake embedder."""
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -730,3 +731,31 @@ def test_an_append_during_a_syncs_push_does_not_wait_for_the_network(hosts, tmp_
     b = hosts.on("b")
     hosts.sync("b")
     assert {"before the sync", "during the push"} <= {e.text for e in b.episodes.list()}
+
+
+# ------------------------------------------------------------------------------------------- remote names
+def test_a_remote_url_with_credentials_is_never_printed_nor_kept(hosts, tmp_path):
+    """``memvault sync --remote https://bob:PW@host/repo.git``: the URL, password and all, was printed ("pushed
+    to https://bob:PW@.../master"), returned in --json and kept as a key of sync-tips.json in the local state."""
+    from click.testing import CliRunner
+    from memvault.interfaces.cli import Context, cli
+
+    b = hosts.on("b")
+    password, token = "Hunter2Pass", "ghp_0123456789abcdefghijklmnopqrstuvwxyz"
+    for url in (f"https://bob:{password}@example.com/r.git", f"https://{token}@example.com/t.git"):
+        git(b.root, "config", f"url.{hosts.remote}.insteadOf", url)
+        b.facts.set(f"db/{len(url)}", "The replica listens on port 5433.", source="user:admin")
+        secret = password if password in url else token
+        runner = CliRunner()
+        for args in ([], ["--json"]):
+            done = runner.invoke(cli, ["--vault", str(b.root), "sync", "--remote", url, *args],
+                                 obj=Context(embedder_factory=hosts.models))
+            assert done.exit_code == 0, done.output
+            assert secret not in done.output and "example.com" in done.output
+        result = b.sync(remote=url)
+        assert secret not in json.dumps(result.to_dict())
+        for path in b.state_dir.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+        git(b.root, "config", "--unset", f"url.{hosts.remote}.insteadOf")
+

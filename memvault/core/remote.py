@@ -100,7 +100,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
     local_only = remote is None and not _try(git, "remote")
     remote, branch = _target(git, remote, branch)
-    result = SyncResult(remote=remote, branch=branch, local_only=local_only)
+    result = SyncResult(remote=shown_remote(remote), branch=branch, local_only=local_only)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     # The write and append locks are held for the steps that read or change the work tree and HEAD, never while
@@ -145,7 +145,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                         raise
                     if attempt == PUSH_ATTEMPTS:
                         raise GitError(
-                            f"sync: push to {remote} {branch} was rejected {PUSH_ATTEMPTS} times (the remote keeps "
+                            f"sync: push to {shown_remote(remote)} {branch} was rejected {PUSH_ATTEMPTS} times (the remote keeps "
                             f"moving, or refuses the push); your commits are safe here, run memvault sync again: "
                             f"{exc}") from None
     finally:
@@ -175,6 +175,16 @@ def _target(git: GitStore, remote: str | None, branch: str | None) -> tuple[str,
     if not branch:
         raise GitError("sync: HEAD is detached; check out a branch or pass the branch to sync with")
     return remote, branch
+
+
+def shown_remote(remote: str) -> str:
+    """``remote`` as it is said and kept: a URL without its user part (``user:password@``, or a token given as the
+    user), which ``--remote`` may be given with and git itself never prints."""
+    scheme, sep, rest = remote.partition("://")
+    where, slash, path = rest.partition("/")
+    if not sep or "@" not in where:
+        return remote
+    return f"{scheme}://{where.rpartition('@')[2]}{slash}{path}"
 
 
 def _try(git: GitStore, *args: str) -> str | None:
@@ -266,7 +276,7 @@ def _fetch(git: GitStore, remote: str, branch: str) -> tuple[str | None, str | N
     try:
         heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
     except GitError as exc:
-        raise GitError(f"sync: cannot reach remote {remote}: {exc}") from None
+        raise GitError(f"sync: cannot reach remote {shown_remote(remote)}: {exc}") from None
     if not heads:
         return None, tracked
     git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
@@ -289,7 +299,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
     base = _try(git, "merge-base", before, fetched)
     if base is None:  # no commit in common: a history squashed into a new root, or another repository
         if not rewritten or last is None:
-            raise GitError(f"sync stopped before changing anything: {remote} {branch} shares no history with this "
+            raise GitError(f"sync stopped before changing anything: {shown_remote(remote)} {branch} shares no history with this "
                            "clone (another repository, or one re-created, and this clone never synced with its old "
                            "one); check `git remote -v`, or clone it afresh")
         base = last  # what this host last had of the remote: the commits made here since are put on top
@@ -311,7 +321,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
             git.run(*NO_UNION, "rebase", "--quiet", *onto, env=_env(git))
         except GitError as exc:
             if not _rebase_in_progress(git):
-                raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
+                raise GitError(f"sync: git rebase onto {shown_remote(remote)}/{branch} failed: {exc}") from None
             try:
                 conflicted = _merge_shared_lines(gate, git, shared, successor)
             except BaseException:  # never leave a rebase half done: the work tree goes back to this host's version
@@ -320,7 +330,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
                 raise
             if conflicted:
                 git.run("rebase", "--abort", env=_env(git))
-                raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
+                raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, shown_remote(remote), branch) from None
     finally:
         try:
             warnings += put_aside_back(gate, git)[1]
@@ -332,7 +342,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
     if successor is not None and current is not None:
         warnings += move_own_lines(gate, git, current, successor, fetched, source)
     if rewritten:
-        warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
+        warnings.append(f"the history of {shown_remote(remote)} {branch} was rewritten (force-pushed) since this host last "
                         "synced: the commits it removed are not pushed back; only those made here since were put "
                         "on top")
     after = git.run("rev-parse", "HEAD")
@@ -358,7 +368,7 @@ def _tips(gate: WriteGate) -> dict[str, Any]:
 
 
 def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
-    tip = _tips(gate).get(f"{remote} {branch}")
+    tip = _tips(gate).get(f"{shown_remote(remote)} {branch}")
     return tip if isinstance(tip, str) and len(tip) in (40, 64) and all(c in "0123456789abcdef" for c in tip) \
         else None
 
@@ -388,7 +398,7 @@ def _last_had(gate: WriteGate, git: GitStore, remote: str, branch: str, head: st
 def remember_tip(gate: WriteGate, remote: str, branch: str, tip: str) -> None:
     """Keep the remote's tip this host is now in step with (``tip``, the commit a sync pulled to and pushed)."""
     tips = _tips(gate)
-    tips[f"{remote} {branch}"] = tip
+    tips[f"{shown_remote(remote)} {branch}"] = tip
     ensure_dir(gate.state_dir)
     atomic_write(gate.state_dir / TIPS_NAME, json.dumps(tips, sort_keys=True).encode("utf-8"))
 
@@ -404,7 +414,7 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
     merge base of ``head`` and ``fetched``), or puts something where the vault's own files should be."""
 
     def stop(paths: list[str], why: str, *, keyed: bool = True) -> NoReturn:
-        raise SyncConflict([_key_for(gate, git, p) for p in paths] if keyed else [], paths, remote, branch,
+        raise SyncConflict([_key_for(gate, git, p) for p in paths] if keyed else [], paths, shown_remote(remote), branch,
                            reason=f"sync stopped before changing anything: {why}")
 
     incoming = _changed(git, base, fetched)
