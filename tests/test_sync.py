@@ -759,3 +759,18 @@ def test_a_remote_url_with_credentials_is_never_printed_nor_kept(hosts, tmp_path
                 assert secret.encode() not in path.read_bytes(), path
         git(b.root, "config", "--unset", f"url.{hosts.remote}.insteadOf")
 
+
+def test_a_remote_named_like_an_option_is_a_name_never_an_option(hosts, tmp_path):
+    """``memvault sync --remote '--upload-pack=CMD'`` ran CMD: the remote went to git ls-remote in the place of an
+    option. And a remote git allows to be named ``-mirror`` could not be synced with at all. After ``--``, it is a
+    name: the first is no repository (one line, nothing run), the second syncs."""
+    b = hosts.on("b")
+    ran = tmp_path / "ran"
+    with pytest.raises(MemvaultError) as info:
+        b.sync(remote=f"--upload-pack=touch {ran};")
+    assert "\n" not in str(info.value) and not ran.exists()
+    git(b.root, "remote", "add", "--", "-mirror", str(hosts.remote))
+    b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
+    assert b.sync(remote="-mirror").pushed
+    assert "facts/db/replica.md" in git(b.root, "--git-dir", str(hosts.remote), "ls-tree", "-r", "--name-only",
+                                        "HEAD")

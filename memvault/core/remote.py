@@ -274,12 +274,12 @@ def _fetch(git: GitStore, remote: str, branch: str) -> tuple[str | None, str | N
     fresh clone keeps no reflog of it)."""
     tracked = _try(git, "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}^{{commit}}")
     try:
-        heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
+        heads = git.run("ls-remote", "--heads", "--", remote, f"refs/heads/{branch}", env=_env(git))
     except GitError as exc:
         raise GitError(f"sync: cannot reach remote {shown_remote(remote)}: {exc}") from None
     if not heads:
         return None, tracked
-    git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
+    git.run("fetch", "--quiet", "--", remote, f"refs/heads/{branch}", env=_env(git))
     return git.run("rev-parse", "FETCH_HEAD"), tracked
 
 
@@ -622,7 +622,7 @@ def _tip(git: GitStore) -> str:
 def _push(git: GitStore, remote: str, branch: str, tip: str) -> bool:
     """Push ``tip`` (HEAD as the locked steps left it: a commit made meanwhile goes with the next sync) to
     remote/branch, a fast-forward only. True when the remote branch moved."""
-    out = git.run("push", "--porcelain", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
+    out = git.run("push", "--porcelain", "--", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
     # --porcelain: one line per ref, "<flag>\t<from>:<to>\t<summary>"; "=" means it was already up to date.
     flags = [line[0] for line in out.splitlines() if "\t" in line and line[:1] in " +-*=!"]
     return any(flag != "=" for flag in flags)
