@@ -774,3 +774,36 @@ def test_a_remote_named_like_an_option_is_a_name_never_an_option(hosts, tmp_path
     assert b.sync(remote="-mirror").pushed
     assert "facts/db/replica.md" in git(b.root, "--git-dir", str(hosts.remote), "ls-tree", "-r", "--name-only",
                                         "HEAD")
+
+
+@pytest.mark.parametrize("kind", ["fact", "runbook"])
+def test_a_memory_edited_on_both_hosts_on_different_lines_is_never_merged_line_by_line(hosts, kind):
+    """Two people edit one fact (or runbook) by hand, on different lines. The rebase merged the two edits into a
+    text neither of them wrote, and pushed it with no check: a runbook no one reviewed, ready to run. As the docs
+    say of a fact changed on both sides, sync stops before changing anything and names it."""
+    a = hosts.on("a")
+    if kind == "fact":
+        a.facts.set("db/primary", "Primary: db01.\n\nReplica: db02.\n\nBackups: 03:15 UTC.", source="user:admin")
+        rel, key = "facts/db/primary.md", "db/primary"
+    else:
+        script = hosts.tmp / "deploy.sh"
+        script.write_text("#!/bin/sh\n# description: deploy\nmake build\necho one\necho two\necho three\nmake deploy\n")
+        a.procedures.add("ops/deploy", script, source="user:admin")
+        rel, key = "procedures/ops/deploy.sh", "procedures/ops/deploy.sh"
+    hosts.sync("a")
+    hosts.sync("b")
+    path = a.root / rel
+    text = path.read_text()
+    first, last = ("db01", "03:15") if kind == "fact" else ("make build", "make deploy")
+    path.write_text(text.replace(first, first + " (moved)"))
+    hosts.sync("a")
+    b = hosts.on("b")
+    mine = text.replace(last, last + " --force")
+    (b.root / rel).write_text(mine)
+    before = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(SyncConflict) as info:
+        hosts.sync("b")
+    assert info.value.keys == [key] and "\n" not in str(info.value)
+    assert (b.root / rel).read_text() == mine
+    assert git(b.root, "rev-parse", "HEAD^") == before  # its edit committed here, nothing of the remote's merged
+    assert "(moved)" not in git(b.root, "show", f"HEAD:{rel}")

@@ -441,6 +441,10 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
         stop(merged, f"{', '.join(merged)} changed here and on the remote, and a .gitattributes rule would merge "
                      f"them with a merge driver (union: both texts kept, no check run on the result); a memory is "
                      f"never merged line by line: remove the rule for the vault's paths, then sync again")
+    memories = sorted(p for p in both if _vault_rel(gate, git, p).startswith(("facts/", "procedures/"))
+                      and git.blob_at(head, p) != git.blob_at(fetched, p))
+    if memories:  # git merged edits of different lines without a word: a text neither side wrote, unchecked
+        raise SyncConflict([_key_for(gate, git, p) for p in memories], memories, shown_remote(remote), branch)
     overlap = sorted(incoming & set(git.status_paths()))
     if overlap:
         one = len(overlap) == 1
