@@ -43,7 +43,7 @@ _DISPOSABLE = frozenset({"locks", "live", "agents-warm-up", "hook-reindex.reques
 #: of where this clone appends and what a sync set aside or last synced with (which no older memvault wrote there).
 #: Never moved into the state: a folder a commit put there (then untracked, as the notice advises) looks just like an
 #: older memvault's. Left where they are, and named.
-_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "sync-aside.json", "sync-tips.json", "episode-folders.json"})
+_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "sync-aside.json", "sync-aside", "sync-tips.json", "episode-folders.json"})
 #: Remembers what was said about the work tree's ``.memvault`` (said once, again only when it changes).
 _SEEN_NAME = "legacy-seen"
 
