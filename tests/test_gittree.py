@@ -96,6 +96,51 @@ def test_a_commit_that_cannot_update_the_index_changes_nothing(repo, monkeypatch
     assert git(repo, "diff", "--cached", "--name-only") == ""
 
 
+def test_an_index_lock_a_killed_git_left_fails_the_commit_after_one_wait(repo, monkeypatch):
+    """A git process killed while it held the index (``kill -9`` of a sync's process group, a reboot) leaves
+    ``.git/index.lock``. The plumbing commit waited for it (LOCK_TRIES), undid its commit, and its caller, reading
+    "index.lock" as another git at work, built the commit again 50 times: every write and sync hung 4 min 25 s
+    before the same error. One wait, then the error naming the lock; HEAD and the index as they were."""
+    monkeypatch.setattr(gittree, "LOCK_TRIES", 3)
+    monkeypatch.setattr(gittree.time, "sleep", lambda s: None)
+    store = GitStore(repo)
+    head = git(repo, "rev-parse", "HEAD")
+    (repo / ".git" / "index.lock").write_text("")
+    (repo / "facts/db/primary.md").write_text("port 6432\n")
+    real, tries = store._run, []
+
+    def counting(args, data, env=None):
+        if args[0] == "update-index":
+            tries.append(1)
+        return real(args, data, env)
+
+    monkeypatch.setattr(store, "_run", counting)
+    with pytest.raises(GitError, match="index.lock"):
+        store.commit([repo / "facts/db/primary.md"], "waits once")
+    assert len(tries) == gittree.LOCK_TRIES
+    assert git(repo, "rev-parse", "HEAD") == head
+    (repo / ".git" / "index.lock").unlink()
+    assert git(repo, "diff", "--cached", "--name-only") == ""
+
+
+def test_a_commit_killed_before_its_index_update_is_mended_by_the_next_commit_of_those_paths(repo):
+    """``kill -9`` between ``update-ref`` and ``update-index`` (a sync killed at its commit): HEAD has the commit,
+    the index still the paths' old entries, so git status shows them staged as reverted (a deletion staged, the
+    file untracked). The next sync committed them again, found the tree unchanged, and left the index so for
+    ever: a person's next ``git commit`` reverted the fact and deleted the month file. The next commit of those
+    paths puts their entries in the index as HEAD has them."""
+    store = GitStore(repo)
+    paths = change(repo)
+    old = git(repo, "rev-parse", "HEAD")
+    store.commit(paths, "killed before its index update")
+    git(repo, "read-tree", old)  # the index as the killed commit left it
+    assert git(repo, "diff", "--cached", "--name-only")
+    (repo / "README").write_text("staged by the user\n")
+    git(repo, "add", "README")
+    assert store.commit(paths, "again") is None
+    assert git(repo, "status", "--porcelain") == "M  README"  # the user's own staged work stays staged
+
+
 def someone_commits(repo: Path) -> None:
     """Another writer's commit (of a file memvault's commit does not touch) lands."""
     (repo / "README").write_text("someone else's commit\n")

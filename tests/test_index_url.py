@@ -102,3 +102,24 @@ def test_only_a_trusted_source_accepts_a_url(strict_vault, models, rogue, monkey
     with pytest.raises(UntrustedSource):
         v.reindex(accept_index_url=True, source="agent:helper")
     assert rogue.connections == 0
+
+
+def test_a_committed_record_of_an_accepted_url_is_never_this_hosts_word(strict_vault, models, rogue, monkeypatch):
+    """A teammate commits ``.memvault/index-url.json`` accepting the url they push; the person untracks the folder as
+    the notice advises. It is left in the work tree, never moved into this host's state as an older memvault's."""
+    import hashlib
+    import json
+
+    monkeypatch.delenv("MEMVAULT_INDEX_URL", raising=False)
+    url = f"postgresql://app@127.0.0.1:{rogue.port}/team"
+    old = strict_vault.root / ".memvault"
+    old.mkdir()
+    (old / "index-url.json").write_text(json.dumps({"sha256": hashlib.sha256(url.encode()).hexdigest(),
+                                                    "shown": url}))
+    git(strict_vault.root, "add", "-f", ".memvault")
+    _pushed_url(strict_vault, rogue.port)
+    git(strict_vault.root, "rm", "-r", "-q", "--cached", ".memvault")
+    v = Vault.open(strict_vault.root, embedder_factory=models)
+    assert not (v.state_dir / "index-url.json").exists() and (old / "index-url.json").is_file()
+    assert "has not accepted it" in " ".join(v.recall("anything", mode="keyword").warnings)
+    assert rogue.connections == 0

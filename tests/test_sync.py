@@ -1,6 +1,7 @@
 """Sync: hosts sharing one vault through a bare git remote. Real git, real clones, the fake embedder."""
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -596,6 +597,44 @@ def test_a_teammates_redaction_in_this_clones_folder_is_no_other_writer(twins):
     assert [e.text for e in a.episodes.iter()] == ["Deployed with token [redacted]."]
 
 
+@pytest.mark.parametrize("how", ["git pull", "fresh clone", "git pull then git fetch"])
+def test_a_history_the_team_rewrote_is_not_pushed_back_by_a_clone_that_took_it_with_plain_git(hosts, how):
+    """Host b took the commit with the secret by a plain ``git pull`` (or was cloned after it was pushed), so its
+    record of the remote's tip (sync-tips.json) was older than the secret, or absent. The team then removed the
+    file from history and force-pushed. b's next ``memvault sync`` saw no rewrite (its recorded tip is still in the
+    new history) and rebased every commit the remote no longer had onto the new tip: the secret was pushed back
+    with no word. The remote-tracking branch's reflog says what b had of the remote: it is used too."""
+    hosts.sync("a")
+    hosts.sync("b")  # b's recorded tip: before the secret
+    a = hosts.on("a")
+    a.facts.set("ops/deploy", "Deploy with the key in the vault.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    if how == "fresh clone":
+        git(hosts.tmp, "clone", "-q", str(hosts.remote), "b2")
+        b = hosts.vaults["b"] = Vault.open(hosts.tmp / "b2", embedder_factory=hosts.models)
+    else:
+        git(b.root, "pull", "-q")
+    assert (b.root / "facts" / "ops" / "deploy.md").exists()
+    clean = hosts.tmp / "clean"
+    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
+    git(clean, "reset", "-q", "--hard", "HEAD~1")
+    (clean / "README").write_text("rewritten\n")
+    git(clean, "add", "README")
+    git(clean, "commit", "-qm", "rewritten without the deploy fact")
+    git(clean, "push", "-q", "--force", "origin", "HEAD")
+    if how == "git pull then git fetch":
+        git(b.root, "fetch", "-q")  # the tracking branch already at the new history: its reflog still knows
+    b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
+    result = hosts.sync("b")
+    remote = ["--git-dir", str(hosts.remote)]
+    history = git(hosts.tmp, *remote, "log", "--format=%H", "--name-only", "HEAD")
+    assert "facts/ops/deploy.md" not in history
+    assert "facts/db/replica.md" in git(hosts.tmp, *remote, "ls-tree", "-r", "--name-only", "HEAD")
+    assert any("rewritten" in w for w in result.warnings)
+    assert not (b.root / "facts" / "ops" / "deploy.md").exists()
+
+
 @pytest.mark.parametrize("local_change", [False, True])
 def test_a_history_the_team_squashed_into_a_new_root_is_followed(hosts, local_change):
     """The team removes a secret by squashing the whole history into one new root commit (``checkout --orphan``)
@@ -692,3 +731,79 @@ def test_an_append_during_a_syncs_push_does_not_wait_for_the_network(hosts, tmp_
     b = hosts.on("b")
     hosts.sync("b")
     assert {"before the sync", "during the push"} <= {e.text for e in b.episodes.list()}
+
+
+# ------------------------------------------------------------------------------------------- remote names
+def test_a_remote_url_with_credentials_is_never_printed_nor_kept(hosts, tmp_path):
+    """``memvault sync --remote https://bob:PW@host/repo.git``: the URL, password and all, was printed ("pushed
+    to https://bob:PW@.../master"), returned in --json and kept as a key of sync-tips.json in the local state."""
+    from click.testing import CliRunner
+    from memvault.interfaces.cli import Context, cli
+
+    b = hosts.on("b")
+    password, token = "Hunter2Pass", "ghp_0123456789abcdefghijklmnopqrstuvwxyz"
+    for url in (f"https://bob:{password}@example.com/r.git", f"https://{token}@example.com/t.git"):
+        git(b.root, "config", f"url.{hosts.remote}.insteadOf", url)
+        b.facts.set(f"db/{len(url)}", "The replica listens on port 5433.", source="user:admin")
+        secret = password if password in url else token
+        runner = CliRunner()
+        for args in ([], ["--json"]):
+            done = runner.invoke(cli, ["--vault", str(b.root), "sync", "--remote", url, *args],
+                                 obj=Context(embedder_factory=hosts.models))
+            assert done.exit_code == 0, done.output
+            assert secret not in done.output and "example.com" in done.output
+        result = b.sync(remote=url)
+        assert secret not in json.dumps(result.to_dict())
+        for path in b.state_dir.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+        git(b.root, "config", "--unset", f"url.{hosts.remote}.insteadOf")
+
+
+def test_a_remote_named_like_an_option_is_a_name_never_an_option(hosts, tmp_path):
+    """``memvault sync --remote '--upload-pack=CMD'`` ran CMD: the remote went to git ls-remote in the place of an
+    option. And a remote git allows to be named ``-mirror`` could not be synced with at all. After ``--``, it is a
+    name: the first is no repository (one line, nothing run), the second syncs."""
+    b = hosts.on("b")
+    ran = tmp_path / "ran"
+    with pytest.raises(MemvaultError) as info:
+        b.sync(remote=f"--upload-pack=touch {ran};")
+    assert "\n" not in str(info.value) and not ran.exists()
+    git(b.root, "remote", "add", "--", "-mirror", str(hosts.remote))
+    b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
+    assert b.sync(remote="-mirror").pushed
+    assert "facts/db/replica.md" in git(b.root, "--git-dir", str(hosts.remote), "ls-tree", "-r", "--name-only",
+                                        "HEAD")
+
+
+@pytest.mark.parametrize("kind", ["fact", "runbook"])
+def test_a_memory_edited_on_both_hosts_on_different_lines_is_never_merged_line_by_line(hosts, kind):
+    """Two people edit one fact (or runbook) by hand, on different lines. The rebase merged the two edits into a
+    text neither of them wrote, and pushed it with no check: a runbook no one reviewed, ready to run. As the docs
+    say of a fact changed on both sides, sync stops before changing anything and names it."""
+    a = hosts.on("a")
+    if kind == "fact":
+        a.facts.set("db/primary", "Primary: db01.\n\nReplica: db02.\n\nBackups: 03:15 UTC.", source="user:admin")
+        rel, key = "facts/db/primary.md", "db/primary"
+    else:
+        script = hosts.tmp / "deploy.sh"
+        script.write_text("#!/bin/sh\n# description: deploy\nmake build\necho one\necho two\necho three\nmake deploy\n")
+        a.procedures.add("ops/deploy", script, source="user:admin")
+        rel, key = "procedures/ops/deploy.sh", "procedures/ops/deploy.sh"
+    hosts.sync("a")
+    hosts.sync("b")
+    path = a.root / rel
+    text = path.read_text()
+    first, last = ("db01", "03:15") if kind == "fact" else ("make build", "make deploy")
+    path.write_text(text.replace(first, first + " (moved)"))
+    hosts.sync("a")
+    b = hosts.on("b")
+    mine = text.replace(last, last + " --force")
+    (b.root / rel).write_text(mine)
+    before = git(b.root, "rev-parse", "HEAD")
+    with pytest.raises(SyncConflict) as info:
+        hosts.sync("b")
+    assert info.value.keys == [key] and "\n" not in str(info.value)
+    assert (b.root / rel).read_text() == mine
+    assert git(b.root, "rev-parse", "HEAD^") == before  # its edit committed here, nothing of the remote's merged
+    assert "(moved)" not in git(b.root, "show", f"HEAD:{rel}")

@@ -4,6 +4,7 @@ kept episodes of their own, untracked."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -222,6 +223,67 @@ def test_turning_tracking_on_keeps_this_clones_untracked_lines_of_a_month_the_re
     b_then_a_sync_and_both_keep_every_line(a, b)
 
 
+def test_a_large_month_set_aside_and_put_back_is_never_held_whole(untracked, models, monkeypatch):
+    """Setting a month file aside read it whole and kept it base64 in one JSON string (sync-aside.json), and putting
+    it back parsed that whole: a 109 MB month made a sync peak at 566 MB. The lines are copied in pieces and matched
+    by episode id; the memory they take stays far below the file's size. Every line comes back once."""
+    import json
+    import tracemalloc
+
+    from memvault.core import episode_sync, remote
+    from memvault.rules import fsutil
+
+    a, b = untracked
+    a.episodes.append("Kept on a before tracking.", source="agent:ops")
+    mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    first = json.loads(mine.read_bytes().splitlines()[0])
+    with mine.open("a") as f:
+        for n in range(3_000):
+            f.write(json.dumps({**first, "id": f"01M9{n:022d}", "text": f"Bulk {n} " + "x" * 1000}) + "\n")
+    size = mine.stat().st_size
+    a = track_episodes(a, models)
+    a.sync()
+    peaks: list[int] = []
+
+    def measured(real):
+        def run(*args, **kwargs):
+            tracemalloc.start()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                peaks.append(tracemalloc.get_traced_memory()[1])
+                tracemalloc.stop()
+        return run
+
+    monkeypatch.setattr(fsutil, "PIECE", 1 << 16)  # the pieces, not the file, bound the memory: a small test file
+    monkeypatch.setattr(remote, "set_aside", measured(episode_sync.set_aside))
+    monkeypatch.setattr(remote, "put_aside_back", measured(episode_sync.put_aside_back))
+    b.sync()
+    assert peaks and max(peaks) < size / 2, (peaks, size)  # 5 times the size before
+    texts = [e.text for e in b.episodes.iter()]
+    assert len(texts) == len(set(texts)) == 3_002
+
+
+def test_a_record_of_lines_set_aside_by_an_older_memvault_is_still_put_back(untracked):
+    """An older memvault kept the lines in the record itself (base64 in JSON): a sync killed by it, then upgraded,
+    still puts them back, once, and leaves no record nor copy behind."""
+    import base64
+    import json
+
+    from memvault.core.episode_sync import ASIDE_DIR, ASIDE_NAME
+
+    _, b = untracked
+    line = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
+    month = line.read_bytes()
+    line.unlink()
+    rel = line.relative_to(b.root).as_posix()
+    (b.state_dir / ASIDE_NAME).write_text(json.dumps({"files": {rel: base64.b64encode(month).decode()}}))
+    b.sync()
+    b.sync()
+    assert line.read_bytes() == month
+    assert not (b.state_dir / ASIDE_NAME).exists() and not (b.state_dir / ASIDE_DIR).exists()
+
+
 def test_turning_tracking_on_later_never_adopts_a_same_named_laptops_folder(untracked, models, monkeypatch):
     """``a`` writes episodes/macbook-pro.local/ (an older memvault's folder, or a name chosen after the hostname);
     ``b``, of the same hostname, had episodes untracked (its append lock is there, with no record of folders: what an
@@ -299,11 +361,10 @@ def test_a_damaged_record_of_lines_set_aside_is_named_and_never_written_over(unt
 def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(untracked, models):
     """The remote's file of that month is a link: this clone's lines are not written through it; they stay in the
     local state, named, and the sync goes through."""
-    import base64
     import json
     import os
 
-    from memvault.core.episode_sync import ASIDE_NAME
+    from memvault.core.episode_sync import ASIDE_DIR, ASIDE_NAME
 
     a, b = untracked
     mine = b.episodes.append("Kept on b before tracking.", source="agent:ops").path
@@ -317,8 +378,8 @@ def test_lines_set_aside_are_never_written_through_a_link_the_remote_put_there(u
     result = b.sync()
     assert any(mine.name in w and "cannot be put back" in w for w in result.warnings)
     assert outside.read_text() == ""
-    kept = json.loads((b.state_dir / ASIDE_NAME).read_text())["files"][f"episodes/{mine.name}"]
-    assert b"Kept on b" in base64.b64decode(kept)
+    kept = json.loads((b.state_dir / ASIDE_NAME).read_text())["paths"][f"episodes/{mine.name}"]
+    assert b"Kept on b" in (b.state_dir / ASIDE_DIR / kept).read_bytes()
 
 
 # ------------------------------------------------------------------------------------------- review: attacks
@@ -343,13 +404,15 @@ def sync_killed_after_the_pull(vault, monkeypatch) -> None:
 
 
 def aside(record) -> bytes:
-    """Every line a record of lines set aside holds (decoded), or nothing when there is no record."""
-    import base64
+    """Every line a record of lines set aside holds (its copies'), or nothing when there is no record."""
     import json
+
+    from memvault.core.episode_sync import ASIDE_DIR
 
     if not record.exists():
         return b""
-    return b"".join(base64.b64decode(v) for v in json.loads(record.read_text())["files"].values())
+    names = json.loads(record.read_text())["paths"].values()
+    return b"".join((record.parent / ASIDE_DIR / name).read_bytes() for name in names)
 
 
 def test_a_purge_after_a_killed_sync_also_purges_the_lines_set_aside(untracked, models, monkeypatch):
@@ -537,6 +600,49 @@ def test_a_sync_killed_during_its_rebase_is_named_at_the_next_one(hosts):
     git(b.root, "rebase", "--abort")
     with pytest.raises(SyncConflict):  # the person's way out: the conflict itself, named by the next sync
         b.sync()
+
+
+KILLED_SYNC = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[3])
+from fake_embedder import Models
+from memvault import Vault
+from memvault.stores.gitstore import GitStore
+verb, real = sys.argv[2], GitStore._run
+
+def run(self, args, data, env=None):
+    out = real(self, args, data, env)
+    if args[0] == verb:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+GitStore._run = run
+Vault.open(sys.argv[1], embedder_factory=Models()).sync()
+"""
+
+
+def test_a_sync_killed_at_its_commit_leaves_nothing_the_next_sync_does_not_mend(hosts):
+    """A real ``kill -9`` of a sync just after its commit moved HEAD, before the index was told: the next sync
+    pushed, and left the index staging the month file's deletion and the fact's old text (a person's next
+    ``git commit`` reverted both). Now it ends clean: everything on the remote, nothing staged."""
+    from pathlib import Path
+
+    a = hosts.on("a")
+    a.facts.set("db/a", "A fact from host a.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.facts.set("db/b", "A fact from host b.", source="user:admin")
+    b.episodes.append("An episode on b.", source="agent:ops")
+    with (b.root / "facts" / "db" / "b.md").open("a") as f:
+        f.write("Edited by hand.\n")
+    done = subprocess.run([sys.executable, "-c", KILLED_SYNC, str(b.root), "update-ref",
+                           str(Path(__file__).parent)], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    hosts.sync("b")
+    assert git(b.root, "status", "--porcelain") == ""
+    remote = ["--git-dir", str(hosts.remote)]
+    assert "Edited by hand." in git(b.root, *remote, "show", "HEAD:facts/db/b.md")
+    assert "An episode on b." in git(b.root, *remote, "grep", "-h", "An episode", "HEAD", "--", "episodes")
 
 
 def test_changes_a_killed_sync_left_in_the_stash_are_named(hosts):

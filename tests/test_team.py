@@ -731,6 +731,46 @@ def test_a_rewritten_upstream_is_published_over_what_it_removed(team):
     assert a.vault.index.shared.head() == git(a.root, "rev-parse", "HEAD").strip()
 
 
+def far_clone(remote: Path, root: Path) -> Host:
+    """A clone over git's transport, as from another machine (a local clone copies every object the remote's
+    folder holds, the commits a rewrite removed too)."""
+    subprocess.run(["git", "clone", "-q", "--no-local", str(remote), str(root)], check=True, capture_output=True)
+    return Host(root)
+
+
+def test_a_fresh_clone_after_a_rewrite_publishes_the_upstream_when_the_remote_holds_just_that(team, tmp_path):
+    """The team rewrote history without a secret fact and force-pushed, and no host that had the old history
+    published since: every host cloned afterwards said "pull first" for ever (it cannot have the shared index's
+    commit), and recall kept matching the removed fact's rows. When the remote's branch is exactly this host's
+    upstream, the shared index's commit is in no history the remote holds: the upstream is published over it. A
+    host that is only behind (the remote holds more) still says "pull first"."""
+    remote, a, clone = team
+    facts_of_a(a)
+    a.vault.facts.set("ops/deploy", "The deploy key is kept in the team vault under ops.", source="user:ann")
+    push(a)
+    a.vault.reindex()
+    rewriter = clone("rewriter")
+    git(rewriter.root, "reset", "-q", "--hard", "HEAD~1")
+    (rewriter.root / "README").write_text("rewritten\n")
+    git(rewriter.root, "add", "README")
+    git(rewriter.root, "commit", "-qm", "rewritten without the deploy key", "--no-verify")
+    git(rewriter.root, "push", "-q", "--force", "origin", "HEAD")
+    fresh, behind = (far_clone(remote, tmp_path / name) for name in ("fresh", "behind"))
+    (rewriter.root / "NOTES").write_text("more\n")
+    git(rewriter.root, "add", "NOTES")
+    git(rewriter.root, "commit", "-qm", "more", "--no-verify")
+    git(rewriter.root, "push", "-q", "origin", "HEAD")
+    git(fresh.root, "pull", "-q")
+    report = behind.vault.reindex()
+    assert any("pull first" in w for w in report.warnings), report.warnings
+    report = fresh.vault.reindex()
+    assert any("published the upstream over it" in w for w in report.warnings), report.warnings
+    assert "facts/ops/deploy.md" not in fresh.vault.index.shared.files()
+    assert fresh.vault.index.shared.head() == git(fresh.root, "rev-parse", "HEAD").strip()
+    for host in (fresh, behind):
+        host.vault.index.close()
+
+
 def test_a_fact_past_its_limit_is_never_read_by_publish(team, monkeypatch):
     """One cat-file of every changed blob held a 291 MB fact whole (1.4 GB) on whichever host published next,
     where the SQLite index reads no file past [limits] fact_bytes."""

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..rules.errors import EpisodeError, GitError, MemvaultError
 from ..rules.fsread import read_regular_if_there
-from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove, remove_dir
-from ..stores.episodes import Episode, month_of, new_lines, parse_line, split_new
+from ..rules.fsutil import (atomic_write, atomic_write_chunks, ensure_dir, read_pieces, read_regular, remove,
+                            remove_dir)
+from ..stores.episodes import Episode, line_id, month_of, new_lines, parse_line, split_new
 from ..stores.gitstore import GitStore
 from .gate import WriteGate
 
@@ -171,8 +173,14 @@ def give_up(gate: WriteGate, shared: set[str], successor: str | None) -> list[st
 
 
 # ------------------------------------------------------------------------------- untracked files a pull brings
-#: Where a sync keeps this clone's untracked month files while the pull checks the remote's over them (local state).
+#: Where a sync keeps this clone's untracked month files while the pull checks the remote's over them (local state):
+#: a record naming, for each repository path, its copy in :data:`ASIDE_DIR` (``{"paths": {path: name}}``). An older
+#: memvault kept the bytes in the record itself, base64 (``{"files": {path: base64}}``): still read.
 ASIDE_NAME = "sync-aside.json"
+#: The folder beside the record holding the copies (one file each, 0600, never a whole month in memory).
+ASIDE_DIR = "sync-aside"
+#: What a record's entry is: a copy's path, or (an older record) the bytes themselves.
+Kept = Path | bytes
 
 
 def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
@@ -180,25 +188,26 @@ def set_aside(gate: WriteGate, git: GitStore, head: str, fetched: str) -> None:
     commits add (``head``: this clone's HEAD): this clone kept that month's episodes untracked (``episodes/`` in
     .gitignore) and another clone, tracking episodes now, committed its own file of that name. Git checks a file out
     over an ignored one without a word; :func:`put_aside_back` adds this clone's lines to it once the rebase is over,
-    whatever its outcome, or at the next sync when this one was killed."""
+    whatever its outcome, or at the next sync when this one was killed. Copied in pieces: a month of 109 MB made a
+    sync peak at 566 MB when it was read whole and kept base64 in one JSON string."""
     added = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", head, fetched, "--",
                     ":(literal)" + git.rel(gate.episodes.dir), strip=False)
-    kept: dict[str, bytes] = {}
+    kept: dict[str, Kept] = {}
     for added_path in added.split("\0"):
         # The path, or a folder above it: git deletes an ignored file to check a folder out in its place too.
         parts = added_path.split("/") if added_path else []
         for path in ("/".join(parts[:n]) for n in range(len(parts), 0, -1)):
             if path not in kept and month_file(gate, git, path) and _regular(git.root / path):
-                kept[path] = read_regular(git.root / path)
+                kept[path] = git.root / path
     if not kept:
         return
     record = gate.state_dir / ASIDE_NAME
     if os.path.lexists(record):  # one put_aside_back could not read: never written over
         raise GitError(f"sync stopped before changing anything: {record} holds episodes set aside by an earlier "
-                       "sync that could not be put back; move them back by hand (base64) and remove the file, then "
-                       "sync again")
+                       f"sync that could not be put back (copies in {gate.state_dir / ASIDE_DIR}); move them back by "
+                       "hand and remove the record, then sync again")
     ensure_dir(gate.state_dir)
-    _write_aside(record, kept)
+    _write_aside(gate, kept)
 
 
 def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str]]:
@@ -208,32 +217,80 @@ def put_aside_back(gate: WriteGate, git: GitStore) -> tuple[list[Path], list[str
     The files changed, and what to say (a record that cannot be read is left as it is, and named)."""
     record = gate.state_dir / ASIDE_NAME
     try:
-        kept = _read_aside(record)
+        kept = _read_aside(gate)
     except FileNotFoundError:
         return [], []
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
         return [], [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not put back; "
-                    "they are in that file (base64), which is left as it is"]
+                    "they are in that file, which is left as it is"]
     changed: list[Path] = []
-    left: dict[str, bytes] = {}  # what cannot be put back (a link committed there): kept in the record, named
+    left: dict[str, Kept] = {}  # what cannot be put back (a link committed there): kept in the record, named
     said: list[str] = []
     for path, mine in kept.items():
         target = git.root / path
         if not month_file(gate, git, path):
             continue  # only ever a month file of this vault's episodes/
         try:
-            there = read_regular_if_there(target)
-            add = mine if there is None else split_new(there, mine)[1]
-            if add:
-                ensure_dir(target.parent)
-                atomic_write(target, _after(there or b"", add))
+            if _put_back_lines(target, mine):
                 changed.append(target)
         except (OSError, MemvaultError) as exc:
             left[path] = mine
             said.append(f"{path}: this clone's untracked episodes set aside during a sync cannot be put back ({exc});"
-                        f" they stay in {record} (base64)")
-    _write_aside(record, left)
+                        f" they stay in {record}")
+    _write_aside(gate, left)
     return changed, said
+
+
+def _lines_of(kept: Kept) -> Iterator[bytes]:
+    """The lines of a file set aside (split where :func:`split_new` splits), read in pieces."""
+    if isinstance(kept, bytes):
+        yield from kept.splitlines(keepends=True)
+        return
+    rest = b""
+    for piece in read_pieces(kept):
+        lines = (rest + piece).splitlines(keepends=True)
+        # the last line may go on in the next piece (a CR at the end may be the first half of a CRLF)
+        rest = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        yield from lines
+    if rest:
+        yield rest
+
+
+def _put_back_lines(target: Path, mine: Kept) -> bool:
+    """Add to ``target`` the lines of ``mine`` it does not hold (:func:`split_new`'s rule: by episode id, or a line
+    without one by its bytes), after its own; the whole of ``mine`` when ``target`` is gone. Whether it changed.
+    Neither file is held whole: the ids of ``target`` are, and the lines are copied in pieces."""
+    ids: set[str] = set()
+    texts: set[bytes] = set()
+    last = b""
+    there = os.path.lexists(target)
+    if there:
+        for raw in _lines_of(target):
+            key = raw.rstrip(b"\r\n")
+            if key.strip():
+                episode = line_id(key)
+                if episode is not None:
+                    ids.add(episode)
+                else:
+                    texts.add(key)
+            last = raw
+
+    def new() -> Iterator[bytes]:
+        for raw in _lines_of(mine):
+            key = raw.rstrip(b"\r\n")
+            if not key.strip():
+                continue
+            episode = line_id(key)
+            if (episode not in ids) if episode is not None else (key not in texts):
+                yield raw if raw.endswith((b"\n", b"\r")) else raw + b"\n"
+
+    if next(new(), None) is None:
+        return False
+    ensure_dir(target.parent)
+    head = read_pieces(target) if there else iter(())
+    gap = [b"\n"] if last and not last.endswith((b"\n", b"\r")) else []
+    atomic_write_chunks(target, itertools.chain(head, gap, new()))
+    return True
 
 
 def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool], *, what: str = "purged",
@@ -245,45 +302,87 @@ def drop_aside(gate: WriteGate, drop: Callable[[Episode], bool], *, what: str = 
     caller holds the append lock. What to say."""
     record = gate.state_dir / ASIDE_NAME
     try:
-        kept = _read_aside(record)
+        kept = _read_aside(gate)
     except FileNotFoundError:
         return []
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MemvaultError) as exc:
         return [f"{record} cannot be read ({exc}): the episodes a sync set aside there were not {what}; look at it"]
-    removed = 0
-    left: dict[str, bytes] = {}
-    for path, data in kept.items():
-        lines = []
-        for raw in data.splitlines(keepends=True):
-            with contextlib.suppress(EpisodeError, UnicodeDecodeError):
-                if raw.strip() and drop(parse_line(raw.decode("utf-8"))):
-                    removed += 1
-                    continue
-            lines.append(raw)
-        if any(line.strip() for line in lines):
-            left[path] = b"".join(lines)
+
+    def dropped(raw: bytes) -> bool:
+        with contextlib.suppress(EpisodeError, UnicodeDecodeError):
+            return bool(raw.strip()) and drop(parse_line(raw.decode("utf-8")))
+        return False
+
+    removed = sum(1 for data in kept.values() for raw in _lines_of(data) if dropped(raw))
     if not removed:
         return []
     if not dry_run:
-        _write_aside(record, left)
+        left: dict[str, Kept] = {}
+        for path, data in kept.items():
+            if any(raw.strip() and not dropped(raw) for raw in _lines_of(data)):
+                left[path] = _filtered(data, dropped)
+        _write_aside(gate, left)
     return [f"{removed} episode line{'s' if removed != 1 else ''} set aside by an interrupted sync ({record}) "
             + ("would be removed too" if dry_run else "removed too")]
 
 
-def _read_aside(record: Path) -> dict[str, bytes]:
-    """The files a record of lines set aside holds (repository path -> bytes); FileNotFoundError when there is none,
-    else any of OSError, ValueError, TypeError, KeyError, AttributeError or MemvaultError when it cannot be read."""
-    files = json.loads(read_regular(record))["files"]
-    return {path: base64.b64decode(text, validate=True) for path, text in files.items()}
+class _filtered:
+    """The lines of a file set aside that ``dropped`` keeps, as :func:`_write_aside` copies them."""
+
+    def __init__(self, kept: Kept, dropped: Callable[[bytes], bool]) -> None:
+        self.kept, self.dropped = kept, dropped
+
+    def pieces(self) -> Iterator[bytes]:
+        return (raw for raw in _lines_of(self.kept) if not self.dropped(raw))
 
 
-def _write_aside(record: Path, files: dict[str, bytes]) -> None:
-    """The record of ``files`` set aside (base64 in JSON, 0600), or none at all when there are none."""
+def _read_aside(gate: WriteGate) -> dict[str, Kept]:
+    """The files a record of lines set aside holds (repository path -> its copy, or its bytes in an older record);
+    FileNotFoundError when there is none, else any of OSError, ValueError, TypeError, KeyError, AttributeError or
+    MemvaultError when it cannot be read."""
+    data = json.loads(read_regular(gate.state_dir / ASIDE_NAME))
+    if "paths" in data:
+        folder = gate.state_dir / ASIDE_DIR
+        out: dict[str, Kept] = {}
+        for path, name in data["paths"].items():
+            if not isinstance(name, str) or not name.isdigit():
+                raise ValueError(f"{name!r} is not the name of a copy")
+            if not _regular(folder / name):
+                raise ValueError(f"{folder / name} is missing")
+            out[path] = folder / name
+        return out
+    return {path: base64.b64decode(text, validate=True) for path, text in data["files"].items()}
+
+
+def _write_aside(gate: WriteGate, files: dict[str, Kept | _filtered]) -> None:
+    """The record of ``files`` set aside (each copied in pieces into :data:`ASIDE_DIR`, 0600, then the record
+    naming them), or none at all when there are none; copies no record names are removed."""
+    record, folder = gate.state_dir / ASIDE_NAME, gate.state_dir / ASIDE_DIR
+    names: dict[str, str] = {}
     if files:
-        encoded = {path: base64.b64encode(data).decode("ascii") for path, data in files.items()}
-        atomic_write(record, json.dumps({"files": encoded}, sort_keys=True).encode("utf-8"), mode=0o600)
+        ensure_dir(folder, 0o700)
+        taken = {p.name for p in _copies(folder)}
+        fresh = (str(n) for n in itertools.count() if str(n) not in taken)
+        for path, kept in files.items():
+            name = names[path] = next(fresh)  # never over a copy the record still names: a kill stays safe
+            pieces = kept.pieces() if isinstance(kept, _filtered) else (
+                iter((kept,)) if isinstance(kept, bytes) else read_pieces(kept))
+            atomic_write_chunks(folder / name, pieces, mode=0o600)
+        atomic_write(record, json.dumps({"paths": names}, sort_keys=True).encode("utf-8"), mode=0o600)
     else:
         remove(record)
+    for copy in _copies(folder):
+        if copy.name not in names.values():
+            remove(copy)
+    if not names:
+        remove_dir(folder)
+
+
+def _copies(folder: Path) -> list[Path]:
+    try:
+        return [folder / name for name in os.listdir(folder) if name.isdigit()]
+    except OSError:
+        return []
 
 
 def _regular(path: Path) -> bool:
@@ -293,5 +392,5 @@ def _regular(path: Path) -> bool:
         return False
 
 
-__all__ = ["ASIDE_NAME", "MOVED_TRAILER", "drop_aside", "give_up", "month_file", "move_own_lines", "put_aside_back",
+__all__ = ["ASIDE_DIR", "ASIDE_NAME", "MOVED_TRAILER", "drop_aside", "give_up", "month_file", "move_own_lines", "put_aside_back",
            "set_aside", "shared_folders"]

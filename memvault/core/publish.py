@@ -258,11 +258,29 @@ def refusal(shared: SharedIndex, git: GitStore, head: str | None, ref: str) -> s
     reason = foreign(shared, git, head)
     if reason is not None:
         return f"not published: {reason}"
+    if not git.has_commit(head) and _remote_tip(git) == ref:
+        return None  # the remote holds exactly this host's upstream, so no history of it holds head: a rewrite
     if not git.has_commit(head) or git.is_ancestor(ref, head):  # the team is ahead of this host
         return (f"the shared index reflects {head[:12]}, which {ref[:12]} does not contain: not published (pull "
                 "first; if the upstream's history was rewritten, a host that had synced the old one publishes over "
                 "it)")
     return None
+
+
+def _remote_tip(git: GitStore) -> str | None:
+    """The commit the remote's branch that the current branch tracks is at now (one network call), or None when
+    there is no upstream or the remote cannot be asked. A host that cloned after the team rewrote history cannot
+    have the commit the shared index reflects, and could not tell the rewrite from being behind ("pull first", for
+    ever when no host that had the old history published since): the remote's answer tells them apart."""
+    try:
+        branch = git.run("symbolic-ref", "--quiet", "--short", "HEAD")
+        remote = git.run("config", "--get", f"branch.{branch}.remote")
+        merge = git.run("config", "--get", f"branch.{branch}.merge")
+        out = git.run("ls-remote", "--", remote, merge, env={"GIT_TERMINAL_PROMPT": "0"})
+    except GitError:
+        return None
+    tips = {line.split("\t")[0] for line in out.splitlines() if line.endswith("\t" + merge)}
+    return tips.pop() if len(tips) == 1 else None
 
 
 #: Beside the vault in the shared index (its ``vault_meta``): the root commits of the histories published under its

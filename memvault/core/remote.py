@@ -100,7 +100,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
     local_only = remote is None and not _try(git, "remote")
     remote, branch = _target(git, remote, branch)
-    result = SyncResult(remote=remote, branch=branch, local_only=local_only)
+    result = SyncResult(remote=shown_remote(remote), branch=branch, local_only=local_only)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     # The write and append locks are held for the steps that read or change the work tree and HEAD, never while
@@ -109,7 +109,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     try:
         with gate.sync_lock():
             for attempt in range(1, PUSH_ATTEMPTS + 1 if not local_only else 2):
-                fetched = _fetch(git, remote, branch) if not local_only else None
+                fetched, tracked = _fetch(git, remote, branch) if not local_only else (None, None)
                 with gate.lock(source, result.warnings), gate.episodes.lock():
                     if attempt == 1:
                         result.warnings += _fix_ignore_rule(gate) + _left_in_stash(git)
@@ -129,7 +129,8 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                     if local_only:
                         break
                     head = _tip(git)
-                    pulled = _integrate(gate, git, specs, remote, branch, fetched, result.warnings, source)
+                    pulled = _integrate(gate, git, specs, remote, branch, fetched, result.warnings, source,
+                                        tracked=tracked)
                     result.pulled = list(dict.fromkeys([*result.pulled, *pulled]))
                     if result.committed == head:
                         result.committed = _rebased(git, head)
@@ -144,7 +145,7 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                         raise
                     if attempt == PUSH_ATTEMPTS:
                         raise GitError(
-                            f"sync: push to {remote} {branch} was rejected {PUSH_ATTEMPTS} times (the remote keeps "
+                            f"sync: push to {shown_remote(remote)} {branch} was rejected {PUSH_ATTEMPTS} times (the remote keeps "
                             f"moving, or refuses the push); your commits are safe here, run memvault sync again: "
                             f"{exc}") from None
     finally:
@@ -174,6 +175,16 @@ def _target(git: GitStore, remote: str | None, branch: str | None) -> tuple[str,
     if not branch:
         raise GitError("sync: HEAD is detached; check out a branch or pass the branch to sync with")
     return remote, branch
+
+
+def shown_remote(remote: str) -> str:
+    """``remote`` as it is said and kept: a URL without its user part (``user:password@``, or a token given as the
+    user), which ``--remote`` may be given with and git itself never prints."""
+    scheme, sep, rest = remote.partition("://")
+    where, slash, path = rest.partition("/")
+    if not sep or "@" not in where:
+        return remote
+    return f"{scheme}://{where.rpartition('@')[2]}{slash}{path}"
 
 
 def _try(git: GitStore, *args: str) -> str | None:
@@ -257,36 +268,38 @@ def _fix_ignore_rule(gate: WriteGate) -> list[str]:
             "and replace this host's index and state; now '.memvault' (committed with this sync)"]
 
 
-def _fetch(git: GitStore, remote: str, branch: str) -> str | None:
+def _fetch(git: GitStore, remote: str, branch: str) -> tuple[str | None, str | None]:
     """Fetch remote/branch (the network: no vault lock held); its tip, or None when the remote has no such branch
-    yet (the first push creates it)."""
+    yet (the first push creates it), and what the remote-tracking branch held before (the fetch moves it, and a
+    fresh clone keeps no reflog of it)."""
+    tracked = _try(git, "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}^{{commit}}")
     try:
-        heads = git.run("ls-remote", "--heads", remote, f"refs/heads/{branch}", env=_env(git))
+        heads = git.run("ls-remote", "--heads", "--", remote, f"refs/heads/{branch}", env=_env(git))
     except GitError as exc:
-        raise GitError(f"sync: cannot reach remote {remote}: {exc}") from None
+        raise GitError(f"sync: cannot reach remote {shown_remote(remote)}: {exc}") from None
     if not heads:
-        return None
-    git.run("fetch", "--quiet", remote, f"refs/heads/{branch}", env=_env(git))
-    return git.run("rev-parse", "FETCH_HEAD")
+        return None, tracked
+    git.run("fetch", "--quiet", "--", remote, f"refs/heads/{branch}", env=_env(git))
+    return git.run("rev-parse", "FETCH_HEAD"), tracked
 
 
 def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, branch: str, fetched: str | None,
-               warnings: list[str], source: str) -> list[str]:
+               warnings: list[str], source: str, *, tracked: str | None = None) -> list[str]:
     """Rebase onto the fetched tip of remote/branch (under the write and append locks); the vault-relative paths
-    that changed in the work tree."""
+    that changed in the work tree. ``tracked``: the remote-tracking branch before the fetch."""
     if fetched is None:
         return []
     before = git.run("rev-parse", "HEAD")
     # What this host last had of the remote: when the remote no longer contains it, its history was rewritten
     # (a secret force-pushed away), and only the commits made here since are ours to put back on top; rebasing
     # everything not on the remote pushed the removed commits back.
-    last = _last_tip(gate, remote, branch)
+    last = _last_had(gate, git, remote, branch, before, tracked)
     rewritten = (last is not None and last != fetched and git.has_commit(last) and not git.is_ancestor(last, fetched)
                  and git.is_ancestor(last, before))
     base = _try(git, "merge-base", before, fetched)
     if base is None:  # no commit in common: a history squashed into a new root, or another repository
         if not rewritten or last is None:
-            raise GitError(f"sync stopped before changing anything: {remote} {branch} shares no history with this "
+            raise GitError(f"sync stopped before changing anything: {shown_remote(remote)} {branch} shares no history with this "
                            "clone (another repository, or one re-created, and this clone never synced with its old "
                            "one); check `git remote -v`, or clone it afresh")
         base = last  # what this host last had of the remote: the commits made here since are put on top
@@ -308,7 +321,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
             git.run(*NO_UNION, "rebase", "--quiet", *onto, env=_env(git))
         except GitError as exc:
             if not _rebase_in_progress(git):
-                raise GitError(f"sync: git rebase onto {remote}/{branch} failed: {exc}") from None
+                raise GitError(f"sync: git rebase onto {shown_remote(remote)}/{branch} failed: {exc}") from None
             try:
                 conflicted = _merge_shared_lines(gate, git, shared, successor)
             except BaseException:  # never leave a rebase half done: the work tree goes back to this host's version
@@ -317,7 +330,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
                 raise
             if conflicted:
                 git.run("rebase", "--abort", env=_env(git))
-                raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, remote, branch) from None
+                raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, shown_remote(remote), branch) from None
     finally:
         try:
             warnings += put_aside_back(gate, git)[1]
@@ -329,7 +342,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
     if successor is not None and current is not None:
         warnings += move_own_lines(gate, git, current, successor, fetched, source)
     if rewritten:
-        warnings.append(f"the history of {remote} {branch} was rewritten (force-pushed) since this host last "
+        warnings.append(f"the history of {shown_remote(remote)} {branch} was rewritten (force-pushed) since this host last "
                         "synced: the commits it removed are not pushed back; only those made here since were put "
                         "on top")
     after = git.run("rev-parse", "HEAD")
@@ -355,15 +368,37 @@ def _tips(gate: WriteGate) -> dict[str, Any]:
 
 
 def _last_tip(gate: WriteGate, remote: str, branch: str) -> str | None:
-    tip = _tips(gate).get(f"{remote} {branch}")
+    tip = _tips(gate).get(f"{shown_remote(remote)} {branch}")
     return tip if isinstance(tip, str) and len(tip) in (40, 64) and all(c in "0123456789abcdef" for c in tip) \
         else None
+
+
+#: How many of the remote-tracking branch's past values :func:`_last_had` looks at, newest first.
+TRACKED_TIPS = 20
+
+
+def _last_had(gate: WriteGate, git: GitStore, remote: str, branch: str, head: str,
+              before_fetch: str | None = None) -> str | None:
+    """What this clone last had of remote/branch, as far as ``head`` holds it: the tip its last sync recorded, or a
+    newer one the remote-tracking branch held meanwhile (``before_fetch``, then its reflog: a plain ``git pull``, or
+    the clone itself, brought the remote's commits in without a sync). The record alone missed those: a clone that
+    took a secret with ``git pull`` put it back on the history the team had rewritten without it, and pushed it."""
+    recorded = _last_tip(gate, remote, branch)
+    out = _try(git, "log", "-g", "--format=%H", f"--max-count={TRACKED_TIPS}", f"refs/remotes/{remote}/{branch}",
+               "--") or ""
+    seen = dict.fromkeys([*([before_fetch] if before_fetch else []), *out.split()])
+    tracked = next((tip for tip in seen if git.is_ancestor(tip, head)), None)
+    if tracked is None or tracked == recorded:
+        return recorded
+    if recorded is None or not git.is_ancestor(recorded, head) or git.is_ancestor(recorded, tracked):
+        return tracked
+    return recorded
 
 
 def remember_tip(gate: WriteGate, remote: str, branch: str, tip: str) -> None:
     """Keep the remote's tip this host is now in step with (``tip``, the commit a sync pulled to and pushed)."""
     tips = _tips(gate)
-    tips[f"{remote} {branch}"] = tip
+    tips[f"{shown_remote(remote)} {branch}"] = tip
     ensure_dir(gate.state_dir)
     atomic_write(gate.state_dir / TIPS_NAME, json.dumps(tips, sort_keys=True).encode("utf-8"))
 
@@ -379,7 +414,7 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
     merge base of ``head`` and ``fetched``), or puts something where the vault's own files should be."""
 
     def stop(paths: list[str], why: str, *, keyed: bool = True) -> NoReturn:
-        raise SyncConflict([_key_for(gate, git, p) for p in paths] if keyed else [], paths, remote, branch,
+        raise SyncConflict([_key_for(gate, git, p) for p in paths] if keyed else [], paths, shown_remote(remote), branch,
                            reason=f"sync stopped before changing anything: {why}")
 
     incoming = _changed(git, base, fetched)
@@ -406,6 +441,10 @@ def _refuse_overlap(gate: WriteGate, git: GitStore, base: str, head: str, fetche
         stop(merged, f"{', '.join(merged)} changed here and on the remote, and a .gitattributes rule would merge "
                      f"them with a merge driver (union: both texts kept, no check run on the result); a memory is "
                      f"never merged line by line: remove the rule for the vault's paths, then sync again")
+    memories = sorted(p for p in both if _vault_rel(gate, git, p).startswith(("facts/", "procedures/"))
+                      and git.blob_at(head, p) != git.blob_at(fetched, p))
+    if memories:  # git merged edits of different lines without a word: a text neither side wrote, unchecked
+        raise SyncConflict([_key_for(gate, git, p) for p in memories], memories, shown_remote(remote), branch)
     overlap = sorted(incoming & set(git.status_paths()))
     if overlap:
         one = len(overlap) == 1
@@ -587,7 +626,7 @@ def _tip(git: GitStore) -> str:
 def _push(git: GitStore, remote: str, branch: str, tip: str) -> bool:
     """Push ``tip`` (HEAD as the locked steps left it: a commit made meanwhile goes with the next sync) to
     remote/branch, a fast-forward only. True when the remote branch moved."""
-    out = git.run("push", "--porcelain", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
+    out = git.run("push", "--porcelain", "--", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
     # --porcelain: one line per ref, "<flag>\t<from>:<to>\t<summary>"; "=" means it was already up to date.
     flags = [line[0] for line in out.splitlines() if "\t" in line and line[:1] in " +-*=!"]
     return any(flag != "=" for flag in flags)

@@ -25,7 +25,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 # The read side lives in fsread; its names are imported from here too (entry_problem, read_inside, read_regular, walk).
@@ -307,6 +307,31 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
         _write_replacing(dfd, name, path, lambda fd: _write_all(fd, data), mode)
 
 
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, mode: int | None = None) -> None:
+    """:func:`atomic_write` of the bytes ``chunks`` yields, one after the other: a large file is never held whole.
+    Should ``chunks`` raise, nothing is written."""
+    parent, name = _parent(path)
+
+    def write(fd: int) -> None:
+        for chunk in chunks:
+            _write_all(fd, chunk)
+
+    with dir_handle(parent, create=True) as dfd:
+        _write_replacing(dfd, name, path, write, mode)
+
+
+#: The piece :func:`copy_file` and :func:`read_pieces` read at a time.
+PIECE = 1 << 20
+
+
+def read_pieces(path: Path) -> Iterator[bytes]:
+    """The bytes of the regular file ``path`` (a link there is refused), :data:`PIECE` at a time."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        while piece := f.read(PIECE):
+            yield piece
+
+
 def _user_named(target: Path, what: str) -> tuple[Path, str]:
     """The folder of a path the user named for output, resolved (the links on the way are theirs), and its final
     name, which the caller never follows. UnsafePath when the folder does not exist or the name is no ``what``."""
@@ -566,13 +591,9 @@ def copy_file(src: Path, dst: Path, *, mode: int | None = None) -> None:
     """Copy the regular file ``src`` (a link there is refused) to ``dst`` through :func:`atomic_write`; the
     source's mode unless ``mode`` is given."""
     fd = open_regular(src)
-    try:
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read()
+    with os.fdopen(fd, "rb") as f:
         src_mode = os.fstat(fd).st_mode & 0o777
-    finally:
-        os.close(fd)
-    atomic_write(dst, data, mode=src_mode if mode is None else mode)
+        atomic_write_chunks(dst, iter(lambda: f.read(PIECE), b""), mode=src_mode if mode is None else mode)
 
 
 def copy_tree(src: Path, dst: Path, *, skip: frozenset[str] = frozenset()) -> None:

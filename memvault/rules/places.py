@@ -40,12 +40,12 @@ ROOT_ID = "root"
 _DISPOSABLE = frozenset({"locks", "live", "agents-warm-up", "hook-reindex.requested"})
 #: What a ``.memvault`` in the work tree may hold that says what to do rather than what was done: this host's settings
 #: (a command to run, a model folder to load), a purge's journal (a pattern to purge, as a source), the ages this host
-#: accepted to prune by (the guard against a pushed shorter ``[retention]``), and the records of where this clone
-#: appends and what a sync set aside or last synced with (which no older memvault wrote there). Never moved into the
-#: state: a folder a commit put there (then untracked, as the notice advises) looks just like an older memvault's.
-#: Left where they are, and named.
-_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "retention.json", "sync-aside.json", "sync-tips.json",
-                          "episode-folders.json"})
+#: accepted to prune by (the guard against a pushed shorter ``[retention]``), the team index's url it accepted to
+#: connect to, and the records of where this clone appends and what a sync set aside or last synced with (which no
+#: older memvault wrote there). Never moved into the state: a folder a commit put there (then untracked, as the notice
+#: advises) looks just like an older memvault's. Left where they are, and named.
+_NOT_ADOPTED = frozenset({"local.toml", "purge.json", "retention.json", "index-url.json", "sync-aside.json",
+                          "sync-aside", "sync-tips.json", "episode-folders.json"})
 #: Remembers what was said about the work tree's ``.memvault`` (said once, again only when it changes).
 _SEEN_NAME = "legacy-seen"
 

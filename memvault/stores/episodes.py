@@ -712,7 +712,7 @@ def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> tuple[bytes, bytes] 
     gone = old - {key for key, _ in mine}
     there = _lines(ours)
     have = {key for key, _ in there}
-    id_of = {key: _line_id(key) for key in old | have | {key for key, _ in mine}}  # each line parsed once
+    id_of = {key: line_id(key) for key in old | have | {key for key, _ in mine}}  # each line parsed once
     base_ids = _line_ids(old, id_of)
     gone_ids = base_ids - _line_ids((key for key, _ in mine), id_of)  # episodes removed here: their edits there go
     ours_new = {id_of[key]: key for key in have - old}
@@ -742,7 +742,7 @@ def _lines(data: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _line_id(line: bytes) -> str | None:
+def line_id(line: bytes) -> str | None:
     """The episode id of a stored line, or None (not JSON, no id: such a line is matched by its bytes only)."""
     if b'"id"' not in line:
         return None
@@ -756,7 +756,7 @@ def _line_id(line: bytes) -> str | None:
 
 def _line_ids(lines: Any, id_of: dict[bytes, str | None] | None = None) -> set[str]:
     """The episode ids of ``lines`` (their texts), read from ``id_of`` when given (each line parsed once)."""
-    ident = _line_id if id_of is None else id_of.__getitem__
+    ident = line_id if id_of is None else id_of.__getitem__
     return {i for i in map(ident, lines) if i is not None}
 
 
@@ -776,7 +776,7 @@ def split_new(before: bytes, after: bytes) -> tuple[bytes, bytes]:
     new: list[bytes] = []
     for raw in after.splitlines(keepends=True):  # split where _lines splits
         key = raw.rstrip(b"\r\n")
-        episode = _line_id(key) if key.strip() else None
+        episode = line_id(key) if key.strip() else None
         if key.strip() and ((episode not in ids) if episode is not None else (key not in texts)):
             new.append(raw if raw.endswith((b"\n", b"\r")) else raw + b"\n")
         else:

@@ -209,8 +209,10 @@ class GitStore:
             try:
                 made = gittree.commit(self.root, self._tree_info(), rels, body, other_repo_env(**env), self._run)
             except GitError as exc:
-                if _busy(exc) and attempt < 49:
-                    time.sleep(0.1)  # another git process holds the index, or HEAD moved: again from the top
+                # HEAD moved: again from the top. Not the index's lock: gittree waited for it already (LOCK_TRIES),
+                # and one a killed git left would have made each write wait 50 times as long before failing.
+                if _busy(exc) and "index.lock" not in str(exc) and attempt < 49:
+                    time.sleep(0.1)
                     continue
                 raise
             if made is not gittree.MOVED:

@@ -148,12 +148,17 @@ def commit(root: Path, repo: Repo, rels: list[str], message: str, env: dict[str,
         else:
             root_id = tree_id
             written[tree_id] = data
+    lines = [f"{modes[r].decode()} {blobs[r]}\t{r}" if r in blobs else f"0 {_ZERO}\t{r}" for r in rels]
     if root_id == head_tree:
+        # Nothing to commit. The index may still hold other entries for these paths: a commit killed between its
+        # update-ref and its update-index left them so (staged as reverted), and the next commit of the paths is
+        # the one chance to mend it. Only when it differs: the index lock is taken for nothing otherwise.
+        if run(["diff", "--cached", "--name-only", "-z", "HEAD", "--", *(f":(literal){r}" for r in rels)], None):
+            run(["update-index", "-z", "--index-info"], "".join(line + "\0" for line in lines).encode())
         return None
     _write_trees(written, run)
     new = run(["commit-tree", root_id, "-p", head, "-F", "-"], message.encode(), env).decode().strip()
     run(["update-ref", "-m", f"commit: {message.splitlines()[0] if message else ''}", "HEAD", new, head], None)
-    lines = [f"{modes[r].decode()} {blobs[r]}\t{r}" if r in blobs else f"0 {_ZERO}\t{r}" for r in rels]
     for attempt in range(LOCK_TRIES):
         try:
             run(["update-index", "-z", "--index-info"], "".join(line + "\0" for line in lines).encode())
