@@ -68,6 +68,8 @@ class GitStore:
         #: Commit with git's plumbing (:mod:`memvault.stores.gittree`) when it can: a write then costs what it
         #: changes, not a temporary index of the whole repository. False: always ``git commit --only``.
         self.plumbing = True
+        #: The process writing the first commit-graph (:meth:`update_commit_graph` with ``wait=False``), if any.
+        self.graph_writer: subprocess.Popen[bytes] | None = None
 
     # -- discovery ---------------------------------------------------------------------------------------
     @classmethod
@@ -426,12 +428,27 @@ class GitStore:
                 at += 2
         return None
 
-    def update_commit_graph(self) -> None:
+    def update_commit_graph(self, *, wait: bool = True) -> subprocess.Popen[bytes] | None:
         """Bring git's commit-graph, with changed-path Bloom filters, up to HEAD (what ``git maintenance`` keeps):
-        with it, the history of one file costs milliseconds instead of a walk of every commit (7 s at 30k commits).
-        Incremental (``--split``): after the first run only new commits are added (milliseconds). Raises
-        GitError."""
-        self._git("commit-graph", "write", "--reachable", "--changed-paths", "--split")
+        with it, the history of one file skips every commit that did not touch it (0.6 s instead of 3 s at 30k
+        commits). Incremental (``--split``): once there is one, only new commits are added (milliseconds).
+        ``wait=False``: a repository without one gets it from a process left running (the first reads every commit:
+        12 s at 30k), returned; the caller goes on without it. Raises GitError."""
+        args = ["commit-graph", "write", "--reachable", "--changed-paths", "--split"]
+        if not wait:
+            info = self.root / self._git("rev-parse", "--git-path", "objects/info")  # a worktree's: the common one
+            if not (info / "commit-graph").exists() and not (info / "commit-graphs" / "commit-graph-chain").exists():
+                if self.graph_writer is not None and self.graph_writer.poll() is None:
+                    return self.graph_writer
+                try:
+                    self.graph_writer = subprocess.Popen(["git", *args], cwd=self.root, stdin=subprocess.DEVNULL,
+                                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                         env=other_repo_env(), start_new_session=True)
+                except OSError as exc:
+                    raise GitError(f"cannot run git: {exc.strerror}") from None
+                return self.graph_writer
+        self._git(*args)
+        return None
 
     def staged(self, stage: int, repo_rel: str) -> bytes | None:
         """The bytes of ``repo_rel`` at ``stage`` of the git index (0 merged; in a conflict 1 base, 2 ours, 3 theirs),
