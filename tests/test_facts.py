@@ -261,3 +261,45 @@ def test_refused_delete_accept_and_reject_put_files_and_the_git_index_back(stric
         assert after == before
         assert status(v) == "" or all(line.startswith("??") for line in status(v).splitlines()), status(v)
         assert "fact" not in git(v.root, "diff", "--cached", "--name-only")
+
+
+def _bloom_statistics(trace) -> list[dict]:
+    """The changed-path Bloom filter counts of every revision walk git traced (trace2 event format)."""
+    import json
+
+    out = []
+    for line in trace.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("category") == "bloom" and event.get("key") == "statistics":
+            out.append(event["value"])
+    return out
+
+
+def test_fact_history_skips_the_commits_that_did_not_touch_it_and_still_follows_a_rename(vault, tmp_path,
+                                                                                         monkeypatch):
+    """Six months in (30k commits), `fact history KEY` of a fact written once took 11 s: `git log --follow` reads
+    every commit of the repository (git uses no changed-path filter with --follow) and no commit-graph was ever
+    written outside the web view, so even the walk of one path diffed every commit. Now the commit-graph is kept up
+    to date by the history call and the walk is one path-limited `git log` per name the file had: git's trace
+    counts the commits it skipped by their Bloom filter instead of diffing them."""
+    vault.facts.set("db/main", "listens on 5432")
+    vault.facts.set("db/main", "listens on 6432")
+    git(vault.root, "mv", "facts/db/main.md", "facts/db/moved.md")
+    git(vault.root, "commit", "-qm", "moved")
+    vault.facts.set("db/moved", "listens on 7432")
+    for i in range(30):
+        vault.facts.set(f"other/f{i}", f"unrelated fact number {i}")
+    vault.facts.history("db/moved")  # the first call starts git's first commit-graph in a process of its own
+    assert vault.git.graph_writer is not None and vault.git.graph_writer.wait() == 0
+    trace = tmp_path / "trace2.json"
+    monkeypatch.setenv("GIT_TRACE2_EVENT", str(trace))
+    history = vault.facts.history("db/moved")
+    subjects = [e.message.splitlines()[0] for e in history]
+    assert len(subjects) == 4 and subjects[1] == "moved" and "db/main" in subjects[2], subjects
+    assert "+listens on 7432" in history[0].diff
+    assert "rename from facts/db/main.md" in history[1].diff  # the rename, as git log --follow shows it
+    assert "-listens on 5432" in history[2].diff and "+listens on 6432" in history[2].diff
+    walks = _bloom_statistics(trace)
+    skipped = sum(w["definitely_not"] for w in walks)
+    diffed = sum(w["maybe"] + w["filter_not_present"] for w in walks)
+    assert skipped >= 30 and diffed <= 8, walks

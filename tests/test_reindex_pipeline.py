@@ -177,3 +177,28 @@ def test_a_recall_with_nothing_to_embed_starts_no_writer_and_takes_no_lock(pv, m
     assert pv.index.pending() > 0
     pv.index.embed(fake, limit=8)
     assert pv.index.pending() == 0
+
+
+def test_each_pending_chunk_is_read_about_once_however_many_are_encoded(pv, models, monkeypatch):
+    """The encoder set aside every chunk it had encoded (their vectors might not be committed yet) and asked for
+    that many pending rows more at each look: every group read again, context resolved, all the chunks encoded
+    before it. A reindex of six months (500k episodes) spent its time there, not in the model: quadratic. Now it sets
+    aside only what the writer has not committed, so the rows read stay a small multiple of the chunks."""
+    lines = [f'{{"id": "01J{i:023d}", "created_at": "2026-11-01T{i // 60:02d}:{i % 60:02d}:00Z", "source": "user:ops", '
+             f'"kind": "raw", "text": "line {i} of a long log"}}' for i in range(400)]
+    (pv.root / "episodes" / "2026-11.jsonl").write_text("\n".join(lines) + "\n")
+    pv.index.sync()
+    chunks = pv.index.pending()
+    assert chunks > 400
+    monkeypatch.setattr(vectors, "EMBED_GROUP", 8)
+    read, fetched = vectors.pending_rows, []
+
+    def counted(conn, limit):
+        rows = read(conn, limit)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(vectors, "pending_rows", counted)
+    pv.index.embed(models(pv.config), wait=True)
+    assert pv.index.pending() == 0
+    assert sum(fetched) <= 5 * chunks, (sum(fetched), chunks, len(fetched))

@@ -14,6 +14,7 @@ kept (a later call takes what is left), so pending work only shrinks. A crash lo
 """
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -103,6 +104,9 @@ class VectorWriter:
         self._queue: queue.Queue[tuple[list[Row], dict[str, bytes]] | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.written = 0
+        #: The rowids of each group this writer is done with (committed, or found gone): no longer pending, so the
+        #: encoder stops setting them aside (appended here, taken by the encoder's thread: a deque is safe for that).
+        self.finished: collections.deque[list[int]] = collections.deque()
         self._thread = threading.Thread(target=self._main, name="memvault-vectors", daemon=True)
         self._thread.start()
 
@@ -115,6 +119,7 @@ class VectorWriter:
                     started = time.perf_counter()
                     self.written += write_vectors(conn, self._model, *item)
                     _time(self._report, "write vectors", started)
+                    self.finished.append([r[0] for r in item[0]])
         except BaseException as exc:
             self.error = exc
             while self._queue.get() is not None:  # keep taking, so the encoder never blocks on a dead writer
@@ -254,12 +259,17 @@ def embed_pending(conn: sqlite3.Connection, embedder: Embedder, identity: ModelI
     path = Path(conn.execute("PRAGMA database_list").fetchone()[2])
     writer = VectorWriter(path, model_id(conn, identity), report)
     goal = limit
-    taken: set[int] = set()  # chunks encoded by this call (their vectors may not be committed yet)
+    # chunks encoded by this call whose vectors the writer has not committed yet (and those the model gave no usable
+    # vector for: they stay pending). Only those: a set of every chunk encoded made each look fetch (and resolve the
+    # context of) all of them again, and a rebuild of 500k episodes quadratic.
+    taken: set[int] = set()
     buffer: list[Row] = []
     done = 0
     try:
         while goal is None or done < goal:
             finished = feed is None or feed.done.is_set()  # read before looking: a batch committed after is seen
+            while writer.finished:
+                taken.difference_update(writer.finished.popleft())
             started = time.perf_counter()
             recut_words(conn, embedder)
             _time(report, "cut", started)

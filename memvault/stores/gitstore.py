@@ -68,6 +68,8 @@ class GitStore:
         #: Commit with git's plumbing (:mod:`memvault.stores.gittree`) when it can: a write then costs what it
         #: changes, not a temporary index of the whole repository. False: always ``git commit --only``.
         self.plumbing = True
+        #: The process writing the first commit-graph (:meth:`update_commit_graph` with ``wait=False``), if any.
+        self.graph_writer: subprocess.Popen[bytes] | None = None
 
     # -- discovery ---------------------------------------------------------------------------------------
     @classmethod
@@ -366,12 +368,38 @@ class GitStore:
 
     def log(self, path: Path, *, patch: bool = True, follow: bool = True, limit: int | None = None) -> list[LogEntry]:
         """History of one file, newest first, with each commit's diff of that file; with ``limit``, only the newest
-        ``limit`` commits.
+        ``limit`` commits. ``follow`` goes on, as ``git log --follow`` does, into the file it was renamed or copied
+        from (``-C --find-copies-harder``, git's own test) in the commit that created it.
+
+        Never ``git log --follow`` itself: git reads every commit of the repository for it, changed-path Bloom
+        filters unused (11 s at 30k commits, where the walk of one path answers in 0.1 s with a commit-graph). So one
+        path-limited walk per name the file had, and one ``diff-tree`` of the commit that created each name.
 
         Fields are read between NUL bytes, the one byte no commit message, author name or text diff holds (a binary
         file's diff is one line saying so): any other separator can be written into a message by whoever commits."""
         if not self.has_head():
             return []
+        entries: list[LogEntry] = []
+        rel, rev = self.rel(path), "HEAD"
+        while limit is None or len(entries) < limit:
+            batch = self._path_log(rel, rev, patch, None if limit is None else limit - len(entries))
+            entries += batch
+            if not follow or not batch:
+                break
+            created = batch[-1]
+            source = self._created_from(created.commit, rel)
+            if source is None:
+                break
+            if patch:  # the diff git --follow shows for that commit: "rename from"/"copy from", then the change
+                diff = self._git("diff-tree", "-p", "--text", "--no-textconv", "--no-ext-diff", "--no-color",
+                                 "--no-commit-id", "-C", "--find-copies-harder",
+                                 f"{created.commit}^", created.commit, "--", source, rel, strip=False)
+                entries[-1] = LogEntry(created.commit, created.author, created.date, created.message,
+                                       diff.strip("\n"))
+            rel, rev = source, f"{created.commit}^"
+        return entries
+
+    def _path_log(self, rel: str, rev: str, patch: bool, limit: int | None) -> list[LogEntry]:
         args = ["log", "--format=%x00%H%x00%an%x00%aI%x00%B%x00", "--no-color"]
         if limit is not None:
             args.append(f"--max-count={max(0, limit)}")
@@ -379,14 +407,53 @@ class GitStore:
             # The text's own diff, whatever a committed .gitattributes says (-diff: "Binary files differ"; diff=X:
             # this host's textconv for X): a teammate's change is never hidden from the history a person audits.
             args += ["-p", "--text", "--no-textconv", "--no-ext-diff"]
-        if follow:
-            args.append("--follow")
-        fields = self._git(*args, "--", self.rel(path), strip=False).split("\x00")[1:]
+        fields = self._git(*args, rev, "--", rel, strip=False).split("\x00")[1:]
         entries = []
         for at in range(0, len(fields) - 4, 5):
             commit, author, date, message, diff = fields[at:at + 5]
             entries.append(LogEntry(commit, author, date, message.strip(), diff.strip("\n")))
         return entries
+
+    def _created_from(self, commit: str, rel: str) -> str | None:
+        """The path ``commit`` renamed or copied to ``rel`` (None: it created ``rel`` anew, or is a root commit)."""
+        try:
+            out = self._git("diff-tree", "-r", "-z", "--name-status", "-C", "--find-copies-harder", f"{commit}^",
+                            commit, strip=False)
+        except GitError:  # a root commit: no parent to come from
+            return None
+        fields = out.split("\x00")
+        at = 0
+        while at < len(fields) - 1:
+            status = fields[at]
+            if status[:1] in ("R", "C"):
+                if fields[at + 2] == rel:
+                    return fields[at + 1]
+                at += 3
+            else:
+                at += 2
+        return None
+
+    def update_commit_graph(self, *, wait: bool = True) -> subprocess.Popen[bytes] | None:
+        """Bring git's commit-graph, with changed-path Bloom filters, up to HEAD (what ``git maintenance`` keeps):
+        with it, the history of one file skips every commit that did not touch it (0.6 s instead of 3 s at 30k
+        commits). Incremental (``--split``): once there is one, only new commits are added (milliseconds).
+        ``wait=False``: a repository without one gets it from a process left running (the first reads every commit:
+        12 s at 30k), returned; the caller goes on without it. Raises GitError."""
+        args = ["commit-graph", "write", "--reachable", "--changed-paths", "--split"]
+        if not wait:
+            info = self.root / self._git("rev-parse", "--git-path", "objects/info")  # a worktree's: the common one
+            if not (info / "commit-graph").exists() and not (info / "commit-graphs" / "commit-graph-chain").exists():
+                if self.graph_writer is not None and self.graph_writer.poll() is None:
+                    return self.graph_writer
+                try:
+                    self.graph_writer = subprocess.Popen(["git", *args], cwd=self.root, stdin=subprocess.DEVNULL,
+                                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                         env=other_repo_env(), start_new_session=True)
+                except OSError as exc:
+                    raise GitError(f"cannot run git: {exc.strerror}") from None
+                return self.graph_writer
+        self._git(*args)
+        return None
 
     def staged(self, stage: int, repo_rel: str) -> bytes | None:
         """The bytes of ``repo_rel`` at ``stage`` of the git index (0 merged; in a conflict 1 base, 2 ours, 3 theirs),
