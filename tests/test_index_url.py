@@ -123,3 +123,16 @@ def test_a_committed_record_of_an_accepted_url_is_never_this_hosts_word(strict_v
     assert not (v.state_dir / "index-url.json").exists() and (old / "index-url.json").is_file()
     assert "has not accepted it" in " ".join(v.recall("anything", mode="keyword").warnings)
     assert rogue.connections == 0
+
+
+def test_an_index_url_in_this_hosts_local_toml_is_its_own_word(strict_vault, models, rogue, monkeypatch):
+    monkeypatch.delenv("MEMVAULT_INDEX_URL", raising=False)
+    toml = strict_vault.root / "memvault.toml"
+    toml.write_text(toml.read_text().replace('backend = "sqlite"', 'backend = "postgres"'))
+    git(strict_vault.root, "commit", "-qm", "the team index", "--", "memvault.toml")
+    local = strict_vault.state_dir / "local.toml"
+    local.write_text(f'[index]\nurl = "postgresql://app@127.0.0.1:{rogue.port}/team"\n')
+    v = Vault.open(strict_vault.root, embedder_factory=models)
+    assert v.config.url_from == "this host's local.toml"
+    said = " ".join(v.recall("anything", mode="keyword").warnings)
+    assert "has not accepted" not in said and rogue.connections > 0

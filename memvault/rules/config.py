@@ -257,7 +257,10 @@ class IndexSettings:
                            _choice(*BACKENDS))
     url: str | None = setting(None, "the PostgreSQL URL (postgresql://user@host/db) of the team's shared index and "
                                     "embedding cache; with backend = \"sqlite\" only the cache is used. "
-                                    "MEMVAULT_INDEX_URL overrides it; a password here is refused", _url, shown="none",
+                                    "MEMVAULT_INDEX_URL overrides it; a password here is refused. Set in the "
+                                    "shared memvault.toml, each host connects only once it accepted it (`memvault "
+                                    "reindex --accept-index-url`); this host's local.toml may set it too", _url,
+                              shown="none",
                               template=False)
     name: str | None = setting(None, "this vault's name in the shared index (default: the name of the git remote's "
                                      "repository)", _opt_str, shown="the remote's name", template=False)
