@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ...rules.markup import printable_line
 from .base import Out, cli, echo, output, pass_ctx
 
 IMPORT_FORMATS = ("claude-code", "claude-mem", "basic-memory", "mem0", "openclaw", "markdown", "memvault")
@@ -116,5 +117,6 @@ def export_cmd(ctx, fmt, output, allow_secret):
         if entries:
             named = "; ".join(f"{e['type']} {e.get('key') or e.get('name') or e.get('id') or e.get('path')}: "
                               f"{e['reason']}" for e in entries[:10])
-            echo(f"memvault: left out {len(entries)} {why}: {named}"
-                 + (f"; and {len(entries) - 10} more" if len(entries) > 10 else ""), err=True)
+            # one line: a pulled file's name may hold a line feed (it would print a second line of its own)
+            click.echo(printable_line(f"memvault: left out {len(entries)} {why}: {named}"
+                                      + (f"; and {len(entries) - 10} more" if len(entries) > 10 else "")), err=True)
