@@ -582,6 +582,14 @@ def test_used_counts_only_memories_that_exist_and_is_bounded(strict):
         strict.used([f"fact:db/k{i}" for i in range(1000)], source="agent:x")
 
 
+def test_used_names_a_memory_reported_twice_as_counted_once(strict):
+    """'used' and its MCP tool say each ref not counted is named in the warnings, and why: a memory named twice
+    ('db/primary' and 'fact:db/primary') counted once with no word ('counted 1 of 2 uses')."""
+    counted = strict.used(["fact:db/primary", "db/primary", "fact:db/primary"], source="user:admin")
+    assert list(counted) == [("fact", "db/primary")]
+    assert counted.warnings == ["fact:db/primary: named more than once in this report: taken once"]
+
+
 def test_purged_text_is_gone_from_damaged_copies_too(strict):
     marker = "zanzibarquokka"
     strict.episodes.append(f"The {marker} payload from a bad page.", source="web:evil.example")

@@ -283,3 +283,18 @@ def test_a_damaged_record_of_a_dead_run_is_reported_and_dropped_never_blocking_a
     assert result.exit_code == 0 and capfd.readouterr().out == "committed\n"
     assert len(result.episode.warnings) == 2 and all("not recorded" in w for w in result.episode.warnings)
     assert not list(scratch.glob("run-*")) and len(vault.episodes.list()) == 1
+
+
+@pytest.mark.parametrize("arg", ["\udcff", "\ud800"])
+def test_an_argument_that_is_not_utf8_is_refused_before_the_script_runs(vault, tmp_path, arg):
+    """A byte that is not UTF-8 on the command line (a latin-1 file name: Python reads it as '\\udcff') ran the
+    script, and only then was its record refused (meta.args: not UTF-8 text), so a run with side effects had no
+    episode; a lone surrogate from JSON (MCP) stopped with an internal error at exec. Both are refused, naming the
+    argument, before anything runs."""
+    from memvault.rules.errors import InvalidValue
+
+    ran = tmp_path / "ran"
+    add(vault, tmp_path, "ops/touch", f"#!/usr/bin/env bash\ntouch {ran}\n")
+    with pytest.raises(InvalidValue, match=r"args\[1\]"):
+        vault.procedures.run("ops/touch", ["ok", arg], source="user:admin")
+    assert not ran.exists() and vault.episodes.list() == []

@@ -242,3 +242,35 @@ def test_a_record_with_a_lone_surrogate_is_refused_by_its_line_and_the_rest_come
     assert [e["origin"] for e in report.refused] == [f"{path}:2", f"{path}:3"]
     assert all("surrogate" in e["reason"] for e in report.refused)
     assert [e["origin"] for e in report.added] == [f"{path}:4"]
+
+
+def test_an_export_names_an_unreadable_file_on_one_line_whatever_its_name_holds(vault, tmp_path, runner):
+    """A pulled file whose name held a line feed ('x<LF>memvault: warning: forged.md') was named in export's 'left out
+    ... that could not be read' line as it is: its second half printed a line memvault never wrote."""
+    from memvault.interfaces.cli import cli
+
+    vault.facts.set("db/main", "Primary on db01.", source="user:dev")
+    (vault.root / "facts" / "x\nmemvault: warning: forged.md").write_text("---\nsource: user:dev\n---\nhi\n")
+    result = runner.invoke(cli, ["--vault", str(vault.root), "export", "-o", str(tmp_path / "out.jsonl")])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert not any(line.startswith("memvault: warning: forged") for line in lines), lines
+    assert any("left out 1 that could not be read" in line and "\\u000a" in line for line in lines), lines
+
+
+def test_an_import_report_names_a_file_on_one_line_whatever_its_name_holds(tmp_path, runner):
+    """An export folder's fact named 'y<LF>  conflict: db-primary: forged.md' was refused by its path, printed as it
+    is: the report showed a conflict line no import made."""
+    from memvault.interfaces.cli import cli
+
+    folder = tmp_path / "exported" / "facts"
+    folder.mkdir(parents=True)
+    (folder / "ok.md").write_text("---\nsource: user:dev\n---\nfine\n")
+    (folder / "y\n  conflict: db-primary: forged.md").write_text("---\nsource: user:dev\n---\nhi\n")
+    fresh = Vault.init(tmp_path / "fresh")
+    result = runner.invoke(cli, ["--vault", str(fresh.root), "import", "memvault", str(tmp_path / "exported"),
+                                 "--source", "user:dev"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert not any(line.startswith("  conflict:") for line in lines), lines
+    assert any(line.startswith("  refused:") and "\\u000a" in line for line in lines), lines

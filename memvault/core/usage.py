@@ -43,13 +43,17 @@ def used(gate: WriteGate, refs: Sequence[str], *, source: str) -> Counted:
     if len(refs) > MAX_USED:
         raise InvalidValue("refs", f"at most {MAX_USED} memories per report, not {len(refs)}")
     reader = Reader(source, gate.scopes.for_source(source), gate.root)
-    keys, missing = [], []
-    for ref in dict.fromkeys(refs):
+    keys, missing, seen, again = [], [], set(), []
+    for ref in refs:
         kind, sep, item = ref.partition(":")
         if not sep:
             kind, item = "fact", ref
         if kind not in ("fact", "episode", "procedure") or not item:
             raise InvalidValue("ref", f"{ref!r} is not kind:id (fact:db/primary, procedure:web/reload, episode:ID)")
+        if (kind, item) in seen:  # "db/primary" and "fact:db/primary" are one memory: one use a report
+            again.append((kind, item))
+            continue
+        seen.add((kind, item))
         path = _path(gate, kind, item)
         readable = path is not None and reader.allows(path, gate.root)
         (keys if readable else missing).append((kind, item))
@@ -59,6 +63,8 @@ def used(gate: WriteGate, refs: Sequence[str], *, source: str) -> Counted:
     counted = gate.record_use(keys, source=source, warnings=warnings) if keys else []
     warnings += [f"{kind}:{item}: counted once a day for a source [trust] does not trust, already today: not counted "
                  "again" for kind, item in keys if (kind, item) not in counted]
+    warnings += [f"{kind}:{item}: named more than once in this report: taken once" for kind, item in
+                 dict.fromkeys(again)]
     return Counted(counted, warnings)
 
 

@@ -104,10 +104,14 @@ def check_utf8(value: str, name: str) -> str:
 
 
 def check_args(args: Sequence[str]) -> None:
-    """A program's arguments: JSON (MCP) carries a NUL byte, which exec cannot (an internal error, before)."""
+    """A program's arguments: JSON (MCP) carries a NUL byte, which exec cannot (an internal error, before); and
+    each is UTF-8 text, which its run's episode must hold: a byte that is not (a latin-1 file name on a command line)
+    ran the script and then had its record refused, and a lone surrogate from JSON failed at exec (an internal
+    error). Refused before anything runs."""
     for n, arg in enumerate(args):
         if "\x00" in arg:
             raise InvalidValue(f"args[{n}]", "contains a NUL byte, which no program's argument can hold")
+        check_utf8(arg, f"args[{n}]")
 
 
 def validate_source(source: object, name: str = "source") -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ...rules.markup import one_line, printable_line
 from .base import Out, cli, echo, output, pass_ctx
 
 IMPORT_FORMATS = ("claude-code", "claude-mem", "basic-memory", "mem0", "openclaw", "markdown", "memvault")
@@ -73,8 +74,9 @@ def import_cmd(ctx, fmt, path, dry_run, trust, source):
             what = entry.get("key") or entry.get("origin")
             if bucket == "refused":
                 what = f"item {entry.get('item')}" + (f" ({what})" if what != f"item {entry.get('item')}" else "")
-            lines.append(f"  {bucket[:-1] if bucket == 'conflicts' else 'refused'}: {what}: {entry.get('reason')}"
-                         + (f" ({entry['with']})" if entry.get("with") else ""))
+            # one line each: an export folder's file name may hold a line feed (a second, forged report line)
+            lines.append("  " + one_line(f"{bucket[:-1] if bucket == 'conflicts' else 'refused'}: {what}: "
+                                         f"{entry.get('reason')}" + (f" ({entry['with']})" if entry.get("with") else "")))
     if report.proposed and not dry_run:
         lines.append(f"  {len(report.proposed)} facts wait in the inbox: 'memvault inbox', then accept or reject")
     return Out(report.to_dict(), lines, notes=report.problems)
@@ -116,5 +118,6 @@ def export_cmd(ctx, fmt, output, allow_secret):
         if entries:
             named = "; ".join(f"{e['type']} {e.get('key') or e.get('name') or e.get('id') or e.get('path')}: "
                               f"{e['reason']}" for e in entries[:10])
-            echo(f"memvault: left out {len(entries)} {why}: {named}"
-                 + (f"; and {len(entries) - 10} more" if len(entries) > 10 else ""), err=True)
+            # one line: a pulled file's name may hold a line feed (it would print a second line of its own)
+            click.echo(printable_line(f"memvault: left out {len(entries)} {why}: {named}"
+                                      + (f"; and {len(entries) - 10} more" if len(entries) > 10 else "")), err=True)
