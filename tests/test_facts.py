@@ -303,3 +303,29 @@ def test_fact_history_skips_the_commits_that_did_not_touch_it_and_still_follows_
     skipped = sum(w["definitely_not"] for w in walks)
     diffed = sum(w["maybe"] + w["filter_not_present"] for w in walks)
     assert skipped >= 30 and diffed <= 8, walks
+
+
+def test_the_background_commit_graph_writer_leaves_no_zombie_in_a_long_lived_process(vault):
+    """A server (MCP, the web view) that once asked for a fact's history kept git's finished commit-graph writer as a
+    zombie for as long as it ran: nobody waited for it. It is reaped when it ends."""
+    import time
+    from pathlib import Path
+
+    vault.facts.set("db/primary", "listens on 5432", source="user:a")
+    writer = vault.git.update_commit_graph(wait=False)
+    assert writer is not None
+    stat = Path(f"/proc/{writer.pid}/stat")
+
+    def state() -> str | None:
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None  # gone: reaped
+
+    deadline = time.monotonic() + 30
+    while state() not in (None, "Z") and time.monotonic() < deadline:  # git writing the graph
+        time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while state() is not None and time.monotonic() < deadline:  # ended: reaped by then, or a zombie
+        time.sleep(0.05)
+    assert not stat.exists(), "the finished writer is left a zombie"

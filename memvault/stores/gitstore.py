@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,6 +452,8 @@ class GitStore:
                                                          env=other_repo_env(), start_new_session=True)
                 except OSError as exc:
                     raise GitError(f"cannot run git: {exc.strerror}") from None
+                # reaped when it ends, so a long-lived server keeps no zombie (a CLI exits without waiting for it)
+                threading.Thread(target=self.graph_writer.wait, daemon=True).start()
                 return self.graph_writer
         self._git(*args)
         return None
