@@ -40,6 +40,17 @@ def test_the_template_is_valid_and_states_the_defaults(tmp_path):
     ("[facts]\nstale_factor = nan\n", ["stale_factor", "must be a number"]),
     ("[embedding]\nmodel = ''\n", ["model", "non-empty"]),
     ("[episodes\n", ["invalid TOML"]),
+    # A pushed commit's hostile values: each is refused by name, none crashes a command or turns a limit off.
+    ("[limits]\nfact_bytes = '" + "9" * 400 + "GiB'\n", ["fact_bytes", "size like 64KiB"]),
+    ("[limits]\nfact_bytes = '0.5'\n", ["fact_bytes", "at least 1 byte"]),
+    ("[limits]\nfact_bytes = 99999999999999999999\n", ["fact_bytes", "at most"]),
+    ("[capture]\nsession_bytes = '1e9GiB'\n", ["session_bytes"]),
+    ("[recall]\nfield_weights = { key = 1e308 }\n", ["field_weights", "key", "at most"]),
+    ("[recall]\nweights = { relevance = 1e308, importance = 1e308 }\n", ["weights", "at most"]),
+    ("[embedding]\ndaemon_idle = '9999999999y'\n", ["daemon_idle", "at most"]),
+    ("[capture]\nextractor_timeout = '9999999999y'\n", ["extractor_timeout", "at most"]),
+    ("[recall]\nrescan_interval = '9999999999y'\n", ["rescan_interval", "at most"]),
+    ("[retention]\ndefualt = '1d'\n", ["[retention]", "defualt", "did you mean 'default'"]),
 ])
 def test_a_bad_setting_is_one_line_naming_the_file_and_the_key(tmp_path, text, words):
     with pytest.raises(ConfigError) as info:
@@ -71,3 +82,17 @@ def test_an_index_url_with_a_password_or_another_scheme_is_refused(tmp_path, url
         load_text(tmp_path, f'[index]\nbackend = "postgres"\nurl = "{url}"\n')
     cfg = load_text(tmp_path, '[index]\nbackend = "postgres"\nurl = "postgresql://memvault@db.internal/memvault"\n')
     assert cfg.index.url.endswith("/memvault") and cfg.index.backend == "postgres"
+
+
+@pytest.mark.parametrize("shared", ["embedding = 'x'\n", "[[embedding]]\nmodel = 'x'\n", "recall = 3\n"])
+def test_a_shared_section_that_is_not_a_table_is_named_beside_this_hosts_settings(tmp_path, shared):
+    """local.toml's [embedding] or [recall] is laid over memvault.toml's: a pushed ``embedding = 'x'`` was merged as
+    a table (TypeError, exit 70 from every command) instead of being named."""
+    path = tmp_path / "memvault.toml"
+    path.write_text(shared)
+    local = config.local_path(path)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text("[embedding]\nmodel = 'all-MiniLM-L6-v2'\n[recall]\nrerank_candidates = 5\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert "memvault.toml" in str(info.value) and "must be a table" in str(info.value)
