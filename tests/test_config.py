@@ -51,6 +51,8 @@ def test_the_template_is_valid_and_states_the_defaults(tmp_path):
     ("[capture]\nextractor_timeout = '9999999999y'\n", ["extractor_timeout", "at most"]),
     ("[recall]\nrescan_interval = '9999999999y'\n", ["rescan_interval", "at most"]),
     ("[retention]\ndefualt = '1d'\n", ["[retention]", "defualt", "did you mean 'default'"]),
+    # 50,000 trusted patterns (639 KB) made a recall over 40 episodes take 2 minutes instead of 0.8 s.
+    ("[trust]\ntrusted = [" + ", ".join(f"'a:x{i}*'" for i in range(1001)) + "]\n", ["trusted", "at most 1000"]),
 ])
 def test_a_bad_setting_is_one_line_naming_the_file_and_the_key(tmp_path, text, words):
     with pytest.raises(ConfigError) as info:

@@ -152,9 +152,16 @@ def _size_upto(hi: int = SIZE_MAX) -> Convert:
 _size = _size_upto()
 
 
+#: The most source patterns a list may hold: each is tried against a source for every memory a recall ranks (50,000
+#: pushed ones made a recall take 2 minutes).
+PATTERNS_MAX = 1000
+
+
 def _patterns(value: Any, _: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise _invalid('must be a list of source patterns like ["user:*", "agent:deployer"]')
+    if len(value) > PATTERNS_MAX:
+        raise _invalid(f"lists {len(value)} source patterns, at most {PATTERNS_MAX}")
     return tuple(value)
 
 
