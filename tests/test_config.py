@@ -51,6 +51,9 @@ def test_the_template_is_valid_and_states_the_defaults(tmp_path):
     ("[capture]\nextractor_timeout = '9999999999y'\n", ["extractor_timeout", "at most"]),
     ("[recall]\nrescan_interval = '9999999999y'\n", ["rescan_interval", "at most"]),
     ("[retention]\ndefualt = '1d'\n", ["[retention]", "defualt", "did you mean 'default'"]),
+    # The hook that reads it gives up on more than an hour (and on a day, a unit it did not know), using 3 s.
+    ("[agents]\ntime_limit = '1d'\n", ["time_limit", "at most 1h"]),
+    ("[agents]\nprompt_time_limit = '2h'\n", ["prompt_time_limit", "at most 1h"]),
     # 50,000 trusted patterns (639 KB) made a recall over 40 episodes take 2 minutes instead of 0.8 s.
     ("[trust]\ntrusted = [" + ", ".join(f"'a:x{i}*'" for i in range(1001)) + "]\n", ["trusted", "at most 1000"]),
 ])
@@ -98,3 +101,14 @@ def test_a_shared_section_that_is_not_a_table_is_named_beside_this_hosts_setting
     with pytest.raises(ConfigError) as info:
         config.load(path)
     assert "memvault.toml" in str(info.value) and "must be a table" in str(info.value)
+
+
+@pytest.mark.parametrize("value, seconds", [("0.01d", 864.0), ("1h", 3600.0), ("90s", 90.0), ("0.5m", 30.0)])
+def test_the_session_hook_reads_every_time_limit_the_config_accepts(tmp_path, value, seconds):
+    """The agent hook reads [agents] time_limit itself (no memvault import, for speed): an age the config accepts
+    must be the one it uses, not its 3 s default."""
+    from memvault.interfaces.agents import hook
+
+    (tmp_path / "memvault.toml").write_text(f"[agents]\ntime_limit = '{value}'\n")
+    assert load_text(tmp_path, f"[agents]\ntime_limit = '{value}'\n").agents.time_limit == seconds
+    assert hook._time_limit(str(tmp_path), "session-start") == seconds

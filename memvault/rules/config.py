@@ -293,8 +293,9 @@ class AgentsSettings:
                                       "install); nothing at all when nothing clears the relevance floor",
                                  _int(50, 4000))
     time_limit: float = setting("3s", "a session-start hook gives up after this long and says so (the hooks are "
-                                      "installed with a 30 s timeout)", _age)
-    prompt_time_limit: float = setting("2s", "a per-prompt hook gives up after this long, adding nothing", _age)
+                                      "installed with a 30 s timeout; at most 1h)", _age_upto("1h"))
+    prompt_time_limit: float = setting("2s", "a per-prompt hook gives up after this long, adding nothing (at most 1h)",
+                                       _age_upto("1h"))
     episodes: int = setting(5, "recent episodes of the working directory's project shown at session start",
                             _int(0, 50))
 
