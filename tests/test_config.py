@@ -112,3 +112,14 @@ def test_the_session_hook_reads_every_time_limit_the_config_accepts(tmp_path, va
     (tmp_path / "memvault.toml").write_text(f"[agents]\ntime_limit = '{value}'\n")
     assert load_text(tmp_path, f"[agents]\ntime_limit = '{value}'\n").agents.time_limit == seconds
     assert hook._time_limit(str(tmp_path), "session-start") == seconds
+
+
+def test_a_blank_extractor_in_local_toml_is_no_extractor(tmp_path):
+    """``extractor = "  "`` was kept: shlex split it to nothing and subprocess.run([]) raised IndexError, out of
+    every capture (the hook caught only OSError and ValueError)."""
+    path = tmp_path / "memvault.toml"
+    path.write_text("")
+    local = config.local_path(path)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text("[capture]\nextractor = '  '\n")
+    assert config.load(path).capture.extractor is None

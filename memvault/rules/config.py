@@ -300,6 +300,12 @@ class AgentsSettings:
                             _int(0, 50))
 
 
+def _opt_command(value: Any, name: str) -> str | None:
+    """A command line, or None when blank (split to nothing, it was ``subprocess.run([])``: IndexError)."""
+    command = _opt_str(value, name)
+    return command if command is not None and command.strip() else None
+
+
 @dataclass(frozen=True)
 class CaptureSettings:
     """What agent hooks keep of a session: its new turns, as episodes of source agent:<runtime>."""
@@ -310,7 +316,8 @@ class CaptureSettings:
     extractor: str | None = setting(None, "a command run over each capture's new turns (JSONL on stdin); its JSONL "
                                           "output (as for `memvault ingest`) becomes proposals of the agent's "
                                           "source, never trusted facts. This host's local.toml only: in the shared "
-                                          "memvault.toml it is refused (a pull must never run a command)", _opt_str, shown="none", template=False)
+                                          "memvault.toml it is refused (a pull must never run a command)", _opt_command, shown="none",
+                                   template=False)
     extractor_timeout: float = setting("60s", "the extractor is stopped after this long (at most 1h)", _age_upto("1h"))
 
 
