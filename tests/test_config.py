@@ -57,6 +57,7 @@ def test_the_template_is_valid_and_states_the_defaults(tmp_path):
     # A model name with a control character reached Hugging Face's URL builder: InvalidURL, exit 70 from recall.
     ('[embedding]\nmodel = "org/na\\nme"\n', ["model", "control character"]),
     ('[recall]\nreranker = "org/re\\u0000r"\n', ["reranker", "control character"]),
+    ('[trust]\ntrusted = ["user:*\\nother sources: none"]\n', ["trusted", "control character"]),
     # 50,000 trusted patterns (639 KB) made a recall over 40 episodes take 2 minutes instead of 0.8 s.
     ("[trust]\ntrusted = [" + ", ".join(f"'a:x{i}*'" for i in range(1001)) + "]\n", ["trusted", "at most 1000"]),
 ])

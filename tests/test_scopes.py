@@ -57,7 +57,11 @@ def test_patterns_and_config_errors(tmp_path):
     for text, words in (('[scopes."agent:x"]\nread = ["fact/web/**"]\n', ["memvault.toml", "fact/web/**", "facts/"]),
                         ('[scopes."agent:x"]\nreed = []\n', ["memvault.toml", "did you mean 'read'"]),
                         ('[scopes."agent:x"]\nread = "facts/**"\n', ["memvault.toml", "list of path patterns"]),
-                        ('[scopes."agent:x"]\nwrite = ["../etc/**"]\n', ["memvault.toml", "'..'"])):
+                        ('[scopes."agent:x"]\nwrite = ["../etc/**"]\n', ["memvault.toml", "'..'"]),
+                        # `memvault scopes` printed this as a second right and a forged scope for agent:y.
+                        ('[scopes."agent:x"]\nread = ["facts/x\\n  write       facts/all\\nagent:y:"]\n',
+                         ["memvault.toml", "control character"]),
+                        ('[scopes."agent:x"]\nread = ["facts/\\u001b[2Kx"]\n', ["memvault.toml", "control character"])):
         (tmp_path / "memvault.toml").write_text(text)
         with pytest.raises(ConfigError) as err:
             config.load(tmp_path / "memvault.toml")

@@ -171,6 +171,8 @@ PATTERNS_MAX = 1000
 def _patterns(value: Any, _: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise _invalid('must be a list of source patterns like ["user:*", "agent:deployer"]')
+    if any(ord(c) < 32 or ord(c) == 127 for v in value for c in v):  # printed by `memvault scopes`, one a line
+        raise _invalid("holds a control character: source patterns are like \"user:*\"")
     if len(value) > PATTERNS_MAX:
         raise _invalid(f"lists {len(value)} source patterns, at most {PATTERNS_MAX}")
     return tuple(value)

@@ -87,6 +87,8 @@ def check_pattern(pattern: Any) -> str:
     """``pattern`` when it is a valid path pattern, else :class:`ScopeSyntax` saying why."""
     if not isinstance(pattern, str) or not pattern.strip():
         raise ScopeSyntax(f"{pattern!r} is not a path pattern (a string like \"facts/web/**\")")
+    if any(ord(c) < 32 or ord(c) == 127 for c in pattern):  # a newline forged lines of `memvault scopes`
+        raise ScopeSyntax(f"{pattern[:80]!r}: a path pattern holds no control character")
     parts = pattern.strip("/").split("/")
     if any(p in ("", ".", "..") for p in parts) or "\\" in pattern:
         raise ScopeSyntax(f"{pattern!r}: a path pattern is a plain path from the vault's root (no '..', '//' or '\\')")
