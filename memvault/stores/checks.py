@@ -151,19 +151,23 @@ def commit_problems(rel: str, data: bytes | None, *, limits: dict[str, int] | No
         return [Finding(f"{len(data)} bytes, more than the {limit} allowed ([limits]): split it")]
     if is_memory_file(area, inner):
         return check_file(area, inner, data)
+    if rel == "memvault.toml":  # before the binary skip: a NUL or a bad byte breaks every command that reads it
+        from ..rules.config import TOML_MAX, from_text
+        from ..rules.errors import ConfigError
+
+        if len(data) > TOML_MAX:
+            return [Finding(f"{len(data)} bytes, more than the {TOML_MAX} a settings file may hold: not read")]
+        try:
+            from_text(data.decode("utf-8"), Path(rel))
+        except UnicodeDecodeError as exc:
+            return [Finding(f"not UTF-8 text ({exc.reason} at byte {exc.start})")]
+        except ConfigError as exc:
+            return [Finding(exc.reason)]
     if b"\0" in data:
         return []  # binary: nothing memvault reads, nothing to scan
     text = data.decode("utf-8", errors="replace")
     if area == "episodes" and rel.endswith(".jsonl"):
         return episode_file_secrets(text)
-    if rel == "memvault.toml":
-        from ..rules.config import from_text
-        from ..rules.errors import ConfigError
-
-        try:
-            from_text(text, Path(rel))
-        except ConfigError as exc:
-            return [Finding(exc.reason)]
     from ..rules.secrets import find_secrets
 
     return [Finding(f"looks like a secret: {f.kind} {f.excerpt}", f.line) for f in find_secrets(text)]

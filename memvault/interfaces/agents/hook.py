@@ -120,10 +120,11 @@ def _time_limit(root: str, event: str) -> float:
         value = agents.get("time_limit" if event == "session-start" else "prompt_time_limit")
         if not isinstance(value, str):
             return default
-        units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+        # The units and the bound of [agents] time_limit in memvault.rules.config: what it accepts is used here.
+        units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0, "y": 365 * 86400.0}
         number, unit = value.strip()[:-1], value.strip()[-1:].lower()
         seconds = float(number) * units[unit]
-        return seconds if 0 < seconds < 3600 else default
+        return seconds if 0 < seconds <= 3600 else default
     except Exception:  # noqa: BLE001 - a setting read for speed: anything wrong with the file is the default
         return default
 
