@@ -276,6 +276,18 @@ def test_a_pull_that_touches_the_users_own_changed_file_stops_before_changing_an
     assert git(big, "status", "--porcelain") == " M app.conf"
 
 
+def rewrite_without_the_last_commit(hosts) -> None:
+    """The team's rewrite: a clone of the remote drops its last commit (the deploy fact), commits something else and
+    force-pushes."""
+    clean = hosts.tmp / "clean"
+    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
+    git(clean, "reset", "-q", "--hard", "HEAD~1")
+    (clean / "README").write_text("rewritten\n")
+    git(clean, "add", "README")
+    git(clean, "commit", "-qm", "rewritten without the deploy fact")
+    git(clean, "push", "-q", "--force", "origin", "HEAD")
+
+
 @pytest.mark.parametrize("local_change", [False, True])
 def test_a_history_the_team_rewrote_is_not_pushed_back(hosts, local_change):
     """A secret pushed by mistake; the team rewrites history without it and force-pushes. Host b had synced it:
@@ -286,13 +298,7 @@ def test_a_history_the_team_rewrote_is_not_pushed_back(hosts, local_change):
     a.facts.set("ops/deploy", "Deploy with the key in the vault.", source="user:admin")
     hosts.sync("a")
     assert hosts.sync("b").pulled  # b has it, and remembers the remote's tip
-    clean = hosts.tmp / "clean"
-    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
-    git(clean, "reset", "-q", "--hard", "HEAD~1")
-    (clean / "README").write_text("rewritten\n")
-    git(clean, "add", "README")
-    git(clean, "commit", "-qm", "rewritten without the deploy fact")
-    git(clean, "push", "-q", "--force", "origin", "HEAD")
+    rewrite_without_the_last_commit(hosts)
     b = hosts.on("b")
     if local_change:
         b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
@@ -616,13 +622,7 @@ def test_a_history_the_team_rewrote_is_not_pushed_back_by_a_clone_that_took_it_w
     else:
         git(b.root, "pull", "-q")
     assert (b.root / "facts" / "ops" / "deploy.md").exists()
-    clean = hosts.tmp / "clean"
-    git(hosts.tmp, "clone", "-q", str(hosts.remote), str(clean))
-    git(clean, "reset", "-q", "--hard", "HEAD~1")
-    (clean / "README").write_text("rewritten\n")
-    git(clean, "add", "README")
-    git(clean, "commit", "-qm", "rewritten without the deploy fact")
-    git(clean, "push", "-q", "--force", "origin", "HEAD")
+    rewrite_without_the_last_commit(hosts)
     if how == "git pull then git fetch":
         git(b.root, "fetch", "-q")  # the tracking branch already at the new history: its reflog still knows
     b.facts.set("db/replica", "The replica listens on port 5433.", source="user:admin")
