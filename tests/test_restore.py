@@ -151,6 +151,30 @@ def test_an_export_names_the_files_it_could_not_read(vault, tmp_path):
     assert all("symlink" in reason for reason in named.values())
 
 
+def test_an_export_names_a_fact_it_has_no_permission_to_read_and_goes_on(vault, monkeypatch):
+    """A fact file the exporting user may not read (another user's `chmod 600`, a file owned by root in a shared
+    clone) stopped the whole export with one line; it is named in what was left out, and the rest exported. Faked
+    by refusing the read: tests run as root here, whom file modes do not stop."""
+    from pathlib import Path
+
+    vault.facts.set("db/main", "Primary on db01.", source="user:dev")
+    vault.facts.set("db/secret", "Only root reads this.", source="user:dev")
+    locked = vault.root / "facts" / "db" / "secret.md"
+    read = Path.read_bytes
+
+    def read_bytes(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    left_out: list = []
+    records = list(snapshot(vault, left_out=left_out))
+    assert [r.get("key") for r in records if r["type"] == "fact"] == ["db/main"]
+    assert [(e["type"], e["path"]) for e in left_out] == [("fact", "facts/db/secret.md")]
+    assert "Permission denied" in left_out[0]["reason"]
+
+
 def after_listing_facts(monkeypatch, vault, then):
     """Run ``then`` just after an export has listed the facts, before it lists the proposals (once)."""
     store = type(vault.facts.store)

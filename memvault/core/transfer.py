@@ -665,6 +665,10 @@ def _files(vault: Vault, flagged: Callable[[dict[str, Any], list[Any]], bool],
                 data = path.read_bytes()
             except FileNotFoundError:  # removed by hand (a writer through memvault waits for the read lock)
                 continue
+            except OSError as exc:  # another user's file, say: named, and the rest exported
+                left_out.append({"type": kind, "path": path.relative_to(vault.root).as_posix(),
+                                 "reason": f"cannot be read: {exc.strerror or exc}"})
+                continue
             if flagged({"type": kind, "key": key}, secret_findings("inbox" if inbox else "facts", f"{key}.md", data)):
                 continue
             records.append({"type": kind, "key": key, "path": path.relative_to(vault.root).as_posix(),
