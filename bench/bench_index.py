@@ -83,14 +83,13 @@ def _marker(root: Path) -> dict[str, Any] | None:
     return data if data.get("corpus_version") == corpus.VERSION else None
 
 
-class PooledEmbedder:
+class PooledEmbedder(corpus.RealModelText):
     """Real identity and tokenizer, vectors from a pool of real ones (see the module doc)."""
 
     def __init__(self, real: Any, pool: dict[str, Any]) -> None:
         import numpy as np
 
-        self.identity = real.identity
-        self._real = real
+        super().__init__(real)
         self._pool = pool
         self._keys = sorted(pool)
         self._matrix = np.stack([pool[k] for k in self._keys]).astype(np.float32)
@@ -110,15 +109,6 @@ class PooledEmbedder:
                 vec = vec / np.linalg.norm(vec)
             out[i] = vec
         return out
-
-    def embed_query(self, text: str) -> Any:
-        return self._real.embed_query(text)
-
-    def count_tokens(self, text: str) -> int:
-        return self._real.count_tokens(text)
-
-    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
-        return self._real.split(text, max_tokens, overlap)
 
 
 def _read_pool(root: Path) -> dict[str, Any]:

@@ -206,12 +206,11 @@ def build_episodes(root: Path, total: int, rng: random.Random) -> dict[str, int]
     return out
 
 
-class HashEmbedder:
+class HashEmbedder(corpus.RealModelText):
     """The real model's identity and tokenizer; vectors are unit random vectors seeded by a hash of the text."""
 
     def __init__(self, real: Any) -> None:
-        self.identity = real.identity
-        self._real = real
+        super().__init__(real)
         self.calls = 0
         self.texts = 0
 
@@ -223,15 +222,6 @@ class HashEmbedder:
         seed = int.from_bytes(hashlib.sha256("\x00".join(texts).encode()).digest()[:8], "big")
         out = np.random.default_rng(seed).standard_normal((len(texts), self.identity.dims)).astype(np.float32)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-    def embed_query(self, text: str) -> Any:
-        return self._real.embed_query(text)
-
-    def count_tokens(self, text: str) -> int:
-        return self._real.count_tokens(text)
-
-    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
-        return self._real.split(text, max_tokens, overlap)
 
 
 def cmd_build(args: argparse.Namespace) -> None:

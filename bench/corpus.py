@@ -22,6 +22,7 @@ import tarfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 # ../shared/eval/data beside the checkout (a worktree in /work/wt/NAME looks further up).
 DATA = next((p / "shared" / "eval" / "data" for p in Path(__file__).resolve().parents
@@ -129,6 +130,24 @@ def bases_and_held_out() -> tuple[tuple[Base, ...], tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
+class RealModelText:
+    """What a bench embedder that makes its own document vectors takes from the real model it stands in for: its
+    identity, its query vectors, its token count and its splitter (so chunks and budgets are the real ones)."""
+
+    def __init__(self, real: Any) -> None:
+        self.identity = real.identity
+        self._real = real
+
+    def embed_query(self, text: str) -> Any:
+        return self._real.embed_query(text)
+
+    def count_tokens(self, text: str) -> int:
+        return self._real.count_tokens(text)
+
+    def split(self, text: str, max_tokens: int | None = None, overlap: int = 32) -> list[str]:
+        return self._real.split(text, max_tokens, overlap)
+
+
 class FactSpec:
     key: str
     category: str
