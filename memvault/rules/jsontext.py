@@ -178,11 +178,7 @@ def loads(text: str, name: str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise InvalidValue(name, str(exc)) from None
     except RecursionError:  # a lower recursion limit than the depth check assumes
         raise InvalidValue(name, f"nested deeper than {max_depth} levels") from None
-    check_json_value(value, name)
-    try:
-        _refuse_lone_surrogate(text, value)
-    except ValueError as exc:
-        raise InvalidValue(name, str(exc)) from None
+    check_json_value(value, name)  # a lone surrogate in any string or key too (validation.check_utf8)
     return value
 
 
