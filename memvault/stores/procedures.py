@@ -382,15 +382,8 @@ def dead_runs(scratch: Path) -> list[tuple[Path, dict[str, Any] | None]]:
     """The records :meth:`ProcedureStore.execute` left of runs whose memvault is gone (killed, or the machine
     stopped, before the run returned), each with its content (None: not a JSON object). The caller records them and
     removes each with :func:`fsutil.remove <memvault.rules.fsutil.remove>`."""
-    try:
-        names = [e.name for e in os.scandir(scratch) if e.name.endswith(RECORD_SUFFIX)
-                 and _RUN_DIR.fullmatch(e.name[: -len(RECORD_SUFFIX)]) and e.is_file(follow_symlinks=False)]
-    except OSError:  # no scratch folder yet
-        return []
     found: list[tuple[Path, dict[str, Any] | None]] = []
-    for name in sorted(names):
-        if _alive(int(name.split("-")[1])):
-            continue
+    for name in _of_dead_runs(scratch, RECORD_SUFFIX):
         path = scratch / name
         try:
             record = json.loads(read_inside(path, scratch, limit=1 << 20))
@@ -400,6 +393,23 @@ def dead_runs(scratch: Path) -> list[tuple[Path, dict[str, Any] | None]]:
             record = None
         found.append((path, record if isinstance(record, dict) else None))
     return found
+
+
+def _of_dead_runs(scratch: Path, suffix: str) -> list[str]:
+    """The names in ``scratch`` of the runs' private copies (``suffix`` "": folders) or their records
+    (:data:`RECORD_SUFFIX`: files) whose memvault is gone, sorted; never a link."""
+    try:
+        entries = list(os.scandir(scratch))
+    except OSError:  # no scratch folder yet
+        return []
+    found = []
+    for entry in entries:
+        run = _RUN_DIR.fullmatch(entry.name[:len(entry.name) - len(suffix)]) if entry.name.endswith(suffix) else None
+        if run is None or not (entry.is_file(follow_symlinks=False) if suffix else entry.is_dir(follow_symlinks=False)):
+            continue
+        if not _alive(int(run.group(1))):
+            found.append(entry.name)
+    return sorted(found)
 
 
 def _alive(pid: int) -> bool:
@@ -439,14 +449,9 @@ def _wait(child: subprocess.Popen[bytes], timeout: float | None, stop: threading
 def _sweep(scratch: Path) -> None:
     """Remove the private copies of runs whose memvault is gone (killed before it removed its own: one folder per
     such run, for good); a live process's, or one this user may not signal, stays."""
-    try:
-        entries = [e for e in os.scandir(scratch) if _RUN_DIR.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
-    except OSError:  # no scratch folder yet
-        return
-    for entry in entries:
-        if not _alive(int(entry.name.split("-")[1])):
-            with contextlib.suppress(OSError):
-                remove_tree(scratch / entry.name)
+    for name in _of_dead_runs(scratch, ""):
+        with contextlib.suppress(OSError):
+            remove_tree(scratch / name)
 
 
 def _foreground() -> bool:
