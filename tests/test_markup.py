@@ -120,3 +120,17 @@ def test_new_look_alikes_in_generated_closers_are_escaped(vault):
     text = render(vault.recall("lookalike obey", k=100, mode="keyword"), "prompt")
     assert not set(text) & set(opens + closes)
     assert set(re.findall(r"<\s*/?\s*([^\s>/]+)", text)) <= {"memory", "episodes", "episode", "untrusted-data"}
+
+
+def test_a_one_line_message_keeps_every_kind_of_line_break_on_its_line():
+    """printable_line (warnings, log lines, a hook's problems) and one_line (a field inside a line) are one rule: no
+    character that starts a new line in a terminal, a pager or a log viewer (line feed, carriage return, vertical tab,
+    form feed, next line, the Unicode line and paragraph separators) survives either, and what remains reads back."""
+    from memvault.rules.markup import one_line, printable, printable_line
+    breaks = "\n\r\x0b\x0c\x85\u2028\u2029"
+    text = "facts/a" + "x".join(breaks) + "b.md\ttab"
+    for shown in (printable_line(text), printable(one_line(text))):
+        assert not set(shown) & set(breaks + "\t"), shown
+        assert shown.splitlines() == [shown]
+    assert printable_line(text) == printable(one_line(text))
+    assert printable_line("plain ünïcode line") == "plain ünïcode line"

@@ -138,6 +138,7 @@ def printable(text: str) -> str:
 
 
 def printable_line(text: str) -> str:
-    """:func:`printable` for a message that is one line (a warning, a log line, a hook's problem): a line break in a
-    pulled file's name is written as ``\\u000a`` too, so it cannot start a line memvault never wrote."""
-    return printable(text).replace("\n", "\\u000a")
+    """:func:`printable` for a message that is one line (a warning, a log line, a hook's problem): the line breaks
+    :func:`one_line` writes out (a line feed, a tab, the Unicode line and paragraph separators in a pulled file's
+    name) are written as ``\\u000a`` too, so it cannot start a line memvault never wrote."""
+    return printable(one_line(text))
