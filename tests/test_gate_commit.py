@@ -333,3 +333,67 @@ def test_a_write_from_another_repositorys_hook_stays_in_the_vault(vault, tmp_pat
     assert (app / ".git" / "index").read_bytes() == before
     assert git(vault.root, "status", "--porcelain").strip() == ""
     assert "facts/ops/hooked.md" in git(vault.root, "show", "--name-only", "--format=", "HEAD")
+
+
+@pytest.mark.parametrize("plumbing", [True, False], ids=["plumbing", "git-commit"])
+@pytest.mark.parametrize("how", ["set", "sync"])
+def test_a_file_saved_between_the_check_and_the_commit_never_brings_a_secret_in(vault, monkeypatch, plumbing, how):
+    """The commit step checked the bytes it wrote or read, then git hashed the file from disk: an editor saving the
+    fact in between (a person pasting a key while memvault commits) put the unchecked bytes into the commit, and the
+    next push carried them. Now what is committed is what was checked, or what git would commit passes the same
+    checks first; the editor's save stays in the work tree, uncommitted: nothing lost."""
+    from memvault.core.gate import WriteGate
+
+    vault.git.plumbing = plumbing
+    vault.facts.set("ops/token", "The deploy token lives in the vault.", source="user:dev")
+    path = vault.root / "facts" / "ops" / "token.md"
+    checked = WriteGate.commit_files
+    saved: list[str] = []
+
+    def commit_files_after_a_save(self, files, *args, **kwargs):
+        if path in files and not saved:  # the editor's save lands after the last check, before git reads the file
+            saved.append(path.read_text().replace("rotated on Mondays.", f"key {AWS} for now."))
+            real = WriteGate.problems
+
+            def problems_then_save(gate, p, data):
+                found = real(gate, p, data)
+                if p == path:
+                    path.write_text(saved[0])
+                return found
+
+            monkeypatch.setattr(WriteGate, "problems", problems_then_save)
+        return checked(self, files, *args, **kwargs)
+
+    monkeypatch.setattr(WriteGate, "commit_files", commit_files_after_a_save)
+    if how == "sync":
+        path.write_text(path.read_text().replace("lives in the vault.", "lives in the vault, rotated on Mondays."))
+    try:
+        if how == "set":
+            vault.facts.set("ops/token", "The deploy token lives in the vault, rotated on Mondays.", source="user:dev")
+        else:
+            vault.sync()
+    except MemvaultError as exc:  # git commit reads the file itself: its commit is undone, and said in one line
+        assert not plumbing and "facts/ops/token.md" in str(exc) and AWS not in str(exc) and "\n" not in str(exc)
+        assert "rotated on Mondays" not in git(vault.root, "show", "HEAD:facts/ops/token.md")
+    else:  # what was checked is what is committed
+        assert plumbing and "rotated on Mondays" in git(vault.root, "show", "HEAD:facts/ops/token.md")
+    monkeypatch.undo()
+    assert AWS not in history(vault.root)
+    assert path.read_text() == saved[0]  # the person's save is still there, uncommitted
+    assert "facts/ops/token.md" in git(vault.root, "status", "--porcelain")
+
+
+@pytest.mark.parametrize("plumbing", [True, False], ids=["plumbing", "git-commit"])
+def test_a_file_git_normalises_on_commit_is_committed_as_git_reads_it_when_that_passes(vault, plumbing):
+    """A clean filter (here `* text=auto`: CRLF made LF) gives git other bytes than the ones checked: they pass the
+    same checks, so they are what is committed, and the work tree is clean after, as with git add."""
+    vault.git.plumbing = plumbing
+    (vault.root / ".gitattributes").write_text("* text=auto\n")
+    git(vault.root, "add", ".gitattributes")
+    git(vault.root, "commit", "-qm", "attributes")
+    vault.facts.set("ops/crlf", "Line endings.", source="user:dev")
+    path = vault.root / "facts" / "ops" / "crlf.md"
+    path.write_bytes(path.read_bytes().replace(b"Line endings.", b"Line endings,\r\nfrom a Windows editor."))
+    vault.sync()
+    assert git(vault.root, "cat-file", "-p", "HEAD:facts/ops/crlf.md").endswith("Line endings,\nfrom a Windows editor.")
+    assert git(vault.root, "status", "--porcelain").strip() == ""

@@ -254,8 +254,11 @@ class WriteGate:
                             f"{commit[:12]}, so it stays in the history")
 
     def _restore(self, done: list[FileChange]) -> None:
+        """Put back each file this write changed, unless it was saved again since (an editor's save is kept)."""
         for change in reversed(done):
             with contextlib.suppress(OSError, MemvaultError):
+                if _current(change.path) != change.after:
+                    continue
                 if change.before is None:
                     remove(change.path)
                     _prune_empty_dirs(change.path.parent, self.root)
@@ -296,7 +299,8 @@ class WriteGate:
             secrets = one_line([p for p in problems if is_secret(p)])
             if secrets is not None and not allow_secret:
                 raise SecretRefused(rel, secrets)
-        return git.commit(list(files), message, author=author, trailers=trailers)
+        return git.commit(list(files), message, author=author, trailers=trailers, checked=files,
+                          refusal=lambda path, data: self.refusal(path, data, allow_secret=allow_secret))
 
     def commit_edits(self, paths: Sequence[Path], *, source: str, message: str) -> Committed:
         """Commit files changed behind memvault's back (an editor, a script, another tool) through the same checks

@@ -15,11 +15,12 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..rules.errors import GitError
+from ..rules.errors import GitError, InvalidValue
 from ..rules.fsutil import locked
 from ..rules.gitenv import other_repo_env
 from . import gittree
@@ -155,8 +156,16 @@ class GitStore:
         *,
         author: str | None = None,
         trailers: dict[str, str] | None = None,
+        checked: Mapping[Path, bytes | None] | None = None,
+        refusal: Callable[[Path, bytes], str | None] | None = None,
     ) -> str | None:
         """Commit the current state of ``paths`` (new, changed or deleted) and nothing else.
+
+        ``checked`` holds the bytes the caller checked (None: absent) and ``refusal`` the check: a file git reads
+        with other bytes (saved again since, or changed by a clean filter) is committed as git reads it only when
+        those bytes pass the check too, and otherwise as checked (a deletion, if it was absent) — the newer bytes
+        stay in the work tree, uncommitted. When ``git commit`` must make the commit (a hook must run) it cannot
+        be given bytes: a commit holding a refused file is undone, and :class:`InvalidValue` names the file.
 
         Returns the new commit id, or None when those paths hold no change. Another commit memvault makes in this
         repository waits for this one (:data:`COMMIT_LOCK`); retries briefly while another git process holds the
@@ -166,17 +175,18 @@ class GitStore:
         if trailers:
             body += "\n\n" + "\n".join(f"{k}: {v}" for k, v in trailers.items())
         env = self._env(author)
+        want = {self.rel(p): data for p, data in (checked or {}).items()}
         with locked(self._tree_info().git_dir / COMMIT_LOCK):
-            return self._commit(paths, body, env)
+            return self._commit(paths, body, env, _Checked(self, want, refusal) if refusal is not None else None)
 
     def _tree_info(self) -> gittree.Repo:
         if self._repo is None:
             self._repo = gittree.Repo(self.root, self._git)
         return self._repo
 
-    def _commit(self, paths: list[Path], body: str, env: dict[str, str]) -> str | None:
+    def _commit(self, paths: list[Path], body: str, env: dict[str, str], checked: _Checked | None) -> str | None:
         if self.plumbing:
-            made = self._commit_plumbing(paths, body, env)
+            made = self._commit_plumbing(paths, body, env, checked)
             if made is not gittree.DECLINED:
                 return made  # type: ignore[return-value]
         rels = [self.rel(p) for p in paths if p.exists() or self._tracked(p)]
@@ -191,7 +201,7 @@ class GitStore:
                 if not self._git("diff", "--cached", "--name-only", "--no-renames", "--", *rels):
                     return None
                 self._git("commit", "--quiet", "--only", "-m", body, "--", *rels, env=env)
-                return self._git("rev-parse", "HEAD")
+                made = self._git("rev-parse", "HEAD")
             except GitError as exc:
                 # Whatever happened, the index must not keep what was refused: the next plain `git commit`
                 # would record it.
@@ -202,15 +212,20 @@ class GitStore:
                     time.sleep(0.1)
                     continue
                 raise
+            if checked is not None:
+                checked.committed(made, rels, saved)
+            return made
         return None  # pragma: no cover
 
-    def _commit_plumbing(self, paths: list[Path], body: str, env: dict[str, str]) -> str | None | object:
+    def _commit_plumbing(self, paths: list[Path], body: str, env: dict[str, str],
+                         checked: _Checked | None) -> str | None | object:
         """:func:`memvault.stores.gittree.commit`: the same commit without a temporary index of the whole
         repository; tried again from the new HEAD when another commit landed meanwhile."""
         rels = [self.rel(p) for p in paths]
         for attempt in range(50):
             try:
-                made = gittree.commit(self.root, self._tree_info(), rels, body, other_repo_env(**env), self._run)
+                made = gittree.commit(self.root, self._tree_info(), rels, body, other_repo_env(**env), self._run,
+                                      checked.verify if checked is not None else None)
             except GitError as exc:
                 # HEAD moved: again from the top. Not the index's lock: gittree waited for it already (LOCK_TRIES),
                 # and one a killed git left would have made each write wait 50 times as long before failing.
@@ -486,3 +501,54 @@ def _busy(exc: GitError) -> bool:
     """git refused because another git process was at work: it held the index's lock, or its commit moved HEAD
     (or another ref) after this one read it. Nothing was changed; the same commit can be tried again."""
     return "index.lock" in str(exc) or "cannot lock ref" in str(exc)
+
+
+class _Checked:
+    """What :meth:`GitStore.commit` was told was checked: the bytes (by repository-relative path) and the check."""
+
+    def __init__(self, store: GitStore, want: dict[str, bytes | None],
+                 refusal: Callable[[Path, bytes], str | None]) -> None:
+        self.store, self.want, self.refusal = store, want, refusal
+
+    def verify(self, rel: str, blob: str | None) -> str | None:
+        """:data:`gittree.Verify`: git's blob of the file when it is the one checked or passes the check as it
+        is; otherwise the checked bytes' (or a deletion)."""
+        if rel not in self.want or blob is None:
+            return blob
+        want = self.want[rel]
+        if want is not None and gittree.blob_id(want) == blob:
+            return blob
+        if self._refused(rel, blob) is None:
+            return blob
+        if want is None:
+            return None
+        return self.store._run(["hash-object", "-w", "--no-filters", "--stdin"], want).decode().strip()
+
+    def committed(self, made: str, rels: list[str], saved: dict[str, str]) -> None:
+        """After ``git commit`` (which reads the files again itself): undo the commit ``made`` and put the index
+        entries back when a file went in with bytes that were not checked and do not pass."""
+        names = [r for r in rels if r in self.want]
+        out = self.store._run(["cat-file", "--batch-check=%(objectname)"],
+                              "".join(f"{made}:{r}\n" for r in names).encode()).decode().split("\n")
+        for rel, line in zip(names, out):
+            blob = line if len(line) == 40 and " " not in line else None
+            want = self.want[rel]
+            if blob is None or (want is not None and gittree.blob_id(want) == blob):
+                continue
+            reason = self._refused(rel, blob)
+            if reason is None:
+                continue
+            try:
+                parent = self.store._git("rev-parse", "--verify", "--quiet", f"{made}^") or None
+            except GitError:
+                parent = None  # the repository's first commit
+            self.store._git("update-ref", "-m", "memvault: commit undone, a file changed while it was committed",
+                            *(["HEAD", parent, made] if parent else ["-d", "HEAD", made]))
+            self.store._restore_index(rels, saved)
+            raise InvalidValue(rel, f"saved again while it was being committed, and now {reason}; nothing was "
+                                    "committed (the file is as it was saved)")
+
+    def _refused(self, rel: str, blob: str) -> str | None:
+        data = self.store._run(["cat-file", "blob", blob], None)
+        return self.refusal(self.store.root / rel, data)
+

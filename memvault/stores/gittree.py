@@ -6,7 +6,8 @@ a one-fact write in a vault of 10,000 facts. What a commit of a few files really
 new version of each tree on their paths (the rest of each tree is reused as it is), a commit object and a moved
 ref. So :func:`commit` does just that:
 
-1. ``git hash-object -w --stdin-paths``: the files' blobs (through the same filters ``git add`` applies);
+1. ``git hash-object -w --stdin-paths``: the files' blobs (through the same filters ``git add`` applies), each
+   settled by the caller's ``verify`` (the bytes the gate checked, when git read others);
 2. ``git cat-file --batch``: HEAD and the trees on the changed paths, read once;
 3. the new trees, computed here, written with ``git hash-object -t tree -w`` (their ids checked against ours);
 4. ``git commit-tree``, then ``git update-ref HEAD NEW OLD`` — refused if HEAD moved meanwhile, so a commit never
@@ -88,11 +89,22 @@ def _inert(hook: Path) -> bool:
     return ours and not os.access(hook.with_name(hook.name + CHAINED_SUFFIX), os.X_OK)
 
 
+#: ``verify(rel, blob)``: given the blob git hashed from the work tree for ``rel`` (None: no file there), the blob to
+#: commit (None: the path is deleted). What makes the bytes committed the bytes the gate checked (GitStore.commit).
+Verify = Callable[[str, "str | None"], "str | None"]
+
+
+def blob_id(data: bytes) -> str:
+    """The SHA-1 git names ``data`` by as a blob."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def commit(root: Path, repo: Repo, rels: list[str], message: str, env: dict[str, str],
-           run: Callable[..., bytes]) -> str | None | object:
+           run: Callable[..., bytes], verify: Verify | None = None) -> str | None | object:
     """Commit the work-tree state of ``rels`` (repository-relative; new, changed or deleted) on top of HEAD and
-    nothing else. Returns the commit id, None when they hold no change, :data:`DECLINED` or :data:`MOVED`.
-    ``run(args, input, env)`` runs git in the work tree's root and returns its stdout (raising GitError)."""
+    nothing else, each blob as ``verify`` settles it. Returns the commit id, None when they hold no change,
+    :data:`DECLINED` or :data:`MOVED`. ``run(args, input, env)`` runs git in the work tree's root and returns its
+    stdout (raising GitError)."""
     if repo.blocker() is not None or any("\n" in r or "\t" in r for r in rels):
         return DECLINED
     present: dict[str, os.stat_result] = {}
@@ -109,6 +121,13 @@ def commit(root: Path, repo: Repo, rels: list[str], message: str, env: dict[str,
         names = list(present)
         ids = run(["hash-object", "-w", "--stdin-paths"], ("\n".join(names) + "\n").encode()).decode().split()
         blobs = dict(zip(names, ids))
+    if verify is not None:
+        for rel in rels:
+            settled = verify(rel, blobs.get(rel))
+            if settled is None:
+                blobs.pop(rel, None)
+            elif rel in present:
+                blobs[rel] = settled
 
     dirs = sorted({"/".join(r.split("/")[:i]) for r in rels for i in range(r.count("/") + 1)},
                   key=lambda d: (d.count("/") if d else -1, d))
