@@ -47,6 +47,55 @@ def test_a_nul_in_a_prompt_cannot_move_its_words_into_the_answer(strict_vault, t
     assert "\x00" not in text
 
 
+
+@pytest.mark.parametrize("runtime", ["claude-code", "codex", "gemini"])
+def test_a_secret_in_a_session_turn_id_or_cwd_neither_loses_the_turn_nor_rests_anywhere(strict_vault, tmp_path,
+                                                                                         monkeypatch, runtime):
+    """The prompt, answer, commands and files of a turn were redacted, but its session id, turn id and working
+    folder went into meta as they came: the gate refused the episode ('high-entropy token in meta.session_id'), so
+    the turn was never stored (left for the next capture, refused again, for ever), while agents.log and
+    captures.db kept the secret in clear. Such an id is now stored as a hash of itself (still one session, one
+    turn, captured once) and the folder redacted."""
+    import subprocess
+    import sys
+
+    from agent_fixtures import SECRET
+
+    lines = {
+        "claude-code": [json.loads(claude_line("user", "u-" + SECRET, "deploy the shop")),
+                        json.loads(claude_line("assistant", "a1", [{"type": "text", "text": "deployed"}]))],
+        "codex": [{"timestamp": "2026-11-20T09:00:00.000Z", "type": "session_meta",
+                   "payload": {"id": "s-" + SECRET, "cwd": "/w/" + SECRET}},
+                  {"timestamp": "2026-11-20T09:00:00.000Z", "type": "turn_context",
+                   "payload": {"turn_id": "t-" + SECRET, "cwd": "/w/" + SECRET}},
+                  {"timestamp": "2026-11-20T09:00:00.100Z", "type": "event_msg",
+                   "payload": {"type": "user_message", "message": "deploy the shop"}},
+                  {"timestamp": "2026-11-20T09:00:00.500Z", "type": "event_msg",
+                   "payload": {"type": "task_complete", "last_agent_message": "deployed"}}],
+        "gemini": [{"sessionId": "s-" + SECRET, "projectHash": "p", "startTime": "2026-11-20T09:00:00.000Z"},
+                   {"id": "u-" + SECRET, "timestamp": "2026-11-20T09:00:00.100Z", "type": "user",
+                    "content": [{"text": "deploy the shop"}]},
+                   {"id": "g1", "timestamp": "2026-11-20T09:00:01.000Z", "type": "gemini", "content": "deployed"}],
+    }[runtime]
+    for line in lines if runtime == "claude-code" else ():
+        line.update(sessionId="s-" + SECRET, cwd="/w/" + SECRET)
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    payload = {"session_id": "s-" + SECRET if runtime == "claude-code" else None, "transcript_path": str(path),
+               "cwd": "/w/" + SECRET, "hook_event_name": "SessionEnd"}
+    for _ in range(2):  # captured once, whatever the ids
+        done = subprocess.run([sys.executable, "-m", "memvault.interfaces.agents.hook", "capture", "--runtime",
+                               runtime, "--vault", str(strict_vault.root)], input=json.dumps(payload).encode(),
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0 and done.stdout == b"", done
+    [episode] = Vault.open(strict_vault.root).episodes.iter(source=f"agent:{runtime}")
+    assert "User: deploy the shop" in episode.text and "deployed" in episode.text
+    assert episode.meta["session_id"].startswith("redacted-") and episode.meta["turn_id"].startswith("redacted-")
+    assert episode.meta["cwd"] == "/w/<redacted:GitHub-token>"
+    resting = [p for p in strict_vault.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not resting, resting
+
+
 # ------------------------------------------------------------------------------------------------ settings files
 def test_a_settings_file_nested_too_deep_is_one_line_naming_it(home, vault):
     path = home / ".claude" / "settings.json"
