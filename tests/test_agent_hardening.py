@@ -47,6 +47,55 @@ def test_a_nul_in_a_prompt_cannot_move_its_words_into_the_answer(strict_vault, t
     assert "\x00" not in text
 
 
+
+@pytest.mark.parametrize("runtime", ["claude-code", "codex", "gemini"])
+def test_a_secret_in_a_session_turn_id_or_cwd_neither_loses_the_turn_nor_rests_anywhere(strict_vault, tmp_path,
+                                                                                         monkeypatch, runtime):
+    """The prompt, answer, commands and files of a turn were redacted, but its session id, turn id and working
+    folder went into meta as they came: the gate refused the episode ('high-entropy token in meta.session_id'), so
+    the turn was never stored (left for the next capture, refused again, for ever), while agents.log and
+    captures.db kept the secret in clear. Such an id is now stored as a hash of itself (still one session, one
+    turn, captured once) and the folder redacted."""
+    import subprocess
+    import sys
+
+    from agent_fixtures import SECRET
+
+    lines = {
+        "claude-code": [json.loads(claude_line("user", "u-" + SECRET, "deploy the shop")),
+                        json.loads(claude_line("assistant", "a1", [{"type": "text", "text": "deployed"}]))],
+        "codex": [{"timestamp": "2026-11-20T09:00:00.000Z", "type": "session_meta",
+                   "payload": {"id": "s-" + SECRET, "cwd": "/w/" + SECRET}},
+                  {"timestamp": "2026-11-20T09:00:00.000Z", "type": "turn_context",
+                   "payload": {"turn_id": "t-" + SECRET, "cwd": "/w/" + SECRET}},
+                  {"timestamp": "2026-11-20T09:00:00.100Z", "type": "event_msg",
+                   "payload": {"type": "user_message", "message": "deploy the shop"}},
+                  {"timestamp": "2026-11-20T09:00:00.500Z", "type": "event_msg",
+                   "payload": {"type": "task_complete", "last_agent_message": "deployed"}}],
+        "gemini": [{"sessionId": "s-" + SECRET, "projectHash": "p", "startTime": "2026-11-20T09:00:00.000Z"},
+                   {"id": "u-" + SECRET, "timestamp": "2026-11-20T09:00:00.100Z", "type": "user",
+                    "content": [{"text": "deploy the shop"}]},
+                   {"id": "g1", "timestamp": "2026-11-20T09:00:01.000Z", "type": "gemini", "content": "deployed"}],
+    }[runtime]
+    for line in lines if runtime == "claude-code" else ():
+        line.update(sessionId="s-" + SECRET, cwd="/w/" + SECRET)
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    payload = {"session_id": "s-" + SECRET if runtime == "claude-code" else None, "transcript_path": str(path),
+               "cwd": "/w/" + SECRET, "hook_event_name": "SessionEnd"}
+    for _ in range(2):  # captured once, whatever the ids
+        done = subprocess.run([sys.executable, "-m", "memvault.interfaces.agents.hook", "capture", "--runtime",
+                               runtime, "--vault", str(strict_vault.root)], input=json.dumps(payload).encode(),
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0 and done.stdout == b"", done
+    [episode] = Vault.open(strict_vault.root).episodes.iter(source=f"agent:{runtime}")
+    assert "User: deploy the shop" in episode.text and "deployed" in episode.text
+    assert episode.meta["session_id"].startswith("redacted-") and episode.meta["turn_id"].startswith("redacted-")
+    assert episode.meta["cwd"] == "/w/<redacted:GitHub-token>"
+    resting = [p for p in strict_vault.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not resting, resting
+
+
 # ------------------------------------------------------------------------------------------------ settings files
 def test_a_settings_file_nested_too_deep_is_one_line_naming_it(home, vault):
     path = home / ".claude" / "settings.json"
@@ -204,3 +253,58 @@ def test_a_giant_transcript_line_is_skipped_without_being_held_and_the_next_turn
     read = transcripts.read("claude-code", path)
     assert read.end <= len((turn("first question", "a") + turn("first answer's question", "c")).encode())
     assert not any("too long" in p for p in read.problems)
+
+
+def test_a_large_gemini_recording_is_read_without_holding_it_or_its_tool_output(tmp_path):
+    """Gemini CLI records each tool call's whole output in its session file, so a long session's recording grows to
+    hundreds of MB. It is read whole (later records replace earlier ones), but capture held the file's bytes and
+    every parsed message with its tool output at once: a 384 MB recording peaked at 768 MB. Each record is now
+    reduced to what a turn keeps as it is read (the exit code taken from its output), and the file is never held;
+    the exit code Gemini writes after a long output ("Output: ...\\nExit Code: 1") is still found."""
+    import tracemalloc
+
+    from memvault.interfaces.agents import transcripts
+
+    output = "a line of a long build log\n" * 40_000  # ~1 MiB per tool call
+    lines = [{"sessionId": "s1", "projectHash": "p", "startTime": "2026-11-20T09:00:00.000Z", "kind": "main"}]
+    for i in range(24):
+        lines.append({"id": f"u{i}", "timestamp": "2026-11-20T09:00:00.100Z", "type": "user",
+                      "content": [{"text": f"question {i}"}]})
+        lines.append({"id": f"g{i}", "timestamp": "2026-11-20T09:00:01.000Z", "type": "gemini", "content": "done",
+                      "toolCalls": [{"id": f"c{i}", "name": "run_shell_command", "args": {"command": f"make {i}"},
+                                     "status": "error" if i % 2 else "success",
+                                     "result": [{"functionResponse": {"id": f"c{i}", "name": "run_shell_command",
+                                                                      "response": {"output": f"Command: make {i}\n"
+                                                                                   f"Output: {output}Error: (none)\n"
+                                                                                   f"Exit Code: {i % 2}\n"}}}]}]})
+    path = tmp_path / "session-2026-11-20T09-00-s1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    size = path.stat().st_size
+    assert size > 24 << 20
+    tracemalloc.start()
+    try:
+        read = transcripts.read("gemini", path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [t.prompt for t in read.turns] == [f"question {i}" for i in range(24)]
+    assert [c.command for c in read.turns[3].commands] == ["make 3"]
+    assert [t.commands[0].exit_code for t in read.turns] == [i % 2 for i in range(24)]
+    assert read.end == size and read.session_id == "s1"
+    assert peak < 8 << 20, f"peak {peak >> 20} MiB for a {size >> 20} MiB recording"
+
+
+def test_gemini_s_older_one_document_recording_is_still_read_and_bounded(tmp_path, monkeypatch):
+    """The older format (one JSON document, parsed whole) reads as before; one past its bound is one OSError naming
+    the file (what a capture reports), not the file in memory."""
+    from pathlib import Path
+
+    from memvault.interfaces.agents import transcripts
+
+    fixture = Path(__file__).parent / "fixtures" / "agents" / "gemini" / "session-2026-06-20T05-31-0a1b2c3d.json"
+    read = transcripts.read("gemini", fixture)
+    assert read.session_id == "0a1b2c3d-1111-4222-8333-444455556666"
+    assert [t.prompt[:30] for t in read.turns] == ["what does the nightly backup j"]
+    monkeypatch.setattr(transcripts, "GEMINI_DOCUMENT_BYTES", fixture.stat().st_size - 1)
+    with pytest.raises(OSError, match=fixture.name):
+        transcripts.read("gemini", fixture)

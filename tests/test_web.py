@@ -302,6 +302,29 @@ def test_inbox_shows_the_change_and_the_detector_flags(client):
         vpn["flags"]
 
 
+
+def test_direction_controls_are_shown_never_obeyed_and_a_form_keeps_them(seeded, app, client):
+    """An agent's proposal holding a right-to-left override (U+202E) was shown with the character working: the
+    reviewer read 'rm -rf /tmp/cache' reversed in place and accepted text that says something else (Trojan
+    Source, in the one place a person decides what becomes trusted). Every page now writes each bidirectional
+    control as its escape (``\\u202e``, as the CLI prints it), the inbox flags it, and a form still carries the
+    character (saving an edit never changes it)."""
+    text = "Clean up with: rm -rf /tmp/cache \u202e# do not run this, it removes /home\u202c done."
+    seeded.facts.set("ops/cleanup", text, source="agent:scraper", tags=["ops\u2067x"])
+    page = client.get("/inbox").text
+    assert not re.search("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]", page)
+    shown = html.unescape(page)
+    assert "/tmp/cache \\u202e# do not run this" in shown and "ops\\u2067x" in shown
+    flags = {p["key"]: p["flags"] for p in client.get("/inbox?format=json").json()["proposals"]}["ops/cleanup"]
+    assert any("direction" in f for f in flags), flags
+    client.post("/inbox", data={"csrf": app.guard.csrf_token(), "action": "accept", "key": "ops/cleanup"})
+    page = client.get("/fact/ops/cleanup").text
+    textarea = html.unescape(page.split('<textarea name="text"', 1)[1].split("</textarea>", 1)[0])
+    assert "\u202e# do not run this" in textarea  # the form sends back what is stored
+    outside = page.split('<textarea name="text"', 1)[0] + page.split("</textarea>", 1)[1]
+    assert "\u202e" not in outside and "\\u202e" in html.unescape(outside)
+
+
 # ---------------------------------------------------------------------------------------------- recall
 def test_playground_shows_factors_parts_floor_prompt_and_why_nothing(client):
     hit = client.get("/recall?q=which+port+does+the+primary+database+use&format=json").json()["result"]

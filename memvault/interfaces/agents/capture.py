@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...rules.errors import InvalidValue, MemvaultError, UntrustedSource
 from ...rules.fsutil import locked
 from ...rules.redaction import drop_echoes, scrub_lines, strip_private
-from ...rules.secrets import redact
+from ...rules.secrets import find_secrets, redact
 from ...rules.timeutil import now, parse_time
 from ...rules.validation import check_episode_time
 from . import project as project_mod
@@ -102,7 +102,7 @@ def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: s
     if not path.is_file():
         raise InvalidValue("transcript", f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     source = f"agent:{runtime}"
-    session_id = _bounded(session_id) if session_id else None
+    session_id = _safe_id(session_id) if session_id else None
     key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode()).hexdigest()[:16]
     deadline = None if budget is None else time.monotonic() + budget
     with locked(vault.state_dir / "locks" / f"capture-{key}.lock"):
@@ -112,10 +112,10 @@ def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: s
 def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: str | None, cwd: str | None,
              final: bool, deadline: float | None) -> CaptureReport:
     log = vault.captures
-    provisional = session_id or path.stem
+    provisional = session_id or _safe_id(path.stem)
     cursor = log.cursor(runtime, provisional, str(path))
     read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
-    session = session_id or _bounded(read.session_id or "") or path.stem
+    session = session_id or _safe_id(read.session_id or "") or provisional
     if session != provisional:
         cursor = log.cursor(runtime, session, str(path))
         if cursor.offset != 0:
@@ -160,7 +160,7 @@ def _piece(vault: Vault, log: Any, runtime: str, source: str, path: Path, sessio
     not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored."""
     last = final and not read.more
     for turn in read.turns:
-        turn.id = _bounded(turn.id)
+        turn.id = _safe_id(turn.id)
     done = [t for t in read.turns if t.complete or last]
     report.open_turns = len(read.turns) - len(done)
     _refill(vault, log, runtime, report)  # found damaged when opened
@@ -216,6 +216,27 @@ def _bounded(value: str, limit: int = ID_CHARS) -> str:
     if len(value) <= limit:
         return value
     return value[: limit - 17] + "~" + hashlib.sha1(value.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _safe_id(value: str) -> str:
+    """A session or turn id as it may be stored and logged: bounded (:func:`_bounded`), and one the detector flags
+    replaced whole by a hash of itself, so it still names one session or turn (captured once) and the secret rests
+    nowhere: kept as it came, the gate refused every episode of the session (a secret in ``meta.session_id``), for
+    ever, while agents.log and captures.db held it in clear."""
+    value = _bounded(value)
+    if value and find_secrets(value):
+        return "redacted-" + hashlib.sha1(value.encode("utf-8", "replace")).hexdigest()[:20]
+    return value
+
+
+def _safe_path(value: str | None) -> str | None:
+    """A working folder as it may be stored: bounded, its secrets redacted (the rest of the path is kept)."""
+    return _bounded(redact(value)[0], PATH_CHARS) if value else value
+
+
+def _tags(runtime: str, project: project_mod.Project | None) -> list[str]:
+    """The runtime and the project's slug, unless the slug (a folder's name) is what the detector flags."""
+    return [runtime] + ([project.slug] if project is not None and not find_secrets(project.slug) else [])
 
 
 def _when(turn: Turn, meta: dict[str, Any], report: CaptureReport) -> str | None:
@@ -313,7 +334,7 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
     text = _scrub("\n\n".join(lines), counts)
     meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "turn_id": turn.id}
     if cwd or turn.cwd:
-        meta["cwd"] = _bounded(turn.cwd or cwd or "", PATH_CHARS)
+        meta["cwd"] = _safe_path(turn.cwd or cwd)
     if counts["redacted"]:
         meta["redacted"] = counts["redacted"]
     if counts["private"]:
@@ -323,7 +344,7 @@ def _episode(turn: Turn, runtime: str, session: str, cwd: str | None, project: p
     report.redacted += counts["redacted"]
     report.private += counts["private"]
     report.cut += bool(cut)
-    tags = [runtime] + ([project.slug] if project is not None else [])
+    tags = _tags(runtime, project)
     at = _when(turn, meta, report)
     return {"text": text, "kind": "raw", "at": at, "tags": tags, "meta": meta}, len(text.encode("utf-8"))
 
@@ -374,8 +395,8 @@ def _cap_note(n: int, cap: int, runtime: str, session: str, cwd: str | None,
             f"({cap} bytes); {n} later turn{'s were' if n != 1 else ' was'} not stored.")
     meta: dict[str, Any] = {"session_id": session, "runtime": runtime, "not_stored": n}
     if cwd:
-        meta["cwd"] = _bounded(cwd, PATH_CHARS)
-    return {"text": text, "kind": "raw", "at": at, "tags": [runtime] + ([project.slug] if project else []),
+        meta["cwd"] = _safe_path(cwd)
+    return {"text": text, "kind": "raw", "at": at, "tags": _tags(runtime, project),
             "meta": meta}
 
 

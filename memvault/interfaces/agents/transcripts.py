@@ -16,7 +16,6 @@ A turn's ``id`` is the runtime's own id of the prompt's message (Claude Code's l
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -103,7 +102,7 @@ def read(runtime: str, path: Path | str, start: int = 0, *, max_bytes: int | Non
     The file is read line by line (memory holds one line and the turns, never the file). With ``max_bytes``, a
     JSONL transcript is read in pieces: the read stops at the first turn that starts past ``max_bytes`` from
     ``start``, says so in ``more``, and ``end`` is where the next read starts (Gemini's recording, rewritten
-    whole by its runtime, is always read whole)."""
+    whole by its runtime, is always read whole, each record reduced to what a turn keeps as it is read)."""
     path = Path(path)
     if runtime == "claude-code":
         return _claude(path, start, max_bytes)
@@ -443,21 +442,30 @@ def _codex_exit(output: Any) -> int | None:
 
 
 # ------------------------------------------------------------------------------------------------ Gemini
+#: Largest Gemini recording in the older one-document format read (it is parsed whole; the JSONL format is not).
+GEMINI_DOCUMENT_BYTES = 256 << 20
+#: The arguments of a tool call a turn reads (:func:`_tool_use`): the rest (a file's whole new text) is dropped.
+_TOOL_ARGS = ("command", "cmd", "file_path", "notebook_path", "path", "input")
+
+
 def _gemini(path: Path) -> Transcript:
-    """A Gemini chat recording, read whole (records replace earlier ones by id, and rewinds cut the tail)."""
+    """A Gemini chat recording, read whole (records replace earlier ones by id, and rewinds cut the tail). Each
+    record is reduced to what a turn keeps as it is read (:func:`_gemini_slim`): Gemini records every tool call's
+    whole output, and a recording of hundreds of MB was held as bytes and as parsed records at once."""
     out = Transcript([])
-    data = path.read_bytes()
-    messages: dict[str, dict[str, Any]] = {}
-    stripped = data.lstrip()
-    if stripped.startswith(b"{") and b"\n{" not in stripped.rstrip():
-        try:  # the older format: one JSON document
-            doc = jsontext.parse(stripped)
+    size = path.stat().st_size
+    if _one_document(path):  # the older format: one JSON document
+        if size > GEMINI_DOCUMENT_BYTES:
+            raise OSError(f"{path}: a Gemini recording of {size >> 20} MiB in the older one-document format; not "
+                          f"read (over {GEMINI_DOCUMENT_BYTES >> 20} MiB)")
+        try:
+            doc = jsontext.parse(path.read_bytes().strip())
         except (ValueError, UnicodeDecodeError):
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
             out.session_id = _str(doc.get("sessionId"))
-            messages = {str(m.get("id")): m for m in doc["messages"] if isinstance(m, dict)}
-            return _gemini_turns(out, messages, len(data))
+            return _gemini_turns(out, _gemini_messages(doc["messages"]), size)
+    messages: dict[str, dict[str, Any]] = {}
     for _, obj in _lines(path, 0, out):
         if isinstance(obj.get("$rewindTo"), str):
             target, found = obj["$rewindTo"], False
@@ -469,39 +477,90 @@ def _gemini(path: Path) -> Transcript:
                 messages.clear()
         elif isinstance(obj.get("$set"), dict):
             if isinstance(obj["$set"].get("messages"), list):
-                messages = {str(m.get("id")): m for m in obj["$set"]["messages"] if isinstance(m, dict)}
+                messages = _gemini_messages(obj["$set"]["messages"])
         elif "id" in obj and "type" in obj:
-            messages[str(obj["id"])] = obj
+            messages[str(obj["id"])] = _gemini_slim(obj)
         elif "sessionId" in obj:
             out.session_id = _str(obj.get("sessionId"))
-            for m in obj.get("messages") or []:
-                if isinstance(m, dict):
-                    messages[str(m.get("id"))] = m
-    return _gemini_turns(out, messages, len(data))
+            messages.update(_gemini_messages(obj.get("messages") or []))
+    return _gemini_turns(out, messages, size)
+
+
+def _one_document(path: Path) -> bool:
+    """Whether ``path`` is one JSON document (the older format) rather than JSON lines: it starts with ``{`` and
+    no later line does. Read in pieces, never whole."""
+    with open(path, "rb") as f:
+        chunk = f.read(1 << 16).lstrip()
+        if not chunk.startswith(b"{"):
+            return False
+        previous = b""
+        while chunk:
+            if b"\n{" in previous + chunk:
+                return False
+            previous, chunk = chunk[-1:], f.read(1 << 16)
+    return True
+
+
+def _gemini_messages(items: Any) -> dict[str, dict[str, Any]]:
+    """A list of records by id, each reduced (:func:`_gemini_slim`)."""
+    if not isinstance(items, list):
+        return {}
+    return {str(m.get("id")): _gemini_slim(m) for m in items if isinstance(m, dict)}
+
+
+def _gemini_slim(m: dict[str, Any]) -> dict[str, Any]:
+    """What a turn keeps of a Gemini record: its type, time and text, and each tool call's name, the arguments a
+    turn reads, its status and the exit code in its output (the output itself is dropped)."""
+    calls = []
+    for call in m.get("toolCalls") if isinstance(m.get("toolCalls"), list) else []:
+        if not isinstance(call, dict):
+            continue
+        args = call.get("args") if isinstance(call.get("args"), dict) else {}
+        calls.append({"id": call.get("id"), "name": call.get("name"), "status": call.get("status"),
+                      "args": {k: v for k, v in args.items() if k in _TOOL_ARGS},
+                      "exit": _result_exit(call.get("result"))})
+    return {"type": m.get("type"), "timestamp": m.get("timestamp"), "content": _text(m.get("content")),
+            "toolCalls": calls}
+
+
+def _result_exit(result: Any) -> int | None:
+    """The exit code a recorded tool result states: the first text in it that says one, at its start or its end
+    (Gemini writes the code after the output: "Output: ...\\nExit Code: 1"). Read in place, never copied whole."""
+    stack = [result]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            code = _exit_code(value)
+            if code is None:
+                code = _exit_code(value[-4000:])
+            if code is not None:
+                return code
+        elif isinstance(value, dict):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+    return None
 
 
 def _gemini_turns(out: Transcript, messages: dict[str, dict[str, Any]], size: int) -> Transcript:
     turn: Turn | None = None
     for mid, m in messages.items():
         if m.get("type") == "user":
-            prompt = _text(m.get("content")).strip()
+            prompt = m["content"].strip()
             if not prompt or prompt.startswith("/"):
                 continue
             _close(out.turns)
             turn = Turn(id=mid, prompt=prompt, at=_str(m.get("timestamp")))
             out.turns.append(turn)
         elif m.get("type") == "gemini" and turn is not None:
-            text = _text(m.get("content")).strip()
+            text = m["content"].strip()
             if text:
                 turn.answer = text
-            for call in m.get("toolCalls") or []:
-                if not isinstance(call, dict):
-                    continue
+            for call in m["toolCalls"]:
                 _tool_use(turn, str(call.get("id")), call.get("name"), call.get("args"))
                 command = turn._calls.get(str(call.get("id")))
                 if command is not None:
-                    command.exit_code = _exit_code(json.dumps(call.get("result"), ensure_ascii=False)
-                                                   .replace("\\n", "\n"))
+                    command.exit_code = call["exit"]
                     command.failed = call.get("status") == "error"
     out.end = size
     return out

@@ -28,7 +28,7 @@ from ...rules.errors import (FactNotFound, FactParseError, InvalidKey, InvalidVa
 from ...rules.timeutil import format_time, now
 from ...rules.validation import vault_paths
 # Importing a page module registers its pages (a package-relative ``from . import`` would name the package).
-from .facts import patch_lines
+from .facts import patch_lines, show_direction
 from .overview import overview  # noqa: F401
 from .recall import recall  # noqa: F401
 from .scopes import scopes  # noqa: F401
@@ -106,12 +106,26 @@ def status_of(exc: BaseException) -> int:
     return 400 if isinstance(exc, MemvaultError) else 500
 
 
+class Verbatim(str):
+    """A value a form sends back (a textarea's text, a field's value): put in the page as it is, direction
+    controls included, so saving never changes it (the ``verbatim`` filter)."""
+
+
+def shown(value: Any) -> Any:
+    """What every ``{{ value }}`` of a template writes (before escaping): text with each bidirectional control
+    written as its escape (``\\u202e``, as the CLI prints it), so no stored text reorders what a person reads."""
+    if isinstance(value, str) and not isinstance(value, Verbatim) and not hasattr(value, "__html__"):
+        return show_direction(value)
+    return value
+
+
 def templates(root: str = "") -> Any:
     """The page templates; every address they make starts with ``root`` (the run's random path, see security)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=shown)
+    env.filters["verbatim"] = lambda value: Verbatim("" if value is None else value)
     pages = [(name, title) for _p, name, _f, _m, title in ROUTES if title]
     env.globals.update(url=lambda name, /, **params: root + url(name, **params), root=root,
                        nav=sorted(pages, key=lambda page: NAV_ORDER.index(page[0])

@@ -33,6 +33,8 @@ INBOX_PAGE = 50
 HISTORY_SHOWN = 50
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _MARKUP = re.compile(r"<\s*/?\s*[A-Za-z!]|[" + re.escape(ANGLE_LOOKALIKES) + r"]|\bjavascript:|\]\]>", re.I)
+#: Bidirectional controls: they reorder the text around them as shown (Trojan Source), never as stored.
+DIRECTION = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _INSTRUCTION = re.compile(r"\b(ignore|disregard|forget)\b.{0,40}\b(instructions?|previous|above|rules)\b", re.I | re.S)
 
 
@@ -262,6 +264,9 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
         flags.append("looks like a secret: " + ", ".join(sorted({s.kind for s in secrets})))
     if _MARKUP.search(item.text):
         flags.append("holds markup or a link scheme (shown here as text)")
+    if any(DIRECTION.search(part) for part in (item.text, item.category or "", *item.tags)):
+        flags.append("holds characters that change the direction text is shown in (shown here as \\u202e and the "
+                     "like, never obeyed)")
     if _INSTRUCTION.search(item.text):
         flags.append("reads like an instruction to an agent")
     return {"key": item.key, "source": item.source, "trusted": vault.facts.is_trusted(item.source),
@@ -270,6 +275,11 @@ def _proposal(web: Web, item: Any, exists: bool) -> dict[str, Any]:
             "diff": diff, "flags": flags, "similar": similar,
             "contradicts": [{"key": m["key"], "values": m.get("values", {})} for m in similar
                             if m["kind"] == "conflict"]}
+
+
+def show_direction(text: str) -> str:
+    """``text`` with each bidirectional control written as its escape (``\\u202e``)."""
+    return DIRECTION.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if DIRECTION.search(text) else text
 
 
 def _rel(root: Any, path: Any) -> str:
