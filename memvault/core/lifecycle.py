@@ -7,7 +7,7 @@ nothing itself: every change goes through the write gate (:mod:`memvault.core.ga
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,17 +18,15 @@ from ..rules.freshness import stale_reason
 from ..stores.episodes import Episode, RewriteReport, source_matches
 from ..rules.errors import InvalidValue, MemvaultError, PurgeIncomplete, SecretRefused
 from ..stores.facts import Fact
-from . import access
+from . import access, purges
 from .episode_sync import drop_aside
 from .gate import WriteGate
 from .retention import in_force as retention_in_force, save as save_retention
-from ..rules.fsutil import atomic_write, remove
-from ..rules.timeutil import format_time, now
+from ..rules.fsutil import FileChange, atomic_write, read_regular, remove
+from ..rules.timeutil import format_time, now, parse_time
 from ..rules.trust import Op
-from ..rules.validation import MAX_FUTURE, SOURCE_MAX, Problem
-
-#: What a source is made of (printable ASCII, no space), and a prefix pattern's closing '*'.
-_PATTERN_CHARS = re.compile(r"[!-~]+")
+from ..rules.validation import MAX_FUTURE, Problem
+from ..stores.gitstore import GitStore, blob_id
 
 
 if TYPE_CHECKING:
@@ -132,19 +130,14 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
     """Remove every episode, fact and inbox proposal whose source matches ``pattern`` (exact, or a prefix ending
     in ``*``), all or nothing: one commit naming the source, or (when git refuses it) no change at all; a purge
     killed part-way is finished by the next write, from its journal (this one first, with its ``allow_secret``).
+    The purge is recorded in ``purges/`` (committed), so that every other host's sync applies it to that host's
+    own lines of the source written before it (:mod:`memvault.core.purges`).
     Then the index rows go, the keyword index is merged and the WAL truncated, orphan index generations removed,
     the usage rows are dropped and damaged copies of the index and state removed, so the purged text is not left
     readable in the state directory; a step of that which fails is an error (raised after the files and git are
     purged), never a silence. Every file committed passes the commit's checks (``allow_secret``: the one waiver,
     for a trusted source)."""
-    if not pattern or not pattern.strip() or pattern.strip() == "*":
-        raise InvalidValue("--source", "give a source or a prefix like web:* (purging everything is not a purge)")
-    if len(pattern) > SOURCE_MAX + 1 or not _PATTERN_CHARS.fullmatch(pattern):
-        # Every source is printable ASCII without spaces: such a pattern can match nothing, and a line feed in it
-        # would have been a line of the purge's commit message.
-        raise InvalidValue("--source", f"{pattern[:80].encode('unicode_escape').decode('ascii')!r} can match no "
-                                       f"source: sources are printable ASCII without spaces, at most {SOURCE_MAX} "
-                                       "characters")
+    purges.check_pattern(pattern)
     if not dry_run:
         gate.require(Op.PURGE, source)
     warnings: list[str] = []
@@ -152,7 +145,12 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
         if not dry_run:  # with this purge's waiver: the way out when the one interrupted is refused by a check
             warnings += finish_purge(gate, source, allow_secret=allow_secret)
         with gate.episodes.lock():
-            report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret)
+            # The record tells every other host sharing the vault (purges.py); this host applied it already.
+            record = None if dry_run else purges.record_change(gate, pattern, source, now())
+            report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret,
+                                         record=record)
+            if record is not None and record.after is not None:
+                purges.mark_applied(gate, blob_id(record.after))
             if not dry_run:
                 report.warnings += drop_aside(gate, lambda e: source_matches(pattern, e.source))
     report.warnings[:0] = warnings
@@ -204,16 +202,21 @@ def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) ->
         if any(not isinstance(r, str) or not r or Path(r).is_absolute() or ".." in Path(r).parts for r in rels):
             raise ValueError("a path outside the vault")
         already = [gate.root / rel for rel in rels]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        record = _journal_record(gate, planned.get("record"))
+        # A purge record being applied (apply_records): its narrower cut, never the whole purge
+        before = parse_time(planned["before"], "before") if "before" in planned else None
+    except (OSError, ValueError, KeyError, TypeError, InvalidValue) as exc:
         raise InvalidValue(str(journal), f"an interrupted purge left a journal that cannot be read ({exc}); "
                                          "look at it, then remove it") from None
     if not gate.policy.allows(Op.PURGE, source):
         raise InvalidValue(str(journal), f"an interrupted purge names {source!r}, which may not purge: look at it, "
                                          "then remove it")
+    drop = _recorded_cut(gate, pattern, before, set()) if before is not None else None
     try:
         with gate.episodes.lock():
-            report, paths = _purge_files(gate, pattern, source=source, already=already, allow_secret=allow_secret)
-            report.warnings += drop_aside(gate, lambda e: source_matches(pattern, e.source))
+            report, paths = _purge_files(gate, pattern, source=source, already=already, allow_secret=allow_secret,
+                                         record=record, before=before, applying=planned.get("applying"))
+            report.warnings += drop_aside(gate, drop or (lambda e: source_matches(pattern, e.source)))
     except SecretRefused as exc:  # every write waits for it: say which purge, and the way out
         raise SecretRefused(f"finishing the interrupted purge of {pattern} ('memvault purge --source {pattern} "
                             f"--allow-secret' finishes it with the waiver): {exc.what}", exc.findings) from None
@@ -224,25 +227,42 @@ def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) ->
 
 
 def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
-                 already: list[Path] | None = None, allow_secret: bool = False) -> tuple[PurgeReport, list[Path]]:
-    """Plan and apply a purge under the locks the caller holds; the report and every path it changed."""
-    episodes = gate.episodes.plan_rewrite(lambda e: source_matches(pattern, e.source))
+                 already: list[Path] | None = None, allow_secret: bool = False, record: FileChange | None = None,
+                 before: datetime | None = None, applying: str | None = None,
+                 kept: set[str] | None = None) -> tuple[PurgeReport, list[Path]]:
+    """Plan and apply a purge under the locks the caller holds; the report and every path it changed. ``record``:
+    the purge's record to create (:mod:`memvault.core.purges`). ``before``: a record made elsewhere applied here
+    (``applying``, :func:`apply_records`): only the episode lines :func:`_recorded_cut` chooses, no fact (``kept``
+    hears of the trusted ones left)."""
+    drop = None if before is None else _recorded_cut(gate, pattern, before, set() if kept is None else kept)
+    episodes = gate.episodes.plan_rewrite(drop or (lambda e: source_matches(pattern, e.source)),
+                                          None if drop is None else _own_files(gate))
     problems: list[Problem] = []
-    facts = [f for f in gate.facts.iter(problems) if source_matches(pattern, f.source)]
-    facts += [f for f in gate.facts.inbox(problems) if source_matches(pattern, f.source)]
+    facts = [] if drop is not None else [f for f in gate.facts.iter(problems) if source_matches(pattern, f.source)]
+    if drop is None:
+        facts += [f for f in gate.facts.inbox(problems) if source_matches(pattern, f.source)]
     report = PurgeReport(pattern, episodes, facts)
     report.warnings += [f"{p}: cannot be read, so its source is unknown: not purged, look at it" for p in problems]
     if episodes.unreadable:
         report.warnings.append(f"{episodes.unreadable} episode lines cannot be read, so their source is unknown: "
                                "kept (see 'memvault episode list')")
     already = already or []
-    if dry_run or not (facts or episodes.changes or already):
+    if record is not None and record.after is not None:  # finishing: the record may be there already
+        record = FileChange(record.path, _current_bytes(record.path), record.after)
+    if dry_run or not (facts or episodes.changes or already or (record is not None and record.changed)):
         return report, []
     changes = [gate.facts.plan_delete(f.key, inbox=f.quarantined)[0] for f in facts] + episodes.changes
+    changes += [record] if record is not None else []
     paths = list(dict.fromkeys([*already, *(c.path for c in changes)]))
     journal = gate.state_dir / PURGE_JOURNAL
-    atomic_write(journal, json.dumps({"pattern": pattern, "source": source,
-                                      "paths": [p.relative_to(gate.root).as_posix() for p in paths]}).encode())
+    planned: dict[str, Any] = {"pattern": pattern, "source": source,
+                               "paths": [p.relative_to(gate.root).as_posix() for p in paths]}
+    if record is not None and record.after is not None:
+        planned["record"] = {"path": record.path.relative_to(gate.root).as_posix(),
+                             "data": record.after.decode("utf-8")}
+    if before is not None:
+        planned.update(applying=applying, before=format_time(before))
+    atomic_write(journal, json.dumps(planned).encode())
     inbox, episodes_dir = gate.facts.inbox_dir, gate.episodes.dir
 
     def committed(path: Path) -> bool:
@@ -253,17 +273,91 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
         return True
 
     listing = [f"- fact {f.key}" + (" (inbox)" if f.quarantined else "") for f in facts]
+    what = f"purge source {pattern}" + (f" here, as recorded in {applying}" if applying else "")
     try:
         report.commit = gate.apply(
             changes, source=source, commit=committed, warnings=report.warnings, also=already, allow_secret=allow_secret,
-            message=f"purge source {pattern}: {len(facts)} facts, {len(episodes.removed)} episodes\n\n"
-                    + "\n".join(listing))
+            message=f"{what}: {len(facts)} facts, {len(episodes.removed)} episodes\n\n" + "\n".join(listing))
     except BaseException:
         if not already:  # refused: every file is back as it was, so there is nothing left to finish
             remove(journal)
         raise
     remove(journal)
     return report, paths
+
+
+def _current_bytes(path: Path) -> bytes | None:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+
+
+def _journal_record(gate: WriteGate, planned: Any) -> FileChange | None:
+    """The record an interrupted purge was creating, from its journal (None: it created none)."""
+    if planned is None:
+        return None
+    rel, data = planned["path"], planned["data"]
+    if not isinstance(rel, str) or not isinstance(data, str) or not rel.startswith(purges.RECORDS + "/") \
+            or ".." in Path(rel).parts:
+        raise ValueError("a record outside purges/")
+    return FileChange(gate.root / rel, None, data.encode("utf-8"))
+
+
+# ------------------------------------------------------------------------------------------------ purge records
+def _recorded_cut(gate: WriteGate, pattern: str, before: datetime, kept: set[str]) -> Callable[[Episode], bool]:
+    """What a purge record takes from this host: the lines of sources matching ``pattern`` dated before
+    ``before``, but never a source this host trusts (those are added to ``kept``, by id: a teammate's commit
+    deletes no person's lines here)."""
+    def drop(e: Episode) -> bool:
+        if not source_matches(pattern, e.source) or e.time >= before:
+            return False
+        if gate.policy.is_trusted(e.source):
+            kept.add(e.id)
+            return False
+        return True
+
+    return drop
+
+
+def _own_files(gate: WriteGate) -> list[Path]:
+    """This host's own episode files: outside any host folder, or in a folder this clone writes or wrote. Another
+    host's folder is that host's: its own sync applies the record (and the purge's own host removed what it had)."""
+    log = gate.episodes
+    own = log.own_folders()
+    return [p for p in log.files() if p.parent == log.dir or p.relative_to(log.dir).parts[0] in own]
+
+
+def apply_records(gate: WriteGate, git: GitStore, revs: list[str], *, source: str) -> list[str]:
+    """Apply every purge record in the commits ``revs`` this host has not applied yet (:mod:`.purges`), each all
+    or nothing through the purge's machinery (its journal, its one commit when episodes are tracked, its scrub),
+    as ``source`` (the sync's, which may purge). The caller holds the write and append locks. What to say."""
+    records, said = purges.pending(gate, git, revs)
+    for record in records:
+        kept: set[str] = set()
+        drop = _recorded_cut(gate, record.pattern, record.at, kept)
+        try:
+            report, paths = _purge_files(gate, record.pattern, source=source, before=record.at, applying=record.rel,
+                                         kept=kept)
+        except MemvaultError as exc:  # every file is back as it was: a file the checks refuse is not committed
+            said.append(f"{record.rel}: the purge of {record.pattern} it records could not be applied here ({exc}); "
+                        "the next sync tries again")
+            continue
+        report.warnings += drop_aside(gate, drop)
+        if paths:
+            _scrub(gate, report, paths)
+        purges.mark_applied(gate, record.blob)
+        removed = len(report.episodes.removed)
+        if removed:
+            said.append(f"applied the purge of {record.pattern} by {record.by} at {format_time(record.at)} "
+                        f"({record.rel}): {removed} episode line{'s' if removed != 1 else ''} of this host written "
+                        "before it removed" + (f" (commit {report.commit[:12]})" if report.commit else ""))
+        if kept:
+            said.append(f"{len(kept)} episode line{'s' if len(kept) != 1 else ''} of trusted sources matching "
+                        f"{record.pattern} kept: a purge recorded on another host ({record.rel}) never removes a "
+                        f"trusted source's lines here; run 'memvault purge --source {record.pattern}' to remove them")
+        said += report.warnings
+    return said
 
 
 def _scrub(gate: WriteGate, report: PurgeReport, paths: list[Path]) -> None:

@@ -43,6 +43,8 @@ from ..rules.fsutil import atomic_write, ensure_dir, is_temp_name, read_regular,
 from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
                            shared_folders)
 from .gate import WriteGate
+from .lifecycle import apply_records
+from .purges import RECORDS
 from ..stores.episodes import merge_lines
 from ..stores.gitstore import GitStore
 from ..rules.timeutil import age_text
@@ -116,6 +118,10 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                     back, said = put_aside_back(gate, git)  # what a sync killed after its pull left set aside
                     touched += back
                     result.warnings += said
+                    # A purge recorded on another host (or here, pulled by plain git) takes this host's lines of
+                    # its source before they are committed: else this sync pushed the purged text back.
+                    result.warnings += apply_records(gate, git, ["HEAD", *([fetched] if fetched else [])],
+                                                     source=source)
                     # what was edited by hand, and (tracked) appended while the last push was waited for
                     pending = pending_edits(gate, git)
                     pending, removed = _drop_stale_temps(git, pending)
@@ -195,7 +201,7 @@ def _try(git: GitStore, *args: str) -> str | None:
 
 
 def _vault_names(gate: WriteGate) -> list[str]:
-    names = ["facts", "procedures", "memvault.toml", ".gitignore"]
+    names = ["facts", "procedures", RECORDS, "memvault.toml", ".gitignore"]
     if gate.config.track_episodes:
         names.append("episodes")
     if gate.config.trust.share_inbox:
@@ -575,7 +581,7 @@ def _merged_by_driver(git: GitStore, paths: list[str]) -> list[str]:
 
 
 #: The vault's own folders and files: a link at any of them is refused when pulled.
-VAULT_PLACES = ("facts", "procedures", "episodes", "inbox", "memvault.toml", ".gitignore", ".gitattributes")
+VAULT_PLACES = ("facts", "procedures", "episodes", "inbox", RECORDS, "memvault.toml", ".gitignore", ".gitattributes")
 
 
 def _above(gate: WriteGate, git: GitStore) -> list[str]:

@@ -55,7 +55,8 @@ def prune(ctx, dry_run, accept_retention, allow_secret):
 @pass_ctx
 def purge(ctx, pattern, dry_run, allow_secret):
     """Remove every episode, fact and proposal whose source matches, and their index rows, all or nothing, in one
-    commit naming the source. For the day a source is found to have written poison into memory."""
+    commit naming the source, with a record (purges/) that every other host's sync applies to its own lines
+    written before it. For the day a source is found to have written poison into memory."""
     report = ctx.vault.purge(pattern, dry_run=dry_run, allow_secret=allow_secret)
     verb = "would remove" if dry_run else "removed"
     lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
