@@ -397,3 +397,30 @@ def test_a_file_git_normalises_on_commit_is_committed_as_git_reads_it_when_that_
     vault.sync()
     assert git(vault.root, "cat-file", "-p", "HEAD:facts/ops/crlf.md").endswith("Line endings,\nfrom a Windows editor.")
     assert git(vault.root, "status", "--porcelain").strip() == ""
+
+
+def test_a_purge_killed_after_its_commit_is_finished_scrub_and_recall_log_included(strict_vault, monkeypatch):
+    """The journal went as soon as the purge's commit was made, before the index and the recall log were scrubbed:
+    killed there, nothing was left to finish, and the purged source's questions stayed in the recall log (and its
+    text in the index's segments) for good. The journal now goes last, and finishing clears the recall log too."""
+    from memvault.core import lifecycle
+
+    v = strict_vault
+    v.episodes.append("A note from the web.", source="web:blog")
+    v.recall("anything from the web", source="web:blog", mode="keyword")
+    assert len(v.recall_log.recalls(source="web:blog")) == 1
+
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt  # the process stops here, as a SIGKILL would leave it
+
+    monkeypatch.setattr(lifecycle, "_scrub", killed)
+    with pytest.raises(KeyboardInterrupt):
+        Vault.open(v.root).purge("web:*", source="user:dev")
+    monkeypatch.undo()
+    journal = v.state_dir / lifecycle.PURGE_JOURNAL
+    assert journal.exists()
+    done = cli(v.root, "fact", "set", "ops/x", "A note.", source="user:dev")
+    assert done.exit_code == 0 and "interrupted" in done.output, done.output
+    assert not journal.exists()
+    assert Vault.open(v.root).recall_log.recalls(source="web:blog") == []
+    assert not any(e.source == "web:blog" for e in Vault.open(v.root).episodes.iter())

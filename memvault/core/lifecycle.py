@@ -153,12 +153,31 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
                 purges.mark_applied(gate, blob_id(record.after))
             if not dry_run:
                 report.warnings += drop_aside(gate, lambda e: source_matches(pattern, e.source))
-    report.warnings[:0] = warnings
-    if paths:
-        _scrub(gate, report, paths)
-    if not dry_run:
-        _forget_questions(gate, report)
+        report.warnings[:0] = warnings
+        if not dry_run:
+            _close(gate, report, paths, forget=True)
     return report
+
+
+def _close(gate: WriteGate, report: PurgeReport, paths: list[Path], *, forget: bool) -> None:
+    """After a purge's files are committed: the purged text out of the index and state (:func:`_scrub`) and, for a
+    purge made here (``forget``), the source's questions out of the recall log; then its journal goes. Killed before
+    that, the journal is still there and the next write finishes the purge, scrub included. A step that fails is
+    raised once (:class:`PurgeIncomplete` says what to fix), and the journal goes all the same: every later write
+    would fail on it otherwise."""
+    failed: PurgeIncomplete | None = None
+    try:
+        if paths:
+            _scrub(gate, report, paths)
+    except PurgeIncomplete as exc:
+        failed = exc
+    try:
+        if forget:
+            _forget_questions(gate, report)
+    finally:
+        remove(gate.state_dir / PURGE_JOURNAL)
+    if failed is not None:
+        raise failed
 
 
 def _forget_questions(gate: WriteGate, report: PurgeReport) -> None:
@@ -220,8 +239,7 @@ def finish_purge(gate: WriteGate, writer: str, *, allow_secret: bool = False) ->
     except SecretRefused as exc:  # every write waits for it: say which purge, and the way out
         raise SecretRefused(f"finishing the interrupted purge of {pattern} ('memvault purge --source {pattern} "
                             f"--allow-secret' finishes it with the waiver): {exc.what}", exc.findings) from None
-    if paths:
-        _scrub(gate, report, paths)
+    _close(gate, report, paths, forget=before is None)  # a record applied here leaves the recall log alone
     return [f"a purge of {pattern} by {source} was interrupted; it is finished now"
             + (f" (commit {report.commit[:12]})" if report.commit else "")] + report.warnings
 
@@ -282,8 +300,7 @@ def _purge_files(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = 
         if not already:  # refused: every file is back as it was, so there is nothing left to finish
             remove(journal)
         raise
-    remove(journal)
-    return report, paths
+    return report, paths  # the journal stays until the caller scrubbed the index and state: it removes it
 
 
 def _current_bytes(path: Path) -> bytes | None:
@@ -344,8 +361,7 @@ def apply_records(gate: WriteGate, git: GitStore, revs: list[str], *, source: st
                         "the next sync tries again")
             continue
         report.warnings += drop_aside(gate, drop)
-        if paths:
-            _scrub(gate, report, paths)
+        _close(gate, report, paths, forget=False)
         purges.mark_applied(gate, record.blob)
         removed = len(report.episodes.removed)
         if removed:
