@@ -28,7 +28,6 @@ Writers are held off for the duration (the vault's write lock, then the episode 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -42,6 +41,7 @@ from ..rules.fsread import read_regular_if_there
 from ..rules.fsutil import atomic_write, ensure_dir, is_temp_name, read_regular, remove, remove_stale_temp
 from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
                            shared_folders)
+from . import sync_journal
 from .gate import WriteGate
 from ..stores.episodes import merge_lines
 from ..stores.gitstore import GitStore
@@ -92,15 +92,15 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     git = gate.git
     if git is None:
         raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
-    if _rebase_in_progress(git):  # HEAD is detached meanwhile: said before anything reads or writes it
-        raise GitError(f"sync stopped before changing anything: a rebase is in progress in {git.root} (a sync killed "
-                       "part-way, or one begun by hand): finish it (git rebase --continue) or undo it (git rebase "
-                       "--abort), then sync again")
+    # HEAD is detached during a rebase: one a killed sync left is undone, any other is said before anything reads
+    # or writes HEAD.
+    mended: list[str] = []
+    sync_journal.mend(gate, git, source, mended)
     # A new vault has no remote yet: sync then commits what was edited by hand and says so, instead of failing
     # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
     local_only = remote is None and not _try(git, "remote")
     remote, branch = _target(git, remote, branch)
-    result = SyncResult(remote=shown_remote(remote), branch=branch, local_only=local_only)
+    result = SyncResult(remote=shown_remote(remote), branch=branch, local_only=local_only, warnings=mended)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     # The write and append locks are held for the steps that read or change the work tree and HEAD, never while
@@ -315,6 +315,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
     successor = folders.draw() if folders is not None and not gate.episodes.named and current in shared else None
     set_aside(gate, git, before, fetched)
     stashed = _stash(git)
+    sync_journal.begin(gate, git, before, fetched, stashed)  # a sync killed from here on is undone by the next
     try:
         try:
             onto = ("--onto", fetched, last) if rewritten and last is not None else (fetched,)
@@ -331,12 +332,21 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
             if conflicted:
                 git.run("rebase", "--abort", env=_env(git))
                 raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, shown_remote(remote), branch) from None
+        except BaseException:  # Ctrl-C while git rebased: never leave it half done
+            if _rebase_in_progress(git):
+                git.run("rebase", "--abort", env=_env(git))
+            raise
     finally:
+        left = _rebase_in_progress(git)  # one the abort above could not undo: the next sync's, by the journal
         try:
             warnings += put_aside_back(gate, git)[1]
         finally:
-            if stashed:
-                _unstash(git)
+            if not left:
+                try:
+                    if stashed:
+                        _unstash(git)
+                finally:
+                    sync_journal.end(gate)
     # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
     warnings += give_up(gate, shared, successor)
     if successor is not None and current is not None:
@@ -677,11 +687,7 @@ def _unstash(git: GitStore) -> None:
 
 
 def _rebase_in_progress(git: GitStore) -> bool:
-    for name in ("rebase-merge", "rebase-apply"):
-        with contextlib.suppress(GitError):
-            if (git.root / git.run("rev-parse", "--git-path", name)).exists():
-                return True
-    return False
+    return sync_journal.rebase_dir(git) is not None
 
 
 def _vault_rel(gate: WriteGate, git: GitStore, repo_rel: str) -> str:
