@@ -917,3 +917,18 @@ def test_a_sync_interrupted_while_its_rebase_stopped_undoes_it_on_the_way_out(ho
     assert not (b.state_dir / JOURNAL_NAME).exists()
     with pytest.raises(SyncConflict, match="plan.txt"):
         b.sync()
+
+
+def test_a_write_after_a_sync_killed_mid_rebase_undoes_the_rebase_first(hosts):
+    """After the crash an agent writes a fact before anyone syncs. Its commit landed on the half-rebased, detached
+    HEAD: the next sync could no longer undo the rebase without dropping it (and stopped), and a person's
+    ``git rebase --abort`` dropped it from the branch. The write undoes the dead sync's rebase first, and says so."""
+    b = killed_mid_rebase(hosts)
+    written = b.facts.set("db/c", "Written by an agent after the crash.", source="user:admin")
+    assert any("undone" in w for w in written.warnings), written.warnings
+    assert git(b.root, "symbolic-ref", "--short", "HEAD") == "main"
+    assert (b.root / "notes.txt").read_text() == "mine, edited and not committed\n"
+    result = hosts.sync("b")
+    assert result.pushed and not any("rebase" in w for w in result.warnings)
+    assert sorted(f.key for f in b.facts.list()) == ["db/a", "db/a2", "db/b", "db/c"]
+    assert "db/c" in git(hosts.remote, "log", "--format=%s", "main")

@@ -91,30 +91,50 @@ def mend(gate: WriteGate, git: GitStore, source: str, warnings: list[str]) -> No
     if rebase_dir(git) is None and not os.path.lexists(gate.state_dir / JOURNAL_NAME):
         return
     with gate.sync_lock(), gate.lock(source, warnings), gate.episodes.lock():
-        journal, folder = _journal(gate), rebase_dir(git)
-        if folder is None:  # killed after its rebase was over, before it put the changes back
-            if journal is not None and journal.get("host") == socket.gethostname() and not _alive(journal["pid"]):
-                warnings += _unstash(git, journal)
-            end(gate)
-            return
-        why = _not_its_own(git, folder, journal)
-        if journal is None or why:
-            raise stopped(git, why)
-        try:
-            git.run("rebase", "--abort")
-        except GitError as exc:
-            raise stopped(git, f"; undoing the rebase a killed sync left failed: {exc}") from None
-        head = git.run("rev-parse", "HEAD")
-        if head != journal["head"] or rebase_dir(git) is not None:
-            raise GitError(f"sync stopped: undoing the rebase a killed sync left put HEAD at {head[:12]}, not at "
-                           f"{journal['head'][:12]} where that sync began; look at 'git reflog' before syncing again")
-        said = _unstash(git, journal)
+        _mend(gate, git, warnings)
+
+
+def mend_for_write(gate: WriteGate, writer: str) -> list[str]:
+    """Run by :meth:`WriteGate.lock` for a write (under the write lock): the same mend, when no sync runs (its lock is
+    free). A write after the crash (an agent's, before anyone synced) was committed onto the half-rebased, detached
+    HEAD; then the sync could no longer undo the rebase without dropping it, and a person's ``git rebase --abort``
+    dropped it. A rebase that is not provably the dead sync's is left as one begun by hand is. What to say."""
+    git = gate.git
+    if git is None or not os.path.lexists(gate.state_dir / JOURNAL_NAME):  # one lstat on every write
+        return []
+    said: list[str] = []
+    with gate.try_sync_lock() as held:
+        if held:
+            with gate.episodes.lock(), contextlib.suppress(GitError):
+                _mend(gate, git, said)
+    return said
+
+
+def _mend(gate: WriteGate, git: GitStore, warnings: list[str]) -> None:
+    """:func:`mend`, with the sync, write and append locks held."""
+    journal, folder = _journal(gate), rebase_dir(git)
+    if folder is None:  # killed after its rebase was over, before it put the changes back
+        if journal is not None and journal.get("host") == socket.gethostname() and not _alive(journal["pid"]):
+            warnings += _unstash(git, journal)
         end(gate)
-        warnings.append(f"a sync killed part-way left its rebase onto {journal['onto'][:12]} in progress: undone, "
-                        f"this clone is back at {head[:12]}, as before that sync" +
-                        (", and your uncommitted changes it set aside are back" if journal["stash"] and not said
-                         else ""))
-        warnings += said
+        return
+    why = _not_its_own(git, folder, journal)
+    if journal is None or why:
+        raise stopped(git, why)
+    try:
+        git.run("rebase", "--abort")
+    except GitError as exc:
+        raise stopped(git, f"; undoing the rebase a killed sync left failed: {exc}") from None
+    head = git.run("rev-parse", "HEAD")
+    if head != journal["head"] or rebase_dir(git) is not None:
+        raise GitError(f"sync stopped: undoing the rebase a killed sync left put HEAD at {head[:12]}, not at "
+                       f"{journal['head'][:12]} where that sync began; look at 'git reflog' before syncing again")
+    said = _unstash(git, journal)
+    end(gate)
+    warnings.append(f"a sync killed part-way left its rebase onto {journal['onto'][:12]} in progress: undone, this "
+                    f"clone is back at {head[:12]}, as before that sync" +
+                    (", and your uncommitted changes it set aside are back" if journal["stash"] and not said else ""))
+    warnings += said
 
 
 def _not_its_own(git: GitStore, folder: Path, journal: dict[str, Any] | None) -> str:
@@ -172,4 +192,4 @@ def _unstash(git: GitStore, journal: dict[str, Any]) -> list[str]:
     return []
 
 
-__all__ = ["JOURNAL_NAME", "begin", "end", "mend", "rebase_dir", "stopped"]
+__all__ = ["JOURNAL_NAME", "begin", "end", "mend", "mend_for_write", "rebase_dir", "stopped"]
