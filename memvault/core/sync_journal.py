@@ -154,7 +154,7 @@ def _not_its_own(git: GitStore, folder: Path, journal: dict[str, Any] | None) ->
     # HEAD moved only by that one rebase since the journal was written: a commit made on the detached HEAD since, or
     # a rebase begun again by hand (an abort, then a start), would be dropped. Newest first: its picks, its start
     # (no sooner than the journal), then nothing of a rebase as far back as the journal (the second is the unit).
-    since = git.run("log", "-g", "--date=unix", "--format=%gd%x00%gs", "HEAD", "--") or ""
+    since = git.run("log", "-g", "--max-count=200", "--date=unix", "--format=%gd%x00%gs", "HEAD", "--") or ""
     moves: list[str] = []
     for line in since.splitlines():
         when, _, move = line.partition("\0")
