@@ -424,3 +424,28 @@ def test_a_purge_killed_after_its_commit_is_finished_scrub_and_recall_log_includ
     assert not journal.exists()
     assert Vault.open(v.root).recall_log.recalls(source="web:blog") == []
     assert not any(e.source == "web:blog" for e in Vault.open(v.root).episodes.iter())
+
+
+def test_init_from_another_repositorys_hook_makes_its_own_repository(tmp_path, monkeypatch):
+    """``memvault init`` run from another repository's hook (GIT_DIR, GIT_INDEX_FILE and GIT_WORK_TREE exported to
+    it) ran ``git init`` through GitPython with that environment: it re-initialised the hook's repository, left the
+    new vault's files with no repository, and failed with an internal error (InvalidGitRepositoryError)."""
+    from memvault import Vault
+
+    app = tmp_path / "app"
+    git(tmp_path, "init", "-q", str(app))
+    (app / "a.txt").write_text("a\n")
+    git(app, "add", "a.txt")
+    before = {p.relative_to(app): p.read_bytes() for p in (app / ".git").rglob("*") if p.is_file()}
+    monkeypatch.setenv("GIT_INDEX_FILE", str(app / ".git" / "index"))
+    monkeypatch.setenv("GIT_DIR", str(app / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(app))
+    vault = Vault.init(tmp_path / "memory")
+    for name in ("GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE"):
+        monkeypatch.delenv(name)
+    assert vault.git.root == (tmp_path / "memory").resolve()
+    assert git(vault.root, "rev-parse", "--show-toplevel") == str((tmp_path / "memory").resolve())
+    assert git(vault.root, "log", "--format=%s") == "memvault init"
+    assert git(vault.root, "status", "--porcelain") == ""
+    after = {p.relative_to(app): p.read_bytes() for p in (app / ".git").rglob("*") if p.is_file()}
+    assert after == before  # the hook's repository untouched: no re-init, nothing staged

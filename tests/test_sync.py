@@ -239,6 +239,31 @@ def test_push_rejected_because_the_remote_moved_is_retried(hosts, monkeypatch):
     assert "10.8.0.9" in git(a.root, "show", "HEAD:facts/db/primary.md")
 
 
+def test_a_push_the_remotes_hook_refuses_is_not_retried_and_says_why_on_one_line(hosts):
+    """A pre-receive hook on the remote declines the push (a policy, a protected branch). Sync took the refusal for
+    a remote that moved and pushed three times, fetching and rebasing between, then blamed "the remote keeps
+    moving". Only a rejection for a remote that moved ("fetch first", "non-fast-forward") is retried; a hook's
+    refusal stops at once with the remote's reason, on one line, with no control character nor credential."""
+    token = "ghp_" + "0123456789abcdefghijklmnopqrstuvwxyz"
+    calls = hosts.tmp / "hook-calls"
+    hook = hosts.remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\necho x >> '{calls}'\n"
+                    f"printf 'policy: pushes to main need a review\\033[2J\\n see https://bob:{token}@ci.example/x\\n' >&2\n"
+                    "exit 1\n")
+    hook.chmod(0o755)
+    a = hosts.on("a")
+    a.facts.set("db/primary", "The primary database listens on 10.8.0.4.")
+    head = git(a.root, "rev-parse", "HEAD")
+    with pytest.raises(GitError, match="refused the push.*pre-receive hook declined.*policy: pushes to main need a "
+                                       "review") as info:
+        hosts.sync("a")
+    assert calls.read_text().count("x") == 1
+    said = str(info.value)
+    assert "\n" not in said and "\x1b" not in said and token not in said and "rejected 3 times" not in said
+    assert git(a.root, "rev-parse", "HEAD") == head  # the commit is kept here
+    assert git(hosts.remote, "rev-parse", "main") != head
+
+
 def test_not_in_git_is_a_clear_error(tmp_path):
     import shutil
 

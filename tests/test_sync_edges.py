@@ -950,3 +950,165 @@ def test_a_purge_record_applied_by_a_killed_sync_is_finished_with_its_own_cut(ho
     assert not (b.state_dir / lifecycle.PURGE_JOURNAL).exists()
     b.sync()
     assert lines_on_remote(hosts.remote, "web:evil*") == 1
+
+
+# ------------------------------------------------------------------------------------------- a sync killed mid-rebase
+SYNC = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from fake_embedder import Models
+from memvault import Vault
+Vault.open(sys.argv[1], embedder_factory=Models()).sync()
+"""
+#: A hook git runs once the rebase has checked the remote's commit out: the machine dies there (every process of the
+#: sync's group killed at once, git's rebase with it).
+DIES_MID_REBASE = '#!/bin/sh\n[ -d "$(git rev-parse --git-path rebase-merge)" ] && kill -9 0\nexit 0\n'
+
+
+def killed_mid_rebase(hosts):
+    """Host b's sync, killed (SIGKILL to the sync and its git) in the middle of its rebase onto a's new commit, with
+    b's own fact to put on top and an uncommitted edit outside the vault set aside. The vault ``b``."""
+    from pathlib import Path
+
+    a = hosts.on("a")
+    a.facts.set("db/a", "A fact from host a.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    (b.root / "notes.txt").write_text("mine\n")
+    git(b.root, "add", "notes.txt")
+    git(b.root, "commit", "-qm", "notes outside the vault")
+    hosts.sync("b")
+    a = hosts.on("a")
+    a.facts.set("db/a2", "Another fact from host a.", source="user:admin")
+    hosts.sync("a")
+    b = hosts.on("b")
+    b.facts.set("db/b", "A fact from host b.", source="user:admin")
+    (b.root / "notes.txt").write_text("mine, edited and not committed\n")
+    hook = b.root / ".git" / "hooks" / "post-checkout"
+    hook.write_text(DIES_MID_REBASE)
+    hook.chmod(0o755)
+    done = subprocess.run([sys.executable, "-c", SYNC, str(b.root), str(Path(__file__).parent)],
+                          capture_output=True, text=True, start_new_session=True, timeout=120)
+    hook.unlink()
+    assert done.returncode == -9, done.stderr
+    assert (b.root / ".git" / "rebase-merge").is_dir()  # what the dead sync left: HEAD detached, the edit stashed
+    assert (b.root / "notes.txt").read_text() == "mine\n"
+    return b
+
+
+def test_a_sync_killed_mid_rebase_is_undone_by_the_next_sync_which_goes_on(hosts):
+    """The laptop dies while a sync rebases. Every later sync stopped with "a rebase is in progress ... finish it
+    or undo it": a person who never learnt git had to. The dead sync's journal (local state) says the rebase was its
+    own: the next sync undoes it, says so in one line, puts the edit it had set aside back, and syncs."""
+    b = killed_mid_rebase(hosts)
+    result = hosts.sync("b")
+    said = [w for w in result.warnings if "rebase" in w]
+    assert len(said) == 1 and "\n" not in said[0] and "undone" in said[0], result.warnings
+    assert result.pushed
+    assert not (b.root / ".git" / "rebase-merge").exists()
+    assert git(b.root, "symbolic-ref", "--short", "HEAD") == "main"
+    assert (b.root / "notes.txt").read_text() == "mine, edited and not committed\n"
+    assert git(b.root, "stash", "list") == ""
+    assert sorted(f.key for f in b.facts.list()) == ["db/a", "db/a2", "db/b"]
+    assert not list(b.state_dir.glob("sync-rebase*"))
+    assert hosts.sync("b").warnings == []
+
+
+@pytest.mark.parametrize("since, why", [("edit", r"facts/db/a\.md changed since"), ("commit", "HEAD was moved"),
+                                        ("by hand", "HEAD was moved"), ("no journal", r"by hand\)"),
+                                        ("live pid", "is still there")])
+def test_a_rebase_the_killed_sync_did_not_leave_alone_still_stops_the_sync(hosts, since, why):
+    """What the next sync undoes must be provably the dead sync's rebase, nothing more: a file edited since (the
+    undo throws it away), a commit made on the detached HEAD since (dropped), the rebase aborted and begun again
+    by hand, no journal, or one whose process still runs. Each still stops the sync, touching nothing."""
+    import json
+    import os
+
+    from memvault.core.sync_journal import JOURNAL_NAME
+    from memvault.rules.errors import GitError
+
+    b = killed_mid_rebase(hosts)
+    journal = b.state_dir / JOURNAL_NAME
+    if since == "edit":
+        (b.root / "facts" / "db" / "a.md").write_text("edited while the rebase was left in progress\n")
+    elif since == "commit":
+        (b.root / "notes.txt").write_text("committed on the detached HEAD\n")
+        git(b.root, "commit", "-qam", "a commit on the detached HEAD")
+    elif since == "by hand":
+        git(b.root, "rebase", "--abort")
+        git(b.root, "stash", "pop", "-q", "--index")
+        git(b.root, "commit", "-qam", "notes")
+        head = git(b.root, "rev-parse", "HEAD")
+        record = json.loads(journal.read_text())
+        journal.write_text(json.dumps({**record, "head": head}))  # even a journal naming this HEAD
+        hand = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "rebase", "-q", "-x", "false",
+                               record["onto"]], cwd=b.root, capture_output=True)
+        assert hand.returncode != 0 and (b.root / ".git" / "rebase-merge").is_dir()
+    elif since == "no journal":
+        journal.unlink()
+    else:
+        journal.write_text(json.dumps({**json.loads(journal.read_text()), "pid": os.getpid()}))
+    head, state = git(b.root, "rev-parse", "HEAD"), git(b.root, "status", "--porcelain")
+    with pytest.raises(GitError, match=f"rebase is in progress.*{why}.*git rebase --abort") as info:
+        b.sync()
+    assert "\n" not in str(info.value)
+    assert (b.root / ".git" / "rebase-merge").is_dir()
+    assert (git(b.root, "rev-parse", "HEAD"), git(b.root, "status", "--porcelain")) == (head, state)
+
+
+
+def test_a_sync_interrupted_while_its_rebase_stopped_undoes_it_on_the_way_out(hosts, monkeypatch):
+    """Ctrl-C while git rebased (here: just as the rebase stopped on a conflict). The sync put the changes it had set
+    aside back over the half-done rebase, and left the rebase in progress with HEAD detached: every later sync
+    stopped. The sync undoes its own rebase on the way out, then puts the changes back, where they were."""
+    from memvault.core.sync_journal import JOURNAL_NAME
+    from memvault.stores.gitstore import GitStore
+
+    b = hosts.on("b")
+    (b.root / "notes.txt").write_text("mine\n")
+    git(b.root, "add", "notes.txt")
+    git(b.root, "commit", "-qm", "notes outside the vault")
+    hosts.sync("b")
+    for name in "ab":  # one file outside the vault, committed differently on each host: the rebase stops on it
+        (hosts.on(name).root / "plan.txt").write_text(f"the plan of {name}\n")
+        git(hosts.on(name).root, "add", "plan.txt")
+        git(hosts.on(name).root, "commit", "-qm", f"plan of {name}")
+    hosts.sync("a")
+    b = hosts.on("b")
+    (b.root / "notes.txt").write_text("mine, edited\n")
+    head = git(b.root, "rev-parse", "HEAD")
+    real = GitStore.run
+
+    def interrupted(self, *args, **kwargs):
+        try:
+            return real(self, *args, **kwargs)
+        except Exception:
+            if "rebase" in args and "--abort" not in args:
+                raise KeyboardInterrupt from None
+            raise
+
+    monkeypatch.setattr(GitStore, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        b.sync()
+    monkeypatch.setattr(GitStore, "run", real)
+    assert not (b.root / ".git" / "rebase-merge").exists()
+    assert git(b.root, "symbolic-ref", "--short", "HEAD") == "main" and git(b.root, "rev-parse", "HEAD") == head
+    assert (b.root / "notes.txt").read_text() == "mine, edited\n" and git(b.root, "stash", "list") == ""
+    assert not (b.state_dir / JOURNAL_NAME).exists()
+    with pytest.raises(SyncConflict, match="plan.txt"):
+        b.sync()
+
+
+def test_a_write_after_a_sync_killed_mid_rebase_undoes_the_rebase_first(hosts):
+    """After the crash an agent writes a fact before anyone syncs. Its commit landed on the half-rebased, detached
+    HEAD: the next sync could no longer undo the rebase without dropping it (and stopped), and a person's
+    ``git rebase --abort`` dropped it from the branch. The write undoes the dead sync's rebase first, and says so."""
+    b = killed_mid_rebase(hosts)
+    written = b.facts.set("db/c", "Written by an agent after the crash.", source="user:admin")
+    assert any("undone" in w for w in written.warnings), written.warnings
+    assert git(b.root, "symbolic-ref", "--short", "HEAD") == "main"
+    assert (b.root / "notes.txt").read_text() == "mine, edited and not committed\n"
+    result = hosts.sync("b")
+    assert result.pushed and not any("rebase" in w for w in result.warnings)
+    assert sorted(f.key for f in b.facts.list()) == ["db/a", "db/a2", "db/b", "db/c"]
+    assert "db/c" in git(hosts.remote, "log", "--format=%s", "main")

@@ -41,7 +41,7 @@ from ..rules.config import CONFIG_NAME, Config
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir
+from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir, try_lock
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe
@@ -112,8 +112,8 @@ class WriteGate:
     @contextlib.contextmanager
     def lock(self, source: str | None = None, warnings: list[str] | None = None) -> Iterator[None]:
         """Serialises writers of facts, proposals and procedures (read-modify-write, then commit) across processes.
-        A write by ``source`` (whose own trust check has passed) first finishes a purge that was killed part-way,
-        when ``source`` may purge (:attr:`unfinished`); ``warnings`` hears of it. Only a write does: opening a vault,
+        A write by ``source`` (whose own trust check has passed) first mends what a killed sync or purge left (the
+        purge when ``source`` may purge: :attr:`unfinished`); ``warnings`` hears of it. Only a write does: opening a vault,
         a recall, the web view or a hook reads."""
         with locked(self.lock_path):
             if source is not None and self.unfinished is not None:
@@ -131,6 +131,11 @@ class WriteGate:
         """Held by a sync from its first fetch to its last push: syncs of one vault run one at a time, while the
         write and append locks are taken only for its steps on the work tree (never across the network)."""
         return locked(self.lock_path.with_name("sync.lock"))
+
+    def try_sync_lock(self) -> Any:
+        """:meth:`sync_lock` if no sync holds it (yields whether it is held), never waiting: for a write, which holds
+        the write lock a sync waits for."""
+        return try_lock(self.lock_path.with_name("sync.lock"))
 
     def import_lock(self) -> Any:
         """Held by an import from reading the ids already imported to appending the new ones: two imports of one

@@ -22,15 +22,18 @@
    and :class:`SyncConflict` names the keys.
 4. The index is told which files the pull changed (text at once; vectors when a warm model is at hand).
 5. ``git push <remote> HEAD:refs/heads/<branch>``; when the remote moved meanwhile, fetch, rebase and push again,
-   up to :data:`PUSH_ATTEMPTS` times.
+   up to :data:`PUSH_ATTEMPTS` times. A push the remote refuses for any other reason (its hook) stops at once, with
+   the remote's reason.
+
+A sync killed in the middle of its rebase is undone by the next one (:mod:`memvault.core.sync_journal`).
 
 Writers are held off for the duration (the vault's write lock, then the episode append lock).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,9 +42,11 @@ from typing import Any, NoReturn
 
 from ..rules.errors import GitError, MemvaultError, SyncConflict
 from ..rules.fsread import read_regular_if_there
+from ..rules.markup import printable_line
 from ..rules.fsutil import atomic_write, ensure_dir, is_temp_name, read_regular, remove, remove_stale_temp
 from .episode_sync import (MOVED_TRAILER, give_up, month_file, move_own_lines, put_aside_back, set_aside,
                            shared_folders)
+from . import sync_journal
 from .gate import WriteGate
 from .lifecycle import apply_records
 from .purges import RECORDS
@@ -52,8 +57,10 @@ from ..rules.trust import Op
 
 #: How many times a push rejected because the remote moved is retried (each after a fresh pull).
 PUSH_ATTEMPTS = 3
-# Words git uses when a push is refused because the remote has commits we do not.
-_REJECTED = ("rejected", "non-fast-forward", "fetch first", "failed to push some refs")
+#: The reasons git gives, in the status of a refused ref (never translated), when the remote has commits this clone
+#: does not (or another push was updating the branch at that moment): fetched, rebased and pushed again. Any other
+#: refusal (a hook's, a protected branch) stops the sync at once with the remote's reason.
+_MOVED = ("fetch first", "non-fast-forward", "cannot lock ref", "failed to update ref")
 
 
 @dataclass
@@ -94,15 +101,15 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
     git = gate.git
     if git is None:
         raise GitError(f"{gate.root} is not in a git repository: nothing to sync")
-    if _rebase_in_progress(git):  # HEAD is detached meanwhile: said before anything reads or writes it
-        raise GitError(f"sync stopped before changing anything: a rebase is in progress in {git.root} (a sync killed "
-                       "part-way, or one begun by hand): finish it (git rebase --continue) or undo it (git rebase "
-                       "--abort), then sync again")
+    # HEAD is detached during a rebase: one a killed sync left is undone, any other is said before anything reads
+    # or writes HEAD.
+    mended: list[str] = []
+    sync_journal.mend(gate, git, source, mended)
     # A new vault has no remote yet: sync then commits what was edited by hand and says so, instead of failing
     # on the remote it cannot reach (a newcomer's first sync). A remote named on the command line must exist.
     local_only = remote is None and not _try(git, "remote")
     remote, branch = _target(git, remote, branch)
-    result = SyncResult(remote=shown_remote(remote), branch=branch, local_only=local_only)
+    result = SyncResult(remote=shown_remote(remote), branch=branch, local_only=local_only, warnings=mended)
     specs = _pathspecs(gate, git)
     touched: list[Path] = []
     # The write and append locks are held for the steps that read or change the work tree and HEAD, never while
@@ -143,17 +150,15 @@ def sync(gate: WriteGate, *, source: str, remote: str | None = None, branch: str
                     tip = git.run("rev-parse", "HEAD")
                 result.push_attempts = attempt
                 try:
-                    result.pushed = _push(git, remote, branch, tip)
+                    result.pushed = _push(git, remote, branch, tip, fetched)
                     remember_tip(gate, remote, branch, tip)
                     break
-                except GitError as exc:
-                    if not any(word in str(exc).lower() for word in _REJECTED):
-                        raise
+                except _Moved as exc:
                     if attempt == PUSH_ATTEMPTS:
                         raise GitError(
                             f"sync: push to {shown_remote(remote)} {branch} was rejected {PUSH_ATTEMPTS} times (the remote keeps "
-                            f"moving, or refuses the push); your commits are safe here, run memvault sync again: "
-                            f"{exc}") from None
+                            f"moving); your commits are safe here, run memvault sync again: {_remote_says(str(exc))}"
+                        ) from None
     finally:
         # Also when a later step failed: what an earlier pull brought in is on disk and must be searchable.
         # What the pull brought in, and what was committed from the work tree (edits made behind memvault's back).
@@ -321,6 +326,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
     successor = folders.draw() if folders is not None and not gate.episodes.named and current in shared else None
     set_aside(gate, git, before, fetched)
     stashed = _stash(git)
+    sync_journal.begin(gate, git, before, fetched, stashed)  # a sync killed from here on is undone by the next
     try:
         try:
             onto = ("--onto", fetched, last) if rewritten and last is not None else (fetched,)
@@ -337,12 +343,21 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
             if conflicted:
                 git.run("rebase", "--abort", env=_env(git))
                 raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, shown_remote(remote), branch) from None
+        except BaseException:  # Ctrl-C while git rebased: never leave it half done
+            if _rebase_in_progress(git):
+                git.run("rebase", "--abort", env=_env(git))
+            raise
     finally:
+        left = _rebase_in_progress(git)  # one the abort above could not undo: the next sync's, by the journal
         try:
             warnings += put_aside_back(gate, git)[1]
         finally:
-            if stashed:
-                _unstash(git)
+            if not left:
+                try:
+                    if stashed:
+                        _unstash(git)
+                finally:
+                    sync_journal.end(gate)
     # Given up only once the rebase went through: a sync stopped by a fact's conflict finds the same folders next time.
     warnings += give_up(gate, shared, successor)
     if successor is not None and current is not None:
@@ -629,13 +644,40 @@ def _tip(git: GitStore) -> str:
     return head if parent is None or (fetched is not None and git.is_ancestor(head, fetched)) else parent
 
 
-def _push(git: GitStore, remote: str, branch: str, tip: str) -> bool:
+class _Moved(GitError):
+    """A push refused because the remote branch moved since it was fetched."""
+
+
+def _push(git: GitStore, remote: str, branch: str, tip: str, fetched: str | None) -> bool:
     """Push ``tip`` (HEAD as the locked steps left it: a commit made meanwhile goes with the next sync) to
-    remote/branch, a fast-forward only. True when the remote branch moved."""
-    out = git.run("push", "--porcelain", "--", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
-    # --porcelain: one line per ref, "<flag>\t<from>:<to>\t<summary>"; "=" means it was already up to date.
-    flags = [line[0] for line in out.splitlines() if "\t" in line and line[:1] in " +-*=!"]
-    return any(flag != "=" for flag in flags)
+    remote/branch, a fast-forward only. True when the remote branch moved (it held ``fetched``). :class:`_Moved`
+    when the remote moved meanwhile; a :class:`GitError` with the remote's reason when it refused the push."""
+    try:
+        git.run("push", "--", remote, f"{tip}:refs/heads/{branch}", env=_env(git))
+    except GitError as exc:
+        # git's own lines, joined: "remote: <what a hook said> ... ! [remote rejected] HEAD -> main (<why>) error: ..."
+        text = str(exc)
+        status = re.search(r"! \[(remote )?rejected\] \S+ -> \S+ \((.*?)\)(?= ! \[| error: | hint: |$)", text)
+        if status is None:
+            raise
+        if any(word in status.group(2) for word in _MOVED):
+            raise _Moved(text) from None
+        said = " / ".join(m.strip() for m in re.findall(r"remote: (.*?)(?=\s+remote: |\s+To \S|\s+! \[|$)", text)
+                          if m.strip())
+        raise GitError(f"sync: {shown_remote(remote)} refused the push to {branch} ({_remote_says(status.group(2))})"
+                       + (f": {_remote_says(said)}" if said else "") + "; your commits are safe here, not pushed: "
+                       "ask whoever runs the remote, then sync again") from None
+    return tip != fetched
+
+
+def _remote_says(text: str, limit: int = 300) -> str:
+    """What a remote (its hook) printed, as one line of at most ``limit`` characters: control characters written
+    out (``\\u001b``: a terminal acts on them), a URL's user part and what looks like a secret left out."""
+    from ..rules.secrets import redact  # the detector's compiled rules, paid only on the way to this error
+
+    text = re.sub(r"(\w+://)[^/@\s]+@", r"\1", " ".join(text.split()))
+    text = printable_line(redact(text)[0])
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -683,11 +725,7 @@ def _unstash(git: GitStore) -> None:
 
 
 def _rebase_in_progress(git: GitStore) -> bool:
-    for name in ("rebase-merge", "rebase-apply"):
-        with contextlib.suppress(GitError):
-            if (git.root / git.run("rev-parse", "--git-path", name)).exists():
-                return True
-    return False
+    return sync_journal.rebase_dir(git) is not None
 
 
 def _vault_rel(gate: WriteGate, git: GitStore, repo_rel: str) -> str:

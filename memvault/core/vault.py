@@ -228,11 +228,16 @@ class Vault:
         """The one write gate (built on the first write: a recall never pays for it)."""
         from .gate import WriteGate
         from .lifecycle import finish_purge
+        from .sync_journal import mend_for_write
+
+        def unfinished(gate: WriteGate, writer: str) -> list[str]:
+            # what a killed sync or purge left, mended before a write (a write never lands on a half-done rebase)
+            return mend_for_write(gate, writer) + finish_purge(gate, writer)
 
         return WriteGate(root=self.root, config=self.config, git=lambda: self.git, facts=self._facts,
                          episodes=self._episodes, procedures=self._procedures, index=self.index,
                          state=lambda: self.state, engine=self.engine,
-                         lock_path=self.state_dir / "locks" / "write.lock", unfinished=finish_purge)
+                         lock_path=self.state_dir / "locks" / "write.lock", unfinished=unfinished)
 
     # -- the index: one object whichever backend holds it -----------------------------------------------
     def _make_index(self, sources: Sources) -> tuple[VaultIndex, Callable[[], Any]]:

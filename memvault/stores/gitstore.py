@@ -1,7 +1,8 @@
 """Git as the history of the vault: commits that touch only the vault's own paths, and provenance look-ups.
 
-Commands run through the ``git`` executable directly; gitpython (about 0.1 s to import) is used only to
-create repositories, so a recall from a cold CLI that looks up a procedure's commit never pays for it. A commit
+Commands run through the ``git`` executable directly, ``git init`` too (gitpython's ``Repo.init`` ran it with the
+environment of whatever hook memvault was called from), each without the variables that tie git to another
+repository (:func:`memvault.rules.gitenv.other_repo_env`). A commit
 holds the named paths and nothing else: whatever else the user has staged or changed in the repository (the vault
 may live in ``infra/memory/`` of a bigger repo) is neither committed nor unstaged. It is made with git's plumbing
 (:mod:`memvault.stores.gittree`: blobs, the trees on the paths, commit-tree, update-ref) — or, when a hook must
@@ -91,16 +92,23 @@ class GitStore:
     @classmethod
     def init(cls, path: Path) -> GitStore:
         """``git init`` on the branch the user's git is configured to start with (``init.defaultBranch``), else
-        ``main`` (what README says; git itself would still say ``master`` without that setting)."""
-        import git
-
+        ``main`` (what README says; git itself would still say ``master`` without that setting). Run without the
+        variables that tie git to another repository: ``memvault init`` run from another repository's hook (its
+        GIT_DIR exported) re-initialised that repository, and the new vault's files had none."""
+        env = other_repo_env()
         try:
             configured = subprocess.run(["git", "config", "--get", "init.defaultBranch"], capture_output=True,
-                                        text=True, check=False, env=other_repo_env()).stdout.strip()
-            repo = git.Repo.init(path, initial_branch=configured or DEFAULT_BRANCH)
-        except git.GitCommandError as exc:
-            raise GitError(f"git init {path} failed: {_stderr(exc)}") from None
-        return cls(Path(repo.working_tree_dir))  # type: ignore[arg-type]
+                                        text=True, check=False, env=env).stdout.strip()
+            done = subprocess.run(["git", "init", "--quiet", f"--initial-branch={configured or DEFAULT_BRANCH}", "--",
+                                   str(path)], capture_output=True, text=True, check=False, env=env)
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc.strerror}") from None
+        if done.returncode != 0:
+            raise GitError(f"git init {path} failed: {' '.join(done.stderr.split()) or f'exit {done.returncode}'}")
+        found = cls.discover(path)
+        if found is None:
+            raise GitError(f"git init {path} made no repository there")
+        return found
 
     # -- helpers -----------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
