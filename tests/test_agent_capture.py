@@ -155,3 +155,19 @@ def test_capture_at_session_end_runs_detached_and_returns_at_once(strict_vault, 
         time.sleep(0.2)
     assert len(captured(strict_vault, "gemini")) == 3
     assert "captured 3 turns of gemini session" in log.read_text()
+
+
+def test_gemini_setup_message_and_hook_context_are_not_captured_as_the_persons_prompt(strict_vault, tmp_path):
+    """Gemini CLI 0.61 records its own ``<session_context>`` (directory listing, GEMINI.md, MCP server instructions)
+    as a user message, and memvault's SessionStart block as ``<hook_context>...</hook_context>`` in front of the
+    prompt (``gemini -p``) or as a user message of its own (interactive). Both were stored as "User: ..." episodes:
+    the setup text every session, and the recalled memory echoed back into the vault under agent:gemini."""
+    path = transcript(tmp_path, "gemini", big=False, name="gemini/session-2026-11-20T09-00-7d3e1f20.jsonl")
+    capture(strict_vault, "gemini", path, final=True)
+    episodes = captured(strict_vault, "gemini")
+    assert [e.text.split("\n")[0] for e in episodes] == ["User: Why did the nightly backup job fail?",
+                                                         "User: How do I rerun it?"]
+    assert "disk on db01 was full" in episodes[0].text and "backup runbook again" in episodes[1].text
+    stored = on_disk(strict_vault)
+    assert "session_context" not in stored and "hook_context" not in stored and "GEMINI.md" not in stored
+    assert "memvault memory for project" not in stored and "02:30 UTC" not in stored

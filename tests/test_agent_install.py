@@ -148,6 +148,20 @@ def test_project_scope_writes_the_projects_files(home, vault, tmp_path):
     assert not (project / ".claude").exists()
 
 
+def test_installs_say_which_trust_the_runtime_needs_before_it_reads_them(home, vault, tmp_path):
+    """Codex 0.171 reads a project's .codex/ (servers and hooks) only in a project the person trusted, and Gemini CLI
+    0.61 connects no MCP server, not even a user-level one, in a folder it does not trust: run against the real
+    CLIs, `codex mcp list` said "No MCP servers configured" and `gemini mcp list` showed memvault "Disabled" after
+    an install that had reported success and named neither."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    codex = " ".join(runtimes.install("codex", vault.root, scope="project", project=project).notes)
+    assert "trust" in codex and str(project.resolve()) in codex and "trust_level" in codex
+    assert "trust_level" not in " ".join(runtimes.install("codex", vault.root).notes)  # ~/.codex: always read
+    gemini = " ".join(runtimes.install("gemini", vault.root).notes)
+    assert "trust" in gemini and "Disabled" in gemini
+
+
 def test_a_file_that_does_not_parse_is_refused_and_left_alone(home, vault):
     path = home / ".claude" / "settings.json"
     path.parent.mkdir()

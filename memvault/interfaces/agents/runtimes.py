@@ -38,6 +38,7 @@ from ...rules.errors import ConfigError, InvalidValue, UnsafePath
 from ...rules.fsutil import (atomic_write, check_dir, ensure_dir, locked, read_regular, remove, remove_dir,
                              write_new_exclusive)
 from .configfiles import JsonText, TomlBlock, toml_string
+from .trust import trust_notes
 
 HOOK_MODULE = "memvault.interfaces.agents.hook"
 SERVER = "memvault"
@@ -377,11 +378,7 @@ def _install(name: str, vault: Path, *, scope: str, per_prompt: bool, project: P
     files.flush()
     if not report.changed:
         report.notes.append(f"{rt.title}: already installed, nothing changed")
-    if name == "codex":
-        report.notes.append("Codex runs a new or changed hook only after you trust it: start codex and review them "
-                            "with /hooks (older versions also need [features] codex_hooks = true)")
-    if name == "claude-code" and scope == "project":
-        report.notes.append("Claude Code asks once before it uses a project's .mcp.json servers")
+    report.notes += trust_notes(name, scope, (project or Path.cwd()).resolve())
     return report
 
 

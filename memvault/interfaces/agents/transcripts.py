@@ -8,7 +8,8 @@ their exit status, and the files it changed. One reader per runtime's format (do
   ``event_msg``/``user_message`` open a turn, ``agent_message``/``task_complete`` carry the answer,
   ``function_call``/``exec_command_end``/``function_call_output`` the commands, ``apply_patch`` the files.
 - **Gemini CLI**: the chat recording, JSONL (a metadata line, message records that a later record with the same
-  id replaces, ``$rewindTo`` and ``$set`` records) or the older single JSON document ``{"messages": [...]}``.
+  id replaces, ``$rewindTo`` and ``$set`` records) or the older single JSON document ``{"messages": [...]}``;
+  its own ``<session_context>`` and ``<hook_context>`` text in user records is not the person's prompt.
 
 A turn's ``id`` is the runtime's own id of the prompt's message (Claude Code's line ``uuid``, Codex's
 ``turn_id``, Gemini's message ``id``): what makes capture idempotent. Readers parse only; nothing here writes.
@@ -32,6 +33,7 @@ _NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>",
                 "<local-command-stderr>", "[Request interrupted by user", "<task-notification>")
 _CODEX_SCAFFOLDING = ("<environment_context>", "<user_instructions>", "<permissions instructions>", "# AGENTS.md",
                       "<user_shell_command>", "<turn_aborted>")
+_GEMINI_SETUP, _HOOK_OPEN, _HOOK_CLOSE = "<session_context>", "<hook_context>", "</hook_context>"
 _FILE_TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "write_file", "replace", "edit"}
 _SHELL_TOOLS = {"Bash", "shell", "exec_command", "container.exec", "local_shell", "run_shell_command"}
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.MULTILINE)
@@ -519,8 +521,8 @@ def _gemini_slim(m: dict[str, Any]) -> dict[str, Any]:
         calls.append({"id": call.get("id"), "name": call.get("name"), "status": call.get("status"),
                       "args": {k: v for k, v in args.items() if k in _TOOL_ARGS},
                       "exit": _result_exit(call.get("result"))})
-    return {"type": m.get("type"), "timestamp": m.get("timestamp"), "content": _text(m.get("content")),
-            "toolCalls": calls}
+    content = _gemini_prompt(m.get("content")) if m.get("type") == "user" else _text(m.get("content"))
+    return {"type": m.get("type"), "timestamp": m.get("timestamp"), "content": content, "toolCalls": calls}
 
 
 def _result_exit(result: Any) -> int | None:
@@ -564,6 +566,25 @@ def _gemini_turns(out: Transcript, messages: dict[str, dict[str, Any]], size: in
                     command.failed = call.get("status") == "error"
     out.end = size
     return out
+
+
+def _gemini_prompt(content: Any) -> str:
+    """What the person typed in a Gemini ``user`` record. Gemini CLI records its own setup message (the
+    ``<session_context>`` block: directory listing, GEMINI.md, MCP server instructions) as a user message, and
+    the SessionStart hooks' context (memvault's own block among it) as ``<hook_context>...</hook_context>``: in
+    front of the prompt under ``gemini -p``, a user message of its own in an interactive session. Neither is the
+    person's (Gemini itself skips both when it shows a session: ``isIgnoredUserContent``, gemini-cli 0.61)."""
+    parts = content if isinstance(content, list) else [content]
+    kept = []
+    for part in parts:
+        text = _text([part]).strip()
+        if text.startswith(_GEMINI_SETUP):
+            return ""
+        while text.startswith(_HOOK_OPEN):
+            end = text.find(_HOOK_CLOSE)
+            text = "" if end < 0 else text[end + len(_HOOK_CLOSE):].lstrip()
+        kept.append(text)
+    return "\n".join(t for t in kept if t).strip()
 
 
 # ------------------------------------------------------------------------------------------------ helpers
