@@ -208,8 +208,6 @@ class ChangeFeed:
         except UnsafePath as exc:  # a link where the marker folder goes: never followed, never swept
             self._close_live()
             return self._fail(f"cannot write markers in {self._live} ({exc.reason if hasattr(exc, 'reason') else exc})")
-        except UnsafePath as exc:
-            return self._fail(str(exc))
         observer = InotifyObserver()
         self._lost_reported = _events_lost_type() is not None
         self._watch_log.attach(self)
