@@ -138,6 +138,8 @@ def parse(text: str) -> Document:
         line = mark.line + 2 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise FrontMatterError(f"invalid YAML front matter: {problem}", line) from None
+    except (ValueError, OverflowError) as exc:  # resolved, but not built: `valid_until: 2026-02-30`, `0x_`
+        raise _unbuilt(fm_lines, exc) from None
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
@@ -148,6 +150,21 @@ def parse(text: str) -> Document:
         if m:
             key_lines.setdefault(m.group(1), i + 2)
     return Document(fm_lines, body, {str(k): v for k, v in meta.items()}, key_lines, newline)
+
+
+def _unbuilt(fm_lines: list[str], exc: Exception) -> FrontMatterError:
+    """The refusal of a value YAML's resolver gives a type its constructor cannot make (a 30th of February, an int
+    of no digits or of too many), naming the first line that fails alone: the loader's error has no mark."""
+    yaml, loader, _handler = _yaml()
+    for i, line in enumerate(fm_lines):
+        try:
+            yaml.load(line, Loader=loader)
+        except (ValueError, OverflowError) as alone:
+            m = _KEY_LINE.match(line)
+            return FrontMatterError(f"{m.group(1) + ': ' if m else ''}not a value YAML can read ({alone})", i + 2)
+        except yaml.YAMLError:
+            continue
+    return FrontMatterError(f"invalid YAML front matter: {exc}", 1)
 
 
 def format_value(value: Any) -> str:
