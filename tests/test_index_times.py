@@ -97,7 +97,7 @@ def test_an_index_written_before_is_migrated(hv):
     with conn:
         for item_id, written, _shown in LINES:
             conn.execute("UPDATE docs SET created = ?, updated = ? WHERE item_id = ?", (written, written, item_id))
-        conn.execute("DELETE FROM migrations WHERE name = ?", (index_db.MIGRATIONS[-1][0],))
+        conn.execute("DELETE FROM migrations WHERE name = ?", ("0008_times_in_order",))
     index_db.migrate(conn, index_db.MIGRATIONS)
     stored = dict(conn.execute("SELECT item_id, created FROM docs WHERE kind = 'episode'").fetchall())
     assert stored == {i: index_time(w) for i, w, _s in LINES}

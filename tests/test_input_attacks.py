@@ -454,3 +454,21 @@ def test_a_pulled_file_or_folder_whose_name_is_not_utf8_hides_no_memory(invoke, 
     assert result.exit_code == 0 and "db/primary" in result.output
     named = "facts/" + os.fsdecode(b"\xff\xfe.md")  # as the watcher hands a changed file to the index
     assert any("not UTF-8" in p for p in vault.index.sync([vault.root / named]).problems)
+
+
+@pytest.mark.parametrize("value", ["2026-02-30", "2026-13-01T10:00:00Z", "0x_", "0b", "9" * 5000])
+def test_a_front_matter_value_yaml_resolves_but_cannot_build_is_one_files_problem(vault, models, invoke, value):
+    """`valid_until: 2026-02-30` (a typo a person makes) is a date to YAML's resolver and a ValueError from its
+    constructor, which no one caught: `fact list`, `stale`, a reindex and a recall of the whole vault stopped with
+    'internal error' (exit 70) on one teammate's file. It is that file's problem now, named with its line."""
+    vault.facts.set("db/primary", "The primary database listens on port 5432.")
+    (vault.root / "facts" / "typo.md").write_text(f"---\ncategory: ops\nvalid_until: {value}\n---\nA typo.\n")
+    listed = invoke("fact", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [f["key"] for f in __import__("json").loads(listed.stdout)] == ["db/primary"]
+    assert "typo.md:3" in listed.stderr and "valid_until" in listed.stderr, listed.stderr
+    got = invoke("fact", "get", "typo")
+    assert got.exit_code == 1 and got.output.count("\n") == 1 and "typo.md:3" in got.output, got.output
+    assert invoke("stale").exit_code == 0
+    vault.reindex()
+    assert [h.id for h in vault.recall("primary database port", k=3)] == ["db/primary"]

@@ -239,6 +239,19 @@ def _listing_queries():
     }
 
 
+def test_the_overview_counts_read_a_covering_index_in_group_order(conn):
+    """The web overview's counts per kind and source, with and without the paths a scoped reader may not see: one
+    pass over a covering index already in GROUP BY order. Before, every row of ``docs`` was read through
+    UNIQUE(kind, item_id) and sorted in a temporary B-tree (685 ms at 520,900 rows, 70 ms on the covering index)."""
+    from memvault.index import listings as L
+
+    for hide in ((), ("facts/db/old.md",)):
+        sql, args = L._hidden(L.COUNTS_SQL, [], hide)
+        lines = plan(conn, sql + " GROUP BY kind, source", tuple(args))
+        assert any(line.startswith("SCAN docs USING COVERING INDEX docs_kind_source") for line in lines), lines
+        assert not [line for line in lines if "TEMP B-TREE" in line], lines
+
+
 @pytest.mark.parametrize("name", list(_listing_queries()))
 def test_every_listing_query_reads_docs_through_an_index(conn, name):
     sql, params, expected = _listing_queries()[name]

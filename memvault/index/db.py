@@ -382,6 +382,10 @@ MIGRATIONS: list[tuple[str, Step]] = [
     # A runbook's steps are vectors only: chunks numbered below 0 have no keyword row (documents.chunk_rows).
     ("0007_runbook_steps", _STEPS),
     ("0008_times_in_order", _times_in_order),
+    # The overview's counts per kind and source (listings.COUNTS_SQL) read this in GROUP BY order instead of every
+    # row of docs sorted in a temporary B-tree (685 ms at 520,900 rows, 30 ms here); path is in it so the count for a
+    # scoped reader, which leaves out the paths it may not read, is covered too (70 ms against 553 ms).
+    ("0009_counts_by_source", "CREATE INDEX docs_kind_source ON docs(kind, source, path);"),
 ]
 
 

@@ -60,6 +60,57 @@ def _refuse_aliases(yaml: Any, loader: Any, fm_lines: list[str]) -> None:
             raise FrontMatterError("a YAML alias (*name) in front matter: not taken (write the value itself)", line)
 
 
+#: A front-matter line YAML reads as one ``key: value`` on its own, the value a plain scalar (or a flow list of them)
+#: that ends at the line: no quote, comment, anchor, alias, tag, block or mapping indicator, only ASCII. What memvault
+#: writes is of this form; any line that is not sends the whole front matter to YAML.
+_PLAIN_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (?:([A-Za-z0-9_.+/(][A-Za-z0-9_.+/()@:-]*"
+                         r"(?: [A-Za-z0-9_.+/()@:-]+)*)|\[((?:[A-Za-z0-9_.+/(][A-Za-z0-9_.+/()@-]*"
+                         r"(?:, [A-Za-z0-9_.+/(][A-Za-z0-9_.+/()@-]*)*)?)\])")
+
+
+@lru_cache(maxsize=1)
+def _scalar_reader() -> Any:
+    """YAML's own reading of one plain scalar (its implicit resolver and safe constructor), each answer kept: a
+    listing of 20,000 facts spent a third of its time in the YAML loader, on lines that repeat (a source, a
+    category) or are one timestamp."""
+    yaml = _yaml()[0]
+    resolver, constructor = yaml.resolver.Resolver(), yaml.constructor.SafeConstructor()
+    plain = (True, False)  # implicit, as a plain scalar
+
+    @lru_cache(maxsize=8192)  # every value it gives is immutable (text, number, bool, None, date, datetime)
+    def read(text: str) -> Any:
+        node = yaml.ScalarNode(resolver.resolve(yaml.ScalarNode, text, plain), text)
+        return constructor.yaml_constructors[node.tag](constructor, node)
+
+    return read
+
+
+def _plain_meta(fm_lines: list[str]) -> dict[str, Any] | None:
+    """The mapping YAML loads from ``fm_lines`` when every line is a :data:`_PLAIN_LINE` (as the lines memvault
+    writes are), read line by line without the loader; None for anything else, which the loader reads (and
+    refuses with its line). ``tests/test_frontmatter_quick.py`` holds the two readings to one answer."""
+    read = _scalar_reader()
+    found = []
+    for line in fm_lines:  # every line first: the loader refuses a later line before it builds an earlier value
+        m = _PLAIN_LINE.fullmatch(line)
+        if m is None:
+            return None
+        key, value, items = m.groups()
+        if value is not None and (": " in value or value.endswith(":")):
+            return None  # YAML reads a mapping there (or refuses it)
+        found.append((key, value, items))
+    meta: dict[str, Any] = {}
+    try:
+        for key, value, items in found:
+            name = read(key)
+            if not isinstance(name, str):
+                return None  # `yes:` is the key True to YAML
+            meta[name] = read(value) if value is not None else [read(i) for i in items.split(", ")] if items else []
+    except (ValueError, OverflowError):  # resolved but not built (0x_, 2026-02-30): the loader says so
+        return None
+    return meta
+
+
 def parse(text: str) -> Document:
     """Split and load. Raises :class:`FrontMatterError` with the file line of a YAML problem."""
     # The file's line ending is the first line's: a body with CRLF under front matter memvault wrote with LF
@@ -78,13 +129,17 @@ def parse(text: str) -> Document:
     body = newline.join(lines[end + 1 :])
     try:
         yaml, loader, handler = _yaml()
-        _refuse_aliases(yaml, loader, fm_lines)
-        meta = handler.load("\n".join(fm_lines), Loader=loader)
+        meta = _plain_meta(fm_lines)
+        if meta is None:
+            _refuse_aliases(yaml, loader, fm_lines)
+            meta = handler.load("\n".join(fm_lines), Loader=loader)
     except _yaml()[0].YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 2 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise FrontMatterError(f"invalid YAML front matter: {problem}", line) from None
+    except (ValueError, OverflowError) as exc:  # resolved, but not built: `valid_until: 2026-02-30`, `0x_`
+        raise _unbuilt(fm_lines, exc) from None
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
@@ -95,6 +150,21 @@ def parse(text: str) -> Document:
         if m:
             key_lines.setdefault(m.group(1), i + 2)
     return Document(fm_lines, body, {str(k): v for k, v in meta.items()}, key_lines, newline)
+
+
+def _unbuilt(fm_lines: list[str], exc: Exception) -> FrontMatterError:
+    """The refusal of a value YAML's resolver gives a type its constructor cannot make (a 30th of February, an int
+    of no digits or of too many), naming the first line that fails alone: the loader's error has no mark."""
+    yaml, loader, _handler = _yaml()
+    for i, line in enumerate(fm_lines):
+        try:
+            yaml.load(line, Loader=loader)
+        except (ValueError, OverflowError) as alone:
+            m = _KEY_LINE.match(line)
+            return FrontMatterError(f"{m.group(1) + ': ' if m else ''}not a value YAML can read ({alone})", i + 2)
+        except yaml.YAMLError:
+            continue
+    return FrontMatterError(f"invalid YAML front matter: {exc}", 1)
 
 
 def format_value(value: Any) -> str:

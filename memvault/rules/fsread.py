@@ -116,25 +116,71 @@ def read_inside(path: Path, base: Path, *, limit: int | None = None) -> bytes:
     :class:`~memvault.rules.errors.UnsafePath`: it is reported and skipped, never followed and never fatal.
     ``limit`` refuses files larger than that many bytes the same way (raises LimitExceeded).
     """
-    from .errors import LimitExceeded
+    return read_inside_stat(path, base, limit=limit)[0]
 
+
+#: Where the kernel names each open descriptor (Linux); None where there is no such folder: every read resolves.
+_KERNEL_NAMES: str | None = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else None
+
+
+def inside_base(base: Path) -> str:
+    """``base`` resolved, for :func:`read_inside_stat` to be given once for a whole listing of its files. A
+    ``base`` that is itself a link raises UnsafePath (:data:`AREA_LINK`)."""
     if os.path.islink(base):
         raise unsafe(base, AREA_LINK)
-    resolved = os.path.realpath(path)
-    base_resolved = os.path.realpath(base)
-    if resolved != base_resolved and not resolved.startswith(base_resolved + os.sep):
-        kind = "a symlink" if os.path.islink(path) else "a path"
-        raise unsafe(path, f"{kind} that leads outside {base.name}/ (to {resolved}): not followed")
-    fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    return os.path.realpath(base)
+
+
+def read_inside_stat(path: Path, base: Path, *, limit: int | None = None,
+                     base_real: str | None = None) -> tuple[bytes, os.stat_result]:
+    """:func:`read_inside`, with the status of the file read (its ``fstat``). ``base_real``: ``base`` resolved
+    (:func:`inside_base`), when the caller reads many files of one folder.
+
+    The file is opened without following a link at its name, and the kernel's name of the open descriptor must lie
+    inside ``base``: the handle that is read is checked, in one system call, where resolving the path costs one
+    ``lstat`` per folder on the way (1.5 s of the 5.2 s of a listing of 20,000 facts). A link at the name, a name
+    outside ``base`` (a folder on the way that is a link) or no ``/proc`` take the resolving path below, which
+    reads a link that stays inside ``base`` and refuses the rest with the reason."""
+    from .errors import LimitExceeded
+
+    if base_real is None:
+        base_real = inside_base(base)
+    fd = _open_inside(path, base_real)
+    if fd is None:
+        resolved = os.path.realpath(path)
+        if resolved != base_real and not resolved.startswith(base_real + os.sep):
+            kind = "a symlink" if os.path.islink(path) else "a path"
+            raise unsafe(path, f"{kind} that leads outside {base.name}/ (to {resolved}): not followed")
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise unsafe(path, "not a regular file: not read")
         if limit is not None and st.st_size > limit:
             raise LimitExceeded(str(path), f"{st.st_size} bytes, more than the {limit} allowed ([limits]): not read")
-        return _read_all(fd)
+        return _read_all(fd), st
     finally:
         os.close(fd)
+
+
+def _open_inside(path: Path | str, base_real: str) -> int | None:
+    """A descriptor of ``path`` opened without following a link at its name, when the kernel names what it opened
+    inside ``base_real``; None when that cannot be shown: the caller resolves the path, and refuses or fails as it
+    always did (a link at the name, or a file it cannot open: one out of ``base`` is refused as such first)."""
+    if _KERNEL_NAMES is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    except OSError:
+        return None
+    try:
+        where = os.readlink(f"{_KERNEL_NAMES}/{fd}")
+    except OSError:
+        where = ""
+    if where.startswith(base_real + os.sep):
+        return fd
+    os.close(fd)
+    return None
 
 
 #: Why a vault area (``facts/``, ``procedures/``, ``episodes/``, ``inbox/``) that is a link is not read.

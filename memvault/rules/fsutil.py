@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 # The read side lives in fsread; its names are imported from here too (entry_problem, read_inside, read_regular, walk).
-from .fsread import entry_problem, link_refusal, open_regular, read_inside, read_regular, unsafe, walk  # noqa: F401
+from .fsread import (entry_problem, inside_base, link_refusal, open_regular, read_inside,  # noqa: F401
+                     read_inside_stat, read_regular, unsafe, walk)
 
 TYPE_CHECKING = False  # not typing's: a hook that logs one line does not import typing
 if TYPE_CHECKING:
