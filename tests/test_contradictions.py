@@ -204,3 +204,33 @@ def uuid_token() -> str:
     import uuid
 
     return "x" + uuid.uuid4().hex[:8]
+
+
+def test_a_fact_whose_superseder_was_removed_is_recalled_again(strict_vault, invoke):
+    """A fact superseded by an accepted proposal stayed hidden from every recall after that proposal's fact was
+    removed (`fact rm`, expire, a hand delete): its superseded_by named a fact that no longer was, and nothing
+    stood for it. It is hidden only while the fact that superseded it is there."""
+    strict_vault.facts.set("db/main", DB_MAIN, source="user:ops")
+    strict_vault.facts.set("infra/pg-port", PORT_5433, source="agent:ops")
+    strict_vault.facts.accept("infra/pg-port", source="user:ops")
+    assert strict_vault.facts.get("db/main").extra["superseded_by"] == "infra/pg-port"
+    strict_vault.facts.delete("infra/pg-port", source="user:ops")
+    hits = json.loads(invoke("recall", "postgres primary port", "--json", vault_path=strict_vault.root).stdout)
+    assert "db/main" in [h["id"] for h in hits["hits"]], hits
+    assert "superseded_by" not in next(h for h in hits["hits"] if h["id"] == "db/main")
+
+
+def test_a_dedup_merge_hands_what_a_merged_fact_superseded_to_the_fact_it_is_merged_into(strict_vault, invoke):
+    """`dedup --apply` removed the accepted fact that superseded db/main (merged into its duplicate): db/main then
+    named a fact that was gone. The survivor supersedes it now, in the merge's commit, and db/main stays hidden."""
+    strict_vault.facts.set("db/main", DB_MAIN, source="user:ops")
+    strict_vault.facts.set("infra/pg-port", PORT_5433, source="agent:ops")
+    strict_vault.facts.accept("infra/pg-port", source="user:ops")
+    strict_vault.facts.set("infra/pg-port-2", PORT_5433, source="user:ops")  # the same words: the merge keeps this
+    r = invoke("dedup", "--apply", vault_path=strict_vault.root)
+    assert r.exit_code == 0 and "merged infra/pg-port into infra/pg-port-2" in r.stdout, r.output
+    assert not strict_vault.facts.exists("infra/pg-port")
+    assert strict_vault.facts.get("db/main").extra["superseded_by"] == "infra/pg-port-2"
+    assert strict_vault.facts.get("infra/pg-port-2").extra["supersedes"] == "db/main"
+    hits = json.loads(invoke("recall", "postgres primary port", "--json", vault_path=strict_vault.root).stdout)
+    assert [h["id"] for h in hits["hits"]] == ["infra/pg-port-2"], hits

@@ -193,14 +193,14 @@ def _as_filed(index: VaultIndex, facts: FactStore, docs: dict[int, dict[str, Any
     out: dict[int, tuple[dict[str, Any], str]] = {}
     for rowid, doc in docs.items():
         if doc["path"] in own:
-            if not str(doc.get("ref") or "").startswith(SUPERSEDED_REF):
+            if not hidden_by(doc, None, facts):
                 out[rowid] = (doc, doc["body"])
             continue
         try:
             fact = facts.get(doc["id"]) if in_place(doc) else None
         except MemvaultError:
             continue
-        if fact is not None and not superseded_by(doc, fact):
+        if fact is not None and not hidden_by(doc, fact, facts):
             out[rowid] = (doc, fact.text)
     return out
 
@@ -214,3 +214,13 @@ def superseded_by(doc: dict[str, Any], fact: Fact | None = None) -> str | None:
         return by if isinstance(by, str) and by else None
     ref = str(doc.get("ref") or "")
     return (ref[len(SUPERSEDED_REF):] or None) if ref.startswith(SUPERSEDED_REF) else None
+
+
+def hidden_by(doc: dict[str, Any], fact: Fact | None, facts: FactStore) -> str | None:
+    """:func:`superseded_by`, while that fact is there: one removed since (``fact rm``, expire, a purge, a hand
+    delete, a pull) stands for nothing, and the fact it superseded counts again rather than being hidden for good."""
+    by = superseded_by(doc, fact)
+    try:
+        return by if by is not None and facts.exists(by) else None
+    except MemvaultError:  # not a key at all: supersedes nothing
+        return None
