@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ...rules.markup import one_line
-from ...rules.timeutil import age_seconds, age_text
+from ...rules.errors import InvalidValue
+from ...rules.timeutil import age_seconds, age_text, format_time, parse_time
 from .base import Out, cli, contradiction_text, echo, output, pass_ctx, warn
 
 
@@ -109,6 +110,14 @@ def scopes(ctx):
     return Out(data, data.pop("summary") + [f"trusted sources: {', '.join(data['trusted'])}"])
 
 
+def _utc_day(when: str) -> str:
+    """The UTC day of a git author date (given in its author's zone), as every other time memvault shows."""
+    try:
+        return format_time(parse_time(when))[:10]
+    except InvalidValue:
+        return when[:10]
+
+
 @cli.command()
 @click.argument("key")
 @click.option("--source", "-s", help="Who accepts it (must be trusted).")
@@ -141,7 +150,7 @@ def stale(ctx):
     lines = [] if items else ["no stale facts"]
     for item in items:
         last = item["last_commit"]
-        when = f"last commit {last['date'][:10]} {last['commit'][:12]}" if last else "never committed"
+        when = f"last commit {_utc_day(last['date'])} {last['commit'][:12]}" if last else "never committed"
         lines.append(f"{item['key']}: {item['reason']}; {when}")
     return Out(items, lines)
 
