@@ -170,6 +170,17 @@ def test_purge_removes_a_source_everywhere_and_nothing_else(strict_vault, models
     assert conn.execute("SELECT COUNT(*) FROM docs WHERE source LIKE 'web:%'").fetchone()[0] == 0
 
 
+def test_purge_says_how_many_facts_and_how_many_proposals_as_its_json_does(strict_vault, invoke):
+    """An agent with 43 proposals and no fact: `purge` said "removed 43 facts" while --json said facts_removed 0,
+    inbox_removed 43."""
+    strict_vault.facts.set("db/main", "The primary listens on 5432.", source="user:ops")
+    strict_vault.facts.set("web/a", "Web a serves the shop.", source="agent:codex")
+    strict_vault.facts.set("web/b", "Web b serves the blog.", source="agent:codex")
+    r = invoke("purge", "--source", "agent:codex", "--dry-run", vault_path=strict_vault.root)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1] == "would remove 0 facts, 2 proposals and 0 episodes from agent:codex", r.stdout
+
+
 def test_purge_refuses_everything_pattern(vault):
     with pytest.raises(Exception, match="purging everything"):
         vault.purge("*")

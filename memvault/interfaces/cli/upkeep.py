@@ -62,7 +62,9 @@ def purge(ctx, pattern, dry_run, allow_secret):
     lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
     lines += [f"{verb} episode {one_line(e.id)} {one_line(e.created_at)}: {' '.join(e.text.split())[:70]}"
               for e in report.episodes.removed]
-    lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
+    proposals = sum(1 for f in report.facts if f.quarantined)
+    lines.append(f"{verb} {len(report.facts) - proposals} facts, {proposals} proposals and "
+                 f"{len(report.episodes.removed)} episodes from {pattern}"
                  + (f" in commit {report.commit[:12]}" if report.commit else ""))
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines, notes=report.warnings)
 
