@@ -129,7 +129,6 @@ def bases_and_held_out() -> tuple[tuple[Base, ...], tuple[str, ...]]:
     return tuple(unique), tuple(held)
 
 
-@dataclass(frozen=True)
 class RealModelText:
     """What a bench embedder that makes its own document vectors takes from the real model it stands in for: its
     identity, its query vectors, its token count and its splitter (so chunks and budgets are the real ones)."""
@@ -148,6 +147,7 @@ class RealModelText:
         return self._real.split(text, max_tokens, overlap)
 
 
+@dataclass(frozen=True)
 class FactSpec:
     key: str
     category: str

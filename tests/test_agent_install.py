@@ -215,6 +215,15 @@ def test_cli_install_status_print_uninstall(invoke, vault, home):
     assert not (home / ".claude.json").exists()
 
 
+def test_print_for_a_client_memvault_does_not_know_stamps_that_clients_source(invoke):
+    """`agent print --help` says writes are stamped agent:CLIENT; a client not in its list (zed) was stamped
+    agent:mcp, so its writes could not be told from any other server's, while stderr said it was zed's entry."""
+    printed = invoke("agent", "print", "zed")
+    assert printed.exit_code == 0, printed.output
+    entry = json.loads(printed.stdout)["mcpServers"]["memvault"]
+    assert entry["args"][-2:] == ["--source", "agent:zed"] and "zed's settings" in printed.stderr
+
+
 def test_the_registered_mcp_server_stamps_the_runtimes_source(strict_vault, home):
     pytest.importorskip("mcp")
     from mcp import Client

@@ -169,3 +169,68 @@ def test_an_unrelated_accept_supersedes_nothing(strict_vault):
     strict_vault.facts.set("ops/log-rotation", LOG_ROTATION, source="agent:ops")
     fact = strict_vault.facts.accept("ops/log-rotation", source="user:ops")
     assert "supersedes" not in fact.extra and "superseded_by" not in strict_vault.facts.get("db/main").extra
+
+
+def test_the_inbox_reads_each_stored_fact_once_not_once_per_proposal(strict_vault, models, runner, monkeypatch):
+    """`memvault inbox` judged every proposal against its candidates by reading each candidate's text again: 129
+    proposals over 200 facts read 4,665 texts for contradictions and 6,573 for duplicates (8 s of a 10 s listing).
+    Each text is read once per listing now, whichever proposals share it as a candidate."""
+    from memvault.interfaces.cli import Context, cli
+    from memvault.rules import contradict, dedup
+
+    run = uuid_token()
+    hosts = [f"db{n:02d}" for n in range(12)]
+    for n, host in enumerate(hosts):
+        strict_vault.facts.set(f"db/{host}", f"The {run} PostgreSQL replica {host} listens on port {5400 + n}.",
+                               source="user:ops")
+    strict_vault.reindex()
+    for n, host in enumerate(hosts[:8]):
+        assert strict_vault.facts.set(f"infra/{host}-port", f"our {run} postgres replica {host} runs on port "
+                                      f"{6400 + n}", source="agent:ops").quarantined
+    read: list[str] = []
+    real_extract, real_keywords = contradict.extract, dedup.keywords
+    monkeypatch.setattr(contradict, "extract", lambda text, key=None: read.append(text) or real_extract(text, key))
+    monkeypatch.setattr(dedup, "keywords", lambda text: read.append(text) or real_keywords(text))
+    r = runner.invoke(cli, ["--vault", str(strict_vault.root), "inbox", "--json"],
+                      obj=Context(embedder_factory=models))
+    assert r.exit_code == 0, r.output
+    assert sum(1 for p in json.loads(r.stdout) if p["contradicts"]) == 8  # each still flagged
+    # each proposal's own text twice (contradictions, duplicates), each stored fact's at most twice in all
+    assert len(read) <= 2 * (8 + len(hosts)), len(read)
+
+
+def uuid_token() -> str:
+    """A word no other test's texts hold (what a test reads is then its own)."""
+    import uuid
+
+    return "x" + uuid.uuid4().hex[:8]
+
+
+def test_a_fact_whose_superseder_was_removed_is_recalled_again(strict_vault, invoke):
+    """A fact superseded by an accepted proposal stayed hidden from every recall after that proposal's fact was
+    removed (`fact rm`, expire, a hand delete): its superseded_by named a fact that no longer was, and nothing
+    stood for it. It is hidden only while the fact that superseded it is there."""
+    strict_vault.facts.set("db/main", DB_MAIN, source="user:ops")
+    strict_vault.facts.set("infra/pg-port", PORT_5433, source="agent:ops")
+    strict_vault.facts.accept("infra/pg-port", source="user:ops")
+    assert strict_vault.facts.get("db/main").extra["superseded_by"] == "infra/pg-port"
+    strict_vault.facts.delete("infra/pg-port", source="user:ops")
+    hits = json.loads(invoke("recall", "postgres primary port", "--json", vault_path=strict_vault.root).stdout)
+    assert "db/main" in [h["id"] for h in hits["hits"]], hits
+    assert "superseded_by" not in next(h for h in hits["hits"] if h["id"] == "db/main")
+
+
+def test_a_dedup_merge_hands_what_a_merged_fact_superseded_to_the_fact_it_is_merged_into(strict_vault, invoke):
+    """`dedup --apply` removed the accepted fact that superseded db/main (merged into its duplicate): db/main then
+    named a fact that was gone. The survivor supersedes it now, in the merge's commit, and db/main stays hidden."""
+    strict_vault.facts.set("db/main", DB_MAIN, source="user:ops")
+    strict_vault.facts.set("infra/pg-port", PORT_5433, source="agent:ops")
+    strict_vault.facts.accept("infra/pg-port", source="user:ops")
+    strict_vault.facts.set("infra/pg-port-2", PORT_5433, source="user:ops")  # the same words: the merge keeps this
+    r = invoke("dedup", "--apply", vault_path=strict_vault.root)
+    assert r.exit_code == 0 and "merged infra/pg-port into infra/pg-port-2" in r.stdout, r.output
+    assert not strict_vault.facts.exists("infra/pg-port")
+    assert strict_vault.facts.get("db/main").extra["superseded_by"] == "infra/pg-port-2"
+    assert strict_vault.facts.get("infra/pg-port-2").extra["supersedes"] == "db/main"
+    hits = json.loads(invoke("recall", "postgres primary port", "--json", vault_path=strict_vault.root).stdout)
+    assert [h["id"] for h in hits["hits"]] == ["infra/pg-port-2"], hits

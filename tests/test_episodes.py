@@ -450,3 +450,14 @@ def test_reporting_an_episode_used_parses_only_its_own_line(vault, monkeypatch):
     assert len(vault.used([f"episode:{made[250].id}"], source="user:tester")) == 1
     other = made[250].id[:-1] + ("1" if made[250].id[-1] == "0" else "0")
     assert vault.gate.episodes.path_of(other) is None  # its month, but no line holds it
+
+
+def test_append_many_refuses_a_field_it_would_drop_naming_it_and_writes_nothing(vault):
+    """The line on disk calls the time created_at: an item that says so was appended dated now, its time dropped
+    without a word (a back-fill of months of events came out as today's, out of reach of retention)."""
+    items = [{"text": "deploy v2.1 done", "at": "2026-06-01T10:00:00Z"},
+             {"text": "disk full on db01", "created_at": "2026-06-02T10:00:00Z"}]
+    with pytest.raises(InvalidValue) as caught:
+        vault.episodes.append_many(items, source="user:ops")
+    assert "episode 2 of 2" in str(caught.value) and "created_at" in str(caught.value) and "'at'" in str(caught.value)
+    assert list(vault.episodes.iter()) == []

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -169,6 +170,17 @@ def test_purge_removes_a_source_everywhere_and_nothing_else(strict_vault, models
     assert conn.execute("SELECT COUNT(*) FROM docs WHERE source LIKE 'web:%'").fetchone()[0] == 0
 
 
+def test_purge_says_how_many_facts_and_how_many_proposals_as_its_json_does(strict_vault, invoke):
+    """An agent with 43 proposals and no fact: `purge` said "removed 43 facts" while --json said facts_removed 0,
+    inbox_removed 43."""
+    strict_vault.facts.set("db/main", "The primary listens on 5432.", source="user:ops")
+    strict_vault.facts.set("web/a", "Web a serves the shop.", source="agent:codex")
+    strict_vault.facts.set("web/b", "Web b serves the blog.", source="agent:codex")
+    r = invoke("purge", "--source", "agent:codex", "--dry-run", vault_path=strict_vault.root)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1] == "would remove 0 facts, 2 proposals and 0 episodes from agent:codex", r.stdout
+
+
 def test_purge_refuses_everything_pattern(vault):
     with pytest.raises(Exception, match="purging everything"):
         vault.purge("*")
@@ -265,6 +277,21 @@ def test_stale_facts_are_listed_marked_and_ranked_down(vault, models):
     git(v.root, "commit", "-qm", "hand-written")
     v.verify("fw/old", source="user:admin")
     assert "fw/old" not in {i["key"] for i in Vault.open(v.root, embedder_factory=models).stale()}
+
+
+def test_stale_says_the_day_of_the_last_commit_in_utc_as_every_other_time(vault, invoke):
+    """A teammate at -05:00 committed at 22:30 their time, 03:30 UTC the next day: `stale` said "last commit" of
+    their day (git's author date cut to ten characters) beside "not updated since" in UTC."""
+    path = vault.root / "facts/fw/old.md"
+    path.parent.mkdir(parents=True)
+    path.write_text("---\nupdated: 2020-01-01T00:00:00Z\n---\nFirewall vendor VPN notes, port 8443.\n")
+    at = "2026-12-06T22:30:00-0500"
+    env = {**os.environ, "GIT_AUTHOR_DATE": at, "GIT_COMMITTER_DATE": at}
+    subprocess.run(["git", "add", "facts/fw/old.md"], cwd=vault.root, check=True)
+    subprocess.run(["git", "commit", "-qm", "hand-written"], cwd=vault.root, check=True, env=env)
+    r = invoke("stale")
+    assert r.exit_code == 0, r.output
+    assert "fw/old: not updated since 2020-01-01" in r.stdout and "last commit 2026-12-07 " in r.stdout, r.stdout
 
 
 # -- duplicates --------------------------------------------------------------------------------------------

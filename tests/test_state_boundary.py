@@ -274,6 +274,27 @@ def test_an_older_folder_merges_with_what_a_hook_made_first(vault):
     assert (state / "locks").is_dir()
 
 
+def test_an_older_index_is_not_moved_without_its_link_where_an_index_already_is(vault, models, options):
+    """An older memvault run again after the upgrade (another checkout, a pinned tool) wrote a new .memvault: its
+    index.db link stayed behind (the state holds one) but the generation file it points at was moved, an orphan
+    of the vault's size in the state directory that nothing read, and the link left pointing at nothing."""
+    vault.facts.set("db/primary", "The primary database listens on port 5432.", source="user:tester")
+    assert vault.recall("primary database")
+    vault.close()
+    state = vault.state_dir
+    current = os.readlink(state / "index.db")
+    old = vault.root / ".memvault"
+    old.mkdir()
+    (old / "index-42.db").write_bytes(b"an older memvault's index")
+    os.symlink("index-42.db", old / "index.db")
+    v = Vault.open(vault.root, **options)
+    assert not (state / "index-42.db").exists()
+    assert (old / "index-42.db").read_bytes() == b"an older memvault's index"  # beside its link, as it was
+    left = [n for n in v.notices if "left in" in n]
+    assert len(left) == 1 and "index-42.db" in left[0] and "index.db" in left[0], v.notices
+    assert os.readlink(state / "index.db") == current and v.recall("primary database")
+
+
 def test_a_tracked_real_memvault_folder_is_left_alone_and_named_once(vault):
     (vault.root / ".memvault").mkdir()
     (vault.root / ".memvault" / "index.db").write_bytes(b"not an index")

@@ -47,7 +47,7 @@ from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
-from ..rules.validation import check_args, validate_source
+from ..rules.validation import check_args, check_item_fields, validate_source
 from . import access, runs
 from .usage import MAX_USED, Counted  # noqa: F401 - where callers have always found them
 
@@ -608,6 +608,7 @@ class WriteGate:
         ``source``)."""
         made: list[tuple[Episode, bytes]] = []
         for n, item in enumerate(items, 1):
+            check_item_fields(item, f"episode {n} of {len(items)}")
             own = item.get("source")
             if own is not None and own != source and (source is None or not self.policy.is_trusted(source)):
                 raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")

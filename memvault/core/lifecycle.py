@@ -461,11 +461,19 @@ def dedup(gate: WriteGate, *, source: str, apply: bool = False, allow_secret: bo
         return report
     plans = []
     lines = []
+    grouped = {k for g in found for k in g}
     for group in found:
         members = [facts[k] for k in group]
         survivor, changes = merge_plan(members)
         others = [f for f in members if f.key != survivor.key]
         plans.append((survivor, changes, others))
+        # What a merged member superseded, the survivor supersedes: the old value stays out of recall.
+        for f in others:
+            old = facts.get(str(f.extra.get("supersedes") or ""))
+            if (old is not None and old.key not in grouped and old.extra.get("superseded_by") == f.key
+                    and not survivor.extra.get("supersedes") and "supersedes" not in changes):
+                changes["supersedes"] = old.key
+                plans.append((old, {"superseded_by": survivor.key}, []))
         report.merged.append({"into": survivor.key, "merged": [f.key for f in others]})
         lines.append(f"- {', '.join(f.key for f in others)} -> {survivor.key}")
     report.commit = gate.merge_facts(plans, source=source, warnings=report.warnings, allow_secret=allow_secret,

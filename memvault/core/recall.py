@@ -58,7 +58,7 @@ from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultE
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
 from .candidates import Candidate, Parts, QueryVector, gather, recency, vector_width  # noqa: F401 - Parts is recall's API
 from . import windows
-from .contradictions import superseded_by
+from .contradictions import hidden_by
 from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
@@ -720,7 +720,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                     fact = parts.facts.get(c.key[1])
                 except (FactNotFound, FactParseError, InvalidValue):
                     continue
-            if include_superseded or not superseded_by(c.doc, fact):
+            if include_superseded or not hidden_by(c.doc, fact, parts.facts):
                 chosen.append((c, fact))
         elif c.key[0] == "procedure":
             path = parts.procedures.root / c.doc["path"]
@@ -758,7 +758,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                 base.update(source=fact.source, created=shown_time(index_time(fact.created)),
                             updated=shown_time(index_time(fact.updated)))
             extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
-            by = superseded_by(doc, fact)
+            by = hidden_by(doc, fact, parts.facts)
             if by:  # by which fact only when the reader may read that one
                 extra["superseded"] = True
                 if parts.readable is None or parts.readable(f"facts/{by}.md"):

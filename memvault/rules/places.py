@@ -218,9 +218,11 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
     moved, left = 0, []
     with os.scandir(legacy) as found:
         entries = list(found)
+    # The state's own index wins: the old one's generations stay beside their link, not moved in as orphans.
+    has_index = os.path.lexists(state / "index.db")
     for entry in entries:
         target = state / entry.name
-        if entry.name in _NOT_ADOPTED:
+        if entry.name in _NOT_ADOPTED or (has_index and entry.name.startswith("index-")):
             left.append(entry.name)
             continue
         if not (_own_link(entry) or entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
@@ -246,12 +248,13 @@ def _migrate(legacy: Path, state: Path, st: os.stat_result) -> list[str]:
         if remove_dir(legacy):
             return [f"moved this host's state from {legacy} to {state} (once: memvault now keeps it where no "
                     "commit can reach it)"]
-    head = f"moved {moved} entries of this host's state from {legacy} to {state}; " if moved else ""
+    head = (f"moved {moved} {'entry' if moved == 1 else 'entries'} of this host's state from {legacy} to {state}; "
+            if moved else "")
     return _once(state, os.lstat(legacy) if os.path.lexists(legacy) else st,
                  f"{head}left in {legacy}, ignored from now on: {', '.join(sorted(left))} (a link, a name the new "
-                 "place already holds, or settings, a purge's journal, accepted retention or a sync's record, never "
-                 "taken from the work tree, where a commit can put them: copy one into the new place yourself if it "
-                 "is this host's); "
+                 "place already holds, an index where the new place has one, or settings, a purge's journal, "
+                 "accepted retention or a sync's record, never taken from the work tree, where a commit can put "
+                 "them: copy one into the new place yourself if it is this host's); "
                  "delete it when you no longer need it", "left")
 
 

@@ -171,6 +171,20 @@ def validate_tags(tags: object, name: str = "tags") -> list[str]:
     return out
 
 
+#: What one item of an append of several episodes may hold (``Episodes.append_many``).
+EPISODE_ITEM_FIELDS = frozenset({"text", "kind", "at", "tags", "meta", "id", "source"})
+
+
+def check_item_fields(item: dict[str, Any], name: str) -> None:
+    """Refuse a field of an episode item that would be dropped without a word: a back-fill that names its time
+    ``created_at``, as the line on disk does, was dated now (out of reach of retention)."""
+    unknown = sorted(set(item) - EPISODE_ITEM_FIELDS)
+    if unknown:
+        hint = " (its time is 'at')" if "created_at" in unknown else ""
+        raise InvalidValue(name, f"no field {', '.join(map(repr, unknown))}{hint}; an item holds "
+                                 f"{', '.join(sorted(EPISODE_ITEM_FIELDS))}")
+
+
 def check_episode_time(when: datetime, name: str = "at", *, now: datetime | None = None) -> datetime:
     """Episode times are from 1970 (ids are ULIDs) up to ``now`` plus :data:`MAX_FUTURE` of clock skew: an episode
     records what happened, and one dated in the future would outlive retention, lead every listing and look

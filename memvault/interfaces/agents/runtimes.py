@@ -221,10 +221,9 @@ def is_ours_handler(value: Any) -> bool:
 
 def print_entry(client: str, vault: Path | None, python: str | None = None) -> tuple[str, str]:
     """The MCP entry for ``client`` (a runtime or another MCP client) and where it goes."""
-    source_name = client if client in RUNTIMES or client in CLIENTS else "mcp"
     if client == "codex":
         return toml_block(vault, python), "Codex's config.toml ($CODEX_HOME/config.toml or .codex/config.toml)"
-    entry = server_entry(source_name, vault, python)
+    entry = server_entry(client, vault, python)  # agent:CLIENT, known or not: its writes told from any other's
     if client == "openclaw":
         return json.dumps({"mcp": {"servers": {SERVER: entry}}}, indent=2), CLIENTS[client]
     if client == "vscode":

@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ...rules.markup import one_line
-from ...rules.timeutil import age_seconds, age_text
+from ...rules.errors import InvalidValue
+from ...rules.timeutil import age_seconds, age_text, format_time, parse_time
 from .base import Out, cli, contradiction_text, echo, output, pass_ctx, warn
 
 
@@ -62,7 +63,9 @@ def purge(ctx, pattern, dry_run, allow_secret):
     lines = [f"{verb} fact {f.key}{' (inbox)' if f.quarantined else ''}: {f.text[:70]}" for f in report.facts]
     lines += [f"{verb} episode {one_line(e.id)} {one_line(e.created_at)}: {' '.join(e.text.split())[:70]}"
               for e in report.episodes.removed]
-    lines.append(f"{verb} {len(report.facts)} facts and {len(report.episodes.removed)} episodes from {pattern}"
+    proposals = sum(1 for f in report.facts if f.quarantined)
+    lines.append(f"{verb} {len(report.facts) - proposals} facts, {proposals} proposals and "
+                 f"{len(report.episodes.removed)} episodes from {pattern}"
                  + (f" in commit {report.commit[:12]}" if report.commit else ""))
     return Out({"dry_run": dry_run, **report.to_dict(ctx.vault.root)}, lines, notes=report.warnings)
 
@@ -110,6 +113,14 @@ def scopes(ctx):
     return Out(data, data.pop("summary") + [f"trusted sources: {', '.join(data['trusted'])}"])
 
 
+def _utc_day(when: str) -> str:
+    """The UTC day of a git author date (given in its author's zone), as every other time memvault shows."""
+    try:
+        return format_time(parse_time(when))[:10]
+    except InvalidValue:
+        return when[:10]
+
+
 @cli.command()
 @click.argument("key")
 @click.option("--source", "-s", help="Who accepts it (must be trusted).")
@@ -142,7 +153,7 @@ def stale(ctx):
     lines = [] if items else ["no stale facts"]
     for item in items:
         last = item["last_commit"]
-        when = f"last commit {last['date'][:10]} {last['commit'][:12]}" if last else "never committed"
+        when = f"last commit {_utc_day(last['date'])} {last['commit'][:12]}" if last else "never committed"
         lines.append(f"{item['key']}: {item['reason']}; {when}")
     return Out(items, lines)
 
