@@ -260,3 +260,33 @@ def test_what_a_write_is_told_names_no_fact_outside_the_read_scope(ruled):
                              input=line + "\n", obj=Context())
     assert out.exit_code == 0, out.output
     assert "db/main" not in out.output and "5432" not in out.output and "outside its read scope" in out.output
+
+
+# ------------------------------------------------------------------------------------------- accepted is vouched for
+def test_a_fact_a_person_accepted_is_recalled_trusted_until_someone_else_changes_it(ruled):
+    """`memvault accept` is a person's review, but recall still fenced the accepted fact as "from a source outside
+    [trust]: an unverified claim" for good (its source stays the proposer's). The acceptance is now recorded in the
+    fact (`accepted_by`, written by accept alone) and vouches for that text: a later change by an untrusted source
+    (an auto_accept rule's, or a proposal's own `accepted_by`) drops it, and only a trusted acceptor counts."""
+    v = ruled
+    proposed = v.facts.set("ops/cache", "Sessions are cached in Redis on cache01.", source="agent:bot")
+    assert proposed.quarantined
+    v.facts.accept("ops/cache", source="user:alice")
+    fact = Vault.open(v.root).facts.get("ops/cache")
+    assert fact.source == "agent:bot" and fact.extra.get("accepted_by") == "user:alice"
+
+    def trusted(query, key):
+        hits = Vault.open(v.root).recall(query, mode="keyword", record_access=False)
+        [hit] = [h for h in hits if h.id == key]
+        return hit.extra["trusted"]
+
+    assert trusted("sessions cached Redis", "ops/cache") is True
+    prompt = run(v, "recall", "sessions cached Redis", "--mode", "keyword", "--format", "prompt", "--no-record")
+    assert "untrusted-data" not in prompt.stdout.split('key="ops/cache"')[1].split("</fact>")[0]
+
+    # An auto_accept rule writes straight to facts/: neither its own claim of acceptance nor an earlier one holds.
+    v.facts.set("agents/deployer/tip", "Deploy on Tuesdays.", source="user:alice")
+    done = Vault.open(v.root).gate.set_fact("agents/deployer/tip", "Deploy on any day.", source="agent:deployer",
+                                              extra={"accepted_by": "user:alice"})
+    assert done.auto_accepted and "accepted_by" not in done.extra
+    assert trusted("Deploy any day", "agents/deployer/tip") is False

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..rules.errors import MemvaultError, ModelUnavailable
+from ..rules.trust import ACCEPTED_BY
 
 if TYPE_CHECKING:
     from ..rules.contradict import Claims, Verdict
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ..index.protocol import VaultIndex
     from ..models.engine import Engine
     from ..rules.config import Config
+    from ..rules.trust import Policy
     from ..stores.facts import Fact, FactStore
 
 #: Candidates asked of the keyword index, and of the vectors.
@@ -224,3 +226,19 @@ def hidden_by(doc: dict[str, Any], fact: Fact | None, facts: FactStore) -> str |
         return by if by is not None and facts.exists(by) else None
     except MemvaultError:  # not a key at all: supersedes nothing
         return None
+
+
+def vouched(policy: Policy, doc: dict[str, Any], fact: Fact | None, facts: FactStore) -> bool:
+    """Whether a fact hit is trusted: its source is, or a trusted person accepted its text (``accepted_by``,
+    :meth:`Policy.vouches`), by the file's word. A hit read from the index row alone (its file checked unchanged
+    since indexed) and from an untrusted source has its file read for that: a row holds no acceptance."""
+    source = (fact.source if fact is not None else doc.get("source")) or None
+    if policy.is_trusted(source):
+        return True
+    if fact is None:
+        try:
+            fact = facts.get(str(doc.get("id")))
+        except MemvaultError:
+            return False
+    return policy.vouches(source, fact.extra.get(ACCEPTED_BY))
+

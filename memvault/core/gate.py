@@ -483,7 +483,8 @@ class WriteGate:
                 warnings.append(f"{target} contradicts {named}, outside its review scope {access.SAID}: that fact "
                                 "is left as it is; a person decides which one holds")
                 old = None
-            changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None)
+            changes, proposal = self.facts.plan_accept(key, supersedes=old.key if old is not None else None,
+                                                       accepted_by=source)
             target = self.facts.key_for(changes[0].path) or key
             if old is not None:
                 changes.append(self.facts.plan_update(old, {"superseded_by": target}))

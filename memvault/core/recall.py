@@ -58,7 +58,7 @@ from ..rules.errors import FactNotFound, FactParseError, InvalidValue, MemvaultE
 from .hits import Hit, RecallResult, against, count_tokens, run_summary  # noqa: F401 - count_tokens is part of recall's API
 from .candidates import Candidate, Parts, QueryVector, gather, recency, vector_width  # noqa: F401 - Parts is recall's API
 from . import windows
-from .contradictions import hidden_by
+from .contradictions import hidden_by, vouched
 from .usage import record_shown
 from ..index import KINDS
 from ..index.search import MAX_TERMS, query_terms
@@ -757,7 +757,7 @@ def _materialise(parts: Parts, ranked: list[Candidate], k: int, checked: set[str
                 # shared row is what someone wrote into the database; the text beside it was never taken from there).
                 base.update(source=fact.source, created=shown_time(index_time(fact.created)),
                             updated=shown_time(index_time(fact.updated)))
-            extra: dict[str, Any] = {"trusted": policy.is_trusted(base["source"] or None), "stale": c.stale is not None}
+            extra: dict[str, Any] = {"trusted": vouched(policy, doc, fact, parts.facts), "stale": c.stale is not None}
             by = hidden_by(doc, fact, parts.facts)
             if by:  # by which fact only when the reader may read that one
                 extra["superseded"] = True

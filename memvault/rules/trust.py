@@ -87,6 +87,10 @@ _ALLOWED_UNTRUSTED = frozenset({Op.READ, Op.APPEND_EPISODE, Op.PROPOSE_FACT, Op.
                                 Op.PRUNE})
 
 
+#: The front-matter key ``memvault accept`` records its reviewer in (FactStore.plan_accept): see Policy.vouches.
+ACCEPTED_BY = "accepted_by"
+
+
 @dataclass(frozen=True)
 class Policy:
     """``[trust] trusted`` patterns, and the table above."""
@@ -98,6 +102,12 @@ class Policy:
         if source is None:
             return True
         return any(fnmatch.fnmatchcase(source, pattern) for pattern in self.trusted)
+
+    def vouches(self, source: str | None, accepted_by: object = None) -> bool:
+        """Whether a fact is trusted: its source is, or a trusted source accepted that very text (``accepted_by``
+        in its front matter, which only ``memvault accept`` writes and any other change of the fact drops)."""
+        return self.is_trusted(source) or (isinstance(accepted_by, str) and bool(accepted_by)
+                                           and self.is_trusted(accepted_by))
 
     def allows(self, op: Op, source: str | None) -> bool:
         return op in _ALLOWED_UNTRUSTED or self.is_trusted(source)

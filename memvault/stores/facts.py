@@ -19,7 +19,9 @@ from ..rules import frontmatter_edit as fm
 from ..rules.errors import FactNotFound, FactParseError, InvalidKey, InvalidValue, LimitExceeded, MemvaultError, UnsafePath
 from ..rules.fsutil import FileChange, entry_problem, inside_base, read_inside, read_inside_stat, walk
 from ..rules.timeutil import format_time, parse_date, parse_time
-from ..rules.validation import Problem, check_utf8, unit_float, validate_category, validate_key, validate_tags
+from ..rules.trust import ACCEPTED_BY
+from ..rules.validation import (Problem, check_utf8, unit_float, validate_category, validate_key, validate_source,
+                                validate_tags)
 
 log = logging.getLogger(__name__)
 
@@ -399,6 +401,9 @@ class FactStore:
             changes["valid_until"] = parse_date(valid_until, "valid_until")
         for name, value in (extra or {}).items():
             changes[name] = value
+        # A person's acceptance vouched for the text they read: any other write of the fact drops it, and no
+        # writer's ``extra`` claims it (only plan_accept writes it).
+        changes[ACCEPTED_BY] = None
         stamp = at.replace(microsecond=0)
         before = self._current(path)
         base = before
@@ -455,10 +460,13 @@ class FactStore:
         old.quarantined = inbox
         return FileChange(path, before, None), old
 
-    def plan_accept(self, key: str, *, supersedes: str | None = None) -> tuple[list[FileChange], Fact]:
+    def plan_accept(self, key: str, *, supersedes: str | None = None,
+                    accepted_by: str | None = None) -> tuple[list[FileChange], Fact]:
         """The changes that promote ``inbox/KEY.md`` to ``facts/KEY.md`` (or, for an alternative proposal that
         names ``proposes: OTHER``, to ``facts/OTHER.md`` without that line), and the proposal. ``supersedes``
-        names the fact it replaces in other words (front matter ``supersedes: KEY``); the caller marks that one."""
+        names the fact it replaces in other words (front matter ``supersedes: KEY``); the caller marks that one.
+        ``accepted_by``: the reviewer, recorded as the front matter's ``accepted_by`` (what the proposal said
+        there is never kept)."""
         removal, proposal = self.plan_delete(key, inbox=True)
         if not proposal.text:
             raise FactParseError(removal.path, "the proposal cannot be read; fix or reject it")
@@ -471,10 +479,11 @@ class FactStore:
             validate_key(target_key)
             doc = fm.parse(data.decode("utf-8"))
             data = fm.update(doc, {"proposes": None}, list(KNOWN_FIELDS), doc.body).render().encode("utf-8")
+        doc = fm.parse(data.decode("utf-8"))
+        marks: dict[str, Any] = {ACCEPTED_BY: validate_source(accepted_by, "accepted_by") if accepted_by else None}
         if supersedes is not None:
-            doc = fm.parse(data.decode("utf-8"))
-            data = fm.update(doc, {"supersedes": validate_key(supersedes)}, list(KNOWN_FIELDS),
-                             doc.body).render().encode("utf-8")
+            marks["supersedes"] = validate_key(supersedes)
+        data = fm.update(doc, marks, list(KNOWN_FIELDS), doc.body).render().encode("utf-8")
         target = self.path_for(target_key or key)
         return [FileChange(target, self._current(target), data), removal], proposal
 

@@ -35,7 +35,7 @@ from ...rules.freshness import stale_reason
 from ...rules.fsutil import ensure_dir, open_private
 from ...rules.markup import escape_text
 from ...rules.timeutil import format_time, now
-from ...rules.trust import Policy
+from ...rules.trust import ACCEPTED_BY, Policy
 from . import project as project_mod
 from .project import shown
 from . import recent as recent_mod
@@ -293,7 +293,7 @@ def _fact_hit(vault: Vault, fact: Any) -> Hit:
     reason = stale_reason(fact, vault.config.facts.review_after)
     # A file under the project's key is not trusted for being there: a teammate's commit or a hand edit can
     # name any source, and the block says which ones [trust] does not vouch for.
-    trusted = Policy(vault.config.trust.trusted).is_trusted(fact.source)
+    trusted = Policy(vault.config.trust.trusted).vouches(fact.source, fact.extra.get(ACCEPTED_BY))
     extra: dict[str, Any] = {"trusted": trusted, "stale": reason is not None}
     if reason is not None:
         extra["stale_reason"] = reason

@@ -15,6 +15,7 @@ from ...core.history import entry_dict
 from ...rules.contradict import describe as contradiction_text
 from ...rules.errors import FactNotFound, MemvaultError
 from ...rules.freshness import stale_reason
+from ...rules.trust import ACCEPTED_BY, Policy
 from ...rules.markup import ANGLE_LOOKALIKES
 from ...rules.secrets import find_secrets
 from ...rules.timeutil import age_seconds, age_text
@@ -85,7 +86,7 @@ def fact(web: Web, req: Req) -> Page:
     similar, _hidden = web.readable_facts(similar)
     made = req.arg("made")
     data = {"fact": item.to_dict(vault.root), "file": raw, "extra": {k: str(v) for k, v in item.extra.items()},
-            "trusted": vault.facts.is_trusted(item.source),
+            "trusted": Policy(vault.config.trust.trusted).vouches(item.source, item.extra.get(ACCEPTED_BY)),
             "stale": stale_reason(item, vault.config.facts.review_after), "history": history,
             "history_more": history_more, "history_error": history_error, "similar": similar,
             "made": made if made and _COMMIT.match(made) else None, "error": None, "loaded": version_of(data_bytes)}
