@@ -171,3 +171,28 @@ def test_gemini_setup_message_and_hook_context_are_not_captured_as_the_persons_p
     stored = on_disk(strict_vault)
     assert "session_context" not in stored and "hook_context" not in stored and "GEMINI.md" not in stored
     assert "memvault memory for project" not in stored and "02:30 UTC" not in stored
+
+
+@pytest.mark.parametrize("cut", ['"task_complete"', '"task_started"'])
+def test_a_codex_turn_resumed_mid_way_keeps_codex_s_turn_id_and_is_stored_once(strict_vault, tmp_path, cut):
+    """A capture that finds Codex's last turn not over (a PreCompact mid-turn, or its ``turn_context`` written and
+    its prompt not yet) leaves the cursor at that turn; the next read started at the turn's user message, past its
+    ``turn_context``/``task_started`` lines, so the turn got a hash for an id instead of Codex's ``turn_id``. Any
+    read of the rollout from its start (the rollout moved to archived_sessions/ and captured by hand, or
+    compressed to .jsonl.zst, or captures.db rebuilt) then found Codex's id unseen and stored the turn twice."""
+    path = transcript(tmp_path, "codex", big=False)
+    lines = path.read_text().splitlines(keepends=True)
+    second = [i for i, line in enumerate(lines) if cut in line][1] + (cut == '"task_started"')
+    path.write_text("".join(lines[:second]))
+    report = capture(strict_vault, "codex", path)
+    assert len(report.captured) == 1 and report.open_turns == (cut == '"task_complete"')
+    path.write_text("".join(lines))  # the turn ends, and the session with it
+    capture(strict_vault, "codex", path, final=True)
+    ids = [e.meta["turn_id"] for e in captured(strict_vault, "codex")]
+    assert ids == [f"019d036e-000{n}-7000-8000-00000000000{n}" for n in (1, 2, 3)]
+    archived = tmp_path / "archived_sessions" / path.name
+    archived.parent.mkdir()
+    path.rename(archived)
+    report = capture(Vault.open(strict_vault.root), "codex", archived, final=True)
+    assert report.captured == [] and report.skipped == 3
+    assert len(captured(strict_vault, "codex")) == 3
