@@ -113,11 +113,12 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
              final: bool, deadline: float | None) -> CaptureReport:
     log = vault.captures
     provisional = session_id or _safe_id(path.stem)
-    cursor = log.cursor(runtime, provisional, str(path))
+    kept = _safe_transcript(path)
+    cursor = log.cursor(runtime, provisional, kept)
     read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
     session = session_id or _safe_id(read.session_id or "") or provisional
     if session != provisional:
-        cursor = log.cursor(runtime, session, str(path))
+        cursor = log.cursor(runtime, session, kept)
         if cursor.offset != 0:
             read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
     report = CaptureReport(runtime, session, str(path), problems=read.problems[:5])
@@ -150,6 +151,8 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
         except MemvaultError as exc:  # the turns are stored; only the proposals are missing
             report.extractor = {"error": str(exc)}
             report.problems.append(f"extractor: {exc}")
+    # What goes to agents.log: a problem names the transcript's file, whose name may be what the detector flags.
+    report.problems = [redact(problem)[0] for problem in report.problems]
     return report
 
 
@@ -232,6 +235,18 @@ def _safe_id(value: str) -> str:
 def _safe_path(value: str | None) -> str | None:
     """A working folder as it may be stored: bounded, its secrets redacted (the rest of the path is kept)."""
     return _bounded(redact(value)[0], PATH_CHARS) if value else value
+
+
+def _safe_transcript(path: Path) -> str:
+    """A transcript's path as captures.db keeps it (the cursor's key, shown by ``memvault agent status``): as it
+    is, or with what the detector flags redacted and a hash of the real path added, so two paths redacted alike
+    (two folders named after two tokens) still name two files and a cursor is never taken for another file's."""
+    text = str(path)
+    shown, found = redact(text)
+    if not found:
+        return _bounded(text, PATH_CHARS)
+    digest = hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return _bounded(f"{shown} #{digest}", PATH_CHARS)
 
 
 def _tags(runtime: str, project: project_mod.Project | None) -> list[str]:
