@@ -5,6 +5,7 @@ config.toml exactly the block it added, never a table written after it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +130,24 @@ def test_a_secret_in_a_transcript_s_path_rests_nowhere_and_its_cursor_still_work
     other.mkdir()
     moved = path.rename(other / path.name)
     assert capture(vault, runtime, moved).skipped == len(list(vault.episodes.iter(source=f"agent:{runtime}")))
+
+
+def test_a_transcript_under_a_folder_named_in_latin_1_is_captured_once(strict_vault, tmp_path):
+    """A folder named in a legacy encoding (bytes that are not UTF-8: Python hands them over as lone surrogates)
+    made capture end in a traceback (UnicodeEncodeError hashing the lock's key), and captures.db could not have
+    stored the path either: such a session was never captured."""
+    import os
+
+    from agent_fixtures import transcript
+
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9"))
+    folder.mkdir()
+    path = transcript(folder, "codex", big=False)
+    assert len(capture(strict_vault, "codex", path).captured) == 3
+    report = capture(strict_vault, "codex", path)
+    assert report.captured == [] and report.skipped == 0  # resumed at its cursor
+    [session] = Vault.open(strict_vault.root).captures.sessions()
+    assert "caf\ufffd" in session.transcript
 
 
 # ------------------------------------------------------------------------------------------------ settings files

@@ -103,7 +103,7 @@ def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: s
         raise InvalidValue("transcript", f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     source = f"agent:{runtime}"
     session_id = _safe_id(session_id) if session_id else None
-    key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode()).hexdigest()[:16]
+    key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
     deadline = None if budget is None else time.monotonic() + budget
     with locked(vault.state_dir / "locks" / f"capture-{key}.lock"):
         return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final, deadline)
@@ -239,13 +239,15 @@ def _safe_path(value: str | None) -> str | None:
 
 def _safe_transcript(path: Path) -> str:
     """A transcript's path as captures.db keeps it (the cursor's key, shown by ``memvault agent status``): as it
-    is, or with what the detector flags redacted and a hash of the real path added, so two paths redacted alike
-    (two folders named after two tokens) still name two files and a cursor is never taken for another file's."""
+    is, or with what the detector flags (or bytes that are not UTF-8) replaced and a hash of the real path added,
+    so two paths redacted alike (two folders named after two tokens) still name two files and a cursor is never
+    taken for another file's."""
     text = str(path)
-    shown, found = redact(text)
-    if not found:
+    raw = text.encode("utf-8", "surrogateescape")  # a name in a legacy encoding: bytes no UTF-8 text can hold
+    shown, found = redact(raw.decode("utf-8", "replace"))
+    if not found and shown == text:
         return _bounded(text, PATH_CHARS)
-    digest = hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    digest = hashlib.sha1(raw).hexdigest()[:16]
     return _bounded(f"{shown} #{digest}", PATH_CHARS)
 
 
