@@ -196,3 +196,44 @@ def test_a_codex_turn_resumed_mid_way_keeps_codex_s_turn_id_and_is_stored_once(s
     report = capture(Vault.open(strict_vault.root), "codex", archived, final=True)
     assert report.captured == [] and report.skipped == 3
     assert len(captured(strict_vault, "codex")) == 3
+
+
+def test_a_hook_and_a_capture_run_by_hand_at_once_store_each_turn_once(strict_vault, tmp_path, monkeypatch):
+    """Two captures of one session lock each other out only when they name it alike: the hook names the session
+    (its payload's id) and ``memvault agent capture`` run by hand names the file, so the two took different locks,
+    both found the turns not captured yet, and both stored them (seen with real processes: 2 runs in 5 stored
+    every turn twice). Here both are made to ask "captured yet?" together when nothing keeps them apart."""
+    import threading
+
+    from memvault.stores.captures import CaptureLog
+
+    path = transcript(tmp_path, "codex", big=False)
+    together = threading.Barrier(2, timeout=3)
+    asked = CaptureLog.seen
+
+    def seen(self, runtime, turn_ids):
+        found = asked(self, runtime, turn_ids)
+        try:
+            together.wait()
+        except threading.BrokenBarrierError:  # the other one is held back: as it should be
+            pass
+        return found
+
+    monkeypatch.setattr(CaptureLog, "seen", seen)
+    errors: list[BaseException] = []
+
+    def run(**kwargs) -> None:
+        try:
+            capture(Vault.open(strict_vault.root), "codex", path, final=True, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, kwargs={"session_id": "019d036d-5a1c-7e02-b3c4-4f6a8e2d9b10"}),
+               threading.Thread(target=run)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    ids = [e.meta["turn_id"] for e in captured(strict_vault, "codex")]
+    assert len(ids) == 3 and len(set(ids)) == 3, ids

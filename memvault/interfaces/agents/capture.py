@@ -160,12 +160,27 @@ def _piece(vault: Vault, log: Any, runtime: str, source: str, path: Path, sessio
            project: project_mod.Project | None, cursor: Any, read: transcripts.Transcript, final: bool,
            report: CaptureReport, echoes: list[str]) -> list[dict[str, Any]]:
     """Store the turns of one piece read, then move the cursor: past every turn stored, never past one that was
-    not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored."""
+    not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored.
+
+    "Captured yet?", the store and the mark are one step per runtime (turn ids are the runtime's, whatever the
+    session): the lock :func:`capture` takes is the session's as its caller names it, and a hook (the session's
+    id) and ``memvault agent capture`` run by hand (the file) at once both stored every turn."""
     last = final and not read.more
     for turn in read.turns:
         turn.id = _safe_id(turn.id)
     done = [t for t in read.turns if t.complete or last]
     report.open_turns = len(read.turns) - len(done)
+    with locked(vault.state_dir / "locks" / f"capture-runtime-{runtime}.lock"):
+        # What another capture of this session stored meanwhile counts toward its cap.
+        fresh = log.cursor(runtime, session, cursor.transcript)
+        cursor.stored_bytes, cursor.capped = max(cursor.stored_bytes, fresh.stored_bytes), cursor.capped or fresh.capped
+        return _store(vault, log, runtime, source, path, session, where, project, cursor, read, last, done, report,
+                      echoes)
+
+
+def _store(vault: Vault, log: Any, runtime: str, source: str, path: Path, session: str, where: str | None,
+           project: project_mod.Project | None, cursor: Any, read: transcripts.Transcript, last: bool,
+           done: list[Turn], report: CaptureReport, echoes: list[str]) -> list[dict[str, Any]]:
     _refill(vault, log, runtime, report)  # found damaged when opened
     seen = log.seen(runtime, [t.id for t in done])
     if _refill(vault, log, runtime, report):  # found damaged by the query, which ran on the fresh file
