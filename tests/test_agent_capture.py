@@ -237,3 +237,48 @@ def test_a_hook_and_a_capture_run_by_hand_at_once_store_each_turn_once(strict_va
     assert not errors
     ids = [e.meta["turn_id"] for e in captured(strict_vault, "codex")]
     assert len(ids) == 3 and len(set(ids)) == 3, ids
+
+
+def test_codex_stop_ends_its_own_turn_not_the_next_one_already_begun(strict_vault, tmp_path, monkeypatch):
+    """Codex has no SessionEnd: its Stop (run as the model is about to finish a turn, before ``task_complete`` is
+    written) captures as if the session were over, in a detached process. When that process read the rollout
+    after the next turn had begun (a queued prompt goes out as soon as a turn ends), the next turn was stored with
+    its prompt alone and the cursor moved to the end of the file: the rest of that turn was never captured. Stop
+    names its turn (``turn_id``): the turns after it wait until they are over."""
+    from agent_fixtures import call_hook
+
+    path = transcript(tmp_path, "codex", big=False)
+    lines = path.read_text().splitlines(keepends=True)
+    second_prompt = [i for i, line in enumerate(lines) if '"user_message"' in line][1]
+    path.write_text("".join(lines[: second_prompt + 3]))  # turn 2 begun: its prompt, its first command
+    args = ["capture", "--runtime", "codex", "--vault", str(strict_vault.root)]
+
+    def stop(turn: int) -> None:
+        call_hook(monkeypatch, args, payload("codex", "Stop", transcript=path, cwd="/w",
+                                             turn_id=f"019d036e-000{turn}-7000-8000-00000000000{turn}"))
+
+    stop(1)
+    assert [e.meta["turn_id"] for e in captured(strict_vault, "codex")] == ["019d036e-0001-7000-8000-000000000001"]
+    path.write_text("".join(lines))
+    stop(2)
+    stop(3)
+    episodes = captured(strict_vault, "codex")
+    assert len(episodes) == 3
+    assert "Assistant: shopfront 2.4.1 is on staging." in episodes[1].text, episodes[1].text
+
+
+def test_codex_stop_in_a_rollout_read_in_pieces_still_leaves_the_next_turn_open(strict_vault, tmp_path, monkeypatch):
+    """The turn Stop names may be in an earlier piece than the last (a rollout read in pieces): the turn begun
+    after it still waits."""
+    from agent_fixtures import call_hook
+
+    from memvault.interfaces.agents import capture as capture_mod
+
+    monkeypatch.setattr(capture_mod, "PIECE_BYTES", 1000)
+    path = transcript(tmp_path, "codex", big=False)
+    lines = path.read_text().splitlines(keepends=True)
+    second_prompt = [i for i, line in enumerate(lines) if '"user_message"' in line][1]
+    path.write_text("".join(lines[: second_prompt + 3]))
+    call_hook(monkeypatch, ["capture", "--runtime", "codex", "--vault", str(strict_vault.root)],
+              payload("codex", "Stop", transcript=path, cwd="/w", turn_id="019d036e-0001-7000-8000-000000000001"))
+    assert [e.meta["turn_id"] for e in captured(strict_vault, "codex")] == ["019d036e-0001-7000-8000-000000000001"]

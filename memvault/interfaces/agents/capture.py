@@ -89,9 +89,12 @@ class CaptureReport:
 
 
 def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: str | None = None,
-            cwd: str | None = None, final: bool = False, budget: float | None = CAPTURE_SECONDS) -> CaptureReport:
+            cwd: str | None = None, final: bool = False, budget: float | None = CAPTURE_SECONDS,
+            ends: str | None = None) -> CaptureReport:
     """Append the new turns of ``transcript`` (a ``runtime`` transcript file) as episodes. ``final`` (the session
-    ended) stores the last turn even if the runtime did not mark it over.
+    ended) stores the last turn even if the runtime did not mark it over; with ``ends``, the id of the turn an
+    event ends (Codex's Stop, per turn), only the turns through that one (a turn begun after it waits until it is
+    over; when no turn read has that id, as ``final`` alone).
 
     The transcript is read in pieces of :data:`PIECE_BYTES` (memory holds one piece's turns, never the file),
     each stored and its cursor saved before the next is read; past ``budget`` seconds (None: no limit) no new
@@ -106,11 +109,11 @@ def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: s
     key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
     deadline = None if budget is None else time.monotonic() + budget
     with locked(vault.state_dir / "locks" / f"capture-{key}.lock"):
-        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final, deadline)
+        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final, deadline, ends)
 
 
 def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: str | None, cwd: str | None,
-             final: bool, deadline: float | None) -> CaptureReport:
+             final: bool, deadline: float | None, ends: str | None = None) -> CaptureReport:
     log = vault.captures
     provisional = session_id or _safe_id(path.stem)
     kept = _safe_transcript(path)
@@ -128,7 +131,7 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
     stored: list[dict[str, Any]] = []
     while True:
         stored += _piece(vault, log, runtime, source, path, session, where, project, cursor, read, final, report,
-                         echoes)
+                         echoes, ends)
         if not read.more:
             break
         if deadline is not None and time.monotonic() > deadline:
@@ -158,7 +161,7 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
 
 def _piece(vault: Vault, log: Any, runtime: str, source: str, path: Path, session: str, where: str | None,
            project: project_mod.Project | None, cursor: Any, read: transcripts.Transcript, final: bool,
-           report: CaptureReport, echoes: list[str]) -> list[dict[str, Any]]:
+           report: CaptureReport, echoes: list[str], ends: str | None = None) -> list[dict[str, Any]]:
     """Store the turns of one piece read, then move the cursor: past every turn stored, never past one that was
     not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored.
 
@@ -168,7 +171,16 @@ def _piece(vault: Vault, log: Any, runtime: str, source: str, path: Path, sessio
     last = final and not read.more
     for turn in read.turns:
         turn.id = _safe_id(turn.id)
-    done = [t for t in read.turns if t.complete or last]
+    ids, named = [t.id for t in read.turns], _safe_id(ends) if ends else None
+    if last and named is not None and (named in ids or log.seen(runtime, [named])):
+        # The event ends this turn, not the session: a turn begun after it (a queued prompt) is not over, and the
+        # cursor stays at the first turn not over, as the reader left it, not at the end of the file. (The turn
+        # may be in an earlier piece of this read, or stored by an earlier capture: then all after it wait.)
+        through = ids.index(named) if named in ids else -1
+        done = [t for i, t in enumerate(read.turns) if t.complete or i <= through]
+        last = False
+    else:
+        done = [t for t in read.turns if t.complete or last]
     report.open_turns = len(read.turns) - len(done)
     with locked(vault.state_dir / "locks" / f"capture-runtime-{runtime}.lock"):
         # What another capture of this session stored meanwhile counts toward its cap.
