@@ -171,3 +171,114 @@ def test_gemini_setup_message_and_hook_context_are_not_captured_as_the_persons_p
     stored = on_disk(strict_vault)
     assert "session_context" not in stored and "hook_context" not in stored and "GEMINI.md" not in stored
     assert "memvault memory for project" not in stored and "02:30 UTC" not in stored
+
+
+@pytest.mark.parametrize("cut", ['"task_complete"', '"task_started"'])
+def test_a_codex_turn_resumed_mid_way_keeps_codex_s_turn_id_and_is_stored_once(strict_vault, tmp_path, cut):
+    """A capture that finds Codex's last turn not over (a PreCompact mid-turn, or its ``turn_context`` written and
+    its prompt not yet) leaves the cursor at that turn; the next read started at the turn's user message, past its
+    ``turn_context``/``task_started`` lines, so the turn got a hash for an id instead of Codex's ``turn_id``. Any
+    read of the rollout from its start (the rollout moved to archived_sessions/ and captured by hand, or
+    compressed to .jsonl.zst, or captures.db rebuilt) then found Codex's id unseen and stored the turn twice."""
+    path = transcript(tmp_path, "codex", big=False)
+    lines = path.read_text().splitlines(keepends=True)
+    second = [i for i, line in enumerate(lines) if cut in line][1] + (cut == '"task_started"')
+    path.write_text("".join(lines[:second]))
+    report = capture(strict_vault, "codex", path)
+    assert len(report.captured) == 1 and report.open_turns == (cut == '"task_complete"')
+    path.write_text("".join(lines))  # the turn ends, and the session with it
+    capture(strict_vault, "codex", path, final=True)
+    ids = [e.meta["turn_id"] for e in captured(strict_vault, "codex")]
+    assert ids == [f"019d036e-000{n}-7000-8000-00000000000{n}" for n in (1, 2, 3)]
+    archived = tmp_path / "archived_sessions" / path.name
+    archived.parent.mkdir()
+    path.rename(archived)
+    report = capture(Vault.open(strict_vault.root), "codex", archived, final=True)
+    assert report.captured == [] and report.skipped == 3
+    assert len(captured(strict_vault, "codex")) == 3
+
+
+def test_a_hook_and_a_capture_run_by_hand_at_once_store_each_turn_once(strict_vault, tmp_path, monkeypatch):
+    """Two captures of one session lock each other out only when they name it alike: the hook names the session
+    (its payload's id) and ``memvault agent capture`` run by hand names the file, so the two took different locks,
+    both found the turns not captured yet, and both stored them (seen with real processes: 2 runs in 5 stored
+    every turn twice). Here both are made to ask "captured yet?" together when nothing keeps them apart."""
+    import threading
+
+    from memvault.stores.captures import CaptureLog
+
+    path = transcript(tmp_path, "codex", big=False)
+    together = threading.Barrier(2, timeout=3)
+    asked = CaptureLog.seen
+
+    def seen(self, runtime, turn_ids):
+        found = asked(self, runtime, turn_ids)
+        try:
+            together.wait()
+        except threading.BrokenBarrierError:  # the other one is held back: as it should be
+            pass
+        return found
+
+    monkeypatch.setattr(CaptureLog, "seen", seen)
+    errors: list[BaseException] = []
+
+    def run(**kwargs) -> None:
+        try:
+            capture(Vault.open(strict_vault.root), "codex", path, final=True, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, kwargs={"session_id": "019d036d-5a1c-7e02-b3c4-4f6a8e2d9b10"}),
+               threading.Thread(target=run)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    ids = [e.meta["turn_id"] for e in captured(strict_vault, "codex")]
+    assert len(ids) == 3 and len(set(ids)) == 3, ids
+
+
+def test_codex_stop_ends_its_own_turn_not_the_next_one_already_begun(strict_vault, tmp_path, monkeypatch):
+    """Codex has no SessionEnd: its Stop (run as the model is about to finish a turn, before ``task_complete`` is
+    written) captures as if the session were over, in a detached process. When that process read the rollout
+    after the next turn had begun (a queued prompt goes out as soon as a turn ends), the next turn was stored with
+    its prompt alone and the cursor moved to the end of the file: the rest of that turn was never captured. Stop
+    names its turn (``turn_id``): the turns after it wait until they are over."""
+    from agent_fixtures import call_hook
+
+    path = transcript(tmp_path, "codex", big=False)
+    lines = path.read_text().splitlines(keepends=True)
+    second_prompt = [i for i, line in enumerate(lines) if '"user_message"' in line][1]
+    path.write_text("".join(lines[: second_prompt + 3]))  # turn 2 begun: its prompt, its first command
+    args = ["capture", "--runtime", "codex", "--vault", str(strict_vault.root)]
+
+    def stop(turn: int) -> None:
+        call_hook(monkeypatch, args, payload("codex", "Stop", transcript=path, cwd="/w",
+                                             turn_id=f"019d036e-000{turn}-7000-8000-00000000000{turn}"))
+
+    stop(1)
+    assert [e.meta["turn_id"] for e in captured(strict_vault, "codex")] == ["019d036e-0001-7000-8000-000000000001"]
+    path.write_text("".join(lines))
+    stop(2)
+    stop(3)
+    episodes = captured(strict_vault, "codex")
+    assert len(episodes) == 3
+    assert "Assistant: shopfront 2.4.1 is on staging." in episodes[1].text, episodes[1].text
+
+
+def test_codex_stop_in_a_rollout_read_in_pieces_still_leaves_the_next_turn_open(strict_vault, tmp_path, monkeypatch):
+    """The turn Stop names may be in an earlier piece than the last (a rollout read in pieces): the turn begun
+    after it still waits."""
+    from agent_fixtures import call_hook
+
+    from memvault.interfaces.agents import capture as capture_mod
+
+    monkeypatch.setattr(capture_mod, "PIECE_BYTES", 1000)
+    path = transcript(tmp_path, "codex", big=False)
+    lines = path.read_text().splitlines(keepends=True)
+    second_prompt = [i for i, line in enumerate(lines) if '"user_message"' in line][1]
+    path.write_text("".join(lines[: second_prompt + 3]))
+    call_hook(monkeypatch, ["capture", "--runtime", "codex", "--vault", str(strict_vault.root)],
+              payload("codex", "Stop", transcript=path, cwd="/w", turn_id="019d036e-0001-7000-8000-000000000001"))
+    assert [e.meta["turn_id"] for e in captured(strict_vault, "codex")] == ["019d036e-0001-7000-8000-000000000001"]

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import html
 import json
 import re
@@ -275,6 +276,9 @@ def test_a_damaged_captures_db_is_moved_aside_rebuilt_and_logged(damage, strict_
     call_hook(monkeypatch, args, payload("claude-code", "SessionEnd", transcript=path, cwd=tmp_path))
     assert len(list(Vault.open(v.root).episodes.iter(source="agent:claude-code"))) == 2
     db = Vault.open(v.root).state_dir / "captures.db"
+    # The hook runs in this process here: its connection, freed whenever the cyclic collector runs, checkpoints
+    # its WAL into the file on close, repairing the damage made below (a hook's own process is gone by then).
+    gc.collect()
     if damage == "garbage":
         for suffix in ("-wal", "-shm"):
             Path(str(db) + suffix).unlink(missing_ok=True)

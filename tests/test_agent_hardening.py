@@ -5,6 +5,7 @@ config.toml exactly the block it added, never a table written after it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,59 @@ def test_a_secret_in_a_session_turn_id_or_cwd_neither_loses_the_turn_nor_rests_a
     assert episode.meta["cwd"] == "/w/<redacted:GitHub-token>"
     resting = [p for p in strict_vault.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not resting, resting
+
+
+@pytest.mark.parametrize("runtime", ["claude-code", "codex", "gemini"])
+def test_a_secret_in_a_transcript_s_path_rests_nowhere_and_its_cursor_still_works(strict_vault, tmp_path, runtime):
+    """captures.db kept each session's transcript path as it came, and agents.log the file's name in a capture's
+    problems: a folder (or file) named after a token rested there in clear. The path is kept redacted, told apart
+    from another by a hash of the real one, so the next capture still resumes where the last one stopped."""
+    import subprocess
+    import sys
+
+    from agent_fixtures import SECRET, payload, transcript
+
+    folder = tmp_path / SECRET
+    folder.mkdir()
+    path = transcript(folder, runtime, big=False)
+    path = path.rename(path.with_name(f"{SECRET}-{path.name}"))
+    with open(path, "a") as f:
+        f.write("{half a line\n")  # a problem the capture reports (and the hook logs), naming the file
+    data = payload(runtime, "PreCompress" if runtime == "gemini" else "PreCompact", transcript=path, cwd="/w")
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "memvault.interfaces.agents.hook", "capture", "--runtime",
+                               runtime, "--vault", str(strict_vault.root)], input=json.dumps(data).encode(),
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0 and done.stdout == b"", done
+    vault = Vault.open(strict_vault.root)
+    [session] = vault.captures.sessions()
+    assert "<redacted:GitHub-token>" in session.transcript and session.offset > 0
+    resting = [p for p in strict_vault.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not resting, resting
+    report = capture(vault, runtime, path)  # resumes at the cursor: the turns stored are not read again
+    assert report.captured == [] and report.skipped == (2 if runtime == "gemini" else 0)
+    other = tmp_path / SECRET.replace("ghp_R", "ghp_Q")  # another file, redacted alike: never its cursor
+    other.mkdir()
+    moved = path.rename(other / path.name)
+    assert capture(vault, runtime, moved).skipped == len(list(vault.episodes.iter(source=f"agent:{runtime}")))
+
+
+def test_a_transcript_under_a_folder_named_in_latin_1_is_captured_once(strict_vault, tmp_path):
+    """A folder named in a legacy encoding (bytes that are not UTF-8: Python hands them over as lone surrogates)
+    made capture end in a traceback (UnicodeEncodeError hashing the lock's key), and captures.db could not have
+    stored the path either: such a session was never captured."""
+    import os
+
+    from agent_fixtures import transcript
+
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9"))
+    folder.mkdir()
+    path = transcript(folder, "codex", big=False)
+    assert len(capture(strict_vault, "codex", path).captured) == 3
+    report = capture(strict_vault, "codex", path)
+    assert report.captured == [] and report.skipped == 0  # resumed at its cursor
+    [session] = Vault.open(strict_vault.root).captures.sessions()
+    assert "caf\ufffd" in session.transcript
 
 
 # ------------------------------------------------------------------------------------------------ settings files

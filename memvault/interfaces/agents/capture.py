@@ -89,9 +89,12 @@ class CaptureReport:
 
 
 def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: str | None = None,
-            cwd: str | None = None, final: bool = False, budget: float | None = CAPTURE_SECONDS) -> CaptureReport:
+            cwd: str | None = None, final: bool = False, budget: float | None = CAPTURE_SECONDS,
+            ends: str | None = None) -> CaptureReport:
     """Append the new turns of ``transcript`` (a ``runtime`` transcript file) as episodes. ``final`` (the session
-    ended) stores the last turn even if the runtime did not mark it over.
+    ended) stores the last turn even if the runtime did not mark it over; with ``ends``, the id of the turn an
+    event ends (Codex's Stop, per turn), only the turns through that one (a turn begun after it waits until it is
+    over; when no turn read has that id, as ``final`` alone).
 
     The transcript is read in pieces of :data:`PIECE_BYTES` (memory holds one piece's turns, never the file),
     each stored and its cursor saved before the next is read; past ``budget`` seconds (None: no limit) no new
@@ -103,21 +106,22 @@ def capture(vault: Vault, runtime: str, transcript: Path | str, *, session_id: s
         raise InvalidValue("transcript", f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     source = f"agent:{runtime}"
     session_id = _safe_id(session_id) if session_id else None
-    key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode()).hexdigest()[:16]
+    key = hashlib.sha1(f"{runtime}\0{session_id or path}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
     deadline = None if budget is None else time.monotonic() + budget
     with locked(vault.state_dir / "locks" / f"capture-{key}.lock"):
-        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final, deadline)
+        return _capture(vault, runtime, source, path.resolve(), session_id, cwd, final, deadline, ends)
 
 
 def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: str | None, cwd: str | None,
-             final: bool, deadline: float | None) -> CaptureReport:
+             final: bool, deadline: float | None, ends: str | None = None) -> CaptureReport:
     log = vault.captures
     provisional = session_id or _safe_id(path.stem)
-    cursor = log.cursor(runtime, provisional, str(path))
+    kept = _safe_transcript(path)
+    cursor = log.cursor(runtime, provisional, kept)
     read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
     session = session_id or _safe_id(read.session_id or "") or provisional
     if session != provisional:
-        cursor = log.cursor(runtime, session, str(path))
+        cursor = log.cursor(runtime, session, kept)
         if cursor.offset != 0:
             read = transcripts.read(runtime, path, cursor.offset, max_bytes=PIECE_BYTES)
     report = CaptureReport(runtime, session, str(path), problems=read.problems[:5])
@@ -127,7 +131,7 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
     stored: list[dict[str, Any]] = []
     while True:
         stored += _piece(vault, log, runtime, source, path, session, where, project, cursor, read, final, report,
-                         echoes)
+                         echoes, ends)
         if not read.more:
             break
         if deadline is not None and time.monotonic() > deadline:
@@ -150,19 +154,45 @@ def _capture(vault: Vault, runtime: str, source: str, path: Path, session_id: st
         except MemvaultError as exc:  # the turns are stored; only the proposals are missing
             report.extractor = {"error": str(exc)}
             report.problems.append(f"extractor: {exc}")
+    # What goes to agents.log: a problem names the transcript's file, whose name may be what the detector flags.
+    report.problems = [redact(problem)[0] for problem in report.problems]
     return report
 
 
 def _piece(vault: Vault, log: Any, runtime: str, source: str, path: Path, session: str, where: str | None,
            project: project_mod.Project | None, cursor: Any, read: transcripts.Transcript, final: bool,
-           report: CaptureReport, echoes: list[str]) -> list[dict[str, Any]]:
+           report: CaptureReport, echoes: list[str], ends: str | None = None) -> list[dict[str, Any]]:
     """Store the turns of one piece read, then move the cursor: past every turn stored, never past one that was
-    not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored."""
+    not (a turn the vault refused stays for the next capture, and is not marked captured). The episodes stored.
+
+    "Captured yet?", the store and the mark are one step per runtime (turn ids are the runtime's, whatever the
+    session): the lock :func:`capture` takes is the session's as its caller names it, and a hook (the session's
+    id) and ``memvault agent capture`` run by hand (the file) at once both stored every turn."""
     last = final and not read.more
     for turn in read.turns:
         turn.id = _safe_id(turn.id)
-    done = [t for t in read.turns if t.complete or last]
+    ids, named = [t.id for t in read.turns], _safe_id(ends) if ends else None
+    if last and named is not None and (named in ids or log.seen(runtime, [named])):
+        # The event ends this turn, not the session: a turn begun after it (a queued prompt) is not over, and the
+        # cursor stays at the first turn not over, as the reader left it, not at the end of the file. (The turn
+        # may be in an earlier piece of this read, or stored by an earlier capture: then all after it wait.)
+        through = ids.index(named) if named in ids else -1
+        done = [t for i, t in enumerate(read.turns) if t.complete or i <= through]
+        last = False
+    else:
+        done = [t for t in read.turns if t.complete or last]
     report.open_turns = len(read.turns) - len(done)
+    with locked(vault.state_dir / "locks" / f"capture-runtime-{runtime}.lock"):
+        # What another capture of this session stored meanwhile counts toward its cap.
+        fresh = log.cursor(runtime, session, cursor.transcript)
+        cursor.stored_bytes, cursor.capped = max(cursor.stored_bytes, fresh.stored_bytes), cursor.capped or fresh.capped
+        return _store(vault, log, runtime, source, path, session, where, project, cursor, read, last, done, report,
+                      echoes)
+
+
+def _store(vault: Vault, log: Any, runtime: str, source: str, path: Path, session: str, where: str | None,
+           project: project_mod.Project | None, cursor: Any, read: transcripts.Transcript, last: bool,
+           done: list[Turn], report: CaptureReport, echoes: list[str]) -> list[dict[str, Any]]:
     _refill(vault, log, runtime, report)  # found damaged when opened
     seen = log.seen(runtime, [t.id for t in done])
     if _refill(vault, log, runtime, report):  # found damaged by the query, which ran on the fresh file
@@ -232,6 +262,20 @@ def _safe_id(value: str) -> str:
 def _safe_path(value: str | None) -> str | None:
     """A working folder as it may be stored: bounded, its secrets redacted (the rest of the path is kept)."""
     return _bounded(redact(value)[0], PATH_CHARS) if value else value
+
+
+def _safe_transcript(path: Path) -> str:
+    """A transcript's path as captures.db keeps it (the cursor's key, shown by ``memvault agent status``): as it
+    is, or with what the detector flags (or bytes that are not UTF-8) replaced and a hash of the real path added,
+    so two paths redacted alike (two folders named after two tokens) still name two files and a cursor is never
+    taken for another file's."""
+    text = str(path)
+    raw = text.encode("utf-8", "surrogateescape")  # a name in a legacy encoding: bytes no UTF-8 text can hold
+    shown, found = redact(raw.decode("utf-8", "replace"))
+    if not found and shown == text:
+        return _bounded(text, PATH_CHARS)
+    digest = hashlib.sha1(raw).hexdigest()[:16]
+    return _bounded(f"{shown} #{digest}", PATH_CHARS)
 
 
 def _tags(runtime: str, project: project_mod.Project | None) -> list[str]:

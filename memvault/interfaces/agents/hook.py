@@ -196,9 +196,12 @@ def _capture(root: str | None, runtime: str, payload: dict[str, Any], *, detach:
     session = payload.get("session_id")
     # PreCompact waits for its hook (60 s): the capture stops starting pieces after CAPTURE_SECONDS and the next one
     # resumes. A session's end is captured detached, with nothing after it to resume: no limit then.
+    # Codex's Stop ends one turn (its payload names it), not the session: a turn begun after it is not over.
+    ends = payload.get("turn_id") if event == "Stop" and isinstance(payload.get("turn_id"), str) else None
     report = capture(vault, runtime, transcript, session_id=session if isinstance(session, str) and session else None,
                      cwd=payload.get("cwd") if isinstance(payload.get("cwd"), str) else None,
-                     final=event in FINAL_EVENTS, budget=None if event in FINAL_EVENTS else CAPTURE_SECONDS)
+                     final=event in FINAL_EVENTS, budget=None if event in FINAL_EVENTS else CAPTURE_SECONDS,
+                     ends=ends or None)
     _log(root, report.summary() + (f" ({'; '.join(report.problems)})" if report.problems else ""))
     return None
 

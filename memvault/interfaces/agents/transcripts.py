@@ -358,9 +358,13 @@ def _codex(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
             out.session_id = _str(payload.get("id")) or out.session_id
             out.cwd = _str(payload.get("cwd")) or out.cwd
         elif kind == "turn_context" or (kind == "event_msg" and ptype in ("task_started", "turn_started")):
-            turn_id = _str(payload.get("turn_id")) or turn_id
+            given = _str(payload.get("turn_id"))
             out.cwd = _str(payload.get("cwd")) or out.cwd
-            opening = offset if opening is None else opening
+            if turn is not None and not turn.complete and given is not None and given == turn.id:
+                continue  # the open turn's context again (after a compaction): nothing opens here
+            if opening is None or (given and turn_id and given != turn_id):  # another turn's lines begin here
+                opening = offset
+            turn_id = given or turn_id
         elif kind == "event_msg" and ptype == "user_message":
             prompt = (_str(payload.get("message")) or "").strip()
             if prompt and not prompt.startswith(_CODEX_SCAFFOLDING):
@@ -369,7 +373,7 @@ def _codex(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
                     continue
                 if _past(out, start, offset, max_bytes):
                     return _stop(out, offset if opening is None else opening)
-                turn = _codex_turn(out, turn_id, prompt, obj, offset)
+                turn = _codex_turn(out, turn_id, prompt, obj, offset if opening is None else opening)
                 turn_id, opening = None, None
         elif kind == "response_item" and ptype == "message" and payload.get("role") == "user":
             prompt = _text(payload.get("content")).strip()
@@ -377,7 +381,7 @@ def _codex(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
                                                                          or turn.complete):
                 if _past(out, start, offset, max_bytes):
                     return _stop(out, offset if opening is None else opening)
-                turn = _codex_turn(out, turn_id, prompt, obj, offset)
+                turn = _codex_turn(out, turn_id, prompt, obj, offset if opening is None else opening)
                 turn._answer_id, opening = "mirror", None
         elif turn is None:
             continue
@@ -413,10 +417,17 @@ def _codex(path: Path, start: int, max_bytes: int | None = None) -> Transcript:
             changes = payload.get("changes")
             for name in changes if isinstance(changes, dict) else ():
                 turn.add_file(name)
-    return _finish(out)
+    _finish(out)
+    if opening is not None:  # a turn's opening lines read, its prompt not yet written: read them again next time
+        out.end = min(out.end, opening)
+    return out
 
 
 def _codex_turn(out: Transcript, turn_id: str | None, prompt: str, obj: dict[str, Any], offset: int) -> Turn:
+    """A new turn, starting at ``offset``: the first of the lines that open it (its ``turn_context`` and
+    ``task_started``), not its prompt's, so a read resumed there (the turn was not over) learns Codex's
+    ``turn_id`` again: resumed at the prompt, the turn got a hash for an id, and a later read of the rollout from
+    its start (archived, compressed, captures.db rebuilt) stored it a second time under Codex's."""
     _close(out.turns)
     turn = Turn(id=turn_id or _hash(prompt, obj.get("timestamp")), prompt=prompt, at=_str(obj.get("timestamp")),
                 cwd=out.cwd, start=offset)
