@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 
 import pytest
 
@@ -114,3 +115,45 @@ def test_non_executable_script_runs_through_its_interpreter(vault, tmp_path):
     with out.open("wb") as handle:
         assert vault.procedures.run("py/x", stdout=handle).exit_code == 0
     assert out.read_text() == "from python\n"
+
+
+def _commit_file(root, rel, text, message, *, date):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    env = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    subprocess.run(["git", "add", "--", rel], cwd=root, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", message, "--", rel], cwd=root, check=True, env=env)
+
+
+@pytest.mark.parametrize("resolution", ["by hand", "the side branch's", "the side branch's, a newer main edit"])
+def test_the_recorded_commit_holds_the_very_blob_that_ran_after_a_merge(vault, resolution):
+    """Two people edit one runbook on two branches and merge. Before, the run (and show, list, recall) named the
+    newest commit that touched the path on either side: a merge resolved by hand (or one that took the side's text
+    while main's edit was dated later) was recorded under a commit whose file is another text than the one that
+    ran. The recorded commit must hold the recorded blob at the runbook's path."""
+    root, rel = vault.root, "procedures/ops/disk.sh"
+    _commit_file(root, rel, "#!/bin/sh\necho base\n", "base", date="2026-01-01T00:00:00Z")
+    _commit_file(root, "procedures/ops/other.sh", "#!/bin/sh\necho other\n", "other", date="2026-01-01T00:00:01Z")
+    git(root, "checkout", "-qb", "side")
+    _commit_file(root, rel, "#!/bin/sh\necho side\n", "side", date="2026-01-02T00:00:00Z")
+    git(root, "checkout", "-q", "main")
+    if resolution == "the side branch's, a newer main edit":
+        # main edits the runbook (later than side did) and another file, then takes side's text in the merge
+        _commit_file(root, rel, "#!/bin/sh\necho main\n", "main", date="2026-01-03T00:00:00Z")
+        _commit_file(root, "procedures/ops/other.sh", "#!/bin/sh\necho other2\n", "o2", date="2026-01-03T00:00:01Z")
+    else:
+        _commit_file(root, rel, "#!/bin/sh\necho main\n", "main", date="2026-01-03T00:00:00Z")
+    env = {**os.environ, "GIT_AUTHOR_DATE": "2026-01-04T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-04T00:00:00Z"}
+    subprocess.run(["git", "merge", "-q", "--no-commit", "side"], cwd=root, env=env, capture_output=True)
+    text = "#!/bin/sh\necho merged\n" if resolution == "by hand" else "#!/bin/sh\necho side\n"
+    (root / rel).write_text(text)
+    subprocess.run(["git", "add", "-A", "procedures"], cwd=root, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "merge side"], cwd=root, check=True, env=env)
+    shown = vault.procedures.get("ops/disk")
+    listed = {p.name: p for p in vault.procedures.list()}["ops/disk"]
+    result = vault.procedures.run("ops/disk", stdout=subprocess.DEVNULL)
+    ran = result.episode.meta
+    assert not shown.dirty and ran["blob"] == shown.blob == blob_id(text.encode())
+    for commit in (shown.commit, listed.commit, ran["commit"]):
+        assert git(root, "rev-parse", f"{commit}:{rel}") == ran["blob"], resolution

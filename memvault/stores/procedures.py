@@ -218,33 +218,30 @@ class ProcedureStore:
     def list(self, problems: list[Problem] | None = None) -> list[Procedure]:
         """Every readable procedure, sorted by name; provenance from two git calls for the whole folder."""
         items = [(name, path) for name, paths in sorted(self.files(problems).items()) for path in paths]
-        heads, commits = self._provenance()
+        git = self.git
+        rels = {path: git.rel(path) for _, path in items} if git is not None else {}
+        heads, commits = self._provenance(set(rels.values()))
         out = []
         for name, path in items:
-            rel = self.git.rel(path) if self.git else ""
+            rel = rels.get(path, "")
             try:
                 out.append(self._load(name, path, commit=commits.get(rel), head_blob=heads.get(rel)))
             except (ProcedureError, ProcedureNotFound) as exc:
                 _report(problems, Problem(path, getattr(exc, "reason", str(exc))))
         return out
 
-    def _provenance(self) -> tuple[dict[str, str], dict[str, str]]:
+    def _provenance(self, wanted: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(blob in HEAD, commit that gave it) of each repository-relative path in ``wanted``, for the folder."""
         git = self.git
-        if git is None or not self.dir.is_dir() or not git.has_head():
+        if git is None or not wanted or not self.dir.is_dir() or not git.has_head():
             return {}, {}
         rel_dir = git.rel(self.dir)
         heads = {}
-        for line in git.run("ls-tree", "-r", "HEAD", "--", rel_dir).splitlines():
-            info, _, path = line.partition("\t")
-            heads[path] = info.split()[2]
-        commits: dict[str, str] = {}
-        current = ""
-        for line in git.run("log", "--format=%x00%H", "--name-only", "--no-renames", "--", rel_dir).splitlines():
-            if line.startswith("\x00"):
-                current = line[1:]
-            elif line and line not in commits:
-                commits[line] = current
-        return heads, commits
+        for record in git.run("ls-tree", "-r", "-z", "HEAD", "--", rel_dir, strip=False).split("\0"):
+            info, _, path = record.partition("\t")
+            if path in wanted:
+                heads[path] = info.split()[2]
+        return heads, git.last_changes([rel_dir], wanted, heads)
 
     # -- planning writes ----------------------------------------------------------------------------------
     def plan_add(self, name: str, source_file: Path, *, force: bool = False) -> tuple[FileChange, int]:
