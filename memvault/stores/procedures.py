@@ -258,7 +258,8 @@ class ProcedureStore:
         base = self.dir.resolve()
         if base not in target.resolve().parents:
             raise ProcedureError(name, "resolves outside procedures/")
-        existing = self.files().get(name, [])
+        # the other files' problems are not this add's (and unasked, they went to Python's last-resort log handler)
+        existing = self.files([]).get(name, [])
         others = [p for p in existing if p != target]
         if others:
             raise ProcedureError(name, f"already exists as {others[0].relative_to(self.root)}")

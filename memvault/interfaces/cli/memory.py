@@ -229,7 +229,7 @@ def proc_add(ctx, name, file, force, source, allow_secret):
     """Copy FILE in as procedure NAME and commit it."""
     p = ctx.vault.procedures.add(name, Path(file), force=force, source=source, allow_secret=allow_secret)
     warn(p.warnings)
-    echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
+    echo(f"added {p.name} ({one_line(p.path.relative_to(ctx.vault.root))}) at {p.commit}")
 
 
 @proc.command("list")
@@ -254,7 +254,8 @@ def proc_show(ctx, name):
     notes = []
     if p.dirty:
         notes.append("the working copy differs from the last commit: this text is not what git recorded")
-    echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
+    # the file's extension is a pulled name's (a line break in it would start a line memvault never wrote)
+    echo(f"# procedure {p.name}  ({one_line(p.path.relative_to(ctx.vault.root))})", err=True)
     echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
     return Out(p.to_dict(ctx.vault.root), [p.text[:-1] if p.text.endswith("\n") else p.text], notes=notes)
 
