@@ -176,3 +176,23 @@ def test_a_line_break_in_a_pulled_runbook_name_forges_no_line_of_proc_add_or_sho
         lines = result.output.splitlines()
         assert not any(line.startswith(forged) for line in lines), (args, result.output)
     assert "\\u000a" + forged in invoke("proc", "show", "ops/x").output
+
+
+@pytest.mark.parametrize("body, said", [
+    (b"#!/bin/sh\r\necho saved on windows\r\n", "Windows line ends"),
+    (b"#!/no/such/interpreter\necho x\n", "/no/such/interpreter"),
+    (b"echo no first line\n", "#!"),
+])
+def test_a_script_that_cannot_start_says_why_not_that_it_is_missing(vault, body, said):
+    """A runbook saved with CRLF line ends (its #! names '/bin/sh\\r'), or naming an interpreter this host lacks,
+    failed with 'cannot start: No such file or directory': the person looked at the file, which is there. An
+    executable without a #! line said 'Exec format error'. The message names what is missing."""
+    path = vault.root / "procedures/ops/win.sh"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(body)
+    path.chmod(0o755)
+    git(vault.root, "add", "procedures")
+    git(vault.root, "commit", "-qm", "win")
+    with pytest.raises(ProcedureError) as caught:
+        vault.procedures.run("ops/win", stdout=subprocess.DEVNULL)
+    assert said in caught.value.reason and "\r" not in str(caught.value)

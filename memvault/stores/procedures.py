@@ -6,6 +6,7 @@ version it came from: the commit that last changed it and the blob id of the exa
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -310,10 +311,13 @@ class ProcedureStore:
             started = time.monotonic()
 
             def spawn() -> subprocess.Popen[bytes]:
-                return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
-                                        env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
+                try:
+                    return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
+                                            env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
+                except OSError as exc:
+                    raise ProcedureError(name, f"cannot start: {_not_started(proc, exc)}") from None
 
-            exit_code, interrupted = _run(name, spawn, timeout, stop)
+            exit_code, interrupted = _run(spawn, timeout, stop)
         finally:
             remove(kept)  # first: a copy left without its record is removed by the next sweep, unrecorded
             remove_tree(folder)
@@ -321,11 +325,29 @@ class ProcedureStore:
                           cancelled=stop is not None and stop.is_set())
 
 
+def _not_started(proc: Procedure, exc: OSError) -> str:
+    """Why the kernel would not start ``proc``, in its terms: "No such file or directory" for a file that is there
+    meant its ``#!`` line (a CRLF file's names ``/bin/sh\\r``), "Exec format error" a missing ``#!`` line."""
+    if not proc.executable:
+        return str(exc.strerror or exc)
+    first = proc.data.split(b"\n", 1)[0]
+    if exc.errno == errno.ENOEXEC:
+        return "it is executable but its first line is no '#!' line naming its interpreter"
+    if exc.errno == errno.ENOENT and first.startswith(b"#!"):
+        if first.endswith(b"\r"):
+            return ("its '#!' line ends in a carriage return: the file has Windows line ends (CRLF); "
+                    "convert it to LF line ends (dos2unix) and commit it")
+        words = first[2:].split()
+        named = os.fsdecode(words[0]) if words else ""
+        return f"its '#!' line names {named!r}, which this host does not have"
+    return str(exc.strerror or exc)
+
+
 #: Seconds a script stopped by its caller (``stop``) has to clean up after its SIGTERM before it is killed.
 STOP_GRACE = 5.0
 
 
-def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None,
+def _run(spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None,
          cancel: threading.Event | None = None) -> tuple[int, int | None]:
     """Start the script and wait for it: its exit code, and the stop signal memvault got meanwhile (None). A stop
     signal is passed on to the script, which may clean up (a terminal's ^C reached it already: not sent twice); a
@@ -353,10 +375,7 @@ def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float
     if threading.current_thread() is threading.main_thread():
         previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
     try:
-        try:
-            child = spawn()
-        except OSError as exc:
-            raise ProcedureError(name, f"cannot start: {exc.strerror}") from None
+        child = spawn()  # a script that cannot start: its ProcedureError, saying why
         if received:  # asked to stop while the script was starting
             tell(received[0])
         try:
