@@ -665,7 +665,7 @@ class WriteGate:
     def run_procedure(self, name: str, args: Sequence[str] = (), *, source: str, allow_dirty: bool = False,
                       stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
                       cwd: Path | None = None, timeout: float | None = None,
-                      stop: threading.Event | None = None) -> RunResult:
+                      stop: threading.Event | None = None, stdin: IO[Any] | int | None = None) -> RunResult:
         """Run a procedure and record the run as a ``procedure_run`` episode with the commit and blob that ran.
         Arguments that look like secrets are recorded as ``<redacted>``. ``stop`` set (from another thread) stops
         the script as a SIGTERM would; the run is recorded as interrupted."""
@@ -685,7 +685,7 @@ class WriteGate:
         # runs whose memvault was killed: recorded now
         swept = runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
         outcome = self.procedures.execute(proc, args, scratch=scratch, allow_dirty=allow_dirty,
-                                          stdout=stdout, stderr=stderr, cwd=cwd,
+                                          stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
                                           record=runs.run_record(proc, args, source, self.clock()),
                                           # the runbook's own memvault calls are its runner's, within its
                                           # trust and scopes (not those of whoever started this process)

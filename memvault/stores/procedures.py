@@ -278,9 +278,11 @@ class ProcedureStore:
     def execute(self, proc: Procedure, args: Sequence[str], *, scratch: Path, allow_dirty: bool = False,
                 stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
                 env: dict[str, str] | None = None, timeout: float | None = None,
-                record: dict[str, Any] | None = None, stop: threading.Event | None = None) -> RunOutcome:
-        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default). ``stop``, once
-        set (a caller that gave up on the run, from another thread), stops the script as a SIGTERM would.
+                record: dict[str, Any] | None = None, stop: threading.Event | None = None,
+                stdin: IO[Any] | int | None = None) -> RunOutcome:
+        """Run ``proc`` with ``args``; its input is ``stdin`` and its output goes to ``stdout``/``stderr`` (each
+        inherited by default: a person's terminal). ``stop``, once set (a caller that gave up on the run, from another
+        thread), stops the script as a SIGTERM would.
 
         What runs is ``proc.data``, the bytes whose blob is recorded, copied into a private folder under
         ``scratch`` (0700, this host's) under the runbook's own file name: never the path in the vault again, which
@@ -312,7 +314,7 @@ class ProcedureStore:
 
             def spawn() -> subprocess.Popen[bytes]:
                 try:
-                    return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
+                    return subprocess.Popen([*argv, *args], stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
                                             env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
                 except OSError as exc:
                     raise ProcedureError(name, f"cannot start: {_not_started(proc, exc)}") from None
