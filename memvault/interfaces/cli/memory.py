@@ -269,15 +269,17 @@ def proc_show(ctx, name):
 def proc_run(ctx, name, args, allow_dirty, source):
     """Run procedure NAME with ARGS (after --), streaming its output, and record the run as an episode.
 
-    Exits with the procedure's exit code.
+    Exits with the procedure's exit code (128 + N when signal N ended it, as a shell says it).
     """
     result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
     warn(result.episode.warnings)
+    code = result.exit_code
+    ended = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
     echo(
         f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
-        f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms", err=True)
-    if result.exit_code != 0:
-        sys.exit(result.exit_code if 0 < result.exit_code < 256 else 1)
+        f" blob {result.procedure.blob[:12]} {ended} in {result.duration_ms} ms", err=True)
+    if code != 0:  # a script a signal ended: 128 + its number, as a shell says it (137: killed, 143: terminated)
+        sys.exit(code if 0 < code < 256 else 128 - code if -128 < code < 0 else 1)
 
 
 # -- episodes ------------------------------------------------------------------------------------------------
