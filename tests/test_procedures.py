@@ -196,3 +196,34 @@ def test_a_script_that_cannot_start_says_why_not_that_it_is_missing(vault, body,
     with pytest.raises(ProcedureError) as caught:
         vault.procedures.run("ops/win", stdout=subprocess.DEVNULL)
     assert said in caught.value.reason and "\r" not in str(caught.value)
+
+
+def test_an_untrusted_source_cannot_write_a_run_it_did_not_make(strict_vault, invoke, script):
+    """MCP's log_episode refuses kind procedure_run (a run recall and the web view show as the runbook's, with the
+    exit code and commit it claims), but the other doors took one from any source: `memvault episode add --kind
+    procedure_run -s agent:x --meta '{"name": ..., "exit_code": 0, "commit": ...}'` (an agent's shell) or a batch
+    (append_many, as capture writes). recall then showed 'ran ...: exit 0 at <claimed commit>' under the runbook. Only a
+    run records one; a trusted person may still write one by hand (a run done without memvault)."""
+    import json
+
+    from memvault.rules.errors import UntrustedSource
+
+    v = strict_vault
+    v.procedures.add("demo/hello", script, source="user:admin")
+    meta = {"name": "demo/hello", "exit_code": 0, "commit": "a" * 40}
+    before = len(list(v.episodes.iter()))
+    with pytest.raises(UntrustedSource, match="procedure_run"):
+        v.episodes.append("ran procedure demo/hello (exit 0, 0.1 s)", kind="procedure_run", meta=meta,
+                          source="agent:evil")
+    with pytest.raises(UntrustedSource, match="procedure_run"):
+        v.episodes.append_many([{"text": "ran procedure demo/hello", "kind": "procedure_run", "meta": meta}],
+                               source="agent:evil")
+    result = invoke("episode", "add", "ran procedure demo/hello", "--kind", "procedure_run", "--meta",
+                    json.dumps(meta), "-s", "agent:evil", vault_path=v.root)
+    assert result.exit_code != 0 and "procedure_run" in result.output
+    assert len(list(v.episodes.iter())) == before
+    # what a run records, the runner's own, and a person's note of a run by hand are written
+    ran = v.procedures.run("demo/hello", source="agent:runner", stdout=subprocess.DEVNULL)
+    assert ran.episode.kind == "procedure_run" and ran.episode.source == "agent:runner"
+    v.episodes.append("ran procedure demo/hello by hand", kind="procedure_run", meta=meta, source="user:admin")
+    assert len(list(v.episodes.iter())) == before + 2

@@ -43,7 +43,7 @@ from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, Se
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir, try_lock
 from ..stores.gitstore import GitStore, blob_id
-from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
+from ..stores.procedures import RUN_KIND, Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
@@ -571,10 +571,11 @@ class WriteGate:
     # -- episodes ----------------------------------------------------------------------------------------
     def check_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
                       tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                      allow_secret: bool = False, id: str | None = None) -> tuple[Episode, bytes]:
-        """Every check of :meth:`append_episode` (trust, fields, time, size, secrets), nothing written: the
-        episode and the line it would append (``id``: an existing episode's, restored)."""
+                      allow_secret: bool = False, id: str | None = None, run: bool = False) -> tuple[Episode, bytes]:
+        """Every check of :meth:`append_episode` (trust, fields, time, size, secrets), nothing written: the episode
+        and the line it would append (``id``: an existing episode's, restored; ``run``: a run's own record)."""
         self.require(Op.APPEND_EPISODE, source)
+        runs.refuse_forged_run(kind, source, trusted=run or self.policy.is_trusted(source))
         episode, line = self.episodes.make(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
                                            now=self.clock(), id=id)
         if episode.path is not None:
@@ -589,10 +590,10 @@ class WriteGate:
 
     def append_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
                        tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                       allow_secret: bool = False, id: str | None = None) -> Episode:
+                       allow_secret: bool = False, id: str | None = None, run: bool = False) -> Episode:
         """Append one episode; keyword recall finds it at once (the index reads only the new line)."""
         episode, line = self.check_episode(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
-                                           allow_secret=allow_secret, id=id)
+                                           allow_secret=allow_secret, id=id, run=run)
         assert episode.path is not None
         episode.path = self.episodes.append_line(episode.path, line)
         episode.warnings = self.tell_index([episode.path])
@@ -607,9 +608,10 @@ class WriteGate:
         item's own source is allowed only for a restore by a trusted ``source``; by default every item gets
         ``source``)."""
         made: list[tuple[Episode, bytes]] = []
+        trusted = source is not None and self.policy.is_trusted(source)  # a restore keeps the runs it restores
         for n, item in enumerate(items, 1):
             own = item.get("source")
-            if own is not None and own != source and (source is None or not self.policy.is_trusted(source)):
+            if own is not None and own != source and not trusted:
                 raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")
             writer = own if own is not None else source
             if writer is None:
@@ -617,7 +619,7 @@ class WriteGate:
             try:
                 made.append(self.check_episode(item["text"], source=writer, kind=item.get("kind") or "raw",
                                                at=item.get("at"), tags=item.get("tags"), meta=item.get("meta"),
-                                               id=item.get("id")))
+                                               id=item.get("id"), run=trusted))
             except SecretRefused as exc:
                 raise SecretRefused(f"episode {n} of {len(items)}", exc.findings) from None
         by_file: dict[Path, list[bytes]] = {}
@@ -694,8 +696,8 @@ class WriteGate:
                                           timeout=timeout, stop=stop)
         text, meta = runs.run_episode(proc, outcome)
         try:
-            episode = self.append_episode(text, source=source, kind="procedure_run", tags=list(proc.tags), meta=meta,
-                                          allow_secret=False)
+            episode = self.append_episode(text, source=source, kind=RUN_KIND, tags=list(proc.tags), meta=meta,
+                                          allow_secret=False, run=True)
             episode.warnings += swept
             try:  # running a procedure is using it: what recall's frequency counts
                 self.record_use([("procedure", name)], source=source, warnings=episode.warnings)

@@ -32,6 +32,9 @@ from ..rules.validation import Problem, validate_name
 if TYPE_CHECKING:
     from .episodes import Episode
 
+#: The kind of episode that records a run: written by the run itself (a model or an untrusted source claiming one
+#: would be shown as the runbook's run, with the exit code and commit it claims).
+RUN_KIND = "procedure_run"
 # Scripts without an execute bit still run through the interpreter their extension names.
 INTERPRETERS = {".sh": ["bash"], ".bash": ["bash"], ".py": [sys.executable]}
 _META_LINE = re.compile(r"^\s*(?:#|//|--)\s*([a-z_]+)\s*:\s*(.*?)\s*$")
