@@ -209,3 +209,18 @@ def test_with_a_warm_process_the_hook_imports_no_vault_code(memory, project):
     # memvault.models is the package alone (its __init__: where the interfaces name the warm process's module)
     assert json.loads(done.stderr) == ["memvault.interfaces", "memvault.interfaces.agents",
                                        "memvault.interfaces.agents.hook", "memvault.models"]
+
+
+def test_a_runbook_left_out_for_the_budget_is_named_with_how_to_read_it_whole(memory, project):
+    """The project's rollback runbook, longer than the session's budget: a runbook is never cut, so it was left
+    out, and the block said only '1 more left out' (or 'none of the 1 memories fits'): the session never learned
+    the runbook it most needs exists. It is named now, with the command that prints it whole."""
+    script = memory.root / "rollback.sh"
+    script.write_text("#!/bin/sh\n# description: Roll back shopfront to the previous release\n" + "".join(
+        f"echo 'step {i}: roll back the shopfront release and restore build artifact {i}'\n" for i in range(300)))
+    script.chmod(0o755)
+    memory.procedures.add("shopfront/rollback", script, source="user:dev")
+    text = context_mod.build(Vault.open(memory.root), cwd=str(project), mode="keyword").text
+    assert "step 299" not in text and "step 0:" not in text  # whole or not at all
+    assert "shopfront/rollback" in text and "memvault proc show shopfront/rollback" in text
+    assert context_mod.count_tokens(text) <= 1200 + 60

@@ -137,6 +137,18 @@ def test_proc_run_exit_code_is_propagated(invoke, tmp_path):
     assert invoke("proc", "run", "ops/fail").exit_code == 4
 
 
+def test_proc_run_of_a_script_killed_by_a_signal_exits_as_a_shell_says_so(invoke, tmp_path):
+    """A script ended by a signal (an out-of-memory kill, a `kill`) has no exit code: memvault exited 1, as for any
+    failure, so a job could not tell a kill from `exit 1`. A shell's 128 + the signal's number now (137, 143)."""
+    script = tmp_path / "k.sh"
+    script.write_text("#!/bin/sh\nkill -TERM $$\nsleep 5\n")
+    script.chmod(0o755)
+    invoke("proc", "add", "ops/killed", str(script))
+    result = invoke("proc", "run", "ops/killed")
+    assert result.exit_code == 128 + 15, result.output
+    assert "killed by signal 15" in invoke("episode", "list", "--kind", "procedure_run").output
+
+
 def test_episode_add_and_list(invoke):
     r = invoke("episode", "add", "disk 91% on web3", "--source", "agent:monitor", "--kind", "raw",
                "--at", "2026-11-20T10:00:00Z", "-t", "disk", "--meta", '{"host": "web3"}', "--json")

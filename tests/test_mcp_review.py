@@ -211,3 +211,30 @@ def test_a_cancelled_run_is_stopped_and_recorded_as_interrupted(team, tmp_path):
 
     (last,) = team.episodes.list(limit=1)
     assert last.kind == "procedure_run" and last.meta["name"] == "web/slow" and "interrupted" in last.text
+
+
+
+def test_a_runbook_run_over_mcp_reads_no_input_of_the_servers(team, tmp_path):
+    """A runbook that asks 'Continue? [y/N]' (`read answer`) or reads its input, run by a model over an MCP server
+    started from a terminal (`memvault mcp --http` in a shell): the script read the server's stdin, the person's
+    terminal, so it waited there, up to its 15 minutes, for a line no model can type, and took whatever the person
+    typed next as the answer to a question they never saw. Its input is empty now, as for any unattended run. (The
+    stdio server's SDK already points fd 0 elsewhere; this is the server's own stdin, whatever it is.)"""
+    import os
+
+    script = tmp_path / "ask.sh"
+    script.write_text("#!/bin/sh\nprintf 'Drop the table? '\nread answer\necho \"answer=[$answer]\"\n")
+    script.chmod(0o755)
+    team.procedures.add("web/ask", script, source="user:admin")
+    read_end, write_end = os.pipe()
+    saved = os.dup(0)
+    try:
+        os.write(write_end, b"yes\n")  # what the person at the server's terminal types, for something else
+        os.dup2(read_end, 0)
+        (answer,) = call(server(team, "user:admin", allow_run=True), tool("run_procedure", name="web/ask"))
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+    ran = data(answer)
+    assert ran["exit_code"] == 0 and "answer=[]" in ran["stdout"], ran

@@ -43,7 +43,7 @@ from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, Se
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir, try_lock
 from ..stores.gitstore import GitStore, blob_id
-from ..stores.procedures import Procedure, ProcedureStore, RunResult, pass_on
+from ..stores.procedures import RUN_KIND, Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe
 from ..rules.timeutil import now
 from ..rules.trust import Op, Policy
@@ -572,10 +572,11 @@ class WriteGate:
     # -- episodes ----------------------------------------------------------------------------------------
     def check_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
                       tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                      allow_secret: bool = False, id: str | None = None) -> tuple[Episode, bytes]:
-        """Every check of :meth:`append_episode` (trust, fields, time, size, secrets), nothing written: the
-        episode and the line it would append (``id``: an existing episode's, restored)."""
+                      allow_secret: bool = False, id: str | None = None, run: bool = False) -> tuple[Episode, bytes]:
+        """Every check of :meth:`append_episode` (trust, fields, time, size, secrets), nothing written: the episode
+        and the line it would append (``id``: an existing episode's, restored; ``run``: a run's own record)."""
         self.require(Op.APPEND_EPISODE, source)
+        runs.refuse_forged_run(kind, source, trusted=run or self.policy.is_trusted(source))
         episode, line = self.episodes.make(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
                                            now=self.clock(), id=id)
         if episode.path is not None:
@@ -590,10 +591,10 @@ class WriteGate:
 
     def append_episode(self, text: str, *, source: str, kind: str = "raw", at: datetime | str | None = None,
                        tags: list[str] | None = None, meta: dict[str, Any] | None = None,
-                       allow_secret: bool = False, id: str | None = None) -> Episode:
+                       allow_secret: bool = False, id: str | None = None, run: bool = False) -> Episode:
         """Append one episode; keyword recall finds it at once (the index reads only the new line)."""
         episode, line = self.check_episode(text, source=source, kind=kind, at=at, tags=tags, meta=meta,
-                                           allow_secret=allow_secret, id=id)
+                                           allow_secret=allow_secret, id=id, run=run)
         assert episode.path is not None
         episode.path = self.episodes.append_line(episode.path, line)
         episode.warnings = self.tell_index([episode.path])
@@ -608,10 +609,11 @@ class WriteGate:
         item's own source is allowed only for a restore by a trusted ``source``; by default every item gets
         ``source``)."""
         made: list[tuple[Episode, bytes]] = []
+        trusted = source is not None and self.policy.is_trusted(source)  # a restore keeps the runs it restores
         for n, item in enumerate(items, 1):
             check_item_fields(item, f"episode {n} of {len(items)}")
             own = item.get("source")
-            if own is not None and own != source and (source is None or not self.policy.is_trusted(source)):
+            if own is not None and own != source and not trusted:
                 raise UntrustedSource(source or own, "only a trusted source may append episodes of other sources")
             writer = own if own is not None else source
             if writer is None:
@@ -619,7 +621,7 @@ class WriteGate:
             try:
                 made.append(self.check_episode(item["text"], source=writer, kind=item.get("kind") or "raw",
                                                at=item.get("at"), tags=item.get("tags"), meta=item.get("meta"),
-                                               id=item.get("id")))
+                                               id=item.get("id"), run=trusted))
             except SecretRefused as exc:
                 raise SecretRefused(f"episode {n} of {len(items)}", exc.findings) from None
         by_file: dict[Path, list[bytes]] = {}
@@ -667,7 +669,7 @@ class WriteGate:
     def run_procedure(self, name: str, args: Sequence[str] = (), *, source: str, allow_dirty: bool = False,
                       stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
                       cwd: Path | None = None, timeout: float | None = None,
-                      stop: threading.Event | None = None) -> RunResult:
+                      stop: threading.Event | None = None, stdin: IO[Any] | int | None = None) -> RunResult:
         """Run a procedure and record the run as a ``procedure_run`` episode with the commit and blob that ran.
         Arguments that look like secrets are recorded as ``<redacted>``. ``stop`` set (from another thread) stops
         the script as a SIGTERM would; the run is recorded as interrupted."""
@@ -687,7 +689,7 @@ class WriteGate:
         # runs whose memvault was killed: recorded now
         swept = runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
         outcome = self.procedures.execute(proc, args, scratch=scratch, allow_dirty=allow_dirty,
-                                          stdout=stdout, stderr=stderr, cwd=cwd,
+                                          stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
                                           record=runs.run_record(proc, args, source, self.clock()),
                                           # the runbook's own memvault calls are its runner's, within its
                                           # trust and scopes (not those of whoever started this process)
@@ -696,8 +698,8 @@ class WriteGate:
                                           timeout=timeout, stop=stop)
         text, meta = runs.run_episode(proc, outcome)
         try:
-            episode = self.append_episode(text, source=source, kind="procedure_run", tags=list(proc.tags), meta=meta,
-                                          allow_secret=False)
+            episode = self.append_episode(text, source=source, kind=RUN_KIND, tags=list(proc.tags), meta=meta,
+                                          allow_secret=False, run=True)
             episode.warnings += swept
             try:  # running a procedure is using it: what recall's frequency counts
                 self.record_use([("procedure", name)], source=source, warnings=episode.warnings)

@@ -16,15 +16,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..rules.errors import MemvaultError
+from ..rules.errors import MemvaultError, UntrustedSource
 from ..rules.fsutil import ensure_dir, locked, remove
 from ..rules.redaction import redact_args
 from ..rules.timeutil import format_time
 from ..stores.episodes import new_id
-from ..stores.procedures import Procedure, RunOutcome, dead_runs
+from ..stores.procedures import RUN_KIND, Procedure, RunOutcome, dead_runs
 
 #: ``meta.interrupted`` of a run recorded by a later sweep.
 KILLED = "memvault killed"
+
+
+def refuse_forged_run(kind: str, source: str, *, trusted: bool) -> None:
+    """UntrustedSource for a ``procedure_run`` episode written by hand by a source that is not ``trusted``: recall
+    and the web view show it as the runbook's run, with the exit code and commit it claims (a run's own record,
+    and a trusted caller's restore of one, pass ``trusted``)."""
+    if kind == RUN_KIND and not trusted:
+        raise UntrustedSource(source, f"a {RUN_KIND} episode is recorded by the run itself ('memvault proc run'); "
+                                      "only a trusted source writes one by hand")
 
 
 def run_episode(proc: Procedure, outcome: RunOutcome) -> tuple[str, dict[str, Any]]:
@@ -51,9 +60,10 @@ def run_record(proc: Procedure, args: Sequence[str], source: str, started: datet
 
 
 def record_dead_runs(scratch: Path, *, has: Callable[[str], bool], append: Callable[..., Any]) -> list[str]:
-    """Append (with ``append``, the gate's ``append_episode``: every check of a write) an episode for each run in
-    ``scratch`` whose memvault is gone, unless ``has`` its id already, and drop its record; what the caller should
-    be told (a record that could not be read or recorded). Cheap when there is none: one directory listing."""
+    """Append (with ``append``, the gate's ``append_episode``: every check of a write, as a run's own record) an
+    episode for each run in ``scratch`` whose memvault is gone, unless ``has`` its id already, and drop its record;
+    what the caller should be told (a record that could not be read or recorded). Cheap when there is none: one
+    directory listing."""
     if not dead_runs(scratch):
         return []
     warnings: list[str] = []
@@ -78,7 +88,7 @@ def _append(append: Callable[..., Any], record: dict[str, Any]) -> None:
     append(
         f"ran procedure {name} (interrupted: memvault was killed; started {started})"
         + (" from a dirty working copy" if dirty else ""),
-        source=str(record.get("source")), kind="procedure_run", at=started, id=str(record.get("id")),
+        source=str(record.get("source")), kind=RUN_KIND, run=True, at=started, id=str(record.get("id")),
         tags=record.get("tags") if isinstance(record.get("tags"), list) else [],
         meta={"name": name, "commit": record.get("commit"), "blob": record.get("blob"), "args": record.get("args"),
               "dirty": dirty, "interrupted": KILLED, "started_at": started})

@@ -285,7 +285,10 @@ class Procedures:
 
     def run(self, name: str, args: Sequence[str] = (), *, allow_dirty: bool = False, source: str | None = None,
             stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
-            timeout: float | None = None, stop: threading.Event | None = None) -> RunResult:
-        """Run ``name`` and record the run; ``stop``, once set from another thread, stops the script (as SIGTERM)."""
+            timeout: float | None = None, stop: threading.Event | None = None,
+            stdin: IO[Any] | int | None = None) -> RunResult:
+        """Run ``name`` and record the run; ``stop``, once set from another thread, stops the script (as SIGTERM).
+        ``stdin`` is its input (default: this process's, a person's terminal)."""
         return self._vault.gate.run_procedure(name, args, source=self._vault._source(source), allow_dirty=allow_dirty,
-                                              stdout=stdout, stderr=stderr, cwd=cwd, timeout=timeout, stop=stop)
+                                              stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, timeout=timeout,
+                                              stop=stop)

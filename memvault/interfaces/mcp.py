@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -366,8 +367,9 @@ def _run_procedure(vault: Vault, name: str, args: list[str], source: str,
         state = "was never committed" if proc.commit is None else "has uncommitted changes"
         raise ProcedureError(name, f"{state}; a person must commit it before it can be run over MCP")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        result = vault.procedures.run(name, args, allow_dirty=False, source=source, stdout=out, stderr=err,
-                                      timeout=RUN_TIMEOUT, stop=stop)
+        # no input: a model types none, and the server's own stdin is a person's terminal (or the protocol)
+        result = vault.procedures.run(name, args, allow_dirty=False, source=source, stdin=subprocess.DEVNULL,
+                                      stdout=out, stderr=err, timeout=RUN_TIMEOUT, stop=stop)
         output = {}
         for label, handle in (("stdout", out), ("stderr", err)):
             output[label], output[f"{label}_truncated"] = _tail(handle)

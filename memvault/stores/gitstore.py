@@ -16,7 +16,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,31 +305,53 @@ class GitStore:
 
     def provenance(self, paths: list[Path]) -> dict[Path, tuple[str | None, str | None]]:
         """(last commit, blob in HEAD) of each path, from two git calls whatever the number of paths; the
-        history walk stops as soon as every path has its commit."""
+        history walk stops as soon as every path has its commit (see :meth:`last_changes`)."""
         if not paths:
             return {}
         rels = {self.rel(p): p for p in paths}
         blobs = self.head_blobs(paths)  # {} when there is no commit yet: then git log finds nothing either
         heads = {rel: blobs[path] for rel, path in rels.items() if path in blobs}
+        commits = self.last_changes(list(rels), rels, heads)
+        return {path: (commits.get(rel), heads.get(rel)) for rel, path in rels.items()}
+
+    def last_changes(self, pathspecs: list[str], wanted: Iterable[str], heads: Mapping[str, str]) -> dict[str, str]:
+        """The commit that gave each repository-relative path in ``wanted`` the blob ``heads`` names (its blob in
+        HEAD), from one walk of the history of ``pathspecs`` that stops once each has one: the newest commit whose
+        file at that path *is* that blob, so ``git show COMMIT:PATH`` is the text shown or run. A merge counts where
+        it differs from a parent: a conflict resolved by hand is the merge's own change, where the plain log named
+        a parent's (or, walking two branches by date, the newer side's edit that the merge did not keep). A path
+        without a head blob (not in HEAD) gets the last commit that named it."""
+        wanted = set(wanted)
         commits: dict[str, str] = {}
-        proc = subprocess.Popen(["git", "log", "--format=%x00%H", "--name-only", "--no-renames", "--", *rels],
-                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        named: dict[str, str] = {}  # the last commit that named each path: a fallback should no commit match
+        proc = subprocess.Popen(["git", "log", "-m", "--raw", "--no-abbrev", "--no-renames", "-z",
+                                 "--format=%x01%H", "--", *pathspecs],
+                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 env=other_repo_env())
         try:
             assert proc.stdout is not None
-            current = ""
-            for line in proc.stdout:
-                line = line.rstrip("\n")
-                if line.startswith("\x00"):
-                    current = line[1:]
-                elif line in rels and line not in commits:
-                    commits[line] = current
-                    if len(commits) == len(rels):
-                        break
+            current, raw = "", None
+            for token in _nul_tokens(proc.stdout):
+                if raw is not None:  # the path a raw line is about
+                    if token in wanted and token not in commits:
+                        named.setdefault(token, current)
+                        head = heads.get(token)
+                        if head is None or raw == head:
+                            commits[token] = current
+                            if len(commits) == len(wanted):
+                                break
+                    raw = None
+                    continue
+                token = token.lstrip("\n")  # git starts a commit's raw lines on a line of their own
+                if token.startswith("\x01"):
+                    current = token[1:]
+                elif token.startswith(":"):  # ":<mode> <mode> <blob before> <blob after> <status>"
+                    fields = token.split()
+                    raw = fields[3] if len(fields) > 3 else ""
         finally:
             proc.kill()
             proc.wait()
-        return {path: (commits.get(rel), heads.get(rel)) for rel, path in rels.items()}
+        return {**{rel: commit for rel, commit in named.items() if rel not in commits}, **commits}
 
     def head_blobs(self, paths: list[Path]) -> dict[Path, str]:
         """The blob id of each of ``paths`` in HEAD (absent: not in HEAD), from one git call."""
@@ -497,6 +519,18 @@ class GitStore:
     def run(self, *args: str, **kwargs: Any) -> str:
         """Any other git command in this repository; raises :class:`GitError`."""
         return self._git(*args, **kwargs)
+
+
+def _nul_tokens(stream: Any) -> Iterator[str]:
+    """The NUL-separated fields of a binary ``stream`` (``git ... -z``), read as they come; names that are not UTF-8
+    are decoded as the file system's (surrogate escapes), as ``os.fsdecode`` gives them."""
+    rest = b""
+    while chunk := stream.read1(1 << 16):
+        *tokens, rest = (rest + chunk).split(b"\0")
+        for token in tokens:
+            yield os.fsdecode(token)
+    if rest:
+        yield os.fsdecode(rest)
 
 
 def _stderr(exc: Any) -> str:

@@ -6,6 +6,7 @@ version it came from: the commit that last changed it and the blob id of the exa
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -31,6 +32,9 @@ from ..rules.validation import Problem, validate_name
 if TYPE_CHECKING:
     from .episodes import Episode
 
+#: The kind of episode that records a run: written by the run itself (a model or an untrusted source claiming one
+#: would be shown as the runbook's run, with the exit code and commit it claims).
+RUN_KIND = "procedure_run"
 # Scripts without an execute bit still run through the interpreter their extension names.
 INTERPRETERS = {".sh": ["bash"], ".bash": ["bash"], ".py": [sys.executable]}
 _META_LINE = re.compile(r"^\s*(?:#|//|--)\s*([a-z_]+)\s*:\s*(.*?)\s*$")
@@ -218,33 +222,30 @@ class ProcedureStore:
     def list(self, problems: list[Problem] | None = None) -> list[Procedure]:
         """Every readable procedure, sorted by name; provenance from two git calls for the whole folder."""
         items = [(name, path) for name, paths in sorted(self.files(problems).items()) for path in paths]
-        heads, commits = self._provenance()
+        git = self.git
+        rels = {path: git.rel(path) for _, path in items} if git is not None else {}
+        heads, commits = self._provenance(set(rels.values()))
         out = []
         for name, path in items:
-            rel = self.git.rel(path) if self.git else ""
+            rel = rels.get(path, "")
             try:
                 out.append(self._load(name, path, commit=commits.get(rel), head_blob=heads.get(rel)))
             except (ProcedureError, ProcedureNotFound) as exc:
                 _report(problems, Problem(path, getattr(exc, "reason", str(exc))))
         return out
 
-    def _provenance(self) -> tuple[dict[str, str], dict[str, str]]:
+    def _provenance(self, wanted: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(blob in HEAD, commit that gave it) of each repository-relative path in ``wanted``, for the folder."""
         git = self.git
-        if git is None or not self.dir.is_dir() or not git.has_head():
+        if git is None or not wanted or not self.dir.is_dir() or not git.has_head():
             return {}, {}
         rel_dir = git.rel(self.dir)
         heads = {}
-        for line in git.run("ls-tree", "-r", "HEAD", "--", rel_dir).splitlines():
-            info, _, path = line.partition("\t")
-            heads[path] = info.split()[2]
-        commits: dict[str, str] = {}
-        current = ""
-        for line in git.run("log", "--format=%x00%H", "--name-only", "--no-renames", "--", rel_dir).splitlines():
-            if line.startswith("\x00"):
-                current = line[1:]
-            elif line and line not in commits:
-                commits[line] = current
-        return heads, commits
+        for record in git.run("ls-tree", "-r", "-z", "HEAD", "--", rel_dir, strip=False).split("\0"):
+            info, _, path = record.partition("\t")
+            if path in wanted:
+                heads[path] = info.split()[2]
+        return heads, git.last_changes([rel_dir], wanted, heads)
 
     # -- planning writes ----------------------------------------------------------------------------------
     def plan_add(self, name: str, source_file: Path, *, force: bool = False) -> tuple[FileChange, int]:
@@ -261,7 +262,8 @@ class ProcedureStore:
         base = self.dir.resolve()
         if base not in target.resolve().parents:
             raise ProcedureError(name, "resolves outside procedures/")
-        existing = self.files().get(name, [])
+        # the other files' problems are not this add's (and unasked, they went to Python's last-resort log handler)
+        existing = self.files([]).get(name, [])
         others = [p for p in existing if p != target]
         if others:
             raise ProcedureError(name, f"already exists as {others[0].relative_to(self.root)}")
@@ -279,9 +281,11 @@ class ProcedureStore:
     def execute(self, proc: Procedure, args: Sequence[str], *, scratch: Path, allow_dirty: bool = False,
                 stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None, cwd: Path | None = None,
                 env: dict[str, str] | None = None, timeout: float | None = None,
-                record: dict[str, Any] | None = None, stop: threading.Event | None = None) -> RunOutcome:
-        """Run ``proc`` with ``args``; the output goes to ``stdout``/``stderr`` (inherited by default). ``stop``, once
-        set (a caller that gave up on the run, from another thread), stops the script as a SIGTERM would.
+                record: dict[str, Any] | None = None, stop: threading.Event | None = None,
+                stdin: IO[Any] | int | None = None) -> RunOutcome:
+        """Run ``proc`` with ``args``; its input is ``stdin`` and its output goes to ``stdout``/``stderr`` (each
+        inherited by default: a person's terminal). ``stop``, once set (a caller that gave up on the run, from another
+        thread), stops the script as a SIGTERM would.
 
         What runs is ``proc.data``, the bytes whose blob is recorded, copied into a private folder under
         ``scratch`` (0700, this host's) under the runbook's own file name: never the path in the vault again, which
@@ -312,10 +316,13 @@ class ProcedureStore:
             started = time.monotonic()
 
             def spawn() -> subprocess.Popen[bytes]:
-                return subprocess.Popen([*argv, *args], stdout=stdout, stderr=stderr, cwd=cwd,
-                                        env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
+                try:
+                    return subprocess.Popen([*argv, *args], stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
+                                            env=other_repo_env(**(env or {}), MEMVAULT_PROCEDURE_FILE=str(proc.path)))
+                except OSError as exc:
+                    raise ProcedureError(name, f"cannot start: {_not_started(proc, exc)}") from None
 
-            exit_code, interrupted = _run(name, spawn, timeout, stop)
+            exit_code, interrupted = _run(spawn, timeout, stop)
         finally:
             remove(kept)  # first: a copy left without its record is removed by the next sweep, unrecorded
             remove_tree(folder)
@@ -323,11 +330,29 @@ class ProcedureStore:
                           cancelled=stop is not None and stop.is_set())
 
 
+def _not_started(proc: Procedure, exc: OSError) -> str:
+    """Why the kernel would not start ``proc``, in its terms: "No such file or directory" for a file that is there
+    meant its ``#!`` line (a CRLF file's names ``/bin/sh\\r``), "Exec format error" a missing ``#!`` line."""
+    if not proc.executable:
+        return str(exc.strerror or exc)
+    first = proc.data.split(b"\n", 1)[0]
+    if exc.errno == errno.ENOEXEC:
+        return "it is executable but its first line is no '#!' line naming its interpreter"
+    if exc.errno == errno.ENOENT and first.startswith(b"#!"):
+        if first.endswith(b"\r"):
+            return ("its '#!' line ends in a carriage return: the file has Windows line ends (CRLF); "
+                    "convert it to LF line ends (dos2unix) and commit it")
+        words = first[2:].split()
+        named = os.fsdecode(words[0]) if words else ""
+        return f"its '#!' line names {named!r}, which this host does not have"
+    return str(exc.strerror or exc)
+
+
 #: Seconds a script stopped by its caller (``stop``) has to clean up after its SIGTERM before it is killed.
 STOP_GRACE = 5.0
 
 
-def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None,
+def _run(spawn: Callable[[], subprocess.Popen[bytes]], timeout: float | None,
          cancel: threading.Event | None = None) -> tuple[int, int | None]:
     """Start the script and wait for it: its exit code, and the stop signal memvault got meanwhile (None). A stop
     signal is passed on to the script, which may clean up (a terminal's ^C reached it already: not sent twice); a
@@ -355,10 +380,7 @@ def _run(name: str, spawn: Callable[[], subprocess.Popen[bytes]], timeout: float
     if threading.current_thread() is threading.main_thread():
         previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
     try:
-        try:
-            child = spawn()
-        except OSError as exc:
-            raise ProcedureError(name, f"cannot start: {exc.strerror}") from None
+        child = spawn()  # a script that cannot start: its ProcedureError, saying why
         if received:  # asked to stop while the script was starting
             tell(received[0])
         try:

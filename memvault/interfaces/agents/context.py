@@ -145,10 +145,14 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
     # memories must leave them.
     most = {k: sum(1 for h in hits if h.kind == k) for k in ("fact", "episode", "procedure")}
     for left in (0, len(hits)):
-        frame = "\n".join([escape_text(heading(most, left))] + [escape_text(line) for line in tail])
+        named = _left_out([h for h in hits if h.kind == "procedure"]) if left else []
+        frame = "\n".join([escape_text(heading(most, left))] + [escape_text(line) for line in named + tail])
         kept = _fit(hits, settings.budget, frame)
         if len(kept) == len(hits):
             break
+    # a runbook is never cut, so a long one is left out whole: named, with how to read it, or the session never
+    # learns that the project's rollback runbook exists
+    tail = _left_out([h for h in hits if h.kind == "procedure" and h not in kept]) + tail
     counts = {k: sum(1 for h in kept if h.kind == k) for k in ("fact", "episode", "procedure")}
     if mode == "keyword":
         notices.insert(0, "keyword-only recall (no warm process to embed the question; meaning-based matches may "
@@ -165,6 +169,22 @@ def _session(vault: Vault, cwd: str | None, start: str | None, mode: str, ask: d
                  f"{settings.budget} tokens ([agents] budget).")
     text = _cap("\n".join([escape_text(head), body] + [escape_text(line) for line in tail]))
     return Context(text, notices, {**counts, "inbox": waiting, "left_out": len(hits) - len(kept)})
+
+
+#: Runbooks left out for the budget named by :func:`_left_out`, at most.
+LEFT_OUT_NAMED = 5
+
+
+def _left_out(procedures: list[Hit]) -> list[str]:
+    """The line naming runbooks left out for the budget (a runbook is never cut) and how to read one whole."""
+    if not procedures:
+        return []
+    names = [h.id for h in procedures[:LEFT_OUT_NAMED]]
+    more = f" and {len(procedures) - len(names)} more" if len(procedures) > len(names) else ""
+    how = (f"'memvault proc show {names[0]}' prints it whole" if len(procedures) == 1
+           else "'memvault proc show NAME' prints one whole")
+    return [f"memvault: left out for the budget, never cut: runbook{'s' if len(procedures) > 1 else ''} "
+            f"{', '.join(names)}{more} ({how}; get_procedure over MCP)."]
 
 
 def _who(ask: dict[str, Any]) -> str:

@@ -229,7 +229,7 @@ def proc_add(ctx, name, file, force, source, allow_secret):
     """Copy FILE in as procedure NAME and commit it."""
     p = ctx.vault.procedures.add(name, Path(file), force=force, source=source, allow_secret=allow_secret)
     warn(p.warnings)
-    echo(f"added {p.name} ({p.path.relative_to(ctx.vault.root)}) at {p.commit}")
+    echo(f"added {p.name} ({one_line(p.path.relative_to(ctx.vault.root))}) at {p.commit}")
 
 
 @proc.command("list")
@@ -254,7 +254,8 @@ def proc_show(ctx, name):
     notes = []
     if p.dirty:
         notes.append("the working copy differs from the last commit: this text is not what git recorded")
-    echo(f"# procedure {p.name}  ({p.path.relative_to(ctx.vault.root)})", err=True)
+    # the file's extension is a pulled name's (a line break in it would start a line memvault never wrote)
+    echo(f"# procedure {p.name}  ({one_line(p.path.relative_to(ctx.vault.root))})", err=True)
     echo(f"# commit {p.commit or '(never committed)'}  blob {p.blob}", err=True)
     return Out(p.to_dict(ctx.vault.root), [p.text[:-1] if p.text.endswith("\n") else p.text], notes=notes)
 
@@ -268,15 +269,17 @@ def proc_show(ctx, name):
 def proc_run(ctx, name, args, allow_dirty, source):
     """Run procedure NAME with ARGS (after --), streaming its output, and record the run as an episode.
 
-    Exits with the procedure's exit code.
+    Exits with the procedure's exit code (128 + N when signal N ended it, as a shell says it).
     """
     result = ctx.vault.procedures.run(name, list(args), allow_dirty=allow_dirty, source=source)
     warn(result.episode.warnings)
+    code = result.exit_code
+    ended = f"exit {code}" if code >= 0 else f"killed by signal {-code}"
     echo(
         f"memvault: recorded run {result.episode.id}: {name} @ {(result.procedure.commit or 'uncommitted')[:12]}"
-        f" blob {result.procedure.blob[:12]} exit {result.exit_code} in {result.duration_ms} ms", err=True)
-    if result.exit_code != 0:
-        sys.exit(result.exit_code if 0 < result.exit_code < 256 else 1)
+        f" blob {result.procedure.blob[:12]} {ended} in {result.duration_ms} ms", err=True)
+    if code != 0:  # a script a signal ended: 128 + its number, as a shell says it (137: killed, 143: terminated)
+        sys.exit(code if 0 < code < 256 else 128 - code if -128 < code < 0 else 1)
 
 
 # -- episodes ------------------------------------------------------------------------------------------------
