@@ -685,14 +685,12 @@ class WriteGate:
         self.require(Op.APPEND_EPISODE, source)
         access.write_or_refuse(self.scopes, source, access.rel(self.root, self.episodes.file_for(self.clock())),
                                "record the run in")
-        scratch = self.state_dir / "run"
-        # runs whose memvault was killed: recorded now
+        scratch = self.state_dir / "run"  # runs whose memvault was killed are recorded now
         swept = runs.record_dead_runs(scratch, has=self.episodes.has, append=self.append_episode)
         outcome = self.procedures.execute(proc, args, scratch=scratch, allow_dirty=allow_dirty,
                                           stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
                                           record=runs.run_record(proc, args, source, self.clock()),
-                                          # the runbook's own memvault calls are its runner's, within its
-                                          # trust and scopes (not those of whoever started this process)
+                                          # its own memvault calls: its runner's trust and scopes, not ours
                                           env={"MEMVAULT_DIR": str(self.root), "MEMVAULT_PROCEDURE": name,
                                                "MEMVAULT_SOURCE": source},
                                           timeout=timeout, stop=stop)
@@ -779,8 +777,7 @@ class WriteGate:
 
 
 def _current(path: Path) -> bytes | None:
-    """What a commit of ``path`` would record now: its bytes, None when it is gone (a link is not read: the
-    commit step refuses it by itself)."""
+    """What a commit of ``path`` would record now: its bytes, None when gone (a link is not read: refused anyway)."""
     if path.is_symlink():
         return b""
     try:
