@@ -254,3 +254,50 @@ def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path):
     assert done.returncode == 0, done.stderr
     check_vault(root, storm)
 
+
+# ------------------------------------------------------------------------------------------ a stuck lock holder
+HOLD = """
+import fcntl, os, sys, time
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def holder():
+    """``hold(path)``: another process takes the flock on ``path`` and keeps it (a write stuck in a git hook that
+    waits on a dead network share, a ``memvault`` stopped with Ctrl-Z), until the test ends."""
+    procs = []
+
+    def hold(path: Path) -> None:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "held"
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("lock, command", [
+    ("write.lock", ["fact", "set", "db/x", "a new value"]),
+    ("episodes.lock", ["episode", "add", "disk full on db01"]),
+    ("sync.lock", ["sync"]),
+])
+def test_a_writer_behind_a_stuck_lock_holder_fails_naming_the_lock_instead_of_hanging(vault, holder, lock, command):
+    holder(vault.state_dir / "locks" / lock)
+    start = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(vault.root), *command],
+                              env={**env(), "MEMVAULT_LOCK_WAIT": "2"}, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"memvault {' '.join(command)} still waiting for {lock} after 30 s")
+    assert done.returncode == 1 and time.monotonic() - start < 30
+    [line] = done.stderr.strip().splitlines()[-1:]
+    assert line.startswith("memvault: error:") and lock in line and "MEMVAULT_LOCK_WAIT" in line, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (vault.root / "facts/db/x.md").exists() and git(vault.root, "status", "--porcelain") == ""

@@ -30,6 +30,7 @@ from pathlib import Path
 
 # The read side lives in fsread; its names are imported from here too (entry_problem, read_inside, read_regular, walk).
 from .fsread import entry_problem, link_refusal, open_regular, read_inside, read_regular, unsafe, walk  # noqa: F401
+from .lockwait import flock_within, lock_wait  # noqa: F401
 
 TYPE_CHECKING = False  # not typing's: a hook that logs one line does not import typing
 if TYPE_CHECKING:
@@ -665,18 +666,24 @@ def sqlite_path(path: Path) -> Path:
 
 # ------------------------------------------------------------------------------------------------ locks
 @contextlib.contextmanager
-def locked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
+def locked(lock_path: Path, *, shared: bool = False, wait: float | None = None) -> Iterator[None]:
     """Hold an flock on ``lock_path`` (created if needed, never through a symlink) for the duration of the block.
 
     The lock lives on a separate file, never on the data file, so a writer that replaces the data file by
-    rename (prune, set) does not strand a waiter on the old inode.
+    rename (prune, set) does not strand a waiter on the old inode. With ``wait`` (seconds; :func:`lock_wait` for
+    the vault's locks) a lock still held by another process after that long is
+    :class:`~memvault.rules.errors.LockTimeout` naming it, instead of a wait for ever behind a stuck holder.
     """
     fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        operation = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        if wait is None:
+            fcntl.flock(fd, operation)
+        else:
+            flock_within(fd, operation, wait, lock_path.name)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        os.close(fd)  # closing releases the lock (and, once its waiter is done, one a timed-out wait left)
 
 
 @contextlib.contextmanager
