@@ -54,6 +54,7 @@ def api_append(name: str, vault: str, report: Report, deadline: float) -> None:
     v = Vault.open(vault)
     i = 0
     while time.time() < deadline:
+        report(op="intent", text=f"storm {name} line {i} {word(name, i)}")
         ep = v.episodes.append(f"storm {name} line {i} {word(name, i)}", source=f"agent:{name}")
         report(op="episode", id=ep.id, text=ep.text)
         i += 1
@@ -75,6 +76,7 @@ def cli_fact(name: str, vault: str, report: Report, deadline: float) -> None:
     while time.time() < deadline:
         key = "storm/shared" if i % 4 == 3 else f"storm/{name}/k{i % 3}"
         text = f"{name} wrote round {i} {word(name, i)}"
+        report(op="intent", key=key, text=text)
         done = cli(report, vault, "fact", "set", key, text, "--source", f"user:{name}")
         if done.returncode == 0:
             report(op="fact", key=key, text=text)
@@ -82,13 +84,16 @@ def cli_fact(name: str, vault: str, report: Report, deadline: float) -> None:
 
 
 def api_fact(name: str, vault: str, report: Report, deadline: float) -> None:
+    """Facts through the Python API; a name ``kv<n>`` (a writer the storm kills and starts again) writes the keys of
+    ``kv`` and numbers its rounds from n * 10000, so each incarnation's words are its own."""
     from memvault import Vault
 
     v = Vault.open(vault)
-    i = 0
+    owner, i = (name, 0) if not name.startswith("kv") else ("kv", int(name[2:]) * 10000)
     while time.time() < deadline:
-        key = f"storm/{name}/k{i % 3}"
+        key = f"storm/{owner}/k{i % 3}"
         text = f"{name} wrote round {i} {word(name, i)}"
+        report(op="intent", key=key, text=text)
         v.facts.set(key, text, source=f"user:{name}")
         report(op="fact", key=key, text=text)
         i += 1
@@ -110,6 +115,20 @@ def hand(name: str, vault: str, report: Report, deadline: float) -> None:
         report(op="fact", key=key, text=text)
         i += 1
         time.sleep(0.3)
+
+
+def host(name: str, vault: str, report: Report, deadline: float) -> None:
+    """Another host's clone of the vault: ``fact set`` on keys of its own and ``sync`` after each, a last sync
+    after the deadline so everything it wrote is pushed."""
+    i = 0
+    while time.time() < deadline:
+        key, text = f"storm/{name}/k{i % 2}", f"{name} wrote round {i} {word(name, i)}"
+        report(op="intent", key=key, text=text)
+        if cli(report, vault, "fact", "set", key, text, "--source", f"user:{name}").returncode == 0:
+            report(op="fact", key=key, text=text)
+        cli(report, vault, "sync", "--json")
+        i += 1
+    cli(report, vault, "sync", "--json")
 
 
 def timer(args: list[str], pause: float):
@@ -158,7 +177,7 @@ def mcp(name: str, vault: str, report: Report, deadline: float) -> None:
         with open(Path(report.f.name).with_suffix(".stderr"), "w") as errlog:
             async with Client(stdio_client(params, errlog=errlog)) as client:
                 i = 0
-                while time.time() < deadline:
+                while i < 2 or time.time() < deadline:  # two rounds at least: a short storm ends while it starts
                     key, text = f"storm/{name}/k{i % 2}", f"{name} wrote round {i} {word(name, i)}"
                     for tool, arguments in (("set_fact", {"key": key, "text": text}),
                                             ("log_episode", {"text": f"storm {name} line {i} {word(name, i)}"}),
@@ -174,6 +193,16 @@ def mcp(name: str, vault: str, report: Report, deadline: float) -> None:
                             report(op="fact", key=key, text=text)
                         elif tool == "log_episode":
                             report(op="episode", id=json.loads(body)["id"], text=arguments["text"])
+                    # the other session's facts: never written from here; mcp-b may not even read them
+                    other = "mcp-b" if name == "mcp-a" else "mcp-a"
+                    result = await client.call_tool("set_fact", {"key": f"storm/{other}/k0", "text": f"{name} was here"})
+                    report(op="refused" if result.is_error else "leak", what=f"set_fact storm/{other}/k0")
+                    if name == "mcp-b":
+                        result = await client.call_tool("recall", {"query": f"{other} wrote round", "k": 20})
+                        body = json.loads("".join(getattr(c, "text", "") for c in result.content))
+                        seen = [h["id"] for h in body.get("hits", []) if not h["id"].startswith(("storm/mcp-b/", "01"))]
+                        if seen:
+                            report(op="leak", what=f"recall returned {seen}")
                     i += 1
 
     asyncio.run(go())
@@ -182,7 +211,7 @@ def mcp(name: str, vault: str, report: Report, deadline: float) -> None:
 ROLES = {
     "api-append": api_append, "cli-append": cli_append, "cli-fact": cli_fact, "api-fact": api_fact, "hand": hand,
     "sync": timer(["sync", "--json"], 0.5), "prune": timer(["prune", "--json"], 1.0), "reindex": reindexer,
-    "reader": reader, "mcp": mcp,
+    "reader": reader, "mcp": mcp, "host": host,
 }
 
 

@@ -5,7 +5,9 @@ The storm (``test_a_storm_of_every_client_leaves_a_whole_vault``) runs, side by 
 the Python API and the CLI, ``memvault fact set`` of people (on keys of their own and one they all share), a
 person editing fact files in an editor, ``memvault sync`` and ``memvault prune`` from timers, ``reindex`` (every
 other one ``--full``), agent hooks at session start and per prompt with recall, two MCP sessions with different
-``[scopes]``, and the web view answering requests. Each writer reports what it finished (tests/storm_worker.py);
+``[scopes]`` (each also trying to write the other's facts, and the narrower one checked never to recall them), the
+web view answering requests and ``memvault watch`` keeping the index live. With ``MEMVAULT_STORM_SECONDS`` set, a
+second run adds a git remote that the timers' syncs push to and a second host's clone writing and syncing. Each writer reports what it finished (tests/storm_worker.py);
 afterwards every month file, fact, the git repository and the index are checked against those reports.
 
 By default it storms for ``MEMVAULT_STORM_SECONDS`` (8 s: the default suite stays well under 30 s for this file's
@@ -29,10 +31,12 @@ from pathlib import Path
 import pytest
 
 from memvault import Vault
+from memvault.rules.fsutil import is_temp_name
 from conftest import REPO_ROOT, git
 
 WORKER = Path(__file__).with_name("storm_worker.py")
 SECONDS = float(os.environ.get("MEMVAULT_STORM_SECONDS", "8"))
+LONG = "MEMVAULT_STORM_SECONDS" in os.environ
 #: How long after the deadline every process must have exited: a writer waiting longer is hung.
 GRACE = 90
 SCOPES = """
@@ -57,11 +61,20 @@ def storm_vault(vault) -> Vault:
     toml.write_text(toml.read_text() + SCOPES)
     git(vault.root, "commit", "-qm", "scopes of the storm's MCP sessions", "--", "memvault.toml")
     v = Vault.open(vault.root)
-    for name in ("ed",):
-        for k in range(2):
-            v.facts.set(f"hand/{name}-k{k}", f"{name} first text", source="user:ed")
+    for k in range(2):
+        v.facts.set(f"hand/ed-k{k}", "ed first text", source="user:ed")
     v.recall("first text")  # the index exists: every write tells it
     return v
+
+
+def add_remote(vault: Vault) -> Path:
+    """A remote that the timers' syncs push to; returns a second host's clone of it."""
+    remote = vault.root.parent / "remote.git"
+    git(vault.root.parent, "init", "-q", "--bare", str(remote))
+    git(vault.root, "remote", "add", "origin", str(remote))
+    git(vault.root, "push", "-q", "-u", "origin", "main")
+    git(vault.root.parent, "clone", "-q", str(remote), str(vault.root.parent / "host2"))
+    return vault.root.parent / "host2"
 
 
 class Storm:
@@ -73,11 +86,12 @@ class Storm:
         self.deadline = time.time() + seconds
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, role: str, name: str) -> subprocess.Popen:
+    def start(self, role: str, name: str, root: Path | None = None) -> subprocess.Popen:
         report = self.dir / f"{name}.jsonl"
         log = open(self.dir / f"{name}.log", "w")
-        proc = subprocess.Popen([sys.executable, str(WORKER), role, name, str(self.root), str(report),
-                                 str(self.deadline)], stdout=log, stderr=subprocess.STDOUT, env=env())
+        proc = subprocess.Popen([sys.executable, str(WORKER), role, name, str(root or self.root), str(report),
+                                 str(self.deadline)], stdout=log, stderr=subprocess.STDOUT, env=env(),
+                                start_new_session=True)  # its own group: a kill takes the memvault it runs too
         self.procs[name] = proc
         return proc
 
@@ -152,28 +166,36 @@ def check_vault(root: Path, storm: Storm, *, killed: frozenset[str] = frozenset(
     git_locks = [p for p in (root / ".git").rglob("*.lock")
                  if p.name != "memvault-commit.lock" and "memvault" not in p.relative_to(root / ".git").parts]
     assert not git_locks, git_locks
-    strays = [p for p in root.rglob("*") if ".git" not in p.relative_to(root).parts and p.name.endswith(".tmp")]
-    assert not strays, f"temp files left: {strays}"
-    assert git(root, "status", "--porcelain") == ""
+    # a write killed between its temp file and the rename leaves the temp file (sync removes it after an hour)
+    strays = [p.relative_to(root).as_posix() for p in root.rglob("*")
+              if ".git" not in p.relative_to(root).parts and p.name.endswith(".tmp")]
+    assert not strays or killed and all(is_temp_name(Path(p).name) for p in strays), f"temp files left: {strays}"
+    assert sorted(git(root, "status", "--porcelain").splitlines()) == sorted(f"?? {p}" for p in strays)
     # -- facts: each parses, the last write of each key wins and HEAD holds it
     v = Vault.open(root)
+    assert not [e for e in storm.entries() if e["op"] == "leak"], [e for e in storm.entries() if e["op"] == "leak"]
     by_key: dict[str, list[dict]] = defaultdict(list)
     for e in storm.entries():
         if e["op"] == "fact":
             by_key[e["key"]].append(e)
+    begun = defaultdict(set)  # what a killed writer may have written before it could say so
+    for e in storm.entries():
+        if e["op"] == "intent" and e["by"] in killed and "key" in e:
+            begun[e["key"]].add(e["text"])
     for key, writes in by_key.items():
         fact = v.facts.get(key)
         path = root / "facts" / f"{key}.md"
         assert git(root, "show", f"HEAD:facts/{key}.md") == path.read_text().rstrip("\n"), key
         writers = {w["by"] for w in writes}
-        if len(writers) == 1 and writes[0]["by"] not in killed:
+        if len(writers) == 1 and not begun[key]:
             assert fact.text == writes[-1]["text"], f"{key}: last write lost"
         else:
-            assert fact.text in {w["text"] for w in writes} | {f"{key.split('/')[-1]} first text"}, key
+            assert fact.text in {w["text"] for w in writes} | begun[key] | {"ed first text"}, (key, fact.text)
     # -- the index: whole, and recall finds each fact's text as it is now, never a text it had before
     index = v.index.connection()
     assert index.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     for key, writes in by_key.items():
+        writes = writes + [{"text": t} for t in begun[key]]
         now = v.facts.get(key).text
         hits = [h for h in v.recall(now.split()[-1], k=5, mode="keyword") if h.kind == "fact"]
         assert hits and hits[0].id == key and hits[0].text == now, (key, now, [(h.id, h.text) for h in hits])
@@ -221,15 +243,28 @@ def web_reader(root: Path, deadline: float, failures: list[str], answered: list[
 
 
 ROLES = [("api-append", "ap1"), ("api-append", "ap2"), ("cli-append", "cla"), ("cli-fact", "p1"),
-         ("cli-fact", "p2"), ("api-fact", "af"), ("hand", "ed"), ("sync", "timer-sync"), ("prune", "timer-prune"),
+         ("cli-fact", "p2"), ("api-fact", "af"), ("hand", "ed"), ("sync", "timer-sync"), ("sync", "timer-sync2"),
+         ("prune", "timer-prune"),
          ("reindex", "reindexer"), ("reader", "hooks"), ("mcp", "mcp-a"), ("mcp", "mcp-b")]
 
 
-def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path):
+SYNC_REBASE_DEFECT = ("a file saved while a sync rebases onto the remote leaves the rebase in progress and the sync "
+                      "exits 0: test_a_file_saved_while_a_sync_rebases_never_leaves_the_rebase_in_progress")
+
+
+@pytest.mark.parametrize("remote", [False, pytest.param(True, marks=[
+    pytest.mark.xfail(reason=SYNC_REBASE_DEFECT),
+    pytest.mark.skipif(not LONG, reason="the long run's (MEMVAULT_STORM_SECONDS): a sync's rebase is seconds")])],
+                         ids=["one-host", "with-a-remote-and-a-second-host"])
+def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path, remote):
     root = storm_vault.root
     storm = Storm(root, tmp_path, SECONDS)
     for role, name in ROLES:
         storm.start(role, name)
+    if remote:
+        storm.start("host", "h2", add_remote(storm_vault))
+    watcher = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(root), "watch"], env=env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     web_failures: list[str] = []
     web_answers: list[str] = []
     stop = threading.Event()
@@ -243,7 +278,15 @@ def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path):
     except subprocess.TimeoutExpired:
         web.kill()
         web_err = "hung on Ctrl-C"
-    assert codes == {name: 0 for _, name in ROLES}, {n: storm.log(n)[-1500:] for n, c in codes.items() if c}
+    watcher.send_signal(signal.SIGINT)
+    try:
+        watch_err = watcher.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        watch_err = "hung on Ctrl-C"
+    assert "Traceback" not in watch_err and "hung" not in watch_err and "internal error" not in watch_err, watch_err
+    assert codes == {name: 0 for _, name in ROLES} | ({"h2": 0} if remote else {}), {n: storm.log(n)[-1500:] for n, c in codes.items() if c}
+    assert [e for e in storm.entries() if e["op"] == "refused"]  # the scoped sessions did try
     assert not check_runs(storm), "\n".join(check_runs(storm))
     assert web_answers and not web_failures and "Traceback" not in web_err, (web_failures[:5], web_err[-1500:])
     # hand edits made after the timer's last sync are this sync's to commit; nothing else may be pending
@@ -301,3 +344,105 @@ def test_a_writer_behind_a_stuck_lock_holder_fails_naming_the_lock_instead_of_ha
     assert line.startswith("memvault: error:") and lock in line and "MEMVAULT_LOCK_WAIT" in line, done.stderr
     assert "Traceback" not in done.stderr
     assert not (vault.root / "facts/db/x.md").exists() and git(vault.root, "status", "--porcelain") == ""
+
+
+# ------------------------------------------------------------------------------------------ kill -9 mid-write
+def kill_writer(pid: int) -> None:
+    """SIGKILL a worker and the memvault command it runs, as the out-of-memory killer or ``kill -9 PID`` does: the
+    git a memvault started is not killed with it (only a SIGKILL of git itself leaves git's ``HEAD.lock``)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for victim in [pid, *map(int, children)]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_writers_killed_mid_write_leave_each_file_old_or_new_and_nothing_the_next_sync_does_not_mend(vault, tmp_path):
+    """Writers killed with SIGKILL at random moments (with the memvault command each was running) while others
+    write and a timer syncs: no torn line or fact, no acknowledged write lost, nothing left locked; what a killed
+    write left half-committed is committed by the next sync, and the vault is as whole as after a calm storm."""
+    root = vault.root
+    vault.recall("anything")
+    storm = Storm(root, tmp_path, SECONDS)
+    for role, name in [("cli-fact", "p1"), ("api-append", "ap1"), ("sync", "timer-sync")]:
+        storm.start(role, name)
+    rng = random.Random(os.getpid())
+    killed: set[str] = set()
+    n = 0
+    while time.time() < storm.deadline - 1:
+        role, name = rng.choice([("api-fact", f"kv{n}"), ("api-append", f"ka{n}"), ("cli-append", f"kc{n}")])
+        victim = storm.start(role, name)
+        time.sleep(rng.uniform(0.3, 2.5))
+        kill_writer(victim.pid)
+        victim.wait()
+        killed.add(name)
+        del storm.procs[name]
+        n += 1
+    codes = storm.wait()
+    assert codes == {"p1": 0, "ap1": 0, "timer-sync": 0}, {k: storm.log(k)[-1500:] for k in codes}
+    assert not check_runs(storm), "\n".join(check_runs(storm))
+    assert n >= 2 and [e for e in storm.entries() if e["by"] in killed and e["op"] in ("fact", "episode")]
+    done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "sync"], env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    check_vault(root, storm, killed=frozenset(killed))
+
+
+# ------------------------------------------------------------------------------------------ fact set during reindex --full
+def test_a_fact_set_while_a_full_reindex_reads_the_files_is_recalled_with_its_new_text(vault, monkeypatch):
+    """A full reindex reads every file into a new generation and swaps it in; a fact set by another process after
+    the rebuild read that fact (and told the old generation) must not be answered with its old text after the swap."""
+    from memvault.index import update
+    import memvault.index as index_module
+
+    vault.facts.set("db/primary", "The primary listens on port OLDPORTWORD.", source="user:t")
+    vault.recall("primary")
+    other = Vault.open(vault.root)
+    real = index_module.sync_text
+    pending = [lambda: other.facts.set("db/primary", "The primary listens on port NEWPORTWORD.", source="user:t")]
+
+    def read_then_meanwhile(*args, **kwargs):
+        done = real(*args, **kwargs)
+        if pending and kwargs.get("only", "x") is None:  # the rebuild's read of every file, not a write's own
+            pending.pop()()
+        return done
+
+    monkeypatch.setattr(index_module, "sync_text", read_then_meanwhile)
+    assert update.sync_text is not read_then_meanwhile
+    vault.reindex(full=True)
+    assert not pending
+    monkeypatch.setattr(index_module, "sync_text", real)
+    fresh = Vault.open(vault.root)
+    hits = [h for h in fresh.recall("NEWPORTWORD", mode="keyword") if h.id == "db/primary"]
+    assert hits and "NEWPORTWORD" in hits[0].text
+    assert not [h for h in fresh.recall("OLDPORTWORD", mode="keyword") if h.id == "db/primary"]
+
+
+# ------------------------------------------------------------------------------------------ found, not fixed here
+@pytest.mark.xfail(strict=True, reason="sync/rebase internals (memvault/core/remote.py) are another change's: reported")
+def test_a_file_saved_while_a_sync_rebases_never_leaves_the_rebase_in_progress(storm_vault):
+    """What the storm with a remote found: a person's editor saves a fact file while ``memvault sync`` rebases onto
+    the remote (here a post-checkout hook saves it at that moment). The sync printed "pulled ..." and exited 0,
+    leaving an interactive rebase in progress on a detached HEAD: every later write commits onto it, every later
+    sync refuses ("a rebase is in progress ... HEAD was moved since it began"), nothing is pushed again."""
+    root = storm_vault.root
+    host2 = add_remote(storm_vault)
+    done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(host2), "fact", "set", "other/y",
+                           "from the second host"], env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    subprocess.run([sys.executable, "-m", "memvault", "--vault", str(host2), "sync"], env=env(), check=True,
+                   capture_output=True, timeout=120)
+    path = root / "facts/hand/ed-k0.md"
+    path.write_text(path.read_text().replace("ed first text", "edited by hand"))
+    hook = root / ".git/hooks/post-checkout"
+    hook.write_text(f"#!/bin/sh\nsed -i 's/edited by hand/saved again mid-rebase/' '{path}'\n")
+    hook.chmod(0o755)
+    done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(root), "sync"], env=env(),
+                          capture_output=True, text=True, timeout=120)
+    hook.unlink()
+    in_progress = (root / ".git/rebase-merge").exists() or (root / ".git/rebase-apply").exists()
+    assert not in_progress, f"sync exited {done.returncode} and left a rebase in progress: {done.stdout}{done.stderr}"
