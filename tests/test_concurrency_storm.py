@@ -446,3 +446,28 @@ def test_a_file_saved_while_a_sync_rebases_never_leaves_the_rebase_in_progress(s
     hook.unlink()
     in_progress = (root / ".git/rebase-merge").exists() or (root / ".git/rebase-apply").exists()
     assert not in_progress, f"sync exited {done.returncode} and left a rebase in progress: {done.stdout}{done.stderr}"
+
+
+def test_an_index_generation_swapped_away_while_it_is_opened_is_never_answered_from(vault, monkeypatch):
+    """Another process's ``reindex --full`` swaps in a new generation and removes the old one between this
+    process reading which generation ``index.db`` names and opening it (the storm's timer sync failed with "cannot
+    open the index: disk I/O error", about 1 open in 200 against a looping full reindex). The open must follow the
+    swap: never an error, never an empty file made in the removed one's place and answered from."""
+    import memvault.index as index_module
+
+    vault.facts.set("db/primary", "The primary listens on port 5432 ZEBRAWORD.", source="user:t")
+    vault.recall("primary")
+    fresh, other = Vault.open(vault.root), Vault.open(vault.root)
+    before = fresh.index.current_target()
+    real, pending = index_module.connect, [lambda: other.reindex(full=True)]
+
+    def swapped_first(path, **options):
+        if pending:
+            pending.pop()()
+        return real(path, **options)
+
+    monkeypatch.setattr(index_module, "connect", swapped_first)
+    hits = fresh.recall("ZEBRAWORD", mode="keyword")
+    assert not pending and fresh.index.current_target() != before
+    assert [h.id for h in hits] == ["db/primary"]
+    assert not before.exists(), "an empty generation was made in place of the removed one"

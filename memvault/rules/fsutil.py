@@ -644,11 +644,11 @@ def temp_file(prefix: str, suffix: str = "") -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ SQLite
-def sqlite_path(path: Path) -> Path:
+def sqlite_path(path: Path, *, create: bool = True) -> Path:
     """``path`` checked for ``sqlite3.connect``, which cannot be given ``O_NOFOLLOW``: the folders on the way are
     real (made when missing), and the database and its ``-wal``/``-shm``/``-journal`` files are regular files or
-    absent, never links (UnsafePath). A missing database is created here, 0600 and without following a link, so
-    SQLite only opens an existing file. What remains is the window between this check and SQLite's open, inside a
+    absent, never links (UnsafePath). A missing database is created here (with ``create``), 0600 and without
+    following a link, so SQLite only opens an existing file. What remains is the window between this check and SQLite's open, inside a
     folder only this user writes."""
     parent, name = _parent(path)
     with dir_handle(parent, create=True) as dfd:
@@ -660,7 +660,8 @@ def sqlite_path(path: Path) -> Path:
             if st is not None and not stat.S_ISREG(st.st_mode):
                 raise unsafe(f"{path}{suffix}", "not a regular file: memvault does not open it as a database")
         with contextlib.suppress(FileExistsError):
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd))
+            create and os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600,
+                                        dir_fd=dfd))
     return path
 
 
