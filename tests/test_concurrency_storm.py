@@ -252,12 +252,18 @@ SYNC_REBASE_DEFECT = ("a file saved while a sync rebases onto the remote leaves 
                       "exits 0: test_a_file_saved_while_a_sync_rebases_never_leaves_the_rebase_in_progress")
 
 
-@pytest.mark.parametrize("remote", [False, pytest.param(True, marks=[
-    pytest.mark.xfail(reason=SYNC_REBASE_DEFECT),
-    pytest.mark.skipif(not LONG, reason="the long run's (MEMVAULT_STORM_SECONDS): a sync's rebase is seconds")])],
-                         ids=["one-host", "with-a-remote-and-a-second-host"])
-def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path, remote):
+@pytest.mark.parametrize("remote, tracked", [(False, False), pytest.param(False, True, marks=pytest.mark.skipif(
+    not LONG, reason="the long run's (MEMVAULT_STORM_SECONDS)")), pytest.param(True, False, marks=[
+        pytest.mark.xfail(reason=SYNC_REBASE_DEFECT),
+        pytest.mark.skipif(not LONG, reason="the long run's (MEMVAULT_STORM_SECONDS): a sync's rebase is seconds")])],
+    ids=["one-host", "episodes-in-git", "with-a-remote-and-a-second-host"])
+def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path, remote, tracked):
     root = storm_vault.root
+    if tracked:  # episodes committed too: every append and prune goes through git
+        toml = root / "memvault.toml"
+        toml.write_text(toml.read_text().replace("track_in_git = false", "track_in_git = true"))
+        (root / ".gitignore").write_text((root / ".gitignore").read_text().replace("episodes/\n", ""))
+        git(root, "commit", "-qm", "track episodes", "--", "memvault.toml", ".gitignore")
     storm = Storm(root, tmp_path, SECONDS)
     for role, name in ROLES:
         storm.start(role, name)
