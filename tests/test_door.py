@@ -63,8 +63,10 @@ def _is_door_checked(node: ast.expr | None) -> bool:
             isinstance(func, ast.Attribute) and func.attr == "sqlite_path")
     if isinstance(node, ast.Constant):
         return node.value == ":memory:"
-    if isinstance(node, ast.JoinedStr):
-        return any(isinstance(v, ast.Constant) and "mode=ro" in str(v.value) for v in node.values)
+    if isinstance(node, ast.JoinedStr):  # a URI SQLite cannot create from: read-only, or read-write of a checked path
+        modes = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+        return "mode=ro" in modes or "mode=rw" in modes and any(
+            isinstance(n, ast.Call) and _is_door_checked(n) for n in ast.walk(node))
     return False
 
 

@@ -41,7 +41,7 @@ from ..rules.config import CONFIG_NAME, Config
 from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
-from ..rules.fsutil import FileChange, atomic_write, locked, remove, remove_dir, try_lock
+from ..rules.fsutil import FileChange, atomic_write, lock_wait, locked, remove, remove_dir, try_lock
 from ..stores.gitstore import GitStore, blob_id
 from ..stores.procedures import RUN_KIND, Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe
@@ -115,7 +115,7 @@ class WriteGate:
         A write by ``source`` (whose own trust check has passed) first mends what a killed sync or purge left (the
         purge when ``source`` may purge: :attr:`unfinished`); ``warnings`` hears of it. Only a write does: opening a vault,
         a recall, the web view or a hook reads."""
-        with locked(self.lock_path):
+        with locked(self.lock_path, wait=lock_wait()):
             if source is not None and self.unfinished is not None:
                 notices = self.unfinished(self, source)
                 if warnings is not None:
@@ -125,12 +125,12 @@ class WriteGate:
     def read_lock(self) -> Any:
         """Shared with other readers, held while a reader takes the facts, proposals and runbooks as one picture
         (an export): the writers of :meth:`lock` wait for it, so an accept is never half seen."""
-        return locked(self.lock_path, shared=True)
+        return locked(self.lock_path, shared=True, wait=lock_wait())
 
     def sync_lock(self) -> Any:
         """Held by a sync from its first fetch to its last push: syncs of one vault run one at a time, while the
         write and append locks are taken only for its steps on the work tree (never across the network)."""
-        return locked(self.lock_path.with_name("sync.lock"))
+        return locked(self.lock_path.with_name("sync.lock"), wait=lock_wait())
 
     def try_sync_lock(self) -> Any:
         """:meth:`sync_lock` if no sync holds it (yields whether it is held), never waiting: for a write, which holds
@@ -140,7 +140,7 @@ class WriteGate:
     def import_lock(self) -> Any:
         """Held by an import from reading the ids already imported to appending the new ones: two imports of one
         export at once both found nothing there and stored every episode twice."""
-        return locked(self.lock_path.with_name("import.lock"))
+        return locked(self.lock_path.with_name("import.lock"), wait=lock_wait())
 
     def require(self, op: Op, source: str) -> str:
         validate_source(source)

@@ -161,20 +161,26 @@ class Index(Freshness, Listings):
             self.close()
             for link in drop_links([Path(str(target) + s) for s in ("-wal", "-shm", "-journal")]):
                 self.warnings.append(f"{link} was a symlink, not SQLite's own file: removed, never written through")
-            conn = connect(target)
-            try:
+            conn = None
+            try:  # without create: a generation another process's rebuild removed meanwhile is never made anew
+                conn = connect(target, create=False)
                 applied = migrate(conn, MIGRATIONS)
                 if (problem := quantize.stamp_problem(conn)) is not None:
                     raise IndexDamaged(f"{target.name} holds {problem}")
             except Exception as exc:
-                conn.close()
-                if isinstance(exc, SchemaTooNew):  # a newer memvault's file: neither damaged nor to be rebuilt
-                    raise
+                conn is not None and conn.close()
+                if self.current_target() not in (target, None):
+                    return self.connection()  # swapped away while it was opened: the new generation, then
+                if isinstance(exc, SchemaTooNew) or conn is None:  # a newer memvault's file: not damaged; or
+                    raise  # connect's own error, said as it is
                 if is_corruption(exc):
                     aside = self.quarantine(target, exc)
                     raise IndexDamaged(f"{target}: cannot open the index: {exc}; moved aside to "
                                        f"{aside.name if aside else '-'}: the next sync rebuilds it") from None
                 raise SearchIndexError(f"{target}: cannot open the index: {exc}") from None
+            if self.current_target() != target:  # the same, seen only once it was open
+                conn.close()
+                return self.connection()
             if SHRINKING_MIGRATION in applied:
                 with contextlib.suppress(Exception):  # a reader holding the file open: it shrinks another time
                     conn.execute("VACUUM")  # give the freed pages back once (the text it held twice)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -464,14 +465,19 @@ def vec_extension_path() -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """Open ``path`` with sqlite-vec loaded, WAL, a busy timeout, mmap and secure delete.
+def connect(path: Path, *, create: bool = True) -> sqlite3.Connection:
+    """Open ``path`` with sqlite-vec loaded, WAL, a busy timeout, mmap and secure delete; without ``create`` a file
+    that is not there (a generation another process's rebuild just removed) is an error, never made anew, empty.
 
     ``secure_delete`` zeroes freed pages, so text that was purged is gone from the file, not just unlinked.
     """
     module = sqlite_module()
     try:  # sqlite_path: no link at the file, its -wal/-shm or on the way (SQLite cannot be given O_NOFOLLOW)
-        conn = module.connect(str(sqlite_path(path)), timeout=30, isolation_level=None, check_same_thread=False)
+        if create:
+            conn = module.connect(str(sqlite_path(path)), timeout=30, isolation_level=None, check_same_thread=False)
+        else:  # mode=rw: SQLite opens the file or fails, never makes it
+            conn = module.connect(f"file:{urllib.parse.quote(str(sqlite_path(path, create=False)))}?mode=rw",
+                                  timeout=30, isolation_level=None, check_same_thread=False, uri=True)
         conn.enable_load_extension(True)
         conn.load_extension(vec_extension_path())
         conn.enable_load_extension(False)

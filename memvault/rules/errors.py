@@ -233,6 +233,20 @@ class WatcherRunning(MemvaultError):
         super().__init__(f"{root}: a watcher is already running ({who}); stop it first")
 
 
+class LockTimeout(MemvaultError):
+    """One of the vault's locks stayed held longer than a writer waits (``MEMVAULT_LOCK_WAIT``): its holder is
+    stuck (a git hook waiting on a dead share, a process stopped with Ctrl-Z) or very slow. Nothing was done."""
+
+    def __init__(self, name: str, waited: float, holder: int | None) -> None:
+        self.name = name
+        self.waited = waited
+        self.holder = holder
+        who = f"held by process {holder}" if holder is not None else "held by another process"
+        super().__init__(f"gave up after waiting {waited:g} s for the vault's lock {name} (in its state directory), "
+                         f"{who}; nothing was done: try again, or end that process if it is stuck "
+                         f"(MEMVAULT_LOCK_WAIT sets the wait, in seconds)")
+
+
 class HookConflict(MemvaultError):
     """A foreign git hook cannot be chained because a chained hook of that name is already kept."""
 

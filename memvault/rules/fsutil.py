@@ -31,6 +31,7 @@ from pathlib import Path
 # The read side lives in fsread; its names are imported from here too (entry_problem, read_inside, read_regular, walk).
 from .fsread import (entry_problem, inside_base, link_refusal, open_regular, read_inside,  # noqa: F401
                      read_inside_stat, read_regular, unsafe, walk)
+from .lockwait import flock_within, lock_wait  # noqa: F401
 
 TYPE_CHECKING = False  # not typing's: a hook that logs one line does not import typing
 if TYPE_CHECKING:
@@ -644,11 +645,11 @@ def temp_file(prefix: str, suffix: str = "") -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ SQLite
-def sqlite_path(path: Path) -> Path:
+def sqlite_path(path: Path, *, create: bool = True) -> Path:
     """``path`` checked for ``sqlite3.connect``, which cannot be given ``O_NOFOLLOW``: the folders on the way are
     real (made when missing), and the database and its ``-wal``/``-shm``/``-journal`` files are regular files or
-    absent, never links (UnsafePath). A missing database is created here, 0600 and without following a link, so
-    SQLite only opens an existing file. What remains is the window between this check and SQLite's open, inside a
+    absent, never links (UnsafePath). A missing database is created here (with ``create``), 0600 and without
+    following a link, so SQLite only opens an existing file. What remains is the window between this check and SQLite's open, inside a
     folder only this user writes."""
     parent, name = _parent(path)
     with dir_handle(parent, create=True) as dfd:
@@ -660,24 +661,31 @@ def sqlite_path(path: Path) -> Path:
             if st is not None and not stat.S_ISREG(st.st_mode):
                 raise unsafe(f"{path}{suffix}", "not a regular file: memvault does not open it as a database")
         with contextlib.suppress(FileExistsError):
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dfd))
+            create and os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600,
+                                        dir_fd=dfd))
     return path
 
 
 # ------------------------------------------------------------------------------------------------ locks
 @contextlib.contextmanager
-def locked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
+def locked(lock_path: Path, *, shared: bool = False, wait: float | None = None) -> Iterator[None]:
     """Hold an flock on ``lock_path`` (created if needed, never through a symlink) for the duration of the block.
 
     The lock lives on a separate file, never on the data file, so a writer that replaces the data file by
-    rename (prune, set) does not strand a waiter on the old inode.
+    rename (prune, set) does not strand a waiter on the old inode. With ``wait`` (seconds; :func:`lock_wait` for
+    the vault's locks) a lock still held by another process after that long is
+    :class:`~memvault.rules.errors.LockTimeout` naming it, instead of a wait for ever behind a stuck holder.
     """
     fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        operation = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        if wait is None:
+            fcntl.flock(fd, operation)
+        else:
+            flock_within(fd, operation, wait, lock_path.name)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        os.close(fd)  # closing releases the lock (and, once its waiter is done, one a timed-out wait left)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..rules import jsontext
 from ..rules.errors import EpisodeError, InvalidValue, LimitExceeded, UnsafePath
-from ..rules.fsutil import FileChange, entry_problem, locked, open_private, read_inside, walk
+from ..rules.fsutil import FileChange, entry_problem, lock_wait, locked, open_private, read_inside, walk
 from ..rules.timeutil import format_time, now, parse_time
 from ..rules.timeutil import now as clock
 from ..rules.validation import (Problem, check_episode_time, check_json_value, check_utf8, validate_kind, validate_source,
@@ -236,7 +236,7 @@ class EpisodeLog:
             # with episodes untracked: a clone that turned tracking on later took a same-named laptop's
             # episodes/<hostname>/ for its own, and pruned it.
             self.folders.current()
-        return locked(self.lock_path)
+        return locked(self.lock_path, wait=lock_wait())
 
     def file_for(self, at: datetime) -> Path:
         """``episodes/YYYY-MM.jsonl``; with a host folder, ``episodes/<host>/YYYY-MM.jsonl``."""
