@@ -343,6 +343,21 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
             if conflicted:
                 git.run("rebase", "--abort", env=_env(git))
                 raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted, shown_remote(remote), branch) from None
+            for _ in range(3):  # stopped on no conflict: a file was saved (or only touched) under it, git rescheduled
+                if not _rebase_in_progress(git) or git.run("diff", "--name-only", "HEAD"):
+                    break
+                try:  # a file touched but as it was: its pick again
+                    git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
+                except GitError:
+                    conflicted = _merge_shared_lines(gate, git, shared, successor) if _rebase_in_progress(git) else []
+                    if conflicted:
+                        git.run("rebase", "--abort", env=_env(git))
+                        raise SyncConflict([_key_for(gate, git, p) for p in conflicted], conflicted,
+                                           shown_remote(remote), branch) from None
+            if _rebase_in_progress(git):  # a save that changed a file: undone, the save kept, for the next sync
+                kept = sync_journal.abort_keeping_saves(git, _env(git))
+                raise GitError(f"sync stopped, nothing changed: {', '.join(kept) or 'a file'} changed while it rebased "
+                               f"onto {shown_remote(remote)}/{branch} (kept as saved, uncommitted); run memvault sync again")
         except BaseException:  # Ctrl-C while git rebased: never leave it half done
             if _rebase_in_progress(git):
                 git.run("rebase", "--abort", env=_env(git))

@@ -45,6 +45,10 @@ def stopped(git: GitStore, why: str = "") -> GitError:
                     "rebase --abort), then sync again")
 
 
+#: HEAD's reflog, newest first: the commit, the entry's selector (``HEAD@{unix time}``) and its subject.
+_REFLOG = ("log", "-g", "--date=unix", "--format=%H%x00%gd%x00%gs")
+
+
 def begin(gate: WriteGate, git: GitStore, head: str, onto: str, stashed: bool) -> None:
     """Record the rebase this sync is about to run from ``head`` onto ``onto`` (``stashed``: the repository's other
     changes are in the stash's newest entry)."""
@@ -52,7 +56,7 @@ def begin(gate: WriteGate, git: GitStore, head: str, onto: str, stashed: bool) -
     ensure_dir(gate.state_dir)
     atomic_write(gate.state_dir / JOURNAL_NAME, json.dumps(
         {"pid": os.getpid(), "host": socket.gethostname(), "head": head, "onto": onto, "stash": stash,
-         "started": int(time.time())},
+         "started": int(time.time()), "reflog": git.run(*_REFLOG, "--max-count=1", "HEAD", "--") or ""},
         sort_keys=True).encode("utf-8"), mode=0o600)
 
 
@@ -103,10 +107,18 @@ def mend_for_write(gate: WriteGate, writer: str) -> list[str]:
     if git is None or not os.path.lexists(gate.state_dir / JOURNAL_NAME):  # one lstat on every write
         return []
     said: list[str] = []
-    with gate.try_sync_lock() as held:
-        if held:
-            with gate.episodes.lock(), contextlib.suppress(GitError):
-                _mend(gate, git, said)
+    for _ in range(30):
+        with gate.try_sync_lock() as held:
+            if held:
+                with gate.episodes.lock(), contextlib.suppress(GitError):
+                    _mend(gate, git, said)
+                return said
+        # Held: by a live sync (it mends itself), or still by the killed one's process group, which the kernel is
+        # tearing down (a moment under load): wait for that one, at most 3 s.
+        journal = _journal(gate)
+        if journal is None or journal.get("host") != socket.gethostname() or _alive(journal["pid"]):
+            return said
+        time.sleep(0.1)
     return said
 
 
@@ -154,14 +166,23 @@ def _not_its_own(git: GitStore, folder: Path, journal: dict[str, Any] | None) ->
     # HEAD moved only by that one rebase since the journal was written: a commit made on the detached HEAD since, or
     # a rebase begun again by hand (an abort, then a start), would be dropped. Newest first: its picks, its start
     # (no sooner than the journal), then nothing of a rebase as far back as the journal (the second is the unit).
-    since = git.run("log", "-g", "--max-count=200", "--date=unix", "--format=%gd%x00%gs", "HEAD", "--") or ""
+    # The entries above the one that was newest when the journal was written (by identity: the second of a time
+    # is too coarse, a commit and the rebase's start fall in one), or for an older journal, as far back as its time.
+    since = git.run(*_REFLOG, "--max-count=200", "HEAD", "--") or ""
     moves: list[str] = []
+    top = journal.get("reflog")
     for line in since.splitlines():
-        when, _, move = line.partition("\0")
-        stamp = when.rpartition("{")[2].rstrip("}")
-        if not stamp.isdigit() or int(stamp) < journal["started"]:
-            break
-        moves.append(move)
+        if isinstance(top, str) and top:
+            if line == top:
+                break
+        else:
+            stamp = line.split("\0")[1].rpartition("{")[2].rstrip("}")
+            if not stamp.isdigit() or int(stamp) < journal["started"]:
+                break
+        moves.append(line.split("\0")[2])
+    else:
+        if isinstance(top, str) and top:
+            return "; HEAD was moved too often since it began to tell whose the rebase is"
     starts = [n for n, move in enumerate(moves) if move.startswith("rebase (start)")]
     if not starts or any(not move.startswith(("rebase (pick)", "rebase (continue)")) for move in moves[:starts[0]]) \
             or any(move.startswith("rebase") for move in moves[starts[0] + 1:]):
@@ -193,3 +214,36 @@ def _unstash(git: GitStore, journal: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["JOURNAL_NAME", "begin", "end", "mend", "mend_for_write", "rebase_dir", "stopped"]
+
+
+def abort_keeping_saves(git: GitStore, env: dict[str, str]) -> list[str]:
+    """Undo a rebase that stopped on no conflict: a file it was about to write was changed under it (an editor saved
+    a fact while the sync rebased). ``git rebase --abort`` resets the work tree, so each file that differs from the
+    rebase's HEAD is read first and written back after, as the uncommitted edit it is: the next sync commits it
+    through the gate. The files changed under the rebase (repository-relative), each as it was saved."""
+    names = [p for p in git.run("diff", "--name-only", "-z", "--no-renames", "HEAD", strip=False).split("\0") if p]
+    saved: dict[str, bytes | None] = {}
+    for rel in names:
+        try:
+            saved[rel] = read_regular(git.root / rel)
+        except FileNotFoundError:
+            saved[rel] = None
+        except (OSError, MemvaultError):
+            continue  # a link or a folder there: not a save of a file, and never followed
+    git.run("rebase", "--abort", env=env)
+    for rel, data in saved.items():
+        path = git.root / rel
+        try:
+            now_there = read_regular(path)
+        except FileNotFoundError:
+            now_there = None
+        except (OSError, MemvaultError):
+            continue
+        if data != now_there:
+            if data is None:
+                remove(path)
+            else:
+                ensure_dir(path.parent)
+                atomic_write(path, data)
+    return list(saved)
+
