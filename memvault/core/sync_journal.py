@@ -21,6 +21,7 @@ from typing import Any
 
 from ..rules.errors import GitError, MemvaultError
 from ..rules.fsutil import atomic_write, ensure_dir, read_regular, remove
+from ..rules.lockwait import process_alive
 from ..stores.gitstore import GitStore, is_commit_id
 from .gate import WriteGate
 
@@ -79,16 +80,6 @@ def _journal(gate: WriteGate) -> dict[str, Any] | None:
     return data
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True
-    return True
-
-
 def mend(gate: WriteGate, git: GitStore, source: str, warnings: list[str]) -> None:
     """Before a sync reads HEAD: undo the rebase a killed sync left (see the module), put back what it set aside, and
     say so in ``warnings``; :func:`stopped` when a rebase is in progress that is not provably a dead sync's own."""
@@ -116,7 +107,7 @@ def mend_for_write(gate: WriteGate, writer: str) -> list[str]:
         # Held: by a live sync (it mends itself), or still by the killed one's process group, which the kernel is
         # tearing down (a moment under load): wait for that one, at most 3 s.
         journal = _journal(gate)
-        if journal is None or journal.get("host") != socket.gethostname() or _alive(journal["pid"]):
+        if journal is None or journal.get("host") != socket.gethostname() or process_alive(journal["pid"]):
             return said
         time.sleep(0.1)
     return said
@@ -126,7 +117,7 @@ def _mend(gate: WriteGate, git: GitStore, warnings: list[str]) -> None:
     """:func:`mend`, with the sync, write and append locks held."""
     journal, folder = _journal(gate), rebase_dir(git)
     if folder is None:  # killed after its rebase was over, before it put the changes back
-        if journal is not None and journal.get("host") == socket.gethostname() and not _alive(journal["pid"]):
+        if journal is not None and journal.get("host") == socket.gethostname() and not process_alive(journal["pid"]):
             warnings += _unstash(git, journal)
         end(gate)
         return
@@ -155,7 +146,7 @@ def _not_its_own(git: GitStore, folder: Path, journal: dict[str, Any] | None) ->
         return ""  # no journal (or a damaged one): the message as it always was
     if journal.get("host") != socket.gethostname():
         return "; the record of a sync found here is from another host"
-    if _alive(journal["pid"]):  # under the sync lock no sync of this vault runs: its number is another process's
+    if process_alive(journal["pid"]):  # under the sync lock no sync of this vault runs: its number is another process's
         return f"; the process of the sync that recorded it, {journal['pid']}, is still there"
     try:
         orig, onto = ((folder / name).read_text().strip() for name in ("orig-head", "onto"))

@@ -72,3 +72,15 @@ def _flock_holder(fd: int) -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one this user may not signal counts: it is not known to be gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+

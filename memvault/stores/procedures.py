@@ -26,6 +26,7 @@ from ..rules.errors import InvalidValue, LimitExceeded, ProcedureError, Procedur
 from ..rules.fsutil import (FileChange, entry_problem, make_temp_dir, read_inside, remove, remove_tree, walk,
                             write_new_exclusive)
 from ..rules.gitenv import other_repo_env
+from ..rules.lockwait import process_alive
 from .gitstore import GitStore, blob_id
 from ..rules.validation import Problem, validate_name
 
@@ -429,20 +430,9 @@ def _of_dead_runs(scratch: Path, suffix: str) -> list[str]:
         run = _RUN_DIR.fullmatch(entry.name[:len(entry.name) - len(suffix)]) if entry.name.endswith(suffix) else None
         if run is None or not (entry.is_file(follow_symlinks=False) if suffix else entry.is_dir(follow_symlinks=False)):
             continue
-        if not _alive(int(run.group(1))):
+        if not process_alive(int(run.group(1))):
             found.append(entry.name)
     return sorted(found)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one this user may not signal counts: it is not known to be gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True
-    return True
 
 
 def _wait(child: subprocess.Popen[bytes], timeout: float | None, stop: threading.Event | None,
