@@ -219,7 +219,8 @@ def web_reader(root: Path, deadline: float, failures: list[str], answered: list[
     def read() -> None:
         pages = ["/", "/facts", "/timeline", "/inbox"]
         i, started = 0, time.time()
-        while time.time() < deadline and not stop.is_set():
+        # until the storm ends, and past it until a first answer (a server starting on a loaded machine: at most 60 s)
+        while (time.time() < deadline and not stop.is_set()) or (not answered and time.time() < started + 60):
             req = urllib.request.Request(f"http://127.0.0.1:{port}{pages[i % len(pages)]}",
                                          headers={"Authorization": f"Bearer {token}"})
             i += 1
@@ -230,7 +231,7 @@ def web_reader(root: Path, deadline: float, failures: list[str], answered: list[
             except urllib.error.HTTPError as e:
                 failures.append(f"{req.full_url}: {e.code}")
             except OSError as e:
-                if not answered and time.time() < started + 30:  # not listening yet
+                if not answered and time.time() < started + 60:  # not listening yet
                     time.sleep(0.25)
                     continue
                 failures.append(f"{req.full_url}: no answer: {e}")
