@@ -2,6 +2,8 @@
 read, run records it did not make, and arguments no CLI can pass. Each test failed before its fix."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memvault import Vault
@@ -238,3 +240,22 @@ def test_a_runbook_run_over_mcp_reads_no_input_of_the_servers(team, tmp_path):
             os.close(fd)
     ran = data(answer)
     assert ran["exit_code"] == 0 and "answer=[]" in ran["stdout"], ran
+
+
+def test_a_secret_a_runbook_prints_is_redacted_in_what_mcp_returns_to_the_model(team, tmp_path):
+    """A runbook that prints a credential (a connection string it reads, an `env` dump) handed it whole to the
+    model over MCP, and so to the model's provider: the tail of its output went back as it was. Each secret the
+    detector finds is now written as a placeholder in what the tool returns, counted in ``redacted``; the rest of the
+    output is kept, and a person runs the script with `memvault proc run` to see all of it."""
+    key = "AKIA" + "Q3W5E7R9T2Y4U6I8"  # shaped like an AWS access key id, made up
+    script = tmp_path / "creds.sh"
+    creds = tmp_path / "deploy.key"  # what the runbook reads: never in the vault
+    creds.write_text(key + "\n")
+    script.write_text(f"#!/bin/sh\necho \"deploy key $(cat '{creds}') loaded\"\necho \"warning: $(cat '{creds}')\" >&2\n")
+    script.chmod(0o755)
+    team.procedures.add("web/creds", script, source="user:admin")
+    (answer,) = call(server(team, "user:admin", allow_run=True), tool("run_procedure", name="web/creds"))
+    ran = data(answer)
+    assert ran["exit_code"] == 0 and "deploy key" in ran["stdout"] and "loaded" in ran["stdout"], ran
+    assert key not in json.dumps(ran) and "<redacted:" in ran["stdout"] and "<redacted:" in ran["stderr"]
+    assert ran["redacted"] == 2

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules.errors import InvalidValue, MemvaultError, ProcedureError, SecretRefused, describe
 from ..rules.markup import printable_line
+from ..rules.secrets import redact
 from ..rules.timeutil import parse_time_or_age
 from ..rules.validation import validate_source, vault_paths
 from .guard import is_loopback, new_token, resolve_token  # noqa: F401 - is_loopback: part of this module's API
@@ -370,9 +371,12 @@ def _run_procedure(vault: Vault, name: str, args: list[str], source: str,
         # no input: a model types none, and the server's own stdin is a person's terminal (or the protocol)
         result = vault.procedures.run(name, args, allow_dirty=False, source=source, stdin=subprocess.DEVNULL,
                                       stdout=out, stderr=err, timeout=RUN_TIMEOUT, stop=stop)
-        output = {}
+        output: dict[str, Any] = {"redacted": 0}
         for label, handle in (("stdout", out), ("stderr", err)):
-            output[label], output[f"{label}_truncated"] = _tail(handle)
+            text, output[f"{label}_truncated"] = _tail(handle)
+            # what a runbook prints goes to the model (and its provider): no secret it printed goes with it
+            output[label], found = redact(text)
+            output["redacted"] += len(found)
     return {
         "name": name,
         "args": result.args,
