@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import git
+
 AWS = "AKIA" + "IOSFODNN7EXAMPLE"
 
 
@@ -105,3 +107,27 @@ def test_an_interrupt_exits_130_with_one_line(vault):
             proc.kill()
     assert proc.returncode == 130, err
     assert err.decode().strip() == "memvault: interrupted"
+
+
+# ------------------------------------------------------------------------------------------------ "nothing"
+def test_fact_list_of_a_category_no_fact_has_says_so(invoke):
+    invoke("fact", "set", "a/one", "one", "-c", "db")
+    r = invoke("fact", "list", "-c", "nosuch")
+    assert r.exit_code == 0 and r.stdout == ""
+    assert r.stderr.strip() == "memvault: no facts in category nosuch"
+    r = invoke("fact", "list", "-c", "db", "-t", "nosuch")
+    assert r.exit_code == 0 and r.stderr.strip() == "memvault: no facts in category db with tag nosuch"
+    r = invoke("fact", "list", "-c", "nosuch", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == [] and "no facts" in r.stderr
+    r = invoke("fact", "list", "-c", "db")
+    assert "a/one" in r.stdout and r.stderr == ""
+
+
+def test_hooks_uninstall_twice_says_there_is_nothing_to_remove(invoke, vault):
+    assert invoke("hooks", "install").exit_code == 0
+    first = invoke("hooks", "uninstall")
+    assert first.exit_code == 0 and "removed" in first.stdout
+    second = invoke("hooks", "uninstall")
+    assert second.exit_code == 0, second.output
+    assert (second.stdout + second.stderr).strip() == "memvault: no memvault hooks installed here"
+    assert git(vault.root, "status", "--porcelain") == ""
