@@ -350,8 +350,8 @@ def test_odd_values_are_one_line_errors(strict, args, word):
 def test_non_utf8_input_is_a_one_line_error_and_nothing_written(strict, args):
     r = strict.cli(*args, input=b"caf\xe9 \xff\xfe\n")
     assert "Traceback" not in r.output
-    if args[0] == "ingest":
-        assert r.exit_code == 0 and "UTF-8" in r.output
+    if args[0] == "ingest":  # the line is refused in the report, and nothing else came in: a failure
+        assert r.exit_code == 1 and "UTF-8" in r.stdout and "nothing was stored" in r.stderr
     else:
         assert r.exit_code == 1 and "UTF-8" in r.stderr
     assert not (strict.root / "facts/net/x.md").exists() and strict.episodes.list() == []

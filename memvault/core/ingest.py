@@ -33,6 +33,8 @@ from . import access
 from .gate import WriteGate
 
 BUCKETS = ("added", "replaced", "merged", "conflicts", "quarantined", "skipped")
+#: Why a line whose text a recall returned is skipped: it is already in the vault, not refused.
+RECALLED = "text is a memory recall returned"
 _SLUG = re.compile(r"[^a-z0-9]+")
 _FACT_FIELDS = {"type", "key", "text", "category", "tags", "importance", "confidence", "valid_until", "source"}
 _EPISODE_FIELDS = {"type", "text", "kind", "tags", "meta", "created_at", "source"}
@@ -52,6 +54,15 @@ class IngestReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in BUCKETS}, "warnings": list(self.warnings)}
+
+    def refused_all(self) -> bool:
+        """True when a line was refused (bad JSON or fields, a secret, ...) and nothing came of any other: none
+        written (a conflict waits in the inbox: written) and none a recall had returned (already in the vault), so
+        a pipeline can tell a batch that failed whole from one that stored some or had nothing new."""
+        if any(getattr(self, k) for k in BUCKETS if k != "skipped"):
+            return False
+        refused = [e for e in self.skipped if not str(e.get("reason", "")).endswith(RECALLED)]
+        return bool(refused) and len(refused) == len(self.skipped)
 
 
 def slug_key(category: str | None, text: str) -> str:
@@ -138,7 +149,7 @@ def _candidate(raw: bytes | str, recalled: set[str]) -> dict[str, Any] | None:
     if not isinstance(text, str) or not text.strip():
         raise InvalidValue("text", "no text")
     if text_hash(text) in recalled:
-        raise InvalidValue("text", "text is a memory recall returned")
+        raise InvalidValue("text", RECALLED)
     unknown = set(item) - (_FACT_FIELDS if item["type"] == "fact" else _EPISODE_FIELDS)
     if unknown:
         raise InvalidValue("line", f"unknown fields: {', '.join(sorted(unknown))}")

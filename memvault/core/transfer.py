@@ -164,6 +164,12 @@ class ImportReport:
         return {"format": self.format, "source": self.source, "dry_run": self.dry_run, "problems": self.problems,
                 **{k: getattr(self, k) for k in self.BUCKETS}}
 
+    def refused_all(self) -> bool:
+        """True when an item was refused and no other is in the vault after this import: none added, proposed or
+        merged, none skipped as already there (an empty item is nothing; a conflict is not written)."""
+        there = self.added or self.proposed or self.merged or [e for e in self.skipped if e.get("reason") != "empty"]
+        return bool(self.refused) and not there
+
     def summary(self) -> str:
         verb = "would import" if self.dry_run else "imported"
         counts = ", ".join(f"{len(getattr(self, k))} {k}" for k in self.BUCKETS if getattr(self, k))

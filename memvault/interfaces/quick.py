@@ -34,13 +34,18 @@ TIMEOUT = 10.0
 
 
 def main() -> None:
-    """The ``memvault`` console entry point: the quick path when it answers, else the full CLI."""
-    code = recall(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    from .cli import main as full
+    """The ``memvault`` console entry point: the quick path when it answers, else the full CLI. ^C before a
+    command runs (the quick path, the imports) exits 130 with one line, as during one (the CLI's Group)."""
+    try:
+        code = recall(sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
+        from .cli import main as full
 
-    full()
+        full()
+    except KeyboardInterrupt:
+        sys.stderr.write("memvault: interrupted\n")
+        sys.exit(130)
 
 
 def recall(argv: list[str]) -> int | None:

@@ -258,10 +258,11 @@ class HookConflict(MemvaultError):
 #: Every exit code memvault's commands use, and what it means (README's table is generated from this).
 EXIT_CODES: dict[int, str] = {
     0: "success (also `recall` that finds nothing: `nothing_found` says why)",
-    1: "an error: one line on stderr, `memvault: error: ...`, naming the file, key or argument at fault",
+    1: "an error: one line on stderr, `memvault: error: ...`, naming the file, key or argument at fault; also "
+       "`ingest` and `import` when an item was refused and nothing else came in (the report is printed whole)",
     2: "a usage error: an unknown command or option, a missing or malformed argument",
     INTERNAL_EXIT: "a bug: `internal error, please report it: ...` (`MEMVAULT_DEBUG=1` shows the traceback)",
-    130: "interrupted (Ctrl-C)",
+    130: "interrupted (Ctrl-C): one line on stderr, `memvault: interrupted`",
 }
 
 

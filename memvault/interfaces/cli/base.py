@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -44,11 +44,13 @@ pass_ctx = click.make_pass_decorator(Context)
 
 @dataclass
 class Out:
-    """What a command prints: ``data`` for ``--json``, ``lines`` for people, ``notes`` on stderr either way."""
+    """What a command prints: ``data`` for ``--json``, ``lines`` for people, ``notes`` on stderr either way;
+    ``failure``: the one line that follows them on stderr, and the command exits 1 (the report is printed whole)."""
 
     data: Any
     lines: Iterable[str] = ()
     notes: list[str] = field(default_factory=list)
+    failure: str | None = None
 
 
 def echo(text: str = "", **kwargs: Any) -> None:
@@ -91,6 +93,9 @@ def output(fn: Callable[..., Out | None]) -> Callable[..., None]:
         else:
             for line in result.lines:
                 echo(line)
+        if result.failure:
+            click.echo(printable_line(f"memvault: error: {result.failure}"), err=True)
+            raise click.exceptions.Exit(1)
 
     return command
 
@@ -117,6 +122,14 @@ def read_text_arg(text: str | None, what: str, limit: tuple[int, str] | None = N
         except UnicodeDecodeError as exc:
             raise InvalidValue("stdin", f"the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return text
+
+
+def interrupted() -> NoReturn:
+    """^C: one line on stderr and exit 130 (128 + SIGINT), as a shell and CI expect of an interrupt (click said
+    "Aborted!" and exited 1, the code of any error)."""
+    message, code = describe(KeyboardInterrupt())
+    click.echo(f"memvault: {message}", err=True)
+    raise click.exceptions.Exit(code)
 
 
 class Failure(click.ClickException):
@@ -206,7 +219,13 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, BrokenPipeError):
+        except KeyboardInterrupt:
+            interrupted()
+        except click.exceptions.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):  # ^C at a prompt: click made it an Abort
+                interrupted()
+            raise
+        except (click.exceptions.Exit, click.ClickException, BrokenPipeError):
             raise
         except Exception as exc:  # noqa: BLE001 - the funnel
             if os.environ.get("MEMVAULT_DEBUG") and not isinstance(exc, MemvaultError):

@@ -58,8 +58,11 @@ def hooks_uninstall(ctx, source):
     from ..githooks import uninstall
 
     ctx.vault.authorize(Op.HOOKS, source)
-    for action in uninstall(ctx.vault.root):
+    actions = uninstall(ctx.vault.root)
+    for action in actions:
         echo(str(action))
+    if not actions:  # a second uninstall, or none ever installed: say so rather than nothing
+        echo("memvault: no memvault hooks installed here", err=True)
 
 
 # -- several hosts, agents ----------------------------------------------------------------------------------

@@ -135,6 +135,10 @@ def fact_list(ctx, category, tag):
     for f in facts:
         first = f.text.splitlines()[0] if f.text else ""
         lines.append(f"{f.key:<{width}}  {f.importance:.2f}  {first[:77] + '...' if len(first) > 80 else first}")
+    if not facts:  # said on stderr, as episode list does: stdout stays the (empty) listing
+        where = (f" in category {category}" if category is not None else "") + (
+            f" with tag {tag}" if tag is not None else "")
+        echo(one_line(f"memvault: no facts{where or ' yet'}"), err=True)
     return Out([f.to_dict(ctx.vault.root) for f in facts], lines, notes=[str(p) for p in problems])
 
 

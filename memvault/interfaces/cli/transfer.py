@@ -52,6 +52,9 @@ def import_cmd(ctx, fmt, path, dry_run, trust, source):
     Importing the same files again adds nothing; a long import says on stderr every few seconds how many items it
     has been through. A memvault export is restored as it was (files byte for byte, episodes with their ids and
     sources), by a trusted source.
+
+    Exits 1 when an item was refused and none is in the vault after the import: none added, proposed or merged,
+    none skipped as already there (a conflict is not written). Importing the same files again exits 0.
     """
     from ...core.transfer import import_items, own_source, restore_items
     from ..transfer import read
@@ -79,7 +82,10 @@ def import_cmd(ctx, fmt, path, dry_run, trust, source):
                                          f"{entry.get('reason')}" + (f" ({entry['with']})" if entry.get("with") else "")))
     if report.proposed and not dry_run:
         lines.append(f"  {len(report.proposed)} facts wait in the inbox: 'memvault inbox', then accept or reject")
-    return Out(report.to_dict(), lines, notes=report.problems)
+    failure = None
+    if report.refused_all():
+        failure = f"nothing {'would be' if dry_run else 'was'} stored: every item was refused (see the report)"
+    return Out(report.to_dict(), lines, notes=report.problems, failure=failure)
 
 
 @cli.command("export")

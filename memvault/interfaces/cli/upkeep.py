@@ -214,7 +214,12 @@ def expire(ctx, apply):
 @pass_ctx
 def ingest(ctx, file, source, allow_secret):
     """Read JSONL candidates ({"type": "fact"|"episode", "text": ..., ...}) from FILE ('-' for stdin), as an
-    extractor or LLM step produces them, through trust, secrets and dedup."""
+    extractor or LLM step produces them, through trust, secrets and dedup.
+
+    The report names every line and what became of it. The command exits 1 when a line was refused (bad JSON or
+    fields, a secret, ...) and nothing else came of the file: no line added, replaced, merged, quarantined or
+    proposed as a conflict, none a recall returned. A file whose lines are all already stored (merged) exits 0,
+    as does an empty one."""
     report = ctx.vault.ingest(file, source=source, name=getattr(file, "name", "-"), allow_secret=allow_secret)
     data = report.to_dict()
     buckets = {k: v for k, v in data.items() if k != "warnings"}
@@ -230,4 +235,5 @@ def ingest(ctx, file, source, allow_secret):
             lines.append(f"  {k}: {item['line']} {detail}{extra}")
     notes = report.warnings + [f"{item['line']}: {w}" for items in buckets.values() for item in items
                                for w in item.get("warnings", [])]
-    return Out(data, lines, notes=notes)
+    failure = "nothing was stored: every line was refused (see the report)" if report.refused_all() else None
+    return Out(data, lines, notes=notes, failure=failure)
