@@ -20,14 +20,31 @@ from pathlib import Path
 from ..rules.errors import UnsafePath
 from ..rules.fsutil import copy_tree, make_temp_dir, remove_tree
 
+#: The example vault in a checkout (README links it), and the copy a wheel carries as package data (setup.py).
 REPO_VAULT = Path(__file__).resolve().parents[2] / "vault"
+PACKAGED_VAULT = Path(__file__).resolve().parents[1] / "example_vault"
+
+
+def example_vault() -> Path | None:
+    """The checkout's ``vault/`` when run from the source tree, else the one installed with the package."""
+    for path in (REPO_VAULT, PACKAGED_VAULT):
+        if (path / "memvault.toml").is_file():
+            return path
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memvault.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--from", dest="source", type=Path, default=REPO_VAULT, help="vault to copy (default: vault/)")
+    parser.add_argument("--from", dest="source", type=Path, default=None,
+                        help="vault to copy (default: the example vault, vault/ in a checkout)")
     parser.add_argument("--keep", action="store_true", help="keep the demo copy and print where it is")
     args = parser.parse_args(argv)
+    if args.source is None:
+        args.source = example_vault()
+        if args.source is None:
+            print(f"memvault demo: error: no example vault in {REPO_VAULT} or {PACKAGED_VAULT} (this install lacks "
+                  "it): pass --from VAULT, or run from a checkout of the repository", file=sys.stderr)
+            return 1
     if not (args.source / "memvault.toml").is_file():
         print(f"memvault demo: error: {args.source}: not a vault (no memvault.toml)", file=sys.stderr)
         return 1
