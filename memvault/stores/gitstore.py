@@ -573,7 +573,7 @@ class _Checked:
         out = self.store._run(["cat-file", "--batch-check=%(objectname)"],
                               "".join(f"{made}:{r}\n" for r in names).encode()).decode().split("\n")
         for rel, line in zip(names, out):
-            blob = line if len(line) == 40 and " " not in line else None
+            blob = line if line and " " not in line else None  # "<name> missing": deleted (SHA-1 or SHA-256 names)
             want = self.want[rel]
             if blob is None or (want is not None and gittree.blob_id(want) == blob):
                 continue
