@@ -449,3 +449,25 @@ def test_init_from_another_repositorys_hook_makes_its_own_repository(tmp_path, m
     assert git(vault.root, "status", "--porcelain") == ""
     after = {p.relative_to(app): p.read_bytes() for p in (app / ".git").rglob("*") if p.is_file()}
     assert after == before  # the hook's repository untouched: no re-init, nothing staged
+
+
+def test_a_vault_in_a_sha256_repository_runs_its_committed_runbooks_and_checks_its_commits(tmp_path, monkeypatch):
+    """git names objects by SHA-256 in a repository made with --object-format=sha256, and memvault computed every
+    blob name by SHA-1: each committed runbook looked edited ('has uncommitted changes', so `proc run` refused it),
+    each write took the fact it replaced for a hand edit, and the check after `git commit` compared names of two
+    kinds. Blob names now follow the repository's object format."""
+    git(tmp_path, "init", "-q", "--object-format=sha256", str(tmp_path / "s256"))
+    v = Vault.init(tmp_path / "s256")
+    script = tmp_path / "hi.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o755)
+    v.procedures.add("ops/hi", script, source="user:dev")
+    proc = Vault.open(v.root).procedures.get("ops/hi")
+    assert not proc.dirty and len(proc.blob) == 64
+    assert proc.blob == git(v.root, "rev-parse", "HEAD:procedures/ops/hi.sh")
+    ran = Vault.open(v.root).procedures.run("ops/hi", [], source="user:dev")
+    assert ran.exit_code == 0 and ran.procedure.blob == proc.blob
+    v.facts.set("ops/a", "First.", source="user:dev")
+    written = Vault.open(v.root).facts.set("ops/a", "Second.", source="user:dev")
+    assert not any("by hand" in w for w in written.warnings)
+    assert git(v.root, "log", "--format=%s").count("hand edit") == 0

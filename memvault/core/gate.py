@@ -42,7 +42,7 @@ from ..stores.episodes import Episode, EpisodeLog, RewriteReport
 from ..rules.errors import GitError, InvalidKey, InvalidValue, MemvaultError, SecretRefused, UntrustedSource
 from ..stores.facts import Fact, FactStore
 from ..rules.fsutil import FileChange, atomic_write, lock_wait, locked, remove, remove_dir, try_lock
-from ..stores.gitstore import GitStore, blob_id
+from ..stores.gitstore import GitStore
 from ..stores.procedures import RUN_KIND, Procedure, ProcedureStore, RunResult, pass_on
 from ..rules.secrets import describe
 from ..rules.timeutil import now
@@ -234,7 +234,7 @@ class WriteGate:
         replaced = [c for c in changes if c.before is not None and (
             c.path.relative_to(self.root).parts[0] in areas or c.path == self.root / CONFIG_NAME)]
         heads = git.head_blobs([c.path for c in replaced])
-        edited = [c for c in replaced if blob_id(c.before) != heads.get(c.path)]  # type: ignore[arg-type]
+        edited = [c for c in replaced if git.blob_id(c.before) != heads.get(c.path)]  # type: ignore[arg-type]
         if not edited:
             return
         # An edit that cannot be committed, made in the very bytes an editor started from (`fact edit` mending a

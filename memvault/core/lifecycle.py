@@ -150,7 +150,8 @@ def purge(gate: WriteGate, pattern: str, *, source: str, dry_run: bool = False,
             report, paths = _purge_files(gate, pattern, source=source, dry_run=dry_run, allow_secret=allow_secret,
                                          record=record)
             if record is not None and record.after is not None:
-                purges.mark_applied(gate, blob_id(record.after))
+                git = gate.git
+                purges.mark_applied(gate, git.blob_id(record.after) if git is not None else blob_id(record.after))
             if not dry_run:
                 report.warnings += drop_aside(gate, lambda e: source_matches(pattern, e.source))
         report.warnings[:0] = warnings

@@ -33,7 +33,6 @@ from ..rules.secrets import SecretFinding, scan_fields, scans_remembered, secret
 from ..rules.timeutil import now, parse_time
 from ..rules.trust import Op
 from ..rules.validation import EARLIEST, MAX_FUTURE, check_json_value, validate_key, validate_tags
-from ..stores.gitstore import blob_id
 from . import access
 from .ingest import slug_key
 
@@ -527,7 +526,7 @@ def _uncommitted(gate: Any, files: list[tuple[Path, bytes]]) -> list[Path]:
     if not files or git is None:
         return []
     heads = git.head_blobs([p for p, _ in files])
-    return [p for p, data in files if heads.get(p) != blob_id(data)]
+    return [p for p, data in files if heads.get(p) != git.blob_id(data)]
 
 
 #: The extension a restored runbook's file may have after its name: what a script or a document is called by.

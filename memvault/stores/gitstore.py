@@ -32,9 +32,10 @@ from . import gittree
 COMMIT_LOCK = "memvault-commit.lock"
 
 
-def blob_id(data: bytes) -> str:
-    """The id git gives these exact bytes (``git hash-object``), computed without a subprocess."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+def blob_id(data: bytes, *, sha256: bool = False) -> str:
+    """The id git gives these exact bytes (``git hash-object``), computed without a subprocess: SHA-1, or SHA-256 in
+    a repository made with ``--object-format=sha256`` (:meth:`GitStore.blob_id` knows which)."""
+    return (hashlib.sha256 if sha256 else hashlib.sha1)(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,10 @@ class GitStore:
         want = {self.rel(p): data for p, data in (checked or {}).items()}
         with locked(self._tree_info().git_dir / COMMIT_LOCK):
             return self._commit(paths, body, env, _Checked(self, want, refusal) if refusal is not None else None)
+
+    def blob_id(self, data: bytes) -> str:
+        """:func:`blob_id` in this repository's object format (its names are SHA-256 ones when it was made so)."""
+        return blob_id(data, sha256=not self._tree_info().sha1)
 
     def _tree_info(self) -> gittree.Repo:
         if self._repo is None:
@@ -558,7 +563,7 @@ class _Checked:
         if rel not in self.want or blob is None:
             return blob
         want = self.want[rel]
-        if want is not None and gittree.blob_id(want) == blob:
+        if want is not None and self.store.blob_id(want) == blob:
             return blob
         if self._refused(rel, blob) is None:
             return blob
@@ -575,7 +580,7 @@ class _Checked:
         for rel, line in zip(names, out):
             blob = line if line and " " not in line else None  # "<name> missing": deleted (SHA-1 or SHA-256 names)
             want = self.want[rel]
-            if blob is None or (want is not None and gittree.blob_id(want) == blob):
+            if blob is None or (want is not None and self.store.blob_id(want) == blob):
                 continue
             reason = self._refused(rel, blob)
             if reason is None:

@@ -197,7 +197,8 @@ class ProcedureStore:
         except FileNotFoundError:
             raise ProcedureNotFound(name) from None
         text = data.decode("utf-8", errors="replace")
-        blob = blob_id(data)
+        git = self.git
+        blob = git.blob_id(data) if git is not None else blob_id(data)
         description, tags = parse_metadata(path, text)
         return Procedure(name=name, path=path, text=text, blob=blob, commit=commit, dirty=head_blob != blob,
                          description=description, tags=tags, executable=os.access(path, os.X_OK), data=data)
@@ -301,7 +302,7 @@ class ProcedureStore:
             state = "was never committed" if proc.commit is None else "has uncommitted changes"
             raise ProcedureError(
                 name, f"{state}; commit it, or pass --allow-dirty to run it anyway (the run is recorded as dirty)")
-        if blob_id(proc.data) != proc.blob:  # a Procedure built by hand, without the bytes it names
+        if proc.blob not in (blob_id(proc.data), blob_id(proc.data, sha256=True)):  # built by hand, without its bytes
             raise ProcedureError(name, "its bytes were not read with it: load it with the store's get()")
         if not proc.executable and proc.path.suffix not in INTERPRETERS:
             raise ProcedureError(name, f"{proc.path.name} is not executable (chmod +x it)")
