@@ -38,7 +38,7 @@ LOGS = "#!/bin/sh\n# description: Rotate and compress PostgreSQL logs older than
 def built(tmp_path_factory):
     """The vault, built once (git, facts, runbooks, run logs, index); each test works on a fresh copy."""
     root = tmp_path_factory.mktemp("longuse") / "vault"
-    v = Vault.init(root, daemon=False)
+    Vault.init(root, daemon=False).close()
     toml = root / "memvault.toml"
     toml.write_text(toml.read_text().replace('model = "BAAI/bge-small-en-v1.5"', 'model = "all-MiniLM-L6-v2"'))
     git(root, "commit", "-qm", "model", "--", "memvault.toml")
@@ -54,6 +54,9 @@ def built(tmp_path_factory):
     for _ in range(4):
         v.procedures.run("web/reload-nginx", source="user:ops", stdout=-3, stderr=-3)
     v.reindex()
+    # Closed here, not whenever it is collected: SQLite removes the index's -wal and -shm when its last connection
+    # closes, and a collection in the middle of a test's copytree made the copy fail on a file that just went.
+    v.close()
     return root
 
 
