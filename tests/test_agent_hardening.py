@@ -274,13 +274,24 @@ def test_a_read_only_settings_file_is_refused_not_replaced(home, vault):
     assert path.read_text() == '{"theme": "GitHub"}\n' and path.stat().st_mode & 0o777 == 0o444
 
 
+def read_with_peak(runtime: str, path):
+    """``transcripts.read(runtime, path)`` and the most memory Python held meanwhile (tracemalloc)."""
+    import tracemalloc
+
+    from memvault.interfaces.agents import transcripts
+
+    tracemalloc.start()
+    try:
+        return transcripts.read(runtime, path), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_giant_transcript_line_is_skipped_without_being_held_and_the_next_turn_is_read(tmp_path):
     """A tool's output (an agent that cats a 48 MB log) is one line of Claude Code's transcript: capture read it
     whole, decoded and parsed it (several times its size at once) on every hook run until the turn was stored. A
     line past [capture]'s bound is now skipped piece by piece, named in problems, and the turns around it read; a
     giant last line still being written is left for the next read, as any unfinished line."""
-    import tracemalloc
-
     from memvault.interfaces.agents import transcripts
 
     def turn(text, uid):
@@ -293,12 +304,7 @@ def test_a_giant_transcript_line_is_skipped_without_being_held_and_the_next_turn
                                                                  "content": "x" * (48 << 20)}]}}) + "\n"
     path = tmp_path / "session.jsonl"
     path.write_text(turn("first question", "a") + giant + turn("second question", "b"))
-    tracemalloc.start()
-    try:
-        read = transcripts.read("claude-code", path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    read, peak = read_with_peak("claude-code", path)
     assert [t.prompt for t in read.turns] == ["first question", "second question"]
     assert any("too long" in p for p in read.problems), read.problems
     assert peak < 40 << 20, f"peak {peak >> 20} MiB for a 48 MiB line"
@@ -315,10 +321,6 @@ def test_a_large_gemini_recording_is_read_without_holding_it_or_its_tool_output(
     every parsed message with its tool output at once: a 384 MB recording peaked at 768 MB. Each record is now
     reduced to what a turn keeps as it is read (the exit code taken from its output), and the file is never held;
     the exit code Gemini writes after a long output ("Output: ...\\nExit Code: 1") is still found."""
-    import tracemalloc
-
-    from memvault.interfaces.agents import transcripts
-
     output = "a line of a long build log\n" * 40_000  # ~1 MiB per tool call
     lines = [{"sessionId": "s1", "projectHash": "p", "startTime": "2026-11-20T09:00:00.000Z", "kind": "main"}]
     for i in range(24):
@@ -335,12 +337,7 @@ def test_a_large_gemini_recording_is_read_without_holding_it_or_its_tool_output(
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     size = path.stat().st_size
     assert size > 24 << 20
-    tracemalloc.start()
-    try:
-        read = transcripts.read("gemini", path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    read, peak = read_with_peak("gemini", path)
     assert [t.prompt for t in read.turns] == [f"question {i}" for i in range(24)]
     assert [c.command for c in read.turns[3].commands] == ["make 3"]
     assert [t.commands[0].exit_code for t in read.turns] == [i % 2 for i in range(24)]

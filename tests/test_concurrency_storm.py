@@ -243,6 +243,16 @@ def web_reader(root: Path, deadline: float, failures: list[str], answered: list[
     return proc
 
 
+def interrupted(proc: subprocess.Popen, timeout: float) -> str:
+    """Ctrl-C to ``proc``, then what it wrote on stderr; "hung on Ctrl-C" (and killed) when it did not stop."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "hung on Ctrl-C"
+
+
 ROLES = [("api-append", "ap1"), ("api-append", "ap2"), ("cli-append", "cla"), ("cli-fact", "p1"),
          ("cli-fact", "p2"), ("api-fact", "af"), ("hand", "ed"), ("sync", "timer-sync"), ("sync", "timer-sync2"),
          ("prune", "timer-prune"),
@@ -282,18 +292,8 @@ def test_a_storm_of_every_client_leaves_a_whole_vault(storm_vault, tmp_path, rem
     codes = storm.wait()
     stop.set()
     web.reader.join(timeout=60)
-    web.send_signal(signal.SIGINT)
-    try:
-        web_err = web.communicate(timeout=30)[1]
-    except subprocess.TimeoutExpired:
-        web.kill()
-        web_err = "hung on Ctrl-C"
-    watcher.send_signal(signal.SIGINT)
-    try:
-        watch_err = watcher.communicate(timeout=60)[1]
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        watch_err = "hung on Ctrl-C"
+    web_err = interrupted(web, 30)
+    watch_err = interrupted(watcher, 60)
     assert "Traceback" not in watch_err and "hung" not in watch_err and "internal error" not in watch_err, watch_err
     assert codes == {name: 0 for name in storm.procs}, {n: storm.log(n)[-1500:] for n, c in codes.items() if c}
     assert [e for e in storm.entries() if e["op"] == "refused"]  # the scoped sessions did try
