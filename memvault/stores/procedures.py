@@ -189,6 +189,11 @@ class ProcedureStore:
             raise ProcedureError(name, f"ambiguous: several files carry this name ({names})")
         return paths[0]
 
+    def _blob(self, data: bytes) -> str:
+        """The name git gives ``data`` in this vault's repository (SHA-1, or SHA-256 where it was made so)."""
+        git = self.git
+        return git.blob_id(data) if git is not None else blob_id(data)
+
     def _load(self, name: str, path: Path, *, commit: str | None, head_blob: str | None) -> Procedure:
         try:
             data = read_inside(path, self.dir)
@@ -197,8 +202,7 @@ class ProcedureStore:
         except FileNotFoundError:
             raise ProcedureNotFound(name) from None
         text = data.decode("utf-8", errors="replace")
-        git = self.git
-        blob = git.blob_id(data) if git is not None else blob_id(data)
+        blob = self._blob(data)
         description, tags = parse_metadata(path, text)
         return Procedure(name=name, path=path, text=text, blob=blob, commit=commit, dirty=head_blob != blob,
                          description=description, tags=tags, executable=os.access(path, os.X_OK), data=data)
@@ -302,7 +306,7 @@ class ProcedureStore:
             state = "was never committed" if proc.commit is None else "has uncommitted changes"
             raise ProcedureError(
                 name, f"{state}; commit it, or pass --allow-dirty to run it anyway (the run is recorded as dirty)")
-        if proc.blob not in (blob_id(proc.data), blob_id(proc.data, sha256=True)):  # built by hand, without its bytes
+        if self._blob(proc.data) != proc.blob:  # a Procedure built by hand, without the bytes it names
             raise ProcedureError(name, "its bytes were not read with it: load it with the store's get()")
         if not proc.executable and proc.path.suffix not in INTERPRETERS:
             raise ProcedureError(name, f"{proc.path.name} is not executable (chmod +x it)")
