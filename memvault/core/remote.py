@@ -347,7 +347,7 @@ def _integrate(gate: WriteGate, git: GitStore, specs: list[str], remote: str, br
                 if not _rebase_in_progress(git) or git.run("diff", "--name-only", "HEAD"):
                     break
                 try:  # a file touched but as it was: its pick again
-                    git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
+                    _continue_rebase(git)
                 except GitError:
                     conflicted = _merge_shared_lines(gate, git, shared, successor) if _rebase_in_progress(git) else []
                     if conflicted:
@@ -560,7 +560,7 @@ def _merge_shared_lines(gate: WriteGate, git: GitStore, shared: set[str], succes
                 there = read_regular_if_there(moved) or b""
                 _stage_file(git, moved, there + (b"\n" if there and not there.endswith(b"\n") else b"") + added)
         try:
-            git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
+            _continue_rebase(git)
             return []
         except GitError as exc:
             if not _rebase_in_progress(git):
@@ -634,6 +634,11 @@ def _filed_folders(gate: WriteGate, git: GitStore, commit: str) -> list[str]:
     out = git.run("ls-tree", "-z", commit, "--", *folders, strip=False)
     return sorted(line.split("\t", 1)[1] for line in out.split("\0")
                   if line and not line.startswith(("040000 ", "120000 ")))  # a link: _linked_areas
+
+
+def _continue_rebase(git: GitStore) -> None:
+    """``git rebase --continue``, with no editor to wait for (a picked commit keeps its message)."""
+    git.run(*NO_UNION, "-c", "core.editor=true", "rebase", "--continue", env={**_env(git), "GIT_EDITOR": "true"})
 
 
 def _rebased(git: GitStore, old: str) -> str | None:
